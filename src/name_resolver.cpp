@@ -1,0 +1,219 @@
+#include "name_resolver.hpp"
+
+#include "hashing.hpp"
+#include "log.hpp"
+#include "name_matcher.hpp"
+#include "sidecar_store.hpp"
+#include "symbol_scanner.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+namespace kjit {
+
+namespace {
+
+std::int64_t realtime_ns() {
+    struct timespec ts {};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t mtime_ns(const FileIdentity &id) {
+    return id.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(id.mtime_nsec);
+}
+
+// Whether `line` was written for the cubin version `id`. A current mtime of whole seconds
+// also matches a line's same second: `tar` and some filesystems keep no nanoseconds.
+bool same_version(const sidecar::Line &line, const FileIdentity &id) {
+    return line.cubin_size == id.size && line.mtime_sec == id.mtime_sec &&
+           (line.mtime_nsec == id.mtime_nsec || id.mtime_nsec == 0);
+}
+
+bool still_racy(const FileIdentity &id) {
+    return mtime_ns(id) > realtime_ns() - NameResolver::kRacyWindowNs;
+}
+
+// Hashes the cubin and checks it is still the version `expected` with content `hash`.
+bool content_verified(const std::string &cubin_path, const FileIdentity &expected, std::uint64_t hash) {
+    FileIdentity hashed;
+    auto h = hash_file64(cubin_path, &hashed);
+    return h && *h == hash && hashed.size == expected.size && hashed.mtime_sec == expected.mtime_sec &&
+           hashed.mtime_nsec == expected.mtime_nsec;
+}
+
+Error with_path(const std::string &cubin_path, Error e) {
+    if (e.code == Errc::not_found || e.code == Errc::ambiguous) {
+        e.message = "in cubin '" + cubin_path + "': " + e.message;
+    }
+    return e;
+}
+
+void write_quietly(const std::string &sidecar_path, const std::vector<sidecar::Line> &lines,
+                   NameResolver::Counters &counters, bool &failed) {
+    if (auto st = sidecar::write(sidecar_path, lines); !st) {
+        counters.sidecar_write_failures.fetch_add(1, std::memory_order_relaxed);
+        log().debug("sidecar write failed, continuing without it: {}", st.error().message);
+        failed = true;
+        return;
+    }
+    counters.sidecar_writes.fetch_add(1, std::memory_order_relaxed);
+    log().debug("sidecar rewritten: {}", sidecar_path);
+    failed = false;
+}
+
+}  // namespace
+
+bool NameResolver::MemoKey::operator==(const MemoKey &o) const {
+    return keyword == o.keyword && identity.size == o.identity.size && identity.mtime_sec == o.identity.mtime_sec &&
+           identity.mtime_nsec == o.identity.mtime_nsec && identity.dev == o.identity.dev &&
+           identity.ino == o.identity.ino && identity.ctime_sec == o.identity.ctime_sec &&
+           identity.ctime_nsec == o.identity.ctime_nsec;
+}
+
+std::size_t NameResolver::MemoKeyHash::operator()(const MemoKey &k) const {
+    std::size_t h = std::hash<std::string>{}(k.keyword);
+    for (std::uint64_t v : {k.identity.size, k.identity.ino, k.identity.dev,
+                            static_cast<std::uint64_t>(k.identity.mtime_sec), std::uint64_t{k.identity.mtime_nsec},
+                            static_cast<std::uint64_t>(k.identity.ctime_sec), std::uint64_t{k.identity.ctime_nsec}}) {
+        h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+}
+
+NameResolver &NameResolver::instance() {
+    static NameResolver *const resolver = new NameResolver();  // leaked: usable during exit
+    return *resolver;
+}
+
+Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword) {
+    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+
+    struct stat st {};
+    if (::stat(cubin_path.c_str(), &st) != 0) {
+        const int err = errno;
+        return Error{Errc::io, "cannot open cubin '" + cubin_path + "': " + errno_text(err)};
+    }
+    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is a directory"};
+    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is not a regular file"};
+    const FileIdentity current = FileIdentity::from_stat(st);
+
+    const std::string sidecar_path = sidecar::path_for(cubin_path);
+    sidecar::Contents contents = sidecar::read(sidecar_path);
+    const char *reason = nullptr;
+    if (contents.problem != sidecar::FileProblem::none) {
+        reason = sidecar::to_string(contents.problem);
+    } else {
+        const sidecar::Line *line = nullptr;
+        for (const sidecar::Line &l : contents.lines) {
+            if (l.keyword == keyword) line = &l;
+        }
+        if (!line) {
+            reason = "no line for this keyword";
+        } else if (!same_version(*line, current)) {
+            reason = "stale (the cubin's size or mtime changed)";
+        } else if (!name_matcher::matches(line->name, keyword)) {
+            reason = "its name does not pass the keyword rule";
+        } else if (!line->content_hash) {
+            counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
+            log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
+            return line->name;
+        } else {
+            // Written while the cubin was young: only its content can prove it current.
+            if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
+            if (content_verified(cubin_path, current, *line->content_hash)) {
+                counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
+                std::string name = line->name;
+                log().debug("sidecar hit after content check (young cubin): {} [{}] -> {}", cubin_path, keyword, name);
+                if (!still_racy(current)) {
+                    std::vector<sidecar::Line> lines;
+                    for (const sidecar::Line &l : contents.lines) {
+                        if (!same_version(l, current)) continue;
+                        lines.push_back(l);
+                        if (l.keyword == keyword) lines.back().content_hash.reset();
+                    }
+                    bool failed = false;
+                    write_quietly(sidecar_path, lines, counters_, failed);
+                    if (failed) memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
+                }
+                return name;
+            }
+            reason = "stale (the cubin's content changed)";
+        }
+    }
+    if (contents.problem != sidecar::FileProblem::missing) {
+        counters_.sidecar_rejections.fetch_add(1, std::memory_order_relaxed);
+    }
+    log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason,
+                contents.detail.empty() ? "" : ": ", contents.detail);
+    if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
+
+    // Scan. Lines for other keywords that belong to this cubin version are kept.
+    const std::int64_t scan_started = realtime_ns();
+    auto table = SymbolTable::open_file(cubin_path);
+    if (!table) return std::move(table).error();
+    counters_.scans.fetch_add(1, std::memory_order_relaxed);
+    std::vector<name_matcher::Candidate> candidates;
+    candidates.reserve(table->functions().size());
+    for (const FunctionSymbol &f : table->functions()) candidates.push_back({f.name, f.is_entry});
+    auto chosen = name_matcher::select(candidates, keyword);
+    if (!chosen) return with_path(cubin_path, std::move(chosen).error());
+    std::string name(*chosen);
+
+    const FileIdentity &scanned = table->identity();  // fstat of what was read
+    sidecar::Line line;
+    line.keyword.assign(keyword);
+    line.name = name;
+    line.cubin_size = scanned.size;
+    line.mtime_sec = scanned.mtime_sec;
+    line.mtime_nsec = scanned.mtime_nsec;
+    if (mtime_ns(scanned) > scan_started - kRacyWindowNs) line.content_hash = hash64(table->image());
+    log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
+                table->functions().size(), line.content_hash ? ", young cubin: content hash kept" : "");
+
+    std::vector<sidecar::Line> lines;
+    for (sidecar::Line &l : contents.lines) {
+        if (l.keyword != keyword && same_version(l, scanned)) lines.push_back(std::move(l));
+    }
+    const std::optional<std::uint64_t> content_hash = line.content_hash;
+    lines.push_back(std::move(line));
+    bool failed = false;
+    write_quietly(sidecar_path, lines, counters_, failed);
+    if (failed) memo_store(MemoKey{std::string(keyword), scanned}, MemoValue{name, content_hash});
+    return name;
+}
+
+std::optional<std::string> NameResolver::memo_lookup(const std::string &cubin_path, const MemoKey &key) {
+    MemoValue value;
+    {
+        std::lock_guard<std::mutex> lock(memo_mutex_);
+        if (memo_.empty()) return std::nullopt;
+        auto it = memo_.find(key);
+        if (it == memo_.end()) return std::nullopt;
+        value = it->second;
+    }
+    if (value.content_hash) {
+        if (!content_verified(cubin_path, key.identity, *value.content_hash)) return std::nullopt;
+        counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
+        if (!still_racy(key.identity)) {
+            std::lock_guard<std::mutex> lock(memo_mutex_);
+            auto it = memo_.find(key);
+            if (it != memo_.end()) it->second.content_hash.reset();
+        }
+    }
+    counters_.memo_hits.fetch_add(1, std::memory_order_relaxed);
+    log().debug("memo hit (sidecar not writable): {} [{}] -> {}", cubin_path, key.keyword, value.name);
+    return std::move(value.name);
+}
+
+void NameResolver::memo_store(MemoKey key, MemoValue value) {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    if (memo_.size() >= kMemoCapacity) memo_.clear();
+    memo_[std::move(key)] = std::move(value);
+}
+
+}  // namespace kjit

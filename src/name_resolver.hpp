@@ -1,0 +1,83 @@
+// Name resolver: answers "which mangled name does keyword K denote in this cubin?" on the
+// sidecar fast path, falling back to a scan. It composes the sidecar store, the symbol scanner
+// and the name matcher, and owns the trust rules of DESIGN.md: a sidecar line is used only if
+// it was written for this keyword, its name passes the keyword rule, and it belongs to the
+// cubin as it is now.
+//
+// Cubin identity: a line records the cubin's size and mtime (both survive `cp -a` and `tar`,
+// which keeps only whole seconds: a current mtime with 0 ns also matches a line's same second).
+// Size and mtime cannot tell apart two versions written within one filesystem timestamp tick,
+// so a line written while the cubin was younger than kRacyWindow also records a hash of the
+// cubin's content, and a hit on such a line hashes the cubin before it trusts the line (git's
+// "racy clean" rule). The first such hit after the window has passed rewrites the line
+// without the hash, so steady-state hits read no cubin.
+#pragma once
+
+#include "posix_file.hpp"
+#include "status.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace kjit {
+
+class NameResolver {
+public:
+    // A cubin modified less than this long before it was scanned gets a content hash in its
+    // sidecar line. Covers 1-2 s timestamp granularity (FAT, HFS+, tar) and coarse clocks.
+    static constexpr std::int64_t kRacyWindowNs = 2'000'000'000;
+    // The in-process memo (used when a sidecar cannot be written) holds at most this many
+    // answers; it is cleared when full.
+    static constexpr std::size_t kMemoCapacity = 4096;
+
+    // Counters for tests, the log and (later) statistics. Relaxed atomics: cheap, no lock.
+    struct Counters {
+        std::atomic<std::uint64_t> sidecar_hits{0};
+        std::atomic<std::uint64_t> racy_verifications{0};  // hits that hashed the cubin
+        std::atomic<std::uint64_t> memo_hits{0};
+        std::atomic<std::uint64_t> scans{0};
+        std::atomic<std::uint64_t> sidecar_rejections{0};
+        std::atomic<std::uint64_t> sidecar_writes{0};
+        std::atomic<std::uint64_t> sidecar_write_failures{0};
+    };
+
+    // The resolver kjit_resolve_name uses; one per process.
+    static NameResolver &instance();
+
+    // Resolves `keyword` in the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
+    // io (cubin missing or unreadable), bad_cubin, not_found, ambiguous. Messages name the file.
+    // Thread safe; the hit path takes no lock.
+    Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword);
+
+    const Counters &counters() const { return counters_; }
+
+private:
+    struct MemoKey {
+        std::string keyword;
+        FileIdentity identity;
+        bool operator==(const MemoKey &o) const;
+    };
+    struct MemoKeyHash {
+        std::size_t operator()(const MemoKey &k) const;
+    };
+    struct MemoValue {
+        std::string name;
+        std::optional<std::uint64_t> content_hash;  // racy: verify before use
+    };
+
+    Result<std::string> scan_and_record(const std::string &cubin_path, std::string_view keyword,
+                                        const std::string &sidecar_path);
+    std::optional<std::string> memo_lookup(const std::string &cubin_path, const MemoKey &key);
+    void memo_store(MemoKey key, MemoValue value);
+
+    Counters counters_;
+    std::mutex memo_mutex_;
+    std::unordered_map<MemoKey, MemoValue, MemoKeyHash> memo_;
+};
+
+}  // namespace kjit

@@ -1,0 +1,70 @@
+// Small POSIX helpers shared by the modules that touch files: an owning file descriptor and
+// the identity of a file as stat(2) reports it.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace kjit {
+
+// Owns a file descriptor; closes it on destruction.
+class UniqueFd {
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) : fd_(fd) {}
+    UniqueFd(UniqueFd &&other) noexcept : fd_(other.release()) {}
+    UniqueFd &operator=(UniqueFd &&other) noexcept {
+        if (this != &other) reset(other.release());
+        return *this;
+    }
+    UniqueFd(const UniqueFd &) = delete;
+    UniqueFd &operator=(const UniqueFd &) = delete;
+    ~UniqueFd() { reset(); }
+
+    int get() const { return fd_; }
+    bool valid() const { return fd_ >= 0; }
+    int release() {
+        const int fd = fd_;
+        fd_ = -1;
+        return fd;
+    }
+    // Closes the held descriptor; returns close(2)'s result (0 when none was held).
+    int reset(int fd = -1) {
+        int rc = 0;
+        if (fd_ >= 0) rc = ::close(fd_);
+        fd_ = fd;
+        return rc;
+    }
+
+private:
+    int fd_ = -1;
+};
+
+// What identifies one version of a file's contents without reading them. size and mtime
+// survive `cp -a` and `tar`; dev, ino and ctime do not, and are only used for in-process
+// memos, never written to disk.
+struct FileIdentity {
+    std::uint64_t size = 0;
+    std::int64_t mtime_sec = 0;
+    std::uint32_t mtime_nsec = 0;
+    std::uint64_t dev = 0;
+    std::uint64_t ino = 0;
+    std::int64_t ctime_sec = 0;
+    std::uint32_t ctime_nsec = 0;
+
+    static FileIdentity from_stat(const struct stat &st) {
+        FileIdentity id;
+        id.size = static_cast<std::uint64_t>(st.st_size);
+        id.mtime_sec = st.st_mtim.tv_sec;
+        id.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+        id.ctime_sec = st.st_ctim.tv_sec;
+        id.ctime_nsec = static_cast<std::uint32_t>(st.st_ctim.tv_nsec);
+        return id;
+    }
+};
+
+}  // namespace kjit

@@ -1,0 +1,288 @@
+#include "sidecar_store.hpp"
+
+#include "hashing.hpp"
+#include "posix_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace kjit::sidecar {
+
+namespace {
+
+constexpr std::string_view kHeader = "kjit-sidecar 1\n";
+constexpr std::string_view kHeaderPrefix = "kjit-sidecar ";
+constexpr std::string_view kTempMarker = ".tmp-";
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f'); }
+bool is_keyword_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == ':';
+}
+bool is_name_char(char c) { return c > ' ' && c < 0x7f; }
+
+bool all_of(std::string_view s, bool (*pred)(char)) {
+    for (char c : s) {
+        if (!pred(c)) return false;
+    }
+    return true;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t &out) {
+    if (s.empty() || s.size() > 20 || !all_of(s, is_digit)) return false;
+    if (s.size() > 1 && s[0] == '0') return false;  // one spelling per value
+    std::uint64_t v = 0;
+    for (char c : s) {
+        const auto d = static_cast<std::uint64_t>(c - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    out = v;
+    return true;
+}
+
+bool parse_hex64(std::string_view s, std::uint64_t &out) {
+    if (s.size() != 16 || !all_of(s, is_hex)) return false;
+    std::uint64_t v = 0;
+    for (char c : s) v = v << 4 | static_cast<std::uint64_t>(is_digit(c) ? c - '0' : c - 'a' + 10);
+    out = v;
+    return true;
+}
+
+bool parse_mtime(std::string_view s, std::int64_t &sec, std::uint32_t &nsec) {
+    const bool negative = !s.empty() && s[0] == '-';
+    if (negative) s.remove_prefix(1);
+    const std::size_t dot = s.find('.');
+    if (dot == std::string_view::npos || s.size() - dot - 1 != 9) return false;
+    std::uint64_t whole = 0, frac = 0;
+    const std::string_view frac_text = s.substr(dot + 1);
+    if (!parse_u64(s.substr(0, dot), whole) || !all_of(frac_text, is_digit)) return false;
+    for (char c : frac_text) frac = frac * 10 + static_cast<std::uint64_t>(c - '0');
+    if (whole > static_cast<std::uint64_t>(INT64_MAX)) return false;
+    sec = negative ? -static_cast<std::int64_t>(whole) : static_cast<std::int64_t>(whole);
+    nsec = static_cast<std::uint32_t>(frac);
+    return true;
+}
+
+// Splits `line` (no '\n') at single spaces into exactly `n` non-empty fields.
+bool split_fields(std::string_view line, std::string_view *fields, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t sp = line.find(' ');
+        const bool last = i + 1 == n;
+        if (last != (sp == std::string_view::npos)) return false;
+        fields[i] = last ? line : line.substr(0, sp);
+        if (fields[i].empty()) return false;
+        if (!last) line.remove_prefix(sp + 1);
+    }
+    return true;
+}
+
+std::optional<Line> parse_line(std::string_view line) {
+    std::string_view f[6];
+    if (!split_fields(line, f, 6)) return std::nullopt;
+    std::uint64_t check = 0;
+    if (!parse_hex64(f[5], check)) return std::nullopt;
+    const std::string_view body = line.substr(0, line.size() - f[5].size() - 1);
+    if (hash64(body) != check) return std::nullopt;
+
+    Line out;
+    if (!all_of(f[0], is_keyword_char) || !parse_u64(f[1], out.cubin_size) ||
+        !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !all_of(f[4], is_name_char)) {
+        return std::nullopt;
+    }
+    if (f[3] != "-") {
+        std::uint64_t h = 0;
+        if (!parse_hex64(f[3], h)) return std::nullopt;
+        out.content_hash = h;
+    }
+    out.keyword.assign(f[0]);
+    out.name.assign(f[4]);
+    return out;
+}
+
+bool looks_like_bare_name(std::string_view text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+        text.remove_suffix(1);
+    }
+    return !text.empty() && all_of(text, is_name_char);
+}
+
+// A per-process sequence number, so one thread's retries never reuse a temp name.
+std::atomic<unsigned long> temp_sequence{0};
+
+Error io_error(const std::string &what, const std::string &path, int err) {
+    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
+}
+
+}  // namespace
+
+const char *to_string(FileProblem problem) {
+    switch (problem) {
+        case FileProblem::none: return "none";
+        case FileProblem::missing: return "missing";
+        case FileProblem::unreadable: return "unreadable";
+        case FileProblem::too_large: return "too large";
+        case FileProblem::empty: return "empty";
+        case FileProblem::bare_name: return "bare name (untrusted legacy format)";
+        case FileProblem::bad_header: return "not a kjit sidecar";
+    }
+    return "unknown";
+}
+
+std::string path_for(const std::string &cubin_path) { return cubin_path + ".name"; }
+
+Contents parse(std::string_view text) {
+    Contents c;
+    if (text.empty()) {
+        c.problem = FileProblem::empty;
+        return c;
+    }
+    if (text.compare(0, kHeader.size(), kHeader) != 0) {
+        if (text.compare(0, kHeaderPrefix.size(), kHeaderPrefix) == 0) {
+            c.problem = FileProblem::bad_header;
+            c.detail = "unsupported format version";
+        } else if (looks_like_bare_name(text)) {
+            c.problem = FileProblem::bare_name;
+        } else {
+            c.problem = FileProblem::bad_header;
+            c.detail = "no 'kjit-sidecar 1' header";
+        }
+        return c;
+    }
+    text.remove_prefix(kHeader.size());
+    while (!text.empty()) {
+        const std::size_t nl = text.find('\n');
+        if (nl == std::string_view::npos) {  // torn: a line without its end
+            ++c.rejected_lines;
+            break;
+        }
+        if (auto line = parse_line(text.substr(0, nl))) {
+            c.lines.push_back(std::move(*line));
+        } else {
+            ++c.rejected_lines;
+        }
+        text.remove_prefix(nl + 1);
+    }
+    return c;
+}
+
+Contents read(const std::string &path) {
+    Contents c;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) {
+        const int err = errno;
+        c.problem = err == ENOENT ? FileProblem::missing : FileProblem::unreadable;
+        c.detail = errno_text(err);
+        return c;
+    }
+    // Read at most kMaxFileSize + 1 bytes: enough to know a file is too large, never more.
+    // A one-line sidecar fits the stack buffer, so the hit path does not touch the heap here.
+    char small[4096];
+    std::string big;
+    char *buf = small;
+    std::size_t cap = sizeof small, len = 0;
+    for (;;) {
+        if (len == cap) {
+            if (cap > kMaxFileSize) break;
+            big.resize(kMaxFileSize + 1);
+            if (buf == small) std::memcpy(big.data(), small, len);
+            buf = big.data();
+            cap = big.size();
+        }
+        const ssize_t n = ::read(fd.get(), buf + len, cap - len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            c.problem = FileProblem::unreadable;
+            c.detail = errno_text(err);
+            return c;
+        }
+        if (n == 0) break;
+        len += static_cast<std::size_t>(n);
+    }
+    if (len > kMaxFileSize) {
+        c.problem = FileProblem::too_large;
+        c.detail = "over " + std::to_string(kMaxFileSize) + " bytes";
+        return c;
+    }
+    return parse(std::string_view(buf, len));
+}
+
+std::string format(const std::vector<Line> &lines) {
+    std::string out(kHeader);
+    for (const Line &l : lines) {
+        char fields[96];
+        char hash[20] = "-";
+        if (l.content_hash) std::snprintf(hash, sizeof hash, "%016" PRIx64, *l.content_hash);
+        std::snprintf(fields, sizeof fields, " %" PRIu64 " %" PRId64 ".%09" PRIu32 " %s ", l.cubin_size,
+                      l.mtime_sec, l.mtime_nsec, hash);
+        std::string body = l.keyword + fields + l.name;
+        char check[20];
+        std::snprintf(check, sizeof check, " %016" PRIx64 "\n", hash64(body));
+        out += body;
+        out += check;
+    }
+    return out;
+}
+
+bool is_temp_file_name(std::string_view file_name) {
+    const std::size_t pos = file_name.rfind(kTempMarker);
+    if (pos == std::string_view::npos || pos < 5 || file_name.compare(pos - 5, 5, ".name") != 0) return false;
+    std::string_view rest = file_name.substr(pos + kTempMarker.size());
+    for (int field = 0; field < 3; ++field) {
+        std::size_t n = 0;
+        while (n < rest.size() && is_digit(rest[n])) ++n;
+        if (n == 0) return false;
+        rest.remove_prefix(n);
+        if (field < 2) {
+            if (rest.empty() || rest[0] != '-') return false;
+            rest.remove_prefix(1);
+        }
+    }
+    return rest.empty();
+}
+
+Status write(const std::string &path, const std::vector<Line> &lines) {
+    const std::string text = format(lines);
+    std::string temp;
+    UniqueFd fd;
+    // O_EXCL makes a name taken in advance (a stray file, a planted link) an error, not a
+    // target: retry with the next sequence number a few times, then give up.
+    for (int attempt = 0; attempt < 8 && !fd.valid(); ++attempt) {
+        temp = path + std::string(kTempMarker) + std::to_string(::getpid()) + "-" +
+               std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
+        fd.reset(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
+        if (!fd.valid() && errno != EEXIST) break;
+    }
+    if (!fd.valid()) return io_error("cannot create sidecar temp file", temp, errno);
+
+    auto fail = [&](const char *what, int err) -> Status {
+        fd.reset();
+        ::unlink(temp.c_str());
+        return io_error(what, temp, err);
+    };
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return fail("cannot write sidecar temp file", errno);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (fd.reset() != 0) return fail("cannot close sidecar temp file", errno);
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(temp.c_str());
+        return io_error("cannot rename sidecar temp file over", path, err);
+    }
+    return Ok{};
+}
+
+}  // namespace kjit::sidecar

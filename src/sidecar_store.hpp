@@ -1,0 +1,79 @@
+// Sidecar store: reads, validates the form of, and atomically writes `<cubin>.name` files.
+// Knows the file format and the filesystem; what a line means (does it answer this keyword,
+// does it belong to the cubin as it is now) is the resolver's business.
+//
+// Format, version 1 (docs/sidecar-format.md explains each field and why it was chosen):
+//
+//   kjit-sidecar 1
+//   <keyword> <cubin size> <mtime sec>.<mtime nsec, 9 digits> <content hash|-> <name> <check>
+//
+// one line per keyword, each ending in '\n'. <content hash> is the cubin's XXH3-64 in 16 hex
+// digits, written only when the cubin was modified so recently that its size and mtime alone
+// might not tell a later change apart ("racy", as git calls it); otherwise '-'. <check> is the
+// XXH3-64 of the line's text before it, so a torn or damaged line is never taken as valid.
+#pragma once
+
+#include "status.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kjit::sidecar {
+
+// A sidecar larger than this is not read (it cannot be ours; reading it would be unbounded).
+constexpr std::size_t kMaxFileSize = 64 * 1024;
+
+struct Line {
+    std::string keyword;
+    std::uint64_t cubin_size = 0;
+    std::int64_t mtime_sec = 0;
+    std::uint32_t mtime_nsec = 0;
+    std::optional<std::uint64_t> content_hash;  // set only for a racy line
+    std::string name;
+};
+
+// Why a sidecar file as a whole gave no lines.
+enum class FileProblem {
+    none,         // read and parsed; `lines` holds every well-formed line
+    missing,      // no such file
+    unreadable,   // a symlink, a directory, no permission, an I/O error (see detail)
+    too_large,    // larger than kMaxFileSize
+    empty,        // 0 bytes
+    bare_name,    // one bare symbol name, as older Python tools wrote: untrusted
+    bad_header,   // not a kjit sidecar, or of another format version
+};
+
+const char *to_string(FileProblem problem);
+
+struct Contents {
+    FileProblem problem = FileProblem::none;
+    std::string detail;            // errno text or what was wrong, for the log
+    std::vector<Line> lines;       // well-formed lines only
+    std::size_t rejected_lines = 0;  // malformed lines skipped (bad fields, bad check, torn)
+};
+
+// `<cubin_path>.name`.
+std::string path_for(const std::string &cubin_path);
+
+// Reads and parses a sidecar. Never fails: every problem is reported in the result. Does not
+// follow a symlink at `path` (a planted link is unreadable, and rewriting replaces it).
+Contents read(const std::string &path);
+
+// Parses sidecar bytes (exposed for tests and fuzzing).
+Contents parse(std::string_view text);
+
+// The file text for `lines`, header included.
+std::string format(const std::vector<Line> &lines);
+
+// Publishes `lines` as the sidecar at `path`: writes a temp file in the same folder, named with
+// the pid and thread id and opened O_CREAT|O_EXCL|O_NOFOLLOW, then renames it over `path`.
+// On any failure the temp file is removed and Errc::io names the step and the errno text.
+Status write(const std::string &path, const std::vector<Line> &lines);
+
+// Whether `file_name` (no folder) is one of write()'s temp files for some sidecar.
+bool is_temp_file_name(std::string_view file_name);
+
+}  // namespace kjit::sidecar

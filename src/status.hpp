@@ -1,0 +1,63 @@
+// Internal error type shared by every module. Modules report failures as an Error (a code
+// plus a message naming the file and what was wrong); only c_api.cpp maps codes to the
+// public kjit_status values, so no module below the C ABI knows the C types.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace kjit {
+
+// Same meanings (and, checked in c_api.cpp, the same values) as the public kjit_status.
+enum class Errc {
+    invalid_argument = 1,
+    not_found = 2,
+    ambiguous = 3,
+    bad_cubin = 4,
+    io = 5,
+    compile = 6,
+    nvrtc = 7,
+    driver_unavailable = 8,
+    driver = 9,
+    buffer_too_small = 10,
+    out_of_memory = 11,
+    internal = 12,
+};
+
+struct Error {
+    Errc code;
+    std::string message;
+};
+
+// A value or an Error. Small stand-in for C++23's std::expected.
+template <typename T>
+class [[nodiscard]] Result {
+public:
+    Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
+    Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
+
+    bool ok() const { return v_.index() == 0; }
+    explicit operator bool() const { return ok(); }
+    T &value() & { return std::get<0>(v_); }
+    const T &value() const & { return std::get<0>(v_); }
+    T &&value() && { return std::get<0>(std::move(v_)); }
+    T &operator*() & { return value(); }
+    const T &operator*() const & { return value(); }
+    T *operator->() { return &value(); }
+    const T *operator->() const { return &value(); }
+    const Error &error() const & { return std::get<1>(v_); }
+    Error &&error() && { return std::get<1>(std::move(v_)); }
+
+private:
+    std::variant<T, Error> v_;
+};
+
+// Result of an operation that yields nothing but success or an Error.
+struct Ok {};
+using Status = Result<Ok>;
+
+// "strerror(errnum)" that is thread safe.
+std::string errno_text(int errnum);
+
+}  // namespace kjit

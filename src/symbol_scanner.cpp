@@ -1,0 +1,172 @@
+#include "symbol_scanner.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#ifndef EM_CUDA
+#define EM_CUDA 190
+#endif
+
+namespace kjit {
+
+namespace {
+
+constexpr unsigned char kStoCudaEntry = 0x10;
+
+// libelf's per-thread error text, read at once on the failing thread.
+Error elf_error(const std::string &label, const char *what) {
+    const char *detail = elf_errmsg(-1);
+    return Error{Errc::bad_cubin, "'" + label + "' is not a valid cubin: " + what +
+                                      " (libelf: " + (detail ? detail : "no detail") + ")"};
+}
+
+Error bad(const std::string &label, const std::string &what) {
+    return Error{Errc::bad_cubin, "'" + label + "' is not a valid cubin: " + what};
+}
+
+bool init_libelf() {
+    static const bool ok = elf_version(EV_CURRENT) != EV_NONE;
+    return ok;
+}
+
+}  // namespace
+
+// libelf descriptor plus what backs it (a file descriptor, or owned bytes).
+struct SymbolTable::Handle {
+    UniqueFd fd;
+    std::string bytes;
+    Elf *elf = nullptr;
+
+    Handle() = default;
+    Handle(const Handle &) = delete;
+    Handle &operator=(const Handle &) = delete;
+    ~Handle() {
+        if (elf) elf_end(elf);
+    }
+};
+
+SymbolTable::SymbolTable(std::unique_ptr<Handle> handle) : handle_(std::move(handle)) {}
+SymbolTable::SymbolTable(SymbolTable &&) noexcept = default;
+SymbolTable &SymbolTable::operator=(SymbolTable &&) noexcept = default;
+SymbolTable::~SymbolTable() = default;
+
+std::string_view SymbolTable::image() const {
+    std::size_t size = 0;
+    const char *raw = elf_rawfile(handle_->elf, &size);
+    return raw ? std::string_view(raw, size) : std::string_view{};
+}
+
+Result<SymbolTable> SymbolTable::open_file(const std::string &path) {
+    if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
+    auto handle = std::make_unique<Handle>();
+    handle->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!handle->fd.valid()) {
+        const int err = errno;
+        return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
+    }
+    struct stat st {};
+    if (::fstat(handle->fd.get(), &st) != 0) {
+        const int err = errno;
+        return Error{Errc::io, "cannot stat cubin '" + path + "': " + errno_text(err)};
+    }
+    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
+    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
+    if (st.st_size == 0) return bad(path, "the file is empty (0 bytes)");
+    // ELF_C_READ_MMAP: libelf maps the file read-only and hands out views into the mapping.
+    handle->elf = elf_begin(handle->fd.get(), ELF_C_READ_MMAP, nullptr);
+    if (!handle->elf) return elf_error(path, "cannot open as ELF");
+    auto table = parse(std::move(handle), path);
+    if (table) table->identity_ = FileIdentity::from_stat(st);
+    return table;
+}
+
+Result<SymbolTable> SymbolTable::from_bytes(std::string bytes, const std::string &label) {
+    if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
+    if (bytes.empty()) return bad(label, "the image is empty (0 bytes)");
+    auto handle = std::make_unique<Handle>();
+    handle->bytes = std::move(bytes);
+    handle->elf = elf_memory(handle->bytes.data(), handle->bytes.size());
+    if (!handle->elf) return elf_error(label, "cannot open as ELF");
+    return parse(std::move(handle), label);
+}
+
+Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std::string &label) {
+    Elf *elf = handle->elf;
+    (void)elf_errno();  // clear any earlier error on this thread, so the check below is ours
+    if (elf_kind(elf) != ELF_K_ELF) return bad(label, "not an ELF file (no ELF magic)");
+    GElf_Ehdr ehdr;
+    if (!gelf_getehdr(elf, &ehdr)) return elf_error(label, "cannot read the ELF header");
+    // A cubin is always ELF64 little-endian; the fast loop below relies on that.
+    if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_ident[EI_DATA] != ELFDATA2LSB) {
+        return bad(label, "not a 64-bit little-endian ELF file");
+    }
+    if (ehdr.e_machine != EM_CUDA) {
+        return bad(label, "ELF machine is " + std::to_string(ehdr.e_machine) + ", not EM_CUDA (190)");
+    }
+
+    Elf_Scn *symtab = nullptr;
+    GElf_Shdr symtab_hdr;
+    for (Elf_Scn *scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
+        GElf_Shdr hdr;
+        if (!gelf_getshdr(scn, &hdr)) return elf_error(label, "cannot read a section header");
+        if (hdr.sh_type == SHT_SYMTAB) {
+            symtab = scn;
+            symtab_hdr = hdr;
+            break;
+        }
+    }
+    if (const int err = elf_errno(); err != 0) {
+        return bad(label, std::string("cannot read the section headers (libelf: ") + elf_errmsg(err) + ")");
+    }
+    if (!symtab) return bad(label, "it has no .symtab section");
+    if (symtab_hdr.sh_entsize != sizeof(Elf64_Sym)) {
+        return bad(label, ".symtab entry size is " + std::to_string(symtab_hdr.sh_entsize) +
+                              ", expected " + std::to_string(sizeof(Elf64_Sym)));
+    }
+    Elf_Data *sym_data = elf_getdata(symtab, nullptr);
+    if (!sym_data) return elf_error(label, "cannot read .symtab");
+    if (sym_data->d_type != ELF_T_SYM || (sym_data->d_size && !sym_data->d_buf) ||
+        sym_data->d_size % sizeof(Elf64_Sym) != 0) {
+        return bad(label, ".symtab has a malformed size or type");
+    }
+
+    Elf_Scn *strtab = elf_getscn(elf, symtab_hdr.sh_link);
+    if (!strtab) return elf_error(label, ".symtab links to a missing string table");
+    GElf_Shdr strtab_hdr;
+    if (!gelf_getshdr(strtab, &strtab_hdr)) return elf_error(label, "cannot read the string table header");
+    if (strtab_hdr.sh_type != SHT_STRTAB) return bad(label, ".symtab links to a section that is not a string table");
+    Elf_Data *str_data = elf_getdata(strtab, nullptr);
+    if (!str_data) return elf_error(label, "cannot read the string table");
+    const char *strings = static_cast<const char *>(str_data->d_buf);
+    const std::size_t strings_size = strings ? str_data->d_size : 0;
+
+    SymbolTable table(std::move(handle));
+    const auto *syms = static_cast<const Elf64_Sym *>(sym_data->d_buf);
+    const std::size_t count = sym_data->d_size / sizeof(Elf64_Sym);
+    table.functions_.reserve(count / 2);
+    for (std::size_t i = 1; i < count; ++i) {  // symbol 0 is the reserved null symbol
+        const Elf64_Sym &sym = syms[i];
+        if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC) continue;
+        const std::size_t off = sym.st_name;
+        if (off >= strings_size) {
+            return bad(label, "symbol " + std::to_string(i) + " has a name offset outside the string table");
+        }
+        const void *nul = std::memchr(strings + off, '\0', strings_size - off);
+        if (!nul) return bad(label, "symbol " + std::to_string(i) + " has an unterminated name");
+        const std::size_t len = static_cast<std::size_t>(static_cast<const char *>(nul) - (strings + off));
+        if (len == 0) continue;
+        const unsigned bind = ELF64_ST_BIND(sym.st_info);
+        table.functions_.push_back(FunctionSymbol{std::string_view(strings + off, len),
+                                                  bind == STB_GLOBAL || bind == STB_WEAK,
+                                                  (sym.st_other & kStoCudaEntry) != 0});
+    }
+    return table;
+}
+
+}  // namespace kjit

@@ -1,0 +1,55 @@
+// Symbol scanner: a cubin (file or bytes) -> its STT_FUNC symbols, through libelf. Files are
+// mapped read-only and the string table is never copied: names are views into the mapping,
+// valid while the SymbolTable lives. Anything malformed is an Errc::bad_cubin carrying libelf's
+// message and the path; libelf bounds-checks every section against the file size, and every
+// name offset is checked against the string table here.
+#pragma once
+
+#include "posix_file.hpp"
+#include "status.hpp"
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kjit {
+
+struct FunctionSymbol {
+    std::string_view name;  // view into the mapped string table
+    bool is_global = false;  // STB_GLOBAL or STB_WEAK
+    bool is_entry = false;   // st_other & STO_CUDA_ENTRY (0x10): a __global__ kernel
+};
+
+class SymbolTable {
+public:
+    // Maps `path` read-only and reads its .symtab. Errc::io when it cannot be opened or is not
+    // a regular file; Errc::bad_cubin when it is not a 64-bit little-endian CUDA ELF with a
+    // well-formed .symtab.
+    static Result<SymbolTable> open_file(const std::string &path);
+
+    // The same over bytes already in memory (taken over by the table). `label` names the
+    // bytes in error messages.
+    static Result<SymbolTable> from_bytes(std::string bytes, const std::string &label);
+
+    SymbolTable(SymbolTable &&) noexcept;
+    SymbolTable &operator=(SymbolTable &&) noexcept;
+    ~SymbolTable();
+
+    const std::vector<FunctionSymbol> &functions() const { return functions_; }
+    // The whole image as scanned (the mapping, or the owned bytes).
+    std::string_view image() const;
+    // fstat of the file as opened (zeroes for from_bytes).
+    const FileIdentity &identity() const { return identity_; }
+
+private:
+    struct Handle;
+    explicit SymbolTable(std::unique_ptr<Handle> handle);
+    static Result<SymbolTable> parse(std::unique_ptr<Handle> handle, const std::string &label);
+
+    std::unique_ptr<Handle> handle_;
+    std::vector<FunctionSymbol> functions_;
+    FileIdentity identity_;
+};
+
+}  // namespace kjit
