@@ -1,0 +1,256 @@
+// The public C ABI, through libkjit.so, as a user links it.
+#include "kjit/kjit.h"
+
+#include "sidecar_store.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace kjit_test;
+namespace sc = kjit::sidecar;
+
+namespace {
+
+// kjit_resolve_name into a std::string, checking the status.
+std::string resolve(const std::string &cubin, const char *keyword, kjit_status expected = KJIT_OK) {
+    char name[512];
+    size_t len = 0;
+    const kjit_status st = kjit_resolve_name(cubin.c_str(), keyword, name, sizeof name, &len);
+    EXPECT_EQ(st, expected) << kjit_status_string(st) << ": " << kjit_last_error();
+    if (st != KJIT_OK) return {};
+    EXPECT_EQ(std::strlen(name), len);
+    return name;
+}
+
+struct Cubin {
+    TempDir dir;
+    std::string path;
+    explicit Cubin(const std::string &source, const std::vector<std::string> &options = {})
+        : path(dir.file("k.cubin")) {
+        write_file(path, cubin_for(source, options));
+    }
+};
+
+}  // namespace
+
+TEST(CApi, StatusStringsAreFixed) {
+    EXPECT_STREQ(kjit_status_string(KJIT_OK), "ok");
+    EXPECT_STREQ(kjit_status_string(KJIT_ERROR_AMBIGUOUS), "ambiguous");
+    EXPECT_STREQ(kjit_status_string(KJIT_ERROR_INTERNAL), "internal error");
+    EXPECT_STREQ(kjit_status_string(static_cast<kjit_status>(15)), "unknown status");
+    for (int s = 0; s <= 12; ++s) {
+        EXPECT_STRNE(kjit_status_string(static_cast<kjit_status>(s)), "unknown status") << s;
+    }
+    EXPECT_EQ(KJIT_ERROR_INVALID_ARGUMENT, 1);
+    EXPECT_EQ(KJIT_ERROR_BUFFER_TOO_SMALL, 10);
+    EXPECT_EQ(KJIT_ERROR_INTERNAL, 12);
+}
+
+TEST(CApi, Version) {
+    EXPECT_EQ(kjit_version(), static_cast<unsigned>(KJIT_VERSION_NUMBER));
+    const std::string expected = std::to_string(KJIT_VERSION_MAJOR) + "." + std::to_string(KJIT_VERSION_MINOR) +
+                                 "." + std::to_string(KJIT_VERSION_PATCH);
+    EXPECT_EQ(kjit_version_string(), expected);
+}
+
+TEST(CApi, KeywordRuleOnRealCubins) {
+    Cubin plain(sources::kPlain);
+    EXPECT_EQ(resolve(plain.path, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_EQ(resolve(plain.path, "plain"), "_Z12plain_kernelPf");  // one prefix match wins
+
+    Cubin one(sources::kTemplateOne);
+    EXPECT_EQ(resolve(one.path, "tmpl"), "_Z4tmplILi4EEvPf");
+
+    Cubin several(sources::kTemplateSeveral);
+    resolve(several.path, "tmpl", KJIT_ERROR_AMBIGUOUS);
+    const std::string err = kjit_last_error();
+    for (const char *n : {"_Z4tmplILi1EEvPf", "_Z4tmplILi2EEvPf", "_Z4tmplILi3EEvPf"}) {
+        EXPECT_NE(err.find(n), std::string::npos) << err;
+    }
+    EXPECT_NE(err.find(several.path), std::string::npos);
+
+    Cubin collision(sources::kPrefixCollision);
+    EXPECT_EQ(resolve(collision.path, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(resolve(collision.path, "gemm_fp16"), "_Z9gemm_fp16Pf");
+    EXPECT_EQ(resolve(collision.path, "gemm_fp"), "_Z9gemm_fp16Pf");
+    resolve(collision.path, "gem", KJIT_ERROR_AMBIGUOUS);
+
+    Cubin device(sources::kDeviceFunction, {"-rdc=true"});
+    EXPECT_EQ(resolve(device.path, "scale"), "_Z5scalePf");            // the entry, not the helper
+    EXPECT_EQ(resolve(device.path, "scale_value"), "_Z11scale_valuef");  // the only match
+
+    Cubin externc(sources::kExternC);
+    EXPECT_EQ(resolve(externc.path, "c_kernel"), "c_kernel");
+    resolve(externc.path, "c_kern", KJIT_ERROR_NOT_FOUND);  // extern "C" names match only exactly
+
+    Cubin ns(sources::kNamespaces);
+    EXPECT_EQ(resolve(ns.path, "ops::norm"), "_ZN3ops4normEPf");
+    EXPECT_EQ(resolve(ns.path, "ops2::norm"), "_ZN4ops24normEPf");
+    resolve(ns.path, "norm", KJIT_ERROR_NOT_FOUND);
+    EXPECT_NE(std::string(kjit_last_error()).find("norm"), std::string::npos);
+}
+
+TEST(CApi, BufferTooSmallAndLengthQuery) {
+    Cubin c(sources::kPlain);
+    size_t len = 0;
+    ASSERT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", nullptr, 0, &len), KJIT_OK);
+    EXPECT_EQ(len, std::strlen("_Z12plain_kernelPf"));
+    char small[8];
+    std::memset(small, 'x', sizeof small);
+    len = 0;
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", small, sizeof small, &len), KJIT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_EQ(len, 18u);
+    EXPECT_EQ(small[0], 'x');  // nothing but the length is written
+    EXPECT_NE(std::string(kjit_last_error()).find("19"), std::string::npos);
+    char exact[19];
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", exact, sizeof exact, nullptr), KJIT_OK);
+    EXPECT_STREQ(exact, "_Z12plain_kernelPf");
+    char one_short[18];
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", one_short, sizeof one_short, nullptr),
+              KJIT_ERROR_BUFFER_TOO_SMALL);
+}
+
+TEST(CApi, NullAndMalformedArguments) {
+    Cubin c(sources::kPlain);
+    char name[64];
+    EXPECT_EQ(kjit_resolve_name(nullptr, "plain_kernel", name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("cubin_path"), std::string::npos);
+    EXPECT_EQ(kjit_resolve_name("", "plain_kernel", name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), nullptr, name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("keyword"), std::string::npos);
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", nullptr, 16, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    for (const char *bad : {"", "plain.*", "plain kernel", "plain-kernel", "a:b", "pl\xe4in"}) {
+        EXPECT_EQ(kjit_resolve_name(c.path.c_str(), bad, name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT) << bad;
+    }
+    EXPECT_NE(std::string(kjit_last_error()).find("keyword"), std::string::npos);
+}
+
+TEST(CApi, BadFilesGetAStatusAndAMessageNamingTheFile) {
+    TempDir dir;
+    write_file(dir.file("empty.cubin"), "");
+    write_file(dir.file("text.cubin"), "not an elf\n");
+    std::string truncated = cubin_for(sources::kPlain);
+    truncated.resize(truncated.size() / 2);
+    write_file(dir.file("half.cubin"), truncated);
+    struct Case {
+        std::string path;
+        kjit_status status;
+    };
+    for (const Case &c : {Case{dir.file("absent.cubin"), KJIT_ERROR_IO}, Case{dir.path(), KJIT_ERROR_IO},
+                          Case{dir.file("empty.cubin"), KJIT_ERROR_BAD_CUBIN},
+                          Case{dir.file("text.cubin"), KJIT_ERROR_BAD_CUBIN},
+                          Case{dir.file("half.cubin"), KJIT_ERROR_BAD_CUBIN}}) {
+        char name[64];
+        EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", name, sizeof name, nullptr), c.status) << c.path;
+        EXPECT_NE(std::string(kjit_last_error()).find(c.path), std::string::npos) << kjit_last_error();
+    }
+    EXPECT_TRUE(temp_files_in(dir.path()).empty());
+    EXPECT_FALSE(exists(dir.file("empty.cubin.name")));
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+    char name[64];
+    ASSERT_EQ(kjit_resolve_name(nullptr, "k", name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    std::string other;
+    std::thread([&] { other = kjit_last_error(); }).join();
+    EXPECT_EQ(other, "");
+    EXPECT_NE(std::string(kjit_last_error()), "");
+}
+
+// Sources with several kernels each, so threads and processes race on shared sidecars with
+// different keywords (the lost-update case) as well as on the same one.
+const std::vector<std::pair<const char *, const char *>> kRaceKeywords = {
+    {"gemm", "_Z4gemmPf"}, {"gemm_fp16", "_Z9gemm_fp16Pf"}};
+
+TEST(CApi, EightThreadsOnFreshCubins) {
+    for (int round = 0; round < 10; ++round) {
+        TempDir dir;
+        std::vector<std::string> cubins;
+        for (int i = 0; i < 4; ++i) {
+            cubins.push_back(dir.file("c" + std::to_string(i) + ".cubin"));
+            write_file(cubins.back(), cubin_for(sources::kPrefixCollision));
+        }
+        std::atomic<int> ready{0}, wrong{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 8; ++t) {
+            threads.emplace_back([&, t] {
+                ready.fetch_add(1);
+                while (ready.load() < 8) {
+                }
+                for (int i = 0; i < 50; ++i) {
+                    const auto &kw = kRaceKeywords[static_cast<std::size_t>(t + i) % kRaceKeywords.size()];
+                    char name[64];
+                    const auto &cubin = cubins[static_cast<std::size_t>(i) % cubins.size()];
+                    if (kjit_resolve_name(cubin.c_str(), kw.first, name, sizeof name, nullptr) != KJIT_OK ||
+                        std::strcmp(name, kw.second) != 0) {
+                        wrong.fetch_add(1);
+                    }
+                }
+            });
+        }
+        for (auto &th : threads) th.join();
+        EXPECT_EQ(wrong.load(), 0);
+        for (const auto &cubin : cubins) {
+            const auto c = sc::read(sc::path_for(cubin));
+            EXPECT_EQ(c.problem, sc::FileProblem::none);
+            EXPECT_EQ(c.rejected_lines, 0u);
+            for (const auto &l : c.lines) {
+                bool known = false;
+                for (const auto &kw : kRaceKeywords) known |= l.keyword == kw.first && l.name == kw.second;
+                EXPECT_TRUE(known) << l.keyword << " " << l.name;
+            }
+        }
+        EXPECT_TRUE(temp_files_in(dir.path()).empty());
+    }
+}
+
+TEST(CApi, FourProcessesOnFreshCubins) {
+    const char *worker = std::getenv("KJIT_RESOLVE_WORKER");
+    ASSERT_NE(worker, nullptr) << "KJIT_RESOLVE_WORKER is set by ctest";
+    for (int round = 0; round < 3; ++round) {
+        TempDir dir;
+        std::vector<std::string> args = {worker, "200"};
+        for (int i = 0; i < 3; ++i) {
+            const std::string cubin = dir.file("p" + std::to_string(i) + ".cubin");
+            write_file(cubin, cubin_for(sources::kPrefixCollision));
+            for (const auto &kw : kRaceKeywords) {
+                args.push_back(cubin);
+                args.push_back(kw.first);
+                args.push_back(kw.second);
+            }
+        }
+        std::vector<char *> argv;
+        for (auto &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        std::vector<pid_t> pids;
+        for (int p = 0; p < 4; ++p) {
+            const pid_t pid = ::fork();
+            ASSERT_GE(pid, 0);
+            if (pid == 0) {
+                ::execv(worker, argv.data());
+                ::_exit(127);
+            }
+            pids.push_back(pid);
+        }
+        for (pid_t pid : pids) {
+            int status = 0;
+            ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "worker status " << status;
+        }
+        for (int i = 0; i < 3; ++i) {
+            const auto c = sc::read(sc::path_for(dir.file("p" + std::to_string(i) + ".cubin")));
+            EXPECT_EQ(c.problem, sc::FileProblem::none);
+            EXPECT_EQ(c.rejected_lines, 0u);
+        }
+        EXPECT_TRUE(temp_files_in(dir.path()).empty());
+    }
+}

@@ -1,0 +1,23 @@
+/* The public header as a strict C99 consumer sees it (built with -std=c99 -pedantic -Wall
+   -Wextra -Werror -Wstrict-prototypes), linked against libkjit.so and run. */
+#include "kjit/kjit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+    char name[64];
+    size_t len = 0;
+    kjit_status st;
+    if (kjit_version() != KJIT_VERSION_NUMBER) {
+        fprintf(stderr, "header says %d, library says %u\n", KJIT_VERSION_NUMBER, kjit_version());
+        return 1;
+    }
+    st = kjit_resolve_name("/nonexistent/kjit/header-test.cubin", "k", name, sizeof name, &len);
+    if (st != KJIT_ERROR_IO || strstr(kjit_last_error(), "header-test.cubin") == NULL) {
+        fprintf(stderr, "unexpected: %s: %s\n", kjit_status_string(st), kjit_last_error());
+        return 1;
+    }
+    printf("C consumer OK: libkjit %s\n", kjit_version_string());
+    return 0;
+}

@@ -1,0 +1,284 @@
+#include "name_resolver.hpp"
+
+#include "sidecar_store.hpp"
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+using kjit::Errc;
+using kjit::NameResolver;
+using namespace kjit_test;
+namespace sc = kjit::sidecar;
+
+namespace {
+
+// Sets the file's mtime to now - `age_ns` (so a test controls whether it counts as young).
+void set_age(const std::string &path, std::int64_t age_ns) {
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t t = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - age_ns;
+    struct timespec times[2];
+    times[0].tv_sec = times[1].tv_sec = t / 1'000'000'000;
+    times[0].tv_nsec = times[1].tv_nsec = t % 1'000'000'000;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+void copy_mtime(const std::string &from, const std::string &to) {
+    struct stat st {};
+    ASSERT_EQ(::stat(from.c_str(), &st), 0);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, to.c_str(), times, 0), 0);
+}
+
+constexpr std::int64_t kOld = 3600LL * 1'000'000'000;  // an hour: well past the racy window
+
+// A cubin in a temp folder, aged past the racy window unless asked otherwise.
+struct Fixture {
+    TempDir dir;
+    std::string cubin = dir.file("kernel.cubin");
+    std::string sidecar = sc::path_for(cubin);
+    explicit Fixture(const std::string &source, std::int64_t age_ns = kOld) { put(source, age_ns); }
+    void put(const std::string &source, std::int64_t age_ns = kOld) const {
+        write_file(cubin, cubin_for(source));
+        set_age(cubin, age_ns);
+    }
+};
+
+std::string resolve_ok(NameResolver &r, const std::string &cubin, const std::string &keyword) {
+    auto name = r.resolve(cubin, keyword);
+    EXPECT_TRUE(name.ok()) << name.error().message;
+    return name.ok() ? *name : std::string();
+}
+
+const char *const kOtherInstantiation = R"(
+template <int N> __global__ void tmpl(float *p) { p[threadIdx.x] = N; }
+template __global__ void tmpl<5>(float *);
+)";
+
+}  // namespace
+
+TEST(NameResolver, SecondCallIsASidecarHit) {
+    Fixture f(sources::kPrefixCollision);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(r.counters().scans, 1u);
+    EXPECT_EQ(r.counters().sidecar_writes, 1u);
+    const auto c = sc::read(f.sidecar);
+    ASSERT_EQ(c.lines.size(), 1u);
+    EXPECT_EQ(c.lines[0].keyword, "gemm");
+    EXPECT_FALSE(c.lines[0].content_hash.has_value());  // an old cubin needs no content hash
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(r.counters().scans, 1u);
+    EXPECT_EQ(r.counters().sidecar_hits, 5u);
+    EXPECT_TRUE(temp_files_in(f.dir.path()).empty());
+}
+
+TEST(NameResolver, OneLinePerKeyword) {
+    Fixture f(sources::kPrefixCollision);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm_fp16"), "_Z9gemm_fp16Pf");
+    EXPECT_EQ(sc::read(f.sidecar).lines.size(), 2u);
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm_fp16"), "_Z9gemm_fp16Pf");
+    EXPECT_EQ(r.counters().scans, 2u);
+    EXPECT_EQ(r.counters().sidecar_hits, 2u);
+}
+
+// Every untrusted sidecar: rescan, right answer, rewritten so the next call hits.
+TEST(NameResolver, UntrustedSidecarsAreRescannedAndRewritten) {
+    struct Case {
+        const char *what;
+        std::string text;
+        std::string keyword;
+        std::string expected;
+    };
+    sc::Line other;
+    other.keyword = "gemm_fp16";
+    other.name = "_Z9gemm_fp16Pf";
+    sc::Line prefix;
+    prefix.keyword = "gemm";
+    prefix.name = "_Z4gemmPf";
+    sc::Line lying;  // well-formed, right keyword, but a name that fails the keyword rule
+    lying.keyword = "gemm";
+    lying.name = "_Z9attentionPf";
+    const std::vector<Case> cases = {
+        {"empty", "", "gemm", "_Z4gemmPf"},
+        {"garbage", std::string("\x01\x02\xff garbage\n", 13), "gemm", "_Z4gemmPf"},
+        {"bare name (legacy Python tools)", "_Z9gemm_fp16Pf\n", "gemm", "_Z4gemmPf"},
+        {"header only", "kjit-sidecar 1\n", "gemm", "_Z4gemmPf"},
+        {"another keyword", "", "gemm", "_Z4gemmPf"},
+        {"a prefix of the keyword", "", "gemm_fp16", "_Z9gemm_fp16Pf"},
+        {"a name failing the rule", "", "gemm", "_Z4gemmPf"},
+        {"future format", "kjit-sidecar 9\nwhatever\n", "gemm", "_Z4gemmPf"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.what);
+        Fixture f(sources::kPrefixCollision);
+        struct stat st {};
+        ASSERT_EQ(::stat(f.cubin.c_str(), &st), 0);
+        std::string text = c.text;
+        auto bind = [&](sc::Line l) {
+            l.cubin_size = static_cast<std::uint64_t>(st.st_size);
+            l.mtime_sec = st.st_mtim.tv_sec;
+            l.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+            return sc::format({l});
+        };
+        if (std::string(c.what) == "another keyword") text = bind(other);
+        if (std::string(c.what) == "a prefix of the keyword") text = bind(prefix);
+        if (std::string(c.what) == "a name failing the rule") text = bind(lying);
+        write_file(f.sidecar, text);
+        NameResolver r;
+        EXPECT_EQ(resolve_ok(r, f.cubin, c.keyword), c.expected);
+        EXPECT_EQ(r.counters().scans, 1u);
+        EXPECT_EQ(r.counters().sidecar_rejections, 1u);
+        bool found = false;
+        for (const auto &l : sc::read(f.sidecar).lines) {
+            if (l.keyword == c.keyword) {
+                found = true;
+                EXPECT_EQ(l.name, c.expected);
+            }
+        }
+        EXPECT_TRUE(found) << "sidecar not rewritten for the keyword";
+        EXPECT_EQ(resolve_ok(r, f.cubin, c.keyword), c.expected);
+        EXPECT_EQ(r.counters().scans, 1u) << "the rewritten sidecar did not hit";
+        EXPECT_TRUE(temp_files_in(f.dir.path()).empty());
+    }
+}
+
+TEST(NameResolver, ReplacedCubinNeverYieldsTheOldName) {
+    Fixture f(sources::kTemplateOne);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi4EEvPf");
+    f.put(kOtherInstantiation, kOld / 2);  // another instantiation, another mtime
+    EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi5EEvPf");
+    EXPECT_EQ(r.counters().scans, 2u);
+    EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi5EEvPf");
+    EXPECT_EQ(r.counters().scans, 2u);
+}
+
+// The hard case: the replacement has the same size and the same mtime (written within one
+// timestamp tick). A young cubin's line carries a content hash, which catches it.
+TEST(NameResolver, SameSizeSameMtimeReplacementOfAYoungCubin) {
+    ASSERT_EQ(cubin_for(sources::kTemplateOne).size(), cubin_for(kOtherInstantiation).size());
+    Fixture f(sources::kTemplateOne, 0);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi4EEvPf");
+    ASSERT_TRUE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
+    const std::string saved = f.dir.file("saved-mtime");
+    write_file(saved, "");
+    copy_mtime(f.cubin, saved);
+    write_file(f.cubin, cubin_for(kOtherInstantiation));
+    copy_mtime(saved, f.cubin);
+    EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi5EEvPf");
+    EXPECT_EQ(r.counters().scans, 2u);
+}
+
+TEST(NameResolver, YoungLineLosesItsHashOnceTheCubinAges) {
+    // 1.8 s old: young now, old after a short sleep.
+    Fixture f(sources::kPlain, NameResolver::kRacyWindowNs - 200'000'000);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_TRUE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_EQ(r.counters().racy_verifications, 1u);
+    EXPECT_FALSE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
+    EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_EQ(r.counters().scans, 1u);
+    EXPECT_EQ(r.counters().sidecar_hits, 1u);
+}
+
+TEST(NameResolver, CopiedCacheKeepsHitting) {
+    Fixture f(sources::kPrefixCollision);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    TempDir copies;
+    const std::string script = "set -e; cd '" + copies.path() + "'; cp -a '" + f.dir.path() + "' cp_copy; " +
+                               "tar -C '" + f.dir.path() + "' -cf archive.tar kernel.cubin kernel.cubin.name; " +
+                               "mkdir tar_copy; tar -C tar_copy -xf archive.tar";
+    ASSERT_EQ(std::system(script.c_str()), 0);
+    for (const char *copy : {"cp_copy", "tar_copy"}) {
+        SCOPED_TRACE(copy);
+        NameResolver fresh;
+        EXPECT_EQ(resolve_ok(fresh, copies.file(std::string(copy) + "/kernel.cubin"), "gemm"), "_Z4gemmPf");
+        EXPECT_EQ(fresh.counters().scans, 0u);
+        EXPECT_EQ(fresh.counters().sidecar_hits, 1u);
+    }
+}
+
+TEST(NameResolver, UnwritableSidecarDegradesToMemo) {
+    Fixture f(sources::kPlain);
+    ASSERT_EQ(::mkdir(f.sidecar.c_str(), 0755), 0);  // the sidecar path is a directory
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_EQ(r.counters().sidecar_write_failures, 1u);
+    EXPECT_TRUE(temp_files_in(f.dir.path()).empty());
+    EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
+    EXPECT_EQ(r.counters().scans, 1u);
+    EXPECT_EQ(r.counters().memo_hits, 1u);
+    // The memo is keyed by the cubin's identity: a replaced cubin is scanned again.
+    f.put(sources::kExternC, kOld / 2);
+    EXPECT_EQ(resolve_ok(r, f.cubin, "c_kernel"), "c_kernel");
+    EXPECT_FALSE(r.resolve(f.cubin, "plain_kernel").ok());
+}
+
+// A read-only folder, as a user who cannot write there sees it. Root ignores permission bits,
+// so as root the check runs in a child that has dropped to `nobody`.
+TEST(NameResolver, ReadOnlyFolderDegradesToScanningOnce) {
+    for (std::int64_t age : {kOld, std::int64_t{0}}) {  // an old cubin, and a young one
+        SCOPED_TRACE(age == 0 ? "young cubin" : "old cubin");
+        Fixture f(sources::kDeviceFunction, age);
+        ASSERT_EQ(::chmod(f.dir.path().c_str(), 0555), 0);
+        ASSERT_EQ(::chmod(f.cubin.c_str(), 0444), 0);
+        const pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
+            NameResolver r;
+            for (int i = 0; i < 3; ++i) {
+                auto name = r.resolve(f.cubin, "scale");
+                if (!name.ok() || *name != "_Z5scalePf") ::_exit(11);
+            }
+            if (r.counters().scans != 1) ::_exit(12);
+            if (r.counters().memo_hits != 2) ::_exit(13);
+            if (r.counters().sidecar_write_failures != 1) ::_exit(14);
+            ::_exit(0);
+        }
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        ASSERT_TRUE(WIFEXITED(status));
+        EXPECT_EQ(WEXITSTATUS(status), 0) << "10: cannot drop privileges, 11: wrong name, 12: rescanned, "
+                                             "13: memo not used, 14: write did not fail";
+        EXPECT_EQ(list_dir(f.dir.path()), std::vector<std::string>{"kernel.cubin"});  // no sidecar, no temp
+    }
+}
+
+TEST(NameResolver, BadInputNamesTheFile) {
+    TempDir dir;
+    NameResolver r;
+    auto missing = r.resolve(dir.file("absent.cubin"), "gemm");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error().code, Errc::io);
+    EXPECT_NE(missing.error().message.find(dir.file("absent.cubin")), std::string::npos);
+    auto directory = r.resolve(dir.path(), "gemm");
+    ASSERT_FALSE(directory.ok());
+    EXPECT_EQ(directory.error().code, Errc::io);
+    Fixture f(sources::kPlain);
+    auto not_found = r.resolve(f.cubin, "gemm");
+    ASSERT_FALSE(not_found.ok());
+    EXPECT_EQ(not_found.error().code, Errc::not_found);
+    EXPECT_NE(not_found.error().message.find(f.cubin), std::string::npos);
+    auto bad_keyword = r.resolve(f.cubin, "plain.*");
+    ASSERT_FALSE(bad_keyword.ok());
+    EXPECT_EQ(bad_keyword.error().code, Errc::invalid_argument);
+    EXPECT_FALSE(exists(f.sidecar));  // failures write no sidecar
+}

@@ -1,0 +1,163 @@
+#include "sidecar_store.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace kjit_test;
+namespace sc = kjit::sidecar;
+
+namespace {
+
+sc::Line make_line(const std::string &keyword, const std::string &name) {
+    sc::Line l;
+    l.keyword = keyword;
+    l.cubin_size = 3824;
+    l.mtime_sec = 1764694000;
+    l.mtime_nsec = 123456789;
+    l.name = name;
+    return l;
+}
+
+}  // namespace
+
+TEST(SidecarStore, FormatParsesBack) {
+    sc::Line a = make_line("gemm", "_Z4gemmPf");
+    sc::Line b = make_line("ops::norm", "_ZN3ops4normEPf");
+    b.content_hash = 0x0123456789abcdefULL;
+    const std::string text = sc::format({a, b});
+    EXPECT_EQ(text.rfind("kjit-sidecar 1\n", 0), 0u);
+    const sc::Contents c = sc::parse(text);
+    ASSERT_EQ(c.problem, sc::FileProblem::none);
+    EXPECT_EQ(c.rejected_lines, 0u);
+    ASSERT_EQ(c.lines.size(), 2u);
+    EXPECT_EQ(c.lines[0].keyword, "gemm");
+    EXPECT_EQ(c.lines[0].name, "_Z4gemmPf");
+    EXPECT_EQ(c.lines[0].cubin_size, 3824u);
+    EXPECT_EQ(c.lines[0].mtime_sec, 1764694000);
+    EXPECT_EQ(c.lines[0].mtime_nsec, 123456789u);
+    EXPECT_FALSE(c.lines[0].content_hash.has_value());
+    EXPECT_EQ(c.lines[1].content_hash, 0x0123456789abcdefULL);
+}
+
+TEST(SidecarStore, WholeFileProblems) {
+    EXPECT_EQ(sc::parse("").problem, sc::FileProblem::empty);
+    EXPECT_EQ(sc::parse("_Z4gemmPf\n").problem, sc::FileProblem::bare_name);
+    EXPECT_EQ(sc::parse("_Z4gemmPf").problem, sc::FileProblem::bare_name);
+    EXPECT_EQ(sc::parse("kjit-sidecar 2\ngemm 1 2.000000000 - _Z4gemmPf 0000000000000000\n").problem,
+              sc::FileProblem::bad_header);
+    EXPECT_EQ(sc::parse("\x7f" "ELF\x02\x01 garbage bytes\n").problem, sc::FileProblem::bad_header);
+    EXPECT_EQ(sc::parse("hello world\n").problem, sc::FileProblem::bad_header);
+}
+
+TEST(SidecarStore, DamagedLinesAreRejected) {
+    const std::string good = sc::format({make_line("gemm", "_Z4gemmPf")});
+    const std::string header = "kjit-sidecar 1\n";
+    const std::string line = good.substr(header.size());
+    // Torn: the end of the line is missing.
+    for (std::size_t cut = 0; cut < line.size(); ++cut) {
+        const sc::Contents c = sc::parse(header + line.substr(0, cut));
+        EXPECT_TRUE(c.lines.empty()) << "cut at " << cut;
+    }
+    // Any one changed byte is caught (by the field syntax or the check).
+    for (std::size_t i = 0; i + 1 < line.size(); ++i) {
+        std::string damaged = line;
+        damaged[i] = damaged[i] == 'x' ? 'y' : 'x';
+        const sc::Contents c = sc::parse(header + damaged);
+        EXPECT_TRUE(c.lines.empty()) << "byte " << i << ": " << damaged;
+        EXPECT_EQ(c.rejected_lines, 1u);
+    }
+    // A bad line does not hide a good one.
+    const sc::Contents mixed = sc::parse(header + "garbage line\n" + line);
+    EXPECT_EQ(mixed.rejected_lines, 1u);
+    ASSERT_EQ(mixed.lines.size(), 1u);
+    EXPECT_EQ(mixed.lines[0].name, "_Z4gemmPf");
+}
+
+TEST(SidecarStore, WriteThenReadBack) {
+    TempDir dir;
+    const std::string path = dir.file("k.cubin.name");
+    ASSERT_TRUE(sc::write(path, {make_line("gemm", "_Z4gemmPf")}).ok());
+    const sc::Contents c = sc::read(path);
+    ASSERT_EQ(c.problem, sc::FileProblem::none);
+    ASSERT_EQ(c.lines.size(), 1u);
+    EXPECT_EQ(c.lines[0].name, "_Z4gemmPf");
+    EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"k.cubin.name"});
+    // Rewriting replaces the file as a whole.
+    ASSERT_TRUE(sc::write(path, {make_line("gemm_fp16", "_Z9gemm_fp16Pf")}).ok());
+    EXPECT_EQ(sc::read(path).lines.at(0).keyword, "gemm_fp16");
+    EXPECT_TRUE(temp_files_in(dir.path()).empty());
+}
+
+TEST(SidecarStore, ReadProblems) {
+    TempDir dir;
+    EXPECT_EQ(sc::read(dir.file("absent.name")).problem, sc::FileProblem::missing);
+    EXPECT_EQ(sc::read(dir.path()).problem, sc::FileProblem::unreadable);
+    write_file(dir.file("big.name"), std::string(sc::kMaxFileSize + 1, 'a'));
+    EXPECT_EQ(sc::read(dir.file("big.name")).problem, sc::FileProblem::too_large);
+    // A sidecar just under the limit, of many lines, is read in full.
+    std::vector<sc::Line> lines;
+    for (int i = 0; i < 500; ++i) lines.push_back(make_line("k" + std::to_string(i), "_Z2k" + std::to_string(i) + "v"));
+    ASSERT_TRUE(sc::write(dir.file("many.name"), lines).ok());
+    EXPECT_EQ(sc::read(dir.file("many.name")).lines.size(), 500u);
+}
+
+TEST(SidecarStore, SymlinkIsNotFollowedForReadOrWrite) {
+    TempDir dir;
+    const std::string target = dir.file("elsewhere.txt");
+    write_file(target, sc::format({make_line("gemm", "_Z4gemmPf")}));
+    const std::string link = dir.file("k.cubin.name");
+    ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+    EXPECT_EQ(sc::read(link).problem, sc::FileProblem::unreadable);
+    // Writing replaces the link itself; the file it pointed at is untouched.
+    const std::string before = read_file(target);
+    ASSERT_TRUE(sc::write(link, {make_line("gemm_fp16", "_Z9gemm_fp16Pf")}).ok());
+    EXPECT_EQ(read_file(target), before);
+    struct stat st {};
+    ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+}
+
+TEST(SidecarStore, FailedRenameLeavesNoTempFile) {
+    TempDir dir;
+    const std::string path = dir.file("k.cubin.name");
+    ASSERT_EQ(::mkdir(path.c_str(), 0755), 0);  // the sidecar path is a directory
+    const auto st = sc::write(path, {make_line("gemm", "_Z4gemmPf")});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, kjit::Errc::io);
+    EXPECT_NE(st.error().message.find(path), std::string::npos) << st.error().message;
+    EXPECT_TRUE(temp_files_in(dir.path()).empty());
+    EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"k.cubin.name"});
+}
+
+TEST(SidecarStore, MissingFolderFailsCleanly) {
+    TempDir dir;
+    const auto st = sc::write(dir.file("no/such/dir/k.cubin.name"), {make_line("gemm", "_Z4gemmPf")});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, kjit::Errc::io);
+    EXPECT_TRUE(list_dir(dir.path()).empty());
+}
+
+TEST(SidecarStore, TempNamesCarryPidAndThreadId) {
+    EXPECT_TRUE(sc::is_temp_file_name("k.cubin.name.tmp-123-456-7"));
+    EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name"));
+    EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name.tmp-123-456"));
+    EXPECT_FALSE(sc::is_temp_file_name("k.cubin.tmp-1-2-3"));
+    EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name.tmp-1-2-3x"));
+}
+
+TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
+    TempDir dir;
+    const std::string path = dir.file("k.cubin.name");
+    // Take every temp name this thread could use next (the sequence number is per process and
+    // small in this test binary), so every O_EXCL open meets an existing entry.
+    const std::string prefix = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-";
+    for (int seq = 0; seq < 4096; ++seq) ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0755), 0);
+    const auto st = sc::write(path, {make_line("gemm", "_Z4gemmPf")});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, kjit::Errc::io);
+    EXPECT_FALSE(exists(path));
+    EXPECT_EQ(list_dir(dir.path()).size(), 4096u);  // nothing planted was touched or removed
+}

@@ -1,0 +1,136 @@
+#include "test_support.hpp"
+
+#include "compiler.hpp"
+#include "sidecar_store.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace kjit_test {
+
+namespace sources {
+const char *const kPlain = R"(
+__global__ void plain_kernel(float *p) { p[threadIdx.x] = 1.0f; }
+)";
+const char *const kTemplateOne = R"(
+template <int N> __global__ void tmpl(float *p) { p[threadIdx.x] = N; }
+template __global__ void tmpl<4>(float *);
+)";
+const char *const kTemplateSeveral = R"(
+template <int N> __global__ void tmpl(float *p) { p[threadIdx.x] = N; }
+template __global__ void tmpl<1>(float *);
+template __global__ void tmpl<2>(float *);
+template __global__ void tmpl<3>(float *);
+)";
+const char *const kPrefixCollision = R"(
+__global__ void gemm(float *p) { p[threadIdx.x] = 1.0f; }
+__global__ void gemm_fp16(float *p) { p[threadIdx.x] = 2.0f; }
+)";
+const char *const kDeviceFunction = R"(
+__device__ __noinline__ float scale_value(float x) { return x * 3.0f + 1.0f; }
+__global__ void scale(float *p) { p[threadIdx.x] = scale_value(p[threadIdx.x]); }
+)";
+const char *const kExternC = R"(
+extern "C" __global__ void c_kernel(float *p) { p[threadIdx.x] = 1.0f; }
+)";
+const char *const kNamespaces = R"(
+namespace ops { __global__ void norm(float *p) { p[threadIdx.x] = 1.0f; } }
+namespace ops2 { __global__ void norm(float *p) { p[threadIdx.x] = 2.0f; } }
+)";
+}  // namespace sources
+
+const std::string &cubin_for(const std::string &source, const std::vector<std::string> &extra_options) {
+    static std::mutex mutex;
+    static std::map<std::pair<std::string, std::vector<std::string>>, std::string> cache;
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(source, extra_options);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    kjit::compiler::Request request;
+    request.source = source;
+    request.options = {"-arch=sm_90"};
+    request.options.insert(request.options.end(), extra_options.begin(), extra_options.end());
+    auto out = kjit::compiler::compile(request);
+    if (!out) {
+        std::fprintf(stderr, "test cubin failed to compile: %s\n", out.error().message.c_str());
+        std::abort();
+    }
+    return cache.emplace(key, std::move(out->cubin)).first->second;
+}
+
+TempDir::TempDir() {
+    const char *base = std::getenv("TMPDIR");
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/kjit-test-XXXXXX";
+    if (!mkdtemp(templ.data())) {
+        std::perror("mkdtemp");
+        std::abort();
+    }
+    path_ = templ;
+}
+
+TempDir::~TempDir() {
+    // Restore write permission first in case a test made something read-only.
+    const std::string cmd = "chmod -R u+rwx '" + path_ + "' 2>/dev/null; rm -rf '" + path_ + "'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+}
+
+void write_file(const std::string &path, const std::string &bytes) {
+    const std::string temp = path + ".test-writing";
+    {
+        std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        if (!out) {
+            std::fprintf(stderr, "cannot write %s\n", temp.c_str());
+            std::abort();
+        }
+    }
+    if (std::rename(temp.c_str(), path.c_str()) != 0) {
+        std::perror("rename");
+        std::abort();
+    }
+}
+
+std::string read_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+bool exists(const std::string &path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> list_dir(const std::string &dir) {
+    std::vector<std::string> names;
+    if (DIR *d = ::opendir(dir.c_str())) {
+        while (const dirent *e = ::readdir(d)) {
+            const std::string n = e->d_name;
+            if (n != "." && n != "..") names.push_back(n);
+        }
+        ::closedir(d);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+std::vector<std::string> temp_files_in(const std::string &dir) {
+    std::vector<std::string> temps;
+    for (const std::string &n : list_dir(dir)) {
+        if (kjit::sidecar::is_temp_file_name(n)) temps.push_back(n);
+    }
+    return temps;
+}
+
+}  // namespace kjit_test

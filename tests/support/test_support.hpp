@@ -1,0 +1,57 @@
+// Helpers shared by the tests: cubins made with NVRTC at test time (no binary fixtures),
+// temporary folders, and small file utilities.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kjit_test {
+
+// Kernels the tests compile; each names the symbols it yields in a comment.
+namespace sources {
+// _Z12plain_kernelPf
+extern const char *const kPlain;
+// _Z4tmplILi4EEvPf
+extern const char *const kTemplateOne;
+// _Z4tmplILi1EEvPf, _Z4tmplILi2EEvPf, _Z4tmplILi3EEvPf
+extern const char *const kTemplateSeveral;
+// _Z4gemmPf and _Z9gemm_fp16Pf
+extern const char *const kPrefixCollision;
+// kernel _Z5scalePf and __device__ __noinline__ _Z11scale_valuef (the device function keeps
+// its own symbol only with -rdc=true; whole-program mode names its clone $_Z5scalePf$...)
+extern const char *const kDeviceFunction;
+// extern "C" c_kernel
+extern const char *const kExternC;
+// _ZN3ops4normEPf and _ZN4ops24normEPf
+extern const char *const kNamespaces;
+}  // namespace sources
+
+// Compiles `source` with NVRTC for sm_90 (plus `extra_options`) and returns the cubin. Results
+// are cached within the process. Aborts the test binary (with NVRTC's log) if NVRTC fails.
+const std::string &cubin_for(const std::string &source, const std::vector<std::string> &extra_options = {});
+
+// A fresh folder under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+public:
+    TempDir();
+    TempDir(const TempDir &) = delete;
+    TempDir &operator=(const TempDir &) = delete;
+    ~TempDir();
+    const std::string &path() const { return path_; }
+    std::string file(const std::string &name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
+
+// Writes `bytes` to `path` (replacing it through a rename, as a cache publish does).
+void write_file(const std::string &path, const std::string &bytes);
+// The whole file, or "" if it cannot be read.
+std::string read_file(const std::string &path);
+bool exists(const std::string &path);
+// Entry names in `dir`, sorted, without "." and "..".
+std::vector<std::string> list_dir(const std::string &dir);
+// Entry names in `dir` that are sidecar temp files (nothing should ever leave one behind).
+std::vector<std::string> temp_files_in(const std::string &dir);
+
+}  // namespace kjit_test

@@ -1,0 +1,213 @@
+#include "symbol_scanner.hpp"
+
+#include "test_support.hpp"
+
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+
+using kjit::Errc;
+using kjit::SymbolTable;
+using namespace kjit_test;
+
+namespace {
+
+std::set<std::string> names_of(const SymbolTable &t) {
+    std::set<std::string> out;
+    for (const auto &f : t.functions()) out.emplace(f.name);
+    return out;
+}
+
+// The ELF64 section header table of a cubin, for targeted damage.
+Elf64_Shdr *section_headers(std::string &image, Elf64_Half *count) {
+    auto *ehdr = reinterpret_cast<Elf64_Ehdr *>(image.data());
+    *count = ehdr->e_shnum;
+    return reinterpret_cast<Elf64_Shdr *>(image.data() + ehdr->e_shoff);
+}
+
+}  // namespace
+
+TEST(SymbolScanner, ReadsFunctionSymbolsWithEntryFlags) {
+    TempDir dir;
+    write_file(dir.file("k.cubin"), cubin_for(sources::kDeviceFunction, {"-rdc=true"}));
+    auto t = SymbolTable::open_file(dir.file("k.cubin"));
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    bool saw_kernel = false, saw_device = false;
+    for (const auto &f : t->functions()) {
+        if (f.name == "_Z5scalePf") {
+            saw_kernel = true;
+            EXPECT_TRUE(f.is_entry);
+            EXPECT_TRUE(f.is_global);
+        }
+        if (f.name == "_Z11scale_valuef") {
+            saw_device = true;
+            EXPECT_FALSE(f.is_entry);
+        }
+    }
+    EXPECT_TRUE(saw_kernel);
+    EXPECT_TRUE(saw_device);
+    // Names are views into the read-only mapping: the string table is not copied.
+    for (const auto &f : t->functions()) {
+        EXPECT_GE(f.name.data(), t->image().data());
+        EXPECT_LE(f.name.data() + f.name.size(), t->image().data() + t->image().size());
+    }
+    EXPECT_EQ(t->image(), cubin_for(sources::kDeviceFunction, {"-rdc=true"}));
+    struct stat st {};
+    ASSERT_EQ(::stat(dir.file("k.cubin").c_str(), &st), 0);
+    EXPECT_EQ(t->identity().size, static_cast<std::uint64_t>(st.st_size));
+    EXPECT_EQ(t->identity().ino, st.st_ino);
+}
+
+TEST(SymbolScanner, FileAndBytesAgree) {
+    TempDir dir;
+    const std::string &cubin = cubin_for(sources::kTemplateSeveral);
+    write_file(dir.file("t.cubin"), cubin);
+    auto from_file = SymbolTable::open_file(dir.file("t.cubin"));
+    auto from_bytes = SymbolTable::from_bytes(cubin, "bytes");
+    ASSERT_TRUE(from_file.ok() && from_bytes.ok());
+    EXPECT_EQ(names_of(*from_file), names_of(*from_bytes));
+    EXPECT_EQ(names_of(*from_file), (std::set<std::string>{"_Z4tmplILi1EEvPf", "_Z4tmplILi2EEvPf", "_Z4tmplILi3EEvPf"}));
+}
+
+TEST(SymbolScanner, ManyInstantiations) {
+    std::string src = "template <int N> __global__ void many(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 400; ++i) src += "template __global__ void many<" + std::to_string(i) + ">(float *);\n";
+    auto t = SymbolTable::from_bytes(cubin_for(src), "many");
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const auto names = names_of(*t);
+    EXPECT_EQ(names.size(), 400u);
+    EXPECT_TRUE(names.count("_Z4manyILi399EEvPf"));
+}
+
+TEST(SymbolScanner, MissingFileIsIoError) {
+    TempDir dir;
+    auto t = SymbolTable::open_file(dir.file("absent.cubin"));
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::io);
+    EXPECT_NE(t.error().message.find(dir.file("absent.cubin")), std::string::npos);
+    EXPECT_NE(t.error().message.find("No such file"), std::string::npos);
+}
+
+TEST(SymbolScanner, DirectoryIsIoError) {
+    TempDir dir;
+    auto t = SymbolTable::open_file(dir.path());
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::io);
+    EXPECT_NE(t.error().message.find("directory"), std::string::npos);
+}
+
+TEST(SymbolScanner, EmptyAndNonElfAreBadCubin) {
+    TempDir dir;
+    write_file(dir.file("empty.cubin"), "");
+    write_file(dir.file("text.cubin"), "this is not an ELF file at all\n");
+    for (const char *name : {"empty.cubin", "text.cubin"}) {
+        auto t = SymbolTable::open_file(dir.file(name));
+        ASSERT_FALSE(t.ok()) << name;
+        EXPECT_EQ(t.error().code, Errc::bad_cubin);
+        EXPECT_NE(t.error().message.find(dir.file(name)), std::string::npos) << t.error().message;
+    }
+}
+
+TEST(SymbolScanner, HostElfIsRejected) {
+    // /proc/self/exe is an x86-64 ELF, not EM_CUDA.
+    auto t = SymbolTable::from_bytes(read_file("/proc/self/exe"), "host-elf");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+    EXPECT_NE(t.error().message.find("EM_CUDA"), std::string::npos) << t.error().message;
+}
+
+TEST(SymbolScanner, TruncatedAtManyLengthsNeverCrashes) {
+    TempDir dir;
+    const std::string &cubin = cubin_for(sources::kPrefixCollision);
+    std::size_t failures = 0;
+    for (std::size_t len = 1; len < cubin.size(); len += (len < 256 ? 1 : 37)) {
+        const std::string path = dir.file("trunc.cubin");
+        write_file(path, cubin.substr(0, len));
+        auto t = SymbolTable::open_file(path);
+        if (!t.ok()) {
+            ++failures;
+            EXPECT_EQ(t.error().code, Errc::bad_cubin) << "length " << len << ": " << t.error().message;
+            EXPECT_NE(t.error().message.find(path), std::string::npos);
+        } else {
+            // Whatever survived a cut must still be names inside the file.
+            for (const auto &f : t->functions()) {
+                EXPECT_GE(f.name.data(), t->image().data());
+                EXPECT_LE(f.name.data() + f.name.size(), t->image().data() + t->image().size());
+            }
+        }
+        auto b = SymbolTable::from_bytes(cubin.substr(0, len), "trunc");
+        EXPECT_EQ(b.ok(), t.ok()) << "length " << len;
+    }
+    EXPECT_GT(failures, 100u);
+}
+
+TEST(SymbolScanner, NoSymtabIsBadCubin) {
+    std::string image = cubin_for(sources::kPlain);
+    Elf64_Half count = 0;
+    Elf64_Shdr *sh = section_headers(image, &count);
+    for (Elf64_Half i = 0; i < count; ++i) {
+        if (sh[i].sh_type == SHT_SYMTAB) sh[i].sh_type = SHT_PROGBITS;
+    }
+    auto t = SymbolTable::from_bytes(image, "stripped.cubin");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+    EXPECT_NE(t.error().message.find("no .symtab"), std::string::npos) << t.error().message;
+    EXPECT_NE(t.error().message.find("stripped.cubin"), std::string::npos);
+}
+
+TEST(SymbolScanner, NameOffsetOutsideStringTable) {
+    std::string image = cubin_for(sources::kPlain);
+    Elf64_Half count = 0;
+    Elf64_Shdr *sh = section_headers(image, &count);
+    for (Elf64_Half i = 0; i < count; ++i) {
+        if (sh[i].sh_type != SHT_SYMTAB) continue;
+        auto *syms = reinterpret_cast<Elf64_Sym *>(image.data() + sh[i].sh_offset);
+        for (std::size_t s = 1; s < sh[i].sh_size / sizeof(Elf64_Sym); ++s) {
+            if (ELF64_ST_TYPE(syms[s].st_info) == STT_FUNC) syms[s].st_name = 0x7fffffff;
+        }
+    }
+    auto t = SymbolTable::from_bytes(image, "bad-names.cubin");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+    EXPECT_NE(t.error().message.find("outside the string table"), std::string::npos) << t.error().message;
+}
+
+TEST(SymbolScanner, SectionPastEndOfFile) {
+    std::string image = cubin_for(sources::kPlain);
+    Elf64_Half count = 0;
+    Elf64_Shdr *sh = section_headers(image, &count);
+    for (Elf64_Half i = 0; i < count; ++i) {
+        if (sh[i].sh_type == SHT_SYMTAB) sh[i].sh_size = 1ull << 40;
+    }
+    auto t = SymbolTable::from_bytes(image, "huge-symtab.cubin");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+}
+
+TEST(SymbolScanner, RandomCorruptionGivesNameOrBadCubin) {
+    const std::string &cubin = cubin_for(sources::kNamespaces);
+    std::mt19937 rng(7);
+    int rejected = 0;
+    for (int round = 0; round < 3000; ++round) {
+        std::string image = cubin;
+        const int flips = 1 + static_cast<int>(rng() % 16);
+        for (int i = 0; i < flips; ++i) image[rng() % image.size()] = static_cast<char>(rng());
+        auto t = SymbolTable::from_bytes(image, "fuzzed");
+        if (!t.ok()) {
+            ++rejected;
+            EXPECT_EQ(t.error().code, Errc::bad_cubin) << t.error().message;
+            continue;
+        }
+        // libelf may copy a damaged section; names must still be whole strings from it.
+        for (const auto &f : t->functions()) {
+            ASSERT_LT(f.name.size(), image.size());
+            ASSERT_EQ(std::memchr(f.name.data(), '\0', f.name.size()), nullptr);
+        }
+    }
+    EXPECT_GT(rejected, 0);
+}
