@@ -11,7 +11,7 @@ namespace kjit {
 std::uint64_t hash64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identity) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
         const int err = errno;
         return Error{Errc::io, "cannot open '" + path + "': " + errno_text(err)};

@@ -65,7 +65,7 @@ std::string_view SymbolTable::image() const {
 Result<SymbolTable> SymbolTable::open_file(const std::string &path) {
     if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
     auto handle = std::make_unique<Handle>();
-    handle->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    handle->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!handle->fd.valid()) {
         const int err = errno;
         return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
@@ -78,6 +78,7 @@ Result<SymbolTable> SymbolTable::open_file(const std::string &path) {
     if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
     if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
     if (st.st_size == 0) return bad(path, "the file is empty (0 bytes)");
+    // O_NONBLOCK above: a FIFO swapped in after the caller's stat must not block the open.
     // ELF_C_READ_MMAP: libelf maps the file read-only and hands out views into the mapping.
     handle->elf = elf_begin(handle->fd.get(), ELF_C_READ_MMAP, nullptr);
     if (!handle->elf) return elf_error(path, "cannot open as ELF");

@@ -254,3 +254,30 @@ TEST(CApi, FourProcessesOnFreshCubins) {
         EXPECT_TRUE(temp_files_in(dir.path()).empty());
     }
 }
+
+// KJIT_LOG_LEVEL=debug shows the scan and rewrite, then the hit; unset, the library is silent.
+TEST(CApi, DebugLogShowsSidecarDecisions) {
+    const char *worker = std::getenv("KJIT_RESOLVE_WORKER");
+    ASSERT_NE(worker, nullptr) << "KJIT_RESOLVE_WORKER is set by ctest";
+    Cubin c(sources::kPlain);
+    write_file(c.path + ".name", "_Z12plain_kernelPf\n");  // a bare name: rejected, rewritten
+    auto run = [&](const char *level) {
+        const std::string cmd = std::string(level ? std::string("KJIT_LOG_LEVEL=") + level + " " : "env -u KJIT_LOG_LEVEL ") +
+                                "'" + worker + "' 1 '" + c.path + "' plain_kernel _Z12plain_kernelPf 2>&1";
+        std::string out;
+        if (FILE *p = ::popen(cmd.c_str(), "r")) {
+            char buf[4096];
+            while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+            EXPECT_EQ(::pclose(p), 0) << out;
+        }
+        return out;
+    };
+    const std::string first = run("debug");
+    EXPECT_NE(first.find("bare name"), std::string::npos) << first;
+    EXPECT_NE(first.find("scanned"), std::string::npos) << first;
+    EXPECT_NE(first.find("sidecar rewritten"), std::string::npos) << first;
+    const std::string second = run(nullptr);
+    EXPECT_EQ(second, "");
+    const std::string third = run("debug");
+    EXPECT_NE(third.find("sidecar hit"), std::string::npos) << third;
+}
