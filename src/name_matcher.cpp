@@ -51,17 +51,20 @@ bool consume_source_name(std::string_view &s, std::string_view seg) {
     return true;
 }
 
-// Splits a checked keyword into its namespace part and its last segment.
-void split_keyword(std::string_view keyword, std::string_view &scope, std::string_view &last) {
-    const std::size_t pos = keyword.rfind("::");
-    if (pos == std::string_view::npos) {
-        scope = {};
-        last = keyword;
-    } else {
-        scope = keyword.substr(0, pos);
-        last = keyword.substr(pos + 2);
+// A checked keyword split once into its namespace part and its last segment, so the selector
+// does not split it again for each of a cubin's thousands of symbols.
+struct SplitKeyword {
+    std::string_view whole, scope, last;
+    explicit SplitKeyword(std::string_view keyword) : whole(keyword) {
+        const std::size_t pos = keyword.rfind("::");
+        if (pos == std::string_view::npos) {
+            last = keyword;
+        } else {
+            scope = keyword.substr(0, pos);
+            last = keyword.substr(pos + 2);
+        }
     }
-}
+};
 
 // For a namespaced keyword: strips `_ZN` and every scope segment from `name`. False when the
 // name is not in that scope.
@@ -111,35 +114,40 @@ Status check_keyword(std::string_view keyword) {
     return Ok{};
 }
 
-bool matches(std::string_view name, std::string_view keyword) {
-    if (name == keyword) return true;
-    std::string_view scope, last;
-    split_keyword(keyword, scope, last);
-    if (scope.empty()) {
-        return starts_with(name, "_Z") && matches_digits_then(name.substr(2), last);
-    }
-    return strip_scope(name, scope) && matches_digits_then(name, last);
+namespace {
+
+bool matches_split(std::string_view name, const SplitKeyword &k) {
+    if (name == k.whole) return true;
+    if (k.scope.empty()) return starts_with(name, "_Z") && matches_digits_then(name.substr(2), k.last);
+    return strip_scope(name, k.scope) && matches_digits_then(name, k.last);
 }
 
-bool is_exact_identifier(std::string_view name, std::string_view keyword) {
-    if (name == keyword) return true;
-    std::string_view scope, last;
-    split_keyword(keyword, scope, last);
-    if (scope.empty()) {
+bool is_exact_identifier_split(std::string_view name, const SplitKeyword &k) {
+    if (name == k.whole) return true;
+    if (k.scope.empty()) {
         if (!starts_with(name, "_Z")) return false;
         name.remove_prefix(2);
-    } else if (!strip_scope(name, scope)) {
+    } else if (!strip_scope(name, k.scope)) {
         return false;
     }
-    return consume_source_name(name, last);
+    return consume_source_name(name, k.last);
+}
+
+}  // namespace
+
+bool matches(std::string_view name, std::string_view keyword) { return matches_split(name, SplitKeyword(keyword)); }
+
+bool is_exact_identifier(std::string_view name, std::string_view keyword) {
+    return is_exact_identifier_split(name, SplitKeyword(keyword));
 }
 
 Result<std::string_view> select(const std::vector<Candidate> &candidates, std::string_view keyword) {
     // Matches with duplicates merged (a name may appear as several symbols), in name order so
     // the candidate list in an error is stable.
+    const SplitKeyword split(keyword);
     std::vector<Candidate> matched;
     for (const Candidate &c : candidates) {
-        if (matches(c.name, keyword)) matched.push_back(c);
+        if (matches_split(c.name, split)) matched.push_back(c);
     }
     std::sort(matched.begin(), matched.end(),
               [](const Candidate &a, const Candidate &b) { return a.name < b.name; });
@@ -172,7 +180,7 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
     } else {
         std::vector<const Candidate *> exact;
         for (const Candidate *c : entries) {
-            if (is_exact_identifier(c->name, keyword)) exact.push_back(c);
+            if (is_exact_identifier_split(c->name, split)) exact.push_back(c);
         }
         if (exact.size() == 1) return exact.front()->name;
         step = std::to_string(entries.size()) + " are kernel entries, " + std::to_string(exact.size()) +

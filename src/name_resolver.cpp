@@ -29,7 +29,8 @@ std::int64_t mtime_ns(const FileIdentity &id) {
 
 // Whether `line` was written for the cubin version `id`. A current mtime of whole seconds
 // also matches a line's same second: `tar` and some filesystems keep no nanoseconds.
-bool same_version(const sidecar::Line &line, const FileIdentity &id) {
+template <typename LineT>
+bool same_version(const LineT &line, const FileIdentity &id) {
     return line.cubin_size == id.size && line.mtime_sec == id.mtime_sec &&
            (line.mtime_nsec == id.mtime_nsec || id.mtime_nsec == 0);
 }
@@ -103,17 +104,18 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     const FileIdentity current = FileIdentity::from_stat(st);
 
     const std::string sidecar_path = sidecar::path_for(cubin_path);
-    sidecar::Contents contents = sidecar::read(sidecar_path);
+    sidecar::FileBuffer buffer;
+    sidecar::read_into(sidecar_path, buffer);
+    std::string detail = std::move(buffer.detail);
+    sidecar::FileProblem problem = buffer.problem;
+    if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
     const char *reason = nullptr;
-    if (contents.problem != sidecar::FileProblem::none) {
-        reason = sidecar::to_string(contents.problem);
+    if (problem != sidecar::FileProblem::none) {
+        reason = sidecar::to_string(problem);
     } else {
-        const sidecar::Line *line = nullptr;
-        for (const sidecar::Line &l : contents.lines) {
-            if (l.keyword == keyword) line = &l;
-        }
+        const std::optional<sidecar::LineView> line = sidecar::find_line(buffer.text(), keyword);
         if (!line) {
-            reason = "no line for this keyword";
+            reason = "no valid line for this keyword";
         } else if (!same_version(*line, current)) {
             reason = "stale (the cubin's size or mtime changed)";
         } else if (!name_matcher::matches(line->name, keyword)) {
@@ -121,20 +123,20 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
         } else if (!line->content_hash) {
             counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
             log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
-            return line->name;
+            return std::string(line->name);
         } else {
             // Written while the cubin was young: only its content can prove it current.
             if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
             if (content_verified(cubin_path, current, *line->content_hash)) {
                 counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
-                std::string name = line->name;
+                std::string name(line->name);
                 log().debug("sidecar hit after content check (young cubin): {} [{}] -> {}", cubin_path, keyword, name);
                 if (!still_racy(current)) {
                     std::vector<sidecar::Line> lines;
-                    for (const sidecar::Line &l : contents.lines) {
+                    for (sidecar::Line &l : sidecar::parse(buffer.text()).lines) {
                         if (!same_version(l, current)) continue;
-                        lines.push_back(l);
-                        if (l.keyword == keyword) lines.back().content_hash.reset();
+                        if (l.keyword == keyword) l.content_hash.reset();
+                        lines.push_back(std::move(l));
                     }
                     bool failed = false;
                     write_quietly(sidecar_path, lines, counters_, failed);
@@ -145,11 +147,11 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
             reason = "stale (the cubin's content changed)";
         }
     }
-    if (contents.problem != sidecar::FileProblem::missing) {
+    if (problem != sidecar::FileProblem::missing) {
         counters_.sidecar_rejections.fetch_add(1, std::memory_order_relaxed);
     }
-    log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason,
-                contents.detail.empty() ? "" : ": ", contents.detail);
+    log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason, detail.empty() ? "" : ": ",
+                detail);
     if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
 
     // Scan. Lines for other keywords that belong to this cubin version are kept.
@@ -176,8 +178,10 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
                 table->functions().size(), line.content_hash ? ", young cubin: content hash kept" : "");
 
     std::vector<sidecar::Line> lines;
-    for (sidecar::Line &l : contents.lines) {
-        if (l.keyword != keyword && same_version(l, scanned)) lines.push_back(std::move(l));
+    if (problem == sidecar::FileProblem::none) {
+        for (sidecar::Line &l : sidecar::parse(buffer.text()).lines) {
+            if (l.keyword != keyword && same_version(l, scanned)) lines.push_back(std::move(l));
+        }
     }
     const std::optional<std::uint64_t> content_hash = line.content_hash;
     lines.push_back(std::move(line));

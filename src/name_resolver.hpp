@@ -70,8 +70,6 @@ private:
         std::optional<std::uint64_t> content_hash;  // racy: verify before use
     };
 
-    Result<std::string> scan_and_record(const std::string &cubin_path, std::string_view keyword,
-                                        const std::string &sidecar_path);
     std::optional<std::string> memo_lookup(const std::string &cubin_path, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
 

@@ -21,13 +21,14 @@ constexpr std::string_view kHeaderPrefix = "kjit-sidecar ";
 constexpr std::string_view kTempMarker = ".tmp-";
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f'); }
 bool is_keyword_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == ':';
 }
 bool is_name_char(char c) { return c > ' ' && c < 0x7f; }
 
-bool all_of(std::string_view s, bool (*pred)(char)) {
+// A template, not a function pointer, so each predicate inlines into its loop.
+template <typename Pred>
+bool all_of(std::string_view s, Pred pred) {
     for (char c : s) {
         if (!pred(c)) return false;
     }
@@ -35,22 +36,33 @@ bool all_of(std::string_view s, bool (*pred)(char)) {
 }
 
 bool parse_u64(std::string_view s, std::uint64_t &out) {
-    if (s.empty() || s.size() > 20 || !all_of(s, is_digit)) return false;
+    if (s.empty() || s.size() > 20) return false;
     if (s.size() > 1 && s[0] == '0') return false;  // one spelling per value
     std::uint64_t v = 0;
     for (char c : s) {
-        const auto d = static_cast<std::uint64_t>(c - '0');
-        if (v > (UINT64_MAX - d) / 10) return false;
-        v = v * 10 + d;
+        if (!is_digit(c)) return false;
+        if (__builtin_mul_overflow(v, 10u, &v) || __builtin_add_overflow(v, static_cast<unsigned>(c - '0'), &v)) {
+            return false;
+        }
     }
     out = v;
     return true;
 }
 
 bool parse_hex64(std::string_view s, std::uint64_t &out) {
-    if (s.size() != 16 || !all_of(s, is_hex)) return false;
+    if (s.size() != 16) return false;
     std::uint64_t v = 0;
-    for (char c : s) v = v << 4 | static_cast<std::uint64_t>(is_digit(c) ? c - '0' : c - 'a' + 10);
+    for (char c : s) {
+        unsigned d;
+        if (is_digit(c)) {
+            d = static_cast<unsigned>(c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            d = static_cast<unsigned>(c - 'a' + 10);
+        } else {
+            return false;
+        }
+        v = v << 4 | d;
+    }
     out = v;
     return true;
 }
@@ -83,7 +95,7 @@ bool split_fields(std::string_view line, std::string_view *fields, std::size_t n
     return true;
 }
 
-std::optional<Line> parse_line(std::string_view line) {
+std::optional<LineView> parse_line(std::string_view line) {
     std::string_view f[6];
     if (!split_fields(line, f, 6)) return std::nullopt;
     std::uint64_t check = 0;
@@ -91,7 +103,7 @@ std::optional<Line> parse_line(std::string_view line) {
     const std::string_view body = line.substr(0, line.size() - f[5].size() - 1);
     if (hash64(body) != check) return std::nullopt;
 
-    Line out;
+    LineView out;
     if (!all_of(f[0], is_keyword_char) || !parse_u64(f[1], out.cubin_size) ||
         !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !all_of(f[4], is_name_char)) {
         return std::nullopt;
@@ -101,8 +113,8 @@ std::optional<Line> parse_line(std::string_view line) {
         if (!parse_hex64(f[3], h)) return std::nullopt;
         out.content_hash = h;
     }
-    out.keyword.assign(f[0]);
-    out.name.assign(f[4]);
+    out.keyword = f[0];
+    out.name = f[4];
     return out;
 }
 
@@ -135,26 +147,57 @@ const char *to_string(FileProblem problem) {
     return "unknown";
 }
 
-std::string path_for(const std::string &cubin_path) { return cubin_path + ".name"; }
+std::string path_for(const std::string &cubin_path) {
+    std::string path;
+    path.reserve(cubin_path.size() + 5);  // one allocation on the hit path, not two
+    path.append(cubin_path).append(".name");
+    return path;
+}
+
+Line LineView::to_line() const {
+    Line l;
+    l.keyword.assign(keyword);
+    l.cubin_size = cubin_size;
+    l.mtime_sec = mtime_sec;
+    l.mtime_nsec = mtime_nsec;
+    l.content_hash = content_hash;
+    l.name.assign(name);
+    return l;
+}
+
+FileProblem classify(std::string_view text, std::string *detail) {
+    if (text.empty()) return FileProblem::empty;
+    if (text.compare(0, kHeader.size(), kHeader) == 0) return FileProblem::none;
+    if (text.compare(0, kHeaderPrefix.size(), kHeaderPrefix) == 0) {
+        if (detail) *detail = "unsupported format version";
+        return FileProblem::bad_header;
+    }
+    if (looks_like_bare_name(text)) return FileProblem::bare_name;
+    if (detail) *detail = "no 'kjit-sidecar 1' header";
+    return FileProblem::bad_header;
+}
+
+std::optional<LineView> find_line(std::string_view text, std::string_view keyword) {
+    std::optional<LineView> found;
+    if (text.compare(0, kHeader.size(), kHeader) != 0) return found;
+    text.remove_prefix(kHeader.size());
+    while (!text.empty()) {
+        const std::size_t nl = text.find('\n');
+        if (nl == std::string_view::npos) break;  // torn: a line without its end
+        const std::string_view line = text.substr(0, nl);
+        if (line.size() > keyword.size() && line[keyword.size()] == ' ' &&
+            line.compare(0, keyword.size(), keyword) == 0) {
+            if (auto parsed = parse_line(line)) found = parsed;
+        }
+        text.remove_prefix(nl + 1);
+    }
+    return found;
+}
 
 Contents parse(std::string_view text) {
     Contents c;
-    if (text.empty()) {
-        c.problem = FileProblem::empty;
-        return c;
-    }
-    if (text.compare(0, kHeader.size(), kHeader) != 0) {
-        if (text.compare(0, kHeaderPrefix.size(), kHeaderPrefix) == 0) {
-            c.problem = FileProblem::bad_header;
-            c.detail = "unsupported format version";
-        } else if (looks_like_bare_name(text)) {
-            c.problem = FileProblem::bare_name;
-        } else {
-            c.problem = FileProblem::bad_header;
-            c.detail = "no 'kjit-sidecar 1' header";
-        }
-        return c;
-    }
+    c.problem = classify(text, &c.detail);
+    if (c.problem != FileProblem::none) return c;
     text.remove_prefix(kHeader.size());
     while (!text.empty()) {
         const std::size_t nl = text.find('\n');
@@ -163,7 +206,7 @@ Contents parse(std::string_view text) {
             break;
         }
         if (auto line = parse_line(text.substr(0, nl))) {
-            c.lines.push_back(std::move(*line));
+            c.lines.push_back(line->to_line());
         } else {
             ++c.rejected_lines;
         }
@@ -172,46 +215,61 @@ Contents parse(std::string_view text) {
     return c;
 }
 
-Contents read(const std::string &path) {
-    Contents c;
+void read_into(const std::string &path, FileBuffer &out) {
+    out.problem = FileProblem::none;
+    out.size_ = 0;
+    out.data_ = out.small_;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
         const int err = errno;
-        c.problem = err == ENOENT ? FileProblem::missing : FileProblem::unreadable;
-        c.detail = errno_text(err);
-        return c;
+        out.problem = err == ENOENT ? FileProblem::missing : FileProblem::unreadable;
+        out.detail = errno_text(err);
+        return;
     }
     // Read at most kMaxFileSize + 1 bytes: enough to know a file is too large, never more.
-    // A one-line sidecar fits the stack buffer, so the hit path does not touch the heap here.
-    char small[4096];
-    std::string big;
-    char *buf = small;
-    std::size_t cap = sizeof small, len = 0;
+    char *buf = out.small_;
+    std::size_t cap = sizeof out.small_, len = 0;
     for (;;) {
         if (len == cap) {
             if (cap > kMaxFileSize) break;
-            big.resize(kMaxFileSize + 1);
-            if (buf == small) std::memcpy(big.data(), small, len);
-            buf = big.data();
-            cap = big.size();
+            out.big_.resize(kMaxFileSize + 1);
+            std::memcpy(out.big_.data(), out.small_, len);
+            buf = out.big_.data();
+            cap = out.big_.size();
         }
         const ssize_t n = ::read(fd.get(), buf + len, cap - len);
         if (n < 0) {
             if (errno == EINTR) continue;
             const int err = errno;
-            c.problem = FileProblem::unreadable;
-            c.detail = errno_text(err);
-            return c;
+            out.problem = FileProblem::unreadable;
+            out.detail = errno_text(err);
+            return;
         }
-        if (n == 0) break;
         len += static_cast<std::size_t>(n);
+        // A short read of a regular file is its end, which saves the read that returns 0. If
+        // it was not (a file still being written in place, which sidecars never are), the
+        // text is merely torn, and a torn line never validates.
+        if (n == 0 || len < cap) break;
     }
     if (len > kMaxFileSize) {
-        c.problem = FileProblem::too_large;
-        c.detail = "over " + std::to_string(kMaxFileSize) + " bytes";
+        out.problem = FileProblem::too_large;
+        out.detail = "over " + std::to_string(kMaxFileSize) + " bytes";
+        return;
+    }
+    out.data_ = buf;
+    out.size_ = len;
+}
+
+Contents read(const std::string &path) {
+    FileBuffer buf;
+    read_into(path, buf);
+    if (buf.problem != FileProblem::none) {
+        Contents c;
+        c.problem = buf.problem;
+        c.detail = std::move(buf.detail);
         return c;
     }
-    return parse(std::string_view(buf, len));
+    return parse(buf.text());
 }
 
 std::string format(const std::vector<Line> &lines) {

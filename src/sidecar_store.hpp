@@ -48,6 +48,37 @@ enum class FileProblem {
 
 const char *to_string(FileProblem problem);
 
+// A line as parsed, viewing the bytes it came from (the hit path copies nothing but the name).
+struct LineView {
+    std::string_view keyword;
+    std::uint64_t cubin_size = 0;
+    std::int64_t mtime_sec = 0;
+    std::uint32_t mtime_nsec = 0;
+    std::optional<std::uint64_t> content_hash;
+    std::string_view name;
+
+    Line to_line() const;
+};
+
+// A sidecar's bytes as read: small files stay in the inline buffer (no heap on the hit path).
+class FileBuffer {
+public:
+    FileBuffer() = default;
+    FileBuffer(const FileBuffer &) = delete;
+    FileBuffer &operator=(const FileBuffer &) = delete;
+
+    FileProblem problem = FileProblem::none;  // missing, unreadable or too_large; else none
+    std::string detail;                       // errno text or what was wrong
+    std::string_view text() const { return {data_, size_}; }
+
+private:
+    friend void read_into(const std::string &path, FileBuffer &out);
+    char small_[4096];
+    std::string big_;
+    const char *data_ = small_;
+    std::size_t size_ = 0;
+};
+
 struct Contents {
     FileProblem problem = FileProblem::none;
     std::string detail;            // errno text or what was wrong, for the log
@@ -58,12 +89,23 @@ struct Contents {
 // `<cubin_path>.name`.
 std::string path_for(const std::string &cubin_path);
 
-// Reads and parses a sidecar. Never fails: every problem is reported in the result. Does not
-// follow a symlink at `path` (a planted link is unreadable, and rewriting replaces it).
-Contents read(const std::string &path);
+// Reads a sidecar's bytes (at most kMaxFileSize + 1) into `out`. Never fails: problems are
+// reported in `out.problem`. Does not follow a symlink at `path` (a planted link is
+// unreadable, and rewriting replaces it) and does not block on a FIFO.
+void read_into(const std::string &path, FileBuffer &out);
 
-// Parses sidecar bytes (exposed for tests and fuzzing).
+// The whole-file problem of sidecar bytes (empty, bare name, bad header), or none.
+FileProblem classify(std::string_view text, std::string *detail = nullptr);
+
+// The hit path: the last well-formed line for exactly `keyword` in sidecar bytes that
+// classify() accepts. Only lines that start with the keyword are parsed.
+std::optional<LineView> find_line(std::string_view text, std::string_view keyword);
+
+// Parses sidecar bytes in full (the rewrite path, tests and fuzzing).
 Contents parse(std::string_view text);
+
+// read_into() then parse().
+Contents read(const std::string &path);
 
 // The file text for `lines`, header included.
 std::string format(const std::vector<Line> &lines);

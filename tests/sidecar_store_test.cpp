@@ -3,6 +3,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,4 +161,39 @@ TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
     EXPECT_EQ(st.error().code, kjit::Errc::io);
     EXPECT_FALSE(exists(path));
     EXPECT_EQ(list_dir(dir.path()).size(), 4096u);  // nothing planted was touched or removed
+}
+
+TEST(SidecarStore, FindLineMatchesTheWholeKeywordOnly) {
+    sc::Line fp16 = make_line("gemm_fp16", "_Z9gemm_fp16Pf");
+    sc::Line gemm = make_line("gemm", "_Z4gemmPf");
+    const std::string text = sc::format({fp16, gemm});
+    EXPECT_EQ(sc::classify(text), sc::FileProblem::none);
+    auto g = sc::find_line(text, "gemm");
+    ASSERT_TRUE(g.has_value());
+    EXPECT_EQ(g->name, "_Z4gemmPf");
+    EXPECT_EQ(sc::find_line(text, "gemm_fp16")->name, "_Z9gemm_fp16Pf");
+    EXPECT_FALSE(sc::find_line(text, "gem").has_value());
+    EXPECT_FALSE(sc::find_line(text, "gemm_fp").has_value());
+    EXPECT_FALSE(sc::find_line(sc::format({fp16}), "gemm").has_value());
+    // A damaged line for the keyword is not found, even beside good lines for others.
+    std::string damaged = text;
+    damaged[damaged.rfind("_Z4gemm") + 3] = '5';
+    EXPECT_FALSE(sc::find_line(damaged, "gemm").has_value());
+    EXPECT_TRUE(sc::find_line(damaged, "gemm_fp16").has_value());
+}
+
+TEST(SidecarStore, ReadStopsAtTheLimitEvenForHugeFiles) {
+    TempDir dir;
+    const std::string path = dir.file("huge.name");
+    {
+        // 1 GiB, sparse: reading it whole would take seconds and a gigabyte of memory.
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::ftruncate(fd, 1LL << 30), 0);
+        ::close(fd);
+    }
+    sc::FileBuffer buf;
+    sc::read_into(path, buf);
+    EXPECT_EQ(buf.problem, sc::FileProblem::too_large);
+    EXPECT_TRUE(buf.text().empty());
 }
