@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite (README quick start): installs what is missing, builds, and runs every
+# test three times: a plain build (build/), ASan+UBSan (build-asan/) and TSan (build-tsan/).
+# Tests labelled `gpu` need a real GPU and driver; where none is found they are excluded by
+# label, and this script says so. Exits non-zero if any build or test fails.
+#
+#   bash tests/run.sh
+#
+# Environment: BUILD_DIR (default <repo>/build) for the plain build; KJIT_SKIP_SANITIZERS=1
+# runs only the plain build (quick local iterations; CI always runs all three).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+set --
+# shellcheck source=SCRIPTDIR/../scripts/setup.sh
+source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
+PLAIN_DIR="$BUILD_DIR"
+JOBS="$(nproc)"
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    HAVE_GPU=1
+else
+    HAVE_GPU=0
+fi
+
+# run_suite NAME DIR: build DIR and run its tests (excluding `gpu` without a GPU).
+run_suite() {
+    local name=$1 dir=$2
+    echo "tests: [$name] building $dir"
+    cmake --build "$dir" -j"$JOBS"
+    local label_args=()
+    if [ "$HAVE_GPU" = 0 ]; then
+        local gpu_count
+        gpu_count=$(ctest --test-dir "$dir" -N -L gpu | sed -n 's/^Total Tests: //p')
+        echo "tests: [$name] no GPU found: excluding the ${gpu_count:-0} tests labelled 'gpu' (ctest -LE gpu)"
+        label_args=(-LE gpu)
+    fi
+    echo "tests: [$name] running ctest"
+    local log="$dir/ctest-output.txt" count
+    ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" 2>&1 | tee "$log"
+    count=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)
+    [ -n "$count" ] && [ "$count" -gt 0 ] || { echo "tests: [$name] ran no test"; return 1; }
+    TOTAL_PASSED=$((TOTAL_PASSED + count))
+}
+TOTAL_PASSED=0
+
+run_suite plain "$PLAIN_DIR"
+
+if [ "${KJIT_SKIP_SANITIZERS:-0}" != 1 ]; then
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    BUILD_DIR="$ROOT/build-asan" bash "$ROOT/scripts/setup.sh" \
+        -DKJIT_SANITIZE=address,undefined -DKJIT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
+    run_suite asan+ubsan "$ROOT/build-asan"
+    BUILD_DIR="$ROOT/build-tsan" bash "$ROOT/scripts/setup.sh" \
+        -DKJIT_SANITIZE=thread -DKJIT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
+    run_suite tsan "$ROOT/build-tsan"
+else
+    echo "tests: KJIT_SKIP_SANITIZERS=1: sanitizer builds skipped"
+fi
+echo "tests: all suites passed"
+echo "tests: $TOTAL_PASSED passed, 0 failed"
