@@ -13,3 +13,11 @@ if(KJIT_SANITIZE)
   add_compile_options(-fsanitize=${KJIT_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${KJIT_SANITIZE})
 endif()
+
+# Fuzz builds instrument every object for coverage; only the fuzz targets link libFuzzer's main.
+if(KJIT_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KJIT_BUILD_FUZZERS needs clang (-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()

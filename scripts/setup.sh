@@ -7,7 +7,8 @@
 #                                                          KJIT_ROOT and BUILD_DIR (absolute)
 #
 # Environment:
-#   BUILD_DIR   build tree (default: <repo>/build; a relative path is taken from the repo root)
+#   BUILD_DIR             build tree (default: <repo>/build; a relative path is taken from the repo root)
+#   KJIT_EXTRA_PACKAGES   more Debian packages to install when missing (space-separated)
 #
 # Works from any current directory. Needs root (or sudo) only when a package is missing; the
 # CUDA toolkit (NVRTC) is not a Debian package here and must already be installed, normally in
@@ -17,6 +18,9 @@
 # and pyelftools for the bench's comparison row. make is listed on its own because cmake only
 # recommends it, and --no-install-recommends would leave CMake's default generator without it.
 KJIT_SETUP_PACKAGES=(cmake make g++ pkg-config libelf-dev libspdlog-dev libxxhash-dev libgtest-dev python3-pyelftools)
+# Callers that need more (tests/run.sh: clang and its libFuzzer runtime) name them here.
+# shellcheck disable=SC2206
+KJIT_SETUP_PACKAGES+=(${KJIT_EXTRA_PACKAGES:-})
 
 _kjit_setup_say() { printf 'setup: %s\n' "$*"; }
 _kjit_setup_fail() { printf 'setup: error: %s\n' "$*" >&2; return 1; }

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite (README quick start): installs what is missing, builds, and runs every
-# test three times: a plain build (build/), ASan+UBSan (build-asan/) and TSan (build-tsan/).
+# test three times: a plain build (build/), ASan+UBSan (build-asan/) and TSan (build-tsan/);
+# then the libFuzzer targets for a bounded time each (build-fuzz/, clang, label `fuzz`).
 # Tests labelled `gpu` need a real GPU and driver; where none is found they are excluded by
 # label, and this script says so. Exits non-zero if any build or test fails.
 #
 #   bash tests/run.sh
 #
 # Environment: BUILD_DIR (default <repo>/build) for the plain build; KJIT_SKIP_SANITIZERS=1
-# runs only the plain build (quick local iterations; CI always runs all three).
+# runs only the plain build (quick local iterations; CI always runs them all).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 set --
+export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev ${KJIT_EXTRA_PACKAGES:-}"
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"
@@ -23,9 +25,10 @@ else
     HAVE_GPU=0
 fi
 
-# run_suite NAME DIR: build DIR and run its tests (excluding `gpu` without a GPU).
+# run_suite NAME DIR [CTEST ARGS...]: build DIR and run its tests (excluding `gpu` without a GPU).
 run_suite() {
     local name=$1 dir=$2
+    shift 2
     echo "tests: [$name] building $dir"
     cmake --build "$dir" -j"$JOBS"
     local label_args=()
@@ -37,7 +40,7 @@ run_suite() {
     fi
     echo "tests: [$name] running ctest"
     local log="$dir/ctest-output.txt" count
-    ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" 2>&1 | tee "$log"
+    ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" "$@" 2>&1 | tee "$log"
     count=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)
     [ -n "$count" ] && [ "$count" -gt 0 ] || { echo "tests: [$name] ran no test"; return 1; }
     TOTAL_PASSED=$((TOTAL_PASSED + count))
@@ -56,8 +59,12 @@ if [ "${KJIT_SKIP_SANITIZERS:-0}" != 1 ]; then
     BUILD_DIR="$ROOT/build-tsan" bash "$ROOT/scripts/setup.sh" \
         -DKJIT_SANITIZE=thread -DKJIT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
     run_suite tsan "$ROOT/build-tsan"
+    BUILD_DIR="$ROOT/build-fuzz" bash "$ROOT/scripts/setup.sh" \
+        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DKJIT_BUILD_FUZZERS=ON \
+        -DKJIT_SANITIZE=address,undefined -DKJIT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    run_suite fuzz "$ROOT/build-fuzz" -L fuzz
 else
-    echo "tests: KJIT_SKIP_SANITIZERS=1: sanitizer builds skipped"
+    echo "tests: KJIT_SKIP_SANITIZERS=1: sanitizer and fuzz builds skipped"
 fi
 echo "tests: all suites passed"
 echo "tests: $TOTAL_PASSED passed, 0 failed"
