@@ -2,13 +2,16 @@
 // knows the public C types; no C++ type or exception crosses this boundary.
 #include "kjit/kjit.h"
 
+#include "cache.hpp"
 #include "name_resolver.hpp"
 #include "status.hpp"
 
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -68,11 +71,91 @@ kjit_status copy_out(const std::string &value, char *buf, size_t size, size_t *l
     if (size <= value.size()) {
         return fail(KJIT_ERROR_BUFFER_TOO_SMALL,
                     (std::string(what) + " buffer holds " + std::to_string(size) + " bytes; " +
-                     std::to_string(value.size() + 1) + " are needed (name and NUL)")
+                     std::to_string(value.size() + 1) + " are needed (the string and its NUL)")
                         .c_str());
     }
     std::memcpy(buf, value.data(), value.size());
     buf[value.size()] = '\0';
+    return KJIT_OK;
+}
+
+// Whether a caller's options struct (of its own struct_size) holds `field`.
+#define KJIT_OPTION_PRESENT(options, field) \
+    ((options)->struct_size >= offsetof(kjit_compile_options, field) + sizeof((options)->field))
+
+// A NUL-terminated string array from the C side, checked.
+kjit_status take_strings(const char *const *items, size_t count, const char *what, std::vector<std::string> &out) {
+    if (count > 0 && !items) {
+        return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                    ("kjit_compile: options." + std::string(what) + " is NULL but its count is " + std::to_string(count)).c_str());
+    }
+    for (size_t i = 0; i < count; ++i) {
+        if (!items[i]) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_compile: options." + std::string(what) + "[" + std::to_string(i) + "] is NULL").c_str());
+        }
+        out.emplace_back(items[i]);
+    }
+    return KJIT_OK;
+}
+
+// The C options (any struct_size from the first release on) as a cache request.
+kjit_status request_from(const kjit_compile_options *options, kjit::cache::Request &r) {
+    const char *cache_dir = nullptr;
+    const char *arch = nullptr;
+    if (options) {
+        if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options)) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_compile: options->struct_size is " + std::to_string(options->struct_size) +
+                         "; set it to sizeof(kjit_compile_options) (" + std::to_string(sizeof(kjit_compile_options)) +
+                         " in this libkjit, or smaller from an older header)")
+                            .c_str());
+        }
+        if (KJIT_OPTION_PRESENT(options, cache_dir)) cache_dir = options->cache_dir;
+        if (KJIT_OPTION_PRESENT(options, arch)) arch = options->arch;
+        if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
+            if (kjit_status s = take_strings(options->nvrtc_options, options->nvrtc_option_count, "nvrtc_options",
+                                             r.nvrtc_options)) {
+                return s;
+            }
+        }
+        if (KJIT_OPTION_PRESENT(options, include_path_count)) {
+            if (kjit_status s = take_strings(options->include_paths, options->include_path_count, "include_paths",
+                                             r.include_paths)) {
+                return s;
+            }
+        }
+        if (KJIT_OPTION_PRESENT(options, header_count)) {
+            if (options->header_count > 0 && !options->headers) {
+                return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: options.headers is NULL but header_count is not 0");
+            }
+            for (size_t i = 0; i < options->header_count; ++i) {
+                const kjit_header &h = options->headers[i];
+                if (!h.name || !h.source) {
+                    return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                                ("kjit_compile: options.headers[" + std::to_string(i) + "] has a NULL name or source").c_str());
+                }
+                r.headers.emplace_back(h.name, h.source);
+            }
+        }
+        if (KJIT_OPTION_PRESENT(options, name_expression) && options->name_expression) {
+            r.name_expression = options->name_expression;
+        }
+    }
+    if (cache_dir && *cache_dir) {
+        r.cache_dir = cache_dir;
+    } else {
+        auto dir = kjit::cache::default_cache_dir();
+        if (!dir) return fail(dir.error());
+        r.cache_dir = *dir;
+    }
+    if (arch && *arch) {
+        r.arch = arch;
+    } else {
+        auto detected = kjit::cache::default_arch();
+        if (!detected) return fail(detected.error());
+        r.arch = *detected;
+    }
     return KJIT_OK;
 }
 
@@ -126,6 +209,24 @@ KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keywo
         auto resolved = kjit::NameResolver::instance().resolve(cubin_path, keyword);
         if (!resolved) return fail(resolved.error());
         return copy_out(*resolved, name, name_size, name_len, "name");
+    });
+}
+
+KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
+                                  char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len) {
+    return guarded("kjit_compile", [&]() -> kjit_status {
+        if (!source) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: source is NULL");
+        if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: keyword is NULL");
+        if (!cubin_path && cubin_path_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: cubin_path is NULL but cubin_path_size is not 0");
+        }
+        kjit::cache::Request request;
+        request.source = source;
+        request.keyword = keyword;
+        if (kjit_status s = request_from(options, request)) return s;
+        auto path = kjit::cache::Cache::instance().compile(request);
+        if (!path) return fail(path.error());
+        return copy_out(*path, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
     });
 }
 

@@ -136,6 +136,79 @@ KJIT_API const char *kjit_version_string(void);
 KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keyword,
                                        char *name, size_t name_size, size_t *name_len);
 
+/** An in-memory header offered to NVRTC: `#include "<name>"` in the source finds it. */
+typedef struct kjit_header {
+    const char *name;   /**< Include name, e.g. "tile_config.h". */
+    const char *source; /**< Its text (NUL-terminated). */
+} kjit_header;
+
+/**
+ * Options for kjit_compile. Set `struct_size = sizeof(kjit_compile_options)` (or start from
+ * KJIT_COMPILE_OPTIONS_INIT); fields are only ever appended, so a caller built against an older,
+ * smaller struct keeps working. Every pointer may be NULL (and every count 0) for the default.
+ * Nothing is retained after the call returns.
+ */
+typedef struct kjit_compile_options {
+    size_t struct_size;
+    /** Cache folder. Default: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else
+        $HOME/.cache/kjit. Created (mode 0700) when missing. */
+    const char *cache_dir;
+    /** Target, a real architecture such as "sm_90a" or "sm_100a" (a cubin is required, so
+        "compute_XX" is refused). Default: $KJIT_ARCH, else the current GPU's through the
+        driver when one is present, else KJIT_ERROR_INVALID_ARGUMENT. */
+    const char *arch;
+    /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch). */
+    const char *const *nvrtc_options;
+    size_t nvrtc_option_count;
+    /** Folders searched for #include, in order. The headers a compile reads from them enter
+        the cache key by content: editing one gives a miss, never a stale hit. */
+    const char *const *include_paths;
+    size_t include_path_count;
+    /** In-memory headers. */
+    const kjit_header *headers;
+    size_t header_count;
+    /** Optional C++ name expression such as "gemm<128, 64>", lowered with
+        nvrtcGetLoweredName; the lowered name must pass the keyword rule for `keyword`. */
+    const char *name_expression;
+} kjit_compile_options;
+
+/** Initializer for kjit_compile_options: the size set, everything else default. */
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL }
+
+/**
+ * @brief Compiles CUDA C++ with NVRTC into the on-disk cubin cache, or finds it there.
+ *
+ * The cache key covers everything that changes the cubin: the source, the in-memory headers,
+ * the NVRTC options in order, the include paths and the content of every header read through
+ * them, the arch, the name expression, the keyword, NVRTC's version and the cache format
+ * version. A hit runs no NVRTC, reads no cubin and scans nothing. A miss compiles once, resolves
+ * the kernel name (the lowered name expression, else a scan with the keyword rule) and
+ * publishes the entry atomically (cubin, `<cubin>.name` sidecar, source and manifest), so the
+ * first kjit_resolve_name or kjit_load_cached on the result is already a sidecar hit. A failed
+ * compile publishes nothing. Layout: `<cache>/<k0k1>/<32 hex key>/kernel.cubin`.
+ *
+ * @param[in]  source          CUDA C++ source (NUL-terminated). Not retained.
+ * @param[in]  keyword         The kernel, as for kjit_resolve_name.
+ * @param[in]  options         NULL for all defaults, else a struct with struct_size set.
+ * @param[out] cubin_path      Caller buffer for the NUL-terminated absolute path of the cached
+ *                             cubin; may be NULL only when cubin_path_size is 0.
+ * @param[in]  cubin_path_size Size of `cubin_path` in bytes.
+ * @param[out] cubin_path_len  If not NULL, receives strlen of the path, also on
+ *                             KJIT_ERROR_BUFFER_TOO_SMALL.
+ * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (NULL source or keyword, bad keyword, bad
+ *         struct_size, no or a virtual arch, -arch among the options, a name expression whose
+ *         lowered name does not match the keyword); KJIT_ERROR_COMPILE (the whole NVRTC log is
+ *         in kjit_last_error()); KJIT_ERROR_NVRTC (an unknown option, ...); KJIT_ERROR_NOT_FOUND
+ *         or KJIT_ERROR_AMBIGUOUS (the keyword in the fresh cubin); KJIT_ERROR_IO (the cache
+ *         folder cannot be created or written; a read-only cache still answers hits);
+ *         KJIT_ERROR_BUFFER_TOO_SMALL; KJIT_ERROR_OUT_OF_MEMORY; KJIT_ERROR_INTERNAL.
+ * @note Thread safe. Within a process at most one NVRTC run per key happens at a time (other
+ *       callers wait for it and share its result); across processes, concurrent misses on one
+ *       key may each compile, and every one returns a complete entry. Hits take no lock.
+ */
+KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
+                                  char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len);
+
 KJIT_END_DECLS
 
 #endif /* KJIT_KJIT_H */

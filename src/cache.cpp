@@ -1,0 +1,473 @@
+#include "cache.hpp"
+
+#include "compiler.hpp"
+#include "driver.hpp"
+#include "hashing.hpp"
+#include "include_scanner.hpp"
+#include "log.hpp"
+#include "name_matcher.hpp"
+#include "name_resolver.hpp"
+#include "posix_file.hpp"
+#include "sidecar_store.hpp"
+#include "symbol_scanner.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+
+namespace kjit::cache {
+
+namespace {
+
+constexpr std::int64_t kCubinBackdateSeconds = 10;
+constexpr std::size_t kMaxDepsFileSize = 64u << 20;
+
+// Entry files.
+constexpr const char *kCubinFile = "kernel.cubin";
+constexpr const char *kSourceFile = "source.cu";
+constexpr const char *kManifestFile = "manifest.txt";
+constexpr const char *kDepsFile = "deps.txt";
+
+std::atomic<unsigned long> temp_sequence{0};
+
+std::string env(const char *name) {
+    const char *v = std::getenv(name);
+    return v ? std::string(v) : std::string();
+}
+
+// One labelled, length-prefixed field of the key encoding: no two different inputs encode alike.
+void field(std::string &enc, const char *label, std::string_view value) {
+    enc += label;
+    enc += '\0';
+    std::uint64_t n = value.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) enc += static_cast<char>(n & 0xff);
+    enc.append(value.data(), value.size());
+}
+
+const std::string &nvrtc_version() {
+    static const std::string v = compiler::nvrtc_version();
+    return v;
+}
+
+Error io_error(const std::string &what, const std::string &path, int err) {
+    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
+}
+
+// mkdir -p with `mode` for the folders it creates; an existing non-folder is an error.
+Status make_dirs(const std::string &path, mode_t mode) {
+    std::string partial;
+    std::size_t pos = 0;
+    while (pos != std::string::npos) {
+        pos = path.find('/', pos + 1);
+        partial = path.substr(0, pos);
+        if (partial.empty()) continue;
+        if (::mkdir(partial.c_str(), mode) == 0) continue;
+        const int err = errno;
+        struct stat st {};
+        if (err == EEXIST && ::stat(partial.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+        return io_error("cannot create cache folder", partial, err == EEXIST ? ENOTDIR : err);
+    }
+    return Ok{};
+}
+
+// Writes `bytes` to a new file (never through a link, never over an existing file) and fsyncs
+// it. With `backdate`, the file's mtime is set kCubinBackdateSeconds in the past (see publish).
+Status write_new_file(const std::string &path, std::string_view bytes, bool backdate = false) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd.valid()) return io_error("cannot create", path, errno);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return io_error("cannot write", path, errno);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (backdate) {
+        struct timespec now {};
+        clock_gettime(CLOCK_REALTIME, &now);
+        now.tv_sec -= kCubinBackdateSeconds;
+        const struct timespec times[2] = {now, now};
+        if (::futimens(fd.get(), times) != 0) return io_error("cannot set the mtime of", path, errno);
+    }
+    if (::fsync(fd.get()) != 0) return io_error("cannot fsync", path, errno);
+    if (fd.reset() != 0) return io_error("cannot close", path, errno);
+    return Ok{};
+}
+
+Status fsync_dir(const std::string &path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid() || ::fsync(fd.get()) != 0) return io_error("cannot fsync folder", path, errno);
+    return Ok{};
+}
+
+void remove_tree(const std::string &path) {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec) log().warn("could not remove '{}': {}", path, ec.message());
+}
+
+// Reads a small file whole; nullopt when it is missing, unreadable or over `limit` bytes.
+std::optional<std::string> read_small_file(const std::string &path, std::size_t limit) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) return std::nullopt;
+    std::string text;
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return std::nullopt;
+        if (n == 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+        if (text.size() > limit) return std::nullopt;
+    }
+    return text;
+}
+
+std::string escape_line(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\') {
+            out += "\\\\";
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::size_t cubin_bytes,
+                          double compile_seconds) {
+    char created[32];
+    const std::time_t now = std::time(nullptr);
+    struct tm utc {};
+    gmtime_r(&now, &utc);
+    std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    std::string m = "kjit-manifest " + std::to_string(kFormatVersion) + "\n";
+    auto line = [&](const char *label, std::string_view value) {
+        m += label;
+        m += ": ";
+        m += escape_line(value);
+        m += '\n';
+    };
+    line("key", key);
+    line("keyword", r.keyword);
+    line("name", name);
+    line("arch", r.arch);
+    line("nvrtc", nvrtc_version());
+    for (const auto &o : r.nvrtc_options) line("option", o);
+    for (const auto &p : r.include_paths) line("include_path", p);
+    for (const auto &h : r.headers) line("header", h.first);
+    if (r.name_expression) line("name_expression", *r.name_expression);
+    line("cubin_bytes", std::to_string(cubin_bytes));
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.3f", compile_seconds);
+    line("compile_seconds", secs);
+    line("created", created);
+    return m;
+}
+
+enum class Lookup { hit, absent, unusable };
+
+// Whether the entry at `entry` answers `request`: its headers under include paths unchanged and
+// its cubin and sidecar intact. Reads the sidecar, stats the cubin (and each recorded header);
+// no cubin read, no scan, unless the sidecar itself was damaged.
+Lookup look_up(const Request &request, const std::string &entry, std::string *why) {
+    const std::string cubin = entry + "/" + kCubinFile;
+    struct stat st {};
+    if (::stat(entry.c_str(), &st) != 0) return Lookup::absent;
+    if (!request.include_paths.empty()) {
+        const auto text = read_small_file(entry + "/" + kDepsFile, kMaxDepsFileSize);
+        auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(
+                                                                 Error{Errc::io, "missing"});
+        if (!deps) {
+            *why = "its header list is missing or damaged";
+            return Lookup::unusable;
+        }
+        if (!include_scanner::still_current(*deps)) {
+            *why = "a header under the include paths changed";
+            return Lookup::unusable;
+        }
+    }
+    auto name = NameResolver::instance().resolve(cubin, request.keyword);
+    if (!name) {
+        *why = name.error().message;
+        return Lookup::unusable;
+    }
+    return Lookup::hit;
+}
+
+}  // namespace
+
+Result<std::string> default_cache_dir() {
+    if (std::string v = env("KJIT_CACHE_DIR"); !v.empty()) return v;
+    if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/kjit";
+    if (std::string v = env("HOME"); !v.empty()) return v + "/.cache/kjit";
+    return Error{Errc::invalid_argument,
+                 "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
+}
+
+Status check_arch(const std::string &arch) {
+    if (arch.compare(0, 8, "compute_") == 0) {
+        return Error{Errc::invalid_argument, "arch '" + arch +
+                                                 "' is a virtual architecture (NVRTC makes PTX only for it) and "
+                                                 "kjit_compile needs a cubin: use sm_" +
+                                                 arch.substr(8)};
+    }
+    std::size_t digits = 0;
+    while (3 + digits < arch.size() && arch[3 + digits] >= '0' && arch[3 + digits] <= '9') ++digits;
+    const std::size_t rest = arch.size() - 3 - digits;
+    const bool suffix_ok = rest == 0 || (rest == 1 && (arch.back() == 'a' || arch.back() == 'f'));
+    if (arch.compare(0, 3, "sm_") != 0 || digits < 2 || !suffix_ok) {
+        return Error{Errc::invalid_argument,
+                     "arch '" + arch + "' is not a GPU target such as sm_90, sm_90a or sm_100a"};
+    }
+    return Ok{};
+}
+
+Result<std::string> default_arch() {
+    if (std::string v = env("KJIT_ARCH"); !v.empty()) return v;
+    auto detected = driver::current_device_arch();
+    if (detected) return detected;
+    return Error{Errc::invalid_argument, "no target arch: set kjit_compile_options.arch or $KJIT_ARCH (e.g. sm_90a); "
+                                         "it could not be taken from a GPU either: " +
+                                             detected.error().message};
+}
+
+std::string key_of(const Request &r) {
+    std::string enc;
+    enc.reserve(r.source.size() + 512);
+    field(enc, "kjit-cache-key", std::to_string(kFormatVersion));
+    field(enc, "nvrtc", nvrtc_version());
+    field(enc, "source", r.source);
+    field(enc, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(enc, "header.name", h.first);
+        field(enc, "header.source", h.second);
+    }
+    field(enc, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(enc, "option", o);
+    field(enc, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(enc, "include_path", p);
+    field(enc, "arch", r.arch);
+    field(enc, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
+    field(enc, "keyword", r.keyword);
+    const XXH128_hash_t h = XXH3_128bits(enc.data(), enc.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
+                  static_cast<std::uint64_t>(h.low64));
+    return hex;
+}
+
+Cache &Cache::instance() {
+    static Cache *const cache = new Cache();  // leaked: usable during exit
+    return *cache;
+}
+
+Result<std::string> Cache::compile(const Request &original) {
+    if (auto st = name_matcher::check_keyword(original.keyword); !st) return std::move(st).error();
+    if (auto st = check_arch(original.arch); !st) return std::move(st).error();
+    for (const std::string &o : original.nvrtc_options) {
+        if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
+            o.compare(0, 18, "-gpu-architecture") == 0) {
+            return Error{Errc::invalid_argument,
+                         "NVRTC option '" + o + "' sets the target: use kjit_compile_options.arch instead"};
+        }
+    }
+    // Relative folders mean different things in different working directories: key and
+    // compile with absolute ones.
+    Request request = original;
+    std::error_code ec;
+    request.cache_dir = std::filesystem::absolute(original.cache_dir, ec).lexically_normal().string();
+    if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + original.cache_dir + "' absolute"};
+    while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
+    for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
+
+    const std::string key = key_of(request);
+    const std::string entry = request.cache_dir + "/" + key.substr(0, 2) + "/" + key;
+    const std::string cubin = entry + "/" + kCubinFile;
+
+    std::string why;
+    const Lookup found = look_up(request, entry, &why);
+    if (found == Lookup::hit) {
+        counters_.hits.fetch_add(1, std::memory_order_relaxed);
+        log().debug("cache hit {} [{}]: {}", key, request.keyword, cubin);
+        return cubin;
+    }
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    log().debug("cache miss {} [{}]: {}", key, request.keyword,
+                found == Lookup::absent ? std::string("no entry") : "entry unusable: " + why);
+
+    // One compile per key in this process; later callers wait for it and share its result.
+    std::shared_ptr<Flight> flight;
+    bool leader = false;
+    {
+        std::lock_guard<std::mutex> lock(flights_mutex_);
+        auto &slot = flights_[key];
+        if (!slot) {
+            slot = std::make_shared<Flight>();
+            leader = true;
+        }
+        flight = slot;
+    }
+    if (!leader) {
+        counters_.shared_waits.fetch_add(1, std::memory_order_relaxed);
+        std::unique_lock<std::mutex> lock(flight->mutex);
+        flight->done_cv.wait(lock, [&] { return flight->done; });
+        return *flight->result;
+    }
+    Result<std::string> result = [&]() -> Result<std::string> {
+        try {
+            return compile_and_publish(request, key, entry);
+        } catch (const std::bad_alloc &) {
+            return Error{Errc::out_of_memory, "out of memory while compiling " + key};
+        } catch (const std::exception &e) {
+            return Error{Errc::internal, std::string("internal error while compiling: ") + e.what()};
+        }
+    }();
+    {
+        std::lock_guard<std::mutex> lock(flight->mutex);
+        flight->result = result;
+        flight->done = true;
+    }
+    flight->done_cv.notify_all();
+    {
+        std::lock_guard<std::mutex> lock(flights_mutex_);
+        flights_.erase(key);
+    }
+    return result;
+}
+
+Result<std::string> Cache::compile_and_publish(const Request &request, const std::string &key,
+                                               const std::string &entry) {
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    // Another process may have published while this one waited or looked.
+    std::string why;
+    if (look_up(request, entry, &why) == Lookup::hit) return cubin_path;
+
+    // Headers are recorded before the compile: one edited during it then misses next time.
+    std::vector<include_scanner::Dependency> deps;
+    if (!request.include_paths.empty()) {
+        auto scanned = include_scanner::scan(request.source, request.headers, request.include_paths);
+        if (!scanned) return std::move(scanned).error();
+        deps = std::move(*scanned);
+    }
+
+    compiler::Request nvrtc;
+    nvrtc.source = request.source;
+    nvrtc.program_name = kSourceFile;
+    nvrtc.options.push_back("-arch=" + request.arch);
+    nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
+    for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
+    nvrtc.headers = request.headers;
+    if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);
+
+    counters_.nvrtc_runs.fetch_add(1, std::memory_order_relaxed);
+    const int in_flight = counters_.compiles_in_flight.fetch_add(1) + 1;
+    for (int seen = counters_.max_compiles_in_flight.load();
+         in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
+    }
+    const auto started = std::chrono::steady_clock::now();
+    auto compiled = compiler::compile(nvrtc);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    counters_.compiles_in_flight.fetch_sub(1);
+    if (!compiled) return std::move(compiled).error();
+    if (seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", key, request.keyword, seconds);
+    log().debug("compiled {} [{}] in {:.3f} s", key, request.keyword, seconds);
+
+    // The kernel name: the lowered name expression (which must obey the keyword rule), else
+    // the keyword rule over the fresh cubin.
+    std::string name;
+    if (request.name_expression) {
+        name = compiled->lowered_names.at(0).second;
+        if (!name_matcher::matches(name, request.keyword)) {
+            return Error{Errc::invalid_argument, "name expression '" + *request.name_expression + "' lowers to '" +
+                                                     name + "', which does not match keyword '" + request.keyword +
+                                                     "'"};
+        }
+    } else {
+        auto table = SymbolTable::from_bytes(compiled->cubin, "fresh cubin for " + key);
+        if (!table) return std::move(table).error();
+        std::vector<name_matcher::Candidate> candidates;
+        for (const FunctionSymbol &f : table->functions()) candidates.push_back({f.name, f.is_entry});
+        auto chosen = name_matcher::select(candidates, request.keyword);
+        if (!chosen) {
+            Error e = std::move(chosen).error();
+            e.message = "in the compiled source: " + e.message;
+            return e;
+        }
+        name.assign(*chosen);
+    }
+
+    // Folders are created only now: a failed compile leaves nothing behind.
+    const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
+    if (auto made = make_dirs(shard, 0700); !made) return std::move(made).error();
+
+    // Build the whole entry in a private temp folder beside its final place, then rename it
+    // into place: readers see a complete entry or none. The cubin's mtime is set in the past,
+    // so its sidecar line needs no content hash (it is not "young"), and any later change to
+    // the file, which would stamp the current time, can never look like this version.
+    const std::string temp = shard + "/.tmp-" + key + "-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
+    if (::mkdir(temp.c_str(), 0700) != 0) return io_error("cannot create cache temp folder", temp, errno);
+    auto fail = [&](Error e) -> Result<std::string> {
+        remove_tree(temp);
+        return e;
+    };
+    const std::string temp_cubin = temp + "/" + kCubinFile;
+    if (auto st = write_new_file(temp_cubin, compiled->cubin, true); !st) return fail(std::move(st).error());
+    struct stat st {};
+    if (::stat(temp_cubin.c_str(), &st) != 0) return fail(io_error("cannot stat", temp_cubin, errno));
+    sidecar::Line line;
+    line.keyword = request.keyword;
+    line.cubin_size = static_cast<std::uint64_t>(st.st_size);
+    line.mtime_sec = st.st_mtim.tv_sec;
+    line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+    line.name = name;
+    for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
+                             std::make_pair(temp + "/" + kSourceFile, request.source),
+                             std::make_pair(temp + "/" + kManifestFile,
+                                            manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
+        if (auto w = write_new_file(file.first, file.second); !w) return fail(std::move(w).error());
+    }
+    if (!request.include_paths.empty()) {
+        if (auto w = write_new_file(temp + "/" + kDepsFile, include_scanner::format(deps)); !w) {
+            return fail(std::move(w).error());
+        }
+    }
+    if (auto s = fsync_dir(temp); !s) return fail(std::move(s).error());
+
+    if (::rename(temp.c_str(), entry.c_str()) != 0) {
+        const int err = errno;
+        if (err != ENOTEMPTY && err != EEXIST) return fail(io_error("cannot publish cache entry", entry, err));
+        // An entry is there already: another process won the race, or it is stale/damaged.
+        if (look_up(request, entry, &why) == Lookup::hit) {
+            remove_tree(temp);
+            return cubin_path;
+        }
+        // Swap ours in atomically; the old entry ends up in `temp` and goes with it.
+        if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, entry.c_str(), RENAME_EXCHANGE) != 0) {
+            return fail(io_error("cannot replace cache entry", entry, errno));
+        }
+        counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
+        log().debug("replaced unusable cache entry {}: {}", entry, why);
+        remove_tree(temp);
+    }
+    if (auto s = fsync_dir(shard); !s) log().debug("{}", s.error().message);
+    log().debug("published {} [{}] -> {}", key, request.keyword, name);
+    return cubin_path;
+}
+
+}  // namespace kjit::cache

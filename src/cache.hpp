@@ -1,0 +1,91 @@
+// Cache: kjit_compile's content-addressed cubin cache. Computes the key, looks entries up,
+// compiles misses (once per key per process at a time) and publishes each entry atomically:
+// the entry is built in a temp folder beside its final place and renamed into place, so an
+// entry either is complete or does not exist. Layout (docs/cache-layout.md):
+//
+//   <cache>/<k0k1>/<key>/kernel.cubin        the cubin
+//                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
+//                        source.cu           the source, for people debugging a failure
+//                        manifest.txt        options, arch, NVRTC version, name, creation time
+//                        deps.txt            headers read through include paths (when any)
+//
+// Knows the compiler, the name resolver (for the entry's sidecar check and the name rule) and
+// the include scanner.
+#pragma once
+
+#include "status.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit::cache {
+
+// Bumped whenever the entry layout or the key encoding changes: old entries then miss.
+constexpr int kFormatVersion = 1;
+
+struct Request {
+    std::string source;
+    std::string keyword;
+    std::string cache_dir;  // resolved (see default_cache_dir)
+    std::string arch;       // resolved, e.g. "sm_90a" (see default_arch)
+    std::vector<std::string> nvrtc_options;
+    std::vector<std::string> include_paths;
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::optional<std::string> name_expression;
+};
+
+// $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
+Result<std::string> default_cache_dir();
+// $KJIT_ARCH, else the current GPU's (driver), else Errc::invalid_argument saying how to set it.
+Result<std::string> default_arch();
+// invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
+Status check_arch(const std::string &arch);
+
+// The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
+// changes the cubin (but not the content of headers under include paths: see deps.txt).
+std::string key_of(const Request &request);
+
+class Cache {
+public:
+    struct Counters {
+        std::atomic<std::uint64_t> hits{0};
+        std::atomic<std::uint64_t> misses{0};
+        std::atomic<std::uint64_t> nvrtc_runs{0};
+        std::atomic<std::uint64_t> shared_waits{0};   // callers that waited for another's compile
+        std::atomic<std::uint64_t> rebuilt_entries{0};  // damaged or stale entries replaced
+        std::atomic<int> compiles_in_flight{0};
+        std::atomic<int> max_compiles_in_flight{0};
+    };
+
+    static Cache &instance();
+
+    // The cached cubin's absolute path for `request`, compiling it on a miss. Thread safe.
+    Result<std::string> compile(const Request &request);
+
+    const Counters &counters() const { return counters_; }
+
+private:
+    struct Flight {
+        std::mutex mutex;
+        std::condition_variable done_cv;
+        bool done = false;
+        std::optional<Result<std::string>> result;
+    };
+
+    Result<std::string> compile_and_publish(const Request &request, const std::string &key,
+                                            const std::string &entry);
+
+    Counters counters_;
+    std::mutex flights_mutex_;
+    std::map<std::string, std::shared_ptr<Flight>> flights_;
+};
+
+}  // namespace kjit::cache
