@@ -281,3 +281,143 @@ TEST(CApi, DebugLogShowsSidecarDecisions) {
     const std::string third = run("debug");
     EXPECT_NE(third.find("sidecar hit"), std::string::npos) << third;
 }
+
+namespace {
+
+const char *const kCompileSource = R"(
+template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }
+template __global__ void gemm<128>(float *);
+)";
+
+}  // namespace
+
+TEST(CApiCompile, CompilesThenHitsAndTheNameIsWarm) {
+    TempDir dir;
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = dir.file("cache");
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    char path[4096];
+    size_t len = 0;
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, &len), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(std::strlen(path), len);
+    struct stat first {};
+    ASSERT_EQ(::stat(path, &first), 0);
+    char again[4096];
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, again, sizeof again, nullptr), KJIT_OK);
+    EXPECT_STREQ(again, path);
+    struct stat second {};
+    ASSERT_EQ(::stat(again, &second), 0);
+    EXPECT_EQ(first.st_ino, second.st_ino);  // the hit did not republish
+    EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi128EEvPf");
+    // Length-only query and a short buffer.
+    size_t need = 0;
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, nullptr, 0, &need), KJIT_OK);
+    EXPECT_EQ(need, len);
+    char small[8];
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, small, sizeof small, &need), KJIT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_EQ(need, len);
+}
+
+TEST(CApiCompile, OlderSmallerOptionsStructStillWorks) {
+    // What a caller built against a header whose struct ended after `arch` passes in.
+    struct options_v0 {
+        size_t struct_size;
+        const char *cache_dir;
+        const char *arch;
+    };
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    options_v0 old = {sizeof(options_v0), cache.c_str(), "sm_90"};
+    char path[4096];
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", reinterpret_cast<const kjit_compile_options *>(&old), path,
+                           sizeof path, nullptr),
+              KJIT_OK)
+        << kjit_last_error();
+    EXPECT_EQ(std::string(path).rfind(cache, 0), 0u);
+    kjit_compile_options bad = KJIT_COMPILE_OPTIONS_INIT;
+    bad.struct_size = sizeof bad + 8;  // from a newer libkjit than this one
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &bad, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("struct_size"), std::string::npos);
+    bad.struct_size = 0;
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &bad, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CApiCompile, NullOptionsUseTheEnvironment) {
+    TempDir dir;
+    const std::string cache = dir.file("env-cache");
+    ::setenv("KJIT_CACHE_DIR", cache.c_str(), 1);
+    ::setenv("KJIT_ARCH", "sm_90", 1);
+    char path[4096];
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", nullptr, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(std::string(path).rfind(cache + "/", 0), 0u) << path;
+    EXPECT_NE(std::string(path).find("/kernel.cubin"), std::string::npos);
+    ::unsetenv("KJIT_ARCH");
+    ::setenv("KJIT_LIBCUDA", "/nonexistent/libcuda.so.1", 0);
+    if (kjit_compile(kCompileSource, "gemm", nullptr, path, sizeof path, nullptr) != KJIT_OK) {
+        EXPECT_NE(std::string(kjit_last_error()).find("KJIT_ARCH"), std::string::npos) << kjit_last_error();
+    }
+    ::unsetenv("KJIT_CACHE_DIR");
+    ::unsetenv("KJIT_LIBCUDA");
+}
+
+TEST(CApiCompile, ArgumentChecks) {
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.arch = "sm_90";
+    o.cache_dir = "/tmp/kjit-never-created-by-this-test";
+    char path[256];
+    EXPECT_EQ(kjit_compile(nullptr, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile(kCompileSource, nullptr, &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm.*", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, nullptr, 16, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    o.nvrtc_option_count = 2;  // with a NULL array
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("nvrtc_options"), std::string::npos);
+    const char *opts[] = {"-std=c++17", nullptr};
+    o.nvrtc_options = opts;
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("nvrtc_options[1]"), std::string::npos);
+    o.nvrtc_option_count = 0;
+    kjit_header h = {"a.h", nullptr};
+    o.headers = &h;
+    o.header_count = 1;
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    o.header_count = 0;
+    o.arch = "compute_90";
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("sm_90"), std::string::npos);
+    EXPECT_FALSE(exists("/tmp/kjit-never-created-by-this-test"));
+}
+
+TEST(CApiCompile, HeadersOptionsAndNameExpression) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/scale.h"), "#define SCALE 2.0f\n");
+    const std::string inc = dir.file("inc");
+    const char *includes[] = {inc.c_str()};
+    const char *opts[] = {"-std=c++17", "-DOFFSET=1.0f"};
+    kjit_header h = {"tile.h", "template <int T> struct Tile { static constexpr int size = T; };\n"};
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    o.nvrtc_options = opts;
+    o.nvrtc_option_count = 2;
+    o.include_paths = includes;
+    o.include_path_count = 1;
+    o.headers = &h;
+    o.header_count = 1;
+    o.name_expression = "gemm<Tile<64>::size>";
+    const char *src = R"(
+#include "tile.h"
+#include "scale.h"
+template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N * SCALE + OFFSET; }
+)";
+    char path[4096];
+    ASSERT_EQ(kjit_compile(src, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi64EEvPf");
+    const char *bad_src = "__global__ void gemm(float *p) { p[0] = NOT_DEFINED; }\n";
+    o.name_expression = nullptr;
+    EXPECT_EQ(kjit_compile(bad_src, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_COMPILE);
+    EXPECT_NE(std::string(kjit_last_error()).find("NOT_DEFINED"), std::string::npos);
+}

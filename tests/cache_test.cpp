@@ -1,0 +1,494 @@
+#include "cache.hpp"
+
+#include "include_scanner.hpp"
+#include "sidecar_store.hpp"
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+using kjit::Errc;
+using kjit::cache::Cache;
+using kjit::cache::Request;
+using namespace kjit_test;
+
+namespace {
+
+const char *const kTemplated = R"(
+template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }
+template __global__ void gemm<128>(float *);
+)";
+
+Request base_request(const std::string &cache_dir) {
+    Request r;
+    r.source = kTemplated;
+    r.keyword = "gemm";
+    r.cache_dir = cache_dir;
+    r.arch = "sm_90";
+    return r;
+}
+
+std::string compile_ok(Cache &cache, const Request &r) {
+    auto path = cache.compile(r);
+    EXPECT_TRUE(path.ok()) << path.error().message;
+    return path.ok() ? *path : std::string();
+}
+
+std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
+
+// Every folder below `cache` named like an entry is complete; returns how many there are.
+int complete_entries(const std::string &cache) {
+    int n = 0;
+    for (const std::string &shard : list_dir(cache)) {
+        for (const std::string &e : list_dir(cache + "/" + shard)) {
+            if (e[0] == '.') continue;  // a temp folder left by a killed writer
+            const std::string dir = cache + "/" + shard + "/" + e;
+            EXPECT_TRUE(exists(dir + "/kernel.cubin")) << dir;
+            EXPECT_TRUE(exists(dir + "/kernel.cubin.name")) << dir;
+            EXPECT_TRUE(exists(dir + "/manifest.txt")) << dir;
+            EXPECT_TRUE(exists(dir + "/source.cu")) << dir;
+            ++n;
+        }
+    }
+    return n;
+}
+
+}  // namespace
+
+TEST(Cache, MissThenHitWithoutNvrtc) {
+    TempDir dir;
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = compile_ok(cache, r);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(path.rfind(dir.file("cache") + "/", 0), 0u) << path;
+    EXPECT_EQ(path.substr(path.size() - 13), "/kernel.cubin");
+    const std::string key = kjit::cache::key_of(r);
+    EXPECT_EQ(entry_of(path), dir.file("cache") + "/" + key.substr(0, 2) + "/" + key);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().hits, 3u);
+    // The sidecar was published with the entry: the name is there without a scan.
+    const auto sc = kjit::sidecar::read(kjit::sidecar::path_for(path));
+    ASSERT_EQ(sc.lines.size(), 1u);
+    EXPECT_EQ(sc.lines[0].name, "_Z4gemmILi128EEvPf");
+    EXPECT_FALSE(sc.lines[0].content_hash.has_value());
+    EXPECT_EQ(read_file(entry_of(path) + "/source.cu"), kTemplated);
+    const std::string manifest = read_file(entry_of(path) + "/manifest.txt");
+    for (const char *field : {"arch: sm_90", "name: _Z4gemmILi128EEvPf", "nvrtc: ", "created: "}) {
+        EXPECT_NE(manifest.find(field), std::string::npos) << manifest;
+    }
+    struct stat st {};
+    ASSERT_EQ(::stat(entry_of(path).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    ASSERT_EQ(::stat(dir.file("cache").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST(Cache, KeyChangesWithEachInputAlone) {
+    const Request base = base_request("/c");
+    std::vector<Request> variants(11, base);
+    variants[0].source += " ";
+    variants[1].headers = {{"a.h", "#define A 1"}};
+    variants[2].headers = {{"a.h", "#define A 2"}};
+    variants[3].headers = {{"b.h", "#define A 1"}};
+    variants[4].nvrtc_options = {"-DX=1"};
+    variants[5].nvrtc_options = {"-DX=1", "-DY=1"};
+    variants[6].nvrtc_options = {"-DY=1", "-DX=1"};
+    variants[7].include_paths = {"/inc"};
+    variants[8].arch = "sm_90a";
+    variants[9].name_expression = "gemm<128>";
+    variants[10].keyword = "gem";
+    std::set<std::string> keys = {kjit::cache::key_of(base)};
+    for (const Request &v : variants) keys.insert(kjit::cache::key_of(v));
+    EXPECT_EQ(keys.size(), variants.size() + 1);
+    // The cache folder is not an input: a copied cache keeps its keys.
+    Request elsewhere = base;
+    elsewhere.cache_dir = "/elsewhere";
+    EXPECT_EQ(kjit::cache::key_of(elsewhere), kjit::cache::key_of(base));
+    // An empty name expression differs from none; option boundaries are not ambiguous.
+    Request empty_expr = base, joined = base, split = base;
+    empty_expr.name_expression = "";
+    joined.nvrtc_options = {"-DX=1 -DY=1"};
+    split.nvrtc_options = {"-DX=1", "-DY=1"};
+    EXPECT_NE(kjit::cache::key_of(empty_expr), kjit::cache::key_of(base));
+    EXPECT_NE(kjit::cache::key_of(joined), kjit::cache::key_of(split));
+}
+
+TEST(Cache, KeyIsTheSameInAnotherProcess) {
+    const Request r = base_request("/c");
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        const std::string k = kjit::cache::key_of(r);
+        ::_exit(::write(fds[1], k.data(), k.size()) == static_cast<ssize_t>(k.size()) ? 0 : 1);
+    }
+    ::close(fds[1]);
+    char buf[64] = {};
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), kjit::cache::key_of(r));
+    EXPECT_EQ(kjit::cache::key_of(r).size(), 32u);
+}
+
+TEST(Cache, CompileErrorCarriesTheLogAndPublishesNothing) {
+    TempDir dir;
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "__global__ void gemm(float *p) {\n  p[0] = undefined_thing;\n}\n";
+    auto path = cache.compile(r);
+    ASSERT_FALSE(path.ok());
+    EXPECT_EQ(path.error().code, Errc::compile);
+    EXPECT_NE(path.error().message.find("source.cu(2)"), std::string::npos) << path.error().message;
+    EXPECT_NE(path.error().message.find("undefined_thing"), std::string::npos);
+    EXPECT_FALSE(exists(dir.file("cache")));
+}
+
+TEST(Cache, BadArchOptionsAndNameExpressions) {
+    TempDir dir;
+    Cache cache;
+    for (const char *arch : {"compute_90", "sm_9", "gfx90a", "sm_90x", ""}) {
+        Request r = base_request(dir.file("cache"));
+        r.arch = arch;
+        auto path = cache.compile(r);
+        ASSERT_FALSE(path.ok()) << arch;
+        EXPECT_EQ(path.error().code, Errc::invalid_argument) << arch;
+    }
+    Request virt = base_request(dir.file("cache"));
+    virt.arch = "compute_90";
+    EXPECT_NE(cache.compile(virt).error().message.find("use sm_90"), std::string::npos);
+
+    Request arch_option = base_request(dir.file("cache"));
+    arch_option.nvrtc_options = {"-arch=sm_80"};
+    EXPECT_EQ(cache.compile(arch_option).error().code, Errc::invalid_argument);
+
+    Request bad_option = base_request(dir.file("cache"));
+    bad_option.nvrtc_options = {"--no-such-option"};
+    auto bad = cache.compile(bad_option);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.error().code, Errc::nvrtc);
+    EXPECT_NE(bad.error().message.find("no-such-option"), std::string::npos) << bad.error().message;
+
+    Request mismatch = base_request(dir.file("cache"));
+    mismatch.keyword = "attention";
+    mismatch.name_expression = "gemm<128>";
+    auto m = cache.compile(mismatch);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.error().code, Errc::invalid_argument);
+    EXPECT_NE(m.error().message.find("gemm<128>"), std::string::npos);
+    EXPECT_NE(m.error().message.find("attention"), std::string::npos);
+    EXPECT_FALSE(exists(dir.file("cache")));
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);  // only the two that reached NVRTC
+}
+
+TEST(Cache, NameExpressionGivesTheLoweredName) {
+    TempDir dir;
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n";
+    r.name_expression = "gemm<64>";
+    const std::string path = compile_ok(cache, r);
+    EXPECT_EQ(kjit::sidecar::read(kjit::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi64EEvPf");
+}
+
+TEST(Cache, AmbiguousKeywordInTheFreshCubin) {
+    TempDir dir;
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = sources::kTemplateSeveral;
+    r.keyword = "tmpl";
+    auto path = cache.compile(r);
+    ASSERT_FALSE(path.ok());
+    EXPECT_EQ(path.error().code, Errc::ambiguous);
+    EXPECT_NE(path.error().message.find("_Z4tmplILi2EEvPf"), std::string::npos);
+}
+
+TEST(Cache, HeadersUnderIncludePathsEnterByContent) {
+    TempDir dir;
+    Cache cache;
+    ::mkdir(dir.file("inc1").c_str(), 0755);
+    ::mkdir(dir.file("inc2").c_str(), 0755);
+    write_file(dir.file("inc2/config.h"), "#pragma once\n#include \"value.h\"\n");
+    write_file(dir.file("inc2/value.h"), "#define VALUE 1.0f\n");
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include \"config.h\"\n__global__ void gemm(float *p) { p[0] = VALUE; }\n";
+    r.include_paths = {dir.file("inc1"), dir.file("inc2")};
+    const std::string first = compile_ok(cache, r);
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+
+    // Rewritten with the same text (a touch, a checkout): still a hit.
+    write_file(dir.file("inc2/value.h"), "#define VALUE 1.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+
+    // A nested header edited: a miss, the entry rebuilt in place.
+    write_file(dir.file("inc2/value.h"), "#define VALUE 2.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().rebuilt_entries, 1u);
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+
+    // A header that now shadows one in a later include path: a miss. (inc1/value.h would not:
+    // config.h's quoted include finds its own folder's value.h first, and the scan knows it.)
+    write_file(dir.file("inc1/value.h"), "#define VALUE 3.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    write_file(dir.file("inc1/config.h"), "#define VALUE 3.0f\n");
+    compile_ok(cache, r);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+    const std::string deps = read_file(entry_of(first) + "/deps.txt");
+    EXPECT_NE(deps.find(dir.file("inc1/config.h")), std::string::npos) << deps;  // recorded absent
+}
+
+TEST(Cache, DamagedEntriesAreRebuilt) {
+    TempDir dir;
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = compile_ok(cache, r);
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    std::string cubin = read_file(path);
+    write_file(path, cubin.substr(0, cubin.size() / 3));  // truncated
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(read_file(path), cubin);
+    // A damaged sidecar alone costs a rescan, not a compile.
+    write_file(kjit::sidecar::path_for(path), "garbage");
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+}
+
+TEST(Cache, UncreatableCacheFolderIsIoError) {
+    TempDir dir;
+    write_file(dir.file("file"), "not a folder");
+    Cache cache;
+    auto path = cache.compile(base_request(dir.file("file/cache")));
+    ASSERT_FALSE(path.ok());
+    EXPECT_EQ(path.error().code, Errc::io);
+    EXPECT_NE(path.error().message.find(dir.file("file")), std::string::npos) << path.error().message;
+}
+
+// Root ignores permission bits: the read-only checks run in a child that became `nobody`.
+TEST(Cache, ReadOnlyCacheStillHits) {
+    TempDir dir;
+    ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = compile_ok(cache, r);
+    ASSERT_EQ(std::system(("chmod -R a+rX,a-w '" + dir.file("cache") + "'").c_str()), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
+        Cache child;
+        auto hit = child.compile(r);
+        if (!hit.ok() || *hit != path || child.counters().nvrtc_runs != 0) ::_exit(11);
+        Request other = r;
+        other.source += "\n// another key";
+        auto miss = child.compile(other);
+        if (miss.ok() || miss.error().code != Errc::io) ::_exit(12);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "child exit " << WEXITSTATUS(status) << " (11: the hit failed, 12: the miss was not an I/O error)";
+}
+
+TEST(Cache, EightThreadsOnOneKeyRunNvrtcOnce) {
+    TempDir dir;
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    std::vector<std::string> paths(8);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            ready.fetch_add(1);
+            while (ready.load() < 8) {
+            }
+            auto p = cache.compile(r);
+            paths[static_cast<std::size_t>(t)] = p.ok() ? *p : p.error().message;
+        });
+    }
+    for (auto &th : threads) th.join();
+    for (const auto &p : paths) EXPECT_EQ(p, paths[0]);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+}
+
+TEST(Cache, EightThreadsOnEightKeysCompileInParallel) {
+    TempDir dir;
+    Cache cache;
+    std::string body = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 40; ++i) body += "template <int N> __global__ void other" + std::to_string(i) + "(float *p) { p[0] = N; }\n";
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            Request r = base_request(dir.file("cache"));
+            r.source = body + "template __global__ void gemm<" + std::to_string(t) + ">(float *);\n";
+            if (!cache.compile(r).ok()) failures.fetch_add(1);
+        });
+    }
+    for (auto &th : threads) th.join();
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 8u);
+    EXPECT_GE(cache.counters().max_compiles_in_flight.load(), 2) << "compiles of different keys were serialized";
+    EXPECT_EQ(complete_entries(dir.file("cache")), 8);
+}
+
+TEST(Cache, TwoProcessesOnOneKeyBothGetACompleteEntry) {
+    TempDir dir;
+    const Request r = base_request(dir.file("cache"));
+    std::vector<pid_t> pids;
+    for (int p = 0; p < 2; ++p) {
+        const pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            Cache child;
+            auto path = child.compile(r);
+            ::_exit(path.ok() && exists(*path) && exists(*path + ".name") ? 0 : 1);
+        }
+        pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+    Cache cache;
+    compile_ok(cache, r);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 0u);
+}
+
+TEST(Cache, WriterKilledMidCompileLeavesAUsableCache) {
+    TempDir dir;
+    Request slow = base_request(dir.file("cache"));
+    slow.source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 300; ++i) slow.source += "template __global__ void gemm<" + std::to_string(i) + ">(float *);\n";
+    slow.keyword = "gemm";
+    slow.name_expression = "gemm<7>";
+    for (int delay_ms : {50, 150, 400}) {
+        const pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            Cache child;
+            (void)child.compile(slow);
+            ::_exit(0);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        ::kill(pid, SIGKILL);
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        complete_entries(dir.file("cache"));  // whatever is there is complete
+    }
+    Cache cache;
+    const std::string path = compile_ok(cache, slow);
+    EXPECT_EQ(kjit::sidecar::read(kjit::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi7EEvPf");
+    const auto runs = cache.counters().nvrtc_runs.load();
+    compile_ok(cache, slow);
+    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs);
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+}
+
+TEST(Cache, DefaultsFromTheEnvironment) {
+    const char *saved[] = {std::getenv("KJIT_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"),
+                           std::getenv("KJIT_ARCH"), std::getenv("KJIT_LIBCUDA")};
+    const std::string keep[] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : "", saved[2] ? saved[2] : "",
+                                saved[3] ? saved[3] : "", saved[4] ? saved[4] : ""};
+    ::setenv("KJIT_CACHE_DIR", "/k", 1);
+    ::setenv("XDG_CACHE_HOME", "/x", 1);
+    ::setenv("HOME", "/h", 1);
+    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/k");
+    ::unsetenv("KJIT_CACHE_DIR");
+    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/x/kjit");
+    ::setenv("XDG_CACHE_HOME", "", 1);
+    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/h/.cache/kjit");
+    ::unsetenv("HOME");
+    EXPECT_EQ(kjit::cache::default_cache_dir().error().code, Errc::invalid_argument);
+    ::setenv("KJIT_ARCH", "sm_100a", 1);
+    EXPECT_EQ(*kjit::cache::default_arch(), "sm_100a");
+    ::unsetenv("KJIT_ARCH");
+    // No GPU here (CI has none): the error says how to set the arch and what the driver said.
+    auto arch = kjit::cache::default_arch();
+    if (!arch.ok()) {
+        EXPECT_EQ(arch.error().code, Errc::invalid_argument);
+        EXPECT_NE(arch.error().message.find("KJIT_ARCH"), std::string::npos);
+        EXPECT_NE(arch.error().message.find("libcuda"), std::string::npos) << arch.error().message;
+    }
+    const char *names[] = {"KJIT_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "KJIT_ARCH", "KJIT_LIBCUDA"};
+    for (int i = 0; i < 5; ++i) {
+        if (saved[i]) {
+            ::setenv(names[i], keep[i].c_str(), 1);
+        } else {
+            ::unsetenv(names[i]);
+        }
+    }
+}
+
+TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
+    TempDir dir;
+    ::mkdir(dir.file("a").c_str(), 0755);
+    ::mkdir(dir.file("b").c_str(), 0755);
+    ::mkdir(dir.file("b/sub").c_str(), 0755);
+    write_file(dir.file("b/top.h"), "#include \"sub/inner.h\"\n#include <cuda_fp16.h>\n");
+    write_file(dir.file("b/sub/inner.h"), "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
+    write_file(dir.file("b/sub/sibling.h"), "#define S 1\n");
+    const auto deps = kjit::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
+                                                  {dir.file("a"), dir.file("b")});
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present, absent;
+    for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("b/top.h"), dir.file("b/sub/inner.h"), dir.file("b/sub/sibling.h")}));
+    EXPECT_TRUE(absent.count(dir.file("a/top.h")));
+    EXPECT_FALSE(absent.count(dir.file("a/sub/inner.h")));  // quoted: the includer's folder comes first
+    EXPECT_TRUE(kjit::include_scanner::still_current(*deps));
+    const auto round = kjit::include_scanner::parse(kjit::include_scanner::format(*deps));
+    ASSERT_TRUE(round.ok());
+    EXPECT_EQ(round->size(), deps->size());
+    EXPECT_TRUE(kjit::include_scanner::still_current(*round));
+    write_file(dir.file("a/top.h"), "");
+    EXPECT_FALSE(kjit::include_scanner::still_current(*deps));
+}
+
+TEST(IncludeScanner, ComputedIncludeRecordsEveryFile) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/x.h"), "");
+    write_file(dir.file("inc/y.h"), "");
+    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, {dir.file("inc")});
+    ASSERT_TRUE(deps.ok());
+    EXPECT_EQ(deps->size(), 2u);
+}
+
+TEST(IncludeScanner, ParseRejectsDamage) {
+    for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
+                            "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
+        EXPECT_FALSE(kjit::include_scanner::parse(bad).ok()) << bad;
+    }
+    kjit::include_scanner::Dependency odd;
+    odd.path = " /path with\nnewline";
+    odd.exists = false;
+    const auto back = kjit::include_scanner::parse(kjit::include_scanner::format({odd}));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->at(0).path, odd.path);
+}
