@@ -459,7 +459,20 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         }
         // Swap ours in atomically; the old entry ends up in `temp` and goes with it.
         if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, entry.c_str(), RENAME_EXCHANGE) != 0) {
-            return fail(io_error("cannot replace cache entry", entry, errno));
+            const int xerr = errno;
+            if (xerr != EINVAL && xerr != ENOSYS && xerr != EOPNOTSUPP) {
+                return fail(io_error("cannot replace cache entry", entry, xerr));
+            }
+            // No atomic exchange on this filesystem: move the old entry aside, then ours in. A
+            // reader in between sees no entry (a miss), never a partial one.
+            const std::string aside = temp + ".old";
+            if (::rename(entry.c_str(), aside.c_str()) != 0) return fail(io_error("cannot move aside", entry, errno));
+            if (::rename(temp.c_str(), entry.c_str()) != 0) return fail(io_error("cannot publish cache entry", entry, errno));
+            remove_tree(aside);
+            counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
+            log().debug("replaced unusable cache entry {} (without RENAME_EXCHANGE): {}", entry, why);
+            if (auto s = fsync_dir(shard); !s) log().debug("{}", s.error().message);
+            return cubin_path;
         }
         counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
         log().debug("replaced unusable cache entry {}: {}", entry, why);
