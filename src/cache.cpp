@@ -79,9 +79,9 @@ Status make_dirs(const std::string &path, mode_t mode) {
     return Ok{};
 }
 
-// Writes `bytes` to a new file (never through a link, never over an existing file) and fsyncs
-// it. With `backdate`, the file's mtime is set kCubinBackdateSeconds in the past (see publish).
-Status write_new_file(const std::string &path, std::string_view bytes, bool backdate = false) {
+// Writes `bytes` to a new file, never through a link and never over an existing file. With
+// `durable`, fsyncs it; with `backdate`, sets its mtime kCubinBackdateSeconds in the past.
+Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("cannot create", path, errno);
     std::size_t done = 0;
@@ -100,7 +100,7 @@ Status write_new_file(const std::string &path, std::string_view bytes, bool back
         const struct timespec times[2] = {now, now};
         if (::futimens(fd.get(), times) != 0) return io_error("cannot set the mtime of", path, errno);
     }
-    if (::fsync(fd.get()) != 0) return io_error("cannot fsync", path, errno);
+    if (durable && ::fsync(fd.get()) != 0) return io_error("cannot fsync", path, errno);
     if (fd.reset() != 0) return io_error("cannot close", path, errno);
     return Ok{};
 }
@@ -426,8 +426,11 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         remove_tree(temp);
         return e;
     };
+    // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
+    // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
+    // every fsync costs about a millisecond against a compile of tens.
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, compiled->cubin, true); !st) return fail(std::move(st).error());
+    if (auto st = write_new_file(temp_cubin, compiled->cubin, true, true); !st) return fail(std::move(st).error());
     struct stat st {};
     if (::stat(temp_cubin.c_str(), &st) != 0) return fail(io_error("cannot stat", temp_cubin, errno));
     sidecar::Line line;
@@ -440,10 +443,10 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
                                             manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
-        if (auto w = write_new_file(file.first, file.second); !w) return fail(std::move(w).error());
+        if (auto w = write_new_file(file.first, file.second, false, false); !w) return fail(std::move(w).error());
     }
     if (!request.include_paths.empty()) {
-        if (auto w = write_new_file(temp + "/" + kDepsFile, include_scanner::format(deps)); !w) {
+        if (auto w = write_new_file(temp + "/" + kDepsFile, include_scanner::format(deps), false, false); !w) {
             return fail(std::move(w).error());
         }
     }
@@ -471,14 +474,13 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
             remove_tree(aside);
             counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
             log().debug("replaced unusable cache entry {} (without RENAME_EXCHANGE): {}", entry, why);
-            if (auto s = fsync_dir(shard); !s) log().debug("{}", s.error().message);
             return cubin_path;
         }
         counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
         log().debug("replaced unusable cache entry {}: {}", entry, why);
         remove_tree(temp);
     }
-    if (auto s = fsync_dir(shard); !s) log().debug("{}", s.error().message);
+    // The shard folder is not fsynced: an entry lost to a power cut is only a miss.
     log().debug("published {} [{}] -> {}", key, request.keyword, name);
     return cubin_path;
 }
