@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest's guard against the bench rotting: a small generated cubin, a few iterations of every
-# row, and the JSON checked for the expected name. Usage: smoke_test.sh BENCH_BIN_DIR
+# row, and the JSON checked for the expected name; then a quick kjit-bench-compile (2 kernels,
+# 50 hits) and its JSON checked for completeness. Usage: smoke_test.sh BENCH_BIN_DIR
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -10,4 +11,6 @@ trap 'rm -rf "$work"' EXIT
     --scan-iterations 5 --pyelftools-repeats 1 --json "$work/out.json"
 grep -q '_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i' "$work/out.json"
 ls "$work" | grep -q '\.tmp-' && { echo "temp file left behind"; exit 1; }
+"$bin/kjit-bench-compile" --kernels 2 --hits 50 --json "$work/compile.json"
+grep -q '"all_targets_met"' "$work/compile.json"
 echo "bench smoke test OK"
