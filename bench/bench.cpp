@@ -18,6 +18,8 @@
 //                   [--pyelftools-script PATH] [--json FILE]
 #include "kjit/kjit.h"
 
+#include "bench_common.hpp"
+
 #include "name_matcher.hpp"
 #include "symbol_scanner.hpp"
 
@@ -46,7 +48,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace kjit_bench;
 
 // libkjit's racy window is 2 s (NameResolver::kRacyWindowNs); wait until the cubin is older
 // than this before timing hits, so hits are the steady-state kind that never read the cubin.
@@ -63,14 +65,6 @@ struct Options {
     std::string json;
 };
 
-struct Row {
-    std::string id;     // "a" ... "e"
-    std::string label;
-    bool skipped = false;
-    std::string reason;  // why skipped
-    long samples = 0;
-    double median_us = 0, p10_us = 0, p90_us = 0;
-};
 
 [[noreturn]] void die(const std::string &message) {
     std::fprintf(stderr, "kjit-bench: %s\n", message.c_str());
@@ -132,26 +126,7 @@ Options parse_args(int argc, char **argv) {
     return o;
 }
 
-// Linear interpolation between closest ranks (numpy's default); `v` sorted.
-double percentile(const std::vector<double> &v, double q) {
-    if (v.empty()) return std::nan("");
-    const double pos = q * static_cast<double>(v.size() - 1);
-    const auto lo = static_cast<std::size_t>(pos);
-    const std::size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
-Row summarize(std::string id, std::string label, std::vector<double> us) {
-    std::sort(us.begin(), us.end());
-    Row r;
-    r.id = std::move(id);
-    r.label = std::move(label);
-    r.samples = static_cast<long>(us.size());
-    r.median_us = percentile(us, 0.5);
-    r.p10_us = percentile(us, 0.1);
-    r.p90_us = percentile(us, 0.9);
-    return r;
-}
 
 // Runs `body` `warmup` times untimed, then `n` times timed; `before` runs untimed before each
 // call (both phases). Returns microseconds per call.
@@ -213,32 +188,7 @@ double cubin_age_seconds(const std::string &path, struct stat &st) {
     return realtime_seconds() - mtime;
 }
 
-std::string folder_of(const std::string &path) {
-    const std::size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return ".";
-    if (slash == 0) return "/";
-    return path.substr(0, slash);
-}
 
-std::string filesystem_name(const std::string &folder) {
-    struct statfs sf {};
-    if (::statfs(folder.c_str(), &sf) != 0) return "unknown";
-    char hex[32];
-    const auto type = static_cast<unsigned long>(sf.f_type);
-    switch (type) {
-        case 0xEF53UL: return "ext2/3/4";
-        case 0x01021994UL: return "tmpfs";
-        case 0x794C7630UL: return "overlayfs";
-        case 0x58465342UL: return "xfs";
-        case 0x9123683EUL: return "btrfs";
-        case 0x6969UL: return "nfs";
-        case 0x65735546UL: return "fuse";
-        case 0x2FC12FC1UL: return "zfs";
-        default: break;
-    }
-    std::snprintf(hex, sizeof hex, "0x%lx", type);
-    return hex;
-}
 
 // The sidecar hit path must be the steady-state kind: the line has no content hash ('-').
 bool sidecar_settled(const std::string &text, const std::string &keyword) {
@@ -404,23 +354,6 @@ Row run_pyelftools(const Options &o, const std::string &expected_name, std::stri
 
 // ---- output -------------------------------------------------------------------------------
 
-std::string json_escape(const std::string &s) {
-    std::string out;
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (u < 0x20) {
-            char esc[8];
-            std::snprintf(esc, sizeof esc, "\\u%04x", u);
-            out += esc;
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
 
 struct Ratio {
     const char *key;

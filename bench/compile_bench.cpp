@@ -26,6 +26,8 @@
 // Usage: kjit-bench-compile [--kernels N] [--hits N] [--json FILE]
 #include "kjit/kjit.h"
 
+#include "bench_common.hpp"
+
 #include <nvrtc.h>
 
 #include <sys/stat.h>
@@ -45,7 +47,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace kjit_bench;
 
 constexpr int kWarmupK = 10000;     // the untimed warm-up kernel
 constexpr int kResolveK = 20000;    // row 4's freshly compiled kernel
@@ -61,12 +63,6 @@ struct Options {
     std::string json;
 };
 
-struct Row {
-    std::string id;
-    std::string label;
-    long samples = 0;
-    double median_us = 0, p10_us = 0, p90_us = 0;
-};
 
 std::string g_temp_root;  // removed on every exit path
 
@@ -131,26 +127,7 @@ Options parse_args(int argc, char **argv) {
     return o;
 }
 
-// Linear interpolation between closest ranks (numpy's default); `v` sorted.
-double percentile(const std::vector<double> &v, double q) {
-    if (v.empty()) return std::nan("");
-    const double pos = q * static_cast<double>(v.size() - 1);
-    const auto lo = static_cast<std::size_t>(pos);
-    const std::size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
-Row summarize(std::string id, std::string label, std::vector<double> us) {
-    std::sort(us.begin(), us.end());
-    Row r;
-    r.id = std::move(id);
-    r.label = std::move(label);
-    r.samples = static_cast<long>(us.size());
-    r.median_us = percentile(us, 0.5);
-    r.p10_us = percentile(us, 0.1);
-    r.p90_us = percentile(us, 0.9);
-    return r;
-}
 
 double elapsed_us(Clock::time_point t0, Clock::time_point t1) {
     return std::chrono::duration<double, std::micro>(t1 - t0).count();
@@ -165,43 +142,7 @@ double time_once(Body &&body) {
     return elapsed_us(t0, t1);
 }
 
-std::string filesystem_name(const std::string &folder) {
-    struct statfs sf {};
-    if (::statfs(folder.c_str(), &sf) != 0) return "unknown";
-    const auto type = static_cast<unsigned long>(sf.f_type);
-    switch (type) {
-        case 0xEF53UL: return "ext2/3/4";
-        case 0x01021994UL: return "tmpfs";
-        case 0x794C7630UL: return "overlayfs";
-        case 0x58465342UL: return "xfs";
-        case 0x9123683EUL: return "btrfs";
-        case 0x6969UL: return "nfs";
-        case 0x65735546UL: return "fuse";
-        case 0x2FC12FC1UL: return "zfs";
-        default: break;
-    }
-    char hex[32];
-    std::snprintf(hex, sizeof hex, "0x%lx", type);
-    return hex;
-}
 
-std::string json_escape(const std::string &s) {
-    std::string out;
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (u < 0x20) {
-            char esc[8];
-            std::snprintf(esc, sizeof esc, "\\u%04x", u);
-            out += esc;
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
 
 void write_file(const std::string &path, const std::string &bytes) {
     FILE *f = std::fopen(path.c_str(), "wb");
@@ -240,10 +181,6 @@ double manifest_compile_us(const std::string &entry) {
     return seconds * 1e6;
 }
 
-std::string folder_of(const std::string &path) {
-    const std::size_t slash = path.rfind('/');
-    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
 
 // ---- the kernels --------------------------------------------------------------------------
 
