@@ -53,8 +53,9 @@ void field(std::string &enc, const char *label, std::string_view value) {
     enc.append(value.data(), value.size());
 }
 
-const std::string &nvrtc_version() {
-    static const std::string v = compiler::nvrtc_version();
+// NVRTC's build as the key sees it (computed once per process).
+const std::string &nvrtc_identity() {
+    static const std::string v = compiler::nvrtc_identity();
     return v;
 }
 
@@ -166,7 +167,7 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     line("keyword", r.keyword);
     line("name", name);
     line("arch", r.arch);
-    line("nvrtc", nvrtc_version());
+    line("nvrtc", nvrtc_identity());
     for (const auto &o : r.nvrtc_options) line("option", o);
     for (const auto &p : r.include_paths) line("include_path", p);
     for (const auto &h : r.headers) line("header", h.first);
@@ -250,7 +251,7 @@ std::string key_of(const Request &r) {
     std::string enc;
     enc.reserve(r.source.size() + 512);
     field(enc, "kjit-cache-key", std::to_string(kFormatVersion));
-    field(enc, "nvrtc", nvrtc_version());
+    field(enc, "nvrtc", nvrtc_identity());
     field(enc, "source", r.source);
     field(enc, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {

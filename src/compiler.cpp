@@ -1,6 +1,11 @@
 #include "compiler.hpp"
 
+#include <dlfcn.h>
 #include <nvrtc.h>
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdlib>
 
 namespace kjit::compiler {
 
@@ -98,6 +103,19 @@ std::string nvrtc_version() {
     int major = 0, minor = 0;
     if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
     return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string nvrtc_identity() {
+    std::string id = nvrtc_version();
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void *>(&nvrtcVersion), &info) == 0 || !info.dli_fname) return id + " unknown-build";
+    char resolved[PATH_MAX];
+    const char *file = ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+    struct stat st {};
+    const std::string path(file);
+    id += " " + path.substr(path.rfind('/') + 1);
+    if (::stat(file, &st) == 0) id += " " + std::to_string(st.st_size);
+    return id;
 }
 
 }  // namespace kjit::compiler

@@ -32,4 +32,9 @@ Result<Output> compile(const Request &request);
 // NVRTC's version as "major.minor".
 std::string nvrtc_version();
 
+// What identifies the NVRTC build in use beyond major.minor (patch releases change code
+// generation): "major.minor libnvrtc.so.X.Y.Z <file size>", from the loaded library's file.
+// The folder is left out, so the same toolkit installed elsewhere gives the same identity.
+std::string nvrtc_identity();
+
 }  // namespace kjit::compiler
