@@ -1,6 +1,7 @@
 #include "cache.hpp"
 
 #include "include_scanner.hpp"
+#include "log.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -491,4 +492,30 @@ TEST(IncludeScanner, ParseRejectsDamage) {
     const auto back = kjit::include_scanner::parse(kjit::include_scanner::format({odd}));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->at(0).path, odd.path);
+}
+
+// KJIT_LOG_LEVEL=debug logs each miss and hit with its key (captured here from stderr).
+TEST(Cache, DebugLogNamesMissesAndHitsWithTheirKeys) {
+    TempDir dir;
+    const std::string log_path = dir.file("stderr.txt");
+    const int saved = ::dup(2);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::dup2(fd, 2), 2);
+    ::close(fd);
+    const auto level = kjit::log().level();
+    kjit::log().set_level(spdlog::level::debug);
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    compile_ok(cache, r);
+    compile_ok(cache, r);
+    kjit::log().flush();
+    kjit::log().set_level(level);
+    ::dup2(saved, 2);
+    ::close(saved);
+    const std::string text = read_file(log_path);
+    const std::string key = kjit::cache::key_of(r);
+    EXPECT_NE(text.find("cache miss " + key), std::string::npos) << text;
+    EXPECT_NE(text.find("compiled " + key), std::string::npos) << text;
+    EXPECT_NE(text.find("cache hit " + key), std::string::npos) << text;
 }
