@@ -54,17 +54,17 @@ Error with_path(const std::string &cubin_path, Error e) {
     return e;
 }
 
-void write_quietly(const std::string &sidecar_path, const std::vector<sidecar::Line> &lines,
-                   NameResolver::Counters &counters, bool &failed) {
+// Publishes the sidecar; a failure is logged and counted, never returned as an error.
+bool write_quietly(const std::string &sidecar_path, const std::vector<sidecar::Line> &lines,
+                   NameResolver::Counters &counters) {
     if (auto st = sidecar::write(sidecar_path, lines); !st) {
         counters.sidecar_write_failures.fetch_add(1, std::memory_order_relaxed);
         log().debug("sidecar write failed, continuing without it: {}", st.error().message);
-        failed = true;
-        return;
+        return false;
     }
     counters.sidecar_writes.fetch_add(1, std::memory_order_relaxed);
     log().debug("sidecar rewritten: {}", sidecar_path);
-    failed = false;
+    return true;
 }
 
 }  // namespace
@@ -138,9 +138,9 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
                         if (l.keyword == keyword) l.content_hash.reset();
                         lines.push_back(std::move(l));
                     }
-                    bool failed = false;
-                    write_quietly(sidecar_path, lines, counters_, failed);
-                    if (failed) memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
+                    if (!write_quietly(sidecar_path, lines, counters_)) {
+                        memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
+                    }
                 }
                 return name;
             }
@@ -185,9 +185,9 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     }
     const std::optional<std::uint64_t> content_hash = line.content_hash;
     lines.push_back(std::move(line));
-    bool failed = false;
-    write_quietly(sidecar_path, lines, counters_, failed);
-    if (failed) memo_store(MemoKey{std::string(keyword), scanned}, MemoValue{name, content_hash});
+    if (!write_quietly(sidecar_path, lines, counters_)) {
+        memo_store(MemoKey{std::string(keyword), scanned}, MemoValue{name, content_hash});
+    }
     return name;
 }
 
