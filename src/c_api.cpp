@@ -224,7 +224,7 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         request.source = source;
         request.keyword = keyword;
         if (kjit_status s = request_from(options, request)) return s;
-        auto path = kjit::cache::Cache::instance().compile(request);
+        auto path = kjit::cache::Cache::instance().compile(std::move(request));
         if (!path) return fail(path.error());
         return copy_out(*path, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
     });

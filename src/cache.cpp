@@ -22,7 +22,9 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <ctime>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 namespace kjit::cache {
 
@@ -44,13 +46,18 @@ std::string env(const char *name) {
     return v ? std::string(v) : std::string();
 }
 
-// One labelled, length-prefixed field of the key encoding: no two different inputs encode alike.
-void field(std::string &enc, const char *label, std::string_view value) {
-    enc += label;
-    enc += '\0';
+// Feeds one labelled, length-prefixed field of the key encoding to the hash: no two
+// different inputs encode alike. Streaming keeps a large source from being copied on a hit.
+void field(XXH3_state_t *state, const char *label, std::string_view value) {
+    XXH3_128bits_update(state, label, std::strlen(label) + 1);  // with its NUL
+    unsigned char len[8];
     std::uint64_t n = value.size();
-    for (int i = 0; i < 8; ++i, n >>= 8) enc += static_cast<char>(n & 0xff);
-    enc.append(value.data(), value.size());
+    for (unsigned char &b : len) {
+        b = static_cast<unsigned char>(n & 0xff);
+        n >>= 8;
+    }
+    XXH3_128bits_update(state, len, sizeof len);
+    XXH3_128bits_update(state, value.data(), value.size());
 }
 
 // NVRTC's build as the key sees it (computed once per process).
@@ -248,24 +255,26 @@ Result<std::string> default_arch() {
 }
 
 std::string key_of(const Request &r) {
-    std::string enc;
-    enc.reserve(r.source.size() + 512);
-    field(enc, "kjit-cache-key", std::to_string(kFormatVersion));
-    field(enc, "nvrtc", nvrtc_identity());
-    field(enc, "source", r.source);
-    field(enc, "headers", std::to_string(r.headers.size()));
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), &XXH3_freeState);
+    if (!owned) throw std::bad_alloc();
+    XXH3_state_t *state = owned.get();
+    XXH3_128bits_reset(state);
+    field(state, "kjit-cache-key", std::to_string(kFormatVersion));
+    field(state, "nvrtc", nvrtc_identity());
+    field(state, "source", r.source);
+    field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
-        field(enc, "header.name", h.first);
-        field(enc, "header.source", h.second);
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
     }
-    field(enc, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(enc, "option", o);
-    field(enc, "include_paths", std::to_string(r.include_paths.size()));
-    for (const auto &p : r.include_paths) field(enc, "include_path", p);
-    field(enc, "arch", r.arch);
-    field(enc, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
-    field(enc, "keyword", r.keyword);
-    const XXH128_hash_t h = XXH3_128bits(enc.data(), enc.size());
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "arch", r.arch);
+    field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
+    field(state, "keyword", r.keyword);
+    const XXH128_hash_t h = XXH3_128bits_digest(state);
     char hex[33];
     std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
                   static_cast<std::uint64_t>(h.low64));
@@ -277,10 +286,10 @@ Cache &Cache::instance() {
     return *cache;
 }
 
-Result<std::string> Cache::compile(const Request &original) {
-    if (auto st = name_matcher::check_keyword(original.keyword); !st) return std::move(st).error();
-    if (auto st = check_arch(original.arch); !st) return std::move(st).error();
-    for (const std::string &o : original.nvrtc_options) {
+Result<std::string> Cache::compile(Request request) {
+    if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
+    if (auto st = check_arch(request.arch); !st) return std::move(st).error();
+    for (const std::string &o : request.nvrtc_options) {
         if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
             o.compare(0, 18, "-gpu-architecture") == 0) {
             return Error{Errc::invalid_argument,
@@ -289,10 +298,10 @@ Result<std::string> Cache::compile(const Request &original) {
     }
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
-    Request request = original;
     std::error_code ec;
-    request.cache_dir = std::filesystem::absolute(original.cache_dir, ec).lexically_normal().string();
-    if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + original.cache_dir + "' absolute"};
+    const std::string given_cache_dir = request.cache_dir;
+    request.cache_dir = std::filesystem::absolute(given_cache_dir, ec).lexically_normal().string();
+    if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + given_cache_dir + "' absolute"};
     while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
 

@@ -67,8 +67,9 @@ public:
 
     static Cache &instance();
 
-    // The cached cubin's absolute path for `request`, compiling it on a miss. Thread safe.
-    Result<std::string> compile(const Request &request);
+    // The cached cubin's absolute path for `request` (taken by value: its folders are made
+    // absolute in place), compiling it on a miss. Thread safe.
+    Result<std::string> compile(Request request);
 
     const Counters &counters() const { return counters_; }
 
