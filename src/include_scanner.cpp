@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <set>
@@ -110,6 +111,12 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                                      const std::vector<std::string> &include_paths) {
     std::vector<Dependency> deps;
     if (include_paths.empty()) return deps;
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t young_after = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - kRacyWindowNs;
+    auto mark_young = [&](Dependency &d) {
+        d.verify_content = d.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(d.mtime_nsec) > young_after;
+    };
     struct Pending {
         std::string text;
         std::string folder;  // "" for the source and in-memory headers
@@ -152,6 +159,7 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                     std::string content;
                     auto dep = describe(candidate, &content);
                     if (!dep) return std::move(dep).error();
+                    mark_young(*dep);
                     deps.push_back(std::move(*dep));
                     work.push_back({std::move(content), folder_of(candidate)});
                 }
@@ -176,6 +184,7 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                 }
                 auto dep = describe(path, nullptr);
                 if (!dep) return std::move(dep).error();
+                mark_young(*dep);
                 deps.push_back(std::move(*dep));
             }
         }
@@ -189,8 +198,8 @@ bool still_current(const std::vector<Dependency> &deps) {
         const bool present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
         if (present != d.exists) return false;
         if (!present) continue;
-        if (static_cast<std::uint64_t>(st.st_size) == d.size && st.st_mtim.tv_sec == d.mtime_sec &&
-            static_cast<std::uint32_t>(st.st_mtim.tv_nsec) == d.mtime_nsec) {
+        if (!d.verify_content && static_cast<std::uint64_t>(st.st_size) == d.size &&
+            st.st_mtim.tv_sec == d.mtime_sec && static_cast<std::uint32_t>(st.st_mtim.tv_nsec) == d.mtime_nsec) {
             continue;
         }
         auto h = hash_file64(d.path, nullptr);
@@ -204,8 +213,10 @@ std::string format(const std::vector<Dependency> &deps) {
     for (const Dependency &d : deps) {
         char fields[128];
         if (d.exists) {
-            std::snprintf(fields, sizeof fields, "+ %" PRIu64 " %" PRId64 ".%09" PRIu32 " %016" PRIx64 " %zu ", d.size,
-                          d.mtime_sec, d.mtime_nsec, d.content_hash, d.path.size());
+            // '*' marks a young header, whose content is checked on every lookup.
+            std::snprintf(fields, sizeof fields, "%c %" PRIu64 " %" PRId64 ".%09" PRIu32 " %016" PRIx64 " %zu ",
+                          d.verify_content ? '*' : '+', d.size, d.mtime_sec, d.mtime_nsec, d.content_hash,
+                          d.path.size());
         } else {
             std::snprintf(fields, sizeof fields, "- %zu ", d.path.size());
         }
@@ -227,11 +238,13 @@ Result<std::vector<Dependency>> parse(std::string_view text) {
         long long sec = 0;
         int consumed = 0;
         const std::string head(text.substr(0, std::min<std::size_t>(text.size(), 128)));
-        if (head[0] == '+') {
-            if (std::sscanf(head.c_str(), "+ %llu %lld.%9llu %16llx %llu%n", &size, &sec, &nsec, &hash, &len,
+        if (head[0] == '+' || head[0] == '*') {
+            if (std::sscanf(head.c_str() + 1, " %llu %lld.%9llu %16llx %llu%n", &size, &sec, &nsec, &hash, &len,
                             &consumed) != 5) {
                 return bad;
             }
+            ++consumed;  // the flag character
+            d.verify_content = head[0] == '*';
             d.size = size;
             d.mtime_sec = sec;
             d.mtime_nsec = static_cast<std::uint32_t>(nsec);

@@ -8,6 +8,7 @@
 // Knows the filesystem only.
 #pragma once
 
+#include "posix_file.hpp"
 #include "status.hpp"
 
 #include <cstdint>
@@ -25,7 +26,11 @@ struct Dependency {
     std::int64_t mtime_sec = 0;
     std::uint32_t mtime_nsec = 0;
     std::uint64_t content_hash = 0;  // XXH3-64 of the file as read
+    // Modified less than kRacyWindowNs before it was read: size and mtime cannot prove it
+    // unchanged (an edit within the same timestamp tick keeps both), so every check hashes it.
+    bool verify_content = false;
 };
+
 
 // Headers that compiling `source` may read from `include_paths`. Errc::io when a found header
 // cannot be read.
@@ -34,7 +39,8 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                                      const std::vector<std::string> &include_paths);
 
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
-// size and mtime, or else of the same content (a `touch` alone is not a change).
+// size and mtime (and, for young ones, content), or else of the same content (a `touch` alone
+// is not a change).
 bool still_current(const std::vector<Dependency> &deps);
 
 // Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io.

@@ -29,8 +29,8 @@ namespace kjit {
 class NameResolver {
 public:
     // A cubin modified less than this long before it was scanned gets a content hash in its
-    // sidecar line. Covers 1-2 s timestamp granularity (FAT, HFS+, tar) and coarse clocks.
-    static constexpr std::int64_t kRacyWindowNs = 2'000'000'000;
+    // sidecar line (the shared young-file rule of posix_file.hpp).
+    static constexpr std::int64_t kRacyWindowNs = kjit::kRacyWindowNs;
     // The in-process memo (used when a sidecar cannot be written) holds at most this many
     // answers; it is cleared when full.
     static constexpr std::size_t kMemoCapacity = 4096;

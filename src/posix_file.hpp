@@ -42,6 +42,12 @@ private:
     int fd_ = -1;
 };
 
+// A file modified less than this long before it was read is "young" (git's "racy"): its size
+// and mtime cannot tell it apart from an edit made within the same timestamp tick, so whoever
+// records it must also check its content later. 2 s covers 1-2 s timestamp granularity (FAT,
+// HFS+, tar) and coarse clocks.
+constexpr std::int64_t kRacyWindowNs = 2'000'000'000;
+
 // What identifies one version of a file's contents without reading them. size and mtime
 // survive `cp -a` and `tar`; dev, ino and ctime do not, and are only used for in-process
 // memos, never written to disk.

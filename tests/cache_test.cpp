@@ -519,3 +519,33 @@ TEST(Cache, DebugLogNamesMissesAndHitsWithTheirKeys) {
     EXPECT_NE(text.find("compiled " + key), std::string::npos) << text;
     EXPECT_NE(text.find("cache hit " + key), std::string::npos) << text;
 }
+
+// A header edited within one timestamp tick keeps its size and mtime; a young header's content
+// is therefore checked on every lookup.
+TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/v.h"), "#define V 1\n");
+    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, {dir.file("inc")});
+    ASSERT_TRUE(deps.ok());
+    ASSERT_EQ(deps->size(), 1u);
+    EXPECT_TRUE(deps->at(0).verify_content);
+    const auto round = kjit::include_scanner::parse(kjit::include_scanner::format(*deps));
+    ASSERT_TRUE(round.ok());
+    EXPECT_TRUE(round->at(0).verify_content);
+    struct stat st {};
+    ASSERT_EQ(::stat(dir.file("inc/v.h").c_str(), &st), 0);
+    write_file(dir.file("inc/v.h"), "#define V 2\n");
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/v.h").c_str(), times, 0), 0);
+    EXPECT_FALSE(kjit::include_scanner::still_current(*round));
+    // An old header is trusted on size and mtime alone.
+    write_file(dir.file("inc/old.h"), "#define O 1\n");
+    struct timespec past[2];
+    past[0].tv_sec = past[1].tv_sec = st.st_mtim.tv_sec - 3600;
+    past[0].tv_nsec = past[1].tv_nsec = 0;
+    ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/old.h").c_str(), past, 0), 0);
+    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, {dir.file("inc")});
+    ASSERT_TRUE(old.ok());
+    EXPECT_FALSE(old->at(0).verify_content);
+}
