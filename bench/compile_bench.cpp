@@ -30,6 +30,7 @@
 
 #include <nvrtc.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -41,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -357,7 +359,15 @@ int main(int argc, char **argv) {
         if (h + 1 < kHeaderCount) text += "#include \"h" + std::to_string(h + 1) + ".h\"\n";
         text += "#define H" + n + "_A " + n + "\n#define H" + n + "_B (H" + n + "_A + 1)\n#define H" + n +
                 "_SCALE (H" + n + "_B * 0.5f)\n";
-        write_file(include_dir + "/h" + n + ".h", text);
+        const std::string header = include_dir + "/h" + n + ".h";
+        write_file(header, text);
+        // Aged an hour, as a library's installed headers are: a header edited in the last 2 s
+        // is checked by content on every hit instead (see docs/cache-layout.md).
+        struct timespec past[2];
+        clock_gettime(CLOCK_REALTIME, &past[0]);
+        past[0].tv_sec -= 3600;
+        past[1] = past[0];
+        if (::utimensat(AT_FDCWD, header.c_str(), past, 0) != 0) die("cannot set the mtime of '" + header + "'");
     }
     const char *include_paths[] = {include_dir.c_str()};
     kjit_compile_options inc_opts = opts;

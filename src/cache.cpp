@@ -208,6 +208,18 @@ Lookup look_up(const Request &request, const std::string &entry, std::string *wh
             *why = "a header under the include paths changed";
             return Lookup::unusable;
         }
+        if (include_scanner::settle(*deps)) {
+            // Headers that were young when recorded are verified and old now: store the list
+            // again (temp file and rename in the entry) so later hits only stat them. Best
+            // effort: a read-only cache keeps checking their content.
+            const std::string temp = entry + "/.deps.tmp-" + std::to_string(::getpid()) + "-" +
+                                     std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
+            if (write_new_file(temp, include_scanner::format(*deps), false, false).ok()) {
+                if (::rename(temp.c_str(), (entry + "/" + kDepsFile).c_str()) != 0) ::unlink(temp.c_str());
+            } else {
+                ::unlink(temp.c_str());
+            }
+        }
     }
     auto name = NameResolver::instance().resolve(cubin, request.keyword);
     if (!name) {

@@ -208,6 +208,20 @@ bool still_current(const std::vector<Dependency> &deps) {
     return true;
 }
 
+bool settle(std::vector<Dependency> &deps) {
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t young_after = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - kRacyWindowNs;
+    bool changed = false;
+    for (Dependency &d : deps) {
+        if (d.verify_content && d.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(d.mtime_nsec) <= young_after) {
+            d.verify_content = false;
+            changed = true;
+        }
+    }
+    return changed;
+}
+
 std::string format(const std::vector<Dependency> &deps) {
     std::string out(kHeader);
     for (const Dependency &d : deps) {

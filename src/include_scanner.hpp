@@ -43,6 +43,11 @@ Result<std::vector<Dependency>> scan(std::string_view source,
 // is not a change).
 bool still_current(const std::vector<Dependency> &deps);
 
+// After still_current() passed: clears verify_content on the headers that are no longer young
+// (their content was just checked and their mtime is now outside the window). True if any
+// changed, so the caller can store the list again and later hits stat only.
+bool settle(std::vector<Dependency> &deps);
+
 // Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io.
 std::string format(const std::vector<Dependency> &deps);
 Result<std::vector<Dependency>> parse(std::string_view text);

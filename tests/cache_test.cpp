@@ -549,3 +549,31 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     ASSERT_TRUE(old.ok());
     EXPECT_FALSE(old->at(0).verify_content);
 }
+
+// Once a young header has aged past the window, the next hit stores deps.txt without the mark.
+TEST(Cache, YoungHeadersSettleAfterTheWindow) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    const std::string header = dir.file("inc/v.h");
+    write_file(header, "#define V 1.0f\n");
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct timespec t[2];
+    t[0] = t[1] = now;
+    t[0].tv_sec = t[1].tv_sec = now.tv_sec - 1;  // young for about one more second
+    ASSERT_EQ(::utimensat(AT_FDCWD, header.c_str(), t, 0), 0);
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include \"v.h\"\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = compile_ok(cache, r);
+    const std::string deps = entry_of(path) + "/deps.txt";
+    EXPECT_EQ(read_file(deps).find("\n* "), std::string("kjit-deps 1").size()) << read_file(deps);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(read_file(deps).find("\n* "), std::string::npos) << read_file(deps);
+    EXPECT_NE(read_file(deps).find("\n+ "), std::string::npos);
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
+}
