@@ -111,12 +111,8 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                                      const std::vector<std::string> &include_paths) {
     std::vector<Dependency> deps;
     if (include_paths.empty()) return deps;
-    struct timespec now {};
-    clock_gettime(CLOCK_REALTIME, &now);
-    const std::int64_t young_after = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - kRacyWindowNs;
-    auto mark_young = [&](Dependency &d) {
-        d.verify_content = d.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(d.mtime_nsec) > young_after;
-    };
+    const std::int64_t scan_started = realtime_ns();
+    auto mark_young = [&](Dependency &d) { d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started); };
     struct Pending {
         std::string text;
         std::string folder;  // "" for the source and in-memory headers
@@ -209,12 +205,10 @@ bool still_current(const std::vector<Dependency> &deps) {
 }
 
 bool settle(std::vector<Dependency> &deps) {
-    struct timespec now {};
-    clock_gettime(CLOCK_REALTIME, &now);
-    const std::int64_t young_after = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - kRacyWindowNs;
+    const std::int64_t now = realtime_ns();
     bool changed = false;
     for (Dependency &d : deps) {
-        if (d.verify_content && d.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(d.mtime_nsec) <= young_after) {
+        if (d.verify_content && !young_at(d.mtime_sec, d.mtime_nsec, now)) {
             d.verify_content = false;
             changed = true;
         }

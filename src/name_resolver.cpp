@@ -17,16 +17,6 @@ namespace kjit {
 
 namespace {
 
-std::int64_t realtime_ns() {
-    struct timespec ts {};
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::int64_t mtime_ns(const FileIdentity &id) {
-    return id.mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(id.mtime_nsec);
-}
-
 // Whether `line` was written for the cubin version `id`. A current mtime of whole seconds
 // also matches a line's same second: `tar` and some filesystems keep no nanoseconds.
 template <typename LineT>
@@ -36,7 +26,7 @@ bool same_version(const LineT &line, const FileIdentity &id) {
 }
 
 bool still_racy(const FileIdentity &id) {
-    return mtime_ns(id) > realtime_ns() - NameResolver::kRacyWindowNs;
+    return young_at(id.mtime_sec, id.mtime_nsec, realtime_ns());
 }
 
 // Hashes the cubin and checks it is still the version `expected` with content `hash`.
@@ -173,7 +163,7 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     line.cubin_size = scanned.size;
     line.mtime_sec = scanned.mtime_sec;
     line.mtime_nsec = scanned.mtime_nsec;
-    if (mtime_ns(scanned) > scan_started - kRacyWindowNs) line.content_hash = hash64(table->image());
+    if (young_at(scanned.mtime_sec, scanned.mtime_nsec, scan_started)) line.content_hash = hash64(table->image());
     log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
                 table->functions().size(), line.content_hash ? ", young cubin: content hash kept" : "");
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -47,6 +48,18 @@ private:
 // records it must also check its content later. 2 s covers 1-2 s timestamp granularity (FAT,
 // HFS+, tar) and coarse clocks.
 constexpr std::int64_t kRacyWindowNs = 2'000'000'000;
+
+// The wall clock in nanoseconds: the clock file timestamps are taken from.
+inline std::int64_t realtime_ns() {
+    struct timespec ts {};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Whether a file last modified at `mtime_sec`.`mtime_nsec` was young at `when_ns`.
+inline bool young_at(std::int64_t mtime_sec, std::uint32_t mtime_nsec, std::int64_t when_ns) {
+    return mtime_sec * 1'000'000'000 + static_cast<std::int64_t>(mtime_nsec) > when_ns - kRacyWindowNs;
+}
 
 // What identifies one version of a file's contents without reading them. size and mtime
 // survive `cp -a` and `tar`; dev, ino and ctime do not, and are only used for in-process
