@@ -3,6 +3,7 @@
 #include "kjit/kjit.h"
 
 #include "cache.hpp"
+#include "kernel_loader.hpp"
 #include "name_resolver.hpp"
 #include "status.hpp"
 
@@ -12,6 +13,12 @@
 #include <new>
 #include <string>
 #include <vector>
+
+// The C handle: a loader reference plus nothing else (the accessors read through it).
+struct kjit_kernel {
+    explicit kjit_kernel(kjit::KernelHandle h) : handle(std::move(h)) {}
+    kjit::KernelHandle handle;
+};
 
 namespace {
 
@@ -229,5 +236,49 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         return copy_out(*path, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
     });
 }
+
+KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keyword, kjit_kernel **kernel) {
+    if (kernel) *kernel = nullptr;
+    return guarded("kjit_load_cached", [&]() -> kjit_status {
+        if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: kernel (the out handle) is NULL");
+        if (!cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is NULL");
+        if (!*cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is empty");
+        if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: keyword is NULL");
+        auto loaded = kjit::KernelLoader::instance().load(cubin_path, keyword);
+        if (!loaded) return fail(loaded.error());
+        *kernel = new kjit_kernel(std::move(*loaded));
+        return KJIT_OK;
+    });
+}
+
+KJIT_API const char *kjit_kernel_name(const kjit_kernel *kernel) {
+    return kernel ? kernel->handle.name().c_str() : nullptr;
+}
+
+KJIT_API const char *kjit_kernel_cubin_path(const kjit_kernel *kernel) {
+    return kernel ? kernel->handle.cubin_path().c_str() : nullptr;
+}
+
+KJIT_API void *kjit_kernel_cukernel(const kjit_kernel *kernel) {
+    return kernel ? static_cast<void *>(kernel->handle.kernel()) : nullptr;
+}
+
+KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel) {
+    return kernel ? static_cast<void *>(kernel->handle.library()) : nullptr;
+}
+
+KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **function) {
+    if (function) *function = nullptr;
+    return guarded("kjit_kernel_cufunction", [&]() -> kjit_status {
+        if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_kernel_cufunction: kernel is NULL");
+        if (!function) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_kernel_cufunction: function is NULL");
+        auto f = kernel->handle.function();
+        if (!f) return fail(f.error());
+        *function = static_cast<void *>(*f);
+        return KJIT_OK;
+    });
+}
+
+KJIT_API void kjit_kernel_release(kjit_kernel *kernel) { delete kernel; }
 
 }  // extern "C"

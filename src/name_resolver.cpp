@@ -60,25 +60,22 @@ bool write_quietly(const std::string &sidecar_path, const std::vector<sidecar::L
 }  // namespace
 
 bool NameResolver::MemoKey::operator==(const MemoKey &o) const {
-    return keyword == o.keyword && identity.size == o.identity.size && identity.mtime_sec == o.identity.mtime_sec &&
-           identity.mtime_nsec == o.identity.mtime_nsec && identity.dev == o.identity.dev &&
-           identity.ino == o.identity.ino && identity.ctime_sec == o.identity.ctime_sec &&
-           identity.ctime_nsec == o.identity.ctime_nsec;
+    return keyword == o.keyword && identity == o.identity;
 }
 
 std::size_t NameResolver::MemoKeyHash::operator()(const MemoKey &k) const {
-    std::size_t h = std::hash<std::string>{}(k.keyword);
-    for (std::uint64_t v : {k.identity.size, k.identity.ino, k.identity.dev,
-                            static_cast<std::uint64_t>(k.identity.mtime_sec), std::uint64_t{k.identity.mtime_nsec},
-                            static_cast<std::uint64_t>(k.identity.ctime_sec), std::uint64_t{k.identity.ctime_nsec}}) {
-        h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    }
-    return h;
+    const std::size_t h = std::hash<std::string>{}(k.keyword);
+    return h ^ (FileIdentityHash{}(k.identity) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
 }
 
 NameResolver &NameResolver::instance() {
     static NameResolver *const resolver = new NameResolver();  // leaked: usable during exit
     return *resolver;
+}
+
+bool NameResolver::Version::has_content(std::uint64_t hash) const {
+    if (image) return hash64(*image) == hash;
+    return content_verified(path, identity, hash);
 }
 
 Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword) {
@@ -92,7 +89,22 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is a directory"};
     if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is not a regular file"};
     const FileIdentity current = FileIdentity::from_stat(st);
+    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true);
+    if (!resolved) return std::move(resolved).error();
+    return std::move(resolved->name);
+}
 
+Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &cubin_path, std::string_view keyword,
+                                                             const FileIdentity &identity, std::string_view image,
+                                                             bool trust_sidecar) {
+    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+    return resolve_version(Version{cubin_path, identity, &image}, keyword, trust_sidecar);
+}
+
+Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &version, std::string_view keyword,
+                                                               bool trust_sidecar) {
+    const std::string &cubin_path = version.path;
+    const FileIdentity &current = version.identity;
     const std::string sidecar_path = sidecar::path_for(cubin_path);
     sidecar::FileBuffer buffer;
     sidecar::read_into(sidecar_path, buffer);
@@ -100,7 +112,9 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     sidecar::FileProblem problem = buffer.problem;
     if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
     const char *reason = nullptr;
-    if (problem != sidecar::FileProblem::none) {
+    if (!trust_sidecar) {
+        reason = "distrusted (the driver found no symbol of the name it gave)";
+    } else if (problem != sidecar::FileProblem::none) {
         reason = sidecar::to_string(problem);
     } else {
         const std::optional<sidecar::LineView> line = sidecar::find_line(buffer.text(), keyword);
@@ -113,11 +127,13 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
         } else if (!line->content_hash) {
             counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
             log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
-            return std::string(line->name);
+            return Resolution{std::string(line->name), true};
         } else {
             // Written while the cubin was young: only its content can prove it current.
-            if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
-            if (content_verified(cubin_path, current, *line->content_hash)) {
+            if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
+                return Resolution{std::move(*memo), true};
+            }
+            if (version.has_content(*line->content_hash)) {
                 counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
                 std::string name(line->name);
                 log().debug("sidecar hit after content check (young cubin): {} [{}] -> {}", cubin_path, keyword, name);
@@ -132,7 +148,7 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
                         memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
                     }
                 }
-                return name;
+                return Resolution{std::move(name), true};
             }
             reason = "stale (the cubin's content changed)";
         }
@@ -142,11 +158,15 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     }
     log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason, detail.empty() ? "" : ": ",
                 detail);
-    if (auto memo = memo_lookup(cubin_path, MemoKey{std::string(keyword), current})) return *memo;
+    if (trust_sidecar) {
+        if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
+            return Resolution{std::move(*memo), true};
+        }
+    }
 
     // Scan. Lines for other keywords that belong to this cubin version are kept.
     const std::int64_t scan_started = realtime_ns();
-    auto table = SymbolTable::open_file(cubin_path);
+    auto table = version.image ? SymbolTable::from_view(*version.image, cubin_path) : SymbolTable::open_file(cubin_path);
     if (!table) return std::move(table).error();
     counters_.scans.fetch_add(1, std::memory_order_relaxed);
     std::vector<name_matcher::Candidate> candidates;
@@ -156,7 +176,8 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     if (!chosen) return with_path(cubin_path, std::move(chosen).error());
     std::string name(*chosen);
 
-    const FileIdentity &scanned = table->identity();  // fstat of what was read
+    // The version scanned: the caller's bytes, or the fstat of the file as mapped.
+    const FileIdentity &scanned = version.image ? current : table->identity();
     sidecar::Line line;
     line.keyword.assign(keyword);
     line.name = name;
@@ -178,10 +199,10 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     if (!write_quietly(sidecar_path, lines, counters_)) {
         memo_store(MemoKey{std::string(keyword), scanned}, MemoValue{name, content_hash});
     }
-    return name;
+    return Resolution{std::move(name), false};
 }
 
-std::optional<std::string> NameResolver::memo_lookup(const std::string &cubin_path, const MemoKey &key) {
+std::optional<std::string> NameResolver::memo_lookup(const Version &version, const MemoKey &key) {
     MemoValue value;
     {
         std::lock_guard<std::mutex> lock(memo_mutex_);
@@ -191,7 +212,7 @@ std::optional<std::string> NameResolver::memo_lookup(const std::string &cubin_pa
         value = it->second;
     }
     if (value.content_hash) {
-        if (!content_verified(cubin_path, key.identity, *value.content_hash)) return std::nullopt;
+        if (!version.has_content(*value.content_hash)) return std::nullopt;
         counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
         if (!still_racy(key.identity)) {
             std::lock_guard<std::mutex> lock(memo_mutex_);
@@ -200,7 +221,7 @@ std::optional<std::string> NameResolver::memo_lookup(const std::string &cubin_pa
         }
     }
     counters_.memo_hits.fetch_add(1, std::memory_order_relaxed);
-    log().debug("memo hit (sidecar not writable): {} [{}] -> {}", cubin_path, key.keyword, value.name);
+    log().debug("memo hit (sidecar not writable): {} [{}] -> {}", version.path, key.keyword, value.name);
     return std::move(value.name);
 }
 

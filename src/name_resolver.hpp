@@ -46,13 +46,30 @@ public:
         std::atomic<std::uint64_t> sidecar_write_failures{0};
     };
 
-    // The resolver kjit_resolve_name uses; one per process.
+    // The resolver kjit_resolve_name and kjit_load_cached use; one per process.
     static NameResolver &instance();
 
     // Resolves `keyword` in the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
     // io (cubin missing or unreadable), bad_cubin, not_found, ambiguous. Messages name the file.
     // Thread safe; the hit path takes no lock.
     Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword);
+
+    struct Resolution {
+        std::string name;
+        bool from_sidecar = false;  // taken from a sidecar line or the memo, not from a scan
+    };
+
+    // Resolves `keyword` for one cubin version whose bytes the caller holds: `image`, read
+    // from `cubin_path`, which fstat described as `identity`. A sidecar line is trusted only
+    // for that identity, a racy line is checked against `image`, and a scan scans `image`, so
+    // the answer belongs to exactly these bytes whatever happens to the file meanwhile (the
+    // loader hands the same bytes to the driver). With `trust_sidecar` false the sidecar and
+    // the memo are skipped and this keyword's line is rewritten from a scan: the self-heal
+    // path, when the driver finds no symbol of the name a sidecar gave. Same errors as
+    // resolve() except io. `image` is only read during the call.
+    Result<Resolution> resolve_image(const std::string &cubin_path, std::string_view keyword,
+                                     const FileIdentity &identity, std::string_view image,
+                                     bool trust_sidecar = true);
 
     const Counters &counters() const { return counters_; }
 
@@ -70,7 +87,17 @@ private:
         std::optional<std::uint64_t> content_hash;  // racy: verify before use
     };
 
-    std::optional<std::string> memo_lookup(const std::string &cubin_path, const MemoKey &key);
+    // One cubin version: the file at `path` as `identity` describes it and, when the caller
+    // holds them, its bytes (which then answer content checks and scans instead of the file).
+    struct Version {
+        const std::string &path;
+        const FileIdentity &identity;
+        const std::string_view *image;  // nullptr: read the file
+        bool has_content(std::uint64_t hash) const;
+    };
+
+    Result<Resolution> resolve_version(const Version &version, std::string_view keyword, bool trust_sidecar);
+    std::optional<std::string> memo_lookup(const Version &version, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
 
     Counters counters_;

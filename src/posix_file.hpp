@@ -6,7 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace kjit {
 
@@ -83,6 +85,26 @@ struct FileIdentity {
         id.ctime_sec = st.st_ctim.tv_sec;
         id.ctime_nsec = static_cast<std::uint32_t>(st.st_ctim.tv_nsec);
         return id;
+    }
+
+    // Every field equal: the same file, unchanged (the in-process memo and loader key).
+    bool operator==(const FileIdentity &o) const {
+        return size == o.size && mtime_sec == o.mtime_sec && mtime_nsec == o.mtime_nsec && dev == o.dev &&
+               ino == o.ino && ctime_sec == o.ctime_sec && ctime_nsec == o.ctime_nsec;
+    }
+    bool operator!=(const FileIdentity &o) const { return !(*this == o); }
+};
+
+// Hash of every FileIdentity field, for unordered containers keyed by file version.
+struct FileIdentityHash {
+    std::size_t operator()(const FileIdentity &id) const {
+        std::uint64_t h = 0xcbf29ce484222325ULL;
+        for (std::uint64_t v : {id.size, id.ino, id.dev, static_cast<std::uint64_t>(id.mtime_sec),
+                                std::uint64_t{id.mtime_nsec}, static_cast<std::uint64_t>(id.ctime_sec),
+                                std::uint64_t{id.ctime_nsec}}) {
+            h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        }
+        return static_cast<std::size_t>(h);
     }
 };
 

@@ -6,6 +6,7 @@
 #include <libelf.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -95,6 +96,73 @@ Result<SymbolTable> SymbolTable::from_bytes(std::string bytes, const std::string
     handle->elf = elf_memory(handle->bytes.data(), handle->bytes.size());
     if (!handle->elf) return elf_error(label, "cannot open as ELF");
     return parse(std::move(handle), label);
+}
+
+Result<SymbolTable> SymbolTable::from_view(std::string_view bytes, const std::string &label) {
+    if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
+    if (bytes.empty()) return bad(label, "the image is empty (0 bytes)");
+    // elf_memory() may convert a foreign-endian or other-class image in place; only a native
+    // ELF64 little-endian image (the only kind a cubin is) is handed to it, so the caller's
+    // bytes are never written.
+    if (bytes.size() < EI_NIDENT || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) {
+        return bad(label, "not an ELF file (no ELF magic)");
+    }
+    if (static_cast<unsigned char>(bytes[EI_CLASS]) != ELFCLASS64 ||
+        static_cast<unsigned char>(bytes[EI_DATA]) != ELFDATA2LSB) {
+        return bad(label, "not a 64-bit little-endian ELF file");
+    }
+    auto handle = std::make_unique<Handle>();
+    handle->elf = elf_memory(const_cast<char *>(bytes.data()), bytes.size());
+    if (!handle->elf) return elf_error(label, "cannot open as ELF");
+    return parse(std::move(handle), label);
+}
+
+Status check_image_extent(std::string_view image, const std::string &label) {
+    if (image.size() < sizeof(Elf64_Ehdr)) {
+        return bad(label, "it is " + std::to_string(image.size()) + " bytes, shorter than an ELF header");
+    }
+    if (std::memcmp(image.data(), ELFMAG, SELFMAG) != 0) return bad(label, "not an ELF file (no ELF magic)");
+    if (static_cast<unsigned char>(image[EI_CLASS]) != ELFCLASS64 ||
+        static_cast<unsigned char>(image[EI_DATA]) != ELFDATA2LSB) {
+        return bad(label, "not a 64-bit little-endian ELF file");
+    }
+    Elf64_Ehdr ehdr;
+    std::memcpy(&ehdr, image.data(), sizeof ehdr);
+    const std::uint64_t size = image.size();
+    if (ehdr.e_shnum == 0) return Ok{};
+    if (ehdr.e_shentsize != sizeof(Elf64_Shdr)) {
+        return bad(label, "section header size is " + std::to_string(ehdr.e_shentsize) + ", expected " +
+                              std::to_string(sizeof(Elf64_Shdr)));
+    }
+    const std::uint64_t table_bytes = std::uint64_t{ehdr.e_shnum} * sizeof(Elf64_Shdr);
+    if (ehdr.e_shoff > size || table_bytes > size - ehdr.e_shoff) {
+        return bad(label, "the section header table lies outside the file");
+    }
+    for (unsigned i = 0; i < ehdr.e_shnum; ++i) {
+        Elf64_Shdr shdr;
+        std::memcpy(&shdr, image.data() + ehdr.e_shoff + std::uint64_t{i} * sizeof(Elf64_Shdr), sizeof shdr);
+        if (shdr.sh_type == SHT_NOBITS || shdr.sh_type == SHT_NULL) continue;
+        if (shdr.sh_offset > size || shdr.sh_size > size - shdr.sh_offset) {
+            return bad(label, "section " + std::to_string(i) + " lies outside the file");
+        }
+    }
+    if (ehdr.e_phnum != 0) {
+        const std::uint64_t ph_bytes = std::uint64_t{ehdr.e_phnum} * ehdr.e_phentsize;
+        if (ehdr.e_phoff > size || ph_bytes > size - ehdr.e_phoff) {
+            return bad(label, "the program header table lies outside the file");
+        }
+    }
+    return Ok{};
+}
+
+unsigned cubin_sm_version(std::string_view image) {
+    if (image.size() < sizeof(Elf64_Ehdr)) return 0;
+    Elf64_Ehdr ehdr;
+    std::memcpy(&ehdr, image.data(), sizeof ehdr);
+    // CUDA ELF ABI version 8 (what CUDA 13's compilers write) keeps the SM in bits 8-15 of
+    // e_flags; earlier versions keep it in bits 0-7.
+    const unsigned abi = ehdr.e_ident[EI_ABIVERSION];
+    return abi >= 8 ? (ehdr.e_flags >> 8) & 0xffu : ehdr.e_flags & 0xffu;
 }
 
 Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std::string &label) {

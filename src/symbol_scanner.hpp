@@ -32,6 +32,10 @@ public:
     // bytes in error messages.
     static Result<SymbolTable> from_bytes(std::string bytes, const std::string &label);
 
+    // The same over bytes the caller keeps alive (and unchanged) for the table's life: the
+    // loader scans the very bytes it hands to the driver, without a copy.
+    static Result<SymbolTable> from_view(std::string_view bytes, const std::string &label);
+
     SymbolTable(SymbolTable &&) noexcept;
     SymbolTable &operator=(SymbolTable &&) noexcept;
     ~SymbolTable();
@@ -51,5 +55,15 @@ private:
     std::vector<FunctionSymbol> functions_;
     FileIdentity identity_;
 };
+
+// Checks that a cubin image is an ELF64 little-endian file whose ELF header, section header
+// table and every section's bytes lie inside `image`. cuLibraryLoadData takes no size and
+// trusts the headers, so the loader checks this before handing bytes to the driver.
+// Errc::bad_cubin naming `label` otherwise.
+Status check_image_extent(std::string_view image, const std::string &label);
+
+// The SM version a cubin targets, as its ELF header records it (90 for sm_90 and sm_90a,
+// 100 for sm_100...), or 0 when `image` is too short to say. For error messages only.
+unsigned cubin_sm_version(std::string_view image);
 
 }  // namespace kjit

@@ -3,8 +3,9 @@
  * kernels fast. This header is the whole public C ABI. It compiles as strict C99 and as C++.
  *
  * Conventions shared by every function below:
- *  - Every function returns a kjit_status; KJIT_OK (0) is success. On failure the calling
- *    thread's detail text is available from kjit_last_error().
+ *  - Every function that can fail returns a kjit_status; KJIT_OK (0) is success. On failure
+ *    the calling thread's detail text is available from kjit_last_error(). (The kjit_kernel
+ *    accessors cannot fail on a valid handle and return their value directly.)
  *  - Out strings are written NUL-terminated into caller buffers. The matching `*_len` out
  *    parameter (may be NULL) receives the full length without the NUL, also when the buffer
  *    is too small (KJIT_ERROR_BUFFER_TOO_SMALL). Passing a NULL buffer with size 0 asks for
@@ -208,6 +209,100 @@ typedef struct kjit_compile_options {
  */
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len);
+
+/**
+ * A kernel loaded through the CUDA driver by kjit_load_cached: an opaque handle. It holds a
+ * reference on the loaded cubin (a CUlibrary, shared by every handle on the same cubin version
+ * in the process); kjit_kernel_release() drops it, and the library is unloaded with its last
+ * handle. A handle may be used from any thread; it must not be used after it is released.
+ */
+typedef struct kjit_kernel kjit_kernel;
+
+/**
+ * @brief Loads the kernel `keyword` of a cubin through the CUDA driver, resolving its mangled
+ *        name on the sidecar fast path.
+ *
+ * The cubin is read once; the name is resolved for exactly those bytes (the sidecar as for
+ * kjit_resolve_name, else a scan of the bytes read, which rewrites the sidecar), and the same
+ * bytes are handed to the driver, context-free, with cuLibraryLoadData; the kernel comes from
+ * cuLibraryGetKernel. So a cubin replaced on disk while it is loaded never pairs one version's
+ * name with the other's image. If the driver finds no symbol of a name the sidecar gave, the
+ * sidecar line is dropped, the bytes rescanned, the line rewritten and the lookup retried once.
+ *
+ * In-process reuse: while a handle on a cubin is held, loading the same file version again
+ * (same device, inode, size, mtime and ctime) returns a new handle on the already-loaded library
+ * without reading the file; a cubin replaced on disk is a new version and is loaded anew (older
+ * handles stay valid). Concurrent first loads of one version load it once.
+ *
+ * The driver is reached through dlopen("libcuda.so.1") (or $KJIT_LIBCUDA) on first use; no
+ * current context is needed to load. cubins larger than 1 GiB are refused.
+ *
+ * @param[in]  cubin_path Path of the cubin (NUL-terminated). Not retained (the handle keeps a copy).
+ * @param[in]  keyword    Kernel identifier, as for kjit_resolve_name.
+ * @param[out] kernel     Receives the new handle on success, NULL on failure. Release it with
+ *                        kjit_kernel_release().
+ * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (a NULL argument, bad keyword);
+ *         KJIT_ERROR_DRIVER_UNAVAILABLE (no libcuda.so.1, too old a driver, or cuInit failed;
+ *         the message says what was tried); KJIT_ERROR_IO; KJIT_ERROR_BAD_CUBIN (not a CUDA ELF,
+ *         headers pointing outside the file, empty, over 1 GiB); KJIT_ERROR_NOT_FOUND;
+ *         KJIT_ERROR_AMBIGUOUS; KJIT_ERROR_DRIVER (the driver rejected the image, e.g.
+ *         CUDA_ERROR_NO_BINARY_FOR_GPU, with the cubin's target and the device's SM in
+ *         kjit_last_error()); KJIT_ERROR_OUT_OF_MEMORY; KJIT_ERROR_INTERNAL.
+ * @note Thread safe; no global lock on the load path.
+ */
+KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keyword, kjit_kernel **kernel);
+
+/**
+ * @brief The mangled name of a loaded kernel.
+ * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL handle.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_kernel_name(const kjit_kernel *kernel);
+
+/**
+ * @brief The cubin path a kernel was loaded from, as given to kjit_load_cached.
+ * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL handle.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_kernel_cubin_path(const kjit_kernel *kernel);
+
+/**
+ * @brief The driver's kernel handle: a `CUkernel` (cast it; this header does not need cuda.h).
+ *
+ * A CUkernel is context-independent; cuLaunchKernel accepts it cast to CUfunction in the
+ * current context (CUDA 12.0 and later).
+ * @return Owned by libkjit, valid until the handle is released (do not unload its library);
+ *         NULL for a NULL handle.
+ * @note Thread safe.
+ */
+KJIT_API void *kjit_kernel_cukernel(const kjit_kernel *kernel);
+
+/**
+ * @brief The loaded image the kernel belongs to: a `CUlibrary` (cast it), e.g. for
+ *        cuLibraryGetGlobal. Shared by every handle on the same cubin version.
+ * @return Owned by libkjit, valid until the handle is released; NULL for a NULL handle.
+ * @note Thread safe.
+ */
+KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel);
+
+/**
+ * @brief The kernel as a `CUfunction` in the calling thread's current CUDA context
+ *        (cuKernelGetFunction), for APIs that need one (cuFuncSetAttribute, ...).
+ * @param[in]  kernel   A handle from kjit_load_cached.
+ * @param[out] function Receives the `CUfunction` (cast it); owned by the driver, valid while
+ *                      the handle and the context live.
+ * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (NULL argument); KJIT_ERROR_DRIVER (no current
+ *         context, or the driver failed; the CUDA error name is in kjit_last_error()).
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **function);
+
+/**
+ * @brief Releases a handle from kjit_load_cached. The loaded library is unloaded (cuLibraryUnload)
+ *        when its last handle is released. NULL is accepted and ignored.
+ * @note Thread safe, but each handle is released once, after its last use by any thread.
+ */
+KJIT_API void kjit_kernel_release(kjit_kernel *kernel);
 
 KJIT_END_DECLS
 

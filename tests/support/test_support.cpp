@@ -1,9 +1,11 @@
 #include "test_support.hpp"
 
 #include "compiler.hpp"
+#include "fake_cuda.h"
 #include "sidecar_store.hpp"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,6 +68,46 @@ const std::string &cubin_for(const std::string &source, const std::vector<std::s
         std::abort();
     }
     return cache.emplace(key, std::move(out->cubin)).first->second;
+}
+
+namespace {
+template <typename Fn>
+void take(void *lib, Fn &fn, const char *symbol) {
+    fn = reinterpret_cast<Fn>(::dlsym(lib, symbol));
+    if (!fn) {
+        std::fprintf(stderr, "the driver test double has no %s\n", symbol);
+        std::abort();
+    }
+}
+}  // namespace
+
+const FakeCuda &fake_cuda() {
+    static const FakeCuda fake = [] {
+        const char *path = std::getenv("KJIT_LIBCUDA");
+        void *lib = path ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+        if (!lib) {
+            std::fprintf(stderr, "KJIT_LIBCUDA does not name the driver test double: %s\n", path ? ::dlerror() : "unset");
+            std::abort();
+        }
+        FakeCuda f;
+        take(lib, f.get_counters, "fake_cuda_get_counters");
+        take(lib, f.set_device_sm, "fake_cuda_set_device_sm");
+        take(lib, f.kernel_name, "fake_cuda_kernel_name");
+        take(lib, f.function_name, "fake_cuda_function_name");
+        take(lib, f.ctx_retain, "cuDevicePrimaryCtxRetain");
+        take(lib, f.ctx_set_current, "cuCtxSetCurrent");
+        return f;
+    }();
+    return fake;
+}
+
+void FakeCuda::make_context_current(bool current) const {
+    void *ctx = nullptr;
+    if (current && ctx_retain(&ctx, 0) != 0) {
+        std::fprintf(stderr, "cuDevicePrimaryCtxRetain failed in the driver test double (is cuInit done?)\n");
+        std::abort();
+    }
+    ctx_set_current(ctx);
 }
 
 TempDir::TempDir() {

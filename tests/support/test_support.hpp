@@ -2,6 +2,8 @@
 // temporary folders, and small file utilities.
 #pragma once
 
+#include "fake_cuda.h"
+
 #include <string>
 #include <vector>
 
@@ -29,6 +31,27 @@ extern const char *const kNamespaces;
 // Compiles `source` with NVRTC for sm_90 (plus `extra_options`) and returns the cubin. Results
 // are cached within the process. Aborts the test binary (with NVRTC's log) if NVRTC fails.
 const std::string &cubin_for(const std::string &source, const std::vector<std::string> &extra_options = {});
+
+// The CUDA driver test double (tests/fake_cuda), reached by dlopen()ing $KJIT_LIBCUDA: the same
+// library libkjit loads, so its counters see libkjit's calls. Aborts if KJIT_LIBCUDA is unset or
+// names something else.
+struct FakeCuda {
+    void (*get_counters)(fake_cuda_counters *) = nullptr;
+    fake_cuda_counters counters() const {
+        fake_cuda_counters c{};
+        get_counters(&c);
+        return c;
+    }
+    void (*set_device_sm)(unsigned) = nullptr;
+    const char *(*kernel_name)(const void *) = nullptr;
+    const char *(*function_name)(const void *) = nullptr;
+    // Makes the double's primary context current on the calling thread (nullptr: none).
+    void make_context_current(bool current) const;
+
+    int (*ctx_retain)(void **, int) = nullptr;
+    int (*ctx_set_current)(void *) = nullptr;
+};
+const FakeCuda &fake_cuda();
 
 // A fresh folder under $TMPDIR (or /tmp), removed with its contents on destruction.
 class TempDir {

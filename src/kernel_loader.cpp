@@ -1,0 +1,326 @@
+#include "kernel_loader.hpp"
+
+#include "log.hpp"
+#include "name_matcher.hpp"
+#include "symbol_scanner.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <deque>
+
+namespace kjit {
+
+// One kernel of a loaded library, for one keyword. Never changes once added.
+struct LoadedKernel {
+    std::string keyword;
+    std::string name;
+    CUkernel kernel = nullptr;
+};
+
+// One cubin version loaded in the driver, shared by every handle on it.
+struct LoadedLibrary {
+    FileIdentity identity;
+    unsigned shard = 0;
+    CUlibrary library = nullptr;
+    bool ready = false;   // false while the first loader is in cuLibraryLoadData
+    std::size_t refs = 0;  // handles (and loads in progress) on it; guarded by the shard mutex
+
+    std::mutex kernels_mutex;
+    std::deque<LoadedKernel> kernels;  // a deque: handles keep pointers to its elements
+
+    const LoadedKernel *find(std::string_view keyword) {
+        std::lock_guard<std::mutex> lock(kernels_mutex);
+        for (const LoadedKernel &k : kernels) {
+            if (k.keyword == keyword) return &k;
+        }
+        return nullptr;
+    }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double micros_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+Error io_error(const std::string &what, const std::string &path, int err) {
+    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
+}
+
+// Reads the whole cubin through one descriptor and returns the fstat identity of what was
+// read. A file that changes while it is read (another fstat after the read disagrees, or it
+// grows or shrinks) is read again, a few times at most.
+Result<std::string> read_cubin(const std::string &path, FileIdentity &identity) {
+    // O_NONBLOCK: a FIFO put in the cubin's place must not block the open.
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) return io_error("cannot open cubin", path, errno);
+    constexpr int kAttempts = 3;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+        struct stat before {};
+        if (::fstat(fd.get(), &before) != 0) return io_error("cannot stat cubin", path, errno);
+        if (S_ISDIR(before.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
+        if (!S_ISREG(before.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
+        const auto size = static_cast<std::uint64_t>(before.st_size);
+        if (size == 0) return Error{Errc::bad_cubin, "'" + path + "' is not a valid cubin: the file is empty (0 bytes)"};
+        if (size > KernelLoader::kMaxCubinBytes) {
+            return Error{Errc::bad_cubin, "'" + path + "' is " + std::to_string(size) +
+                                              " bytes, larger than the 1 GiB libkjit loads"};
+        }
+        std::string bytes(static_cast<std::size_t>(size), '\0');
+        std::size_t done = 0;
+        bool changed = false;
+        while (done < bytes.size()) {
+            const ssize_t n = ::pread(fd.get(), &bytes[done], bytes.size() - done, static_cast<off_t>(done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return io_error("cannot read cubin", path, errno);
+            if (n == 0) {  // shrank while being read
+                changed = true;
+                break;
+            }
+            done += static_cast<std::size_t>(n);
+        }
+        char extra = 0;
+        ssize_t more = 0;
+        do {
+            more = changed ? 0 : ::pread(fd.get(), &extra, 1, static_cast<off_t>(done));
+        } while (more < 0 && errno == EINTR);
+        struct stat after {};
+        if (::fstat(fd.get(), &after) != 0) return io_error("cannot stat cubin", path, errno);
+        identity = FileIdentity::from_stat(after);
+        if (!changed && more == 0 && identity == FileIdentity::from_stat(before)) return bytes;
+        log().debug("cubin {} changed while it was read; reading it again", path);
+    }
+    return Error{Errc::io, "cubin '" + path + "' kept changing while it was read (" + std::to_string(kAttempts) +
+                               " attempts)"};
+}
+
+// Whether the driver's refusal of an image may be about its target: then the message gives the
+// cubin's SM against the device's.
+bool about_the_target(CUresult r) {
+    return r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_INVALID_PTX ||
+           r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_JIT_COMPILER_NOT_FOUND;
+}
+
+std::string sm_text(unsigned sm) {
+    return sm == 0 ? std::string("unknown") : "sm_" + std::to_string(sm);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// KernelHandle
+
+KernelHandle::KernelHandle(LoadedLibrary *library, const LoadedKernel *kernel, std::string cubin_path)
+    : library_(library), kernel_(kernel), cubin_path_(std::move(cubin_path)) {}
+
+KernelHandle::KernelHandle(KernelHandle &&other) noexcept
+    : library_(other.library_), kernel_(other.kernel_), cubin_path_(std::move(other.cubin_path_)) {
+    other.library_ = nullptr;
+    other.kernel_ = nullptr;
+}
+
+KernelHandle &KernelHandle::operator=(KernelHandle &&other) noexcept {
+    if (this != &other) {
+        if (library_) KernelLoader::instance().release(library_);
+        library_ = other.library_;
+        kernel_ = other.kernel_;
+        cubin_path_ = std::move(other.cubin_path_);
+        other.library_ = nullptr;
+        other.kernel_ = nullptr;
+    }
+    return *this;
+}
+
+KernelHandle::~KernelHandle() {
+    if (library_) KernelLoader::instance().release(library_);
+}
+
+const std::string &KernelHandle::name() const { return kernel_->name; }
+CUkernel KernelHandle::kernel() const { return kernel_->kernel; }
+CUlibrary KernelHandle::library() const { return library_->library; }
+Result<CUfunction> KernelHandle::function() const { return driver::function_in_current_context(kernel_->kernel); }
+
+// ---------------------------------------------------------------------------------------------
+// KernelLoader
+
+KernelLoader &KernelLoader::instance() {
+    static KernelLoader *const loader = new KernelLoader();  // leaked: handles may outlive statics
+    return *loader;
+}
+
+KernelLoader::Shard &KernelLoader::shard_for(const FileIdentity &identity) {
+    return shards_[FileIdentityHash{}(identity) % kShards];
+}
+
+std::size_t KernelLoader::live_libraries() {
+    std::size_t n = 0;
+    for (Shard &s : shards_) {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        n += s.libraries.size();
+    }
+    return n;
+}
+
+Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
+    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+    Prepared p;
+    auto bytes = read_cubin(cubin_path, p.identity);
+    if (!bytes) return std::move(bytes).error();
+    p.bytes = std::move(*bytes);
+    counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
+    // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
+    if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
+    auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes);
+    if (!resolved) return std::move(resolved).error();
+    p.resolution = std::move(*resolved);
+    return p;
+}
+
+LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock, const FileIdentity &identity) {
+    for (;;) {
+        auto it = shard.libraries.find(identity);
+        if (it == shard.libraries.end()) return nullptr;
+        LoadedLibrary *lib = it->second;
+        if (lib->ready) {
+            ++lib->refs;
+            return lib;
+        }
+        counters_.shared_waits.fetch_add(1, std::memory_order_relaxed);
+        shard.load_finished.wait(lock);  // a failed load erases its entry, a good one is ready
+    }
+}
+
+LoadedLibrary *KernelLoader::acquire_loaded(const FileIdentity &identity) {
+    Shard &shard = shard_for(identity);
+    std::unique_lock<std::mutex> lock(shard.mutex);
+    return acquire_ready(shard, lock, identity);
+}
+
+Result<LoadedLibrary *> KernelLoader::acquire_or_load(const Prepared &prepared, const std::string &cubin_path) {
+    Shard &shard = shard_for(prepared.identity);
+    LoadedLibrary *lib = nullptr;
+    {
+        std::unique_lock<std::mutex> lock(shard.mutex);
+        if (LoadedLibrary *ready = acquire_ready(shard, lock, prepared.identity)) return ready;
+        // This thread loads it; others that come meanwhile wait on load_finished.
+        lib = new LoadedLibrary();
+        lib->identity = prepared.identity;
+        lib->shard = static_cast<unsigned>(&shard - shards_.data());
+        lib->refs = 1;
+        shard.libraries.emplace(prepared.identity, lib);
+    }
+
+    CUresult result = CUDA_SUCCESS;
+    const auto started = Clock::now();
+    auto loaded = driver::load_library(prepared.bytes, cubin_path, &result);
+    const double micros = micros_since(started);
+
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    if (!loaded) {
+        shard.libraries.erase(prepared.identity);
+        delete lib;
+        shard.load_finished.notify_all();
+        Error e = std::move(loaded).error();
+        if (e.code == Errc::driver && about_the_target(result)) {
+            e.message += ": the cubin targets " + sm_text(cubin_sm_version(prepared.bytes)) + ", the device is " +
+                         sm_text(driver::device_sm_version());
+        }
+        return e;
+    }
+    lib->library = *loaded;
+    lib->ready = true;
+    counters_.library_loads.fetch_add(1, std::memory_order_relaxed);
+    shard.load_finished.notify_all();
+    log().debug("driver loaded {} ({} bytes) in {:.1f} us", cubin_path, prepared.bytes.size(), micros);
+    return lib;
+}
+
+Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std::string_view keyword,
+                                                     const Prepared &prepared, const std::string &cubin_path) {
+    std::lock_guard<std::mutex> lock(library.kernels_mutex);
+    for (const LoadedKernel &k : library.kernels) {
+        if (k.keyword == keyword) return &k;  // another thread added it meanwhile
+    }
+    std::string name = prepared.resolution.name;
+    auto kernel = driver::get_kernel(library.library, name, cubin_path);
+    if (!kernel && kernel.error().code == Errc::not_found && prepared.resolution.from_sidecar) {
+        // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
+        counters_.self_heals.fetch_add(1, std::memory_order_relaxed);
+        log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
+        auto rescanned = NameResolver::instance().resolve_image(cubin_path, keyword, prepared.identity, prepared.bytes,
+                                                                /*trust_sidecar=*/false);
+        if (!rescanned) return std::move(rescanned).error();
+        name = std::move(rescanned->name);
+        kernel = driver::get_kernel(library.library, name, cubin_path);
+    }
+    if (!kernel) return std::move(kernel).error();
+    library.kernels.push_back(LoadedKernel{std::string(keyword), std::move(name), *kernel});
+    return &library.kernels.back();
+}
+
+Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::string_view keyword) {
+    const auto started = Clock::now();
+    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+    if (auto st = driver::available(); !st) return st.error();
+
+    struct stat st {};
+    if (::stat(cubin_path.c_str(), &st) != 0) return io_error("cannot open cubin", cubin_path, errno);
+    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is a directory"};
+    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is not a regular file"};
+
+    // Reuse: this version is loaded and already has the kernel. No read, no resolve.
+    LoadedLibrary *lib = acquire_loaded(FileIdentity::from_stat(st));
+    if (lib) {
+        if (const LoadedKernel *k = lib->find(keyword)) {
+            counters_.reuse_hits.fetch_add(1, std::memory_order_relaxed);
+            log().debug("reuse hit: {} [{}] -> {} ({:.1f} us)", cubin_path, keyword, k->name, micros_since(started));
+            return KernelHandle(lib, k, cubin_path);
+        }
+    }
+
+    auto prepared = prepare(cubin_path, keyword);
+    if (!prepared) {
+        if (lib) release(lib);
+        return std::move(prepared).error();
+    }
+    if (lib && lib->identity != prepared->identity) {  // replaced between the stat and the read
+        release(lib);
+        lib = nullptr;
+    }
+    if (!lib) {
+        auto acquired = acquire_or_load(*prepared, cubin_path);
+        if (!acquired) return std::move(acquired).error();
+        lib = *acquired;
+    }
+    auto kernel = kernel_in(*lib, keyword, *prepared, cubin_path);
+    if (!kernel) {
+        release(lib);
+        return std::move(kernel).error();
+    }
+    log().debug("loaded {} [{}] -> {} ({} bytes, name from {}) in {:.1f} us", cubin_path, keyword, (*kernel)->name,
+                prepared->bytes.size(), prepared->resolution.from_sidecar ? "the sidecar" : "a scan",
+                micros_since(started));
+    return KernelHandle(lib, *kernel, cubin_path);
+}
+
+void KernelLoader::release(LoadedLibrary *library) {
+    Shard &shard = shards_[library->shard];
+    {
+        std::lock_guard<std::mutex> lock(shard.mutex);
+        if (--library->refs > 0) return;
+        shard.libraries.erase(library->identity);
+    }
+    // Last reference: no other thread can reach it any more.
+    driver::unload_library(library->library);
+    counters_.library_unloads.fetch_add(1, std::memory_order_relaxed);
+    log().debug("driver unloaded a library (last handle released)");
+    delete library;
+}
+
+}  // namespace kjit

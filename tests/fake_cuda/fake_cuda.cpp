@@ -1,0 +1,365 @@
+// A test double of the CUDA driver (see fake_cuda.h): only the entry points libkjit uses,
+// answered the way the real driver answers them. Deliberately small; it reads cubins with its
+// own ELF code (not libelf, not libkjit's scanner), so the two readings check each other.
+#include "fake_cuda.h"
+
+#include <cuda.h>
+#include <elf.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+// The driver's handle types are opaque in cuda.h; the double gives them bodies.
+struct CUctx_st {
+    CUdevice device = 0;
+};
+struct CUfunc_st {
+    struct CUkern_st *kernel = nullptr;
+};
+struct CUkern_st {
+    std::string name;
+    CUfunc_st function;
+};
+struct CUlib_st {
+    std::vector<std::unique_ptr<CUkern_st>> kernels;  // the image's kernel entries
+};
+
+namespace {
+
+struct State {
+    std::mutex mutex;
+    std::set<const CUlib_st *> live;
+    std::set<const CUkern_st *> kernels;  // of live libraries
+    std::set<const CUfunc_st *> functions;
+    fake_cuda_counters counters{};
+    bool initialised = false;
+    CUresult init_result = CUDA_SUCCESS;
+    int driver_version = 13000;
+    std::atomic<unsigned> device_sm{90};
+    CUctx_st primary;
+};
+
+unsigned env_number(const char *name, unsigned fallback) {
+    const char *v = std::getenv(name);
+    return v && *v ? static_cast<unsigned>(std::strtoul(v, nullptr, 10)) : fallback;
+}
+
+State &state() {
+    static State *const s = [] {  // leaked: callable during exit
+        auto *fresh = new State();
+        fresh->init_result = static_cast<CUresult>(env_number("FAKE_CUDA_INIT_RESULT", 0));
+        fresh->driver_version = static_cast<int>(env_number("FAKE_CUDA_DRIVER_VERSION", 13000));
+        fresh->device_sm = env_number("FAKE_CUDA_DEVICE_SM", 90);
+        return fresh;
+    }();
+    return *s;
+}
+
+thread_local CUctx_st *t_current = nullptr;
+
+// Every kernel entry (STT_FUNC with STO_CUDA_ENTRY) of a cubin, and the SM it targets. The
+// real driver takes no size either: extents come from the ELF headers.
+CUresult parse_image(const unsigned char *p, std::vector<std::string> &entries, unsigned &sm) {
+    if (std::memcmp(p, ELFMAG, SELFMAG) != 0) return CUDA_ERROR_INVALID_IMAGE;
+    if (p[EI_CLASS] != ELFCLASS64 || p[EI_DATA] != ELFDATA2LSB) return CUDA_ERROR_INVALID_IMAGE;
+    Elf64_Ehdr eh;
+    std::memcpy(&eh, p, sizeof eh);
+    if (eh.e_machine != 190 /* EM_CUDA */ || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) {
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    sm = p[EI_ABIVERSION] >= 8 ? (eh.e_flags >> 8) & 0xffu : eh.e_flags & 0xffu;
+    auto section = [&](unsigned i) {
+        Elf64_Shdr sh;
+        std::memcpy(&sh, p + eh.e_shoff + std::uint64_t{i} * sizeof(Elf64_Shdr), sizeof sh);
+        return sh;
+    };
+    for (unsigned i = 0; i < eh.e_shnum; ++i) {
+        const Elf64_Shdr symtab = section(i);
+        if (symtab.sh_type != SHT_SYMTAB) continue;
+        if (symtab.sh_entsize != sizeof(Elf64_Sym) || symtab.sh_link >= eh.e_shnum) return CUDA_ERROR_INVALID_IMAGE;
+        const Elf64_Shdr strtab = section(symtab.sh_link);
+        const char *strings = reinterpret_cast<const char *>(p + strtab.sh_offset);
+        for (std::uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= symtab.sh_size; off += sizeof(Elf64_Sym)) {
+            Elf64_Sym sym;
+            std::memcpy(&sym, p + symtab.sh_offset + off, sizeof sym);
+            if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || !(sym.st_other & 0x10)) continue;
+            if (sym.st_name >= strtab.sh_size) return CUDA_ERROR_INVALID_IMAGE;
+            const std::size_t max = static_cast<std::size_t>(strtab.sh_size - sym.st_name);
+            entries.emplace_back(strings + sym.st_name, strnlen(strings + sym.st_name, max));
+        }
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_IMAGE;  // no symbol table
+}
+
+// SASS runs on the same major version with an equal or newer minor one.
+bool runs_on(unsigned cubin_sm, unsigned device_sm) {
+    return cubin_sm / 10 == device_sm / 10 && cubin_sm % 10 <= device_sm % 10;
+}
+
+struct ErrorText {
+    CUresult code;
+    const char *name;
+    const char *text;
+};
+constexpr ErrorText kErrors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+};
+
+const ErrorText *find_error(CUresult r) {
+    for (const ErrorText &e : kErrors) {
+        if (e.code == r) return &e;
+    }
+    return nullptr;
+}
+
+bool ready() {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.initialised && s.init_result == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGetErrorName(CUresult error, const char **pStr) {
+    const ErrorText *e = find_error(error);
+    if (!e || !pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = e->name;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **pStr) {
+    const ErrorText *e = find_error(error);
+    if (!e || !pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = e->text;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuInit(unsigned int Flags) {
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.initialised = true;
+    return s.init_result;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion) {
+    if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    *driverVersion = s.driver_version;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device || ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pi || dev != 0) return CUDA_ERROR_INVALID_VALUE;
+    const unsigned sm = state().device_sm.load();
+    if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) {
+        *pi = static_cast<int>(sm / 10);
+    } else if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) {
+        *pi = static_cast<int>(sm % 10);
+    } else {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx || dev != 0) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = &state().primary;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    t_current = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = t_current;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = t_current->device;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *, void **, unsigned int,
+                           CUlibraryOption *, void **, unsigned int) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
+    State &s = state();
+    std::vector<std::string> entries;
+    unsigned sm = 0;
+    CUresult r = parse_image(static_cast<const unsigned char *>(code), entries, sm);
+    if (r == CUDA_SUCCESS && !runs_on(sm, s.device_sm.load())) r = CUDA_ERROR_NO_BINARY_FOR_GPU;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (r != CUDA_SUCCESS) {
+        ++s.counters.rejected_images;
+        return r;
+    }
+    auto *lib = new CUlib_st();
+    for (std::string &name : entries) {
+        auto k = std::make_unique<CUkern_st>();
+        k->name = std::move(name);
+        k->function.kernel = k.get();
+        s.kernels.insert(k.get());
+        s.functions.insert(&k->function);
+        lib->kernels.push_back(std::move(k));
+    }
+    s.live.insert(lib);
+    ++s.counters.library_loads;
+    ++s.counters.live_libraries;
+    *library = lib;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryUnload(CUlibrary library) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.live.erase(library)) {
+        ++s.counters.bad_handles;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    for (const auto &k : library->kernels) {
+        s.kernels.erase(k.get());
+        s.functions.erase(&k->function);
+    }
+    ++s.counters.library_unloads;
+    --s.counters.live_libraries;
+    delete library;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
+    if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    ++s.counters.get_kernel_calls;
+    if (!s.live.count(library)) {
+        ++s.counters.bad_handles;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    for (const auto &k : library->kernels) {
+        if (k->name == name) {
+            *pKernel = k.get();
+            return CUDA_SUCCESS;
+        }
+    }
+    ++s.counters.kernels_not_found;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
+    if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.kernels.count(kernel)) {
+        ++s.counters.bad_handles;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *pFunc = &kernel->function;
+    return CUDA_SUCCESS;
+}
+
+// What cuGetProcAddress hands out: each entry point with the CUDA version its ABI came in.
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                          CUdriverProcAddressQueryResult *symbolStatus) {
+    struct Entry {
+        const char *name;
+        int since;
+        void *fn;
+    };
+    static const Entry kEntries[] = {
+        {"cuGetErrorName", 6000, reinterpret_cast<void *>(&cuGetErrorName)},
+        {"cuGetErrorString", 6000, reinterpret_cast<void *>(&cuGetErrorString)},
+        {"cuInit", 2000, reinterpret_cast<void *>(&cuInit)},
+        {"cuDriverGetVersion", 2020, reinterpret_cast<void *>(&cuDriverGetVersion)},
+        {"cuDeviceGet", 2000, reinterpret_cast<void *>(&cuDeviceGet)},
+        {"cuDeviceGetAttribute", 2000, reinterpret_cast<void *>(&cuDeviceGetAttribute)},
+        {"cuDevicePrimaryCtxRetain", 7000, reinterpret_cast<void *>(&cuDevicePrimaryCtxRetain)},
+        {"cuCtxSetCurrent", 4000, reinterpret_cast<void *>(&cuCtxSetCurrent)},
+        {"cuCtxGetCurrent", 4000, reinterpret_cast<void *>(&cuCtxGetCurrent)},
+        {"cuCtxGetDevice", 2000, reinterpret_cast<void *>(&cuCtxGetDevice)},
+        {"cuLibraryLoadData", 12000, reinterpret_cast<void *>(&cuLibraryLoadData)},
+        {"cuLibraryUnload", 12000, reinterpret_cast<void *>(&cuLibraryUnload)},
+        {"cuLibraryGetKernel", 12000, reinterpret_cast<void *>(&cuLibraryGetKernel)},
+        {"cuKernelGetFunction", 12000, reinterpret_cast<void *>(&cuKernelGetFunction)},
+    };
+    if (!symbol || !pfn || flags != CU_GET_PROC_ADDRESS_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = nullptr;
+    for (const Entry &e : kEntries) {
+        if (std::strcmp(e.name, symbol) != 0) continue;
+        // cuCtxGetDevice changed its ABI in 13.0, and this double only has the 2.0 one.
+        const bool too_new = std::strcmp(symbol, "cuCtxGetDevice") == 0 && cudaVersion >= 13000;
+        if (cudaVersion < e.since || too_new) {
+            if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+            return CUDA_ERROR_NOT_FOUND;
+        }
+        *pfn = e.fn;
+        if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+// ---- test controls (fake_cuda.h) ----
+
+void fake_cuda_get_counters(fake_cuda_counters *out) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    *out = s.counters;
+}
+
+void fake_cuda_set_device_sm(unsigned sm) { state().device_sm = sm; }
+
+const char *fake_cuda_kernel_name(const void *cu_kernel) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto *k = static_cast<const CUkern_st *>(cu_kernel);
+    return s.kernels.count(k) ? k->name.c_str() : nullptr;
+}
+
+const char *fake_cuda_function_name(const void *cu_function) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto *f = static_cast<const CUfunc_st *>(cu_function);
+    return s.functions.count(f) ? f->kernel->name.c_str() : nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,41 @@
+/*
+ * Controls of the CUDA driver test double (tests/fake_cuda/fake_cuda.cpp), a shared library
+ * named libcuda.so.1 that tests point KJIT_LIBCUDA at. It is not a driver: it parses cubins
+ * with its own minimal ELF reading and answers the entry points libkjit uses as the real driver
+ * would, so the loader can be tested on machines without a GPU. Tests reach these controls by
+ * dlopen()ing the same file (tests/support: fake_cuda()).
+ *
+ * Environment, read once, on the first call:
+ *   FAKE_CUDA_INIT_RESULT    CUresult cuInit returns (default 0)
+ *   FAKE_CUDA_DRIVER_VERSION what cuDriverGetVersion reports (default 13000)
+ *   FAKE_CUDA_DEVICE_SM      device 0's SM version, e.g. 90 (default 90)
+ */
+#ifndef KJIT_TESTS_FAKE_CUDA_H
+#define KJIT_TESTS_FAKE_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fake_cuda_counters {
+    unsigned long long library_loads;     /* cuLibraryLoadData successes */
+    unsigned long long library_unloads;   /* cuLibraryUnload successes */
+    unsigned long long live_libraries;    /* loaded and not unloaded */
+    unsigned long long rejected_images;   /* cuLibraryLoadData failures */
+    unsigned long long get_kernel_calls;  /* cuLibraryGetKernel calls */
+    unsigned long long kernels_not_found; /* ... answered CUDA_ERROR_NOT_FOUND */
+    unsigned long long bad_handles;       /* calls with an unknown or unloaded handle: a bug */
+} fake_cuda_counters;
+
+void fake_cuda_get_counters(fake_cuda_counters *out);
+/* Changes device 0's SM version (e.g. 80 for compute capability 8.0). */
+void fake_cuda_set_device_sm(unsigned sm);
+/* The symbol name a CUkernel / CUfunction stands for; NULL for a handle the double never gave. */
+const char *fake_cuda_kernel_name(const void *cu_kernel);
+const char *fake_cuda_function_name(const void *cu_function);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
