@@ -11,6 +11,8 @@
 //             e.g. the test double on a machine without a GPU), then kjit_kernel_release of all
 //             N, so every round loads anew. Skipped when no driver is usable.
 //   reuse     kjit_load_cached of a kernel whose library is already loaded (no read), per call.
+//   floor     for reference: open+read+close of each cubin and of its sidecar, no libkjit code:
+//             what the machine's filesystem calls cost, and how they scale to 2 threads.
 //
 // Usage: kjit-bench-load --cache DIR [--kernels N] [--rounds N] [--json FILE]
 #include "kjit/kjit.h"
@@ -27,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace {
@@ -121,7 +124,7 @@ int main(int argc, char **argv) {
     const char *libcuda = std::getenv("KJIT_LIBCUDA");
     const std::string driver = libcuda && *libcuda ? libcuda : "libcuda.so.1";
 
-    std::vector<double> prepare_us[3], load_us[3];  // per kernel, by thread count (1, 2)
+    std::vector<double> prepare_us[3], load_us[3], floor_us[3];  // per kernel, by thread count (1, 2)
     std::vector<kjit_kernel *> handles(static_cast<std::size_t>(n), nullptr);
     for (int round = 0; round < o.rounds; ++round) {
         for (int threads : {1, 2}) {
@@ -130,6 +133,18 @@ int main(int argc, char **argv) {
                 if (!prepared) fail("prepare", prepared.error().message);
             });
             prepare_us[threads].push_back(p / n);
+            const double fl = timed_on_threads(threads, n, [&](int k) {
+                char buf[65536];
+                for (const std::string &file : {paths[static_cast<std::size_t>(k)],
+                                                paths[static_cast<std::size_t>(k)] + ".name"}) {
+                    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+                    if (fd < 0) fail("open", file);
+                    while (::read(fd, buf, sizeof buf) > 0) {
+                    }
+                    ::close(fd);
+                }
+            });
+            floor_us[threads].push_back(fl / n);
             if (!no_driver.empty()) continue;
             const double l = timed_on_threads(threads, n, [&](int k) {
                 if (kjit_load_cached(paths[static_cast<std::size_t>(k)].c_str(), "sweep",
@@ -148,10 +163,12 @@ int main(int argc, char **argv) {
     std::vector<Row> rows;
     rows.push_back(summarize("prepare_1t", "up to the driver call (read + sidecar resolve), 1 thread", prepare_us[1]));
     rows.push_back(summarize("prepare_2t", "up to the driver call (read + sidecar resolve), 2 threads", prepare_us[2]));
+    rows.push_back(summarize("floor_1t", "floor: open+read+close of cubin and sidecar, 1 thread", floor_us[1]));
+    rows.push_back(summarize("floor_2t", "floor: open+read+close of cubin and sidecar, 2 threads", floor_us[2]));
     Row load1, load2, reuse;
     if (no_driver.empty()) {
-        load1 = summarize("load_1t", "kjit_load_cached through " + driver + ", 1 thread", load_us[1]);
-        load2 = summarize("load_2t", "kjit_load_cached through " + driver + ", 2 threads", load_us[2]);
+        load1 = summarize("load_1t", "kjit_load_cached through the driver, 1 thread", load_us[1]);
+        load2 = summarize("load_2t", "kjit_load_cached through the driver, 2 threads", load_us[2]);
         // Reuse: one kernel held, then loaded again and released, per call.
         kjit_kernel *held = nullptr;
         kjit_load_cached(paths[0].c_str(), "sweep", &held);
@@ -181,18 +198,20 @@ int main(int argc, char **argv) {
     rows.push_back(load2);
     rows.push_back(reuse);
 
-    std::printf("\n%-11s %-72s %10s %10s %10s\n", "row", "what (per kernel; rounds of all kernels)", "median us",
+    std::printf("driver: %s\n", no_driver.empty() ? driver.c_str() : "none usable");
+    std::printf("\n%-11s %-60s %10s %10s %10s\n", "row", "what (per kernel; rounds of all kernels)", "median us",
                 "p10 us", "p90 us");
     for (const Row &r : rows) {
         if (r.skipped) {
-            std::printf("%-11s %-72s skipped: %s\n", r.id.c_str(), r.label.c_str(), r.reason.c_str());
+            std::printf("%-11s %-60s skipped: %s\n", r.id.c_str(), r.label.c_str(), r.reason.c_str());
         } else {
-            std::printf("%-11s %-72s %10.2f %10.2f %10.2f\n", r.id.c_str(), r.label.c_str(), r.median_us, r.p10_us,
+            std::printf("%-11s %-60s %10.2f %10.2f %10.2f\n", r.id.c_str(), r.label.c_str(), r.median_us, r.p10_us,
                         r.p90_us);
         }
     }
     const double prepare_scaling = rows[0].median_us / rows[1].median_us;
-    std::printf("\n2-thread rate / 1-thread rate: prepare %.2fx", prepare_scaling);
+    std::printf("\n2-thread rate / 1-thread rate: prepare %.2fx, floor %.2fx", prepare_scaling,
+                rows[2].median_us / rows[3].median_us);
     if (!load1.skipped) std::printf(", load %.2fx", load1.median_us / load2.median_us);
     std::printf("  (machine has %u CPUs)\n", std::thread::hardware_concurrency());
 

@@ -18,6 +18,22 @@ int main(void) {
         fprintf(stderr, "unexpected: %s: %s\n", kjit_status_string(st), kjit_last_error());
         return 1;
     }
+    {
+        kjit_kernel *kernel = NULL;
+        void *function = NULL;
+        st = kjit_load_cached(NULL, "k", &kernel);
+        if (st != KJIT_ERROR_INVALID_ARGUMENT || kernel != NULL) {
+            fprintf(stderr, "unexpected: %s: %s\n", kjit_status_string(st), kjit_last_error());
+            return 1;
+        }
+        if (kjit_kernel_name(kernel) != NULL || kjit_kernel_cubin_path(kernel) != NULL ||
+            kjit_kernel_cukernel(kernel) != NULL || kjit_kernel_culibrary(kernel) != NULL ||
+            kjit_kernel_cufunction(kernel, &function) != KJIT_ERROR_INVALID_ARGUMENT) {
+            fprintf(stderr, "the kjit_kernel accessors mishandle NULL\n");
+            return 1;
+        }
+        kjit_kernel_release(kernel);
+    }
     printf("C consumer OK: libkjit %s\n", kjit_version_string());
     return 0;
 }
