@@ -64,8 +64,7 @@ Result<std::string> read_cubin(const std::string &path, FileIdentity &identity) 
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
         struct stat before {};
         if (::fstat(fd.get(), &before) != 0) return io_error("cannot stat cubin", path, errno);
-        if (S_ISDIR(before.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
-        if (!S_ISREG(before.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
+        if (auto file = check_cubin_file(before, path); !file) return file.error();
         const auto size = static_cast<std::uint64_t>(before.st_size);
         if (size == 0) return Error{Errc::bad_cubin, "'" + path + "' is not a valid cubin: the file is empty (0 bytes)"};
         if (size > KernelLoader::kMaxCubinBytes) {
@@ -168,7 +167,6 @@ std::size_t KernelLoader::live_libraries() {
 }
 
 Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
-    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
     Prepared p;
     auto bytes = read_cubin(cubin_path, p.identity);
     if (!bytes) return std::move(bytes).error();
@@ -269,13 +267,11 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
     if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
     if (auto st = driver::available(); !st) return st.error();
 
-    struct stat st {};
-    if (::stat(cubin_path.c_str(), &st) != 0) return io_error("cannot open cubin", cubin_path, errno);
-    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is a directory"};
-    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is not a regular file"};
+    auto current = stat_cubin(cubin_path);
+    if (!current) return std::move(current).error();
 
     // Reuse: this version is loaded and already has the kernel. No read, no resolve.
-    LoadedLibrary *lib = acquire_loaded(FileIdentity::from_stat(st));
+    LoadedLibrary *lib = acquire_loaded(*current);
     if (lib) {
         if (const LoadedKernel *k = lib->find(keyword)) {
             counters_.reuse_hits.fetch_add(1, std::memory_order_relaxed);

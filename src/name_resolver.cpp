@@ -81,15 +81,9 @@ bool NameResolver::Version::has_content(std::uint64_t hash) const {
 Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword) {
     if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
 
-    struct stat st {};
-    if (::stat(cubin_path.c_str(), &st) != 0) {
-        const int err = errno;
-        return Error{Errc::io, "cannot open cubin '" + cubin_path + "': " + errno_text(err)};
-    }
-    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is a directory"};
-    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + cubin_path + "' is not a regular file"};
-    const FileIdentity current = FileIdentity::from_stat(st);
-    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true);
+    auto current = stat_cubin(cubin_path);
+    if (!current) return std::move(current).error();
+    auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
     if (!resolved) return std::move(resolved).error();
     return std::move(resolved->name);
 }

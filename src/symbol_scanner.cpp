@@ -76,8 +76,7 @@ Result<SymbolTable> SymbolTable::open_file(const std::string &path) {
         const int err = errno;
         return Error{Errc::io, "cannot stat cubin '" + path + "': " + errno_text(err)};
     }
-    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
-    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
+    if (auto file = check_cubin_file(st, path); !file) return file.error();
     if (st.st_size == 0) return bad(path, "the file is empty (0 bytes)");
     // O_NONBLOCK above: a FIFO swapped in after the caller's stat must not block the open.
     // ELF_C_READ_MMAP: libelf maps the file read-only and hands out views into the mapping.
@@ -115,6 +114,22 @@ Result<SymbolTable> SymbolTable::from_view(std::string_view bytes, const std::st
     handle->elf = elf_memory(const_cast<char *>(bytes.data()), bytes.size());
     if (!handle->elf) return elf_error(label, "cannot open as ELF");
     return parse(std::move(handle), label);
+}
+
+Status check_cubin_file(const struct stat &st, const std::string &path) {
+    if (S_ISDIR(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is a directory"};
+    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "cubin path '" + path + "' is not a regular file"};
+    return Ok{};
+}
+
+Result<FileIdentity> stat_cubin(const std::string &path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
+    }
+    if (auto file = check_cubin_file(st, path); !file) return file.error();
+    return FileIdentity::from_stat(st);
 }
 
 Status check_image_extent(std::string_view image, const std::string &label) {

@@ -56,6 +56,14 @@ private:
     FileIdentity identity_;
 };
 
+// Errc::io unless `st` (of the cubin at `path`) is a regular file: "is a directory", "is not
+// a regular file". Shared by every reader of cubins, so they all say the same.
+Status check_cubin_file(const struct stat &st, const std::string &path);
+
+// stat(2) of a cubin path (following links) checked by check_cubin_file: its identity, or
+// Errc::io "cannot open cubin '<path>': <errno text>".
+Result<FileIdentity> stat_cubin(const std::string &path);
+
 // Checks that a cubin image is an ELF64 little-endian file whose ELF header, section header
 // table and every section's bytes lie inside `image`. cuLibraryLoadData takes no size and
 // trusts the headers, so the loader checks this before handing bytes to the driver.
