@@ -5,7 +5,10 @@
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -340,4 +343,28 @@ TEST(KernelLoader, EightThreadsLoad300CachedKernels) {
     held.clear();
     EXPECT_EQ(fake_cuda().counters().live_libraries, live0);
     EXPECT_EQ(fake_cuda().counters().bad_handles, 0u);
+}
+
+TEST(KernelLoader, HugeSparseCubinAndFifoAreRefusedWithoutReading) {
+    TempDir dir;
+    const std::string huge = dir.file("huge.cubin");
+    {
+        const int fd = ::open(huge.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::ftruncate(fd, off_t{3} << 29), 0);  // 1.5 GiB, sparse: nothing to read
+        ::close(fd);
+    }
+    const auto reads0 = reads();
+    auto big = loader().load(huge, "plain_kernel");
+    ASSERT_FALSE(big);
+    EXPECT_EQ(big.error().code, Errc::bad_cubin);
+    EXPECT_NE(big.error().message.find("larger than the 1 GiB"), std::string::npos) << big.error().message;
+    EXPECT_EQ(reads(), reads0);
+
+    const std::string fifo = dir.file("fifo.cubin");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto f = loader().load(fifo, "plain_kernel");  // must not block waiting for a writer
+    ASSERT_FALSE(f);
+    EXPECT_EQ(f.error().code, Errc::io);
+    EXPECT_NE(f.error().message.find("not a regular file"), std::string::npos) << f.error().message;
 }
