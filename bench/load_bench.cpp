@@ -13,8 +13,12 @@
 //   reuse     kjit_load_cached of a kernel whose library is already loaded (no read), per call.
 //   floor     for reference: open+read+close of each cubin and of its sidecar, no libkjit code:
 //             what the machine's filesystem calls cost, and how they scale to 2 threads.
+//   start-up  a fresh process (this program, spawned) that gets all N kernels ready the way an
+//             autotuned application starts: kjit_compile (all hits) then kjit_load_cached, one
+//             thread; against a fresh process that does the same on an empty cache (N cold
+//             compiles), and one that only starts and exits. Wall time from spawn to exit.
 //
-// Usage: kjit-bench-load --cache DIR [--kernels N] [--rounds N] [--json FILE]
+// Usage: kjit-bench-load --cache DIR [--kernels N] [--rounds N] [--no-startup] [--json FILE]
 #include "kjit/kjit.h"
 
 #include "bench_common.hpp"
@@ -25,11 +29,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -40,11 +47,12 @@ struct Options {
     std::string cache;
     int kernels = 300;
     int rounds = 7;
+    bool startup = true;
     std::string json;
 };
 
 [[noreturn]] void usage(const char *argv0) {
-    std::fprintf(stderr, "usage: %s --cache DIR [--kernels N] [--rounds N] [--json FILE]\n", argv0);
+    std::fprintf(stderr, "usage: %s --cache DIR [--kernels N] [--rounds N] [--no-startup] [--json FILE]\n", argv0);
     std::exit(2);
 }
 
@@ -52,6 +60,10 @@ Options parse(int argc, char **argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
+        if (arg == "--no-startup") {
+            o.startup = false;
+            continue;
+        }
         if (i + 1 >= argc) usage(argv[0]);
         const std::string value = argv[++i];
         if (arg == "--cache") o.cache = value;
@@ -91,9 +103,53 @@ void fail(const char *what, const std::string &detail) {
     std::exit(1);
 }
 
+// kjit_compile of kernel k into `cache` (a hit or a miss); returns the cubin path.
+std::string compile_one(const std::string &cache, int k) {
+    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+    options.cache_dir = cache.c_str();
+    options.arch = "sm_90";
+    char path[4096];
+    const std::string source = source_for(k);
+    if (kjit_compile(source.c_str(), "sweep", &options, path, sizeof path, nullptr) != KJIT_OK) {
+        fail("kjit_compile", kjit_last_error());
+    }
+    return path;
+}
+
+// The spawned start-up process: get kernels 0..n-1 ready (compile, then load), or do nothing.
+int child_main(const std::string &mode, const std::string &cache, int n) {
+    if (mode == "nothing") return 0;
+    const bool load = mode == "load";
+    for (int k = 0; k < n; ++k) {
+        const std::string path = compile_one(cache, k);
+        if (!load) continue;
+        kjit_kernel *kernel = nullptr;
+        if (kjit_load_cached(path.c_str(), "sweep", &kernel) != KJIT_OK) fail("kjit_load_cached", kjit_last_error());
+        // Kept loaded, as an application would, until exit.
+    }
+    return 0;
+}
+
+// Spawns this program as a start-up child and returns its wall time in seconds.
+double time_child(const char *self, const std::string &mode, const std::string &cache, int n) {
+    const std::string count = std::to_string(n);
+    const char *args[] = {self, "--startup-child", mode.c_str(), cache.c_str(), count.c_str(), nullptr};
+    const auto started = Clock::now();
+    pid_t pid = 0;
+    if (posix_spawn(&pid, self, nullptr, nullptr, const_cast<char *const *>(args), environ) != 0) {
+        fail("posix_spawn", self);
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fail("start-up child failed", mode);
+    }
+    return std::chrono::duration<double>(Clock::now() - started).count();
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
+    if (argc == 5 && std::strcmp(argv[1], "--startup-child") == 0) return child_main(argv[2], argv[3], std::atoi(argv[4]));
     const Options o = parse(argc, argv);
     const int n = o.kernels;
     std::vector<std::string> paths(static_cast<std::size_t>(n));
@@ -101,15 +157,7 @@ int main(int argc, char **argv) {
     // The cache: compiled once, hits afterwards.
     std::atomic<int> compiled{0};
     const double compile_us = timed_on_threads(2, n, [&](int k) {
-        kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
-        options.cache_dir = o.cache.c_str();
-        options.arch = "sm_90";
-        char path[4096];
-        const std::string source = source_for(k);
-        if (kjit_compile(source.c_str(), "sweep", &options, path, sizeof path, nullptr) != KJIT_OK) {
-            fail("kjit_compile", kjit_last_error());
-        }
-        paths[static_cast<std::size_t>(k)] = path;
+        paths[static_cast<std::size_t>(k)] = compile_one(o.cache, k);
         if (const int done = ++compiled; isatty(2) && done % 10 == 0) std::fprintf(stderr, "\rcompiling %d/%d", done, n);
     });
     if (isatty(2)) std::fprintf(stderr, "\r                    \r");
@@ -215,6 +263,34 @@ int main(int argc, char **argv) {
     if (!load1.skipped) std::printf(", load %.2fx", load1.median_us / load2.median_us);
     std::printf("  (machine has %u CPUs)\n", std::thread::hardware_concurrency());
 
+    // Start-up: fresh processes, one thread each. The cold one compiles into an empty cache.
+    double startup_nothing = 0, startup_warm = 0, startup_cold = 0;
+    if (o.startup && no_driver.empty()) {
+        char self[4096];
+        const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0) fail("readlink", "/proc/self/exe");
+        self[len] = '\0';
+        char cold_dir[] = "/tmp/kjit-bench-cold-XXXXXX";
+        if (!::mkdtemp(cold_dir)) fail("mkdtemp", cold_dir);
+        std::vector<double> nothing, warm;
+        for (int i = 0; i < 5; ++i) {
+            nothing.push_back(time_child(self, "nothing", o.cache, n));
+            warm.push_back(time_child(self, "load", o.cache, n));
+        }
+        std::sort(nothing.begin(), nothing.end());
+        std::sort(warm.begin(), warm.end());
+        startup_nothing = nothing[2];
+        startup_warm = warm[2];
+        if (isatty(2)) std::fprintf(stderr, "start-up: cold process compiling %d kernels...\n", n);
+        startup_cold = time_child(self, "load", cold_dir, n);
+        std::filesystem::remove_all(cold_dir);
+        std::printf("\nstart-up of a fresh process, 1 thread, %d kernels ready to launch (median of 5; cold once):\n", n);
+        std::printf("  warm (kjit_compile hits + kjit_load_cached)   %9.3f s\n", startup_warm);
+        std::printf("  cold (empty cache: %d NVRTC compiles + loads) %9.3f s\n", n, startup_cold);
+        std::printf("  a process that only starts and exits          %9.3f s\n", startup_nothing);
+        std::printf("  cold / warm                                   %9.0f x\n", startup_cold / startup_warm);
+    }
+
     if (!o.json.empty()) {
         FILE *f = std::fopen(o.json.c_str(), "w");
         if (!f) fail("cannot write", o.json);
@@ -227,7 +303,8 @@ int main(int argc, char **argv) {
                          r.id.c_str(), json_escape(r.label).c_str(), r.skipped ? "true" : "false", r.median_us,
                          r.p10_us, r.p90_us, r.samples, i + 1 < rows.size() ? "," : "");
         }
-        std::fprintf(f, "  ]\n}\n");
+        std::fprintf(f, "  ],\n  \"startup_s\": {\"warm\": %.4f, \"cold\": %.4f, \"nothing\": %.4f}\n}\n",
+                     startup_warm, startup_cold, startup_nothing);
         std::fclose(f);
     }
     return 0;
