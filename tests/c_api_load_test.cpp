@@ -2,7 +2,7 @@
 // double (KJIT_LIBCUDA points at it).
 #include "kjit/kjit.h"
 
-#include "test_support.hpp"
+#include "c_api_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,24 +10,10 @@
 
 using namespace kjit_test;
 
-namespace {
-
-std::string compile(const TempDir &dir, const char *source, const char *keyword) {
-    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
-    const std::string cache = dir.file("cache");
-    options.cache_dir = cache.c_str();
-    options.arch = "sm_90";
-    char path[4096];
-    const kjit_status st = kjit_compile(source, keyword, &options, path, sizeof path, nullptr);
-    EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
-    return st == KJIT_OK ? path : "";
-}
-
-}  // namespace
 
 TEST(CApiLoad, CompileLoadAccessorsRelease) {
     TempDir dir;
-    const std::string path = compile(dir, sources::kTemplateOne, "tmpl");
+    const std::string path = compile_through_c_api(dir, sources::kTemplateOne, "tmpl");
     const auto live0 = fake_cuda().counters().live_libraries;
     kjit_kernel *k = nullptr;
     ASSERT_EQ(kjit_load_cached(path.c_str(), "tmpl", &k), KJIT_OK) << kjit_last_error();
@@ -63,7 +49,7 @@ TEST(CApiLoad, CompileLoadAccessorsRelease) {
 
 TEST(CApiLoad, ArgumentsAndErrors) {
     TempDir dir;
-    const std::string path = compile(dir, sources::kPlain, "plain_kernel");
+    const std::string path = compile_through_c_api(dir, sources::kPlain, "plain_kernel");
     kjit_kernel *k = reinterpret_cast<kjit_kernel *>(1);
     EXPECT_EQ(kjit_load_cached(nullptr, "plain_kernel", &k), KJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(k, nullptr);

@@ -31,15 +31,6 @@ std::string resolve(const std::string &cubin, const char *keyword, kjit_status e
     return name;
 }
 
-struct Cubin {
-    TempDir dir;
-    std::string path;
-    explicit Cubin(const std::string &source, const std::vector<std::string> &options = {})
-        : path(dir.file("k.cubin")) {
-        write_file(path, cubin_for(source, options));
-    }
-};
-
 }  // namespace
 
 TEST(CApi, StatusStringsAreFixed) {

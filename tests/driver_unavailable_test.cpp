@@ -3,7 +3,7 @@
 // KJIT_EXPECT_DRIVER_ERROR to text the message must hold.
 #include "kjit/kjit.h"
 
-#include "test_support.hpp"
+#include "c_api_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,13 +16,9 @@ TEST(DriverUnavailable, LoadSaysWhyCompileAndResolveStillWork) {
     const char *expected = std::getenv("KJIT_EXPECT_DRIVER_ERROR");
     ASSERT_NE(expected, nullptr) << "set KJIT_EXPECT_DRIVER_ERROR";
     TempDir dir;
-    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
-    const std::string cache = dir.file("cache");
-    options.cache_dir = cache.c_str();
-    options.arch = "sm_90";
-    char path[4096];
-    ASSERT_EQ(kjit_compile(sources::kPlain, "plain_kernel", &options, path, sizeof path, nullptr), KJIT_OK)
-        << kjit_last_error();
+    const std::string compiled = compile_through_c_api(dir, sources::kPlain, "plain_kernel");
+    ASSERT_FALSE(compiled.empty());
+    const char *path = compiled.c_str();
     char name[256];
     ASSERT_EQ(kjit_resolve_name(path, "plain_kernel", name, sizeof name, nullptr), KJIT_OK) << kjit_last_error();
     EXPECT_STREQ(name, "_Z12plain_kernelPf");
@@ -35,7 +31,10 @@ TEST(DriverUnavailable, LoadSaysWhyCompileAndResolveStillWork) {
         EXPECT_NE(err.find(expected), std::string::npos) << err;
     }
     // With no arch given, kjit_compile needs the device's and cannot get it either.
-    options.arch = nullptr;
+    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = dir.file("cache");
+    options.cache_dir = cache.c_str();
     ::unsetenv("KJIT_ARCH");
-    EXPECT_NE(kjit_compile(sources::kPlain, "plain_kernel", &options, path, sizeof path, nullptr), KJIT_OK);
+    char out[4096];
+    EXPECT_NE(kjit_compile(sources::kPlain, "plain_kernel", &options, out, sizeof out, nullptr), KJIT_OK);
 }

@@ -65,15 +65,6 @@ std::string sidecar_name(const std::string &cubin, const std::string &keyword) {
     return {};
 }
 
-struct Cubin {
-    TempDir dir;
-    std::string path;
-    explicit Cubin(const std::string &source, const std::vector<std::string> &options = {})
-        : path(dir.file("k.cubin")) {
-        write_file(path, cubin_for(source, options));
-    }
-};
-
 }  // namespace
 
 TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {

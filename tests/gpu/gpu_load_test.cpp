@@ -36,12 +36,6 @@ struct Cuda {
     CUcontext ctx = nullptr;
 };
 
-template <typename Fn>
-void take(void *lib, Fn &fn, const char *symbol) {
-    fn = reinterpret_cast<Fn>(::dlsym(lib, symbol));
-    ASSERT_NE(fn, nullptr) << "libcuda.so.1 has no " << symbol;
-}
-
 const Cuda &cuda() {
     static Cuda c = [] {
         Cuda x;
@@ -50,15 +44,15 @@ const Cuda &cuda() {
             std::fprintf(stderr, "gpu tests need a CUDA driver: %s\n", ::dlerror());
             std::abort();
         }
-        take(lib, x.init, "cuInit");
-        take(lib, x.device_get, "cuDeviceGet");
-        take(lib, x.ctx_retain, "cuDevicePrimaryCtxRetain");
-        take(lib, x.ctx_set_current, "cuCtxSetCurrent");
-        take(lib, x.mem_alloc, "cuMemAlloc_v2");
-        take(lib, x.mem_free, "cuMemFree_v2");
-        take(lib, x.memcpy_dtoh, "cuMemcpyDtoH_v2");
-        take(lib, x.launch, "cuLaunchKernel");
-        take(lib, x.synchronize, "cuCtxSynchronize");
+        take_symbol(lib, x.init, "cuInit", "libcuda.so.1");
+        take_symbol(lib, x.device_get, "cuDeviceGet", "libcuda.so.1");
+        take_symbol(lib, x.ctx_retain, "cuDevicePrimaryCtxRetain", "libcuda.so.1");
+        take_symbol(lib, x.ctx_set_current, "cuCtxSetCurrent", "libcuda.so.1");
+        take_symbol(lib, x.mem_alloc, "cuMemAlloc_v2", "libcuda.so.1");
+        take_symbol(lib, x.mem_free, "cuMemFree_v2", "libcuda.so.1");
+        take_symbol(lib, x.memcpy_dtoh, "cuMemcpyDtoH_v2", "libcuda.so.1");
+        take_symbol(lib, x.launch, "cuLaunchKernel", "libcuda.so.1");
+        take_symbol(lib, x.synchronize, "cuCtxSynchronize", "libcuda.so.1");
         CUdevice dev = 0;
         if (x.init(0) != CUDA_SUCCESS || x.device_get(&dev, 0) != CUDA_SUCCESS ||
             x.ctx_retain(&x.ctx, dev) != CUDA_SUCCESS) {

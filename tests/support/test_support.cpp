@@ -70,16 +70,18 @@ const std::string &cubin_for(const std::string &source, const std::vector<std::s
     return cache.emplace(key, std::move(out->cubin)).first->second;
 }
 
-namespace {
-template <typename Fn>
-void take(void *lib, Fn &fn, const char *symbol) {
-    fn = reinterpret_cast<Fn>(::dlsym(lib, symbol));
+void *dlsym_or_abort(void *lib, const char *symbol, const char *what) {
+    void *fn = ::dlsym(lib, symbol);
     if (!fn) {
-        std::fprintf(stderr, "the driver test double has no %s\n", symbol);
+        std::fprintf(stderr, "%s has no %s\n", what, symbol);
         std::abort();
     }
+    return fn;
 }
-}  // namespace
+
+Cubin::Cubin(const std::string &source, const std::vector<std::string> &options) : path(dir.file("k.cubin")) {
+    write_file(path, cubin_for(source, options));
+}
 
 const FakeCuda &fake_cuda() {
     static const FakeCuda fake = [] {
@@ -90,12 +92,12 @@ const FakeCuda &fake_cuda() {
             std::abort();
         }
         FakeCuda f;
-        take(lib, f.get_counters, "fake_cuda_get_counters");
-        take(lib, f.set_device_sm, "fake_cuda_set_device_sm");
-        take(lib, f.kernel_name, "fake_cuda_kernel_name");
-        take(lib, f.function_name, "fake_cuda_function_name");
-        take(lib, f.ctx_retain, "cuDevicePrimaryCtxRetain");
-        take(lib, f.ctx_set_current, "cuCtxSetCurrent");
+        take_symbol(lib, f.get_counters, "fake_cuda_get_counters", "the driver test double");
+        take_symbol(lib, f.set_device_sm, "fake_cuda_set_device_sm", "the driver test double");
+        take_symbol(lib, f.kernel_name, "fake_cuda_kernel_name", "the driver test double");
+        take_symbol(lib, f.function_name, "fake_cuda_function_name", "the driver test double");
+        take_symbol(lib, f.ctx_retain, "cuDevicePrimaryCtxRetain", "the driver test double");
+        take_symbol(lib, f.ctx_set_current, "cuCtxSetCurrent", "the driver test double");
         return f;
     }();
     return fake;

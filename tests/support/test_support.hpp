@@ -67,6 +67,21 @@ private:
     std::string path_;
 };
 
+// A cubin compiled by cubin_for() and written as `k.cubin` in a fresh folder of its own.
+struct Cubin {
+    TempDir dir;
+    std::string path;
+    explicit Cubin(const std::string &source, const std::vector<std::string> &options = {});
+};
+
+// dlsym(lib, symbol) as the function pointer type `Fn`; aborts, naming `what` and the symbol,
+// if it is missing (a test set-up that cannot go on).
+void *dlsym_or_abort(void *lib, const char *symbol, const char *what);
+template <typename Fn>
+void take_symbol(void *lib, Fn &fn, const char *symbol, const char *what) {
+    fn = reinterpret_cast<Fn>(dlsym_or_abort(lib, symbol, what));
+}
+
 // Writes `bytes` to `path` (replacing it through a rename, as a cache publish does).
 void write_file(const std::string &path, const std::string &bytes);
 // The whole file, or "" if it cannot be read.
