@@ -1,19 +1,50 @@
 #!/usr/bin/env bash
-# ctest's guard against the bench rotting: a small generated cubin, a few iterations of every
-# row, and the JSON checked for the expected name; then a quick kjit-bench-compile (2 kernels,
-# 50 hits) and its JSON checked for completeness; then kjit-bench-load on 4 kernels through the
-# driver test double. Usage: smoke_test.sh BENCH_BIN_DIR FAKE_LIBCUDA
+# ctest's guard against the bench rotting: every scenario of kjit-bench on a small scale (a
+# 40-kernel cubin, 4 sweep kernels, few iterations), through the driver test double; then the
+# JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
+# dir for temp folders left behind; and bad options must fail with a message.
+# Usage: smoke_test.sh BENCH_BIN_DIR FAKE_LIBCUDA
 set -euo pipefail
 bin=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$bin/kjit-make-bigcubin" "$work/small.cubin" --instances 40
-"$bin/kjit-bench" --cubin "$work/small.cubin" --keyword gemm_fp8_kernel --iterations 200 \
-    --scan-iterations 5 --pyelftools-repeats 1 --json "$work/out.json"
-grep -q '_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i' "$work/out.json"
-ls "$work" | grep -q '\.tmp-' && { echo "temp file left behind"; exit 1; }
-"$bin/kjit-bench-compile" --kernels 2 --hits 50 --json "$work/compile.json"
-grep -q '"all_targets_met"' "$work/compile.json"
-KJIT_LIBCUDA=$2 "$bin/kjit-bench-load" --cache "$work/load-cache" --kernels 4 --rounds 2 --json "$work/load.json"
-grep -q '"id": "load_2t", "label": "[^"]*", "skipped": false' "$work/load.json"
+KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.cubin" --kernels 4 --rounds 2 \
+    --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --json "$work/out.json" \
+    > "$work/stdout.txt"
+cat "$work/stdout.txt"
+grep -q '^== targets' "$work/stdout.txt"
+python3 - "$work/out.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
+assert set(sections) == {"compile", "sweep", "resolve", "startup"}, sections.keys()
+for sid, rows in sections.items():
+    for rid, r in rows.items():
+        assert not r["skipped"], (rid, r)  # the test double makes every row measurable
+        assert r["median_us"] > 0 and r["p10_us"] <= r["median_us"] <= r["p90_us"], (rid, r)
+assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i", j["resolve"]
+assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
+for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
+            "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan"]:
+    assert j["targets"][key]["available"], key
+print("bench JSON OK")
+PY
+if command -v gnuplot >/dev/null; then
+    head -c 8 "$work/out.png" | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a' || { echo "out.png is not a PNG"; exit 1; }
+else
+    echo "gnuplot is not installed: the chart is not checked"
+fi
+test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*')
+[ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
+find "$work" -name '*.tmp-*' | grep -q . && { echo "temp file left behind"; exit 1; }
+# Bad input: a clear message and a non-zero exit, never a crash.
+if "$bin/kjit-bench" --only nosuch > "$work/bad.txt" 2>&1; then echo "--only nosuch was accepted"; exit 1; fi
+grep -q 'nosuch' "$work/bad.txt"
+if "$bin/kjit-bench" --work-dir "$work/data" --only resolve --cubin "$work/missing.cubin" > "$work/bad.txt" 2>&1; then
+    echo "a missing cubin was accepted"; exit 1
+fi
+grep -q "missing.cubin" "$work/bad.txt"
+if "$bin/kjit-bench" --only startup > "$work/bad.txt" 2>&1; then echo "startup without sweep was accepted"; exit 1; fi
 echo "bench smoke test OK"

@@ -1,0 +1,174 @@
+// kjit-bench: libkjit warm against cold, side by side with the lookup it replaces, in one run.
+//
+// Scenarios (all by default; --only picks some):
+//   sweep    a tuning sweep of N GEMM-like kernels: cold kjit_compile into an empty cache with 1
+//            and 2 threads, raw NVRTC beside the 1-thread compiles (the compile comparison), then
+//            warm rounds of kjit_compile hits, kjit_resolve_name and kjit_load_cached
+//            (sweep_scenario.cpp)
+//   resolve  kjit_resolve_name on a 12,000-symbol cubin: sidecar hit, scan, the file floor, and
+//            the pyelftools loop in a child process (resolve_scenario.cpp)
+//   startup  a fresh process that gets the N cached kernels ready, against one that compiles
+//            them (startup_scenario.cpp; needs the sweep)
+// Prints a progress line for long phases (on a terminal), a summary table at the end, and with
+// --json the results as JSON plus a PNG chart beside it (gnuplot).
+#include "kjit/kjit.h"
+
+#include "raw_nvrtc.hpp"
+#include "report.hpp"
+#include "scenarios.hpp"
+#include "support.hpp"
+#include "sweep_kernels.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#ifndef KJIT_BENCH_SOURCE_DIR
+#define KJIT_BENCH_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace kjit_bench;
+
+std::string utc_now() {
+    char buf[64];
+    const std::time_t t = std::time(nullptr);
+    struct tm tm {};
+    gmtime_r(&t, &tm);
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+std::string png_beside(const std::string &json) {
+    const std::size_t slash = json.rfind('/');
+    const std::size_t dot = json.rfind('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return json + ".png";
+    return json.substr(0, dot) + ".png";
+}
+
+int run(const BenchOptions &o, const std::string &json_path, std::string chart_path, bool chart) {
+    Report report;
+    const MachineInfo machine = machine_info();
+    const char *libcuda = std::getenv("KJIT_LIBCUDA");
+    const std::string driver = libcuda && *libcuda ? std::string(libcuda) : std::string("libcuda.so.1");
+    report.meta["libkjit_version"] = kjit_version_string();
+    report.meta["nvrtc_version"] = nvrtc_version();
+    report.meta["machine"] = machine.describe();
+    report.meta["cpus"] = machine.cpus;
+    report.meta["date"] = utc_now();
+    report.meta["driver"] = driver;
+    report.meta["work_dir"] = o.work_dir;
+    report.meta["work_dir_filesystem"] = filesystem_name(o.work_dir);
+
+    std::printf("kjit-bench: libkjit %s, NVRTC %s, arch %s\n", kjit_version_string(), nvrtc_version().c_str(), o.arch.c_str());
+    std::printf("machine:    %s\n", machine.describe().c_str());
+    std::printf("work dir:   %s (on %s)\n", o.work_dir.c_str(), filesystem_name(o.work_dir).c_str());
+    std::printf("driver:     %s (for the load rows)\n", driver.c_str());
+    std::fflush(stdout);
+
+    SweepOutcome sweep;
+    if (o.wants("sweep")) sweep = run_sweep(o, report);
+    if (o.wants("resolve")) run_resolve(o, report);
+    if (o.wants("startup")) run_startup(o, sweep, report);
+
+    report.print_summary(stdout);
+    if (!json_path.empty()) {
+        report.write_json(json_path);
+        std::printf("\nwrote %s\n", json_path.c_str());
+        if (chart) {
+            if (chart_path.empty()) chart_path = png_beside(json_path);
+            const std::string why = report.write_chart(chart_path);
+            if (why.empty()) std::printf("wrote %s\n", chart_path.c_str());
+            else std::printf("no chart: %s\n", why.c_str());
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    // The start-up scenario spawns this program again; that child takes no other options.
+    if (argc == 6 && std::strcmp(argv[1], "--startup-child") == 0) {
+        return startup_child_main(argv[2], argv[3], std::atoi(argv[4]), argv[5]);
+    }
+
+    BenchOptions o;
+    o.pyelftools_script = KJIT_BENCH_SOURCE_DIR "/pyelftools_lookup.py";
+    o.work_dir = "kjit-bench-data";
+    std::string json_path, chart_path;
+    bool no_chart = false;
+    CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
+    app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"sweep", "resolve", "startup"}));
+    app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
+        ->capture_default_str();
+    app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
+    app.add_option("--kernels", o.kernels, "Kernels in the tuning sweep")
+        ->check(CLI::Range(1, sweep_size()))
+        ->capture_default_str();
+    app.add_option("--rounds", o.rounds, "Warm rounds for each thread count")->check(CLI::Range(1, 1000))->capture_default_str();
+    app.add_option("--cubin", o.cubin, "Cubin for the resolve scenario (default: WORK_DIR/big.cubin, from kjit-make-bigcubin)");
+    app.add_option("--keyword", o.keyword, "Keyword looked up in --cubin")->capture_default_str();
+    app.add_option("--iterations", o.iterations, "Timed sidecar hits and floor calls")
+        ->check(CLI::Range(1L, 100'000'000L))
+        ->capture_default_str();
+    app.add_option("--scan-iterations", o.scan_iterations, "Timed scans")->check(CLI::Range(1L, 1'000'000L))->capture_default_str();
+    app.add_option("--pyelftools-repeats", o.pyelftools_repeats, "Timed pyelftools lookups")
+        ->check(CLI::Range(1L, 1000L))
+        ->capture_default_str();
+    app.add_option("--python", o.python, "Python interpreter with elftools")->capture_default_str();
+    app.add_option("--pyelftools-script", o.pyelftools_script, "The pyelftools lookup script")->capture_default_str();
+    app.add_option("--startup-repeats", o.startup_repeats, "Warm start-up processes timed")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
+    app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
+    app.add_flag("--no-chart", no_chart, "Do not draw the chart");
+    CLI11_PARSE(app, argc, argv);
+
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup"};
+    if (o.wants("startup") && !o.wants("sweep")) {
+        std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
+        return 2;
+    }
+    try {
+        if (::mkdir(o.work_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+            fail("cannot create the work dir '" + o.work_dir + "': " + std::strerror(errno));
+        }
+        struct stat st {};
+        if (::stat(o.work_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("'" + o.work_dir + "' is not a folder");
+        // Absolute, as the paths kjit_compile returns are: the sweep compares them by prefix.
+        char resolved[PATH_MAX];
+        if (!::realpath(o.work_dir.c_str(), resolved)) fail("cannot resolve '" + o.work_dir + "': " + std::strerror(errno));
+        o.work_dir = resolved;
+        if (o.cubin.empty()) o.cubin = o.work_dir + "/big.cubin";
+        if (o.wants("resolve") && ::access(o.cubin.c_str(), R_OK) != 0) {
+            fail("cannot read the cubin '" + o.cubin + "' (" + std::strerror(errno) +
+                 "): make it with kjit-make-bigcubin, or pass --cubin, or leave resolve out of --only");
+        }
+        return run(o, json_path, chart_path, !no_chart);
+    } catch (const BenchError &e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "kjit-bench: error: %s\n", e.what());
+        return 1;
+    }
+}
+
+bool kjit_bench::BenchOptions::wants(const std::string &scenario) const {
+    for (const std::string &s : scenarios) {
+        if (s == scenario) return true;
+    }
+    return false;
+}

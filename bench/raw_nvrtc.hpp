@@ -1,0 +1,17 @@
+// The baseline kjit_compile is measured against: NVRTC alone, source to cubin bytes in memory,
+// no files and no cache (nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetCUBIN, destroy).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kjit_bench {
+
+std::string nvrtc_version();  // "13.0"
+
+// Compiles `source` for `arch` (e.g. "sm_90") with `options` added; returns the cubin's size.
+// Throws BenchError with NVRTC's log on failure.
+std::size_t raw_nvrtc_compile(const std::string &source, const std::string &arch,
+                              const std::vector<std::string> &options = {});
+
+}  // namespace kjit_bench

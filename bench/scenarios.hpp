@@ -1,0 +1,54 @@
+// The four scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
+// cannot go on.
+#pragma once
+
+#include "report.hpp"
+
+#include <string>
+#include <vector>
+
+namespace kjit_bench {
+
+struct BenchOptions {
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup"
+    std::string work_dir;                // caches and temp folders go here
+    std::string arch = "sm_90";
+    // sweep (and compile vs raw NVRTC, which it carries)
+    int kernels = 300;
+    int rounds = 5;  // warm rounds, for each thread count
+    // resolve
+    std::string cubin;
+    std::string keyword = "gemm_fp8_kernel";
+    long iterations = 20000;     // sidecar hit and floor
+    long scan_iterations = 200;  // scans
+    long pyelftools_repeats = 5;
+    std::string python = "/usr/bin/python3";
+    std::string pyelftools_script;
+    // startup
+    int startup_repeats = 5;
+
+    bool wants(const std::string &scenario) const;
+};
+
+// What the sweep leaves for the start-up scenario: the warm cache of all its kernels.
+struct SweepOutcome {
+    std::string warm_cache;  // "" when the sweep did not run
+    bool driver_usable = false;
+    std::string driver_problem;  // kjit_last_error() of the probe when not usable
+};
+
+// 1 (and 3): the tuning sweep, cold then warm, with 1 and 2 threads; raw NVRTC beside the cold
+// 1-thread compiles.
+SweepOutcome run_sweep(const BenchOptions &o, Report &report);
+// 2: resolve on the big cubin, with the pyelftools child.
+void run_resolve(const BenchOptions &o, Report &report);
+// 4: start-up of a fresh process, warm against cold.
+void run_startup(const BenchOptions &o, const SweepOutcome &sweep, Report &report);
+
+// The spawned start-up process (kjit-bench --startup-child MODE CACHE N ARCH): gets kernels
+// 0..N-1 of the sweep ready to launch (kjit_compile, then kjit_load_cached), or with MODE
+// "nothing" only starts and exits. Returns the exit code.
+int startup_child_main(const std::string &mode, const std::string &cache, int n, const std::string &arch);
+
+}  // namespace kjit_bench

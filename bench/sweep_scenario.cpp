@@ -1,0 +1,375 @@
+// Scenarios 1 and 3: the tuning sweep, cold and warm, and kjit_compile's cold time against raw
+// NVRTC on the same sources.
+//
+// N instantiations of the GEMM-like gemm_tile kernel (sweep_kernels.hpp), each its own program:
+//   cold, 1 thread   for each kernel in turn, raw NVRTC and a kjit_compile miss into an empty
+//                    cache, alternating which goes first to cancel drift (scenario 3 is this
+//                    pairing); after one untimed warm-up of each, so neither carries NVRTC's or
+//                    libkjit's one-time process set-up
+//   cold, 2 threads  kjit_compile of all N into a second empty cache on 2 threads; its entries
+//                    must match the first cache's, name for name
+//   warm             on the first cache, in alternating rounds for 1 and 2 threads: kjit_compile
+//                    (all hits), kjit_resolve_name, kjit_load_cached up to the driver call
+//                    (KernelLoader::prepare: read the cubin once, resolve the name for those
+//                    bytes), kjit_load_cached through the driver (released after each round, so
+//                    every round loads anew; skipped when no driver answers), and the floor:
+//                    open+read+close of each cubin and its sidecar with no libkjit code
+// Each call is timed (steady_clock), and each round as a whole: round time / N is the rate.
+#include "scenarios.hpp"
+
+#include "progress.hpp"
+#include "raw_nvrtc.hpp"
+#include "support.hpp"
+#include "sweep_kernels.hpp"
+
+#include "kernel_loader.hpp"
+#include "kjit/kjit.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace kjit_bench {
+
+namespace {
+
+constexpr int kThreadCounts[] = {1, 2};
+
+// Runs body(i) for i in [0, n) on `threads` threads (thread t takes i = t, t + threads, ...).
+// Returns the wall time in microseconds. The first exception thrown by a body is rethrown.
+template <typename Body>
+double timed_on_threads(int threads, int n, Body body) {
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    const auto started = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            try {
+                for (int i = t; i < n; i += threads) body(i);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(error_mutex);
+                if (!error) error = std::current_exception();
+            }
+        });
+    }
+    for (auto &th : pool) th.join();
+    const double us = elapsed_us(started, Clock::now());
+    if (error) std::rethrow_exception(error);
+    return us;
+}
+
+std::string compile_or_fail(const std::string &source, const kjit_compile_options &opts) {
+    char path[4096];
+    size_t len = 0;
+    const kjit_status s = kjit_compile(source.c_str(), kSweepKeyword, &opts, path, sizeof path, &len);
+    if (s != KJIT_OK) fail_kjit("kjit_compile", s);
+    return std::string(path, len);
+}
+
+// The `compile_seconds:` line of a cache entry's manifest.txt: libkjit's own NVRTC call inside
+// kjit_compile (1 ms resolution). NaN when it cannot be read.
+double manifest_compile_us(const std::string &entry) {
+    const std::string text = read_file(entry + "/manifest.txt");
+    const std::size_t at = text.find("compile_seconds: ");
+    if (at == std::string::npos) return std::nan("");
+    return std::strtod(text.c_str() + at + 17, nullptr) * 1e6;
+}
+
+// Per kernel, the median over rounds of its per-call times.
+std::vector<double> per_kernel_median(const std::vector<std::vector<double>> &by_round, int n) {
+    std::vector<double> out(static_cast<std::size_t>(n), std::nan(""));
+    if (by_round.empty()) return out;
+    for (int i = 0; i < n; ++i) {
+        std::vector<double> v;
+        for (const auto &round : by_round) v.push_back(round[static_cast<std::size_t>(i)]);
+        out[static_cast<std::size_t>(i)] = median(v);
+    }
+    return out;
+}
+
+std::vector<double> flatten(const std::vector<std::vector<double>> &by_round) {
+    std::vector<double> out;
+    for (const auto &r : by_round) out.insert(out.end(), r.begin(), r.end());
+    return out;
+}
+
+// One warm operation measured in rounds: per-call times (1 thread) and round rates.
+struct WarmSeries {
+    const char *id;
+    const char *label;
+    std::vector<std::vector<double>> calls_1t;  // [round][kernel]
+    std::vector<double> rate_us[3];             // [threads]: round wall / N
+};
+
+std::string seconds(double us) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f s", us / 1e6);
+    return buf;
+}
+
+}  // namespace
+
+SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
+    if (o.kernels > sweep_size()) fail("--kernels is at most " + std::to_string(sweep_size()) + " (the sweep's configurations)");
+    const int n = o.kernels;
+    const std::vector<GemmConfig> configs = sweep_configs(n);
+    std::vector<std::string> sources;
+    for (const GemmConfig &c : configs) sources.push_back(sweep_source(c));
+
+    TempDir warmup_cache(o.work_dir, "sweep-warmup-");
+    TempDir cold1(o.work_dir, "sweep-cold-1t-");
+    TempDir cold2(o.work_dir, "sweep-cold-2t-");
+    kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
+    opts.arch = o.arch.c_str();
+
+    // Warm-up: NVRTC's first compile in a process loads its builtins, and kjit_compile's first
+    // call sets up the library. A comment makes the source its own key.
+    const std::string warm_source = sources.front() + "// warm-up\n";
+    const double warm_raw_us = time_once([&] { raw_nvrtc_compile(warm_source, o.arch); });
+    opts.cache_dir = warmup_cache.path().c_str();
+    const double warm_kjit_us = time_once([&] { compile_or_fail(warm_source, opts); });
+
+    // Cold, 1 thread, paired with raw NVRTC.
+    const auto un = static_cast<std::size_t>(n);
+    std::vector<double> raw_us(un), cold1_us(un), cold2_us(un);
+    std::vector<std::string> paths(un), paths2(un);
+    opts.cache_dir = cold1.path().c_str();
+    {
+        Progress progress("sweep: cold, 1 thread (raw NVRTC and kjit_compile of each kernel)", n, "kernels");
+        for (int i = 0; i < n; ++i) {
+            const auto u = static_cast<std::size_t>(i);
+            auto run_raw = [&] { raw_us[u] = time_once([&] { raw_nvrtc_compile(sources[u], o.arch); }); };
+            auto run_kjit = [&] { cold1_us[u] = time_once([&] { paths[u] = compile_or_fail(sources[u], opts); }); };
+            if (i % 2 == 0) {
+                run_raw();
+                run_kjit();
+            } else {
+                run_kjit();
+                run_raw();
+            }
+            progress.tick();
+        }
+    }
+    // Cold, 2 threads, into a second empty cache.
+    double cold2_wall_us = 0;
+    {
+        kjit_compile_options opts2 = opts;
+        opts2.cache_dir = cold2.path().c_str();
+        Progress progress("sweep: cold, 2 threads (kjit_compile)", n, "kernels");
+        cold2_wall_us = timed_on_threads(2, n, [&](int i) {
+            const auto u = static_cast<std::size_t>(i);
+            cold2_us[u] = time_once([&] { paths2[u] = compile_or_fail(sources[u], opts2); });
+            progress.tick();
+        });
+    }
+    // Both caches hold the same entries, and every kernel its own, with its own name.
+    std::set<std::string> names;
+    for (int i = 0; i < n; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        if (paths[u].compare(0, cold1.path().size(), cold1.path()) != 0 ||
+            paths2[u].compare(0, cold2.path().size(), cold2.path()) != 0 ||
+            paths[u].substr(cold1.path().size()) != paths2[u].substr(cold2.path().size())) {
+            fail("kernel " + std::to_string(i) + " went to '" + paths[u] + "' with 1 thread but '" + paths2[u] +
+                 "' with 2");
+        }
+        char name[512];
+        size_t len = 0;
+        const kjit_status s = kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, &len);
+        if (s != KJIT_OK) fail_kjit("kjit_resolve_name on '" + paths[u] + "'", s);
+        if (!names.insert(std::string(name, len)).second) fail("two kernels resolved to '" + std::string(name, len) + "'");
+    }
+
+    // Warm. Does a driver answer? The load rows need one.
+    SweepOutcome outcome;
+    {
+        kjit_kernel *probe = nullptr;
+        const kjit_status s = kjit_load_cached(paths[0].c_str(), kSweepKeyword, &probe);
+        outcome.driver_usable = s == KJIT_OK;
+        if (!outcome.driver_usable) outcome.driver_problem = std::string(kjit_status_string(s)) + ": " + kjit_last_error();
+        kjit_kernel_release(probe);
+    }
+    WarmSeries hit{"hit", "kjit_compile hit", {}, {}};
+    WarmSeries resolve{"resolve", "kjit_resolve_name (sidecar hit)", {}, {}};
+    WarmSeries prepare{"prepare", "kjit_load_cached up to the driver call", {}, {}};
+    WarmSeries load{"load", "kjit_load_cached through the driver", {}, {}};
+    WarmSeries floor{"floor", "floor: open+read+close of cubin and sidecar", {}, {}};
+    {
+        std::vector<kjit_kernel *> handles(static_cast<std::size_t>(n), nullptr);
+        std::vector<double> calls(static_cast<std::size_t>(n));
+        Progress progress("sweep: warm rounds (hit, resolve, load; 1 and 2 threads)", 2L * o.rounds, "rounds");
+        auto measure = [&](WarmSeries &series, int threads, auto &&body) {
+            const double wall = timed_on_threads(threads, n, [&](int i) {
+                calls[static_cast<std::size_t>(i)] = time_once([&] { body(static_cast<std::size_t>(i)); });
+            });
+            series.rate_us[threads].push_back(wall / n);
+            if (threads == 1) series.calls_1t.push_back(calls);
+        };
+        for (int round = 0; round < o.rounds; ++round) {
+            for (int threads : kThreadCounts) {
+                char path[4096];
+                measure(hit, threads, [&](std::size_t u) {
+                    size_t len = 0;
+                    const kjit_status s = kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, &len);
+                    if (s != KJIT_OK) fail_kjit("kjit_compile (hit)", s);
+                });
+                measure(resolve, threads, [&](std::size_t u) {
+                    char name[512];
+                    const kjit_status s = kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, nullptr);
+                    if (s != KJIT_OK) fail_kjit("kjit_resolve_name", s);
+                });
+                measure(prepare, threads, [&](std::size_t u) {
+                    auto prepared = kjit::KernelLoader::instance().prepare(paths[u], kSweepKeyword);
+                    if (!prepared) fail(prepared.error().message);
+                });
+                if (outcome.driver_usable) {
+                    measure(load, threads, [&](std::size_t u) {
+                        const kjit_status s = kjit_load_cached(paths[u].c_str(), kSweepKeyword, &handles[u]);
+                        if (s != KJIT_OK) fail_kjit("kjit_load_cached", s);
+                    });
+                    for (kjit_kernel *&h : handles) {
+                        kjit_kernel_release(h);
+                        h = nullptr;
+                    }
+                }
+                measure(floor, threads, [&](std::size_t u) {
+                    char buf[65536];
+                    for (const std::string &file : {paths[u], paths[u] + ".name"}) {
+                        const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+                        if (fd < 0) fail("cannot open '" + file + "': " + std::strerror(errno));
+                        while (::read(fd, buf, sizeof buf) > 0) {
+                        }
+                        ::close(fd);
+                    }
+                });
+                progress.tick();
+            }
+        }
+    }
+    // Where kjit's cold time goes: its NVRTC call (timed by libkjit, in the manifest) and all
+    // the rest (key, look-up, name scan, publishing the entry with its fsyncs).
+    std::vector<double> inner_us, outside_us, ratio, extra_us;
+    for (int i = 0; i < n; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        ratio.push_back(cold1_us[u] / raw_us[u]);
+        extra_us.push_back(cold1_us[u] - raw_us[u]);
+        const double inner = manifest_compile_us(folder_of(paths[u]));
+        if (std::isnan(inner)) continue;
+        inner_us.push_back(inner);
+        outside_us.push_back(cold1_us[u] - inner);
+    }
+
+    // ---- report ------------------------------------------------------------------------------
+    const std::vector<double> hit_k = per_kernel_median(hit.calls_1t, n);
+    const std::vector<double> resolve_k = per_kernel_median(resolve.calls_1t, n);
+    const std::vector<double> prepare_k = per_kernel_median(prepare.calls_1t, n);
+    const std::vector<double> load_k = per_kernel_median(load.calls_1t, n);
+    std::vector<double> cold_over_hit;
+    for (int i = 0; i < n; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        report.kernels.push_back(KernelPoint{i, configs[u].label(), raw_us[u], cold1_us[u], cold2_us[u], hit_k[u],
+                                             resolve_k[u], prepare_k[u], load_k[u]});
+        cold_over_hit.push_back(cold1_us[u] / hit_k[u]);
+    }
+    double raw_total = 0, cold1_total = 0;
+    for (int i = 0; i < n; ++i) {
+        raw_total += raw_us[static_cast<std::size_t>(i)];
+        cold1_total += cold1_us[static_cast<std::size_t>(i)];
+    }
+
+    Section &c = report.section("compile", "cold kjit_compile vs raw NVRTC: the sweep's " + std::to_string(n) +
+                                               " sources, alternating, 1 thread, per kernel");
+    c.rows.push_back(summarize("compile.raw_nvrtc", "raw NVRTC (create + compile + get cubin + destroy)", raw_us));
+    c.rows.push_back(summarize("compile.kjit_cold", "kjit_compile miss into an empty cache (publish included)", cold1_us));
+    if (inner_us.size() == static_cast<std::size_t>(n)) {
+        c.rows.push_back(summarize("compile.kjit_nvrtc", "(info) of which its NVRTC call (manifest, 1 ms resolution)", inner_us));
+        c.rows.push_back(summarize("compile.kjit_outside", "(info) of which all but NVRTC (key, scan, publish)", outside_us));
+    }
+    char note[512];
+    std::snprintf(note, sizeof note, "kjit / raw: %.3fx by the median of per-kernel ratios, %.3fx by the sums (%s vs %s)",
+                  median(ratio), cold1_total / raw_total, seconds(cold1_total).c_str(), seconds(raw_total).c_str());
+    c.notes.push_back(note);
+    std::snprintf(note, sizeof note, "kjit - raw per kernel: %s (median); first-ever compile in the process: raw %s, kjit %s (untimed warm-up)",
+                  format_us(median(extra_us)).c_str(), format_us(warm_raw_us).c_str(), format_us(warm_kjit_us).c_str());
+    c.notes.push_back(note);
+
+    Section &s = report.section("sweep", "tuning sweep: " + std::to_string(n) + " gemm_tile kernels, " + o.arch +
+                                             ", one program and cache entry each");
+    s.rows.push_back(summarize("sweep.cold_1t", "cold, 1 thread: kjit_compile miss, per kernel", cold1_us));
+    s.rows.push_back(summarize("sweep.cold_2t", "cold, 2 threads: kjit_compile miss, per call", cold2_us));
+    for (WarmSeries *w : {&hit, &resolve, &prepare, &load}) {
+        const std::string id = std::string("sweep.") + w->id + "_call";
+        const std::string label = std::string("warm, 1 thread: ") + w->label + ", per call";
+        if (w->calls_1t.empty()) s.rows.push_back(skipped_row(id, label, outcome.driver_problem));
+        else s.rows.push_back(summarize(id, label, flatten(w->calls_1t)));
+    }
+    std::vector<std::string> rate_notes;
+    for (WarmSeries *w : {&hit, &resolve, &prepare, &load, &floor}) {
+        for (int threads : kThreadCounts) {
+            const std::string id = std::string("sweep.") + w->id + "_rate_" + std::to_string(threads) + "t";
+            const std::string label = std::string("warm rate, ") + std::to_string(threads) + (threads == 1 ? " thread: " : " threads: ") +
+                                      w->label + " (round / N)";
+            if (w->rate_us[threads].empty()) s.rows.push_back(skipped_row(id, label, outcome.driver_problem));
+            else s.rows.push_back(summarize(id, label, w->rate_us[threads]));
+        }
+        if (!w->rate_us[1].empty()) {
+            std::snprintf(note, sizeof note, "%s: 2 threads at %.2fx the 1-thread rate", w->label,
+                          median(w->rate_us[1]) / median(w->rate_us[2]));
+            rate_notes.push_back(note);
+        }
+    }
+    std::snprintf(note, sizeof note, "cold totals: kjit_compile of all %d: %s on 1 thread, %s on 2 threads (%.2fx); raw NVRTC %s",
+                  n, seconds(cold1_total).c_str(), seconds(cold2_wall_us).c_str(), cold1_total / cold2_wall_us,
+                  seconds(raw_total).c_str());
+    s.notes.push_back(note);
+    const double warm_1t = median(hit.rate_us[1]) + (load.rate_us[1].empty() ? median(prepare.rate_us[1]) : median(load.rate_us[1]));
+    std::snprintf(note, sizeof note, "warm total, 1 thread: %s for all %d (kjit_compile hit + kjit_load_cached%s); cold / warm %.0fx",
+                  format_us(warm_1t * n).c_str(), n, load.rate_us[1].empty() ? " up to the driver" : "",
+                  cold1_total / (warm_1t * n));
+    s.notes.push_back(note);
+    s.notes.push_back("per kernel, median of cold / hit: " + std::to_string(static_cast<long>(median(cold_over_hit))) + "x");
+    s.notes.insert(s.notes.end(), rate_notes.begin(), rate_notes.end());
+    s.notes.push_back(outcome.driver_usable ? "load rows: through the driver " + json_string(report.meta, "driver", "")
+                                            : "load rows through the driver skipped: " + outcome.driver_problem);
+
+    Target hit_target{"cold_over_hit", "warm kjit_compile hit vs cold compile, per kernel (median cold / hit)", 1000};
+    hit_target.value = median(cold_over_hit);
+    report.add_target(hit_target);
+    Target load_target{"load_rate_2t_over_1t", "warm kjit_load_cached, 2 threads vs 1 (rate ratio)", 1.6};
+    load_target.available = !load.rate_us[1].empty();
+    load_target.why_unavailable = outcome.driver_problem;
+    if (load_target.available) load_target.value = median(load.rate_us[1]) / median(load.rate_us[2]);
+    report.add_target(load_target);
+    Target prepare_target{"prepare_rate_2t_over_1t", "warm load up to the driver call, 2 threads vs 1 (rate ratio)", 1.6};
+    prepare_target.value = median(prepare.rate_us[1]) / median(prepare.rate_us[2]);
+    report.add_target(prepare_target);
+    Target raw_target{"kjit_cold_over_raw", "cold kjit_compile vs raw NVRTC (median per-kernel ratio)", 1.05, true};
+    raw_target.value = median(ratio);
+    report.add_target(raw_target);
+
+    // Keep the warm cache for the start-up scenario (and for people: `kjit cache stats` later),
+    // replacing the previous run's.
+    const std::string kept = o.work_dir + "/sweep-cache";
+    std::error_code ec;
+    std::filesystem::remove_all(kept, ec);
+    if (ec) fail("cannot remove the previous '" + kept + "': " + ec.message());
+    if (std::rename(cold1.path().c_str(), kept.c_str()) != 0) {
+        fail("cannot rename '" + cold1.path() + "' to '" + kept + "': " + std::strerror(errno));
+    }
+    cold1.release();
+    outcome.warm_cache = kept;
+    report.meta["sweep"] = {{"kernels", n}, {"rounds", o.rounds}, {"arch", o.arch}, {"cache", kept},
+                            {"filesystem", filesystem_name(o.work_dir)}};
+    return outcome;
+}
+
+}  // namespace kjit_bench
