@@ -12,10 +12,10 @@ std::vector<GemmConfig> all_configs() {
     std::vector<GemmConfig> out;
     for (int bm : {32, 64, 128})
         for (int bn : {32, 64, 128})
-            for (int bk : {8, 16})
+            for (int bk : {4, 8, 16})
                 for (int tm : {1, 2, 4})
                     for (int tn : {1, 2, 4})
-                        for (int splitk : {1, 2, 4}) {
+                        for (int splitk : {1, 2, 4, 8}) {
                             const GemmConfig c{bm, bn, bk, tm, tn, splitk};
                             if (c.threads() >= 32 && c.threads() <= 1024) out.push_back(c);
                         }

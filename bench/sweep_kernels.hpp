@@ -5,8 +5,8 @@
 //
 // is a shared-memory tiled SGEMM: a BM x BN tile per block, BK-deep slices of A and B staged in
 // shared memory, a TM x TN register tile per thread, optional split-K over blockIdx.z. The
-// configurations cover BM, BN in {32, 64, 128}, BK in {8, 16}, TM, TN in {1, 2, 4} and SPLITK in
-// {1, 2, 4}, kept where the block has 32 to 1024 threads; they are put in a fixed pseudo-random
+// configurations cover BM, BN in {32, 64, 128}, BK in {4, 8, 16}, TM, TN in {1, 2, 4} and SPLITK
+// in {1, 2, 4, 8}, kept where the block has 32 to 1024 threads; they are put in a fixed pseudo-random
 // order, so the first N of any N are a fair sample of compile times (which grow with BK*TM*TN).
 #pragma once
 
