@@ -16,7 +16,7 @@ struct BenchOptions {
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
     int kernels = 300;
-    int rounds = 5;  // warm rounds, for each thread count
+    int rounds = 20;  // warm rounds, for each thread count (a round of 300 loads is ~5 ms: many are cheap)
     // resolve
     std::string cubin;
     std::string keyword = "gemm_fp8_kernel";
