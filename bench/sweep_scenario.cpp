@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -45,15 +46,20 @@ namespace {
 constexpr int kThreadCounts[] = {1, 2};
 
 // Runs body(i) for i in [0, n) on `threads` threads (thread t takes i = t, t + threads, ...).
-// Returns the wall time in microseconds. The first exception thrown by a body is rethrown.
+// Returns the wall time in microseconds from the moment all threads are started and waiting
+// (so thread creation, ~50 us each, is not counted against the 2-thread rounds) to the last
+// one's end. The first exception thrown by a body is rethrown.
 template <typename Body>
 double timed_on_threads(int threads, int n, Body body) {
     std::exception_ptr error;
     std::mutex error_mutex;
-    const auto started = Clock::now();
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
         pool.emplace_back([&, t] {
+            ++ready;
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
             try {
                 for (int i = t; i < n; i += threads) body(i);
             } catch (...) {
@@ -62,6 +68,9 @@ double timed_on_threads(int threads, int n, Body body) {
             }
         });
     }
+    while (ready.load() < threads) std::this_thread::yield();
+    const auto started = Clock::now();
+    go.store(true, std::memory_order_release);
     for (auto &th : pool) th.join();
     const double us = elapsed_us(started, Clock::now());
     if (error) std::rethrow_exception(error);
@@ -322,8 +331,10 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
             else s.rows.push_back(summarize(id, label, w->rate_us[threads]));
         }
         if (!w->rate_us[1].empty()) {
-            std::snprintf(note, sizeof note, "%s: 2 threads at %.2fx the 1-thread rate", w->label,
-                          median(w->rate_us[1]) / median(w->rate_us[2]));
+            const double scaling = median(w->rate_us[1]) / median(w->rate_us[2]);
+            const double floor_scaling = median(floor.rate_us[1]) / median(floor.rate_us[2]);
+            std::snprintf(note, sizeof note, "%s: 2 threads at %.2fx the 1-thread rate (%.0f%% of the floor's %.2fx)",
+                          w->label, scaling, 100 * scaling / floor_scaling, floor_scaling);
             rate_notes.push_back(note);
         }
     }
