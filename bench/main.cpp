@@ -165,10 +165,3 @@ int main(int argc, char **argv) {
         return 1;
     }
 }
-
-bool kjit_bench::BenchOptions::wants(const std::string &scenario) const {
-    for (const std::string &s : scenarios) {
-        if (s == scenario) return true;
-    }
-    return false;
-}

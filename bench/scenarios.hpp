@@ -28,7 +28,12 @@ struct BenchOptions {
     // startup
     int startup_repeats = 5;
 
-    bool wants(const std::string &scenario) const;
+    bool wants(const std::string &scenario) const {
+        for (const std::string &s : scenarios) {
+            if (s == scenario) return true;
+        }
+        return false;
+    }
 };
 
 // What the sweep leaves for the start-up scenario: the warm cache of all its kernels.
