@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs the build tree into a fresh prefix and builds tests/consumer against it both ways a
+# user would: CMake (find_package(kjit 0.1 REQUIRED), kjit::kjit) and pkg-config, each in C and
+# C++; runs all four. Also checks the installed layout (the SONAME links, the header, the
+# package files), that find_package refuses an incompatible version, and that nothing but the
+# product is installed.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR FAKE_LIBCUDA
+set -euo pipefail
+build=$1 src=$2 fake_libcuda=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+
+fail() { echo "FAIL: $*"; exit 1; }
+version=$(sed -n 's/^Version: //p' "$prefix/lib/pkgconfig/kjit.pc")
+[ -n "$version" ] || fail "kjit.pc has no Version"
+real="$prefix/lib/libkjit.so.$version"
+[ -f "$real" ] && [ ! -L "$real" ] || fail "no $real"
+[ "$(readlink "$prefix/lib/libkjit.so.${version%%.*}")" = "libkjit.so.$version" ] || fail "libkjit.so.${version%%.*} is not a link to libkjit.so.$version"
+[ "$(readlink "$prefix/lib/libkjit.so")" = "libkjit.so.${version%%.*}" ] || fail "libkjit.so is not a link to the SONAME"
+soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ "$soname" = "libkjit.so.${version%%.*}" ] || fail "SONAME is $soname"
+for f in include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
+         lib/cmake/kjit/kjitTargets.cmake lib/pkgconfig/kjit.pc; do
+    [ -f "$prefix/$f" ] || fail "$f is not installed"
+done
+extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
+[ -z "$extra" ] || fail "installed beyond the product: $extra"
+
+# CMake, C and C++.
+cmake -S "$src/tests/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" ||
+    { cat "$work/configure.log"; fail "the consumer does not configure against the install"; }
+cmake --build "$work/cmake-build" > "$work/build.log" || { cat "$work/build.log"; fail "the consumer does not build"; }
+"$work/cmake-build/consumer_c" "$work/cache-cmake-c"
+KJIT_LIBCUDA="$fake_libcuda" "$work/cmake-build/consumer_cpp" "$work/cache-cmake-cpp"
+# The library it ran is the installed one, not the build tree's.
+ldd "$work/cmake-build/consumer_c" | grep -q "$prefix/lib/libkjit.so.${version%%.*}" ||
+    { ldd "$work/cmake-build/consumer_c"; fail "consumer_c does not use the installed libkjit"; }
+# An incompatible version request fails.
+if cmake -S "$src/tests/consumer" -B "$work/cmake-bad" -DCMAKE_PREFIX_PATH="$prefix" \
+        -DKJIT_REQUIRED_VERSION=99.0 > "$work/bad.log" 2>&1; then
+    fail "find_package(kjit 99.0) succeeded against $version"
+fi
+grep -q "kjit" "$work/bad.log" || fail "find_package(kjit 99.0) failed without naming kjit"
+
+# pkg-config, C and C++.
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[ "$(pkg-config --modversion kjit)" = "$version" ] || fail "pkg-config --modversion kjit"
+flags=$(pkg-config --cflags --libs kjit)
+# shellcheck disable=SC2086
+cc -std=c99 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.c" $flags -Wl,-rpath,"$prefix/lib" -o "$work/pc_c"
+# shellcheck disable=SC2086
+c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.cpp" $flags -Wl,-rpath,"$prefix/lib" -o "$work/pc_cpp"
+"$work/pc_c" "$work/cache-pc-c"
+"$work/pc_cpp" "$work/cache-pc-cpp"
+echo "install test OK: libkjit $version installed to a fresh prefix; CMake and pkg-config consumers, C and C++, built and ran"
