@@ -13,7 +13,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 set --
-export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev ${KJIT_EXTRA_PACKAGES:-}"
+# clang + its libFuzzer runtime for the fuzzers; abigail-tools (abidiff), doxygen (the API
+# reference) and python3-pytest (the Python module) for tests in the plain build.
+export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen python3-pytest ${KJIT_EXTRA_PACKAGES:-}"
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"
