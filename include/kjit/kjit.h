@@ -1,34 +1,74 @@
-/*
- * libkjit: JIT-compile CUDA C++ with NVRTC into an on-disk cubin cache and load cached
- * kernels fast. This header is the whole public C ABI. It compiles as strict C99 and as C++.
+/**
+ * @file kjit.h
+ * @brief libkjit: JIT-compile CUDA C++ with NVRTC into an on-disk cubin cache and load cached
+ *        kernels fast. This header is the whole public C ABI.
  *
- * Conventions shared by every function below:
- *  - Every function that can fail returns a kjit_status; KJIT_OK (0) is success. On failure
- *    the calling thread's detail text is available from kjit_last_error(). (The kjit_kernel
+ * It compiles as strict C99 and as C++, and needs no CUDA header: driver handles are returned
+ * as `void *`, to be cast to `CUkernel`, `CUlibrary` or `CUfunction`.
+ *
+ * @par Conventions shared by every function below
+ *  - Every function that can fail returns a ::kjit_status; #KJIT_OK (0) is success. On failure
+ *    the calling thread's detail text is available from kjit_last_error(). (The ::kjit_kernel
  *    accessors cannot fail on a valid handle and return their value directly.)
  *  - Out strings are written NUL-terminated into caller buffers. The matching `*_len` out
  *    parameter (may be NULL) receives the full length without the NUL, also when the buffer
- *    is too small (KJIT_ERROR_BUFFER_TOO_SMALL). Passing a NULL buffer with size 0 asks for
- *    the length only and returns KJIT_OK.
+ *    is too small (#KJIT_ERROR_BUFFER_TOO_SMALL). Passing a NULL buffer with size 0 asks for
+ *    the length only and returns #KJIT_OK.
  *  - No function throws, aborts or longjmps across this boundary.
  *  - All functions may be called from any number of threads at once, and any number of
  *    processes may share one cache folder.
+ *
+ * @par Ownership
+ *  - Input strings, arrays and structs are only read during the call; none is retained.
+ *  - Strings returned by the library (kjit_status_string(), kjit_last_error(),
+ *    kjit_version_string(), kjit_kernel_name(), kjit_kernel_cubin_path()) are owned by it;
+ *    each function says how long its string stays valid. Never free them.
+ *  - A ::kjit_kernel from kjit_load_cached() belongs to the caller, who releases it once with
+ *    kjit_kernel_release(). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
+ *    the `CUfunction` of kjit_kernel_cufunction() by the driver.
+ */
+/**
+ * @mainpage libkjit API reference
+ *
+ * The whole public C ABI is one header, @ref kjit.h (`#include <kjit/kjit.h>`); its conventions
+ * (status codes, out buffers, ownership, threads) are on that page.
+ *
+ *  - kjit_compile(): compile CUDA C++ with NVRTC into the on-disk cubin cache, or find it there
+ *    (options: ::kjit_compile_options, #KJIT_COMPILE_OPTIONS_INIT, ::kjit_header).
+ *  - kjit_resolve_name(): the mangled name of a kernel in a cubin, by keyword.
+ *  - kjit_load_cached(): load a cubin's kernel through the CUDA driver as a ::kjit_kernel;
+ *    its accessors kjit_kernel_name(), kjit_kernel_cubin_path(), kjit_kernel_cukernel(),
+ *    kjit_kernel_culibrary(), kjit_kernel_cufunction(); kjit_kernel_release().
+ *  - ::kjit_status, kjit_status_string(), kjit_last_error(): results and their detail.
+ *  - kjit_version(), kjit_version_string(), #KJIT_VERSION_NUMBER: versions.
  */
 #ifndef KJIT_KJIT_H
 #define KJIT_KJIT_H
 
 #include <stddef.h>
 
-/** @name Version of this header (compile time). Compare with kjit_version() at run time. */
-/** @{ */
+/**
+ * @name Version of this header (compile time)
+ * Compare with kjit_version() at run time.
+ * @{
+ */
+/** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
+/** @brief The minor version of this header. */
 #define KJIT_VERSION_MINOR 1
+/** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
-/** The version as one number: major * 10000 + minor * 100 + patch. */
+/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (100 for 0.1.0). */
 #define KJIT_VERSION_NUMBER (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)
 /** @} */
 
-/** Marks a function as part of the exported ABI; everything else in libkjit is hidden. */
+/**
+ * @def KJIT_API
+ * @brief Marks a function as part of the exported ABI; everything else in libkjit is hidden.
+ *
+ * `__attribute__((visibility("default")))` with GCC and Clang; empty on Windows and with other
+ * compilers.
+ */
 #if defined(_WIN32)
 #  define KJIT_API
 #elif defined(__GNUC__) || defined(__clang__)
@@ -37,6 +77,14 @@
 #  define KJIT_API
 #endif
 
+/**
+ * @def KJIT_BEGIN_DECLS
+ * @brief Opens the block of declarations: `extern "C" {` in C++, empty in C.
+ */
+/**
+ * @def KJIT_END_DECLS
+ * @brief Closes the block KJIT_BEGIN_DECLS opened: `}` in C++, empty in C.
+ */
 #ifdef __cplusplus
 #  define KJIT_BEGIN_DECLS extern "C" {
 #  define KJIT_END_DECLS }
@@ -48,19 +96,25 @@
 KJIT_BEGIN_DECLS
 
 /**
- * Result of every libkjit call. Values are fixed: new codes are only ever appended and a
- * retired value is never reused.
+ * @brief Result of every libkjit call that can fail.
+ *
+ * Values are fixed: new codes are only ever appended and a retired value is never reused.
+ * kjit_status_string() names a status; kjit_last_error() gives the detail of a failure.
  */
 typedef enum kjit_status {
     KJIT_OK = 0,                        /**< Success. */
     KJIT_ERROR_INVALID_ARGUMENT = 1,    /**< A NULL pointer, an empty or malformed keyword, ... */
-    KJIT_ERROR_NOT_FOUND = 2,           /**< No symbol in the cubin matches the keyword. */
+    KJIT_ERROR_NOT_FOUND = 2,           /**< No symbol in the cubin matches the keyword (or the driver
+                                             finds no kernel of the matching name). */
     KJIT_ERROR_AMBIGUOUS = 3,           /**< Several symbols match; candidates in kjit_last_error(). */
     KJIT_ERROR_BAD_CUBIN = 4,           /**< The file is not a well-formed CUDA ELF with a symbol table. */
-    KJIT_ERROR_IO = 5,                  /**< A file could not be opened or read (missing, a directory, no permission). */
+    KJIT_ERROR_IO = 5,                  /**< A file could not be opened or read (missing, a directory, no
+                                             permission), or a cache folder or file could not be created
+                                             or written. */
     KJIT_ERROR_COMPILE = 6,             /**< NVRTC rejected the source; the log is in kjit_last_error(). */
     KJIT_ERROR_NVRTC = 7,               /**< NVRTC failed for another reason (bad option, ...). */
-    KJIT_ERROR_DRIVER_UNAVAILABLE = 8,  /**< No usable CUDA driver (libcuda.so.1 missing or cuInit failed). */
+    KJIT_ERROR_DRIVER_UNAVAILABLE = 8,  /**< No usable CUDA driver (libcuda.so.1 or $KJIT_LIBCUDA missing,
+                                             a driver older than CUDA 12.0, or cuInit failed). */
     KJIT_ERROR_DRIVER = 9,              /**< The CUDA driver reported an error. */
     KJIT_ERROR_BUFFER_TOO_SMALL = 10,   /**< An out buffer is too small; the needed length was reported. */
     KJIT_ERROR_OUT_OF_MEMORY = 11,      /**< An allocation failed. */
@@ -69,7 +123,7 @@ typedef enum kjit_status {
 
 /**
  * @brief Names a status code.
- * @param status Any value; values this version does not know give "unknown status".
+ * @param[in] status Any value; values this version does not know give "unknown status".
  * @return A static, NUL-terminated English string (e.g. "not found"). Never NULL; owned by
  *         the library, valid for the life of the process.
  * @note Thread safe. Does not change kjit_last_error().
@@ -80,7 +134,8 @@ KJIT_API const char *kjit_status_string(kjit_status status);
  * @brief Detail text for the calling thread's most recent failed libkjit call.
  *
  * The text names the file and what was wrong: the path and errno text for I/O errors, libelf's
- * message for a malformed cubin, the candidate list for an ambiguous keyword.
+ * message for a malformed cubin, the candidate list for an ambiguous keyword, the whole NVRTC
+ * log for a compile error.
  * @return A NUL-terminated string, never NULL; "" when this thread has had no failure. Owned by
  *         the library; valid until the calling thread's next libkjit call.
  * @note Thread safe: each thread has its own text. Successful calls do not clear it.
@@ -88,10 +143,11 @@ KJIT_API const char *kjit_status_string(kjit_status status);
 KJIT_API const char *kjit_last_error(void);
 
 /**
- * @brief The run-time library version, as KJIT_VERSION_NUMBER encodes it.
+ * @brief The run-time library version, as #KJIT_VERSION_NUMBER encodes it.
  *
- * Compare with the KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
+ * Compare with the #KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
  * libkjit.so at run time.
+ * @return `major * 10000 + minor * 100 + patch` of the loaded library (100 for 0.1.0).
  * @note Thread safe.
  */
 KJIT_API unsigned kjit_version(void);
@@ -111,7 +167,7 @@ KJIT_API const char *kjit_version_string(void);
  * equals `keyword` exactly (extern "C" kernels). A namespaced keyword `ns::kernel` matches
  * `_ZN2ns<digits>kernel...`. One match wins; among several, kernel entries are kept, then
  * those whose identifier is exactly `keyword`; if not exactly one is left the result is
- * KJIT_ERROR_AMBIGUOUS.
+ * #KJIT_ERROR_AMBIGUOUS.
  *
  * The answer is kept in a sidecar file `<cubin_path>.name` bound to the keyword and to the
  * cubin's size and modification time, so later calls read one small file and stat the cubin
@@ -119,61 +175,83 @@ KJIT_API const char *kjit_version_string(void);
  * scanned and the sidecar is rewritten atomically. Failing to write the sidecar (read-only
  * folder, ...) never fails the call; the answer is then remembered in this process.
  *
- * @param[in]  cubin_path Path of the cubin (NUL-terminated). Not retained.
- * @param[in]  keyword    Kernel identifier: `[A-Za-z0-9_]+`, optionally `ns::...::kernel`.
+ * @param[in]  cubin_path Path of the cubin (NUL-terminated, not empty). Not retained.
+ * @param[in]  keyword    Kernel identifier: `[A-Za-z0-9_]+`, optionally namespaced
+ *                        (`ns::kernel`, `ns::inner::kernel`).
  * @param[out] name       Caller buffer that receives the NUL-terminated mangled name; may be
  *                        NULL only when name_size is 0.
  * @param[in]  name_size  Size of `name` in bytes, including room for the NUL.
  * @param[out] name_len   If not NULL, receives strlen of the name, also on
- *                        KJIT_ERROR_BUFFER_TOO_SMALL.
- * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (NULL cubin_path or keyword, bad keyword, NULL
- *         name with non-zero name_size); KJIT_ERROR_IO (cubin missing, a directory,
- *         unreadable); KJIT_ERROR_BAD_CUBIN (not a CUDA ELF, truncated, no .symtab);
- *         KJIT_ERROR_NOT_FOUND; KJIT_ERROR_AMBIGUOUS; KJIT_ERROR_BUFFER_TOO_SMALL (nothing
- *         but the length is written); KJIT_ERROR_OUT_OF_MEMORY; KJIT_ERROR_INTERNAL.
+ *                        #KJIT_ERROR_BUFFER_TOO_SMALL.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     The name was written (or, with a NULL `name` and
+ *                                     name_size 0, only its length).
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL or empty cubin_path, NULL keyword, bad keyword,
+ *                                     NULL name with non-zero name_size.
+ * @retval KJIT_ERROR_IO               The cubin is missing, a directory, not a regular file,
+ *                                     or unreadable.
+ * @retval KJIT_ERROR_BAD_CUBIN        Not a CUDA ELF, truncated, no .symtab.
+ * @retval KJIT_ERROR_NOT_FOUND        No function symbol matches the keyword.
+ * @retval KJIT_ERROR_AMBIGUOUS        Several match; the candidates are listed in
+ *                                     kjit_last_error().
+ * @retval KJIT_ERROR_BUFFER_TOO_SMALL Nothing but the length is written.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe; safe with other processes resolving or replacing the same cubin (a
  *       replaced cubin never yields the old name).
  */
 KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keyword,
                                        char *name, size_t name_size, size_t *name_len);
 
-/** An in-memory header offered to NVRTC: `#include "<name>"` in the source finds it. */
+/**
+ * @brief An in-memory header offered to NVRTC: `#include "<name>"` in the source finds it.
+ */
 typedef struct kjit_header {
-    const char *name;   /**< Include name, e.g. "tile_config.h". */
-    const char *source; /**< Its text (NUL-terminated). */
+    const char *name;   /**< Include name, e.g. "tile_config.h". Not NULL. */
+    const char *source; /**< Its text (NUL-terminated). Not NULL. */
 } kjit_header;
 
 /**
- * Options for kjit_compile. Set `struct_size = sizeof(kjit_compile_options)` (or start from
- * KJIT_COMPILE_OPTIONS_INIT); fields are only ever appended, so a caller built against an older,
+ * @brief Options for kjit_compile().
+ *
+ * Set `struct_size = sizeof(kjit_compile_options)` (or start from
+ * #KJIT_COMPILE_OPTIONS_INIT); fields are only ever appended, so a caller built against an older,
  * smaller struct keeps working. Every pointer may be NULL (and every count 0) for the default.
  * Nothing is retained after the call returns.
  */
 typedef struct kjit_compile_options {
+    /** Size of this struct as the caller was compiled with it: `sizeof(kjit_compile_options)`.
+        Fields past it are taken as defaults; a value below `sizeof(size_t)` or above this
+        version's size is #KJIT_ERROR_INVALID_ARGUMENT. */
     size_t struct_size;
-    /** Cache folder. Default: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else
-        $HOME/.cache/kjit. Created (mode 0700) when missing. */
+    /** Cache folder. Default (NULL or ""): $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else
+        $HOME/.cache/kjit. Created (mode 0700) when missing; a relative folder is made absolute
+        against the working directory. */
     const char *cache_dir;
     /** Target, a real architecture such as "sm_90a" or "sm_100a" (a cubin is required, so
-        "compute_XX" is refused). Default: $KJIT_ARCH, else the current GPU's through the
-        driver when one is present, else KJIT_ERROR_INVALID_ARGUMENT. */
+        "compute_XX" is refused). Default (NULL or ""): $KJIT_ARCH, else the current GPU's
+        (device 0's compute capability, as plain "sm_XY") through the driver when one is
+        present, else #KJIT_ERROR_INVALID_ARGUMENT. */
     const char *arch;
     /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch). */
     const char *const *nvrtc_options;
+    /** Number of entries in nvrtc_options (none may be NULL). */
     size_t nvrtc_option_count;
-    /** Folders searched for #include, in order. The headers a compile reads from them enter
+    /** Folders searched for `#include`, in order. The headers a compile reads from them enter
         the cache key by content: editing one gives a miss, never a stale hit. */
     const char *const *include_paths;
+    /** Number of entries in include_paths (none may be NULL). */
     size_t include_path_count;
     /** In-memory headers. */
     const kjit_header *headers;
+    /** Number of entries in headers. */
     size_t header_count;
     /** Optional C++ name expression such as "gemm<128, 64>", lowered with
         nvrtcGetLoweredName; the lowered name must pass the keyword rule for `keyword`. */
     const char *name_expression;
 } kjit_compile_options;
 
-/** Initializer for kjit_compile_options: the size set, everything else default. */
+/** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
 #define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL }
 
 /**
@@ -185,24 +263,38 @@ typedef struct kjit_compile_options {
  * version. A hit runs no NVRTC, reads no cubin and scans nothing. A miss compiles once, resolves
  * the kernel name (the lowered name expression, else a scan with the keyword rule) and
  * publishes the entry atomically (cubin, `<cubin>.name` sidecar, source and manifest), so the
- * first kjit_resolve_name or kjit_load_cached on the result is already a sidecar hit. A failed
+ * first kjit_resolve_name() or kjit_load_cached() on the result is already a sidecar hit. A failed
  * compile publishes nothing. Layout: `<cache>/<k0k1>/<32 hex key>/kernel.cubin`.
  *
  * @param[in]  source          CUDA C++ source (NUL-terminated). Not retained.
- * @param[in]  keyword         The kernel, as for kjit_resolve_name.
+ * @param[in]  keyword         The kernel, as for kjit_resolve_name().
  * @param[in]  options         NULL for all defaults, else a struct with struct_size set.
  * @param[out] cubin_path      Caller buffer for the NUL-terminated absolute path of the cached
  *                             cubin; may be NULL only when cubin_path_size is 0.
- * @param[in]  cubin_path_size Size of `cubin_path` in bytes.
+ * @param[in]  cubin_path_size Size of `cubin_path` in bytes, including room for the NUL.
  * @param[out] cubin_path_len  If not NULL, receives strlen of the path, also on
- *                             KJIT_ERROR_BUFFER_TOO_SMALL.
- * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (NULL source or keyword, bad keyword, bad
- *         struct_size, no or a virtual arch, -arch among the options, a name expression whose
- *         lowered name does not match the keyword); KJIT_ERROR_COMPILE (the whole NVRTC log is
- *         in kjit_last_error()); KJIT_ERROR_NVRTC (an unknown option, ...); KJIT_ERROR_NOT_FOUND
- *         or KJIT_ERROR_AMBIGUOUS (the keyword in the fresh cubin); KJIT_ERROR_IO (the cache
- *         folder cannot be created or written; a read-only cache still answers hits);
- *         KJIT_ERROR_BUFFER_TOO_SMALL; KJIT_ERROR_OUT_OF_MEMORY; KJIT_ERROR_INTERNAL.
+ *                             #KJIT_ERROR_BUFFER_TOO_SMALL.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     The path was written (or, with a NULL `cubin_path` and
+ *                                     cubin_path_size 0, only its length).
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL source or keyword, bad keyword, bad struct_size, no
+ *                                     arch or a virtual or malformed one, -arch among the
+ *                                     options, a NULL array with a non-zero count or a NULL
+ *                                     entry in it, no cache folder (no option,
+ *                                     $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME), NULL
+ *                                     cubin_path with non-zero cubin_path_size, a name
+ *                                     expression whose lowered name does not match the keyword.
+ * @retval KJIT_ERROR_COMPILE          NVRTC rejected the source; the whole NVRTC log is in
+ *                                     kjit_last_error().
+ * @retval KJIT_ERROR_NVRTC            Another NVRTC failure (an unknown option, ...).
+ * @retval KJIT_ERROR_NOT_FOUND        No symbol of the fresh cubin matches the keyword.
+ * @retval KJIT_ERROR_AMBIGUOUS        Several symbols of the fresh cubin match the keyword.
+ * @retval KJIT_ERROR_IO               The cache folder cannot be created or written, or a header
+ *                                     under the include paths cannot be read; a read-only cache
+ *                                     still answers hits.
+ * @retval KJIT_ERROR_BUFFER_TOO_SMALL Nothing but the length is written.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe. Within a process at most one NVRTC run per key happens at a time (other
  *       callers wait for it and share its result); across processes, concurrent misses on one
  *       key may each compile, and every one returns a complete entry. Hits take no lock.
@@ -211,10 +303,12 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len);
 
 /**
- * A kernel loaded through the CUDA driver by kjit_load_cached: an opaque handle. It holds a
- * reference on the loaded cubin (a CUlibrary, shared by every handle on the same cubin version
- * in the process); kjit_kernel_release() drops it, and the library is unloaded with its last
- * handle. A handle may be used from any thread; it must not be used after it is released.
+ * @brief A kernel loaded through the CUDA driver by kjit_load_cached(): an opaque handle.
+ *
+ * It holds a reference on the loaded cubin (a `CUlibrary`, shared by every handle on the same
+ * cubin version in the process); kjit_kernel_release() drops it, and the library is unloaded
+ * with its last handle. A handle may be used from any thread; it must not be used after it is
+ * released.
  */
 typedef struct kjit_kernel kjit_kernel;
 
@@ -223,7 +317,7 @@ typedef struct kjit_kernel kjit_kernel;
  *        name on the sidecar fast path.
  *
  * The cubin is read once; the name is resolved for exactly those bytes (the sidecar as for
- * kjit_resolve_name, else a scan of the bytes read, which rewrites the sidecar), and the same
+ * kjit_resolve_name(), else a scan of the bytes read, which rewrites the sidecar), and the same
  * bytes are handed to the driver, context-free, with cuLibraryLoadData; the kernel comes from
  * cuLibraryGetKernel. So a cubin replaced on disk while it is loaded never pairs one version's
  * name with the other's image. If the driver finds no symbol of a name the sidecar gave, the
@@ -237,30 +331,44 @@ typedef struct kjit_kernel kjit_kernel;
  * The driver is reached through dlopen("libcuda.so.1") (or $KJIT_LIBCUDA) on first use; no
  * current context is needed to load. cubins larger than 1 GiB are refused.
  *
- * @param[in]  cubin_path Path of the cubin (NUL-terminated). Not retained (the handle keeps a copy).
- * @param[in]  keyword    Kernel identifier, as for kjit_resolve_name.
+ * @param[in]  cubin_path Path of the cubin (NUL-terminated, not empty). Not retained (the handle
+ *                        keeps a copy).
+ * @param[in]  keyword    Kernel identifier, as for kjit_resolve_name().
  * @param[out] kernel     Receives the new handle on success, NULL on failure. Release it with
  *                        kjit_kernel_release().
- * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (a NULL argument, bad keyword);
- *         KJIT_ERROR_DRIVER_UNAVAILABLE (no libcuda.so.1, too old a driver, or cuInit failed;
- *         the message says what was tried); KJIT_ERROR_IO; KJIT_ERROR_BAD_CUBIN (not a CUDA ELF,
- *         headers pointing outside the file, empty, over 1 GiB); KJIT_ERROR_NOT_FOUND;
- *         KJIT_ERROR_AMBIGUOUS; KJIT_ERROR_DRIVER (the driver rejected the image, e.g.
- *         CUDA_ERROR_NO_BINARY_FOR_GPU, with the cubin's target and the device's SM in
- *         kjit_last_error()); KJIT_ERROR_OUT_OF_MEMORY; KJIT_ERROR_INTERNAL.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                       `*kernel` holds a new handle.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT   A NULL argument, an empty cubin_path, a bad keyword.
+ * @retval KJIT_ERROR_DRIVER_UNAVAILABLE No libcuda.so.1, too old a driver, or cuInit failed;
+ *                                       the message says what was tried.
+ * @retval KJIT_ERROR_IO                 The cubin is missing, a directory, not a regular file,
+ *                                       or unreadable.
+ * @retval KJIT_ERROR_BAD_CUBIN          Not a CUDA ELF, headers pointing outside the file,
+ *                                       empty, over 1 GiB.
+ * @retval KJIT_ERROR_NOT_FOUND          No symbol matches the keyword, or the driver finds no
+ *                                       kernel of the name a fresh scan gave (e.g. a
+ *                                       `__device__` function matched).
+ * @retval KJIT_ERROR_AMBIGUOUS          Several symbols match; candidates in kjit_last_error().
+ * @retval KJIT_ERROR_DRIVER             The driver rejected the image, e.g.
+ *                                       CUDA_ERROR_NO_BINARY_FOR_GPU, with the cubin's target
+ *                                       and the device's SM in kjit_last_error().
+ * @retval KJIT_ERROR_OUT_OF_MEMORY      An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL           A bug in libkjit.
  * @note Thread safe; no global lock on the load path.
  */
 KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keyword, kjit_kernel **kernel);
 
 /**
  * @brief The mangled name of a loaded kernel.
+ * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL handle.
  * @note Thread safe.
  */
 KJIT_API const char *kjit_kernel_name(const kjit_kernel *kernel);
 
 /**
- * @brief The cubin path a kernel was loaded from, as given to kjit_load_cached.
+ * @brief The cubin path a kernel was loaded from, as given to kjit_load_cached().
+ * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL handle.
  * @note Thread safe.
  */
@@ -271,6 +379,7 @@ KJIT_API const char *kjit_kernel_cubin_path(const kjit_kernel *kernel);
  *
  * A CUkernel is context-independent; cuLaunchKernel accepts it cast to CUfunction in the
  * current context (CUDA 12.0 and later).
+ * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return Owned by libkjit, valid until the handle is released (do not unload its library);
  *         NULL for a NULL handle.
  * @note Thread safe.
@@ -280,7 +389,9 @@ KJIT_API void *kjit_kernel_cukernel(const kjit_kernel *kernel);
 /**
  * @brief The loaded image the kernel belongs to: a `CUlibrary` (cast it), e.g. for
  *        cuLibraryGetGlobal. Shared by every handle on the same cubin version.
- * @return Owned by libkjit, valid until the handle is released; NULL for a NULL handle.
+ * @param[in] kernel A handle from kjit_load_cached(), or NULL.
+ * @return Owned by libkjit, valid until the handle is released (do not unload it); NULL for a
+ *         NULL handle.
  * @note Thread safe.
  */
 KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel);
@@ -288,18 +399,22 @@ KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel);
 /**
  * @brief The kernel as a `CUfunction` in the calling thread's current CUDA context
  *        (cuKernelGetFunction), for APIs that need one (cuFuncSetAttribute, ...).
- * @param[in]  kernel   A handle from kjit_load_cached.
- * @param[out] function Receives the `CUfunction` (cast it); owned by the driver, valid while
- *                      the handle and the context live.
- * @return KJIT_OK; KJIT_ERROR_INVALID_ARGUMENT (NULL argument); KJIT_ERROR_DRIVER (no current
- *         context, or the driver failed; the CUDA error name is in kjit_last_error()).
+ * @param[in]  kernel   A handle from kjit_load_cached().
+ * @param[out] function Receives the `CUfunction` (cast it), NULL on failure; owned by the
+ *                      driver, valid while the handle and the context live.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     `*function` holds the function.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT A NULL argument.
+ * @retval KJIT_ERROR_DRIVER           No current context, or the driver failed; the CUDA error
+ *                                     name is in kjit_last_error().
  * @note Thread safe.
  */
 KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **function);
 
 /**
- * @brief Releases a handle from kjit_load_cached. The loaded library is unloaded (cuLibraryUnload)
- *        when its last handle is released. NULL is accepted and ignored.
+ * @brief Releases a handle from kjit_load_cached(). The loaded library is unloaded
+ *        (cuLibraryUnload) when its last handle is released. NULL is accepted and ignored.
+ * @param[in] kernel The handle to release, or NULL. It must not be used afterwards.
  * @note Thread safe, but each handle is released once, after its last use by any thread.
  */
 KJIT_API void kjit_kernel_release(kjit_kernel *kernel);

@@ -1,0 +1,21 @@
+# The API reference: `cmake --build build --target docs` -> build/docs/html/index.html.
+# Doxygen documents include/kjit/kjit.h only (docs/Doxyfile.in) and fails on any warning
+# (WARN_AS_ERROR = FAIL_ON_WARNINGS, doxygen 1.9.0 or newer; Debian 12 has 1.9.4), so the target
+# is also the check that every public declaration, parameter, return value, field, enumerator
+# and macro is documented. ctest runs the same check (tests/CMakeLists.txt: api_docs).
+find_package(Doxygen 1.9.0)
+if(DOXYGEN_FOUND)
+  set(KJIT_DOXYGEN_INPUT "${PROJECT_SOURCE_DIR}/include/kjit/kjit.h")
+  set(KJIT_DOXYGEN_OUTPUT "${PROJECT_BINARY_DIR}/docs")
+  configure_file("${PROJECT_SOURCE_DIR}/docs/Doxyfile.in" "${KJIT_DOXYGEN_OUTPUT}/Doxyfile" @ONLY)
+  add_custom_target(docs
+    # Start from an empty html/ so pages of removed declarations do not linger.
+    COMMAND "${CMAKE_COMMAND}" -E rm -rf "${KJIT_DOXYGEN_OUTPUT}/html"
+    COMMAND ${DOXYGEN_EXECUTABLE} "${KJIT_DOXYGEN_OUTPUT}/Doxyfile"
+    WORKING_DIRECTORY "${KJIT_DOXYGEN_OUTPUT}"
+    DEPENDS "${KJIT_DOXYGEN_INPUT}" "${PROJECT_SOURCE_DIR}/docs/Doxyfile.in"
+    COMMENT "doxygen: API reference in ${KJIT_DOXYGEN_OUTPUT}/html (fails on any warning)"
+    VERBATIM)
+else()
+  message(STATUS "doxygen 1.9.0 or newer not found: no `docs` target (Debian: apt-get install doxygen)")
+endif()
