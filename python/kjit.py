@@ -1,0 +1,541 @@
+r"""Python bindings for libkjit (ctypes only, no compiled extension).
+
+libkjit JIT-compiles CUDA C++ with NVRTC into an on-disk cubin cache, finds a cubin's mangled
+kernel name through a ``<cubin>.name`` sidecar, and loads cached kernels through the CUDA
+driver. This module wraps its C ABI (``include/kjit/kjit.h``) one function at a time.
+
+Finding libkjit.so
+------------------
+Nothing is loaded at import time; the first call that needs the library loads it, from the
+first of these places that is given:
+
+1. an explicit path: ``kjit.load_library(path)`` (which also makes it the default for the
+   module-level functions) or ``kjit.Library(path)``;
+2. ``$KJIT_LIBRARY``, when set and non-empty;
+3. the usual search: ``ctypes.util.find_library("kjit")``, then ``libkjit.so.0`` and
+   ``libkjit.so`` through dlopen's own search path (``LD_LIBRARY_PATH``, rpath, ldconfig).
+
+An explicit path or ``$KJIT_LIBRARY`` is authoritative: if it cannot be loaded, nothing else
+is tried. Failure raises :class:`LibraryNotFound`, naming every place tried and why it failed.
+
+Replacing a pyelftools lookup
+-----------------------------
+Scanning ``.symtab`` with pyelftools on every load::
+
+    with open(path, "rb") as f:
+        for sym in ELFFile(f).get_section_by_name(".symtab").iter_symbols():
+            if re.match(r"^_Z\d+" + keyword, sym.name):
+                name = sym.name
+                break
+
+becomes one call, which after the first lookup only reads a small sidecar file and stats the
+cubin (and takes the keyword as literal text, never as a regex)::
+
+    name = kjit.resolve_name(path, keyword)
+
+Threads
+-------
+libkjit is thread safe, and ctypes releases the GIL for the duration of every call, so
+resolves, compiles and loads from several Python threads run in parallel. Error detail is kept
+per thread by the library and read right after the failing call, on the same thread.
+"""
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import threading
+
+__all__ = [
+    "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
+    "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
+    "load_library", "version", "version_string", "status_string", "last_error",
+    "resolve_name", "compile", "load_cached",
+]
+
+
+class Status(enum.IntEnum):
+    """kjit_status values, as kjit.h fixes them."""
+    OK = 0
+    ERROR_INVALID_ARGUMENT = 1
+    ERROR_NOT_FOUND = 2
+    ERROR_AMBIGUOUS = 3
+    ERROR_BAD_CUBIN = 4
+    ERROR_IO = 5
+    ERROR_COMPILE = 6
+    ERROR_NVRTC = 7
+    ERROR_DRIVER_UNAVAILABLE = 8
+    ERROR_DRIVER = 9
+    ERROR_BUFFER_TOO_SMALL = 10
+    ERROR_OUT_OF_MEMORY = 11
+    ERROR_INTERNAL = 12
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+class KjitError(Exception):
+    """A failed libkjit call.
+
+    Attributes: ``status`` (a :class:`Status`, or a plain int for a code this module does not
+    know), ``status_name`` (``kjit_status_string(status)``, e.g. ``"not found"``), ``message``
+    (``kjit_last_error()`` read right after the failing call: the path, the NVRTC log, the
+    candidate list, ...) and ``function`` (the C function that failed, or None).
+    """
+
+    def __init__(self, status, status_name, message, function=None):
+        super().__init__(status, status_name, message)
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status, self.status_name, self.message, self.function = status, status_name, message, function
+
+    def __str__(self):
+        code = f"KJIT_{self.status.name}" if isinstance(self.status, Status) else str(self.status)
+        where = f"{self.function}: " if self.function else ""
+        return f"{where}{self.status_name} [{code}]: {self.message}"
+
+
+class LibraryNotFound(KjitError):
+    """libkjit.so could not be loaded. ``tried`` lists ``(place, why)`` pairs; ``status`` is None
+    (no C call was made)."""
+
+    def __init__(self, tried):
+        self.tried = list(tried)
+        lines = "\n".join(f"  {place}: {why}" for place, why in self.tried)
+        super().__init__(None, "library not found", "could not load libkjit; tried:\n" + lines)
+
+    def __str__(self):
+        return self.message
+
+
+# One subclass per status category; every other status raises KjitError itself.
+class InvalidArgument(KjitError, ValueError):
+    """KJIT_ERROR_INVALID_ARGUMENT: a bad keyword, arch, option, name expression, ..."""
+
+
+class NotFound(KjitError):
+    """KJIT_ERROR_NOT_FOUND: no symbol matches the keyword."""
+
+
+class Ambiguous(KjitError):
+    """KJIT_ERROR_AMBIGUOUS: several symbols match; the candidates are in ``message``."""
+
+
+class BadCubin(KjitError):
+    """KJIT_ERROR_BAD_CUBIN: not a well-formed CUDA ELF with a symbol table."""
+
+
+class KjitIOError(KjitError):
+    """KJIT_ERROR_IO: a file could not be opened, read or written."""
+
+
+class CompileError(KjitError):
+    """KJIT_ERROR_COMPILE (NVRTC rejected the source; the log is in ``message``) or
+    KJIT_ERROR_NVRTC (another NVRTC failure, e.g. an unknown option)."""
+
+
+class DriverError(KjitError):
+    """KJIT_ERROR_DRIVER_UNAVAILABLE (no usable libcuda.so.1) or KJIT_ERROR_DRIVER."""
+
+
+_ERROR_CLASSES = {
+    Status.ERROR_INVALID_ARGUMENT: InvalidArgument, Status.ERROR_NOT_FOUND: NotFound,
+    Status.ERROR_AMBIGUOUS: Ambiguous, Status.ERROR_BAD_CUBIN: BadCubin, Status.ERROR_IO: KjitIOError,
+    Status.ERROR_COMPILE: CompileError, Status.ERROR_NVRTC: CompileError,
+    Status.ERROR_DRIVER_UNAVAILABLE: DriverError, Status.ERROR_DRIVER: DriverError,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Argument conversion (done before any C call, so bad input never reaches the library)
+
+def _path_bytes(value, what):
+    """str, bytes or os.PathLike -> NUL-free bytes in the file system encoding."""
+    if value is None or not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be str, bytes or os.PathLike, not {type(value).__name__}")
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL character")
+    return raw
+
+
+def _text_bytes(value, what, allow_bytes=False):
+    """str (or bytes if allowed) -> NUL-free UTF-8 bytes."""
+    if isinstance(value, str):
+        raw = value.encode("utf-8")
+    elif allow_bytes and isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+    else:
+        kinds = "str or bytes" if allow_bytes else "str"
+        raise TypeError(f"{what} must be {kinds}, not {type(value).__name__}")
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL character")
+    return raw
+
+
+def _string_array(values, what, convert):
+    """An iterable (not a single str/bytes/path) -> (char *[n] holding the converted items, or
+    None when empty; n)."""
+    if values is None or isinstance(values, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be a sequence, not {type(values).__name__}")
+    items = [convert(v, f"{what}[{i}]") for i, v in enumerate(values)]
+    return ((ctypes.c_char_p * len(items))(*items) if items else None), len(items)
+
+
+# --------------------------------------------------------------------------------------------
+# The C types
+
+class _Header(ctypes.Structure):
+    """kjit_header."""
+    _fields_ = [("name", ctypes.c_char_p), ("source", ctypes.c_char_p)]
+
+
+class _CompileOptions(ctypes.Structure):
+    """kjit_compile_options, field for field in header order. ctypes zero-fills a new
+    instance, which with struct_size set is exactly KJIT_COMPILE_OPTIONS_INIT."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("cache_dir", ctypes.c_char_p),
+        ("arch", ctypes.c_char_p),
+        ("nvrtc_options", ctypes.POINTER(ctypes.c_char_p)),
+        ("nvrtc_option_count", ctypes.c_size_t),
+        ("include_paths", ctypes.POINTER(ctypes.c_char_p)),
+        ("include_path_count", ctypes.c_size_t),
+        ("headers", ctypes.POINTER(_Header)),
+        ("header_count", ctypes.c_size_t),
+        ("name_expression", ctypes.c_char_p),
+    ]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_CompileOptions)
+
+
+_P = ctypes.c_void_p
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+_BUF = ctypes.POINTER(ctypes.c_char)
+_PROTOTYPES = {  # name: (restype, argtypes); kjit_status is a C enum, i.e. int
+    "kjit_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "kjit_last_error": (ctypes.c_char_p, []),
+    "kjit_version": (ctypes.c_uint, []),
+    "kjit_version_string": (ctypes.c_char_p, []),
+    "kjit_resolve_name": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),
+    "kjit_compile": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
+                                    _BUF, ctypes.c_size_t, _SIZE_P]),
+    "kjit_load_cached": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "kjit_kernel_name": (ctypes.c_char_p, [_P]),
+    "kjit_kernel_cubin_path": (ctypes.c_char_p, [_P]),
+    "kjit_kernel_cukernel": (_P, [_P]),
+    "kjit_kernel_culibrary": (_P, [_P]),
+    "kjit_kernel_cufunction": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
+    "kjit_kernel_release": (None, [_P]),
+}
+
+
+def _open_cdll(path):
+    """Loads libkjit per the search order in the module docstring -> (CDLL, where)."""
+    tried = []
+    if path is not None:
+        target = os.fsdecode(_path_bytes(path, "library path"))
+        places = [(f"explicit path {target!r}", target)]
+    elif os.environ.get("KJIT_LIBRARY"):
+        target = os.environ["KJIT_LIBRARY"]
+        places = [(f"$KJIT_LIBRARY={target!r}", target)]
+    else:
+        tried.append(("$KJIT_LIBRARY", "not set"))
+        places = []
+        found = ctypes.util.find_library("kjit")
+        if found:
+            places.append((f"ctypes.util.find_library('kjit') -> {found!r}", found))
+        else:
+            tried.append(("ctypes.util.find_library('kjit')", "found nothing"))
+        places += [(f"dlopen({n!r})", n) for n in ("libkjit.so.0", "libkjit.so")]
+    for place, target in places:
+        try:
+            return ctypes.CDLL(target), target
+        except OSError as e:
+            tried.append((place, str(e)))
+    raise LibraryNotFound(tried)
+
+
+# --------------------------------------------------------------------------------------------
+# Library: one loaded libkjit.so
+
+class Library:
+    """One loaded libkjit.so with every entry point declared. ``path`` as in the module
+    docstring; None means ``$KJIT_LIBRARY``, then the search. All methods are thread safe."""
+
+    # First buffer sizes for out strings; a longer result is retried with the reported length.
+    name_buffer_size = 512
+    path_buffer_size = 4096
+
+    def __init__(self, path=None):
+        cdll, self.path = _open_cdll(path)
+        self._fn = {}
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            try:
+                fn = getattr(cdll, name)
+            except AttributeError:
+                raise LibraryNotFound([(self.path, f"loaded, but has no symbol {name} (too old?)")]) from None
+            fn.restype, fn.argtypes = restype, argtypes
+            self._fn[name] = fn
+        self._cdll = cdll
+
+    def __repr__(self):
+        return f"<kjit.Library {self.path!r} {self.version_string()}>"
+
+    def _error(self, status, function):
+        """The KjitError for a failed call; reads kjit_last_error() first, before anything else."""
+        message = self._fn["kjit_last_error"]().decode("utf-8", "replace")
+        name = self.status_string(status)
+        return _ERROR_CLASSES.get(status, KjitError)(status, name, message, function)
+
+    def _string_out(self, function, args, size):
+        """Calls a function that ends in (buf, size, *len); grows the buffer on
+        KJIT_ERROR_BUFFER_TOO_SMALL to the reported length. -> bytes."""
+        fn = self._fn[function]
+        for _ in range(4):  # the needed length only changes if the file is replaced meanwhile
+            buf, length = ctypes.create_string_buffer(size), ctypes.c_size_t(0)
+            status = fn(*args, buf, size, ctypes.byref(length))
+            if status == Status.OK:
+                return buf.raw[:length.value]
+            if status != Status.ERROR_BUFFER_TOO_SMALL:
+                raise self._error(status, function)
+            size = max(length.value + 1, size * 2)
+        raise self._error(status, function)
+
+    def version(self):
+        """The run-time version as (major, minor, patch), from kjit_version()."""
+        n = self._fn["kjit_version"]()
+        return (n // 10000, n // 100 % 100, n % 100)
+
+    def version_string(self):
+        """The run-time version as text, e.g. "0.1.0"."""
+        return self._fn["kjit_version_string"]().decode("ascii", "replace")
+
+    def status_string(self, status):
+        """kjit_status_string: the English name of a status code ("unknown status" if unknown)."""
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(f"status must be int, not {type(status).__name__}")
+        if not -2**31 <= status < 2**31:
+            raise ValueError(f"status {status} is outside the range of a C int")
+        return self._fn["kjit_status_string"](status).decode("utf-8", "replace")
+
+    def last_error(self):
+        """kjit_last_error(): this thread's detail text of its last failed libkjit call."""
+        return self._fn["kjit_last_error"]().decode("utf-8", "replace")
+
+    def resolve_name(self, cubin_path, keyword):
+        """The mangled name of kernel ``keyword`` in the cubin at ``cubin_path`` (str, bytes or
+        os.PathLike), on the sidecar fast path. Raises KjitError (NotFound, Ambiguous,
+        BadCubin, KjitIOError, InvalidArgument, ...)."""
+        args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
+        return self._string_out("kjit_resolve_name", args, self.name_buffer_size).decode("utf-8", "replace")
+
+    def compile(self, source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),
+                include_paths=(), headers=None, name_expression=None):
+        """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
+        and returns the cubin's absolute path (str). One keyword argument per field of
+        kjit_compile_options; None/empty is the library default:
+
+        - ``cache_dir``: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit;
+        - ``arch``: a real architecture like "sm_90a"; default $KJIT_ARCH, else the GPU's;
+        - ``nvrtc_options``: a sequence of str, e.g. ("-std=c++17", "-DTILE=128"); no -arch;
+        - ``include_paths``: a sequence of folders (str, bytes, os.PathLike);
+        - ``headers``: in-memory headers, a mapping {include name: text} or (name, text) pairs;
+        - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``.
+
+        Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
+        """
+        src = _text_bytes(source, "source", allow_bytes=True)
+        kw = _text_bytes(keyword, "keyword")
+        opts = _CompileOptions()
+        keep = []  # everything the struct points at, alive until the call returns
+        if cache_dir is not None:
+            opts.cache_dir = _path_bytes(cache_dir, "cache_dir")
+        if arch is not None:
+            opts.arch = _text_bytes(arch, "arch")
+        if name_expression is not None:
+            opts.name_expression = _text_bytes(name_expression, "name_expression")
+        options, opts.nvrtc_option_count = _string_array(nvrtc_options, "nvrtc_options", _text_bytes)
+        paths, opts.include_path_count = _string_array(include_paths, "include_paths", _path_bytes)
+        opts.nvrtc_options, opts.include_paths = options, paths
+        keep += [options, paths]
+        if headers:
+            pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+            if not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+                raise TypeError("headers must be a mapping or a sequence of (name, source) pairs")
+            hdrs = (_Header * len(pairs))(*[
+                _Header(_text_bytes(n, f"headers[{i}] name"), _text_bytes(s, f"headers[{i}] source", True))
+                for i, (n, s) in enumerate(pairs)])
+            opts.headers, opts.header_count = hdrs, len(pairs)
+            keep.append(hdrs)
+        path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
+        return os.fsdecode(path)
+
+    def load_cached(self, cubin_path, keyword):
+        """Loads kernel ``keyword`` of a cubin through the CUDA driver (libcuda.so.1, or
+        $KJIT_LIBCUDA) and returns a :class:`Kernel` owning the handle. No current CUDA context
+        is needed. Raises DriverError, NotFound, BadCubin, KjitIOError, ..."""
+        args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
+        handle = _P()
+        status = self._fn["kjit_load_cached"](*args, ctypes.byref(handle))
+        if status != Status.OK:
+            raise self._error(status, "kjit_load_cached")
+        return Kernel(self, handle.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel: an owned kjit_kernel* handle
+
+class Kernel:
+    """A kernel loaded by :meth:`Library.load_cached`, owning its ``kjit_kernel*``.
+
+    Release it with :meth:`release` (alias :meth:`close`) or a ``with`` block; ``__del__``
+    releases it as a fallback. Releasing twice is harmless. ``name`` and ``cubin_path`` stay
+    readable after release; the driver handles raise ValueError then. The object may be used
+    from any thread, but the CUkernel/CUlibrary/CUfunction values must not be used after
+    release (libkjit unloads the library with its last handle).
+    """
+
+    def __init__(self, library, handle):
+        if not handle:
+            raise ValueError("NULL kjit_kernel handle")
+        self._library, self._fn = library, library._fn  # keep the CDLL alive, also at exit
+        self._lock = threading.Lock()
+        self._handle = handle
+        self._name = self._fn["kjit_kernel_name"](handle).decode("utf-8", "replace")
+        self._cubin_path = os.fsdecode(self._fn["kjit_kernel_cubin_path"](handle))
+
+    def _live(self):
+        handle = self._handle
+        if handle is None:
+            raise ValueError(f"kernel {self._name} has been released")
+        return handle
+
+    @property
+    def name(self):
+        """The kernel's mangled name (str)."""
+        return self._name
+
+    @property
+    def cubin_path(self):
+        """The cubin path as given to load_cached (str)."""
+        return self._cubin_path
+
+    @property
+    def cukernel(self):
+        """The driver's ``CUkernel`` as an int (launchable as a CUfunction, CUDA 12.0+)."""
+        return self._fn["kjit_kernel_cukernel"](self._live()) or 0
+
+    @property
+    def culibrary(self):
+        """The ``CUlibrary`` the kernel belongs to, as an int (shared per cubin version)."""
+        return self._fn["kjit_kernel_culibrary"](self._live()) or 0
+
+    @property
+    def released(self):
+        """True once the handle has been released."""
+        return self._handle is None
+
+    def cufunction(self):
+        """The kernel as a ``CUfunction`` (int) in the calling thread's current CUDA context.
+        Raises DriverError without a current context."""
+        out = _P()
+        status = self._fn["kjit_kernel_cufunction"](self._live(), ctypes.byref(out))
+        if status != Status.OK:
+            raise self._library._error(status, "kjit_kernel_cufunction")
+        return out.value or 0
+
+    def release(self):
+        """kjit_kernel_release: drops the handle (idempotent, thread safe)."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            self._fn["kjit_kernel_release"](handle)
+
+    close = release
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.release()
+        except Exception:  # never raise from a finaliser (e.g. late in interpreter exit)
+            pass
+
+    def __repr__(self):
+        state = "released" if self._handle is None else f"cukernel=0x{self.cukernel:x}"
+        return f"<kjit.Kernel {self._name} from {self._cubin_path!r} {state}>"
+
+
+# --------------------------------------------------------------------------------------------
+# Module-level functions on a default Library, loaded on first use
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def load_library(path=None):
+    """Loads libkjit (``path``, else $KJIT_LIBRARY, else the search) and makes it the library
+    the module-level functions use. Returns the :class:`Library`."""
+    global _default
+    lib = Library(path)
+    with _default_lock:
+        _default = lib
+    return lib
+
+
+def _lib():
+    global _default
+    lib = _default
+    if lib is None:
+        with _default_lock:
+            if _default is None:
+                _default = Library()
+            lib = _default
+    return lib
+
+
+def version():
+    """(major, minor, patch) of the loaded libkjit."""
+    return _lib().version()
+
+
+def version_string():
+    """The loaded libkjit's version as text, e.g. "0.1.0"."""
+    return _lib().version_string()
+
+
+def status_string(status):
+    """The English name of a kjit status code."""
+    return _lib().status_string(status)
+
+
+def last_error():
+    """This thread's detail text of its last failed libkjit call."""
+    return _lib().last_error()
+
+
+def resolve_name(cubin_path, keyword):
+    """See :meth:`Library.resolve_name`."""
+    return _lib().resolve_name(cubin_path, keyword)
+
+
+def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # noqa: A001
+            include_paths=(), headers=None, name_expression=None):
+    """See :meth:`Library.compile`; returns the cubin path."""
+    return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                          include_paths=include_paths, headers=headers, name_expression=name_expression)
+
+
+def load_cached(cubin_path, keyword):
+    """See :meth:`Library.load_cached`."""
+    return _lib().load_cached(cubin_path, keyword)

@@ -1,0 +1,470 @@
+"""Tests of python/kjit.py against the built libkjit.so.
+
+Environment: KJIT_LIBRARY (the library; else kjit's own search), KJIT_LIBCUDA (the CUDA driver
+test double, build/tests/fake_driver/libcuda.so.1; the load tests are skipped without it).
+cubins are made here with kjit.compile(arch="sm_90") into a temporary cache: NVRTC needs no GPU.
+"""
+
+import ctypes
+import gc
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+PYTHON_DIR = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PYTHON_DIR))
+
+import kjit  # noqa: E402
+
+LIBCUDA = os.environ.get("KJIT_LIBCUDA")
+needs_driver = pytest.mark.skipif(not LIBCUDA, reason="KJIT_LIBCUDA is unset (no driver test double)")
+
+# Exercises every kjit_compile_options field: an in-memory header, an include path, an NVRTC
+# option, a name expression, the arch and the cache folder. Keyword rule for "scale": the three
+# kernels match, the exact identifier leaves the template; "scale_" is ambiguous.
+SOURCE = textwrap.dedent("""\
+    #include "factor.h"
+    #include "other.h"
+    #ifndef KJIT_TEST_OPTION
+    #error "the NVRTC options did not arrive"
+    #endif
+    template <int N> __global__ void scale(float *p) { p[threadIdx.x] *= N * FACTOR * OTHER; }
+    __global__ void scale_a(float *p) { p[0] = 1.0f; }
+    __global__ void scale_b(float *p) { p[0] = 2.0f; }
+    """)
+SCALE4 = "_Z5scaleILi4EEvPf"
+
+
+class Built:
+    pass
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One compile shared by the module."""
+    b = Built()
+    b.cache = tmp_path_factory.mktemp("cache")
+    b.include = tmp_path_factory.mktemp("include")
+    (b.include / "other.h").write_text("#define OTHER 1\n")
+    b.kwargs = dict(cache_dir=b.cache, arch="sm_90", nvrtc_options=["-std=c++17", "-DKJIT_TEST_OPTION=1"],
+                    include_paths=[b.include], headers={"factor.h": "#define FACTOR 2\n"},
+                    name_expression="scale<4>")
+    b.path = kjit.compile(SOURCE, "scale", **b.kwargs)
+    b.name = kjit.resolve_name(b.path, "scale")
+    return b
+
+
+def test_version():
+    major, minor, patch = kjit.version()
+    assert all(isinstance(v, int) for v in (major, minor, patch))
+    assert (major, minor, patch) >= (0, 1, 0)
+    assert kjit.version_string() == f"{major}.{minor}.{patch}"
+
+
+def test_status_string():
+    assert kjit.status_string(0) == "ok"
+    assert kjit.status_string(kjit.Status.ERROR_NOT_FOUND) == "not found"
+    assert kjit.status_string(9999) == "unknown status"
+    with pytest.raises(TypeError):
+        kjit.status_string("2")
+    with pytest.raises(ValueError):
+        kjit.status_string(2**40)
+
+
+def test_compile_returns_cubin_in_cache(built):
+    path = pathlib.Path(built.path)
+    assert path.is_absolute() and path.is_file() and path.name == "kernel.cubin"
+    assert built.cache.resolve() in path.resolve().parents
+    head = path.read_bytes()[:64]
+    assert head[:4] == b"\x7fELF"
+    assert struct.unpack_from("<H", head, 18)[0] == 190  # EM_CUDA
+    flags = struct.unpack_from("<I", head, 48)[0]
+    sm = (flags >> 8) & 0xFF if head[8] >= 8 else flags & 0xFF
+    assert sm == 90
+
+
+def test_resolve_name_of_templated_kernel(built):
+    assert built.name.startswith("_Z") and "scale" in built.name
+    assert built.name == SCALE4
+    assert kjit.resolve_name(built.path, "scale") == built.name  # a second call agrees
+    sidecar = pathlib.Path(built.path + ".name").read_text().splitlines()
+    assert any(line.split()[:1] == ["scale"] and built.name in line.split() for line in sidecar)
+    assert kjit.resolve_name(built.path, "scale_a") == "_Z7scale_aPf"
+
+
+def test_compile_hit_returns_same_path(built):
+    assert kjit.compile(SOURCE, "scale", **built.kwargs) == built.path
+    other = dict(built.kwargs, nvrtc_options=["-std=c++17", "-DKJIT_TEST_OPTION=2"])
+    path2 = kjit.compile(SOURCE, "scale", **other)
+    assert path2 != built.path and os.path.isfile(path2)
+
+
+def test_compile_error_carries_nvrtc_log(tmp_path):
+    src = "__global__ void broken(float *p) { p[0] = undeclared_thing_xyz; }\n"
+    with pytest.raises(kjit.CompileError) as info:
+        kjit.compile(src, "broken", cache_dir=tmp_path, arch="sm_90")
+    e = info.value
+    assert e.status == kjit.Status.ERROR_COMPILE and e.status == 6
+    assert e.status_name == kjit.status_string(6) == "compile error"
+    assert "undeclared_thing_xyz" in e.message and "undeclared_thing_xyz" in str(e)
+    assert "KJIT_ERROR_COMPILE" in str(e) and e.function == "kjit_compile"
+    assert kjit.last_error() == e.message  # the same thread's detail, unchanged since
+    assert not list(tmp_path.rglob("*.cubin"))  # a failed compile publishes nothing
+
+
+def test_compile_invalid_arguments_from_c(tmp_path):
+    src = "__global__ void k(float *p) {}\n"
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.compile(src, "k", cache_dir=tmp_path, arch="compute_90")
+    assert info.value.status == kjit.Status.ERROR_INVALID_ARGUMENT
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(kjit.InvalidArgument):
+        kjit.compile(src, "k", cache_dir=tmp_path, arch="sm_90", nvrtc_options=["-arch=sm_80"])
+    with pytest.raises(kjit.InvalidArgument):
+        kjit.compile(src, "not a keyword!", cache_dir=tmp_path, arch="sm_90")
+    with pytest.raises(kjit.CompileError) as info:
+        kjit.compile(src, "k", cache_dir=tmp_path, arch="sm_90", nvrtc_options=["--no-such-nvrtc-option"])
+    assert info.value.status == kjit.Status.ERROR_NVRTC
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: kjit.resolve_name(None, "scale"),
+    lambda p: kjit.resolve_name(p, None),
+    lambda p: kjit.resolve_name(123, "scale"),
+    lambda p: kjit.resolve_name(p, b"scale"),
+    lambda p: kjit.load_cached(None, "scale"),
+    lambda p: kjit.compile(None, "k"),
+    lambda p: kjit.compile("x", None),
+    lambda p: kjit.compile("x", "k", nvrtc_options="-std=c++17"),
+    lambda p: kjit.compile("x", "k", include_paths=None),
+    lambda p: kjit.compile("x", "k", headers=["factor.h"]),
+    lambda p: kjit.compile("x", "k", arch=90),
+])
+def test_python_type_errors_before_c(built, call):
+    with pytest.raises(TypeError) as info:
+        call(built.path)
+    assert not isinstance(info.value, kjit.KjitError)
+
+
+def test_nul_characters_rejected_before_c(built):
+    for call in (lambda: kjit.resolve_name(built.path + "\0x", "scale"),
+                 lambda: kjit.resolve_name(built.path, "sca\0le"),
+                 lambda: kjit.compile("x\0", "k")):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert not isinstance(info.value, kjit.KjitError)
+
+
+def test_resolve_missing_file(tmp_path):
+    missing = tmp_path / "missing.cubin"
+    with pytest.raises(kjit.KjitIOError) as info:
+        kjit.resolve_name(missing, "scale")
+    e = info.value
+    assert e.status == kjit.Status.ERROR_IO and e.status_name == "I/O error"
+    assert str(missing) in e.message and str(missing) in str(e)
+    with pytest.raises(kjit.KjitIOError):
+        kjit.resolve_name(tmp_path, "scale")  # a directory
+
+
+def test_resolve_non_elf_file(tmp_path):
+    junk = tmp_path / "junk.cubin"
+    junk.write_bytes(b"this is not an ELF file\n" * 8)
+    with pytest.raises(kjit.BadCubin) as info:
+        kjit.resolve_name(junk, "scale")
+    assert info.value.status == kjit.Status.ERROR_BAD_CUBIN
+    assert str(junk) in info.value.message
+
+
+def test_resolve_ambiguous_and_not_found(built):
+    with pytest.raises(kjit.Ambiguous) as info:
+        kjit.resolve_name(built.path, "scale_")
+    e = info.value
+    assert e.status == kjit.Status.ERROR_AMBIGUOUS == 3
+    assert "_Z7scale_aPf" in e.message and "_Z7scale_bPf" in e.message
+    with pytest.raises(kjit.NotFound) as info:
+        kjit.resolve_name(built.path, "no_such_kernel")
+    assert info.value.status == kjit.Status.ERROR_NOT_FOUND
+    with pytest.raises(kjit.InvalidArgument):
+        kjit.resolve_name(built.path, "")
+
+
+def test_bytes_and_pathlike_paths(built):
+    class BytesPath:
+        def __fspath__(self):
+            return os.fsencode(built.path)
+
+    for p in (built.path, os.fsencode(built.path), pathlib.Path(built.path), BytesPath()):
+        assert kjit.resolve_name(p, "scale") == built.name
+
+
+def test_buffers_grow_to_reported_length(built, monkeypatch):
+    lib = kjit._lib()
+    raw = lib._fn["kjit_resolve_name"]
+    small, length = ctypes.create_string_buffer(4), ctypes.c_size_t()
+    status = raw(built.path.encode(), b"scale", small, 4, ctypes.byref(length))
+    assert status == kjit.Status.ERROR_BUFFER_TOO_SMALL and length.value == len(built.name)
+    monkeypatch.setattr(kjit.Library, "name_buffer_size", 4)
+    monkeypatch.setattr(kjit.Library, "path_buffer_size", 8)
+    assert kjit.resolve_name(built.path, "scale") == built.name
+    assert kjit.compile(SOURCE, "scale", **built.kwargs) == built.path
+
+
+def test_many_threads_resolve_concurrently(built, tmp_path):
+    results, errors = [], []
+    lock = threading.Lock()
+
+    def work(i):
+        missing = str(tmp_path / f"missing-{i}.cubin")
+        try:
+            for _ in range(200):
+                if i % 4 == 3:  # some threads fail: each must see its own error text
+                    try:
+                        kjit.resolve_name(missing, "scale")
+                        raise AssertionError("resolve of a missing file succeeded")
+                    except kjit.KjitIOError as e:
+                        assert missing in e.message, e.message
+                else:
+                    name = kjit.resolve_name(built.path, "scale")
+                    with lock:
+                        results.append(name)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            with lock:
+                errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len(results) == 6 * 200 and set(results) == {built.name}
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the library
+
+def test_bad_explicit_path_lists_it():
+    bad = "/nonexistent/kjit-test/libkjit.so"
+    with pytest.raises(kjit.LibraryNotFound) as info:
+        kjit.Library(bad)
+    e = info.value
+    assert isinstance(e, kjit.KjitError) and e.status is None
+    assert bad in str(e) and [place for place, _ in e.tried] == [f"explicit path {bad!r}"]
+
+
+def test_explicit_path_beats_environment(monkeypatch):
+    good = kjit._lib().path
+    monkeypatch.setenv("KJIT_LIBRARY", "/nonexistent/libkjit.so")
+    assert kjit.Library(good).version() == kjit.version()
+    with pytest.raises(kjit.LibraryNotFound, match="/nonexistent/libkjit.so"):
+        kjit.Library()
+
+
+def test_find_library_result_is_used(monkeypatch):
+    good = kjit._lib().path
+    monkeypatch.delenv("KJIT_LIBRARY", raising=False)
+    monkeypatch.setattr(kjit.ctypes.util, "find_library", lambda name: good if name == "kjit" else None)
+    assert kjit.Library().path == good
+
+
+def _run_python(code, **env_changes):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")])))
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_import_is_lazy_and_env_path_is_reported():
+    bad = "/nonexistent/env/libkjit.so"
+    r = _run_python("""
+        import kjit
+        print("imported")
+        try:
+            kjit.version()
+        except kjit.LibraryNotFound as e:
+            print("NOTFOUND", e)
+        """, KJIT_LIBRARY=bad)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("imported") and "NOTFOUND" in r.stdout and bad in r.stdout
+
+
+def test_search_failure_names_every_place():
+    r = _run_python("""
+        import ctypes.util, kjit
+        ctypes.util.find_library = lambda name: None
+        try:
+            kjit.Library()
+            print("LOADED")
+        except kjit.LibraryNotFound as e:
+            print(e)
+        """, KJIT_LIBRARY=None, LD_LIBRARY_PATH=None)
+    assert r.returncode == 0, r.stderr
+    if "LOADED" in r.stdout:
+        pytest.skip("a libkjit is installed on the default search path")
+    for place in ("$KJIT_LIBRARY", "find_library('kjit')", "'libkjit.so.0'", "'libkjit.so'"):
+        assert place in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading through the driver test double
+
+class _Counters(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_ulonglong) for n in (
+        "library_loads", "library_unloads", "live_libraries", "rejected_images",
+        "get_kernel_calls", "kernels_not_found", "bad_handles")]
+
+
+@pytest.fixture(scope="module")
+def fake():
+    if not LIBCUDA:
+        pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
+    lib = ctypes.CDLL(LIBCUDA)  # the same file libkjit dlopens, so the same loaded object
+    if not hasattr(lib, "fake_cuda_get_counters"):
+        pytest.skip(f"{LIBCUDA} is not the driver test double")
+    lib.fake_cuda_kernel_name.restype = ctypes.c_char_p
+    lib.fake_cuda_kernel_name.argtypes = [ctypes.c_void_p]
+    lib.fake_cuda_function_name.restype = ctypes.c_char_p
+    lib.fake_cuda_function_name.argtypes = [ctypes.c_void_p]
+    lib.fake_cuda_get_counters.argtypes = [ctypes.POINTER(_Counters)]
+    lib.fake_cuda_get_counters.restype = None
+    for name in ("cuInit", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"):
+        getattr(lib, name).restype = ctypes.c_int
+    lib.cuInit.argtypes = [ctypes.c_uint]
+    lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+
+    def counters():
+        c = _Counters()
+        lib.fake_cuda_get_counters(ctypes.byref(c))
+        return c
+
+    lib.counters = counters
+    return lib
+
+
+@needs_driver
+def test_load_cached_kernel(built, fake):
+    with kjit.load_cached(built.path, "scale") as k:
+        assert isinstance(k, kjit.Kernel)
+        assert k.name == built.name == kjit.resolve_name(built.path, "scale")
+        assert k.cubin_path == built.path
+        assert k.cukernel != 0 and k.culibrary != 0
+        assert fake.fake_cuda_kernel_name(k.cukernel).decode() == built.name
+        assert built.name in repr(k) and not k.released
+    assert k.released
+    k.release()  # idempotent
+    k.close()
+    assert k.name == built.name  # still readable
+    with pytest.raises(ValueError):
+        k.cukernel
+    with pytest.raises(ValueError):
+        k.cufunction()
+    assert fake.counters().bad_handles == 0
+
+
+@needs_driver
+def test_release_unloads_with_last_handle(built, fake):
+    before = fake.counters()
+    k1 = kjit.load_cached(pathlib.Path(built.path), "scale")
+    k2 = kjit.load_cached(os.fsencode(built.path), "scale_a")
+    assert k1.culibrary == k2.culibrary and k1.cukernel != k2.cukernel
+    assert fake.fake_cuda_kernel_name(k2.cukernel) == b"_Z7scale_aPf"
+    assert fake.counters().live_libraries == before.live_libraries + 1
+    k1.release()
+    assert fake.counters().library_unloads == before.library_unloads
+    k2.release()
+    k2.release()
+    after = fake.counters()
+    assert after.library_unloads == before.library_unloads + 1
+    assert after.live_libraries == before.live_libraries and after.bad_handles == 0
+
+
+@needs_driver
+def test_del_releases_handle(built, fake):
+    before = fake.counters()
+    k = kjit.load_cached(built.path, "scale")
+    assert fake.counters().live_libraries == before.live_libraries + 1
+    del k
+    gc.collect()
+    assert fake.counters().live_libraries == before.live_libraries
+
+
+@needs_driver
+def test_cufunction_needs_a_context(built, fake):
+    with kjit.load_cached(built.path, "scale") as k:
+        with pytest.raises(kjit.DriverError) as info:
+            k.cufunction()
+        assert info.value.status == kjit.Status.ERROR_DRIVER
+        assert "context" in info.value.message
+        assert fake.cuInit(0) == 0
+        ctx = ctypes.c_void_p()
+        assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert fake.cuCtxSetCurrent(ctx) == 0
+        try:
+            fn = k.cufunction()
+            assert fn != 0 and fake.fake_cuda_function_name(fn).decode() == built.name
+        finally:
+            fake.cuCtxSetCurrent(None)
+
+
+@needs_driver
+def test_load_errors(built, fake, tmp_path):
+    with pytest.raises(kjit.KjitIOError) as info:
+        kjit.load_cached(tmp_path / "missing.cubin", "scale")
+    assert str(tmp_path / "missing.cubin") in info.value.message
+    junk = tmp_path / "junk.cubin"
+    junk.write_bytes(b"\0" * 256)
+    with pytest.raises(kjit.BadCubin):
+        kjit.load_cached(junk, "scale")
+    with pytest.raises(kjit.NotFound):
+        kjit.load_cached(built.path, "no_such_kernel")
+    with pytest.raises(kjit.Ambiguous):
+        kjit.load_cached(built.path, "scale_")
+
+
+@needs_driver
+def test_threads_load_and_release(built, fake):
+    names, errors = [], []
+    lock = threading.Lock()
+
+    def work():
+        try:
+            for _ in range(50):
+                with kjit.load_cached(built.path, "scale") as k:
+                    with lock:
+                        names.append(k.name)
+        except BaseException as e:  # noqa: BLE001
+            with lock:
+                errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len(names) == 400 and set(names) == {built.name}
+    assert fake.counters().bad_handles == 0
+
+
+@needs_driver
+def test_kernels_alive_at_interpreter_exit(built, fake):
+    r = _run_python(f"""
+        import kjit
+        kept = kjit.load_cached({built.path!r}, "scale")
+        cycle = [kjit.load_cached({built.path!r}, "scale_a")]
+        cycle.append(cycle)
+        print(kept.name)
+        """)
+    assert r.returncode == 0 and r.stdout.strip() == built.name, r.stderr
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
