@@ -38,7 +38,7 @@ fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
 leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
-find "$work" -name '*.tmp-*' | grep -q . && { echo "temp file left behind"; exit 1; }
+[ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.
 if "$bin/kjit-bench" --only nosuch > "$work/bad.txt" 2>&1; then echo "--only nosuch was accepted"; exit 1; fi
 grep -q 'nosuch' "$work/bad.txt"

@@ -35,8 +35,12 @@ cmake --build "$work/cmake-build" > "$work/build.log" || { cat "$work/build.log"
 "$work/cmake-build/consumer_c" "$work/cache-cmake-c"
 KJIT_LIBCUDA="$fake_libcuda" "$work/cmake-build/consumer_cpp" "$work/cache-cmake-cpp"
 # The library it ran is the installed one, not the build tree's.
-ldd "$work/cmake-build/consumer_c" | grep -q "$prefix/lib/libkjit.so.${version%%.*}" ||
-    { ldd "$work/cmake-build/consumer_c"; fail "consumer_c does not use the installed libkjit"; }
+# (ldd's output is captured first: grep -q exiting early would SIGPIPE ldd under pipefail.)
+libs=$(ldd "$work/cmake-build/consumer_c")
+case "$libs" in
+    *"$prefix/lib/libkjit.so.${version%%.*}"*) ;;
+    *) echo "$libs"; fail "consumer_c does not use the installed libkjit" ;;
+esac
 # An incompatible version request fails.
 if cmake -S "$src/tests/consumer" -B "$work/cmake-bad" -DCMAKE_PREFIX_PATH="$prefix" \
         -DKJIT_REQUIRED_VERSION=99.0 > "$work/bad.log" 2>&1; then
