@@ -3,11 +3,15 @@
 #include "kjit/kjit.h"
 
 #include "cache.hpp"
+#include "cache_maintenance.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
 #include "status.hpp"
 
+#include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -40,12 +44,32 @@ KJIT_SAME_VALUE(out_of_memory, KJIT_ERROR_OUT_OF_MEMORY);
 KJIT_SAME_VALUE(internal, KJIT_ERROR_INTERNAL);
 #undef KJIT_SAME_VALUE
 
+static_assert(static_cast<int>(kjit::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
+              "kjit_stats.sidecar_rejections is too small");
+static_assert(static_cast<int>(kjit::NameResolver::Rejection::distrusted) == KJIT_SIDECAR_DISTRUSTED &&
+                  static_cast<int>(kjit::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
+                  static_cast<int>(kjit::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
+              "NameResolver::Rejection and kjit_sidecar_rejection differ");
+static_assert(KJIT_ERROR_INTERNAL < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
+
+// Counters only the C ABI sees: successful loads and every failure returned, by status.
+struct ApiCounters {
+    std::atomic<std::uint64_t> loads{0};
+    std::array<std::atomic<std::uint64_t>, KJIT_STATS_STATUS_SLOTS> errors{};
+};
+ApiCounters &api_counters() {
+    static ApiCounters *const c = new ApiCounters();  // leaked: usable during exit
+    return *c;
+}
+
 // The calling thread's detail text for its last failure. A fixed-size fallback keeps
 // kjit_last_error() meaningful even when storing the text itself runs out of memory.
 thread_local std::string t_last_error;
 thread_local const char *t_last_error_fallback = nullptr;
 
 kjit_status fail(kjit_status status, const char *message) noexcept {
+    const auto slot = static_cast<std::size_t>(status);
+    if (slot > 0 && slot < KJIT_STATS_STATUS_SLOTS) api_counters().errors[slot].fetch_add(1, std::memory_order_relaxed);
     try {
         t_last_error.assign(message);
         t_last_error_fallback = nullptr;
@@ -110,6 +134,7 @@ kjit_status take_strings(const char *const *items, size_t count, const char *wha
 kjit_status request_from(const kjit_compile_options *options, kjit::cache::Request &r) {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
+    std::uint64_t max_cache_size = 0;
     if (options) {
         if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options)) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -148,6 +173,16 @@ kjit_status request_from(const kjit_compile_options *options, kjit::cache::Reque
         if (KJIT_OPTION_PRESENT(options, name_expression) && options->name_expression) {
             r.name_expression = options->name_expression;
         }
+        if (KJIT_OPTION_PRESENT(options, max_cache_size)) max_cache_size = options->max_cache_size;
+    }
+    if (max_cache_size == UINT64_MAX) {
+        // no limit, whatever the environment says
+    } else if (max_cache_size != 0) {
+        r.max_cache_bytes = max_cache_size;
+    } else {
+        auto from_env = kjit::cache_maintenance::max_size_from_env();
+        if (!from_env) return fail(from_env.error());
+        r.max_cache_bytes = *from_env;
     }
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
@@ -247,6 +282,7 @@ KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keywor
         auto loaded = kjit::KernelLoader::instance().load(cubin_path, keyword);
         if (!loaded) return fail(loaded.error());
         *kernel = new kjit_kernel(std::move(*loaded));
+        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
         return KJIT_OK;
     });
 }
@@ -280,5 +316,51 @@ KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **fu
 }
 
 KJIT_API void kjit_kernel_release(kjit_kernel *kernel) { delete kernel; }
+
+KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
+    return guarded("kjit_get_stats", [&]() -> kjit_status {
+        if (!stats) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_get_stats: stats is NULL");
+        const size_t size = stats->struct_size;
+        if (size < sizeof(size_t) || size > sizeof(kjit_stats)) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_get_stats: stats->struct_size is " + std::to_string(size) +
+                         "; set it to sizeof(kjit_stats) (" + std::to_string(sizeof(kjit_stats)) +
+                         " in this libkjit, or smaller from an older header)")
+                            .c_str());
+        }
+        constexpr auto relaxed = std::memory_order_relaxed;
+        kjit_stats s{};
+        s.struct_size = size;
+        const auto &cache = kjit::cache::Cache::instance().counters();
+        s.compile_hits = cache.hits.load(relaxed);
+        s.compile_misses = cache.misses.load(relaxed);
+        s.compile_shared_waits = cache.shared_waits.load(relaxed);
+        s.nvrtc_compiles = cache.nvrtc_runs.load(relaxed);
+        s.nvrtc_nanoseconds = cache.nvrtc_nanoseconds.load(relaxed);
+        s.entries_published = cache.published_entries.load(relaxed);
+        s.entries_rebuilt = cache.rebuilt_entries.load(relaxed);
+        const auto &resolver = kjit::NameResolver::instance().counters();
+        s.sidecar_hits = resolver.sidecar_hits.load(relaxed) + resolver.racy_sidecar_hits.load(relaxed);
+        s.sidecar_content_checks = resolver.racy_verifications.load(relaxed);
+        s.memo_hits = resolver.memo_hits.load(relaxed);
+        s.sidecar_missing = resolver.sidecar_missing.load(relaxed);
+        for (std::size_t i = 0; i < resolver.rejections.size(); ++i) s.sidecar_rejections[i] = resolver.rejections[i].load(relaxed);
+        s.scans = resolver.scans.load(relaxed);
+        s.sidecar_writes = resolver.sidecar_writes.load(relaxed);
+        s.sidecar_write_failures = resolver.sidecar_write_failures.load(relaxed);
+        const auto &loader = kjit::KernelLoader::instance().counters();
+        s.loads = api_counters().loads.load(relaxed);
+        s.load_reuses = loader.reuse_hits.load(relaxed);
+        s.driver_loads = loader.library_loads.load(relaxed);
+        s.load_self_heals = loader.self_heals.load(relaxed);
+        const auto &eviction = kjit::cache_maintenance::counters();
+        s.eviction_runs = eviction.eviction_runs.load(relaxed);
+        s.evicted_entries = eviction.evicted_entries.load(relaxed);
+        s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
+        for (std::size_t i = 0; i < KJIT_STATS_STATUS_SLOTS; ++i) s.errors[i] = api_counters().errors[i].load(relaxed);
+        std::memcpy(static_cast<void *>(stats), &s, size);
+        return KJIT_OK;
+    });
+}
 
 }  // extern "C"

@@ -1,5 +1,8 @@
 #include "cache.hpp"
 
+#include "cache_entry.hpp"
+#include "cache_maintenance.hpp"
+
 #include "compiler.hpp"
 #include "driver.hpp"
 #include "hashing.hpp"
@@ -30,14 +33,15 @@ namespace kjit::cache {
 
 namespace {
 
-constexpr std::int64_t kCubinBackdateSeconds = 10;
 constexpr std::size_t kMaxDepsFileSize = 64u << 20;
 
-// Entry files.
-constexpr const char *kCubinFile = "kernel.cubin";
-constexpr const char *kSourceFile = "source.cu";
-constexpr const char *kManifestFile = "manifest.txt";
-constexpr const char *kDepsFile = "deps.txt";
+using cache_entry::kCubinFile;
+using cache_entry::kDepsFile;
+using cache_entry::kManifestFile;
+using cache_entry::kSourceFile;
+using cache_entry::read_small_file;
+using cache_entry::remove_tree;
+using cache_entry::write_new_file;
 
 std::atomic<unsigned long> temp_sequence{0};
 
@@ -87,73 +91,10 @@ Status make_dirs(const std::string &path, mode_t mode) {
     return Ok{};
 }
 
-// Writes `bytes` to a new file, never through a link and never over an existing file. With
-// `durable`, fsyncs it; with `backdate`, sets its mtime kCubinBackdateSeconds in the past.
-Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate) {
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!fd.valid()) return io_error("cannot create", path, errno);
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return io_error("cannot write", path, errno);
-        }
-        done += static_cast<std::size_t>(n);
-    }
-    if (backdate) {
-        struct timespec now {};
-        clock_gettime(CLOCK_REALTIME, &now);
-        now.tv_sec -= kCubinBackdateSeconds;
-        const struct timespec times[2] = {now, now};
-        if (::futimens(fd.get(), times) != 0) return io_error("cannot set the mtime of", path, errno);
-    }
-    if (durable && ::fsync(fd.get()) != 0) return io_error("cannot fsync", path, errno);
-    if (fd.reset() != 0) return io_error("cannot close", path, errno);
-    return Ok{};
-}
-
 Status fsync_dir(const std::string &path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid() || ::fsync(fd.get()) != 0) return io_error("cannot fsync folder", path, errno);
     return Ok{};
-}
-
-void remove_tree(const std::string &path) {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-    if (ec) log().warn("could not remove '{}': {}", path, ec.message());
-}
-
-// Reads a small file whole; nullopt when it is missing, unreadable or over `limit` bytes.
-std::optional<std::string> read_small_file(const std::string &path, std::size_t limit) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-    if (!fd.valid()) return std::nullopt;
-    std::string text;
-    char buf[65536];
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return std::nullopt;
-        if (n == 0) break;
-        text.append(buf, static_cast<std::size_t>(n));
-        if (text.size() > limit) return std::nullopt;
-    }
-    return text;
-}
-
-std::string escape_line(std::string_view v) {
-    std::string out;
-    for (char c : v) {
-        if (c == '\\') {
-            out += "\\\\";
-        } else if (c == '\n') {
-            out += "\\n";
-        } else {
-            out += c;
-        }
-    }
-    return out;
 }
 
 std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::size_t cubin_bytes,
@@ -163,28 +104,20 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     struct tm utc {};
     gmtime_r(&now, &utc);
     std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
-    std::string m = "kjit-manifest " + std::to_string(kFormatVersion) + "\n";
-    auto line = [&](const char *label, std::string_view value) {
-        m += label;
-        m += ": ";
-        m += escape_line(value);
-        m += '\n';
-    };
-    line("key", key);
-    line("keyword", r.keyword);
-    line("name", name);
-    line("arch", r.arch);
-    line("nvrtc", nvrtc_identity());
-    for (const auto &o : r.nvrtc_options) line("option", o);
-    for (const auto &p : r.include_paths) line("include_path", p);
-    for (const auto &h : r.headers) line("header", h.first);
-    if (r.name_expression) line("name_expression", *r.name_expression);
-    line("cubin_bytes", std::to_string(cubin_bytes));
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.3f", compile_seconds);
-    line("compile_seconds", secs);
-    line("created", created);
-    return m;
+    cache_entry::Manifest m;
+    m.key = key;
+    m.keyword = r.keyword;
+    m.name = name;
+    m.arch = r.arch;
+    m.nvrtc = nvrtc_identity();
+    m.options = r.nvrtc_options;
+    m.include_paths = r.include_paths;
+    for (const auto &h : r.headers) m.headers.push_back(h.first);
+    m.name_expression = r.name_expression;
+    m.cubin_bytes = cubin_bytes;
+    m.compile_seconds = compile_seconds;
+    m.created = created;
+    return cache_entry::format_manifest(m);
 }
 
 enum class Lookup { hit, absent, unusable };
@@ -196,6 +129,8 @@ Lookup look_up(const Request &request, const std::string &entry, std::string *wh
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
     if (::stat(entry.c_str(), &st) != 0) return Lookup::absent;
+    // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
+    cache_entry::note_use(entry, cache_entry::mtime_ns(st), realtime_ns());
     if (!request.include_paths.empty()) {
         const auto text = read_small_file(entry + "/" + kDepsFile, kMaxDepsFileSize);
         auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(
@@ -318,7 +253,7 @@ Result<std::string> Cache::compile(Request request) {
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
 
     const std::string key = key_of(request);
-    const std::string entry = request.cache_dir + "/" + key.substr(0, 2) + "/" + key;
+    const std::string entry = cache_entry::folder_for(request.cache_dir, key);
     const std::string cubin = entry + "/" + kCubinFile;
 
     std::string why;
@@ -352,7 +287,13 @@ Result<std::string> Cache::compile(Request request) {
     }
     Result<std::string> result = [&]() -> Result<std::string> {
         try {
-            return compile_and_publish(request, key, entry);
+            std::uint64_t published_bytes = 0;
+            auto published = compile_and_publish(request, key, entry, &published_bytes);
+            // Eviction runs after a publish, never on a hit, and is throttled.
+            if (published && published_bytes > 0 && request.max_cache_bytes) {
+                cache_maintenance::after_publish(request.cache_dir, *request.max_cache_bytes, published_bytes);
+            }
+            return published;
         } catch (const std::bad_alloc &) {
             return Error{Errc::out_of_memory, "out of memory while compiling " + key};
         } catch (const std::exception &e) {
@@ -373,7 +314,7 @@ Result<std::string> Cache::compile(Request request) {
 }
 
 Result<std::string> Cache::compile_and_publish(const Request &request, const std::string &key,
-                                               const std::string &entry) {
+                                               const std::string &entry, std::uint64_t *published_bytes) {
     const std::string cubin_path = entry + "/" + kCubinFile;
     // Another process may have published while this one waited or looked.
     std::string why;
@@ -405,6 +346,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     auto compiled = compiler::compile(nvrtc);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     counters_.compiles_in_flight.fetch_sub(1);
+    counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
     if (!compiled) return std::move(compiled).error();
     if (seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", key, request.keyword, seconds);
     log().debug("compiled {} [{}] in {:.3f} s", key, request.keyword, seconds);
@@ -441,7 +383,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // into place: readers see a complete entry or none. The cubin's mtime is set in the past,
     // so its sidecar line needs no content hash (it is not "young"), and any later change to
     // the file, which would stamp the current time, can never look like this version.
-    const std::string temp = shard + "/.tmp-" + key + "-" + std::to_string(::getpid()) + "-" +
+    const std::string temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
                              std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
     if (::mkdir(temp.c_str(), 0700) != 0) return io_error("cannot create cache temp folder", temp, errno);
     auto fail = [&](Error e) -> Result<std::string> {
@@ -461,24 +403,30 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     line.mtime_sec = st.st_mtim.tv_sec;
     line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
     line.name = name;
+    std::uint64_t bytes = compiled->cubin.size();
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
                                             manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
         if (auto w = write_new_file(file.first, file.second, false, false); !w) return fail(std::move(w).error());
+        bytes += file.second.size();
     }
     if (!request.include_paths.empty()) {
-        if (auto w = write_new_file(temp + "/" + kDepsFile, include_scanner::format(deps), false, false); !w) {
+        const std::string deps_text = include_scanner::format(deps);
+        if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, false, false); !w) {
             return fail(std::move(w).error());
         }
+        bytes += deps_text.size();
     }
     if (auto s = fsync_dir(temp); !s) return fail(std::move(s).error());
 
+    *published_bytes = bytes;
     if (::rename(temp.c_str(), entry.c_str()) != 0) {
         const int err = errno;
         if (err != ENOTEMPTY && err != EEXIST) return fail(io_error("cannot publish cache entry", entry, err));
         // An entry is there already: another process won the race, or it is stale/damaged.
         if (look_up(request, entry, &why) == Lookup::hit) {
+            *published_bytes = 0;
             remove_tree(temp);
             return cubin_path;
         }
@@ -494,6 +442,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
             if (::rename(entry.c_str(), aside.c_str()) != 0) return fail(io_error("cannot move aside", entry, errno));
             if (::rename(temp.c_str(), entry.c_str()) != 0) return fail(io_error("cannot publish cache entry", entry, errno));
             remove_tree(aside);
+            counters_.published_entries.fetch_add(1, std::memory_order_relaxed);
             counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
             log().debug("replaced unusable cache entry {} (without RENAME_EXCHANGE): {}", entry, why);
             return cubin_path;
@@ -502,6 +451,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         log().debug("replaced unusable cache entry {}: {}", entry, why);
         remove_tree(temp);
     }
+    counters_.published_entries.fetch_add(1, std::memory_order_relaxed);
     // The shard folder is not fsynced: an entry lost to a power cut is only a miss.
     log().debug("published {} [{}] -> {}", key, request.keyword, name);
     return cubin_path;

@@ -40,6 +40,8 @@ struct Request {
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;
     std::optional<std::string> name_expression;
+    // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
+    std::optional<std::uint64_t> max_cache_bytes;
 };
 
 // $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
@@ -59,6 +61,8 @@ public:
         std::atomic<std::uint64_t> hits{0};
         std::atomic<std::uint64_t> misses{0};
         std::atomic<std::uint64_t> nvrtc_runs{0};
+        std::atomic<std::uint64_t> nvrtc_nanoseconds{0};  // wall time inside compiler::compile
+        std::atomic<std::uint64_t> published_entries{0};
         std::atomic<std::uint64_t> shared_waits{0};   // callers that waited for another's compile
         std::atomic<std::uint64_t> rebuilt_entries{0};  // damaged or stale entries replaced
         std::atomic<int> compiles_in_flight{0};
@@ -81,8 +85,10 @@ private:
         std::optional<Result<std::string>> result;
     };
 
+    // Sets *published_bytes to the entry's size when this call published it (0 when another
+    // process's entry serves).
     Result<std::string> compile_and_publish(const Request &request, const std::string &key,
-                                            const std::string &entry);
+                                            const std::string &entry, std::uint64_t *published_bytes);
 
     Counters counters_;
     std::mutex flights_mutex_;

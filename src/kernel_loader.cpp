@@ -1,5 +1,6 @@
 #include "kernel_loader.hpp"
 
+#include "cache_entry.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
 #include "symbol_scanner.hpp"
@@ -167,6 +168,8 @@ std::size_t KernelLoader::live_libraries() {
 }
 
 Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
+    // A cubin in a cache entry: record its use before reading, so eviction spares it.
+    cache_entry::note_use_of_cubin(cubin_path);
     Prepared p;
     auto bytes = read_cubin(cubin_path, p.identity);
     if (!bytes) return std::move(bytes).error();

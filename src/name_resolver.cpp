@@ -37,6 +37,19 @@ bool content_verified(const std::string &cubin_path, const FileIdentity &expecte
            hashed.mtime_nsec == expected.mtime_nsec;
 }
 
+NameResolver::Rejection rejection_of(sidecar::FileProblem problem) {
+    switch (problem) {
+        case sidecar::FileProblem::unreadable: return NameResolver::Rejection::unreadable;
+        case sidecar::FileProblem::too_large: return NameResolver::Rejection::too_large;
+        case sidecar::FileProblem::empty: return NameResolver::Rejection::empty;
+        case sidecar::FileProblem::bare_name: return NameResolver::Rejection::bare_name;
+        case sidecar::FileProblem::bad_header: return NameResolver::Rejection::bad_header;
+        case sidecar::FileProblem::none:
+        case sidecar::FileProblem::missing: break;
+    }
+    return NameResolver::Rejection::unreadable;  // not reached: missing and none are no rejection
+}
+
 Error with_path(const std::string &cubin_path, Error e) {
     if (e.code == Errc::not_found || e.code == Errc::ambiguous) {
         e.message = "in cubin '" + cubin_path + "': " + e.message;
@@ -106,18 +119,24 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     sidecar::FileProblem problem = buffer.problem;
     if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
     const char *reason = nullptr;
+    Rejection why = Rejection::count;
     if (!trust_sidecar) {
         reason = "distrusted (the driver found no symbol of the name it gave)";
+        why = Rejection::distrusted;
     } else if (problem != sidecar::FileProblem::none) {
         reason = sidecar::to_string(problem);
+        why = rejection_of(problem);
     } else {
         const std::optional<sidecar::LineView> line = sidecar::find_line(buffer.text(), keyword);
         if (!line) {
             reason = "no valid line for this keyword";
+            why = Rejection::no_line;
         } else if (!same_version(*line, current)) {
             reason = "stale (the cubin's size or mtime changed)";
+            why = Rejection::stale;
         } else if (!name_matcher::matches(line->name, keyword)) {
             reason = "its name does not pass the keyword rule";
+            why = Rejection::fails_rule;
         } else if (!line->content_hash) {
             counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
             log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
@@ -129,6 +148,7 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
             }
             if (version.has_content(*line->content_hash)) {
                 counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
+                counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
                 std::string name(line->name);
                 log().debug("sidecar hit after content check (young cubin): {} [{}] -> {}", cubin_path, keyword, name);
                 if (!still_racy(current)) {
@@ -145,10 +165,14 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
                 return Resolution{std::move(name), true};
             }
             reason = "stale (the cubin's content changed)";
+            why = Rejection::stale;
         }
     }
-    if (problem != sidecar::FileProblem::missing) {
+    if (problem == sidecar::FileProblem::missing && trust_sidecar) {
+        counters_.sidecar_missing.fetch_add(1, std::memory_order_relaxed);
+    } else {
         counters_.sidecar_rejections.fetch_add(1, std::memory_order_relaxed);
+        counters_.rejections[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
     }
     log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason, detail.empty() ? "" : ": ",
                 detail);

@@ -16,6 +16,7 @@
 #include "posix_file.hpp"
 #include "status.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -35,13 +36,31 @@ public:
     // answers; it is cleared when full.
     static constexpr std::size_t kMemoCapacity = 4096;
 
-    // Counters for tests, the log and (later) statistics. Relaxed atomics: cheap, no lock.
+    // Why a sidecar was not used: the index of Counters::rejections (and, in this order, of
+    // kjit_stats.sidecar_rejections: c_api.cpp checks they agree).
+    enum class Rejection : unsigned {
+        unreadable,  // a symlink, a folder, no permission, an I/O error
+        too_large,
+        empty,
+        bare_name,   // a bare name as older tools wrote it
+        bad_header,  // not a kjit sidecar, or another format version
+        no_line,     // no valid line for the keyword
+        stale,       // the cubin's size, mtime or content changed
+        fails_rule,  // its name does not pass the keyword rule
+        distrusted,  // the driver found no symbol of the name it gave
+        count
+    };
+
+    // Counters for tests, the log and kjit_get_stats. Relaxed atomics: cheap, no lock.
     struct Counters {
         std::atomic<std::uint64_t> sidecar_hits{0};
         std::atomic<std::uint64_t> racy_verifications{0};  // hits that hashed the cubin
+        std::atomic<std::uint64_t> racy_sidecar_hits{0};   // of which sidecar (not memo) hits
         std::atomic<std::uint64_t> memo_hits{0};
         std::atomic<std::uint64_t> scans{0};
-        std::atomic<std::uint64_t> sidecar_rejections{0};
+        std::atomic<std::uint64_t> sidecar_rejections{0};  // all reasons
+        std::atomic<std::uint64_t> sidecar_missing{0};     // no sidecar at all (not a rejection)
+        std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(Rejection::count)> rejections{};
         std::atomic<std::uint64_t> sidecar_writes{0};
         std::atomic<std::uint64_t> sidecar_write_failures{0};
     };

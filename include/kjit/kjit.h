@@ -40,12 +40,15 @@
  *    its accessors kjit_kernel_name(), kjit_kernel_cubin_path(), kjit_kernel_cukernel(),
  *    kjit_kernel_culibrary(), kjit_kernel_cufunction(); kjit_kernel_release().
  *  - ::kjit_status, kjit_status_string(), kjit_last_error(): results and their detail.
+ *  - kjit_get_stats(), ::kjit_stats: process-wide counters (hits, misses, NVRTC time, sidecar
+ *    use, loads, eviction, errors by status).
  *  - kjit_version(), kjit_version_string(), #KJIT_VERSION_NUMBER: versions.
  */
 #ifndef KJIT_KJIT_H
 #define KJIT_KJIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /**
  * @name Version of this header (compile time)
@@ -55,10 +58,10 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 1
+#define KJIT_VERSION_MINOR 2
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
-/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (100 for 0.1.0). */
+/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (200 for 0.2.0). */
 #define KJIT_VERSION_NUMBER (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)
 /** @} */
 
@@ -147,7 +150,7 @@ KJIT_API const char *kjit_last_error(void);
  *
  * Compare with the #KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
  * libkjit.so at run time.
- * @return `major * 10000 + minor * 100 + patch` of the loaded library (100 for 0.1.0).
+ * @return `major * 10000 + minor * 100 + patch` of the loaded library (200 for 0.2.0).
  * @note Thread safe.
  */
 KJIT_API unsigned kjit_version(void);
@@ -249,10 +252,21 @@ typedef struct kjit_compile_options {
     /** Optional C++ name expression such as "gemm<128, 64>", lowered with
         nvrtcGetLoweredName; the lowered name must pass the keyword rule for `keyword`. */
     const char *name_expression;
+    /** Size limit of the cache folder in bytes (since 0.2). 0: $KJIT_CACHE_MAX_SIZE (e.g.
+        "5G"; K, M, G, T are powers of 1024), else no limit. UINT64_MAX: no limit, whatever
+        the variable says. After a miss publishes, the cache is measured (at most every 30 s
+        per process, or sooner when this process's publishes may have crossed the limit) and,
+        when over, the least recently used entries are evicted, whole, down to 90% of the
+        limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
+        minute per entry by hits and loads), so it holds on noatime mounts. An entry used in
+        the last two minutes is never evicted, so a fast sweep can briefly exceed the limit.
+        Hits never measure or evict. A malformed $KJIT_CACHE_MAX_SIZE is
+        #KJIT_ERROR_INVALID_ARGUMENT. */
+    uint64_t max_cache_size;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
 
 /**
  * @brief Compiles CUDA C++ with NVRTC into the on-disk cubin cache, or finds it there.
@@ -418,6 +432,102 @@ KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **fu
  * @note Thread safe, but each handle is released once, after its last use by any thread.
  */
 KJIT_API void kjit_kernel_release(kjit_kernel *kernel);
+
+/**
+ * @brief Why a sidecar line was not used: the index into kjit_stats::sidecar_rejections.
+ *        Append-only, like ::kjit_status.
+ */
+typedef enum kjit_sidecar_rejection {
+    KJIT_SIDECAR_UNREADABLE = 0,      /**< A symlink, a folder, no permission, an I/O error. */
+    KJIT_SIDECAR_TOO_LARGE = 1,       /**< Larger than a sidecar can be (not read). */
+    KJIT_SIDECAR_EMPTY = 2,           /**< 0 bytes. */
+    KJIT_SIDECAR_BARE_NAME = 3,       /**< One bare name, as older Python tools wrote: untrusted. */
+    KJIT_SIDECAR_BAD_HEADER = 4,      /**< Not a kjit sidecar, or of another format version. */
+    KJIT_SIDECAR_NO_LINE = 5,         /**< No valid line for the keyword asked for. */
+    KJIT_SIDECAR_STALE = 6,           /**< The cubin changed since the line was written. */
+    KJIT_SIDECAR_NAME_FAILS_RULE = 7, /**< The line's name does not pass the keyword rule. */
+    KJIT_SIDECAR_DISTRUSTED = 8       /**< The driver found no symbol of the name it gave. */
+} kjit_sidecar_rejection;
+
+/** @brief Number of kjit_stats::sidecar_rejections slots (room for later reasons). */
+#define KJIT_STATS_REJECTION_SLOTS 16
+/** @brief Number of kjit_stats::errors slots, indexed by ::kjit_status (room for later ones). */
+#define KJIT_STATS_STATUS_SLOTS 32
+
+/**
+ * @brief Process-wide counters since the library was loaded (since 0.2). They only grow: to
+ *        measure a stretch of work, take a snapshot before and after and subtract.
+ *
+ * Filled by kjit_get_stats(). Like ::kjit_compile_options, it starts with `struct_size` and only
+ * ever gains fields at the end. The counters are relaxed atomics updated without a lock, so
+ * they cost nanoseconds and stay on in production; a snapshot taken while other threads work
+ * is a consistent value for each counter, not across counters.
+ */
+typedef struct kjit_stats {
+    /** Set by the caller to `sizeof(kjit_stats)`; the library fills that many bytes. */
+    size_t struct_size;
+    /** kjit_compile() calls answered from the cache (no NVRTC). */
+    uint64_t compile_hits;
+    /** kjit_compile() calls that found no usable entry. */
+    uint64_t compile_misses;
+    /** Misses that waited for another thread's compile of the same key and shared its result. */
+    uint64_t compile_shared_waits;
+    /** NVRTC compiles run (successful or not). */
+    uint64_t nvrtc_compiles;
+    /** Wall time spent in those NVRTC compiles, in nanoseconds. */
+    uint64_t nvrtc_nanoseconds;
+    /** Cache entries this process published. */
+    uint64_t entries_published;
+    /** Of which replaced a stale or damaged entry. */
+    uint64_t entries_rebuilt;
+    /** Names answered from a sidecar line (kjit_resolve_name(), kjit_load_cached(), hits). */
+    uint64_t sidecar_hits;
+    /** Sidecar hits that hashed a young cubin to prove the line current. */
+    uint64_t sidecar_content_checks;
+    /** Names answered from the in-process memo (the sidecar could not be written). */
+    uint64_t memo_hits;
+    /** Lookups that found no sidecar file at all. */
+    uint64_t sidecar_missing;
+    /** Sidecars not used, by reason (::kjit_sidecar_rejection). */
+    uint64_t sidecar_rejections[KJIT_STATS_REJECTION_SLOTS];
+    /** Symbol-table scans (each resolution that no sidecar line or memo answered). */
+    uint64_t scans;
+    /** Sidecars written (after a scan, or to drop a content hash). */
+    uint64_t sidecar_writes;
+    /** Sidecar writes that failed (a read-only cache); the call still succeeded. */
+    uint64_t sidecar_write_failures;
+    /** Successful kjit_load_cached() calls. */
+    uint64_t loads;
+    /** Of which served from an image already loaded in this process (no file read). */
+    uint64_t load_reuses;
+    /** Cubins loaded through the driver (cuLibraryLoadData). */
+    uint64_t driver_loads;
+    /** Sidecar names the driver did not find, rescanned and rewritten. */
+    uint64_t load_self_heals;
+    /** Measurements of a size-limited cache after a publish. */
+    uint64_t eviction_runs;
+    /** Entries evicted for the size limit. */
+    uint64_t evicted_entries;
+    /** Bytes evicted for the size limit. */
+    uint64_t evicted_bytes;
+    /** Failures returned by kjit_* functions, indexed by ::kjit_status (errors[0] stays 0). */
+    uint64_t errors[KJIT_STATS_STATUS_SLOTS];
+} kjit_stats;
+
+/** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
+#define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 } }
+
+/**
+ * @brief Takes a snapshot of the process-wide counters (since 0.2).
+ * @param[in,out] stats A struct with struct_size set (#KJIT_STATS_INIT or `sizeof`); the
+ *                      library fills the first struct_size bytes. Only written during the call.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     The snapshot was written.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL `stats`, or a struct_size below `sizeof(size_t)` or
+ *                                     above this library's `sizeof(kjit_stats)`.
+ * @note Thread safe and lock-free.
+ */
+KJIT_API kjit_status kjit_get_stats(kjit_stats *stats);
 
 KJIT_END_DECLS
 

@@ -1,0 +1,260 @@
+#include "cache_entry.hpp"
+
+#include "log.hpp"
+#include "posix_file.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+
+namespace kjit::cache_entry {
+
+namespace {
+
+std::atomic<unsigned long> trash_sequence{0};
+
+bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+bool all_hex(std::string_view s) {
+    for (char c : s) {
+        if (!is_hex_lower(c)) return false;
+    }
+    return true;
+}
+
+// Manifest values are one line each: backslash and newline are escaped.
+std::string escape_line(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\') {
+            out += "\\\\";
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::optional<std::string> unescape_line(std::string_view v) {
+    std::string out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] != '\\') {
+            out += v[i];
+            continue;
+        }
+        if (++i == v.size()) return std::nullopt;
+        if (v[i] == '\\') {
+            out += '\\';
+        } else if (v[i] == 'n') {
+            out += '\n';
+        } else {
+            return std::nullopt;
+        }
+    }
+    return out;
+}
+
+Error io_error(const char *what, const std::string &path) {
+    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(errno)};
+}
+
+}  // namespace
+
+bool is_key(std::string_view name) { return name.size() == 32 && all_hex(name); }
+
+bool is_shard(std::string_view name) { return name.size() == 2 && all_hex(name); }
+
+std::string folder_for(const std::string &cache_dir, const std::string &key) {
+    return cache_dir + "/" + key.substr(0, 2) + "/" + key;
+}
+
+std::string_view entry_of_cubin(std::string_view cubin_path) {
+    const std::string_view file = kCubinFile;
+    // ".../" + 2 + "/" + 32 + "/" + file
+    if (cubin_path.size() < file.size() + 36) return {};
+    const std::size_t file_at = cubin_path.size() - file.size();
+    if (cubin_path.substr(file_at) != file || cubin_path[file_at - 1] != '/') return {};
+    const std::string_view key = cubin_path.substr(file_at - 33, 32);
+    const std::string_view shard = cubin_path.substr(file_at - 36, 2);
+    if (cubin_path[file_at - 34] != '/' || !is_key(key) || shard != key.substr(0, 2)) return {};
+    if (file_at - 36 > 0 && cubin_path[file_at - 37] != '/') return {};
+    return cubin_path.substr(0, file_at - 1);
+}
+
+void note_use(const std::string &entry, std::int64_t folder_mtime_ns, std::int64_t now_ns) {
+    if (folder_mtime_ns > now_ns - kRecencyStepNs) return;
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    if (::utimensat(AT_FDCWD, entry.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
+        log().debug("could not record the use of cache entry '{}': {}", entry, errno_text(errno));
+    }
+}
+
+void note_use_of_cubin(const std::string &cubin_path) {
+    const std::string_view entry = entry_of_cubin(cubin_path);
+    if (entry.empty()) return;
+    const std::string folder(entry);
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    note_use(folder, mtime_ns(st), realtime_ns());
+}
+
+Result<Retired> retire(const std::string &entry, bool spare_in_use) {
+    const std::size_t slash = entry.find_last_of('/');
+    const std::string shard = slash == std::string::npos ? std::string(".") : entry.substr(0, slash);
+    const std::string key = slash == std::string::npos ? entry : entry.substr(slash + 1);
+    const std::string trash = shard + "/" + std::string(kTrashPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
+                              std::to_string(::gettid()) + "-" + std::to_string(trash_sequence.fetch_add(1));
+    struct stat st {};
+    if (spare_in_use) {
+        if (::lstat(entry.c_str(), &st) != 0) {
+            if (errno == ENOENT) return Retired::vanished;
+            return Error{Errc::io, "cannot stat cache entry '" + entry + "': " + errno_text(errno)};
+        }
+        if (in_use(mtime_ns(st), realtime_ns())) return Retired::in_use;
+    }
+    if (::rename(entry.c_str(), trash.c_str()) != 0) {
+        if (errno == ENOENT) return Retired::vanished;
+        return Error{Errc::io, "cannot move cache entry '" + entry + "' aside: " + errno_text(errno)};
+    }
+    // A reader that recorded its use before the rename shows in the trash's mtime (the rename
+    // itself keeps it): give the entry back. One that comes after finds no entry: a miss.
+    if (spare_in_use && ::lstat(trash.c_str(), &st) == 0 && in_use(mtime_ns(st), realtime_ns())) {
+        if (::rename(trash.c_str(), entry.c_str()) == 0) return Retired::in_use;
+        // A new entry was published meanwhile: it serves; this copy goes.
+    }
+    remove_tree(trash);
+    return Retired::removed;
+}
+
+void remove_tree(const std::string &path) {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec) log().warn("could not remove '{}': {}", path, ec.message());
+}
+
+Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd.valid()) return io_error("cannot create", path);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return io_error("cannot write", path);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (backdate) {
+        struct timespec now {};
+        clock_gettime(CLOCK_REALTIME, &now);
+        now.tv_sec -= kCubinBackdateSeconds;
+        const struct timespec times[2] = {now, now};
+        if (::futimens(fd.get(), times) != 0) return io_error("cannot set the mtime of", path);
+    }
+    if (durable && ::fsync(fd.get()) != 0) return io_error("cannot fsync", path);
+    if (fd.reset() != 0) return io_error("cannot close", path);
+    return Ok{};
+}
+
+std::optional<std::string> read_small_file(const std::string &path, std::size_t limit) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) return std::nullopt;
+    std::string text;
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return std::nullopt;
+        if (n == 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+        if (text.size() > limit) return std::nullopt;
+    }
+    return text;
+}
+
+std::string format_manifest(const Manifest &m) {
+    std::string out = "kjit-manifest 1\n";
+    auto line = [&](const char *label, std::string_view value) {
+        out += label;
+        out += ": ";
+        out += escape_line(value);
+        out += '\n';
+    };
+    line("key", m.key);
+    line("keyword", m.keyword);
+    line("name", m.name);
+    line("arch", m.arch);
+    line("nvrtc", m.nvrtc);
+    for (const auto &o : m.options) line("option", o);
+    for (const auto &p : m.include_paths) line("include_path", p);
+    for (const auto &h : m.headers) line("header", h);
+    if (m.name_expression) line("name_expression", *m.name_expression);
+    line("cubin_bytes", std::to_string(m.cubin_bytes));
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.3f", m.compile_seconds);
+    line("compile_seconds", secs);
+    line("created", m.created);
+    return out;
+}
+
+Result<Manifest> parse_manifest(std::string_view text, const std::string &path) {
+    auto bad = [&](const std::string &why) { return Error{Errc::io, "manifest '" + path + "': " + why}; };
+    constexpr std::string_view kHeader = "kjit-manifest 1\n";
+    if (text.substr(0, kHeader.size()) != kHeader) return bad("not a kjit manifest of format 1");
+    Manifest m;
+    std::size_t pos = kHeader.size();
+    int line_no = 1;
+    while (pos < text.size()) {
+        ++line_no;
+        const std::size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) return bad("line " + std::to_string(line_no) + " is cut short");
+        const std::string_view line = text.substr(pos, end - pos);
+        pos = end + 1;
+        const std::size_t colon = line.find(": ");
+        if (colon == std::string_view::npos) return bad("line " + std::to_string(line_no) + " has no 'label: value'");
+        const std::string_view label = line.substr(0, colon);
+        auto value = unescape_line(line.substr(colon + 2));
+        if (!value) return bad("line " + std::to_string(line_no) + " has a bad escape");
+        if (label == "key") {
+            m.key = std::move(*value);
+        } else if (label == "keyword") {
+            m.keyword = std::move(*value);
+        } else if (label == "name") {
+            m.name = std::move(*value);
+        } else if (label == "arch") {
+            m.arch = std::move(*value);
+        } else if (label == "nvrtc") {
+            m.nvrtc = std::move(*value);
+        } else if (label == "option") {
+            m.options.push_back(std::move(*value));
+        } else if (label == "include_path") {
+            m.include_paths.push_back(std::move(*value));
+        } else if (label == "header") {
+            m.headers.push_back(std::move(*value));
+        } else if (label == "name_expression") {
+            m.name_expression = std::move(*value);
+        } else if (label == "cubin_bytes") {
+            char *endp = nullptr;
+            errno = 0;
+            const unsigned long long n = std::strtoull(value->c_str(), &endp, 10);
+            if (value->empty() || *endp != '\0' || errno != 0) return bad("cubin_bytes '" + *value + "' is not a number");
+            m.cubin_bytes = n;
+        } else if (label == "compile_seconds") {
+            m.compile_seconds = std::strtod(value->c_str(), nullptr);
+        } else if (label == "created") {
+            m.created = std::move(*value);
+        }  // unknown labels: from a later minor format, informational
+    }
+    if (m.keyword.empty() || m.name.empty() || m.key.empty()) return bad("key, keyword or name is missing");
+    return m;
+}
+
+}  // namespace kjit::cache_entry

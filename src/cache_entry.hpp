@@ -1,0 +1,115 @@
+// Cache entry: what one entry of the cubin cache is on disk, shared by the cache (which builds
+// and publishes entries), the loader (which records their use) and cache maintenance (which
+// inventories, verifies and removes them). Filesystem only. docs/cache-layout.md describes it:
+//
+//   <cache>/<k0k1>/<key>/            one entry; the folder's mtime is its last use (recency)
+//   <cache>/<k0k1>/.tmp-<key>-...    an entry being built (or left by a killed writer)
+//   <cache>/<k0k1>/.trash-<key>-...  an entry being removed (or left by a killed remover)
+#pragma once
+
+#include "status.hpp"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kjit::cache_entry {
+
+// Entry files.
+constexpr const char *kCubinFile = "kernel.cubin";
+constexpr const char *kSourceFile = "source.cu";
+constexpr const char *kManifestFile = "manifest.txt";
+constexpr const char *kDepsFile = "deps.txt";
+
+// Shard-level names of entries in transit; they are never mistaken for entries.
+constexpr std::string_view kTempPrefix = ".tmp-";
+constexpr std::string_view kTrashPrefix = ".trash-";
+
+// Recency is recorded at most this often per entry: a use sets the folder's mtime to now only
+// when it is older than this, so steady-state hits write nothing. Recorded by libkjit itself,
+// so it holds on `noatime` and `relatime` mounts.
+constexpr std::int64_t kRecencyStepNs = 60'000'000'000;
+// An entry whose recency is within this (plus kRecencyStepNs) of now is in use: eviction never
+// removes it. A load, from the use it records to its last file read, is far shorter.
+constexpr std::int64_t kInUseWindowNs = 60'000'000'000;
+// A temp folder or temp file older than this was left by a killed writer: publishing one takes
+// milliseconds (the compile happens before its folder exists).
+constexpr std::int64_t kStaleTempNs = 600'000'000'000;
+
+// A cache key: 32 lowercase hex digits.
+bool is_key(std::string_view name);
+// A shard folder name: 2 lowercase hex digits.
+bool is_shard(std::string_view name);
+// "<cache_dir>/<key[0..2]>/<key>".
+std::string folder_for(const std::string &cache_dir, const std::string &key);
+// The entry folder `cubin_path` lies in when it has the shape ".../<k0k1>/<key>/kernel.cubin"
+// (shard matching the key); otherwise empty. Pure string work, no system call.
+std::string_view entry_of_cubin(std::string_view cubin_path);
+
+inline std::int64_t mtime_ns(const struct stat &st) {
+    return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// Records a use of the entry at `entry`, whose folder mtime is `folder_mtime_ns` (from a stat
+// the caller already made): sets it to now when older than kRecencyStepNs. Best effort (a
+// read-only cache records nothing). Thread safe.
+void note_use(const std::string &entry, std::int64_t folder_mtime_ns, std::int64_t now_ns);
+// The same for a cubin path: when it lies in an entry, stats the entry folder and records the
+// use. Costs one stat for a cubin in a cache, nothing for another path.
+void note_use_of_cubin(const std::string &cubin_path);
+
+// Whether an entry last used at `recency_ns` is in use at `now_ns` (see kInUseWindowNs).
+inline bool in_use(std::int64_t recency_ns, std::int64_t now_ns) {
+    return recency_ns > now_ns - kRecencyStepNs - kInUseWindowNs;
+}
+
+enum class Retired { removed, in_use, vanished };
+
+// Removes the entry at `entry` whole: renames it to a trash name in its shard, in one step, so
+// readers see the complete entry or none; then deletes the trash. With `spare_in_use`, an entry
+// found in use (after the rename too, which closes the race with a reader recording its use) is
+// renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
+Result<Retired> retire(const std::string &entry, bool spare_in_use);
+
+// Deletes a folder tree; failures are logged, not returned.
+void remove_tree(const std::string &path);
+
+// A published cubin's mtime is set this far in the past, so its sidecar line needs no content
+// hash (it is not young) and any later change to the file can never look like this version.
+constexpr std::int64_t kCubinBackdateSeconds = 10;
+
+// Writes `bytes` to a new file (mode 0644), never through a link and never over an existing
+// file. With `durable`, fsyncs it; with `backdate`, sets its mtime kCubinBackdateSeconds in
+// the past. Errors: io naming the step and `path`.
+Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate);
+
+// Reads a small file whole, not through a link; nullopt when it is missing, unreadable or over
+// `limit` bytes (it never reads more than limit + 64 KiB).
+std::optional<std::string> read_small_file(const std::string &path, std::size_t limit);
+
+// The fields of manifest.txt. Written at publish for people and for `kjit cache verify`.
+struct Manifest {
+    std::string key;
+    std::string keyword;
+    std::string name;
+    std::string arch;
+    std::string nvrtc;
+    std::vector<std::string> options;
+    std::vector<std::string> include_paths;
+    std::vector<std::string> headers;  // in-memory header names
+    std::optional<std::string> name_expression;
+    std::uint64_t cubin_bytes = 0;
+    double compile_seconds = 0;
+    std::string created;  // UTC, "YYYY-MM-DDTHH:MM:SSZ"
+};
+
+std::string format_manifest(const Manifest &m);
+// Errors: io, naming `path` and what is wrong (not a manifest of this format, a bad line, a
+// missing keyword or name).
+Result<Manifest> parse_manifest(std::string_view text, const std::string &path);
+
+}  // namespace kjit::cache_entry

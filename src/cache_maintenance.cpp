@@ -1,0 +1,698 @@
+#include "cache_maintenance.hpp"
+
+#include "cache_entry.hpp"
+#include "hashing.hpp"
+#include "log.hpp"
+#include "name_matcher.hpp"
+#include "posix_file.hpp"
+#include "sidecar_store.hpp"
+#include "symbol_scanner.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+namespace kjit::cache_maintenance {
+
+namespace {
+
+using cache_entry::kCubinFile;
+using cache_entry::kDepsFile;
+using cache_entry::kManifestFile;
+using cache_entry::kSourceFile;
+
+constexpr const char *kLockFile = ".kjit-lock";
+constexpr const char *kUsageFile = ".kjit-usage";
+constexpr std::string_view kUsageTempPrefix = ".kjit-usage.tmp-";
+constexpr std::string_view kDepsTempPrefix = ".deps.tmp-";
+constexpr std::size_t kMaxManifestBytes = 1u << 20;
+
+std::atomic<unsigned long> usage_sequence{0};
+
+Error io_error(const std::string &what, const std::string &path, int err) {
+    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+struct DirEntry {
+    std::string name;
+    struct stat st;
+};
+
+// The entries of folder `path` (not . and ..), each lstat'ed. Errors: io; ENOENT is reported
+// as an empty list when `missing_ok`.
+Result<std::vector<DirEntry>> list_dir(const std::string &path, bool missing_ok) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT && missing_ok) return std::vector<DirEntry>{};
+        return io_error("cannot open folder", path, errno);
+    }
+    DIR *dir = ::fdopendir(fd);
+    if (!dir) {
+        const int err = errno;
+        ::close(fd);
+        return io_error("cannot read folder", path, err);
+    }
+    std::vector<DirEntry> out;
+    for (;;) {
+        errno = 0;
+        const struct dirent *d = ::readdir(dir);
+        if (!d) {
+            const int err = errno;
+            if (err != 0) {
+                ::closedir(dir);
+                return io_error("cannot read folder", path, err);
+            }
+            break;
+        }
+        if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
+        DirEntry e;
+        e.name = d->d_name;
+        if (::fstatat(::dirfd(dir), d->d_name, &e.st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+        out.push_back(std::move(e));
+    }
+    ::closedir(dir);
+    return out;
+}
+
+// Sum of the sizes of the regular files in a folder tree (entries are flat; transit folders
+// may hold an old entry in a subfolder).
+std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
+    auto listing = list_dir(path, true);
+    if (!listing) return 0;
+    std::uint64_t n = 0;
+    for (const DirEntry &e : *listing) {
+        if (S_ISREG(e.st.st_mode)) n += static_cast<std::uint64_t>(e.st.st_size);
+        if (S_ISDIR(e.st.st_mode) && depth < 2) n += tree_bytes(path + "/" + e.name, depth + 1);
+    }
+    return n;
+}
+
+bool is_transit_name(std::string_view name) {
+    return starts_with(name, cache_entry::kTempPrefix) || starts_with(name, cache_entry::kTrashPrefix);
+}
+
+bool is_own_root_file(std::string_view name) {
+    return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix);
+}
+
+// The exclusive cache lock: held by whoever removes things, so removers never race.
+class CacheLock {
+public:
+    // Errors: io. With `wait` false, nullopt when another holds it.
+    static Result<std::optional<CacheLock>> acquire(const std::string &cache_dir, bool wait) {
+        const std::string path = cache_dir + "/" + kLockFile;
+        UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (!fd.valid()) return io_error("cannot open the cache lock", path, errno);
+        while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+            if (errno == EINTR) continue;
+            if (errno == EWOULDBLOCK && !wait) return std::optional<CacheLock>{};
+            return io_error("cannot lock", path, errno);
+        }
+        return std::optional<CacheLock>(CacheLock(std::move(fd)));
+    }
+
+private:
+    explicit CacheLock(UniqueFd fd) : fd_(std::move(fd)) {}
+    UniqueFd fd_;  // closing it releases the lock
+};
+
+bool folder_exists(const std::string &path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The usage record: the cache's size at its last measurement. Its mtime is when.
+struct Usage {
+    std::uint64_t bytes = 0;
+    std::int64_t measured_ns = 0;
+};
+
+std::optional<Usage> read_usage(const std::string &cache_dir) {
+    const std::string path = cache_dir + "/" + kUsageFile;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    auto text = cache_entry::read_small_file(path, 4096);
+    unsigned long long bytes = 0;
+    if (!text || std::sscanf(text->c_str(), "kjit-usage 1\nbytes %llu\n", &bytes) != 1) return std::nullopt;
+    return Usage{bytes, cache_entry::mtime_ns(st)};
+}
+
+void write_usage(const std::string &cache_dir, const Inventory &inv) {
+    const std::string path = cache_dir + "/" + kUsageFile;
+    const std::string temp = cache_dir + "/" + std::string(kUsageTempPrefix) + std::to_string(::getpid()) + "-" +
+                             std::to_string(::gettid()) + "-" + std::to_string(usage_sequence.fetch_add(1));
+    const std::string text = "kjit-usage 1\nbytes " + std::to_string(inv.entry_bytes) + "\nentries " +
+                             std::to_string(inv.entries.size()) + "\n";
+    if (auto st = cache_entry::write_new_file(temp, text, false, false); !st) {
+        ::unlink(temp.c_str());
+        log().debug("cannot record the cache's usage: {}", st.error().message);
+        return;
+    }
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+        log().debug("cannot record the cache's usage in '{}': {}", path, errno_text(errno));
+        ::unlink(temp.c_str());
+    }
+}
+
+// Removes entries of `inv` by recency (see prune()); updates `inv` to what is left.
+void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t now_ns, PruneReport &report) {
+    std::sort(inv.entries.begin(), inv.entries.end(),
+              [](const EntryInfo &a, const EntryInfo &b) { return a.last_used_ns < b.last_used_ns; });
+    std::vector<EntryInfo> kept;
+    std::size_t i = 0;
+    for (; i < inv.entries.size(); ++i) {
+        const EntryInfo &e = inv.entries[i];
+        const bool too_old =
+            options.everything || (options.older_than_ns && e.last_used_ns < now_ns - *options.older_than_ns);
+        const bool over = options.max_bytes && inv.entry_bytes > *options.max_bytes;
+        if (!too_old && !over) break;  // sorted: every later entry is more recent
+        auto retired = cache_entry::retire(e.path, options.spare_in_use);
+        if (!retired) {
+            log().warn("{}", retired.error().message);
+            kept.push_back(e);
+            continue;
+        }
+        if (*retired == cache_entry::Retired::in_use) {
+            // Later entries are more recent still: in use too.
+            report.spared_in_use += inv.entries.size() - i;
+            break;
+        }
+        inv.entry_bytes -= e.bytes;
+        if (*retired == cache_entry::Retired::removed) {
+            ++report.removed_entries;
+            report.removed_bytes += e.bytes;
+            log().debug("removed cache entry {} ({} bytes)", e.path, e.bytes);
+        }
+    }
+    kept.insert(kept.end(), inv.entries.begin() + static_cast<std::ptrdiff_t>(i), inv.entries.end());
+    inv.entries = std::move(kept);
+    report.kept_entries = inv.entries.size();
+    report.kept_bytes = inv.entry_bytes;
+}
+
+void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
+    for (const TransitInfo &t : inv.in_transit) {
+        if (t.mtime_ns < now_ns - cache_entry::kStaleTempNs) {
+            cache_entry::remove_tree(t.path);
+            ++report.removed_in_transit;
+        }
+    }
+}
+
+Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOptions &options) {
+    PruneReport report;
+    if (!folder_exists(cache_dir)) return report;
+    auto lock = CacheLock::acquire(cache_dir, true);
+    if (!lock) return std::move(lock).error();
+    auto inv = take_inventory(cache_dir);
+    if (!inv) return std::move(inv).error();
+    const std::int64_t now = realtime_ns();
+    remove_by_recency(*inv, options, now, report);
+    sweep_stale_transit(*inv, now, report);
+    write_usage(cache_dir, *inv);
+    return report;
+}
+
+// Per-process throttle state of after_publish, per cache folder.
+struct EvictionState {
+    std::int64_t last_measured_ns = 0;    // the usage record this process last saw
+    std::uint64_t published_since = 0;    // bytes this process published since then
+};
+std::mutex eviction_mutex;
+std::unordered_map<std::string, EvictionState> eviction_states;
+
+}  // namespace
+
+Result<std::uint64_t> parse_size(std::string_view text) {
+    const std::string s(text);
+    auto bad = [&] {
+        return Error{Errc::invalid_argument, "size '" + s +
+                                                 "' is not a size: use bytes or a number with K, M, G or T (powers of "
+                                                 "1024), e.g. 5G or 512M"};
+    };
+    if (s.empty()) return bad();
+    char *end = nullptr;
+    errno = 0;
+    const double value = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || errno != 0 || !(value >= 0) || s[0] == '-' || s[0] == '+' || s[0] == ' ') return bad();
+    std::string unit(end);
+    for (char &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "IB") == 0) {
+        unit.resize(unit.size() - 2);
+        if (unit.empty()) return bad();  // "iB" alone
+    } else if (!unit.empty() && unit.back() == 'B') {
+        unit.pop_back();
+    }
+    double scale = 1;
+    if (unit == "K") {
+        scale = 1024.0;
+    } else if (unit == "M") {
+        scale = 1024.0 * 1024;
+    } else if (unit == "G") {
+        scale = 1024.0 * 1024 * 1024;
+    } else if (unit == "T") {
+        scale = 1024.0 * 1024 * 1024 * 1024;
+    } else if (!unit.empty()) {
+        return bad();
+    }
+    const double bytes = std::floor(value * scale);
+    if (!(bytes < 18446744073709551615.0)) return bad();
+    return static_cast<std::uint64_t>(bytes);
+}
+
+Result<std::int64_t> parse_age(std::string_view text) {
+    const std::string s(text);
+    auto bad = [&] {
+        return Error{Errc::invalid_argument,
+                     "age '" + s + "' is not an age: use a whole number with s, m, h, d or w, e.g. 30d or 12h"};
+    };
+    std::size_t digits = 0;
+    while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+    if (digits == 0 || digits > 9 || digits + 1 != s.size()) return bad();
+    const std::int64_t n = std::stoll(s.substr(0, digits));
+    std::int64_t unit_s = 0;
+    switch (s.back()) {
+        case 's': unit_s = 1; break;
+        case 'm': unit_s = 60; break;
+        case 'h': unit_s = 3600; break;
+        case 'd': unit_s = 86400; break;
+        case 'w': unit_s = 7 * 86400; break;
+        default: return bad();
+    }
+    return n * unit_s * 1'000'000'000;
+}
+
+Result<std::optional<std::uint64_t>> max_size_from_env() {
+    const char *v = std::getenv("KJIT_CACHE_MAX_SIZE");
+    if (!v || !*v) return std::optional<std::uint64_t>{};
+    auto size = parse_size(v);
+    if (!size) return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message};
+    return std::optional<std::uint64_t>(*size);
+}
+
+std::string format_size(std::uint64_t bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[32];
+    if (u == 0) {
+        std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+    } else {
+        std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    }
+    return buf;
+}
+
+Result<Inventory> take_inventory(const std::string &cache_dir) {
+    Inventory inv;
+    auto root = list_dir(cache_dir, true);
+    if (!root) return std::move(root).error();
+    for (const DirEntry &shard : *root) {
+        if (!cache_entry::is_shard(shard.name) || !S_ISDIR(shard.st.st_mode)) {
+            if (!is_own_root_file(shard.name)) ++inv.foreign;
+            continue;
+        }
+        const std::string shard_path = cache_dir + "/" + shard.name;
+        auto listing = list_dir(shard_path, true);
+        if (!listing) return std::move(listing).error();
+        for (const DirEntry &e : *listing) {
+            const std::string path = shard_path + "/" + e.name;
+            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
+                inv.in_transit.push_back({path, tree_bytes(path), cache_entry::mtime_ns(e.st)});
+                continue;
+            }
+            if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
+                ++inv.foreign;
+                continue;
+            }
+            EntryInfo info;
+            info.key = e.name;
+            info.path = path;
+            info.bytes = tree_bytes(path);
+            info.last_used_ns = cache_entry::mtime_ns(e.st);
+            inv.entry_bytes += info.bytes;
+            inv.entries.push_back(std::move(info));
+        }
+    }
+    return inv;
+}
+
+Result<Summary> summarize(const std::string &cache_dir) {
+    auto inv = take_inventory(cache_dir);
+    if (!inv) return std::move(inv).error();
+    Summary s;
+    s.entries = inv->entries.size();
+    s.bytes = inv->entry_bytes;
+    s.foreign = inv->foreign;
+    for (const TransitInfo &t : inv->in_transit) {
+        ++s.in_transit;
+        s.in_transit_bytes += t.bytes;
+    }
+    for (const EntryInfo &e : inv->entries) {
+        const std::string manifest_path = e.path + "/" + kManifestFile;
+        std::string arch = "unknown";
+        if (auto text = cache_entry::read_small_file(manifest_path, kMaxManifestBytes)) {
+            if (auto m = cache_entry::parse_manifest(*text, manifest_path)) {
+                arch = m->arch;
+                if (!m->created.empty()) {
+                    if (s.oldest_created.empty() || m->created < s.oldest_created) s.oldest_created = m->created;
+                    if (s.newest_created.empty() || m->created > s.newest_created) s.newest_created = m->created;
+                }
+            }
+        }
+        ArchSummary &a = s.by_arch[arch];
+        ++a.entries;
+        a.bytes += e.bytes;
+        if (s.least_recent_use_ns == 0 || e.last_used_ns < s.least_recent_use_ns) s.least_recent_use_ns = e.last_used_ns;
+        s.most_recent_use_ns = std::max(s.most_recent_use_ns, e.last_used_ns);
+    }
+    return s;
+}
+
+Result<PruneReport> prune(const std::string &cache_dir, const PruneOptions &options) {
+    return remove_entries(cache_dir, options);
+}
+
+Result<PruneReport> clear(const std::string &cache_dir) {
+    PruneOptions all;
+    all.everything = true;
+    all.spare_in_use = false;
+    return remove_entries(cache_dir, all);
+}
+
+void after_publish(const std::string &cache_dir, std::uint64_t max_bytes, std::uint64_t entry_bytes) {
+    const std::int64_t now = realtime_ns();
+    const std::optional<Usage> usage = read_usage(cache_dir);
+    {
+        std::lock_guard<std::mutex> lock(eviction_mutex);
+        EvictionState &state = eviction_states[cache_dir];
+        const std::int64_t measured = usage ? usage->measured_ns : 0;
+        if (measured != state.last_measured_ns) {  // measured again, by anyone: count from there
+            state.last_measured_ns = measured;
+            state.published_since = 0;
+        }
+        state.published_since += entry_bytes;
+        const bool due = !usage || now - usage->measured_ns > kEvictionIntervalNs ||
+                         usage->bytes + state.published_since > max_bytes;
+        if (!due) return;
+    }
+    auto lock = CacheLock::acquire(cache_dir, false);
+    if (!lock) {
+        log().debug("no eviction: {}", lock.error().message);
+        return;
+    }
+    if (!*lock) return;  // another process is measuring or evicting
+    auto inv = take_inventory(cache_dir);
+    if (!inv) {
+        log().warn("no eviction: {}", inv.error().message);
+        return;
+    }
+    counters().eviction_runs.fetch_add(1, std::memory_order_relaxed);
+    if (inv->entry_bytes > max_bytes) {
+        PruneOptions options;
+        options.max_bytes = static_cast<std::uint64_t>(static_cast<double>(max_bytes) * kEvictionLowWater);
+        PruneReport report;
+        remove_by_recency(*inv, options, now, report);
+        counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
+        counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
+        log().info("cache '{}' over its limit of {}: evicted {} entries ({}), {} in use kept; {} left", cache_dir,
+                   format_size(max_bytes), report.removed_entries, format_size(report.removed_bytes),
+                   report.spared_in_use, format_size(inv->entry_bytes));
+    }
+    write_usage(cache_dir, *inv);
+}
+
+const char *to_string(Damage damage) {
+    switch (damage) {
+        case Damage::misplaced: return "misplaced";
+        case Damage::missing_file: return "missing_file";
+        case Damage::bad_manifest: return "bad_manifest";
+        case Damage::bad_cubin: return "bad_cubin";
+        case Damage::truncated_cubin: return "truncated_cubin";
+        case Damage::sidecar_missing: return "sidecar_missing";
+        case Damage::sidecar_damaged: return "sidecar_damaged";
+        case Damage::sidecar_stale: return "sidecar_stale";
+        case Damage::sidecar_wrong_name: return "sidecar_wrong_name";
+        case Damage::stale_temp: return "stale_temp";
+    }
+    return "unknown";
+}
+
+bool VerifyReport::clean() const {
+    return std::all_of(findings.begin(), findings.end(), [](const Finding &f) { return f.fixed; });
+}
+
+namespace {
+
+// What verify concluded about one entry.
+struct EntryVerdict {
+    std::optional<Finding> fatal;    // the entry cannot serve: remove it
+    std::optional<Finding> sidecar;  // the sidecar is wrong: rebuild it from `line`
+    sidecar::Line line;              // the correct line for the entry's keyword
+    std::vector<sidecar::Line> other_lines;  // other keywords' lines for this cubin version
+    std::vector<std::string> stale_temps;    // temp files in the entry left by killed writers
+};
+
+Finding finding(const std::string &path, Damage damage, std::string detail) {
+    Finding f;
+    f.path = path;
+    f.damage = damage;
+    f.detail = std::move(detail);
+    return f;
+}
+
+bool same_version(const sidecar::Line &l, const struct stat &st) {
+    return l.cubin_size == static_cast<std::uint64_t>(st.st_size) && l.mtime_sec == st.st_mtim.tv_sec &&
+           (l.mtime_nsec == static_cast<std::uint32_t>(st.st_mtim.tv_nsec) || st.st_mtim.tv_nsec == 0);
+}
+
+EntryVerdict check_entry(const std::string &entry, const std::string &key, std::int64_t now_ns) {
+    EntryVerdict v;
+    auto listing = list_dir(entry, false);
+    if (!listing) {
+        v.fatal = finding(entry, Damage::misplaced, listing.error().message);
+        return v;
+    }
+    for (const DirEntry &f : *listing) {
+        const bool temp = sidecar::is_temp_file_name(f.name) || starts_with(f.name, kDepsTempPrefix);
+        if (temp && cache_entry::mtime_ns(f.st) < now_ns - cache_entry::kStaleTempNs) {
+            v.stale_temps.push_back(entry + "/" + f.name);
+        }
+    }
+    const std::string manifest_path = entry + "/" + kManifestFile;
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    struct stat st {};
+    if (::lstat(manifest_path.c_str(), &st) != 0) {
+        v.fatal = finding(entry, Damage::missing_file, std::string(kManifestFile) + " is missing");
+        return v;
+    }
+    auto text = cache_entry::read_small_file(manifest_path, kMaxManifestBytes);
+    if (!text) {
+        v.fatal = finding(entry, Damage::bad_manifest, "cannot read '" + manifest_path + "'");
+        return v;
+    }
+    auto manifest = cache_entry::parse_manifest(*text, manifest_path);
+    if (!manifest) {
+        v.fatal = finding(entry, Damage::bad_manifest, manifest.error().message);
+        return v;
+    }
+    if (manifest->key != key) {
+        v.fatal = finding(entry, Damage::bad_manifest,
+                          "'" + manifest_path + "' is for key " + manifest->key + ", not this entry's " + key);
+        return v;
+    }
+    std::vector<std::string> required = {kSourceFile, kCubinFile};
+    if (!manifest->include_paths.empty()) required.push_back(kDepsFile);
+    for (const std::string &name : required) {
+        if (::lstat((entry + "/" + name).c_str(), &st) != 0) {
+            v.fatal = finding(entry, Damage::missing_file, name + " is missing");
+            return v;
+        }
+    }
+    struct stat cubin_st {};
+    if (::lstat(cubin_path.c_str(), &cubin_st) != 0 || !S_ISREG(cubin_st.st_mode)) {
+        v.fatal = finding(entry, Damage::bad_cubin, "'" + cubin_path + "' is not a regular file");
+        return v;
+    }
+    if (static_cast<std::uint64_t>(cubin_st.st_size) != manifest->cubin_bytes) {
+        v.fatal = finding(entry, Damage::truncated_cubin,
+                          "'" + cubin_path + "' has " + std::to_string(cubin_st.st_size) + " bytes; " +
+                              std::to_string(manifest->cubin_bytes) + " were published");
+        return v;
+    }
+    auto table = SymbolTable::open_file(cubin_path);
+    if (!table) {
+        v.fatal = finding(entry, Damage::bad_cubin, table.error().message);
+        return v;
+    }
+    const bool has_kernel = std::any_of(table->functions().begin(), table->functions().end(),
+                                        [&](const FunctionSymbol &f) { return f.name == manifest->name; });
+    if (!has_kernel || !name_matcher::check_keyword(manifest->keyword).ok() ||
+        !name_matcher::matches(manifest->name, manifest->keyword)) {
+        v.fatal = finding(entry, Damage::bad_cubin,
+                          "'" + cubin_path + "' holds no kernel '" + manifest->name + "' for keyword '" +
+                              manifest->keyword + "'");
+        return v;
+    }
+
+    // The line the sidecar must hold, from the cubin as it is and the manifest's name.
+    v.line.keyword = manifest->keyword;
+    v.line.name = manifest->name;
+    v.line.cubin_size = static_cast<std::uint64_t>(cubin_st.st_size);
+    v.line.mtime_sec = cubin_st.st_mtim.tv_sec;
+    v.line.mtime_nsec = static_cast<std::uint32_t>(cubin_st.st_mtim.tv_nsec);
+    if (young_at(v.line.mtime_sec, v.line.mtime_nsec, now_ns)) v.line.content_hash = hash64(table->image());
+
+    const std::string sidecar_path = sidecar::path_for(cubin_path);
+    const sidecar::Contents contents = sidecar::read(sidecar_path);
+    if (contents.problem == sidecar::FileProblem::missing) {
+        v.sidecar = finding(entry, Damage::sidecar_missing, "'" + sidecar_path + "' is missing");
+        return v;
+    }
+    if (contents.problem != sidecar::FileProblem::none) {
+        v.sidecar = finding(entry, Damage::sidecar_damaged,
+                            "'" + sidecar_path + "': " + sidecar::to_string(contents.problem) +
+                                (contents.detail.empty() ? "" : ": " + contents.detail));
+        return v;
+    }
+    const sidecar::Line *mine = nullptr;
+    for (const sidecar::Line &l : contents.lines) {
+        if (l.keyword == manifest->keyword) {
+            mine = &l;
+        } else if (same_version(l, cubin_st)) {
+            v.other_lines.push_back(l);
+        }
+    }
+    if (!mine) {
+        v.sidecar = finding(entry, Damage::sidecar_damaged,
+                            "'" + sidecar_path + "' has no valid line for keyword '" + manifest->keyword + "'");
+    } else if (!same_version(*mine, cubin_st) ||
+               (mine->content_hash && *mine->content_hash != hash64(table->image()))) {
+        v.sidecar = finding(entry, Damage::sidecar_stale,
+                            "'" + sidecar_path + "' was written for another version of the cubin");
+    } else if (mine->name != manifest->name) {
+        v.sidecar = finding(entry, Damage::sidecar_wrong_name,
+                            "'" + sidecar_path + "' names '" + mine->name + "'; the kernel is '" + manifest->name + "'");
+    }
+    return v;
+}
+
+}  // namespace
+
+Result<VerifyReport> verify(const std::string &cache_dir, bool fix) {
+    std::optional<CacheLock> held;
+    if (fix && folder_exists(cache_dir)) {
+        auto lock = CacheLock::acquire(cache_dir, true);
+        if (!lock) return std::move(lock).error();
+        held = std::move(*lock);
+    }
+    VerifyReport report;
+    const std::int64_t now = realtime_ns();
+    auto root = list_dir(cache_dir, true);
+    if (!root) return std::move(root).error();
+    for (const DirEntry &r : *root) {
+        const std::string root_path = cache_dir + "/" + r.name;
+        if (starts_with(r.name, kUsageTempPrefix) && cache_entry::mtime_ns(r.st) < now - cache_entry::kStaleTempNs) {
+            Finding f = finding(root_path, Damage::stale_temp, "a usage record temp file left by a killed process");
+            if (fix) {
+                f.fixed = ::unlink(root_path.c_str()) == 0 || errno == ENOENT;
+                f.action = "removed it";
+            }
+            report.findings.push_back(std::move(f));
+        }
+        if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
+        auto listing = list_dir(root_path, true);
+        if (!listing) return std::move(listing).error();
+        for (const DirEntry &e : *listing) {
+            const std::string path = root_path + "/" + e.name;
+            if (is_transit_name(e.name)) {
+                if (cache_entry::mtime_ns(e.st) >= now - cache_entry::kStaleTempNs) continue;  // live, or nearly
+                Finding f = finding(path, Damage::stale_temp, "a temp folder left by a killed writer or remover");
+                if (fix) {
+                    cache_entry::remove_tree(path);
+                    struct stat gone {};
+                    f.fixed = ::lstat(path.c_str(), &gone) != 0;
+                    f.action = "removed it";
+                }
+                report.findings.push_back(std::move(f));
+                continue;
+            }
+            if (!cache_entry::is_key(e.name)) continue;  // not the cache's: left alone
+            ++report.entries_checked;
+            if (e.name.compare(0, 2, r.name) != 0 || !S_ISDIR(e.st.st_mode)) {
+                Finding f = finding(path, Damage::misplaced,
+                                    S_ISDIR(e.st.st_mode) ? "an entry in shard " + r.name + " for key " + e.name
+                                                          : "an entry name that is not a folder");
+                if (fix) {
+                    if (S_ISDIR(e.st.st_mode)) {
+                        f.fixed = cache_entry::retire(path, false).ok();
+                    } else {
+                        f.fixed = ::unlink(path.c_str()) == 0;
+                    }
+                    f.action = "removed it";
+                }
+                report.findings.push_back(std::move(f));
+                continue;
+            }
+            EntryVerdict v = check_entry(path, e.name, now);
+            for (const std::string &t : v.stale_temps) {
+                Finding f = finding(t, Damage::stale_temp, "a temp file left by a killed writer");
+                if (fix) {
+                    f.fixed = ::unlink(t.c_str()) == 0 || errno == ENOENT;
+                    f.action = "removed it";
+                }
+                report.findings.push_back(std::move(f));
+            }
+            if (v.fatal) {
+                if (fix) {
+                    auto retired = cache_entry::retire(path, false);
+                    v.fatal->fixed = retired.ok();
+                    v.fatal->action = retired ? "removed the entry (the next kjit_compile rebuilds it)"
+                                              : "could not remove the entry: " + retired.error().message;
+                }
+                report.findings.push_back(std::move(*v.fatal));
+                continue;
+            }
+            if (v.sidecar) {
+                if (fix) {
+                    std::vector<sidecar::Line> lines = std::move(v.other_lines);
+                    lines.push_back(v.line);
+                    auto written = sidecar::write(sidecar::path_for(path + "/" + kCubinFile), lines);
+                    v.sidecar->fixed = written.ok();
+                    v.sidecar->action = written ? "rebuilt the sidecar from the cubin and the manifest"
+                                                : "could not rebuild the sidecar: " + written.error().message;
+                }
+                report.findings.push_back(std::move(*v.sidecar));
+                continue;
+            }
+            ++report.entries_ok;
+        }
+    }
+    return report;
+}
+
+Counters &counters() {
+    static Counters *const c = new Counters();  // leaked: usable during exit
+    return *c;
+}
+
+}  // namespace kjit::cache_maintenance
