@@ -3,7 +3,8 @@
 # builds build/, generates the 12,000-symbol test cubin once, then runs kjit-bench with its
 # defaults: the tuning sweep of 300 GEMM-like kernels cold and warm with 1 and 2 threads,
 # kjit_compile against raw NVRTC, resolve against the pyelftools loop, and start-up of a fresh
-# process. Prints a summary table; writes bench.json and bench.png (the chart).
+# process. Prints a summary table; writes bench.json and bench.png (the chart). Ends with
+# `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
 # and the script says so. docs/bench.md has a current table and chart.
 #
@@ -21,7 +22,7 @@ set --   # setup.sh would otherwise see our arguments as extra cmake options
 source "$ROOT/scripts/setup.sh"   # sets BUILD_DIR (absolute) and KJIT_ROOT, or fails
 
 echo "bench: building kjit-bench, kjit-make-bigcubin and the driver test double"
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target kjit-bench kjit-make-bigcubin fake_cuda
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target kjit-bench kjit-make-bigcubin fake_cuda kjit_cli
 
 DATA="$BUILD_DIR/bench-data"
 CUBIN="$DATA/big.cubin"
@@ -40,3 +41,10 @@ if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nv
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
 "$BUILD_DIR/bench/kjit-bench" --work-dir "$DATA" --cubin "$CUBIN" --json "$DATA/bench.json" "${bench_args[@]}"
+
+# The sweep's warm cache as the kjit command sees it (docs/cli.md).
+if [ -d "$DATA/sweep-cache" ]; then
+    echo "bench: the sweep's cache: kjit cache stats, then kjit cache verify"
+    "$BUILD_DIR/bin/kjit" cache stats --cache-dir "$DATA/sweep-cache"
+    "$BUILD_DIR/bin/kjit" cache verify --cache-dir "$DATA/sweep-cache"
+fi

@@ -1,0 +1,388 @@
+// The `kjit` command (docs/cli.md): resolve and compile through the public C ABI, as any user
+// of libkjit.so would, and the cache's upkeep (stats, verify, prune, clear) through the cache
+// maintenance module that kjit_compile's size limit also uses.
+//
+// Exit status: 0 success; 1-12 the kjit_status of the failure (2 not found, 3 ambiguous, 5 I/O
+// error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
+#include "kjit/kjit.h"
+
+#include "cache.hpp"
+#include "cache_maintenance.hpp"
+#include "status.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace maintenance = kjit::cache_maintenance;
+using nlohmann::json;
+
+constexpr int kExitDamage = 20;
+constexpr int kExitUsage = 64;
+
+struct Global {
+    bool json = false;
+    std::string cache_dir;
+};
+
+// Prints a failure and returns its exit status: the status number.
+int report_failure(const Global &g, int status, const std::string &status_text, const std::string &message) {
+    if (g.json) {
+        std::cout << json{{"status", status_text}, {"code", status}, {"error", message}}.dump(2) << "\n";
+    }
+    std::cerr << "kjit: " << status_text << ": " << message << "\n";
+    return status;
+}
+
+int fail_with(const Global &g, kjit_status s) { return report_failure(g, s, kjit_status_string(s), kjit_last_error()); }
+
+int fail_with(const Global &g, const kjit::Error &e) {
+    const auto s = static_cast<kjit_status>(e.code);
+    return report_failure(g, s, kjit_status_string(s), e.message);
+}
+
+// The cache folder the command works on: --cache-dir, else the library's default.
+kjit::Result<std::string> cache_dir_of(const Global &g) {
+    std::string dir = g.cache_dir;
+    if (dir.empty()) {
+        auto d = kjit::cache::default_cache_dir();
+        if (!d) return d;
+        dir = *d;
+    }
+    std::error_code ec;
+    auto absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
+    while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
+    return ec ? dir : absolute;
+}
+
+std::string utc_text(std::int64_t ns) {
+    if (ns == 0) return "";
+    const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+    struct tm utc {};
+    gmtime_r(&t, &utc);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return buf;
+}
+
+// Calls `fn(buf, size, &len)` twice at most: once with a stack buffer, once with the length.
+template <typename Fn>
+kjit_status with_out_string(std::string &out, Fn &&fn) {
+    char small[512];
+    size_t len = 0;
+    kjit_status s = fn(small, sizeof small, &len);
+    if (s == KJIT_OK) {
+        out.assign(small, len);
+        return s;
+    }
+    if (s != KJIT_ERROR_BUFFER_TOO_SMALL) return s;
+    std::vector<char> big(len + 1);
+    s = fn(big.data(), big.size(), &len);
+    if (s == KJIT_OK) out.assign(big.data(), len);
+    return s;
+}
+
+int run_resolve(const Global &g, const std::string &cubin, const std::string &keyword) {
+    std::string name;
+    const kjit_status s = with_out_string(name, [&](char *buf, size_t size, size_t *len) {
+        return kjit_resolve_name(cubin.c_str(), keyword.c_str(), buf, size, len);
+    });
+    if (s != KJIT_OK) return fail_with(g, s);
+    if (g.json) {
+        std::cout << json{{"cubin", cubin}, {"keyword", keyword}, {"name", name}}.dump(2) << "\n";
+    } else {
+        std::cout << name << "\n";
+    }
+    return 0;
+}
+
+// Reads a source file whole (links followed, as any compiler does); an error text, or "".
+std::string read_source(const std::string &path, std::string &out) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "cannot open source '" + path + "': " + kjit::errno_text(errno);
+    struct stat st {};
+    std::string error;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        error = "source '" + path + "' is not a regular file";
+    } else {
+        char buf[65536];
+        for (;;) {
+            const ssize_t n = ::read(fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                error = "cannot read source '" + path + "': " + kjit::errno_text(errno);
+                break;
+            }
+            if (n == 0) break;
+            out.append(buf, static_cast<std::size_t>(n));
+        }
+    }
+    ::close(fd);
+    return error;
+}
+
+struct CompileArgs {
+    std::string file;
+    std::string keyword;
+    std::string arch;
+    std::string name_expression;
+    std::vector<std::string> include_paths;
+    std::vector<std::string> nvrtc_options;
+};
+
+int run_compile(const Global &g, const CompileArgs &a) {
+    std::string source;
+    if (auto st = read_source(a.file, source); !st.empty()) {
+        return report_failure(g, KJIT_ERROR_IO, kjit_status_string(KJIT_ERROR_IO), st);
+    }
+    std::vector<const char *> options, includes;
+    for (const std::string &o : a.nvrtc_options) options.push_back(o.c_str());
+    for (const std::string &p : a.include_paths) includes.push_back(p.c_str());
+    kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
+    opts.cache_dir = g.cache_dir.empty() ? nullptr : g.cache_dir.c_str();
+    opts.arch = a.arch.empty() ? nullptr : a.arch.c_str();
+    opts.nvrtc_options = options.data();
+    opts.nvrtc_option_count = options.size();
+    opts.include_paths = includes.data();
+    opts.include_path_count = includes.size();
+    opts.name_expression = a.name_expression.empty() ? nullptr : a.name_expression.c_str();
+    std::string cubin;
+    kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
+        return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
+    });
+    if (s != KJIT_OK) return fail_with(g, s);
+    std::string name;
+    s = with_out_string(name, [&](char *buf, size_t size, size_t *len) {
+        return kjit_resolve_name(cubin.c_str(), a.keyword.c_str(), buf, size, len);
+    });
+    if (s != KJIT_OK) return fail_with(g, s);
+    if (g.json) {
+        std::cout << json{{"cubin", cubin}, {"keyword", a.keyword}, {"name", name}}.dump(2) << "\n";
+    } else {
+        std::cout << cubin << "\n" << name << "\n";
+    }
+    return 0;
+}
+
+int run_stats(const Global &g) {
+    auto dir = cache_dir_of(g);
+    if (!dir) return fail_with(g, dir.error());
+    auto summary = maintenance::summarize(*dir);
+    if (!summary) return fail_with(g, summary.error());
+    auto limit = maintenance::max_size_from_env();
+    if (!limit) return fail_with(g, limit.error());
+    const maintenance::Summary &s = *summary;
+    if (g.json) {
+        json by_arch = json::object();
+        for (const auto &[arch, a] : s.by_arch) by_arch[arch] = {{"entries", a.entries}, {"bytes", a.bytes}};
+        json out = {{"cache_dir", *dir},
+                    {"entries", s.entries},
+                    {"bytes", s.bytes},
+                    {"max_size", *limit ? json(**limit) : json(nullptr)},
+                    {"oldest_created", s.oldest_created},
+                    {"newest_created", s.newest_created},
+                    {"least_recent_use", utc_text(s.least_recent_use_ns)},
+                    {"most_recent_use", utc_text(s.most_recent_use_ns)},
+                    {"by_arch", by_arch},
+                    {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
+                    {"foreign", s.foreign}};
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("cache folder   %s\n", dir->c_str());
+    std::printf("entries        %zu\n", s.entries);
+    std::printf("size           %s (%llu bytes)\n", maintenance::format_size(s.bytes).c_str(),
+                static_cast<unsigned long long>(s.bytes));
+    std::printf("size limit     %s\n",
+                *limit ? (maintenance::format_size(**limit) + " ($KJIT_CACHE_MAX_SIZE)").c_str() : "none");
+    if (s.entries > 0) {
+        std::printf("created        %s .. %s\n", s.oldest_created.c_str(), s.newest_created.c_str());
+        std::printf("last used      %s .. %s\n", utc_text(s.least_recent_use_ns).c_str(),
+                    utc_text(s.most_recent_use_ns).c_str());
+    }
+    for (const auto &[arch, a] : s.by_arch) {
+        std::printf("  %-12s %zu entries, %s\n", arch.c_str(), a.entries, maintenance::format_size(a.bytes).c_str());
+    }
+    std::printf("in transit     %zu folders, %s (entries being written or removed)\n", s.in_transit,
+                maintenance::format_size(s.in_transit_bytes).c_str());
+    if (s.foreign > 0) std::printf("other files    %zu (not the cache's; left alone)\n", s.foreign);
+    return 0;
+}
+
+int run_verify(const Global &g, bool fix) {
+    auto dir = cache_dir_of(g);
+    if (!dir) return fail_with(g, dir.error());
+    auto report = maintenance::verify(*dir, fix);
+    if (!report) return fail_with(g, report.error());
+    const maintenance::VerifyReport &r = *report;
+    std::size_t fixed = 0;
+    for (const auto &f : r.findings) fixed += f.fixed ? 1 : 0;
+    if (g.json) {
+        json findings = json::array();
+        for (const auto &f : r.findings) {
+            findings.push_back({{"path", f.path},
+                                {"damage", maintenance::to_string(f.damage)},
+                                {"detail", f.detail},
+                                {"fixed", f.fixed},
+                                {"action", f.action}});
+        }
+        std::cout << json{{"cache_dir", *dir},
+                          {"entries_checked", r.entries_checked},
+                          {"entries_ok", r.entries_ok},
+                          {"findings", findings},
+                          {"fixed", fixed},
+                          {"clean", r.clean()}}
+                         .dump(2)
+                  << "\n";
+    } else {
+        for (const auto &f : r.findings) {
+            std::printf("%-18s %s: %s%s%s\n", maintenance::to_string(f.damage), f.path.c_str(), f.detail.c_str(),
+                        f.action.empty() ? "" : " -> ", f.action.c_str());
+        }
+        std::printf("%s: %zu entries checked, %zu ok, %zu problems found, %zu fixed\n", dir->c_str(), r.entries_checked,
+                    r.entries_ok, r.findings.size(), fixed);
+        if (!r.clean() && !fix) std::printf("run 'kjit cache verify --fix' to repair them\n");
+    }
+    return r.clean() ? 0 : kExitDamage;
+}
+
+int print_prune(const Global &g, const std::string &dir, const maintenance::PruneReport &r) {
+    if (g.json) {
+        std::cout << json{{"cache_dir", dir},
+                          {"removed_entries", r.removed_entries},
+                          {"removed_bytes", r.removed_bytes},
+                          {"spared_in_use", r.spared_in_use},
+                          {"removed_in_transit", r.removed_in_transit},
+                          {"kept_entries", r.kept_entries},
+                          {"kept_bytes", r.kept_bytes}}
+                         .dump(2)
+                  << "\n";
+    } else {
+        std::printf("%s: removed %zu entries (%s), kept %zu (%s)", dir.c_str(), r.removed_entries,
+                    maintenance::format_size(r.removed_bytes).c_str(), r.kept_entries,
+                    maintenance::format_size(r.kept_bytes).c_str());
+        if (r.spared_in_use > 0) std::printf(", %zu spared because in use", r.spared_in_use);
+        if (r.removed_in_transit > 0) std::printf(", %zu stale temp folders swept", r.removed_in_transit);
+        std::printf("\n");
+    }
+    return 0;
+}
+
+int run_prune(const Global &g, const std::string &max_size, const std::string &older_than) {
+    maintenance::PruneOptions options;
+    if (!max_size.empty()) {
+        auto size = maintenance::parse_size(max_size);
+        if (!size) return report_failure(g, kExitUsage, "usage", "--max-size: " + size.error().message);
+        options.max_bytes = *size;
+    }
+    if (!older_than.empty()) {
+        auto age = maintenance::parse_age(older_than);
+        if (!age) return report_failure(g, kExitUsage, "usage", "--older-than: " + age.error().message);
+        options.older_than_ns = *age;
+    }
+    auto dir = cache_dir_of(g);
+    if (!dir) return fail_with(g, dir.error());
+    auto report = maintenance::prune(*dir, options);
+    if (!report) return fail_with(g, report.error());
+    return print_prune(g, *dir, *report);
+}
+
+int run_clear(const Global &g) {
+    auto dir = cache_dir_of(g);
+    if (!dir) return fail_with(g, dir.error());
+    auto report = maintenance::clear(*dir);
+    if (!report) return fail_with(g, report.error());
+    return print_prune(g, *dir, *report);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    CLI::App app{"kjit: the libkjit JIT cubin cache from the command line (docs/cli.md)", "kjit"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("kjit ") + kjit_version_string());
+    Global g;
+    auto add_common = [&](CLI::App *cmd) {
+        cmd->add_flag("--json", g.json, "Print the result as JSON (errors too, as {status, code, error})");
+        cmd->add_option("--cache-dir", g.cache_dir,
+                        "Cache folder (default: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit)");
+    };
+
+    std::string cubin, keyword;
+    CLI::App *resolve = app.add_subcommand("resolve", "Print the mangled name of KEYWORD's kernel in CUBIN");
+    resolve->add_option("cubin", cubin, "The cubin file")->required();
+    resolve->add_option("keyword", keyword, "The kernel's name as written in the source, e.g. gemm_tile")->required();
+    add_common(resolve);
+
+    CompileArgs compile_args;
+    CLI::App *compile = app.add_subcommand(
+        "compile", "Compile FILE.cu into the cache (or find it there); print the cubin's path and the kernel's name");
+    compile->add_option("file", compile_args.file, "CUDA C++ source file")->required();
+    compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
+    compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
+    compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
+    compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
+        ->allow_extra_args(false);
+    compile->add_option("nvrtc_options", compile_args.nvrtc_options, "NVRTC options, after --");
+    add_common(compile);
+
+    CLI::App *cache = app.add_subcommand("cache", "Look after a cache folder");
+    cache->require_subcommand(1);
+    CLI::App *stats = cache->add_subcommand("stats", "Entries, bytes, oldest and newest, by arch");
+    add_common(stats);
+    bool fix = false;
+    CLI::App *verify = cache->add_subcommand("verify", "Check every entry; --fix repairs what it finds");
+    verify->add_flag("--fix", fix, "Rebuild damaged sidecars, remove broken entries and stale temp folders");
+    add_common(verify);
+    std::string max_size, older_than;
+    CLI::App *prune = cache->add_subcommand("prune", "Remove least recently used entries");
+    prune->add_option("--max-size", max_size, "Keep the cache within this size, e.g. 2G");
+    prune->add_option("--older-than", older_than, "Remove entries not used for this long, e.g. 30d, 12h");
+    add_common(prune);
+    CLI::App *clear = cache->add_subcommand("clear", "Remove every entry");
+    add_common(clear);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        app.exit(e);
+        return kExitUsage;
+    }
+    try {
+        if (*resolve) return run_resolve(g, cubin, keyword);
+        if (*compile) return run_compile(g, compile_args);
+        if (*stats) return run_stats(g);
+        if (*verify) return run_verify(g, fix);
+        if (*prune) {
+            if (max_size.empty() && older_than.empty()) {
+                return report_failure(g, kExitUsage, "usage", "cache prune needs --max-size or --older-than (or both)");
+            }
+            return run_prune(g, max_size, older_than);
+        }
+        if (*clear) return run_clear(g);
+    } catch (const std::exception &e) {
+        return report_failure(g, KJIT_ERROR_INTERNAL, kjit_status_string(KJIT_ERROR_INTERNAL), e.what());
+    }
+    return kExitUsage;
+}

@@ -1,0 +1,485 @@
+// Cache maintenance: recency records, LRU pruning and eviction after publishes, the in-use
+// guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
+#include "cache.hpp"
+#include "cache_entry.hpp"
+#include "cache_maintenance.hpp"
+#include "kernel_loader.hpp"
+#include "name_resolver.hpp"
+#include "sidecar_store.hpp"
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char **environ;
+
+using kjit::cache::Cache;
+using kjit::cache::Request;
+namespace entry = kjit::cache_entry;
+namespace maintenance = kjit::cache_maintenance;
+using namespace kjit_test;
+
+namespace {
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+// Source number `i`: a distinct entry per i.
+Request request_for(const std::string &cache_dir, int i) {
+    Request r;
+    r.source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
+               "template __global__ void gemm<" +
+               std::to_string(i + 1) + ">(float *);\n";
+    r.keyword = "gemm";
+    r.cache_dir = cache_dir;
+    r.arch = "sm_90";
+    return r;
+}
+
+std::string folder_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
+
+std::int64_t now_ns() { return kjit::realtime_ns(); }
+
+std::int64_t mtime_of(const std::string &path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return 0;
+    return entry::mtime_ns(st);
+}
+
+// Sets a folder's mtime (its recency record) `age_s` seconds in the past.
+void age(const std::string &path, std::int64_t age_s) {
+    const std::int64_t t = now_ns() - age_s * kSecond;
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(t / kSecond), static_cast<long>(t % kSecond)}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+// Cubin paths, indexed by the int the loops count with.
+struct Cubins : std::vector<std::string> {
+    const std::string &operator[](int i) const { return at(static_cast<std::size_t>(i)); }
+};
+
+Cubins compile_entries(Cache &cache, const std::string &dir, int n) {
+    Cubins cubins;
+    for (int i = 0; i < n; ++i) {
+        auto path = cache.compile(request_for(dir, i));
+        EXPECT_TRUE(path.ok()) << path.error().message;
+        cubins.push_back(path.ok() ? *path : std::string());
+    }
+    return cubins;
+}
+
+std::uint64_t entry_bytes(const std::string &folder) {
+    std::uint64_t n = 0;
+    for (const std::string &f : list_dir(folder)) {
+        struct stat st {};
+        if (::lstat((folder + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) n += static_cast<std::uint64_t>(st.st_size);
+    }
+    return n;
+}
+
+maintenance::VerifyReport verify_ok(const std::string &dir, bool fix) {
+    auto r = maintenance::verify(dir, fix);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : maintenance::VerifyReport{};
+}
+
+std::vector<maintenance::Damage> damages(const maintenance::VerifyReport &r) {
+    std::vector<maintenance::Damage> d;
+    for (const auto &f : r.findings) d.push_back(f.damage);
+    std::sort(d.begin(), d.end());
+    return d;
+}
+
+}  // namespace
+
+TEST(CacheMaintenance, ParsesSizesAndAges) {
+    EXPECT_EQ(*maintenance::parse_size("12345"), 12345u);
+    EXPECT_EQ(*maintenance::parse_size("5G"), 5ull << 30);
+    EXPECT_EQ(*maintenance::parse_size("5g"), 5ull << 30);
+    EXPECT_EQ(*maintenance::parse_size("512M"), 512ull << 20);
+    EXPECT_EQ(*maintenance::parse_size("2GiB"), 2ull << 30);
+    EXPECT_EQ(*maintenance::parse_size("100KB"), 100ull << 10);
+    EXPECT_EQ(*maintenance::parse_size("1.5G"), 3ull << 29);
+    EXPECT_EQ(*maintenance::parse_size("0"), 0u);
+    for (const char *bad : {"", "G", "-1G", "5X", "5 G", " 5G", "1e30T", "iB", "nan", "5GG"}) {
+        auto r = maintenance::parse_size(bad);
+        EXPECT_FALSE(r.ok()) << bad;
+        if (!r.ok()) {
+            EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
+        }
+    }
+    EXPECT_EQ(*maintenance::parse_age("30d"), 30 * 86400 * kSecond);
+    EXPECT_EQ(*maintenance::parse_age("12h"), 12 * 3600 * kSecond);
+    EXPECT_EQ(*maintenance::parse_age("0s"), 0);
+    EXPECT_EQ(*maintenance::parse_age("2w"), 14 * 86400 * kSecond);
+    for (const char *bad : {"", "d", "30", "30x", "1.5d", "-1d", "9999999999d"}) EXPECT_FALSE(maintenance::parse_age(bad).ok()) << bad;
+    EXPECT_EQ(maintenance::format_size(512), "512 B");
+    EXPECT_EQ(maintenance::format_size(3ull << 29), "1.5 GiB");
+}
+
+TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+    EXPECT_FALSE(maintenance::max_size_from_env()->has_value());
+    ::setenv("KJIT_CACHE_MAX_SIZE", "5G", 1);
+    EXPECT_EQ(**maintenance::max_size_from_env(), 5ull << 30);
+    ::setenv("KJIT_CACHE_MAX_SIZE", "lots", 1);
+    auto bad = maintenance::max_size_from_env();
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+}
+
+TEST(CacheEntry, RecognisesEntryCubinPaths) {
+    const std::string key = "27640f140e33ff97cdc7337de4e3fe2a";
+    EXPECT_EQ(entry::entry_of_cubin("/c/27/" + key + "/kernel.cubin"), "/c/27/" + key);
+    EXPECT_EQ(entry::entry_of_cubin("27/" + key + "/kernel.cubin"), "27/" + key);
+    EXPECT_EQ(entry::entry_of_cubin("/c/28/" + key + "/kernel.cubin"), "");  // wrong shard
+    EXPECT_EQ(entry::entry_of_cubin("/c/x27/" + key + "/kernel.cubin"), "");
+    EXPECT_EQ(entry::entry_of_cubin("/c/27/" + key + "/other.cubin"), "");
+    EXPECT_EQ(entry::entry_of_cubin("/c/27/" + key.substr(1) + "x/kernel.cubin"), "");
+    EXPECT_EQ(entry::entry_of_cubin("/c/27/27640F140E33FF97CDC7337DE4E3FE2A/kernel.cubin"), "");
+    EXPECT_EQ(entry::entry_of_cubin("kernel.cubin"), "");
+}
+
+TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
+    entry::Manifest m;
+    m.key = "27640f140e33ff97cdc7337de4e3fe2a";
+    m.keyword = "gemm";
+    m.name = "_Z4gemmPf";
+    m.arch = "sm_90a";
+    m.nvrtc = "13.0 libnvrtc.so.13 123";
+    m.options = {"-DA=1", "line\nbreak \\ back"};
+    m.include_paths = {"/inc"};
+    m.headers = {"a.h"};
+    m.name_expression = "gemm<1>";
+    m.cubin_bytes = 4096;
+    m.created = "2026-12-03T10:00:00Z";
+    const std::string text = entry::format_manifest(m);
+    auto back = entry::parse_manifest(text, "m");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->options, m.options);
+    EXPECT_EQ(back->include_paths, m.include_paths);
+    EXPECT_EQ(back->name_expression, m.name_expression);
+    EXPECT_EQ(back->cubin_bytes, 4096u);
+    EXPECT_EQ(back->arch, "sm_90a");
+    for (const std::string &bad : {std::string(""), std::string("kjit-manifest 2\n"), text.substr(0, text.size() - 1),
+                                   std::string("kjit-manifest 1\nkey: x\nkeyword: k\n"),
+                                   std::string("kjit-manifest 1\nkey: x\nkeyword: k\nname: n\ncubin_bytes: 12x\n"),
+                                   std::string("kjit-manifest 1\nkey: x\nkeyword: k\nname: n\\q\n"),
+                                   std::string("kjit-manifest 1\nno label here\n")}) {
+        auto r = entry::parse_manifest(bad, "/c/m.txt");
+        EXPECT_FALSE(r.ok()) << bad;
+        if (!r.ok()) {
+            EXPECT_NE(r.error().message.find("/c/m.txt"), std::string::npos);
+        }
+    }
+}
+
+TEST(CacheMaintenance, HitsAndLoadsRecordRecencyAtMostOncePerStep) {
+    TempDir dir;
+    Cache cache;
+    const std::string cubin = compile_entries(cache, dir.file("c"), 1)[0];
+    const std::string folder = folder_of(cubin);
+    // Fresh: a hit writes nothing.
+    const std::int64_t published = mtime_of(folder);
+    ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
+    EXPECT_EQ(mtime_of(folder), published);
+    // Used 2 hours ago: the next hit records now.
+    age(folder, 7200);
+    ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
+    EXPECT_GT(mtime_of(folder), now_ns() - 10 * kSecond);
+    // 30 s ago is within the step: left as it is.
+    age(folder, 30);
+    const std::int64_t recent = mtime_of(folder);
+    ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
+    EXPECT_EQ(mtime_of(folder), recent);
+    // A load (its file read) records the use too; a cubin outside a cache costs nothing.
+    age(folder, 7200);
+    ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubin, "gemm").ok());
+    EXPECT_GT(mtime_of(folder), now_ns() - 10 * kSecond);
+    // The cubin's own identity is untouched: its sidecar still hits.
+    const auto hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
+    ASSERT_TRUE(kjit::NameResolver::instance().resolve(cubin, "gemm").ok());
+    EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), hits + 1);
+}
+
+TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    auto empty = maintenance::take_inventory(dir.file("missing"));
+    ASSERT_TRUE(empty.ok());
+    EXPECT_TRUE(empty->entries.empty());
+    const auto cubins = compile_entries(cache, c, 3);
+    const std::string shard = folder_of(folder_of(cubins[0]));
+    ASSERT_EQ(::mkdir((shard + "/.tmp-abc-1-2-3").c_str(), 0700), 0);
+    write_file(shard + "/.tmp-abc-1-2-3/kernel.cubin", "12345");
+    write_file(c + "/README", "mine");
+    ASSERT_EQ(::mkdir((c + "/zz").c_str(), 0700), 0);
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok()) << inv.error().message;
+    EXPECT_EQ(inv->entries.size(), 3u);
+    std::uint64_t expected = 0;
+    for (const auto &cubin : cubins) expected += entry_bytes(folder_of(cubin));
+    EXPECT_EQ(inv->entry_bytes, expected);
+    ASSERT_EQ(inv->in_transit.size(), 1u);
+    EXPECT_EQ(inv->in_transit[0].bytes, 5u);
+    EXPECT_EQ(inv->foreign, 2u);
+    auto summary = maintenance::summarize(c);
+    ASSERT_TRUE(summary.ok());
+    EXPECT_EQ(summary->entries, 3u);
+    ASSERT_EQ(summary->by_arch.count("sm_90"), 1u);
+    EXPECT_EQ(summary->by_arch.at("sm_90").entries, 3u);
+    EXPECT_FALSE(summary->oldest_created.empty());
+    EXPECT_LE(summary->oldest_created, summary->newest_created);
+}
+
+TEST(CacheMaintenance, PruneRemovesTheLeastRecentlyUsedWholeEntries) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 6);
+    // Entry i was last used (6 - i) hours ago: entry 5 is the newest.
+    std::uint64_t newest_three = 0;
+    for (int i = 0; i < 6; ++i) {
+        age(folder_of(cubins[i]), (6 - i) * 3600);
+        if (i >= 3) newest_three += entry_bytes(folder_of(cubins[i]));
+    }
+    maintenance::PruneOptions by_size;
+    by_size.max_bytes = newest_three;
+    auto r = maintenance::prune(c, by_size);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->removed_entries, 3u);
+    EXPECT_EQ(r->kept_entries, 3u);
+    EXPECT_EQ(r->kept_bytes, newest_three);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(exists(folder_of(cubins[i])), i >= 3) << i;
+    // By age: entries 3 and 4 (3 and 2 hours) go, entry 5 (1 hour) stays.
+    maintenance::PruneOptions by_age;
+    by_age.older_than_ns = 90 * 60 * kSecond;
+    r = maintenance::prune(c, by_age);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 2u);
+    EXPECT_TRUE(exists(folder_of(cubins[5])));
+    EXPECT_FALSE(exists(folder_of(cubins[4])));
+    // No trash left behind; the kept entry still hits without NVRTC.
+    for (const std::string &shard : list_dir(c)) {
+        if (shard[0] == '.') continue;
+        for (const std::string &name : list_dir(c + "/" + shard)) EXPECT_NE(name[0], '.') << name;
+    }
+    const auto runs = cache.counters().nvrtc_runs.load();
+    ASSERT_TRUE(cache.compile(request_for(c, 5)).ok());
+    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs);
+    // A removed one compiles again.
+    ASSERT_TRUE(cache.compile(request_for(c, 0)).ok());
+    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs + 1);
+}
+
+TEST(CacheMaintenance, EntriesInUseAreSparedButClearRemovesEverything) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 2);
+    age(folder_of(cubins[0]), 3600);  // idle; cubins[1] was just published: in use
+    maintenance::PruneOptions all;
+    all.max_bytes = 0;
+    auto r = maintenance::prune(c, all);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 1u);
+    EXPECT_EQ(r->spared_in_use, 1u);
+    EXPECT_TRUE(exists(cubins[1]));
+    // A stale temp folder goes too; a live one (a publish in progress) stays.
+    const std::string shard = folder_of(folder_of(cubins[1]));
+    ASSERT_EQ(::mkdir((shard + "/.tmp-old-1-2-3").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((shard + "/.tmp-live-1-2-3").c_str(), 0700), 0);
+    age(shard + "/.tmp-old-1-2-3", 3600);
+    r = maintenance::clear(c);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 1u);
+    EXPECT_EQ(r->removed_in_transit, 1u);
+    EXPECT_FALSE(exists(cubins[1]));
+    EXPECT_FALSE(exists(shard + "/.tmp-old-1-2-3"));
+    EXPECT_TRUE(exists(shard + "/.tmp-live-1-2-3"));
+    // Only the cache's own names are touched.
+    write_file(c + "/notes.txt", "mine");
+    ASSERT_TRUE(maintenance::clear(c).ok());
+    EXPECT_TRUE(exists(c + "/notes.txt"));
+}
+
+TEST(CacheMaintenance, RetireIsAtomicAndSparesInUseEntries) {
+    TempDir dir;
+    Cache cache;
+    const auto cubins = compile_entries(cache, dir.file("c"), 1);
+    const std::string folder = folder_of(cubins[0]);
+    auto r = entry::retire(folder, true);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, entry::Retired::in_use);
+    EXPECT_TRUE(exists(cubins[0]));
+    age(folder, 3600);
+    r = entry::retire(folder, true);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, entry::Retired::removed);
+    EXPECT_FALSE(exists(folder));
+    EXPECT_TRUE(list_dir(folder_of(folder)).empty());  // no trash left
+    r = entry::retire(folder, true);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, entry::Retired::vanished);
+}
+
+TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const std::uint64_t one = entry_bytes(folder_of(compile_entries(cache, dir.file("probe"), 1)[0]));
+    ASSERT_GT(one, 0u);
+    const auto runs_before = maintenance::counters().eviction_runs.load();
+    const auto evicted_before = maintenance::counters().evicted_entries.load();
+    // Room for 3.5 entries (sizes differ by a few bytes: the source's digits).
+    const std::uint64_t limit = one * 7 / 2;
+    Cubins cubins;
+    for (int i = 0; i < 8; ++i) {
+        Request r = request_for(c, i);
+        r.max_cache_bytes = limit;
+        auto path = cache.compile(r);
+        ASSERT_TRUE(path.ok()) << path.error().message;
+        cubins.push_back(*path);
+        // Older entries were last used longer ago; none is in use at the next publish.
+        for (int j = 0; j <= i; ++j) {
+            if (exists(cubins[j])) age(folder_of(cubins[j]), 3600 * (i - j + 1));
+        }
+        auto inv = maintenance::take_inventory(c);
+        ASSERT_TRUE(inv.ok());
+        EXPECT_LE(inv->entry_bytes, limit) << "after publish " << i;
+    }
+    // The newest entries are the ones kept, and every kept entry is whole.
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    ASSERT_GE(inv->entries.size(), 2u);
+    const std::size_t kept = inv->entries.size();
+    for (std::size_t i = 0; i < cubins.size(); ++i) {
+        EXPECT_EQ(exists(folder_of(cubins.at(i))), i + kept >= cubins.size()) << i;
+    }
+    EXPECT_TRUE(verify_ok(c, false).clean());
+    EXPECT_GT(maintenance::counters().eviction_runs.load(), runs_before);
+    EXPECT_EQ(maintenance::counters().evicted_entries.load() - evicted_before, cubins.size() - kept);
+}
+
+TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
+    const char *worker = KJIT_LOAD_WORKER;  // tests/load_worker.cpp, built beside this test
+    ASSERT_NE(std::getenv("KJIT_LIBCUDA"), nullptr) << "KJIT_LIBCUDA is not set (ctest sets it)";
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 4);
+    for (const auto &cubin : cubins) age(folder_of(cubin), 3600);  // all idle
+    // Another process loads entry 0 over and over.
+    std::string seconds = "2";
+    char *argv[] = {const_cast<char *>(worker), seconds.data(), const_cast<char *>(cubins[0].c_str()),
+                    const_cast<char *>("gemm"), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, worker, nullptr, nullptr, argv, environ), 0);
+    // Once it has recorded its use, evict everything that is not in use, again and again.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (mtime_of(folder_of(cubins[0])) < now_ns() - 60 * kSecond && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    int rounds = 0;
+    int status = 0;
+    pid_t done = 0;
+    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0) {
+        maintenance::PruneOptions all;
+        all.max_bytes = 0;
+        ASSERT_TRUE(maintenance::prune(c, all).ok());
+        maintenance::after_publish(c, 1, 1);
+        EXPECT_TRUE(exists(cubins[0]));
+        ++rounds;
+    }
+    ASSERT_EQ(done, pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the loading process saw a failure";
+    EXPECT_GT(rounds, 0);
+    EXPECT_TRUE(exists(cubins[0]));
+    for (int i = 1; i < 4; ++i) EXPECT_FALSE(exists(cubins[i])) << i;
+}
+
+TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 9);
+    auto sidecar_of = [&](int i) { return kjit::sidecar::path_for(cubins[i]); };
+    // 0: intact. Damage the others, one kind each.
+    ASSERT_EQ(::unlink(cubins[1].c_str()), 0);                                      // missing cubin
+    ASSERT_EQ(::truncate(cubins[2].c_str(), 64), 0);                                // truncated cubin
+    ASSERT_EQ(::unlink(sidecar_of(3).c_str()), 0);                                  // no sidecar
+    write_file(sidecar_of(4), "not a sidecar at all\n");                            // garbage sidecar
+    {                                                                               // stale sidecar
+        struct stat st {};
+        ASSERT_EQ(::stat(cubins[5].c_str(), &st), 0);
+        const struct timespec times[2] = {st.st_atim, {st.st_mtim.tv_sec - 100, 0}};
+        ASSERT_EQ(::utimensat(AT_FDCWD, cubins[5].c_str(), times, 0), 0);
+    }
+    {                                                                               // wrong name
+        auto lines = kjit::sidecar::read(sidecar_of(6)).lines;
+        ASSERT_EQ(lines.size(), 1u);
+        lines[0].name = "_Z4gemmILi99EEvPf";
+        write_file(sidecar_of(6), kjit::sidecar::format(lines));
+    }
+    ASSERT_EQ(::unlink((folder_of(cubins[7]) + "/manifest.txt").c_str()), 0);     // missing manifest
+    write_file(folder_of(cubins[8]) + "/manifest.txt", "kjit-manifest 1\nkey: nope\n");  // bad manifest
+    const std::string shard = folder_of(folder_of(cubins[0]));
+    const std::string temp = shard + "/.tmp-" + std::string(32, 'a') + "-1-2-3";    // a killed writer's
+    ASSERT_EQ(::mkdir(temp.c_str(), 0700), 0);
+    write_file(temp + "/kernel.cubin", "partial");
+    age(temp, 3600);
+    const std::string temp_file = sidecar_of(0) + ".tmp-1-2-3";
+    write_file(temp_file, "torn");
+    age(temp_file, 3600);
+
+    using D = maintenance::Damage;
+    const std::vector<D> expected = {D::missing_file, D::missing_file,   D::bad_manifest,    D::truncated_cubin,
+                                     D::sidecar_missing, D::sidecar_damaged, D::sidecar_stale, D::sidecar_wrong_name,
+                                     D::stale_temp,   D::stale_temp};
+    auto sorted = expected;
+    std::sort(sorted.begin(), sorted.end());
+    auto report = verify_ok(c, false);
+    EXPECT_EQ(damages(report), sorted);
+    EXPECT_FALSE(report.clean());
+    EXPECT_EQ(report.entries_checked, 9u);
+    EXPECT_EQ(report.entries_ok, 1u);
+    for (const auto &f : report.findings) EXPECT_FALSE(f.fixed);
+    EXPECT_TRUE(exists(cubins[2])) << "verify without --fix changed the cache";
+
+    report = verify_ok(c, true);
+    EXPECT_EQ(damages(report), sorted);
+    EXPECT_TRUE(report.clean());
+    for (const auto &f : report.findings) EXPECT_TRUE(f.fixed) << f.path << ": " << f.action;
+    // Repairable ones keep their entry with a good sidecar; broken ones are gone; so are temps.
+    for (int i : {0, 3, 4, 5, 6}) {
+        EXPECT_TRUE(exists(cubins[i])) << i;
+        const auto lines = kjit::sidecar::read(sidecar_of(i)).lines;
+        ASSERT_EQ(lines.size(), 1u) << i;
+        EXPECT_EQ(lines[0].name, "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf") << i;
+    }
+    for (int i : {1, 2, 7, 8}) EXPECT_FALSE(exists(folder_of(cubins[i]))) << i;
+    EXPECT_FALSE(exists(temp));
+    EXPECT_FALSE(exists(temp_file));
+    report = verify_ok(c, false);
+    EXPECT_TRUE(report.findings.empty());
+    EXPECT_EQ(report.entries_ok, 5u);
+    // Rebuilt sidecars are hits; removed entries compile again.
+    const auto scans = kjit::NameResolver::instance().counters().scans.load();
+    for (int i : {3, 4, 5, 6}) ASSERT_TRUE(kjit::NameResolver::instance().resolve(cubins[i], "gemm").ok());
+    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans);
+    for (int i = 0; i < 9; ++i) ASSERT_TRUE(cache.compile(request_for(c, i)).ok());
+    EXPECT_TRUE(verify_ok(c, false).findings.empty());
+}
