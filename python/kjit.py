@@ -50,7 +50,7 @@ __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "load_cached",
+    "resolve_name", "compile", "load_cached", "stats", "SIDECAR_REJECTIONS",
 ]
 
 
@@ -206,11 +206,33 @@ class _CompileOptions(ctypes.Structure):
         ("headers", ctypes.POINTER(_Header)),
         ("header_count", ctypes.c_size_t),
         ("name_expression", ctypes.c_char_p),
+        ("max_cache_size", ctypes.c_uint64),
     ]
 
     def __init__(self):
         super().__init__()
         self.struct_size = ctypes.sizeof(_CompileOptions)
+
+
+# kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
+SIDECAR_REJECTIONS = ("unreadable", "too_large", "empty", "bare_name", "bad_header", "no_line", "stale",
+                      "name_fails_rule", "distrusted")
+_STATS_COUNTERS = ("compile_hits", "compile_misses", "compile_shared_waits", "nvrtc_compiles", "nvrtc_nanoseconds",
+                   "entries_published", "entries_rebuilt", "sidecar_hits", "sidecar_content_checks", "memo_hits",
+                   "sidecar_missing")
+_STATS_COUNTERS_2 = ("scans", "sidecar_writes", "sidecar_write_failures", "loads", "load_reuses", "driver_loads",
+                     "load_self_heals", "eviction_runs", "evicted_entries", "evicted_bytes")
+
+
+class _Stats(ctypes.Structure):
+    """kjit_stats, field for field in header order."""
+    _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS] +
+                [("sidecar_rejections", ctypes.c_uint64 * 16)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS_2] +
+                [("errors", ctypes.c_uint64 * 32)])
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_Stats)
 
 
 _P = ctypes.c_void_p
@@ -231,6 +253,10 @@ _PROTOTYPES = {  # name: (restype, argtypes); kjit_status is a C enum, i.e. int
     "kjit_kernel_culibrary": (_P, [_P]),
     "kjit_kernel_cufunction": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
     "kjit_kernel_release": (None, [_P]),
+}
+# Entry points of later releases: looked up when present, so an older libkjit still loads.
+_OPTIONAL_PROTOTYPES = {
+    "kjit_get_stats": (ctypes.c_int, [ctypes.POINTER(_Stats)]),  # 0.2
 }
 
 
@@ -281,6 +307,11 @@ class Library:
                 raise LibraryNotFound([(self.path, f"loaded, but has no symbol {name} (too old?)")]) from None
             fn.restype, fn.argtypes = restype, argtypes
             self._fn[name] = fn
+        for name, (restype, argtypes) in _OPTIONAL_PROTOTYPES.items():
+            fn = getattr(cdll, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = restype, argtypes
+                self._fn[name] = fn
         self._cdll = cdll
 
     def __repr__(self):
@@ -335,7 +366,7 @@ class Library:
         return self._string_out("kjit_resolve_name", args, self.name_buffer_size).decode("utf-8", "replace")
 
     def compile(self, source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),
-                include_paths=(), headers=None, name_expression=None):
+                include_paths=(), headers=None, name_expression=None, max_cache_size=None):
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -345,7 +376,9 @@ class Library:
         - ``nvrtc_options``: a sequence of str, e.g. ("-std=c++17", "-DTILE=128"); no -arch;
         - ``include_paths``: a sequence of folders (str, bytes, os.PathLike);
         - ``headers``: in-memory headers, a mapping {include name: text} or (name, text) pairs;
-        - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``.
+        - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``;
+        - ``max_cache_size``: the cache's size limit in bytes (int); default $KJIT_CACHE_MAX_SIZE,
+          else none; ``float("inf")`` for no limit whatever the variable says.
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
@@ -359,6 +392,13 @@ class Library:
             opts.arch = _text_bytes(arch, "arch")
         if name_expression is not None:
             opts.name_expression = _text_bytes(name_expression, "name_expression")
+        if max_cache_size is not None:
+            if max_cache_size == float("inf"):
+                opts.max_cache_size = 2**64 - 1
+            elif isinstance(max_cache_size, int) and 0 < max_cache_size < 2**64 - 1:
+                opts.max_cache_size = max_cache_size
+            else:
+                raise ValueError(f"max_cache_size must be a positive int (bytes) or inf, not {max_cache_size!r}")
         options, opts.nvrtc_option_count = _string_array(nvrtc_options, "nvrtc_options", _text_bytes)
         paths, opts.include_path_count = _string_array(include_paths, "include_paths", _path_bytes)
         opts.nvrtc_options, opts.include_paths = options, paths
@@ -374,6 +414,24 @@ class Library:
             keep.append(hdrs)
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
+
+    def stats(self):
+        """A snapshot of libkjit's process-wide counters (kjit_get_stats) as a dict: every
+        counter of kjit_stats by name; ``sidecar_rejections`` as {reason: count} and ``errors``
+        as {status name: count}, both listing only non-zero entries. Counters only grow: subtract
+        two snapshots to measure a stretch of work. Needs libkjit 0.2 or later."""
+        fn = self._fn.get("kjit_get_stats")
+        if fn is None:
+            raise LibraryNotFound([(self.path, "loaded, but has no kjit_get_stats (libkjit older than 0.2)")])
+        out = _Stats()
+        status = fn(ctypes.byref(out))
+        if status != 0:
+            raise self._error(status, "kjit_get_stats")
+        result = {n: getattr(out, n) for n in _STATS_COUNTERS + _STATS_COUNTERS_2}
+        result["sidecar_rejections"] = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
+                                        if out.sidecar_rejections[i]}
+        result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, 32) if out.errors[i]}
+        return result
 
     def load_cached(self, cubin_path, keyword):
         """Loads kernel ``keyword`` of a cubin through the CUDA driver (libcuda.so.1, or
@@ -530,10 +588,16 @@ def resolve_name(cubin_path, keyword):
 
 
 def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # noqa: A001
-            include_paths=(), headers=None, name_expression=None):
+            include_paths=(), headers=None, name_expression=None, max_cache_size=None):
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                          include_paths=include_paths, headers=headers, name_expression=name_expression)
+                          include_paths=include_paths, headers=headers, name_expression=name_expression,
+                          max_cache_size=max_cache_size)
+
+
+def stats():
+    """See :meth:`Library.stats`."""
+    return _lib().stats()
 
 
 def load_cached(cubin_path, keyword):

@@ -412,3 +412,93 @@ template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N * SCALE + O
     EXPECT_EQ(kjit_compile(bad_src, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_COMPILE);
     EXPECT_NE(std::string(kjit_last_error()).find("NOT_DEFINED"), std::string::npos);
 }
+
+namespace {
+
+kjit_stats snapshot() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK) << kjit_last_error();
+    return s;
+}
+
+}  // namespace
+
+TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
+    TempDir dir;
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = dir.file("cache");
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    const kjit_stats before = snapshot();
+    char path[4096];
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK);
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK);
+    EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi128EEvPf");
+    // A garbage sidecar: one rejection (bad header), one scan, one rewrite.
+    write_file(sc::path_for(path), "kjit-sidecar 99\ngarbage\n");
+    EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi128EEvPf");
+    // No sidecar at all: counted as missing, not as a rejection.
+    ASSERT_EQ(::unlink(sc::path_for(path).c_str()), 0);
+    EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi128EEvPf");
+    resolve(path, "nosuch", KJIT_ERROR_NOT_FOUND);
+    EXPECT_EQ(kjit_compile(nullptr, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    const kjit_stats after = snapshot();
+    EXPECT_EQ(after.compile_misses - before.compile_misses, 1u);
+    EXPECT_EQ(after.compile_hits - before.compile_hits, 2u);
+    EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 1u);
+    EXPECT_GT(after.nvrtc_nanoseconds - before.nvrtc_nanoseconds, 1'000'000u);  // NVRTC takes milliseconds
+    EXPECT_EQ(after.entries_published - before.entries_published, 1u);
+    // Hits: 2 compile hits + the first resolve; the rewritten sidecars answer later lookups.
+    EXPECT_GE(after.sidecar_hits - before.sidecar_hits, 3u);
+    EXPECT_EQ(after.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER] - before.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER], 1u);
+    EXPECT_EQ(after.sidecar_missing - before.sidecar_missing, 1u);
+    EXPECT_GE(after.scans - before.scans, 3u);  // garbage, missing, not found
+    EXPECT_GE(after.sidecar_writes - before.sidecar_writes, 2u);
+    EXPECT_EQ(after.errors[KJIT_ERROR_NOT_FOUND] - before.errors[KJIT_ERROR_NOT_FOUND], 1u);
+    EXPECT_EQ(after.errors[KJIT_ERROR_INVALID_ARGUMENT] - before.errors[KJIT_ERROR_INVALID_ARGUMENT], 1u);
+    EXPECT_EQ(after.errors[KJIT_OK], 0u);
+}
+
+TEST(CApiStats, StructSizeRules) {
+    EXPECT_EQ(kjit_get_stats(nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    kjit_stats s = KJIT_STATS_INIT;
+    s.struct_size = sizeof s + 8;  // from a newer libkjit than this one
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("struct_size"), std::string::npos);
+    s.struct_size = 0;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_ERROR_INVALID_ARGUMENT);
+    // A caller built against a header whose struct ended before `scans` gets exactly that much.
+    const size_t old_size = offsetof(kjit_stats, scans);
+    std::vector<unsigned char> bytes(sizeof(kjit_stats), 0xab);
+    auto *old = reinterpret_cast<kjit_stats *>(bytes.data());
+    old->struct_size = old_size;
+    ASSERT_EQ(kjit_get_stats(old), KJIT_OK);
+    EXPECT_EQ(old->struct_size, old_size);
+    for (size_t i = old_size; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], 0xab) << "byte " << i << " written";
+}
+
+TEST(CApiStats, SizeLimitOptionAndEnvironment) {
+    TempDir dir;
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = dir.file("cache");
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    char path[4096];
+    ::setenv("KJIT_CACHE_MAX_SIZE", "lots", 1);
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("KJIT_CACHE_MAX_SIZE"), std::string::npos) << kjit_last_error();
+    o.max_cache_size = UINT64_MAX;  // no limit, whatever the variable says
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    ::setenv("KJIT_CACHE_MAX_SIZE", "1G", 1);
+    o.max_cache_size = 0;
+    const kjit_stats before = snapshot();
+    const std::string other = std::string(kCompileSource) + "\n// another entry\n";
+    EXPECT_EQ(kjit_compile(other.c_str(), "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+    // Under a limit, a publish measures the cache (the first time: no usage record yet).
+    EXPECT_EQ(snapshot().eviction_runs - before.eviction_runs, 1u);
+    EXPECT_EQ(snapshot().evicted_entries - before.evicted_entries, 0u);
+    struct stat st {};
+    EXPECT_EQ(::stat((cache + "/.kjit-usage").c_str(), &st), 0);
+}

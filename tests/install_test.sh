@@ -21,11 +21,11 @@ real="$prefix/lib/libkjit.so.$version"
 [ "$(readlink "$prefix/lib/libkjit.so")" = "libkjit.so.${version%%.*}" ] || fail "libkjit.so is not a link to the SONAME"
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libkjit.so.${version%%.*}" ] || fail "SONAME is $soname"
-for f in include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
+for f in bin/kjit include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
          lib/cmake/kjit/kjitTargets.cmake lib/pkgconfig/kjit.pc; do
     [ -f "$prefix/$f" ] || fail "$f is not installed"
 done
-extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
+extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
 [ -z "$extra" ] || fail "installed beyond the product: $extra"
 
 # CMake, C and C++.
@@ -58,4 +58,12 @@ cc -std=c99 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.c" $f
 c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.cpp" $flags -Wl,-rpath,"$prefix/lib" -o "$work/pc_cpp"
 "$work/pc_c" "$work/cache-pc-c"
 "$work/pc_cpp" "$work/cache-pc-cpp"
-echo "install test OK: libkjit $version installed to a fresh prefix; CMake and pkg-config consumers, C and C++, built and ran"
+# The installed command finds the installed libkjit.so (its RPATH), not the build tree's.
+cli_libs=$(ldd "$prefix/bin/kjit")
+cli_kjit=$(printf '%s\n' "$cli_libs" | awk '$1 == "libkjit.so.'"${version%%.*}"'" { print $3 }')
+[ -n "$cli_kjit" ] && [ "$(realpath "$cli_kjit")" = "$(realpath "$real")" ] ||
+    fail "bin/kjit does not load $real: $cli_libs"
+[ "$("$prefix/bin/kjit" --version)" = "kjit $version" ] || fail "bin/kjit --version: $("$prefix/bin/kjit" --version)"
+"$prefix/bin/kjit" cache stats --cache-dir "$work/no-cache" --json > /dev/null || fail "bin/kjit cache stats failed"
+
+echo "install test OK: libkjit $version and bin/kjit installed to a fresh prefix; CMake and pkg-config consumers, C and C++, built and ran"

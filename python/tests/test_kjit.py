@@ -468,3 +468,36 @@ def test_kernels_alive_at_interpreter_exit(built, fake):
         """)
     assert r.returncode == 0 and r.stdout.strip() == built.name, r.stderr
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+SIMPLE = "__global__ void scale(float *p) { p[0] *= 2.0f; }\n"
+
+
+def test_stats_count_hits_misses_and_errors(tmp_path):
+    before = kjit.stats()
+    src = SIMPLE + "\n// stats test\n"
+    path = kjit.compile(src, "scale", cache_dir=tmp_path, arch="sm_90")
+    assert kjit.compile(src, "scale", cache_dir=tmp_path, arch="sm_90") == path
+    with pytest.raises(kjit.NotFound):
+        kjit.resolve_name(path, "nosuch")
+    after = kjit.stats()
+    assert after["compile_misses"] - before["compile_misses"] == 1
+    assert after["compile_hits"] - before["compile_hits"] == 1
+    assert after["nvrtc_nanoseconds"] > before["nvrtc_nanoseconds"]
+    assert after["errors"].get("not found", 0) - before["errors"].get("not found", 0) == 1
+    assert set(after["sidecar_rejections"]) <= set(kjit.SIDECAR_REJECTIONS)
+
+
+def test_max_cache_size_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE_MAX_SIZE", "lots")
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90")
+    assert "KJIT_CACHE_MAX_SIZE" in info.value.message
+    # An explicit limit (or inf) wins over the variable.
+    runs = kjit.stats()["eviction_runs"]
+    kjit.compile(SIMPLE + "\n// limit\n", "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=1 << 30)
+    assert kjit.stats()["eviction_runs"] == runs + 1
+    kjit.compile(SIMPLE + "\n// inf\n", "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=float("inf"))
+    for bad in (0, -1, "5G", 2**64):
+        with pytest.raises(ValueError):
+            kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=bad)

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The kjit command end to end: every subcommand's output, --json, and exit codes (0; the
+# kjit_status of a failure; 20 when verify finds damage; 64 for usage errors).
+#   cli_test.sh KJIT_BINARY
+set -euo pipefail
+KJIT=$1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kjit-cli-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+C="$WORK/cache"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_rc RC CMD...: runs CMD, stdout to $WORK/out, stderr to $WORK/err; checks its status.
+expect_rc() {
+    local want=$1 rc=0
+    shift
+    "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "'$*' exited $rc, expected $want; stdout: $(head -c 400 "$WORK/out"); stderr: $(head -c 400 "$WORK/err")"
+    fi
+}
+# json_check PYTHON_EXPR: evaluates EXPR with `d` the JSON in $WORK/out.
+json_check() {
+    /usr/bin/env python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' \
+        "$WORK/out" "$1" || fail "JSON check '$1' failed on: $(head -c 600 "$WORK/out")"
+}
+contains() { grep -qF -- "$1" "$2" || fail "'$1' not in $2: $(head -c 600 "$2")"; }
+
+cat >"$WORK/k.cu" <<'CU'
+template <int N> __global__ void scale(float *x) { x[threadIdx.x] *= N; }
+template __global__ void scale<2>(float *);
+template __global__ void scale<3>(float *);
+extern "C" __global__ void plain(float *x) { x[0] = X; }
+CU
+
+# compile: plain output is the path, then the name.
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=1
+[ "$(sed -n 2p "$WORK/out")" = plain ] || fail "compile printed $(cat "$WORK/out")"
+PLAIN=$(sed -n 1p "$WORK/out")
+[ -f "$PLAIN" ] || fail "compile's path $PLAIN is no file"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<3>' --arch sm_90 --cache-dir "$C" --json -- -DX=1
+json_check 'd["name"] == "_Z5scaleILi3EEvPf" and d["keyword"] == "scale" and d["cubin"].endswith("/kernel.cubin")'
+SCALE=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cubin"])' "$WORK/out")
+# Failures: status as exit code, message on stderr, JSON error object with --json.
+expect_rc 3 "$KJIT" compile "$WORK/k.cu" -k scale --arch sm_90 --cache-dir "$C" -- -DX=1
+contains ambiguous "$WORK/err"
+expect_rc 6 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --json
+json_check 'd["code"] == 6 and d["status"] == "compile error" and "X" in d["error"]'
+expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir "$C"
+expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
+contains "missing.cu" "$WORK/err"
+expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90
+expect_rc 64 "$KJIT" nosuch
+expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
+expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"
+expect_rc 0 "$KJIT" --version
+contains "kjit " "$WORK/out"
+
+# resolve
+expect_rc 0 "$KJIT" resolve "$PLAIN" plain
+[ "$(cat "$WORK/out")" = plain ] || fail "resolve printed $(cat "$WORK/out")"
+expect_rc 0 "$KJIT" resolve "$SCALE" scale --json
+json_check 'd["name"] == "_Z5scaleILi3EEvPf"'
+expect_rc 2 "$KJIT" resolve "$PLAIN" nosuch
+expect_rc 1 "$KJIT" resolve "$PLAIN" 'bad keyword'
+expect_rc 5 "$KJIT" resolve "$WORK/none.cubin" plain --json
+json_check 'd["code"] == 5 and "none.cubin" in d["error"]'
+echo "not an ELF" >"$WORK/bad.cubin"
+expect_rc 4 "$KJIT" resolve "$WORK/bad.cubin" plain
+
+# cache stats
+expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["entries"] == 2 and d["bytes"] > 0 and d["by_arch"]["sm_90"]["entries"] == 2 and d["max_size"] is None'
+KJIT_CACHE_MAX_SIZE=2G expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["max_size"] == 2 * 1024**3'
+KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache stats
+contains "entries        2" "$WORK/out"
+contains "sm_90" "$WORK/out"
+
+# cache verify: clean, then damaged (exit 20), then --fix, then clean again.
+expect_rc 0 "$KJIT" cache verify --cache-dir "$C"
+contains "2 entries checked, 2 ok" "$WORK/out"
+: >"$PLAIN.name"
+truncate -s 100 "$SCALE"
+expect_rc 20 "$KJIT" cache verify --cache-dir "$C" --json
+json_check 'sorted(f["damage"] for f in d["findings"]) == ["sidecar_damaged", "truncated_cubin"] and not d["clean"]'
+expect_rc 0 "$KJIT" cache verify --cache-dir "$C" --fix
+contains "2 fixed" "$WORK/out"
+expect_rc 0 "$KJIT" cache verify --cache-dir "$C" --json
+json_check 'd["clean"] and d["entries_ok"] == 1 and d["findings"] == []'
+expect_rc 0 "$KJIT" resolve "$PLAIN" plain
+
+# cache prune and clear. The entry is fresh (in use): prune spares it; once idle it goes.
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch sm_90 --cache-dir "$C" -- -DX=1
+expect_rc 0 "$KJIT" cache prune --max-size 0 --cache-dir "$C" --json
+json_check 'd["removed_entries"] == 0 and d["spared_in_use"] == 2'
+touch -d '3 hours ago' "$(dirname "$PLAIN")"
+expect_rc 0 "$KJIT" cache prune --older-than 2h --cache-dir "$C" --json
+json_check 'd["removed_entries"] == 1 and d["kept_entries"] == 1'
+[ ! -e "$PLAIN" ] || fail "prune --older-than kept $PLAIN"
+expect_rc 0 "$KJIT" cache clear --cache-dir "$C"
+contains "removed 1 entries" "$WORK/out"
+expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["entries"] == 0'
+# A cache folder that does not exist is an empty cache; one that cannot be read is an I/O error.
+expect_rc 0 "$KJIT" cache stats --cache-dir "$WORK/nothing-here" --json
+json_check 'd["entries"] == 0'
+echo file >"$WORK/a-file"
+expect_rc 5 "$KJIT" cache verify --cache-dir "$WORK/a-file"
+
+if [ "$failures" -gt 0 ]; then
+    echo "cli_test: $failures failures"
+    exit 1
+fi
+echo "cli_test: all checks passed"
