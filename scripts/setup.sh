@@ -15,7 +15,7 @@
 # /usr/local/cuda. Exits (or, when sourced, returns) non-zero if a step fails.
 
 # Debian packages the build needs: compiler and build tools, libelf, spdlog, xxHash, GoogleTest;
-# for the bench, CLI11 (arguments), nlohmann-json (--json), gnuplot (the chart) and pyelftools
+# for the bench and the kjit command, CLI11 (arguments), nlohmann-json (--json), gnuplot (the chart) and pyelftools
 # (the lookup it is compared with). make is listed on its own because cmake only
 # recommends it, and --no-install-recommends would leave CMake's default generator without it.
 KJIT_SETUP_PACKAGES=(cmake make g++ pkg-config libelf-dev libspdlog-dev libxxhash-dev libgtest-dev
