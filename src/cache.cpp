@@ -130,7 +130,7 @@ Lookup look_up(const Request &request, const std::string &entry, std::string *wh
     struct stat st {};
     if (::stat(entry.c_str(), &st) != 0) return Lookup::absent;
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
-    cache_entry::note_use(entry, cache_entry::mtime_ns(st), realtime_ns());
+    cache_entry::note_use(entry, st, realtime_ns());
     if (!request.include_paths.empty()) {
         const auto text = read_small_file(entry + "/" + kDepsFile, kMaxDepsFileSize);
         auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(

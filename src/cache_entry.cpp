@@ -19,6 +19,16 @@ namespace {
 
 std::atomic<unsigned long> trash_sequence{0};
 
+// Devices where recording recency failed lately (see note_use). A torn pair of fields at worst
+// costs one more failing call or one skipped record: both harmless.
+struct FailedDevice {
+    std::atomic<std::uint64_t> dev{0};
+    std::atomic<std::int64_t> until_ns{0};
+};
+constexpr unsigned kFailedDevices = 4;
+FailedDevice failed_devices[kFailedDevices];
+std::atomic<unsigned> failed_device_next{0};
+
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
 bool all_hex(std::string_view s) {
@@ -89,11 +99,20 @@ std::string_view entry_of_cubin(std::string_view cubin_path) {
     return cubin_path.substr(0, file_at - 1);
 }
 
-void note_use(const std::string &entry, std::int64_t folder_mtime_ns, std::int64_t now_ns) {
-    if (folder_mtime_ns > now_ns - kRecencyStepNs) return;
+void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns) {
+    if (mtime_ns(folder_st) > now_ns - kRecencyStepNs) return;
+    const auto dev = static_cast<std::uint64_t>(folder_st.st_dev);
+    for (const FailedDevice &f : failed_devices) {
+        if (f.dev.load(std::memory_order_relaxed) == dev && f.until_ns.load(std::memory_order_relaxed) > now_ns) return;
+    }
     const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
-    if (::utimensat(AT_FDCWD, entry.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
-        log().debug("could not record the use of cache entry '{}': {}", entry, errno_text(errno));
+    if (::utimensat(AT_FDCWD, entry.c_str(), times, AT_SYMLINK_NOFOLLOW) == 0) return;
+    const int err = errno;
+    log().debug("could not record the use of cache entry '{}': {}", entry, errno_text(err));
+    if (err == EROFS || err == EPERM || err == EACCES) {
+        FailedDevice &slot = failed_devices[failed_device_next.fetch_add(1, std::memory_order_relaxed) % kFailedDevices];
+        slot.dev.store(dev, std::memory_order_relaxed);
+        slot.until_ns.store(now_ns + kRecencyStepNs, std::memory_order_relaxed);
     }
 }
 
@@ -103,7 +122,7 @@ void note_use_of_cubin(const std::string &cubin_path) {
     const std::string folder(entry);
     struct stat st {};
     if (::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-    note_use(folder, mtime_ns(st), realtime_ns());
+    note_use(folder, st, realtime_ns());
 }
 
 Result<Retired> retire(const std::string &entry, bool spare_in_use) {

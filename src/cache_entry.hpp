@@ -54,10 +54,11 @@ inline std::int64_t mtime_ns(const struct stat &st) {
     return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-// Records a use of the entry at `entry`, whose folder mtime is `folder_mtime_ns` (from a stat
-// the caller already made): sets it to now when older than kRecencyStepNs. Best effort (a
-// read-only cache records nothing). Thread safe.
-void note_use(const std::string &entry, std::int64_t folder_mtime_ns, std::int64_t now_ns);
+// Records a use of the entry at `entry`, whose folder `folder_st` describes (from a stat the
+// caller already made): sets its mtime to now when older than kRecencyStepNs. Best effort: on a
+// filesystem where that fails (read-only, not the owner), attempts on the same device pause for
+// kRecencyStepNs, so hits on an old read-only cache do not pay a failing call each. Thread safe.
+void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns);
 // The same for a cubin path: when it lies in an entry, stats the entry folder and records the
 // use. Costs one stat for a cubin in a cache, nothing for another path.
 void note_use_of_cubin(const std::string &cubin_path);

@@ -34,6 +34,16 @@ int main(void) {
         }
         kjit_kernel_release(kernel);
     }
+    {
+        /* The stats struct and its initializer, as C99 sees them; the two failures above count. */
+        kjit_stats stats = KJIT_STATS_INIT;
+        kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+        if (kjit_get_stats(&stats) != KJIT_OK || stats.errors[KJIT_ERROR_IO] != 1 ||
+            stats.errors[KJIT_ERROR_INVALID_ARGUMENT] < 2 || options.max_cache_size != 0) {
+            fprintf(stderr, "unexpected stats: %s\n", kjit_last_error());
+            return 1;
+        }
+    }
     printf("C consumer OK: libkjit %s\n", kjit_version_string());
     return 0;
 }
