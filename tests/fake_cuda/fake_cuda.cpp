@@ -160,6 +160,17 @@ CUresult cuInit(unsigned int Flags) {
     return s.init_result;
 }
 
+// NVRTC 13 looks for libcuda.so.1 among the loaded libraries and, when it finds one, asks it
+// for an internal export table (for NVRTC's own compile cache). Without this entry point in the
+// double, NVRTC calls a missing function and crashes inside nvrtcCompileProgram in any process
+// that loaded the double before its first compile. "Not supported" makes NVRTC disable that
+// cache, as it does with drivers that lack the table.
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId) {
+    (void)pExportTableId;
+    if (ppExportTable) *ppExportTable = nullptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 CUresult cuDriverGetVersion(int *driverVersion) {
     if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
     State &s = state();
