@@ -228,7 +228,7 @@ class _Stats(ctypes.Structure):
     """kjit_stats, field for field in header order."""
     _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS] +
                 [("sidecar_rejections", ctypes.c_uint64 * 16)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS_2] +
-                [("errors", ctypes.c_uint64 * 32)])
+                [("errors", ctypes.c_uint64 * 32), ("swept_temp_folders", ctypes.c_uint64)])
 
     def __init__(self):
         super().__init__()
@@ -427,7 +427,7 @@ class Library:
         status = fn(ctypes.byref(out))
         if status != 0:
             raise self._error(status, "kjit_get_stats")
-        result = {n: getattr(out, n) for n in _STATS_COUNTERS + _STATS_COUNTERS_2}
+        result = {n: getattr(out, n) for n in _STATS_COUNTERS + _STATS_COUNTERS_2 + ("swept_temp_folders",)}
         result["sidecar_rejections"] = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
                                         if out.sidecar_rejections[i]}
         result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, 32) if out.errors[i]}

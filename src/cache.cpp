@@ -289,9 +289,9 @@ Result<std::string> Cache::compile(Request request) {
         try {
             std::uint64_t published_bytes = 0;
             auto published = compile_and_publish(request, key, entry, &published_bytes);
-            // Eviction runs after a publish, never on a hit, and is throttled.
-            if (published && published_bytes > 0 && request.max_cache_bytes) {
-                cache_maintenance::after_publish(request.cache_dir, *request.max_cache_bytes, published_bytes);
+            // Sweeping and eviction run after a publish, never on a hit, and are throttled.
+            if (published && published_bytes > 0) {
+                cache_maintenance::after_publish(request.cache_dir, request.max_cache_bytes, published_bytes);
             }
             return published;
         } catch (const std::bad_alloc &) {

@@ -230,6 +230,7 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
 
 // Per-process throttle state of after_publish, per cache folder.
 struct EvictionState {
+    std::int64_t last_sweep_ns = 0;       // when this process last swept stale temp folders
     std::int64_t last_measured_ns = 0;    // the usage record this process last saw
     std::uint64_t published_since = 0;    // bytes this process published since then
 };
@@ -399,43 +400,94 @@ Result<PruneReport> clear(const std::string &cache_dir) {
     return remove_entries(cache_dir, all);
 }
 
-void after_publish(const std::string &cache_dir, std::uint64_t max_bytes, std::uint64_t entry_bytes) {
+namespace {
+
+// Removes the stale folders in transit of every shard (a listing of the top folder and of each
+// shard; entries are not opened). Returns how many went.
+std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
+    std::size_t removed = 0;
+    auto root = list_dir(cache_dir, true);
+    if (!root) return 0;
+    for (const DirEntry &r : *root) {
+        const std::string path = cache_dir + "/" + r.name;
+        if (starts_with(r.name, kUsageTempPrefix) && cache_entry::mtime_ns(r.st) < now_ns - cache_entry::kStaleTempNs) {
+            if (::unlink(path.c_str()) == 0) ++removed;
+            continue;
+        }
+        if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
+        auto listing = list_dir(path, true);
+        if (!listing) continue;
+        for (const DirEntry &e : *listing) {
+            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode) &&
+                cache_entry::mtime_ns(e.st) < now_ns - cache_entry::kStaleTempNs) {
+                cache_entry::remove_tree(path + "/" + e.name);
+                ++removed;
+            }
+        }
+    }
+    return removed;
+}
+
+}  // namespace
+
+void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
     const std::int64_t now = realtime_ns();
-    const std::optional<Usage> usage = read_usage(cache_dir);
+    bool sweep_due = false;
+    bool measure_due = false;
+    Usage usage{};
+    bool have_usage = false;
+    if (max_bytes) {
+        if (const std::optional<Usage> read = read_usage(cache_dir)) {
+            usage = *read;
+            have_usage = true;
+        }
+    }
     {
         std::lock_guard<std::mutex> lock(eviction_mutex);
         EvictionState &state = eviction_states[cache_dir];
-        const std::int64_t measured = usage ? usage->measured_ns : 0;
-        if (measured != state.last_measured_ns) {  // measured again, by anyone: count from there
-            state.last_measured_ns = measured;
-            state.published_since = 0;
+        if (now - state.last_sweep_ns > kSweepIntervalNs) {
+            state.last_sweep_ns = now;
+            sweep_due = true;
         }
-        state.published_since += entry_bytes;
-        const bool due = !usage || now - usage->measured_ns > kEvictionIntervalNs ||
-                         usage->bytes + state.published_since > max_bytes;
-        if (!due) return;
+        if (max_bytes) {
+            const std::int64_t measured = have_usage ? usage.measured_ns : 0;
+            if (measured != state.last_measured_ns) {  // measured again, by anyone: count from there
+                state.last_measured_ns = measured;
+                state.published_since = 0;
+            }
+            state.published_since += entry_bytes;
+            measure_due = !have_usage || now - usage.measured_ns > kEvictionIntervalNs ||
+                          usage.bytes + state.published_since > *max_bytes;
+        }
     }
+    if (!sweep_due && !measure_due) return;
     auto lock = CacheLock::acquire(cache_dir, false);
     if (!lock) {
-        log().debug("no eviction: {}", lock.error().message);
+        log().debug("no sweep or eviction: {}", lock.error().message);
         return;
     }
-    if (!*lock) return;  // another process is measuring or evicting
+    if (!*lock) return;  // another process is sweeping, measuring or evicting
+    if (sweep_due) {
+        const std::size_t swept = sweep_shards(cache_dir, now);
+        counters().swept_transit_folders.fetch_add(swept, std::memory_order_relaxed);
+        if (swept > 0) log().info("swept {} stale temp folders left by killed processes in '{}'", swept, cache_dir);
+    }
+    if (!measure_due) return;
     auto inv = take_inventory(cache_dir);
     if (!inv) {
         log().warn("no eviction: {}", inv.error().message);
         return;
     }
     counters().eviction_runs.fetch_add(1, std::memory_order_relaxed);
-    if (inv->entry_bytes > max_bytes) {
+    if (inv->entry_bytes > *max_bytes) {
         PruneOptions options;
-        options.max_bytes = static_cast<std::uint64_t>(static_cast<double>(max_bytes) * kEvictionLowWater);
+        options.max_bytes = static_cast<std::uint64_t>(static_cast<double>(*max_bytes) * kEvictionLowWater);
         PruneReport report;
         remove_by_recency(*inv, options, now, report);
         counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
         counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
         log().info("cache '{}' over its limit of {}: evicted {} entries ({}), {} in use kept; {} left", cache_dir,
-                   format_size(max_bytes), report.removed_entries, format_size(report.removed_bytes),
+                   format_size(*max_bytes), report.removed_entries, format_size(report.removed_bytes),
                    report.spared_in_use, format_size(inv->entry_bytes));
     }
     write_usage(cache_dir, *inv);

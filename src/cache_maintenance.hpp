@@ -106,11 +106,16 @@ Result<PruneReport> prune(const std::string &cache_dir, const PruneOptions &opti
 // other processes are left to finish. Blocks on the cache lock. Errors: io.
 Result<PruneReport> clear(const std::string &cache_dir);
 
-// Called by the cache after it published an entry of `entry_bytes` under a limit of
-// `max_bytes`: re-measures the cache when due (throttled, see kEvictionIntervalNs) and evicts
-// least recently used entries down to kEvictionLowWater of the limit. Skips the work when
-// another process holds the cache lock. Never fails the publish: problems are logged.
-void after_publish(const std::string &cache_dir, std::uint64_t max_bytes, std::uint64_t entry_bytes);
+// After a publish, stale .tmp-/.trash- folders (left by killed processes, older than
+// cache_entry::kStaleTempNs) are swept at most this often per process and cache folder.
+constexpr std::int64_t kSweepIntervalNs = 600'000'000'000;
+
+// Called by the cache after it published an entry of `entry_bytes`. Sweeps stale folders in
+// transit when due (see kSweepIntervalNs; a listing of the shards, no entry is opened) and, under
+// a limit of `max_bytes`, re-measures the cache when due (throttled, see kEvictionIntervalNs)
+// and evicts least recently used entries down to kEvictionLowWater of the limit. Skips the work
+// when another process holds the cache lock. Never fails the publish: problems are logged.
+void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
 
 enum class Damage {
     misplaced,         // an entry folder in the wrong shard, or not a folder
@@ -153,6 +158,7 @@ struct Counters {
     std::atomic<std::uint64_t> eviction_runs{0};  // measurements of the cache
     std::atomic<std::uint64_t> evicted_entries{0};
     std::atomic<std::uint64_t> evicted_bytes{0};
+    std::atomic<std::uint64_t> swept_transit_folders{0};  // stale temp folders swept after publishes
 };
 Counters &counters();
 

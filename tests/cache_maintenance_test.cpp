@@ -483,3 +483,32 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     for (int i = 0; i < 9; ++i) ASSERT_TRUE(cache.compile(request_for(c, i)).ok());
     EXPECT_TRUE(verify_ok(c, false).findings.empty());
 }
+
+TEST(CacheMaintenance, PublishesSweepStaleTempFoldersButNotLiveOnes) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    ASSERT_EQ(::mkdir(c.c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((c + "/ab").c_str(), 0700), 0);
+    const std::string stale = c + "/ab/.tmp-" + std::string(32, 'a') + "-1-2-3";
+    const std::string trash = c + "/ab/.trash-" + std::string(32, 'a') + "-1-2-4";
+    const std::string live = c + "/ab/.tmp-" + std::string(32, 'b') + "-1-2-5";
+    for (const std::string &d : {stale, trash, live}) {
+        ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+        write_file(d + "/kernel.cubin", "partial");
+    }
+    age(stale, 3600);
+    age(trash, 3600);
+    const auto swept = maintenance::counters().swept_transit_folders.load();
+    // The first publish of this process into this cache sweeps (no size limit needed).
+    compile_entries(cache, c, 1);
+    EXPECT_FALSE(exists(stale));
+    EXPECT_FALSE(exists(trash));
+    EXPECT_TRUE(exists(live));  // a publish in progress elsewhere
+    EXPECT_EQ(maintenance::counters().swept_transit_folders.load() - swept, 2u);
+    // The next ones, within kSweepIntervalNs, do not list the shards again.
+    ASSERT_EQ(::mkdir(stale.c_str(), 0700), 0);
+    age(stale, 3600);
+    compile_entries(cache, c, 2);
+    EXPECT_TRUE(exists(stale));
+}

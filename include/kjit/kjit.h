@@ -512,10 +512,12 @@ typedef struct kjit_stats {
     uint64_t evicted_bytes;
     /** Failures returned by kjit_* functions, indexed by ::kjit_status (errors[0] stays 0). */
     uint64_t errors[KJIT_STATS_STATUS_SLOTS];
+    /** Stale temp folders (left by killed processes) swept after publishes. */
+    uint64_t swept_temp_folders;
 } kjit_stats;
 
 /** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
-#define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 } }
+#define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0 }
 
 /**
  * @brief Takes a snapshot of the process-wide counters (since 0.2).
