@@ -120,6 +120,32 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     return cache_entry::format_manifest(m);
 }
 
+// The cache folder must not be writable by others: anyone could plant a kernel there (the
+// sticky bit does not help: they could still create entries and shards before we do). A missing
+// folder is fine (it is created 0700). Checked once a minute per thread and folder, so a hit
+// pays a string comparison.
+constexpr std::int64_t kFolderCheckIntervalNs = 60'000'000'000;
+
+Status check_cache_folder(const std::string &cache_dir) {
+    thread_local std::string checked_dir;
+    thread_local std::int64_t checked_ns = 0;
+    const std::int64_t now = realtime_ns();
+    if (cache_dir == checked_dir && now - checked_ns < kFolderCheckIntervalNs) return Ok{};
+    struct stat st {};
+    if (::stat(cache_dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return Error{Errc::io, "cache folder '" + cache_dir + "' is not a folder"};
+        if (st.st_mode & S_IWOTH) {
+            char mode[8];
+            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+            return Error{Errc::io, "cache folder '" + cache_dir + "' is writable by others (mode " + mode +
+                                       "): anyone could plant a kernel in it; use a private folder or chmod o-w"};
+        }
+    }
+    checked_dir = cache_dir;
+    checked_ns = now;
+    return Ok{};
+}
+
 enum class Lookup { hit, absent, unusable };
 
 // Whether the entry at `entry` answers `request`: its headers under include paths unchanged and
@@ -128,7 +154,11 @@ enum class Lookup { hit, absent, unusable };
 Lookup look_up(const Request &request, const std::string &entry, std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
-    if (::stat(entry.c_str(), &st) != 0) return Lookup::absent;
+    if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
+    if (!S_ISDIR(st.st_mode)) {  // a link or file planted where the entry goes: never followed
+        *why = S_ISLNK(st.st_mode) ? "the entry is a symbolic link" : "the entry is not a folder";
+        return Lookup::unusable;
+    }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
     cache_entry::note_use(entry, st, realtime_ns());
     if (!request.include_paths.empty()) {
@@ -256,6 +286,8 @@ Result<std::string> Cache::compile(Request request) {
     const std::string entry = cache_entry::folder_for(request.cache_dir, key);
     const std::string cubin = entry + "/" + kCubinFile;
 
+    if (auto st = check_cache_folder(request.cache_dir); !st) return std::move(st).error();
+
     std::string why;
     const Lookup found = look_up(request, entry, &why);
     if (found == Lookup::hit) {
@@ -378,6 +410,12 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // Folders are created only now: a failed compile leaves nothing behind.
     const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
     if (auto made = make_dirs(shard, 0700); !made) return std::move(made).error();
+    // A shard replaced by a link (by someone who can write the cache folder) would send this
+    // entry elsewhere: never write through one.
+    if (struct stat shard_st {}; ::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
+        return Error{Errc::io, "cache shard folder '" + shard +
+                                   "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
+    }
 
     // Build the whole entry in a private temp folder beside its final place, then rename it
     // into place: readers see a complete entry or none. The cubin's mtime is set in the past,
@@ -423,7 +461,9 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     *published_bytes = bytes;
     if (::rename(temp.c_str(), entry.c_str()) != 0) {
         const int err = errno;
-        if (err != ENOTEMPTY && err != EEXIST) return fail(io_error("cannot publish cache entry", entry, err));
+        if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR) {
+            return fail(io_error("cannot publish cache entry", entry, err));
+        }
         // An entry is there already: another process won the race, or it is stale/damaged.
         if (look_up(request, entry, &why) == Lookup::hit) {
             *published_bytes = 0;

@@ -229,7 +229,10 @@ typedef struct kjit_compile_options {
     size_t struct_size;
     /** Cache folder. Default (NULL or ""): $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else
         $HOME/.cache/kjit. Created (mode 0700) when missing; a relative folder is made absolute
-        against the working directory. */
+        against the working directory. A folder writable by others (o+w, sticky or not) is
+        refused with #KJIT_ERROR_IO: anyone could plant a kernel in it. The folder may be a
+        symbolic link; links planted for its shard folders or entries are never followed for
+        writing (a linked entry is replaced). */
     const char *cache_dir;
     /** Target, a real architecture such as "sm_90a" or "sm_100a" (a cubin is required, so
         "compute_XX" is refused). Default (NULL or ""): $KJIT_ARCH, else the current GPU's
