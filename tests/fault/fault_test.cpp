@@ -1,0 +1,235 @@
+// Fault injection through libkjit.so: with tests/fault/fault_shim.c preloaded, every open,
+// write, fsync, close, mkdir and rename of a publish (and of a sidecar rewrite) is failed in
+// turn with ENOSPC, EACCES, EROFS, EIO and EINTR. Each call must return the documented status
+// (kjit_compile: KJIT_ERROR_IO naming the file, or success where EINTR is retried;
+// kjit_resolve_name: success, as sidecar writes never fail it), nothing partial may become
+// visible and no temp file may remain. Then writers are killed with SIGKILL at random points and
+// the cache must still be correct. Prints the counts of faults injected, by kind.
+#include "kjit/kjit.h"
+
+#include "sidecar_store.hpp"
+#include "test_support.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char **environ;
+
+using namespace kjit_test;
+
+namespace {
+
+struct Shim {
+    void (*arm)(const char *, int, const char *, int, int) = nullptr;
+    void (*disarm)() = nullptr;
+    int (*injected)() = nullptr;
+};
+
+const Shim &shim() {
+    static const Shim s = [] {
+        Shim x;
+        x.arm = reinterpret_cast<decltype(x.arm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_arm"));
+        x.disarm = reinterpret_cast<decltype(x.disarm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_disarm"));
+        x.injected = reinterpret_cast<decltype(x.injected)>(::dlsym(RTLD_DEFAULT, "kjit_fault_injected"));
+        return x;
+    }();
+    return s;
+}
+
+const char *const kCalls[] = {"open", "write", "fsync", "close", "mkdir", "rename"};
+const std::pair<int, const char *> kErrnos[] = {
+    {ENOSPC, "ENOSPC"}, {EACCES, "EACCES"}, {EROFS, "EROFS"}, {EIO, "EIO"}, {EINTR, "EINTR"}};
+
+std::map<std::string, int> &fault_counts() {
+    static std::map<std::string, int> counts;
+    return counts;
+}
+
+std::string source_of(int i) {
+    return "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
+           "template __global__ void gemm<" +
+           std::to_string(i + 1) + ">(float *);\n";
+}
+std::string name_of(int i) { return "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf"; }
+
+kjit_status compile_into(const std::string &cache, int i, std::string *path_out = nullptr) {
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    char path[4096];
+    const std::string src = source_of(i);
+    const kjit_status st = kjit_compile(src.c_str(), "gemm", &o, path, sizeof path, nullptr);
+    if (st == KJIT_OK && path_out) *path_out = path;
+    return st;
+}
+
+// Every entry under `cache` is complete and names its kernel; nothing in transit or temp is
+// left. Returns the number of entries.
+int check_cache(const std::string &cache, bool allow_transit = false) {
+    int entries = 0;
+    for (const std::string &shard : list_dir(cache)) {
+        if (shard[0] == '.') continue;  // .kjit-lock, .kjit-usage
+        for (const std::string &e : list_dir(cache + "/" + shard)) {
+            const std::string path = cache + "/" + shard + "/" + e;
+            if (e[0] == '.') {
+                EXPECT_TRUE(allow_transit) << "left behind: " << path;
+                continue;
+            }
+            ++entries;
+            for (const char *f : {"kernel.cubin", "kernel.cubin.name", "manifest.txt", "source.cu"}) {
+                EXPECT_TRUE(exists(path + "/" + f)) << path << " lacks " << f;
+            }
+            for (const std::string &f : list_dir(path)) EXPECT_EQ(f.find(".tmp-"), std::string::npos) << path << "/" << f;
+            const auto sc = kjit::sidecar::read(path + "/kernel.cubin.name");
+            EXPECT_EQ(sc.problem, kjit::sidecar::FileProblem::none) << path;
+            EXPECT_EQ(sc.rejected_lines, 0u) << path;
+        }
+    }
+    return entries;
+}
+
+}  // namespace
+
+TEST(FaultInjection, TheShimIsPreloaded) {
+    ASSERT_NE(shim().arm, nullptr) << "run with LD_PRELOAD=<build>/tests/libkjit_fault_shim.so (ctest does)";
+}
+
+TEST(FaultInjection, EveryFailingCallOfAPublish) {
+    ASSERT_NE(shim().arm, nullptr);
+    int runs = 0;
+    for (const char *call : kCalls) {
+        for (const auto &[err, err_name] : kErrnos) {
+            // Fail the first, then the second, ... matching call, until a publish makes fewer.
+            for (int skip = 0; skip < 16; ++skip) {
+                TempDir dir;
+                const std::string cache = dir.file("cache");
+                shim().arm(call, err, cache.c_str(), skip, 1);
+                const kjit_status st = compile_into(cache, 0);
+                const std::string error = kjit_last_error();
+                const int injected = shim().injected();
+                shim().disarm();
+                ++runs;
+                if (injected == 0) {
+                    EXPECT_EQ(st, KJIT_OK) << call << " " << err_name << " skip " << skip << ": " << error;
+                    break;
+                }
+                fault_counts()[std::string(call) + " " + err_name] += injected;
+                const std::string what = std::string(call) + " failing with " + err_name + " (occurrence " +
+                                         std::to_string(skip + 1) + ")";
+                if (st != KJIT_OK) {
+                    EXPECT_EQ(st, KJIT_ERROR_IO) << what << ": " << error;
+                    EXPECT_NE(error.find(cache), std::string::npos) << what << ": " << error;
+                    EXPECT_NE(error.find(std::strerror(err)), std::string::npos) << what << ": " << error;
+                    EXPECT_EQ(check_cache(cache), 0) << what << ": a failed publish left an entry";
+                } else {
+                    // Only what may fail without harm: EINTR retried, or a best-effort step.
+                    EXPECT_EQ(check_cache(cache), 1) << what;
+                }
+                // Nothing partial, nothing left; and the next call publishes a correct entry.
+                std::string path;
+                ASSERT_EQ(compile_into(cache, 0, &path), KJIT_OK) << what << ", then: " << kjit_last_error();
+                char name[256];
+                ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
+                EXPECT_EQ(std::string(name), name_of(0)) << what;
+                EXPECT_EQ(check_cache(cache), 1) << what;
+            }
+        }
+    }
+    EXPECT_GT(runs, 60);
+}
+
+TEST(FaultInjection, SidecarWriteFaultsNeverFailAResolve) {
+    ASSERT_NE(shim().arm, nullptr);
+    const std::string bytes = cubin_for(sources::kPlain);
+    for (const char *call : {"open", "write", "fsync", "close", "rename"}) {
+        for (const auto &[err, err_name] : kErrnos) {
+            for (int skip = 0; skip < 4; ++skip) {
+                TempDir dir;
+                const std::string cubin = dir.file("k.cubin");
+                write_file(cubin, bytes);
+                shim().arm(call, err, ".name", skip, 1);
+                char name[256];
+                const kjit_status st = kjit_resolve_name(cubin.c_str(), "plain_kernel", name, sizeof name, nullptr);
+                const int injected = shim().injected();
+                shim().disarm();
+                EXPECT_EQ(st, KJIT_OK) << call << " " << err_name << ": " << kjit_last_error();
+                EXPECT_STREQ(name, "_Z12plain_kernelPf");
+                EXPECT_TRUE(temp_files_in(dir.path()).empty()) << call << " " << err_name;
+                const auto sc = kjit::sidecar::read(cubin + ".name");
+                EXPECT_TRUE(sc.problem == kjit::sidecar::FileProblem::missing ||
+                            (sc.problem == kjit::sidecar::FileProblem::none && sc.rejected_lines == 0))
+                    << call << " " << err_name << ": a torn sidecar became visible";
+                if (injected == 0) break;
+                fault_counts()[std::string("sidecar ") + call + " " + err_name] += injected;
+            }
+        }
+    }
+}
+
+TEST(FaultInjection, WritersKilledAtRandomPointsLeaveACorrectCache) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    const std::string src_dir = dir.file("src");
+    ASSERT_EQ(::mkdir(src_dir.c_str(), 0700), 0);
+    std::mt19937 rng(12345);
+    std::uniform_int_distribution<int> delay_us(0, 60000);
+    constexpr int kRounds = 24;
+    int killed_mid_flight = 0;
+    for (int round = 0; round < kRounds; ++round) {
+        const int i = round;  // a new kernel each time: a miss, so there is a publish to kill
+        const std::string file = src_dir + "/k" + std::to_string(i) + ".cu";
+        write_file(file, source_of(i));
+        std::vector<std::string> args = {KJIT_CLI, "compile", file, "-k", "gemm", "--arch", "sm_90", "--cache-dir", cache};
+        std::vector<char *> argv;
+        for (auto &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        pid_t pid = 0;
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+        ASSERT_EQ(::posix_spawn(&pid, KJIT_CLI, &actions, nullptr, argv.data(), environ), 0);
+        posix_spawn_file_actions_destroy(&actions);
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+        ::kill(pid, SIGKILL);
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        if (WIFSIGNALED(status)) ++killed_mid_flight;
+        // Whatever the moment: every entry is complete (a killed publish leaves at most a
+        // .tmp- folder, never an entry).
+        check_cache(cache, /*allow_transit=*/true);
+    }
+    fault_counts()["SIGKILL of a writer mid-compile or mid-publish"] += killed_mid_flight;
+    EXPECT_GT(killed_mid_flight, kRounds / 4) << "the kills came too late to test anything";
+    for (int i = 0; i < kRounds; ++i) {
+        std::string path;
+        ASSERT_EQ(compile_into(cache, i, &path), KJIT_OK) << kjit_last_error();
+        char name[256];
+        ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
+        EXPECT_EQ(std::string(name), name_of(i));
+    }
+    EXPECT_EQ(check_cache(cache, true), kRounds);
+}
+
+TEST(FaultInjection, Summary) {
+    int total = 0;
+    for (const auto &[kind, n] : fault_counts()) {
+        std::printf("faults injected: %-52s %d\n", kind.c_str(), n);
+        total += n;
+    }
+    std::printf("faults injected: %-52s %d\n", "total", total);
+}
