@@ -421,9 +421,15 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // into place: readers see a complete entry or none. The cubin's mtime is set in the past,
     // so its sidecar line needs no content hash (it is not "young"), and any later change to
     // the file, which would stamp the current time, can never look like this version.
-    const std::string temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-    if (::mkdir(temp.c_str(), 0700) != 0) return io_error("cannot create cache temp folder", temp, errno);
+    // A name taken in advance (a killed writer's folder whose pid and thread id came back, as
+    // they do in containers, or a planted one) is skipped for the next sequence number.
+    std::string temp;
+    for (int attempt = 0;; ++attempt) {
+        temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
+               std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
+        if (::mkdir(temp.c_str(), 0700) == 0) break;
+        if (errno != EEXIST || attempt == 7) return io_error("cannot create cache temp folder", temp, errno);
+    }
     auto fail = [&](Error e) -> Result<std::string> {
         remove_tree(temp);
         return e;

@@ -267,7 +267,14 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
             if (value->empty() || *endp != '\0' || errno != 0) return bad("cubin_bytes '" + *value + "' is not a number");
             m.cubin_bytes = n;
         } else if (label == "compile_seconds") {
-            m.compile_seconds = std::strtod(value->c_str(), nullptr);
+            // Written with %.3f; anything else (inf, nan, hex, absurd sizes that %.3f cannot give
+            // back unchanged) is damage, as the fuzzer found.
+            char *endp = nullptr;
+            const double v = std::strtod(value->c_str(), &endp);
+            if (value->empty() || *endp != '\0' || !(v >= 0 && v < 1e9) || (*value)[0] == ' ') {
+                return bad("compile_seconds '" + *value + "' is not a time in seconds");
+            }
+            m.compile_seconds = v;
         } else if (label == "created") {
             m.created = std::move(*value);
         }  // unknown labels: from a later minor format, informational

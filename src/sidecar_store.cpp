@@ -3,7 +3,9 @@
 #include "hashing.hpp"
 #include "posix_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +13,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace kjit::sidecar {
 
@@ -340,7 +344,39 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
         ::unlink(temp.c_str());
         return io_error("cannot rename sidecar temp file over", path, err);
     }
+    const std::size_t slash = path.find_last_of('/');
+    sweep_stale_temp_files(slash == std::string::npos ? std::string(".") : path.substr(0, slash));
     return Ok{};
+}
+
+std::size_t sweep_stale_temp_files(const std::string &folder) {
+    const std::int64_t now = realtime_ns();
+    {
+        static std::mutex mutex;
+        static std::unordered_map<std::string, std::int64_t> last_sweep;
+        std::lock_guard<std::mutex> lock(mutex);
+        if (last_sweep.size() > 4096) last_sweep.clear();
+        std::int64_t &last = last_sweep[folder];
+        if (last != 0 && now - last < kTempSweepIntervalNs) return 0;
+        last = now;
+    }
+    const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) return 0;
+    DIR *dir = ::fdopendir(dir_fd);
+    if (!dir) {
+        ::close(dir_fd);
+        return 0;
+    }
+    std::size_t removed = 0;
+    while (const struct dirent *d = ::readdir(dir)) {
+        if (!is_temp_file_name(d->d_name)) continue;
+        struct stat st {};
+        if (::fstatat(::dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+        if (mtime < now - kStaleTempFileNs && ::unlinkat(::dirfd(dir), d->d_name, 0) == 0) ++removed;
+    }
+    ::closedir(dir);
+    return removed;
 }
 
 }  // namespace kjit::sidecar

@@ -577,3 +577,26 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
+
+TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
+    // A killed writer's temp folder whose pid and thread id came back (containers reuse pids),
+    // or a planted one: the publish takes the next name. In ctest each test runs in a process
+    // of its own, so this thread's first publish uses sequence number 0.
+    TempDir dir;
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    const std::string key = kjit::cache::key_of(r);
+    const std::string shard = dir.file("cache") + "/" + key.substr(0, 2);
+    ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir(shard.c_str(), 0700), 0);
+    std::vector<std::string> taken;
+    for (int seq = 0; seq < 5; ++seq) {
+        taken.push_back(shard + "/.tmp-" + key + "-" + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) +
+                        "-" + std::to_string(seq));
+        ASSERT_EQ(::mkdir(taken.back().c_str(), 0700), 0);
+    }
+    const std::string path = compile_ok(cache, r);
+    EXPECT_FALSE(path.empty());
+    for (const std::string &t : taken) EXPECT_TRUE(exists(t)) << "a folder not ours was used or removed: " << t;
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+}

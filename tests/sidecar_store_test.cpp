@@ -197,3 +197,29 @@ TEST(SidecarStore, ReadStopsAtTheLimitEvenForHugeFiles) {
     EXPECT_EQ(buf.problem, sc::FileProblem::too_large);
     EXPECT_TRUE(buf.text().empty());
 }
+
+TEST(SidecarStore, WriteSweepsStaleTempFilesButNotLiveOnes) {
+    TempDir dir;
+    const std::string stale = dir.file("k.cubin.name.tmp-11-12-13");
+    const std::string live = dir.file("k.cubin.name.tmp-11-12-14");
+    const std::string other = dir.file("notes.tmp-1-2-3");  // not a sidecar temp: never touched
+    for (const std::string &f : {stale, live, other}) write_file(f, "torn");
+    for (const std::string &f : {stale, other}) {
+        const struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
+        ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), times, 0), 0);
+    }
+    sc::Line l;
+    l.keyword = "k";
+    l.name = "k";
+    ASSERT_TRUE(sc::write(dir.file("k.cubin.name"), {l}).ok());
+    EXPECT_FALSE(exists(stale));
+    EXPECT_TRUE(exists(live));
+    EXPECT_TRUE(exists(other));
+    // Within the interval the folder is not listed again.
+    write_file(stale, "torn");
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), times, 0), 0);
+    ASSERT_TRUE(sc::write(dir.file("k.cubin.name"), {l}).ok());
+    EXPECT_TRUE(exists(stale));
+    EXPECT_EQ(sc::sweep_stale_temp_files(dir.path()), 0u);
+}

@@ -1,6 +1,7 @@
 // Writes the fuzzers' seed corpora: cubins compiled by NVRTC from the test kernels (each with a
 // keyword-selector byte in front) and sidecars in every shape the store knows.
-// Usage: make_seeds SCANNER_DIR SIDECAR_DIR
+// Usage: make_seeds SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR
+#include "cache_entry.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -10,13 +11,12 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR\n", argv[0]);
+    if (argc != 5) {
+        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR\n", argv[0]);
         return 2;
     }
-    const std::string scanner_dir = argv[1], sidecar_dir = argv[2];
-    std::filesystem::create_directories(scanner_dir);
-    std::filesystem::create_directories(sidecar_dir);
+    const std::string scanner_dir = argv[1], sidecar_dir = argv[2], key_dir = argv[3], manifest_dir = argv[4];
+    for (const std::string &d : {scanner_dir, sidecar_dir, key_dir, manifest_dir}) std::filesystem::create_directories(d);
     using namespace kjit_test::sources;
     const std::vector<std::pair<const char *, std::vector<std::string>>> sources = {
         {kPlain, {}}, {kTemplateOne, {}}, {kTemplateSeveral, {}}, {kPrefixCollision, {}},
@@ -43,6 +43,30 @@ int main(int argc, char **argv) {
     for (std::size_t i = 0; i < sidecars.size(); ++i) {
         kjit_test::write_file(sidecar_dir + "/seed" + std::to_string(i), sidecars[i]);
     }
-    std::printf("wrote %d scanner seeds and %zu sidecar seeds\n", n, sidecars.size());
+    // Cache keys: pairs of requests that differ in one input, and equal pairs.
+    using namespace std::string_literals;
+    const std::vector<std::string> keys = {
+        "src\0gemm\0sm_90\0\0o-DX=1\x01src\0gemm\0sm_90\0\0o-DX=1"s,
+        "src\0gemm\0sm_90\0\0o-DX=1 -DY=1\x01src\0gemm\0sm_90\0\0o-DX=1\0o-DY=1"s,
+        "src\0gemm\0sm_90a\0=gemm<1>\0ha.h\0#define A\0i/inc\x01src\0gemm\0sm_90a\0\0ha.h\0#define A\0i/inc"s,
+        "a\0b\x01" "ab\0"s};
+    for (std::size_t i = 0; i < keys.size(); ++i) kjit_test::write_file(key_dir + "/seed" + std::to_string(i), keys[i]);
+    kjit::cache_entry::Manifest m;
+    m.key = "27640f140e33ff97cdc7337de4e3fe2a";
+    m.keyword = "gemm";
+    m.name = "_Z4gemmPf";
+    m.arch = "sm_90a";
+    m.nvrtc = "13.0 libnvrtc.so.13 123456";
+    m.options = {"-std=c++17", "with\nnewline and \\ backslash"};
+    m.include_paths = {"/inc"};
+    m.headers = {"a.h"};
+    m.name_expression = "gemm<128, 64>";
+    m.cubin_bytes = 5192;
+    m.created = "2026-12-03T12:00:00Z";
+    kjit_test::write_file(manifest_dir + "/seed0", kjit::cache_entry::format_manifest(m));
+    m.name_expression.reset();
+    m.options.clear();
+    kjit_test::write_file(manifest_dir + "/seed1", kjit::cache_entry::format_manifest(m));
+    std::printf("wrote %d scanner, %zu sidecar, %zu cache key and 2 manifest seeds\n", n, sidecars.size(), keys.size());
     return 0;
 }
