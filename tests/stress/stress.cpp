@@ -1,5 +1,6 @@
 // Concurrency stress: P processes x T threads compile, resolve, load (through the driver test
-// double) and replace cubins on one shared cache and one folder of loose cubins, at random,
+// double) and replace cubins (in cache entries, with a new copy of the same kernel; in a folder
+// of loose cubins, with other kernels') on one shared cache, at random,
 // for a bounded time; then the parent checks the result independently of libkjit's own paths:
 // every name any thread got was the right one, every cache entry is complete with a sidecar that
 // agrees with a fresh scan of its cubin, every sidecar is well-formed, and no temp file is left.
@@ -159,6 +160,21 @@ void child_main(const Config &c) {
                     kjit_kernel_release(k);
                     ++n.loads;
                 }
+            } else if (o < 85) {  // replace a cache entry's cubin with a new copy of its own bytes
+                // New inode and mtime, same kernel: its sidecar goes stale and is rescanned.
+                const int i = kernel(rng);
+                std::string path, error;
+                if (!compile(c, cache, i, path, error)) {
+                    failure(error);
+                    continue;
+                }
+                const std::string temp = path + ".w" + std::to_string(::getpid()) + "-" + std::to_string(t);
+                {
+                    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+                    out << read_file(seeds + "/" + std::to_string(i) + ".cubin");
+                }
+                if (std::rename(temp.c_str(), path.c_str()) != 0) failure("rename " + temp);
+                ++n.replaces;
             } else if (o < 95) {  // replace a loose cubin atomically with another kernel's
                 const int j = file(rng), i = kernel(rng);
                 const std::string path = loose + "/f" + std::to_string(j) + ".cubin";
@@ -268,7 +284,17 @@ int parent_main(Config c, const std::string &self) {
         for (int k = 0; k < 6; ++k) totals[k] += v[k];
     }
 
-    // Independent checks.
+    // A replaced cubin's sidecar is stale until its next use: use each entry once, as the
+    // next start-up would, then check independently.
+    for (int i = 0; i < c.kernels; ++i) {
+        std::string path, error;
+        char name[512];
+        if (!compile(c, cache, i, path, error) ||
+            kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr) != KJIT_OK || name != name_of(i)) {
+            std::fprintf(stderr, "stress: kernel %d after the run: %s\n", i, error.empty() ? kjit_last_error() : error.c_str());
+            ++failures;
+        }
+    }
     auto verified = kjit::cache_maintenance::verify(cache, false);
     if (!verified || !verified->findings.empty()) {
         std::fprintf(stderr, "stress: kjit cache verify: %s\n",
