@@ -162,15 +162,7 @@ void remove_tree(const std::string &path) {
 Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("cannot create", path);
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return io_error("cannot write", path);
-        }
-        done += static_cast<std::size_t>(n);
-    }
+    if (!write_all(fd.get(), bytes.data(), bytes.size())) return io_error("cannot write", path);
     if (backdate) {
         struct timespec now {};
         clock_gettime(CLOCK_REALTIME, &now);

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -44,6 +45,21 @@ public:
 private:
     int fd_ = -1;
 };
+
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR. Returns true, or false with
+// errno set by the failing write.
+inline bool write_all(int fd, const char *bytes, std::size_t size) {
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::write(fd, bytes + done, size - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
 
 // A file modified less than this long before it was read is "young" (git's "racy"): its size
 // and mtime cannot tell it apart from an edit made within the same timestamp tick, so whoever

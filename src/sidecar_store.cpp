@@ -329,15 +329,7 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
         ::unlink(temp.c_str());
         return io_error(what, temp, err);
     };
-    std::size_t done = 0;
-    while (done < text.size()) {
-        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail("cannot write sidecar temp file", errno);
-        }
-        done += static_cast<std::size_t>(n);
-    }
+    if (!write_all(fd.get(), text.data(), text.size())) return fail("cannot write sidecar temp file", errno);
     if (fd.reset() != 0) return fail("cannot close sidecar temp file", errno);
     if (::rename(temp.c_str(), path.c_str()) != 0) {
         const int err = errno;

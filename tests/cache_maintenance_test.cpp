@@ -38,9 +38,7 @@ constexpr std::int64_t kSecond = 1'000'000'000;
 // Source number `i`: a distinct entry per i.
 Request request_for(const std::string &cache_dir, int i) {
     Request r;
-    r.source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
-               "template __global__ void gemm<" +
-               std::to_string(i + 1) + ">(float *);\n";
+    r.source = sources::numbered_gemm(i);
     r.keyword = "gemm";
     r.cache_dir = cache_dir;
     r.arch = "sm_90";
@@ -468,7 +466,7 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
         EXPECT_TRUE(exists(cubins[i])) << i;
         const auto lines = kjit::sidecar::read(sidecar_of(i)).lines;
         ASSERT_EQ(lines.size(), 1u) << i;
-        EXPECT_EQ(lines[0].name, "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf") << i;
+        EXPECT_EQ(lines[0].name, sources::numbered_gemm_name(i)) << i;
     }
     for (int i : {1, 2, 7, 8}) EXPECT_FALSE(exists(folder_of(cubins[i]))) << i;
     EXPECT_FALSE(exists(temp));

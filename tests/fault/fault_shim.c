@@ -69,33 +69,30 @@ typedef int (*renameat2_fn)(int, const char *, int, const char *, unsigned);
     static type real_##name;              \
     if (!real_##name) real_##name = (type)dlsym(RTLD_NEXT, #name)
 
+/* open and open64 alike: fail, or forward with the mode and note the fd's path. */
+static int open_with(open_fn real, const char *path, int flags, va_list ap) {
+    const mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+    if (should_fail("open", path_matches(path))) return -1;
+    const int fd = real(path, flags, mode);
+    note_fd(fd, path);
+    return fd;
+}
+
 int open(const char *path, int flags, ...) {
     REAL(open, open_fn);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (should_fail("open", path_matches(path))) return -1;
-    const int fd = real_open(path, flags, mode);
-    note_fd(fd, path);
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_with(real_open, path, flags, ap);
+    va_end(ap);
     return fd;
 }
 
 int open64(const char *path, int flags, ...) {
     REAL(open64, open_fn);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (should_fail("open", path_matches(path))) return -1;
-    const int fd = real_open64(path, flags, mode);
-    note_fd(fd, path);
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_with(real_open64, path, flags, ap);
+    va_end(ap);
     return fd;
 }
 

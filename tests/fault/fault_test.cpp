@@ -60,12 +60,8 @@ std::map<std::string, int> &fault_counts() {
     return counts;
 }
 
-std::string source_of(int i) {
-    return "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
-           "template __global__ void gemm<" +
-           std::to_string(i + 1) + ">(float *);\n";
-}
-std::string name_of(int i) { return "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf"; }
+std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
+std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
 
 kjit_status compile_into(const std::string &cache, int i, std::string *path_out = nullptr) {
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;

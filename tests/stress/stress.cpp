@@ -17,6 +17,7 @@
 #include "name_matcher.hpp"
 #include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"
+#include "test_support.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
@@ -56,12 +57,8 @@ struct Config {
     int child = -1;  // >= 0: this process is child number `child`
 };
 
-std::string source_of(int i) {
-    return "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
-           "template __global__ void gemm<" +
-           std::to_string(i + 1) + ">(float *);\n";
-}
-std::string name_of(int i) { return "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf"; }
+std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
+std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
 
 std::string read_file(const std::string &path) {
     return kjit::cache_entry::read_small_file(path, 64u << 20).value_or(std::string());

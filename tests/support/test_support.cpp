@@ -49,6 +49,15 @@ const char *const kNamespaces = R"(
 namespace ops { __global__ void norm(float *p) { p[threadIdx.x] = 1.0f; } }
 namespace ops2 { __global__ void norm(float *p) { p[threadIdx.x] = 2.0f; } }
 )";
+
+std::string numbered_gemm(int i) {
+    return "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
+           "template __global__ void gemm<" +
+           std::to_string(i + 1) + ">(float *);\n";
+}
+
+std::string numbered_gemm_name(int i) { return "_Z4gemmILi" + std::to_string(i + 1) + "EEvPf"; }
+
 }  // namespace sources
 
 const std::string &cubin_for(const std::string &source, const std::vector<std::string> &extra_options) {

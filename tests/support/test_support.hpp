@@ -26,6 +26,10 @@ extern const char *const kDeviceFunction;
 extern const char *const kExternC;
 // _ZN3ops4normEPf and _ZN4ops24normEPf
 extern const char *const kNamespaces;
+
+// Kernel number `i` of a family of distinct entries: gemm<i + 1>, named _Z4gemmILi<i+1>EEvPf.
+std::string numbered_gemm(int i);
+std::string numbered_gemm_name(int i);
 }  // namespace sources
 
 // Compiles `source` with NVRTC for sm_90 (plus `extra_options`) and returns the cubin. Results
