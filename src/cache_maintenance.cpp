@@ -574,14 +574,14 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
     }
     std::vector<std::string> required = {kSourceFile, kCubinFile};
     if (!manifest->include_paths.empty()) required.push_back(kDepsFile);
+    struct stat cubin_st {};  // kept from the presence check: the cubin is stat'ed once
     for (const std::string &name : required) {
-        if (::lstat((entry + "/" + name).c_str(), &st) != 0) {
+        if (::lstat((entry + "/" + name).c_str(), name == kCubinFile ? &cubin_st : &st) != 0) {
             v.fatal = finding(entry, Damage::missing_file, name + " is missing");
             return v;
         }
     }
-    struct stat cubin_st {};
-    if (::lstat(cubin_path.c_str(), &cubin_st) != 0 || !S_ISREG(cubin_st.st_mode)) {
+    if (!S_ISREG(cubin_st.st_mode)) {
         v.fatal = finding(entry, Damage::bad_cubin, "'" + cubin_path + "' is not a regular file");
         return v;
     }

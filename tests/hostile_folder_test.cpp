@@ -18,18 +18,15 @@ using namespace kjit_test;
 
 namespace {
 
-const char *const kSource = R"(
-template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }
-template __global__ void gemm<128>(float *);
-)";
-const char *const kName = "_Z4gemmILi128EEvPf";
+const std::string kSource = sources::numbered_gemm(127);  // gemm<128>
+const std::string kName = sources::numbered_gemm_name(127);
 
-kjit_status compile_into(const std::string &cache, std::string *path_out = nullptr, const char *source = kSource) {
+kjit_status compile_into(const std::string &cache, std::string *path_out = nullptr) {
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
     o.cache_dir = cache.c_str();
     o.arch = "sm_90";
     char path[PATH_MAX + 64];
-    const kjit_status st = kjit_compile(source, "gemm", &o, path, sizeof path, nullptr);
+    const kjit_status st = kjit_compile(kSource.c_str(), "gemm", &o, path, sizeof path, nullptr);
     if (st == KJIT_OK && path_out) *path_out = path;
     return st;
 }
