@@ -2,6 +2,7 @@
 // knows the public C types; no C++ type or exception crosses this boundary.
 #include "kjit/kjit.h"
 
+#include "batch_compiler.hpp"
 #include "cache.hpp"
 #include "cache_maintenance.hpp"
 #include "kernel_loader.hpp"
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -22,6 +24,13 @@
 struct kjit_kernel {
     explicit kjit_kernel(kjit::KernelHandle h) : handle(std::move(h)) {}
     kjit::KernelHandle handle;
+};
+
+// A batch's per-item results, immutable once returned.
+struct kjit_batch_result {
+    std::vector<kjit_status> statuses;
+    std::vector<std::string> cubin_paths;  // "" for failed items
+    std::vector<std::string> errors;       // "" for items that succeeded
 };
 
 namespace {
@@ -42,6 +51,7 @@ KJIT_SAME_VALUE(driver, KJIT_ERROR_DRIVER);
 KJIT_SAME_VALUE(buffer_too_small, KJIT_ERROR_BUFFER_TOO_SMALL);
 KJIT_SAME_VALUE(out_of_memory, KJIT_ERROR_OUT_OF_MEMORY);
 KJIT_SAME_VALUE(internal, KJIT_ERROR_INTERNAL);
+KJIT_SAME_VALUE(cancelled, KJIT_ERROR_CANCELLED);
 #undef KJIT_SAME_VALUE
 
 static_assert(static_cast<int>(kjit::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
@@ -50,7 +60,7 @@ static_assert(static_cast<int>(kjit::NameResolver::Rejection::distrusted) == KJI
                   static_cast<int>(kjit::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
                   static_cast<int>(kjit::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
               "NameResolver::Rejection and kjit_sidecar_rejection differ");
-static_assert(KJIT_ERROR_INTERNAL < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
+static_assert(KJIT_ERROR_CANCELLED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // Counters only the C ABI sees: successful loads and every failure returned, by status.
 struct ApiCounters {
@@ -67,15 +77,25 @@ ApiCounters &api_counters() {
 thread_local std::string t_last_error;
 thread_local const char *t_last_error_fallback = nullptr;
 
-kjit_status fail(kjit_status status, const char *message) noexcept {
+// Counts a failure in kjit_stats.errors.
+void count_failure(kjit_status status) noexcept {
     const auto slot = static_cast<std::size_t>(status);
     if (slot > 0 && slot < KJIT_STATS_STATUS_SLOTS) api_counters().errors[slot].fetch_add(1, std::memory_order_relaxed);
+}
+
+// Sets the calling thread's kjit_last_error() text.
+void set_last_error(const char *message) noexcept {
     try {
         t_last_error.assign(message);
         t_last_error_fallback = nullptr;
     } catch (...) {
         t_last_error_fallback = "out of memory while recording the error text";
     }
+}
+
+kjit_status fail(kjit_status status, const char *message) noexcept {
+    count_failure(status);
+    set_last_error(message);
     return status;
 }
 
@@ -114,58 +134,57 @@ kjit_status copy_out(const std::string &value, char *buf, size_t size, size_t *l
 #define KJIT_OPTION_PRESENT(options, field) \
     ((options)->struct_size >= offsetof(kjit_compile_options, field) + sizeof((options)->field))
 
-// A NUL-terminated string array from the C side, checked.
-kjit_status take_strings(const char *const *items, size_t count, const char *what, std::vector<std::string> &out) {
+kjit::Error invalid(std::string message) { return kjit::Error{Errc::invalid_argument, std::move(message)}; }
+
+// A NUL-terminated string array from the C side, checked. `where` names the options struct in
+// messages ("kjit_compile: options").
+kjit::Status take_strings(const char *const *items, size_t count, const std::string &where, const char *what,
+                          std::vector<std::string> &out) {
     if (count > 0 && !items) {
-        return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                    ("kjit_compile: options." + std::string(what) + " is NULL but its count is " + std::to_string(count)).c_str());
+        return invalid(where + "." + what + " is NULL but its count is " + std::to_string(count));
     }
     for (size_t i = 0; i < count; ++i) {
-        if (!items[i]) {
-            return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                        ("kjit_compile: options." + std::string(what) + "[" + std::to_string(i) + "] is NULL").c_str());
-        }
+        if (!items[i]) return invalid(where + "." + what + "[" + std::to_string(i) + "] is NULL");
         out.emplace_back(items[i]);
     }
-    return KJIT_OK;
+    return kjit::Ok{};
 }
 
 // The C options (any struct_size from the first release on) as a cache request.
-kjit_status request_from(const kjit_compile_options *options, kjit::cache::Request &r) {
+kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Request &r, const std::string &where) {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
     if (options) {
         if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options)) {
-            return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                        ("kjit_compile: options->struct_size is " + std::to_string(options->struct_size) +
-                         "; set it to sizeof(kjit_compile_options) (" + std::to_string(sizeof(kjit_compile_options)) +
-                         " in this libkjit, or smaller from an older header)")
-                            .c_str());
+            return invalid(where + "->struct_size is " + std::to_string(options->struct_size) +
+                           "; set it to sizeof(kjit_compile_options) (" + std::to_string(sizeof(kjit_compile_options)) +
+                           " in this libkjit, or smaller from an older header)");
         }
         if (KJIT_OPTION_PRESENT(options, cache_dir)) cache_dir = options->cache_dir;
         if (KJIT_OPTION_PRESENT(options, arch)) arch = options->arch;
         if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
-            if (kjit_status s = take_strings(options->nvrtc_options, options->nvrtc_option_count, "nvrtc_options",
-                                             r.nvrtc_options)) {
+            if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
+                                      r.nvrtc_options);
+                !s) {
                 return s;
             }
         }
         if (KJIT_OPTION_PRESENT(options, include_path_count)) {
-            if (kjit_status s = take_strings(options->include_paths, options->include_path_count, "include_paths",
-                                             r.include_paths)) {
+            if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
+                                      r.include_paths);
+                !s) {
                 return s;
             }
         }
         if (KJIT_OPTION_PRESENT(options, header_count)) {
             if (options->header_count > 0 && !options->headers) {
-                return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: options.headers is NULL but header_count is not 0");
+                return invalid(where + ".headers is NULL but header_count is not 0");
             }
             for (size_t i = 0; i < options->header_count; ++i) {
                 const kjit_header &h = options->headers[i];
                 if (!h.name || !h.source) {
-                    return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                                ("kjit_compile: options.headers[" + std::to_string(i) + "] has a NULL name or source").c_str());
+                    return invalid(where + ".headers[" + std::to_string(i) + "] has a NULL name or source");
                 }
                 r.headers.emplace_back(h.name, h.source);
             }
@@ -181,24 +200,43 @@ kjit_status request_from(const kjit_compile_options *options, kjit::cache::Reque
         r.max_cache_bytes = max_cache_size;
     } else {
         auto from_env = kjit::cache_maintenance::max_size_from_env();
-        if (!from_env) return fail(from_env.error());
+        if (!from_env) return std::move(from_env).error();
         r.max_cache_bytes = *from_env;
     }
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
     } else {
         auto dir = kjit::cache::default_cache_dir();
-        if (!dir) return fail(dir.error());
+        if (!dir) return std::move(dir).error();
         r.cache_dir = *dir;
     }
     if (arch && *arch) {
         r.arch = arch;
     } else {
         auto detected = kjit::cache::default_arch();
-        if (!detected) return fail(detected.error());
+        if (!detected) return std::move(detected).error();
         r.arch = *detected;
     }
-    return KJIT_OK;
+    return kjit::Ok{};
+}
+
+// One batch item's C request as a cache request, or why it is not one.
+kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *item, size_t index) {
+    const std::string where = "kjit_compile_batch: requests[" + std::to_string(index) + "]";
+    if (!item) return invalid(where + " is NULL");
+    if (item->struct_size < offsetof(kjit_compile_request, options) + sizeof(item->options) ||
+        item->struct_size > sizeof(kjit_compile_request)) {
+        return invalid(where + "->struct_size is " + std::to_string(item->struct_size) +
+                       "; set it to sizeof(kjit_compile_request) (" + std::to_string(sizeof(kjit_compile_request)) +
+                       " in this libkjit)");
+    }
+    if (!item->source) return invalid(where + "->source is NULL");
+    if (!item->keyword) return invalid(where + "->keyword is NULL");
+    kjit::cache::Request r;
+    r.source = item->source;
+    r.keyword = item->keyword;
+    if (auto s = request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
+    return r;
 }
 
 }  // namespace
@@ -221,6 +259,7 @@ KJIT_API const char *kjit_status_string(kjit_status status) {
         case KJIT_ERROR_BUFFER_TOO_SMALL: return "buffer too small";
         case KJIT_ERROR_OUT_OF_MEMORY: return "out of memory";
         case KJIT_ERROR_INTERNAL: return "internal error";
+        case KJIT_ERROR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }
@@ -265,12 +304,135 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         kjit::cache::Request request;
         request.source = source;
         request.keyword = keyword;
-        if (kjit_status s = request_from(options, request)) return s;
+        if (auto s = request_from(options, request, "kjit_compile: options"); !s) return fail(s.error());
         auto path = kjit::cache::Cache::instance().compile(std::move(request));
         if (!path) return fail(path.error());
         return copy_out(*path, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
     });
 }
+
+KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *requests, size_t count,
+                                        const kjit_batch_options *options, kjit_batch_result **result) {
+    if (result) *result = nullptr;
+    return guarded("kjit_compile_batch", [&]() -> kjit_status {
+        if (!result) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_batch: result (the out handle) is NULL");
+        if (count > 0 && !requests) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_compile_batch: requests is NULL but count is " + std::to_string(count)).c_str());
+        }
+        kjit::batch_compiler::Options batch;
+        unsigned workers = 0;
+        int pch = KJIT_PCH_DEFAULT;
+        kjit_batch_progress_fn progress = nullptr;
+        void *user_data = nullptr;
+        if (options) {
+            if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_batch_options)) {
+                return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                            ("kjit_compile_batch: options->struct_size is " + std::to_string(options->struct_size) +
+                             "; set it to sizeof(kjit_batch_options) (" + std::to_string(sizeof(kjit_batch_options)) +
+                             " in this libkjit, or smaller from an older header)")
+                                .c_str());
+            }
+#define KJIT_BATCH_OPTION_PRESENT(field) \
+    (options->struct_size >= offsetof(kjit_batch_options, field) + sizeof(options->field))
+            if (KJIT_BATCH_OPTION_PRESENT(workers)) workers = options->workers;
+            if (KJIT_BATCH_OPTION_PRESENT(pch)) pch = options->pch;
+            if (KJIT_BATCH_OPTION_PRESENT(progress)) progress = options->progress;
+            if (KJIT_BATCH_OPTION_PRESENT(progress_user_data)) user_data = options->progress_user_data;
+#undef KJIT_BATCH_OPTION_PRESENT
+        }
+        if (pch != KJIT_PCH_DEFAULT && pch != KJIT_PCH_ON && pch != KJIT_PCH_OFF) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_compile_batch: options->pch is " + std::to_string(pch) +
+                         "; use KJIT_PCH_DEFAULT, KJIT_PCH_ON or KJIT_PCH_OFF")
+                            .c_str());
+        }
+        if (workers == 0) {
+            auto detected = kjit::batch_compiler::default_workers();
+            if (!detected) return fail(detected.error());
+            workers = *detected;
+        }
+        batch.workers = workers;
+        batch.use_pch = pch != KJIT_PCH_OFF;
+        if (progress) {
+            batch.progress = [progress, user_data](size_t done, size_t total, size_t item,
+                                                   const kjit::Result<std::string> &r) {
+                const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
+                return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
+            };
+        }
+
+        std::vector<kjit::Result<kjit::cache::Request>> items;
+        items.reserve(count);
+        for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
+        std::vector<kjit::Result<std::string>> done = kjit::batch_compiler::compile(std::move(items), batch);
+
+        auto out = std::make_unique<kjit_batch_result>();
+        out->statuses.reserve(count);
+        out->cubin_paths.reserve(count);
+        out->errors.reserve(count);
+        size_t failed = 0, not_started = 0, first_failed = count;
+        for (size_t i = 0; i < count; ++i) {
+            if (done[i]) {
+                out->statuses.push_back(KJIT_OK);
+                out->cubin_paths.push_back(std::move(*done[i]));
+                out->errors.emplace_back();
+                continue;
+            }
+            const auto status = static_cast<kjit_status>(done[i].error().code);
+            out->statuses.push_back(status);
+            out->cubin_paths.emplace_back();
+            out->errors.push_back(std::move(done[i]).error().message);
+            if (status == KJIT_ERROR_CANCELLED) {
+                ++not_started;
+                continue;
+            }
+            count_failure(status);
+            ++failed;
+            if (first_failed == count) first_failed = i;
+        }
+        // The texts are made before the result is handed over: nothing after that can throw.
+        if (not_started > 0) {
+            // Counted once for the batch, not per item: the caller asked for it.
+            const std::string message = "kjit_compile_batch: cancelled by the progress callback; " +
+                                        std::to_string(not_started) + " of " + std::to_string(count) +
+                                        " items were not started";
+            *result = out.release();
+            return fail(KJIT_ERROR_CANCELLED, message.c_str());
+        }
+        if (failed == 0) {
+            *result = out.release();
+            return KJIT_OK;
+        }
+        // Each failed item was counted above; the batch's own return repeats the first.
+        const kjit_status status = out->statuses[first_failed];
+        const std::string message = "kjit_compile_batch: " + std::to_string(failed) + " of " + std::to_string(count) +
+                                    " items failed; the first, item " + std::to_string(first_failed) + ": " +
+                                    out->errors[first_failed];
+        *result = out.release();
+        set_last_error(message.c_str());
+        return status;
+    });
+}
+
+KJIT_API size_t kjit_batch_result_count(const kjit_batch_result *result) { return result ? result->statuses.size() : 0; }
+
+KJIT_API kjit_status kjit_batch_result_status(const kjit_batch_result *result, size_t index) {
+    if (!result || index >= result->statuses.size()) return KJIT_ERROR_INVALID_ARGUMENT;
+    return result->statuses[index];
+}
+
+KJIT_API const char *kjit_batch_result_cubin_path(const kjit_batch_result *result, size_t index) {
+    if (!result || index >= result->statuses.size() || result->statuses[index] != KJIT_OK) return nullptr;
+    return result->cubin_paths[index].c_str();
+}
+
+KJIT_API const char *kjit_batch_result_error(const kjit_batch_result *result, size_t index) {
+    if (!result || index >= result->statuses.size()) return nullptr;
+    return result->errors[index].c_str();
+}
+
+KJIT_API void kjit_batch_result_release(kjit_batch_result *result) { delete result; }
 
 KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keyword, kjit_kernel **kernel) {
     if (kernel) *kernel = nullptr;

@@ -264,6 +264,24 @@ Cache &Cache::instance() {
 }
 
 Result<std::string> Cache::compile(Request request) {
+    auto prepared = prepare(std::move(request));
+    if (!prepared) return std::move(prepared).error();
+    auto found = find(*prepared);
+    if (!found) return std::move(found).error();
+    if (*found) return std::move(**found);
+    return build(*prepared);
+}
+
+void Cache::count_merged(bool hit, std::uint64_t n) {
+    if (hit) {
+        counters_.hits.fetch_add(n, std::memory_order_relaxed);
+    } else {
+        counters_.misses.fetch_add(n, std::memory_order_relaxed);
+        counters_.shared_waits.fetch_add(n, std::memory_order_relaxed);
+    }
+}
+
+Result<Cache::Prepared> Cache::prepare(Request request) const {
     if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
     if (auto st = check_arch(request.arch); !st) return std::move(st).error();
     for (const std::string &o : request.nvrtc_options) {
@@ -282,23 +300,34 @@ Result<std::string> Cache::compile(Request request) {
     while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
 
-    const std::string key = key_of(request);
-    const std::string entry = cache_entry::folder_for(request.cache_dir, key);
-    const std::string cubin = entry + "/" + kCubinFile;
+    Prepared prepared;
+    prepared.key = key_of(request);
+    prepared.entry = cache_entry::folder_for(request.cache_dir, prepared.key);
+    prepared.cubin = prepared.entry + "/" + kCubinFile;
+    prepared.request = std::move(request);
+    return prepared;
+}
 
+Result<std::optional<std::string>> Cache::find(const Prepared &prepared) {
+    const Request &request = prepared.request;
     if (auto st = check_cache_folder(request.cache_dir); !st) return std::move(st).error();
-
     std::string why;
-    const Lookup found = look_up(request, entry, &why);
+    const Lookup found = look_up(request, prepared.entry, &why);
     if (found == Lookup::hit) {
         counters_.hits.fetch_add(1, std::memory_order_relaxed);
-        log().debug("cache hit {} [{}]: {}", key, request.keyword, cubin);
-        return cubin;
+        log().debug("cache hit {} [{}]: {}", prepared.key, request.keyword, prepared.cubin);
+        return std::optional<std::string>(prepared.cubin);
     }
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
-    log().debug("cache miss {} [{}]: {}", key, request.keyword,
+    log().debug("cache miss {} [{}]: {}", prepared.key, request.keyword,
                 found == Lookup::absent ? std::string("no entry") : "entry unusable: " + why);
+    return std::optional<std::string>();
+}
 
+Result<std::string> Cache::build(const Prepared &prepared) {
+    const Request &request = prepared.request;
+    const std::string &key = prepared.key;
+    const std::string &entry = prepared.entry;
     // One compile per key in this process; later callers wait for it and share its result.
     std::shared_ptr<Flight> flight;
     bool leader = false;
@@ -366,6 +395,11 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     nvrtc.options.push_back("-arch=" + request.arch);
     nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
     for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
+    if (request.use_pch) {
+        // NVRTC's automatic PCH, kept in its process-private folder; its notes ("creating/using
+        // precompiled header ...") stay out of the log, so a compile error reads as without it.
+        nvrtc.options.insert(nvrtc.options.end(), {"-pch", "-pch-messages=false", "-pch-verbose=false"});
+    }
     nvrtc.headers = request.headers;
     if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);
 

@@ -42,6 +42,10 @@ struct Request {
     std::optional<std::string> name_expression;
     // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
+    // How to compile, not what: NVRTC's automatic precompiled headers (-pch). Not in the key,
+    // since the cubin does the same either way (NVRTC's cubins are not byte-reproducible
+    // anyway: internal-linkage names carry a per-compile id). Set by batches (docs/batch.md).
+    bool use_pch = false;
 };
 
 // $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
@@ -69,11 +73,33 @@ public:
         std::atomic<int> max_compiles_in_flight{0};
     };
 
+    // A request checked (keyword, arch, options) with its folders made absolute, and its key
+    // and entry: what the steps below work from.
+    struct Prepared {
+        Request request;
+        std::string key;
+        std::string entry;  // <cache>/<k0k1>/<key>
+        std::string cubin;  // <entry>/kernel.cubin
+    };
+
     static Cache &instance();
 
     // The cached cubin's absolute path for `request` (taken by value: its folders are made
-    // absolute in place), compiling it on a miss. Thread safe.
+    // absolute in place), compiling it on a miss: prepare, find, then build. Thread safe.
     Result<std::string> compile(Request request);
+
+    // The steps of compile(), for callers that look many requests up before compiling any
+    // (batch_compiler). Each is thread safe.
+    Result<Prepared> prepare(Request request) const;
+    // The cubin path when the entry answers the request (counted as a hit), else nothing
+    // (counted as a miss). Errors: the cache folder is unusable (world-writable, not a folder).
+    Result<std::optional<std::string>> find(const Prepared &prepared);
+    // Compiles and publishes the entry; concurrent builds of one key in this process run NVRTC
+    // once and share the result.
+    Result<std::string> build(const Prepared &prepared);
+    // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
+    // (its misses also count as shared waits).
+    void count_merged(bool hit, std::uint64_t n);
 
     const Counters &counters() const { return counters_; }
 

@@ -23,6 +23,7 @@ enum class Errc {
     buffer_too_small = 10,
     out_of_memory = 11,
     internal = 12,
+    cancelled = 13,
 };
 
 struct Error {

@@ -44,6 +44,29 @@ int main(void) {
             return 1;
         }
     }
+    {
+        /* The batch types, their initializers and the callback type, as C99 sees them: one NULL
+           item fails alone, the batch returns its status, the result says which. */
+        kjit_compile_request request = KJIT_COMPILE_REQUEST_INIT;
+        const kjit_compile_request *items[2];
+        kjit_batch_options options = KJIT_BATCH_OPTIONS_INIT;
+        kjit_batch_progress_fn progress = NULL;
+        kjit_batch_result *result = NULL;
+        items[0] = &request; /* source and keyword NULL */
+        items[1] = NULL;
+        options.progress = progress;
+        options.workers = 1;
+        st = kjit_compile_batch(items, 2, &options, &result);
+        if (st != KJIT_ERROR_INVALID_ARGUMENT || result == NULL || kjit_batch_result_count(result) != 2 ||
+            kjit_batch_result_status(result, 1) != KJIT_ERROR_INVALID_ARGUMENT ||
+            kjit_batch_result_cubin_path(result, 0) != NULL ||
+            strstr(kjit_batch_result_error(result, 0), "requests[0]->source is NULL") == NULL ||
+            options.pch != KJIT_PCH_DEFAULT) {
+            fprintf(stderr, "unexpected batch: %s: %s\n", kjit_status_string(st), kjit_last_error());
+            return 1;
+        }
+        kjit_batch_result_release(result);
+    }
     printf("C consumer OK: libkjit %s\n", kjit_version_string());
     return 0;
 }

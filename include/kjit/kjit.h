@@ -24,7 +24,8 @@
  *    kjit_version_string(), kjit_kernel_name(), kjit_kernel_cubin_path()) are owned by it;
  *    each function says how long its string stays valid. Never free them.
  *  - A ::kjit_kernel from kjit_load_cached() belongs to the caller, who releases it once with
- *    kjit_kernel_release(). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
+ *    kjit_kernel_release(); so does a ::kjit_batch_result from kjit_compile_batch(), released
+ *    with kjit_batch_result_release(). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
  *    the `CUfunction` of kjit_kernel_cufunction() by the driver.
  */
 /**
@@ -40,6 +41,9 @@
  *    its accessors kjit_kernel_name(), kjit_kernel_cubin_path(), kjit_kernel_cukernel(),
  *    kjit_kernel_culibrary(), kjit_kernel_cufunction(); kjit_kernel_release().
  *  - ::kjit_status, kjit_status_string(), kjit_last_error(): results and their detail.
+ *  - kjit_compile_batch(): a cold sweep at once: hits first, duplicates merged, misses on a
+ *    pool of workers sharing NVRTC's precompiled header (::kjit_compile_request,
+ *    ::kjit_batch_options, ::kjit_batch_progress_fn, ::kjit_batch_result and its accessors).
  *  - kjit_get_stats(), ::kjit_stats: process-wide counters (hits, misses, NVRTC time, sidecar
  *    use, loads, eviction, errors by status).
  *  - kjit_version(), kjit_version_string(), #KJIT_VERSION_NUMBER: versions.
@@ -58,10 +62,10 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 2
+#define KJIT_VERSION_MINOR 3
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
-/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (200 for 0.2.0). */
+/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (300 for 0.3.0). */
 #define KJIT_VERSION_NUMBER (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)
 /** @} */
 
@@ -121,7 +125,9 @@ typedef enum kjit_status {
     KJIT_ERROR_DRIVER = 9,              /**< The CUDA driver reported an error. */
     KJIT_ERROR_BUFFER_TOO_SMALL = 10,   /**< An out buffer is too small; the needed length was reported. */
     KJIT_ERROR_OUT_OF_MEMORY = 11,      /**< An allocation failed. */
-    KJIT_ERROR_INTERNAL = 12            /**< A bug in libkjit; please report it with kjit_last_error(). */
+    KJIT_ERROR_INTERNAL = 12,           /**< A bug in libkjit; please report it with kjit_last_error(). */
+    KJIT_ERROR_CANCELLED = 13           /**< A kjit_compile_batch() item that was not started because the
+                                             progress callback cancelled the batch (since 0.3). */
 } kjit_status;
 
 /**
@@ -150,7 +156,7 @@ KJIT_API const char *kjit_last_error(void);
  *
  * Compare with the #KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
  * libkjit.so at run time.
- * @return `major * 10000 + minor * 100 + patch` of the loaded library (200 for 0.2.0).
+ * @return `major * 10000 + minor * 100 + patch` of the loaded library (300 for 0.3.0).
  * @note Thread safe.
  */
 KJIT_API unsigned kjit_version(void);
@@ -318,6 +324,185 @@ typedef struct kjit_compile_options {
  */
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len);
+
+/**
+ * @name Batch compile (since 0.3)
+ * @{
+ */
+
+/**
+ * @brief One item of kjit_compile_batch(): the arguments of kjit_compile().
+ *
+ * Set `struct_size = sizeof(kjit_compile_request)` (or start from #KJIT_COMPILE_REQUEST_INIT);
+ * fields are only ever appended. Only read during the call.
+ */
+typedef struct kjit_compile_request {
+    /** `sizeof(kjit_compile_request)` as the caller was compiled with it. */
+    size_t struct_size;
+    /** CUDA C++ source (NUL-terminated), as for kjit_compile(). */
+    const char *source;
+    /** The kernel, as for kjit_compile(). */
+    const char *keyword;
+    /** NULL for all defaults, else options as for kjit_compile(). Items may share one. */
+    const kjit_compile_options *options;
+} kjit_compile_request;
+
+/** @brief Initializer for ::kjit_compile_request: the size set, everything else NULL. */
+#define KJIT_COMPILE_REQUEST_INIT { sizeof(kjit_compile_request), NULL, NULL, NULL }
+
+/**
+ * @brief Progress callback of kjit_compile_batch(), called once for each item that finishes
+ *        (a hit, a compile, a duplicate sharing another item's compile, or a failure).
+ *
+ * It runs on the thread that called kjit_compile_batch(), never concurrently with itself and
+ * with no libkjit lock held, so it may call any libkjit function (e.g. kjit_load_cached() on
+ * the item just compiled). Hits are reported first, before any compile starts; compiled items
+ * in the order they finish. Items not started after a cancel are not reported.
+ *
+ * @param user_data  kjit_batch_options::progress_user_data.
+ * @param done       Items finished so far, this one included (1 to `total`).
+ * @param total      Items in the batch.
+ * @param index      This item's index in the request array.
+ * @param status     Its status (#KJIT_OK or the failure's).
+ * @param cubin_path Its cached cubin's path on #KJIT_OK, else NULL; valid during the call only.
+ * @return 0 to go on; non-zero to cancel: items not started yet end with
+ *         #KJIT_ERROR_CANCELLED, items compiling now still finish and are reported (NVRTC
+ *         cannot be interrupted), and later return values are ignored.
+ */
+typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total, size_t index, kjit_status status,
+                                      const char *cubin_path);
+
+/** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
+typedef enum kjit_pch_mode {
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on (see kjit_batch_options::pch). */
+    KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
+    KJIT_PCH_OFF = 2      /**< Plain compiles. */
+} kjit_pch_mode;
+
+/**
+ * @brief Options for kjit_compile_batch(). Set `struct_size = sizeof(kjit_batch_options)` (or
+ *        start from #KJIT_BATCH_OPTIONS_INIT); fields are only ever appended. NULL options mean
+ *        all defaults.
+ */
+typedef struct kjit_batch_options {
+    /** `sizeof(kjit_batch_options)` as the caller was compiled with it. */
+    size_t struct_size;
+    /** Worker threads at most. 0: $KJIT_JOBS (1 to 256), else the CPUs this process may run
+        on. Fewer start when there are fewer misses; more than 256 means 256. */
+    unsigned workers;
+    /** A ::kjit_pch_mode. The default is on: NVRTC then parses the headers once per process
+        and every later compile with the same includes and options starts from the parsed
+        state (a CUB kernel: about 1.7 s plain, 0.3 s with the header parsed, after a first
+        compile of about 2 s; docs/batch.md has the measurements). The PCH is not in the cache
+        key, as it does not change what the cubin does. */
+    int pch;
+    /** Called for each finished item; NULL for none. */
+    kjit_batch_progress_fn progress;
+    /** Passed to `progress` untouched. */
+    void *progress_user_data;
+} kjit_batch_options;
+
+/** @brief Initializer for ::kjit_batch_options: the size set, everything else default. */
+#define KJIT_BATCH_OPTIONS_INIT { sizeof(kjit_batch_options), 0, KJIT_PCH_DEFAULT, NULL, NULL }
+
+/**
+ * @brief The per-item results of kjit_compile_batch(): an opaque handle owned by the caller,
+ *        released once with kjit_batch_result_release(). Read-only after the call, so its
+ *        accessors may be used from any thread.
+ */
+typedef struct kjit_batch_result kjit_batch_result;
+
+/**
+ * @brief Compiles many kernels into the cache at once: an autotuner's cold sweep.
+ *
+ * Each item is what one kjit_compile() call would do, with the same cache entries, keys and
+ * errors, done faster together:
+ *  - Every request is looked up first, on the calling thread: hits are answered at once and
+ *    never wait for a worker or a compile.
+ *  - Identical requests (same cache folder and key) compile once and all get its result.
+ *  - The misses compile on up to kjit_batch_options::workers threads of this process, in
+ *    request order. They share NVRTC's automatic precompiled header (kjit_batch_options::pch),
+ *    which NVRTC ties to the process that made it: a batch is where it pays off.
+ *  - One item's failure does not affect the others.
+ *
+ * @param[in]  requests Array of `count` pointers to requests; not retained. A NULL element, or
+ *                      one with a bad struct_size, fails that item only
+ *                      (#KJIT_ERROR_INVALID_ARGUMENT).
+ * @param[in]  count    Number of requests (0 is a valid, empty batch).
+ * @param[in]  options  NULL for all defaults, else a struct with struct_size set.
+ * @param[out] result   Receives the per-item results whenever the batch ran (also when items
+ *                      failed or it was cancelled), NULL when the call itself was refused.
+ *                      Release it with kjit_batch_result_release().
+ * @return The batch's overall status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     Every item succeeded.
+ * @retval KJIT_ERROR_CANCELLED        The progress callback cancelled; `*result` says which
+ *                                     items finished (with any status) and which were not
+ *                                     started (#KJIT_ERROR_CANCELLED).
+ * @retval (an item's status)          Otherwise, the status of the first failed item by index
+ *                                     (e.g. #KJIT_ERROR_COMPILE), with the number of failed
+ *                                     items and that item's text in kjit_last_error(); each
+ *                                     item's own status and text are in `*result`.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT (with `*result` NULL) NULL `result`, NULL `requests` with
+ *                                     a non-zero count, a bad options struct_size, an unknown
+ *                                     pch mode, or a malformed $KJIT_JOBS.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    (with `*result` NULL) An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
+ * @note Thread safe: batches and kjit_compile() calls in other threads or processes may work
+ *       on the same keys at once (within a process one NVRTC run per key; across processes
+ *       each gets a complete entry). It returns once every started compile has finished and
+ *       been reported, and leaves no thread behind.
+ */
+KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *requests, size_t count,
+                                        const kjit_batch_options *options, kjit_batch_result **result);
+
+/**
+ * @brief Number of items in a batch result.
+ * @param[in] result A result from kjit_compile_batch(), or NULL.
+ * @return The `count` the batch was called with; 0 for a NULL result.
+ * @note Thread safe.
+ */
+KJIT_API size_t kjit_batch_result_count(const kjit_batch_result *result);
+
+/**
+ * @brief One item's status.
+ * @param[in] result A result from kjit_compile_batch().
+ * @param[in] index  The item's index in the request array.
+ * @return #KJIT_OK, the item's failure (as kjit_compile() would give it), #KJIT_ERROR_CANCELLED
+ *         for an item not started, or #KJIT_ERROR_INVALID_ARGUMENT for a NULL result or an
+ *         index out of range. Does not change kjit_last_error().
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_batch_result_status(const kjit_batch_result *result, size_t index);
+
+/**
+ * @brief One item's cached cubin path (absolute), as kjit_compile() returns it.
+ * @param[in] result A result from kjit_compile_batch().
+ * @param[in] index  The item's index in the request array.
+ * @return NUL-terminated, owned by the result, valid until it is released; NULL when the item
+ *         failed, for a NULL result or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_batch_result_cubin_path(const kjit_batch_result *result, size_t index);
+
+/**
+ * @brief One item's error text: what kjit_last_error() would say after kjit_compile() failed
+ *        on it (the whole NVRTC log for a compile error).
+ * @param[in] result A result from kjit_compile_batch().
+ * @param[in] index  The item's index in the request array.
+ * @return NUL-terminated, owned by the result, valid until it is released; "" for an item that
+ *         succeeded; NULL for a NULL result or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_batch_result_error(const kjit_batch_result *result, size_t index);
+
+/**
+ * @brief Releases a batch result; its strings go with it. NULL is accepted and ignored.
+ * @param[in] result The result to release, or NULL. It must not be used afterwards.
+ * @note Thread safe, but each result is released once, after its last use by any thread.
+ */
+KJIT_API void kjit_batch_result_release(kjit_batch_result *result);
+
+/** @} */
 
 /**
  * @brief A kernel loaded through the CUDA driver by kjit_load_cached(): an opaque handle.

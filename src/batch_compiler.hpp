@@ -1,0 +1,45 @@
+// Batch compiler: many cache requests at once, for an autotuner's cold sweep
+// (kjit_compile_batch). Every request is looked up on the calling thread before any worker
+// starts, so hits never wait for a compile; identical requests are merged and compile once; the
+// misses run on a pool of worker threads in this process, so NVRTC's automatic precompiled
+// header, which NVRTC ties to the process that made it, serves every item after the first.
+// Progress is reported on the calling thread, one item at a time. Knows the cache only.
+#pragma once
+
+#include "cache.hpp"
+#include "status.hpp"
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kjit::batch_compiler {
+
+// Called once per finished item (a hit, a compile, a merged duplicate, a failure), on the
+// thread that called compile(), never concurrently. Returns true to cancel the items not yet
+// started. Items compiling when it cancels still finish and are reported.
+using Progress =
+    std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<std::string> &result)>;
+
+struct Options {
+    unsigned workers = 1;  // worker threads at most; fewer are started when there are fewer misses
+    bool use_pch = true;   // NVRTC's automatic PCH for every compile (docs/batch.md)
+    Progress progress;     // may be empty
+};
+
+// The most workers a batch starts, whatever is asked.
+constexpr unsigned kMaxWorkers = 256;
+
+// The worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers; anything else
+// is invalid_argument naming the variable), else the CPUs this process may run on.
+Result<unsigned> default_workers();
+
+// One result per item, in order: the cached cubin's path, or the item's error: the one it came
+// with (items the caller could not turn into a request), the cache's, or Errc::cancelled for
+// items not started after the progress callback asked to stop. Thread safe; batches and single
+// compiles in other threads or processes may work on the same keys at once. If the progress
+// callback throws, the workers finish what they started and the exception propagates.
+std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options);
+
+}  // namespace kjit::batch_compiler

@@ -1,0 +1,487 @@
+// kjit_compile_batch through libkjit.so: mixed batches (hits, misses, duplicates, failures),
+// progress and cancellation, worker counts and PCH modes giving the same cache, and a batch
+// racing single compiles from another process.
+#include "c_api_support.hpp"
+#include "kjit/kjit.h"
+
+#include "cache_maintenance.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace kjit_test;
+
+kjit_stats stats_now() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
+    return s;
+}
+
+// Requests that own their strings; pointers() is what kjit_compile_batch takes.
+class Batch {
+public:
+    explicit Batch(std::string cache_dir) : cache_dir_(std::move(cache_dir)) {
+        options_.cache_dir = cache_dir_.c_str();
+        options_.arch = "sm_90";
+    }
+    // Adds an item; returns its index.
+    std::size_t add(std::string source, std::string keyword) {
+        sources_.push_back(std::move(source));
+        keywords_.push_back(std::move(keyword));
+        return sources_.size() - 1;
+    }
+    // An item that is a NULL pointer in the array.
+    std::size_t add_null() {
+        nulls_.insert(sources_.size());
+        return add("", "");
+    }
+    // An item whose source is NULL.
+    std::size_t add_null_source() {
+        null_sources_.insert(sources_.size());
+        return add("", "gemm");
+    }
+    std::size_t size() const { return sources_.size(); }
+
+    kjit_status run(const kjit_batch_options *options, kjit_batch_result **result) {
+        requests_.assign(sources_.size(), KJIT_COMPILE_REQUEST_INIT);
+        std::vector<const kjit_compile_request *> pointers;
+        for (std::size_t i = 0; i < sources_.size(); ++i) {
+            requests_[i].source = null_sources_.count(i) ? nullptr : sources_[i].c_str();
+            requests_[i].keyword = keywords_[i].c_str();
+            requests_[i].options = &options_;
+            pointers.push_back(nulls_.count(i) ? nullptr : &requests_[i]);
+        }
+        return kjit_compile_batch(pointers.data(), pointers.size(), options, result);
+    }
+
+    // kjit_compile of item i (what the batch must agree with).
+    std::string compile_one(std::size_t i) const {
+        char path[4096];
+        const kjit_status st = kjit_compile(sources_[i].c_str(), keywords_[i].c_str(), &options_, path, sizeof path, nullptr);
+        EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
+        return st == KJIT_OK ? path : "";
+    }
+
+private:
+    std::string cache_dir_;
+    kjit_compile_options options_ = KJIT_COMPILE_OPTIONS_INIT;
+    std::vector<std::string> sources_, keywords_;
+    std::set<std::size_t> nulls_, null_sources_;
+    std::vector<kjit_compile_request> requests_;
+};
+
+// What the progress callback saw.
+struct Progress {
+    struct Call {
+        std::size_t done, total, index;
+        kjit_status status;
+        std::string path;
+        std::thread::id thread;
+        std::string resolved;  // kjit_resolve_name on the path, from inside the callback
+    };
+    std::vector<Call> calls;
+    int cancel_at_call = 0;  // 1-based; 0: never
+    std::string keyword = "gemm";
+
+    static int callback(void *user, size_t done, size_t total, size_t index, kjit_status status, const char *path) {
+        auto *self = static_cast<Progress *>(user);
+        Call c{done, total, index, status, path ? path : "", std::this_thread::get_id(), ""};
+        if (path) {
+            // libkjit may be called from the callback.
+            char name[512];
+            if (kjit_resolve_name(path, self->keyword.c_str(), name, sizeof name, nullptr) == KJIT_OK) c.resolved = name;
+        }
+        self->calls.push_back(c);
+        return self->cancel_at_call != 0 && static_cast<int>(self->calls.size()) == self->cancel_at_call;
+    }
+    kjit_batch_options options(unsigned workers, int pch = KJIT_PCH_DEFAULT) {
+        kjit_batch_options o = KJIT_BATCH_OPTIONS_INIT;
+        o.workers = workers;
+        o.pch = pch;
+        o.progress = &Progress::callback;
+        o.progress_user_data = this;
+        return o;
+    }
+};
+
+// Releases a batch result at scope end.
+struct ResultGuard {
+    kjit_batch_result *r = nullptr;
+    ~ResultGuard() { kjit_batch_result_release(r); }
+};
+
+const char *const kBroken = "__global__ void gemm(float *p) { p[0] = undefined_thing_in_batch; }\n";
+
+TEST(CompileBatch, MixedHitsMissesDuplicatesAndFailures) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    const std::size_t hit = batch.add(sources::numbered_gemm(0), "gemm");
+    const std::size_t miss = batch.add(sources::numbered_gemm(1), "gemm");
+    const std::size_t dup_of_miss = batch.add(sources::numbered_gemm(1), "gemm");
+    const std::size_t broken = batch.add(kBroken, "gemm");
+    const std::size_t null_item = batch.add_null();
+    const std::size_t null_source = batch.add_null_source();
+    const std::size_t dup_of_hit = batch.add(sources::numbered_gemm(0), "gemm");
+    const std::size_t bad_keyword = batch.add(sources::numbered_gemm(2), "no such-keyword");
+    const std::size_t miss2 = batch.add(sources::numbered_gemm(3), "gemm");
+    const std::size_t not_found = batch.add(sources::numbered_gemm(4), "absent_kernel");
+    const std::string hit_path = batch.compile_one(hit);
+
+    const kjit_stats before = stats_now();
+    Progress progress;
+    const kjit_batch_options options = progress.options(2);
+    ResultGuard result;
+    const kjit_status st = batch.run(&options, &result.r);
+    const kjit_stats after = stats_now();
+    ASSERT_NE(result.r, nullptr);
+    // The first failed item by index decides the batch's status.
+    EXPECT_EQ(st, KJIT_ERROR_COMPILE);
+    EXPECT_NE(std::string(kjit_last_error()).find("5 of 10 items failed; the first, item 3"), std::string::npos)
+        << kjit_last_error();
+
+    ASSERT_EQ(kjit_batch_result_count(result.r), batch.size());
+    for (std::size_t ok : {hit, miss, dup_of_miss, dup_of_hit, miss2}) {
+        EXPECT_EQ(kjit_batch_result_status(result.r, ok), KJIT_OK) << "item " << ok << ": "
+                                                                    << kjit_batch_result_error(result.r, ok);
+        ASSERT_NE(kjit_batch_result_cubin_path(result.r, ok), nullptr);
+        EXPECT_STREQ(kjit_batch_result_error(result.r, ok), "");
+        // Each path is what a single kjit_compile now answers (a hit).
+        EXPECT_EQ(kjit_batch_result_cubin_path(result.r, ok), batch.compile_one(ok));
+    }
+    EXPECT_EQ(kjit_batch_result_cubin_path(result.r, hit), hit_path);
+    EXPECT_STREQ(kjit_batch_result_cubin_path(result.r, miss), kjit_batch_result_cubin_path(result.r, dup_of_miss));
+
+    EXPECT_EQ(kjit_batch_result_status(result.r, broken), KJIT_ERROR_COMPILE);
+    EXPECT_EQ(kjit_batch_result_cubin_path(result.r, broken), nullptr);
+    const std::string log = kjit_batch_result_error(result.r, broken);
+    EXPECT_NE(log.find("undefined_thing_in_batch"), std::string::npos) << log;  // the NVRTC log
+    EXPECT_NE(log.find("error"), std::string::npos) << log;
+    EXPECT_EQ(log.find("precompiled header"), std::string::npos) << log;  // PCH notes stay out
+
+    EXPECT_EQ(kjit_batch_result_status(result.r, null_item), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_batch_result_error(result.r, null_item)).find("requests[4] is NULL"), std::string::npos);
+    EXPECT_EQ(kjit_batch_result_status(result.r, null_source), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_batch_result_error(result.r, null_source)).find("requests[5]->source is NULL"),
+              std::string::npos);
+    EXPECT_EQ(kjit_batch_result_status(result.r, bad_keyword), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_batch_result_status(result.r, not_found), KJIT_ERROR_NOT_FOUND);
+    EXPECT_NE(std::string(kjit_batch_result_error(result.r, not_found)).find("absent_kernel"), std::string::npos);
+
+    // Out of range and NULL handles.
+    EXPECT_EQ(kjit_batch_result_status(result.r, batch.size()), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_batch_result_cubin_path(result.r, batch.size()), nullptr);
+    EXPECT_EQ(kjit_batch_result_error(result.r, batch.size()), nullptr);
+    EXPECT_EQ(kjit_batch_result_count(nullptr), 0u);
+    EXPECT_EQ(kjit_batch_result_status(nullptr, 0), KJIT_ERROR_INVALID_ARGUMENT);
+
+    // NVRTC ran for the three distinct misses (two compile, one fails) and the not-found item;
+    // the duplicate and the hits ran none.
+    EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 4u);
+    EXPECT_EQ(after.compile_hits - before.compile_hits, 2u);
+    EXPECT_EQ(after.errors[KJIT_ERROR_COMPILE] - before.errors[KJIT_ERROR_COMPILE], 1u);
+    EXPECT_EQ(after.errors[KJIT_ERROR_INVALID_ARGUMENT] - before.errors[KJIT_ERROR_INVALID_ARGUMENT], 3u);
+
+    // Progress: every item once, on this thread, done counting up, items found before any
+    // compile (the hits and the argument errors) reported first.
+    ASSERT_EQ(progress.calls.size(), batch.size());
+    std::set<std::size_t> seen;
+    for (std::size_t k = 0; k < progress.calls.size(); ++k) {
+        const auto &c = progress.calls[k];
+        EXPECT_EQ(c.done, k + 1);
+        EXPECT_EQ(c.total, batch.size());
+        EXPECT_EQ(c.thread, std::this_thread::get_id());
+        EXPECT_EQ(c.status, kjit_batch_result_status(result.r, c.index));
+        if (c.status == KJIT_OK) {
+            EXPECT_EQ(c.path, kjit_batch_result_cubin_path(result.r, c.index));
+            EXPECT_FALSE(c.resolved.empty());
+        } else {
+            EXPECT_TRUE(c.path.empty());
+        }
+        seen.insert(c.index);
+    }
+    EXPECT_EQ(seen.size(), batch.size());
+    std::vector<std::size_t> first_reported;
+    for (std::size_t k = 0; k < 5; ++k) first_reported.push_back(progress.calls[k].index);
+    EXPECT_EQ(first_reported, (std::vector<std::size_t>{hit, null_item, null_source, dup_of_hit, bad_keyword}));
+    EXPECT_EQ(progress.calls[hit].resolved, sources::numbered_gemm_name(0));
+
+    // Nothing of the failed items reached the cache, and what did is sound.
+    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    ASSERT_TRUE(report.ok()) << report.error().message;
+    EXPECT_EQ(report->entries_checked, 3u);
+    EXPECT_TRUE(report->clean());
+}
+
+TEST(CompileBatch, CancelFromTheFirstReportStartsNoCompile) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    const std::size_t hit = batch.add(sources::numbered_gemm(0), "gemm");
+    for (int i = 1; i <= 6; ++i) batch.add(sources::numbered_gemm(i), "gemm");
+    batch.compile_one(hit);
+
+    const kjit_stats before = stats_now();
+    Progress progress;
+    progress.cancel_at_call = 1;  // the hit, reported before any compile starts
+    const kjit_batch_options options = progress.options(2);
+    ResultGuard result;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_CANCELLED);
+    EXPECT_NE(std::string(kjit_last_error()).find("6 of 7 items were not started"), std::string::npos)
+        << kjit_last_error();
+    const kjit_stats after = stats_now();
+    ASSERT_NE(result.r, nullptr);
+    EXPECT_EQ(kjit_batch_result_status(result.r, hit), KJIT_OK);
+    for (std::size_t i = 1; i < batch.size(); ++i) {
+        EXPECT_EQ(kjit_batch_result_status(result.r, i), KJIT_ERROR_CANCELLED);
+        EXPECT_EQ(kjit_batch_result_cubin_path(result.r, i), nullptr);
+        EXPECT_NE(std::string(kjit_batch_result_error(result.r, i)).find("cancelled"), std::string::npos);
+    }
+    EXPECT_EQ(progress.calls.size(), 1u);
+    EXPECT_EQ(after.nvrtc_compiles, before.nvrtc_compiles);
+    EXPECT_EQ(after.errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);  // the batch, once
+    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->entries_checked, 1u);
+}
+
+TEST(CompileBatch, CancelMidwayStopsUnstartedItemsAndARerunFinishesThem) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    for (int i = 0; i < 8; ++i) batch.add(sources::numbered_gemm(10 + i), "gemm");
+    Progress progress;
+    progress.cancel_at_call = 1;  // after the first compile
+    const kjit_batch_options options = progress.options(1);
+    ResultGuard first;
+    EXPECT_EQ(batch.run(&options, &first.r), KJIT_ERROR_CANCELLED);
+    std::size_t ok = 0, cancelled = 0;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        const kjit_status s = kjit_batch_result_status(first.r, i);
+        ASSERT_TRUE(s == KJIT_OK || s == KJIT_ERROR_CANCELLED) << s;
+        (s == KJIT_OK ? ok : cancelled)++;
+    }
+    // The one worker may have taken the next item while the callback ran; no more.
+    EXPECT_GE(ok, 1u);
+    EXPECT_LE(ok, 2u);
+    EXPECT_EQ(progress.calls.size(), ok);
+    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->entries_checked, ok);
+    EXPECT_TRUE(report->clean());
+
+    // Run again, uncancelled: the finished items are hits, the rest compile.
+    const kjit_stats before = stats_now();
+    Progress again;
+    const kjit_batch_options options2 = again.options(2);
+    ResultGuard second;
+    EXPECT_EQ(batch.run(&options2, &second.r), KJIT_OK) << kjit_last_error();
+    const kjit_stats after = stats_now();
+    EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, cancelled);
+    EXPECT_EQ(after.compile_hits - before.compile_hits, ok);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (kjit_batch_result_status(first.r, i) == KJIT_OK) {
+            EXPECT_STREQ(kjit_batch_result_cubin_path(first.r, i), kjit_batch_result_cubin_path(second.r, i));
+        }
+    }
+}
+
+// What a cache holds, with what NVRTC does not reproduce left out: per entry, its files, its
+// source, its manifest without the creation time and compile duration, its cubin's size and
+// the kernel name (cubin bytes differ between any two compiles: NVRTC gives internal-linkage
+// symbols a per-compile id).
+std::map<std::string, std::string> cache_contents(const std::string &cache_dir, const char *keyword) {
+    std::map<std::string, std::string> out;
+    for (const std::string &shard : list_dir(cache_dir)) {
+        for (const std::string &key : list_dir(cache_dir + "/" + shard)) {
+            const std::string entry = cache_dir + "/" + shard + "/" + key;
+            std::ostringstream desc;
+            for (const std::string &f : list_dir(entry)) desc << f << ",";
+            desc << "\nsource:" << read_file(entry + "/source.cu");
+            std::istringstream manifest(read_file(entry + "/manifest.txt"));
+            for (std::string line; std::getline(manifest, line);) {
+                if (line.rfind("created", 0) == 0 || line.rfind("compile_seconds", 0) == 0) continue;
+                desc << "\nmanifest:" << line;
+            }
+            desc << "\ncubin bytes:" << read_file(entry + "/kernel.cubin").size();
+            char name[512] = "";
+            EXPECT_EQ(kjit_resolve_name((entry + "/kernel.cubin").c_str(), keyword, name, sizeof name, nullptr), KJIT_OK);
+            desc << "\nname:" << name;
+            out[shard + "/" + key] = desc.str();
+        }
+    }
+    return out;
+}
+
+TEST(CompileBatch, WorkerCountsAndPchModesGiveTheSameCache) {
+    TempDir dir;
+    std::vector<std::map<std::string, std::string>> caches;
+    const std::vector<std::pair<unsigned, int>> settings = {
+        {1, KJIT_PCH_ON}, {2, KJIT_PCH_DEFAULT}, {8, KJIT_PCH_ON}, {2, KJIT_PCH_OFF}};
+    for (const auto &[workers, pch] : settings) {
+        const std::string cache = dir.file("cache-" + std::to_string(workers) + "-" + std::to_string(pch));
+        Batch batch(cache);
+        for (int i = 0; i < 10; ++i) batch.add(sources::numbered_gemm(20 + i), "gemm");
+        batch.add(sources::numbered_gemm(20), "gemm");  // duplicates
+        batch.add(sources::numbered_gemm(25), "gemm");
+        Progress progress;
+        const kjit_batch_options options = progress.options(workers, pch);
+        ResultGuard result;
+        ASSERT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const std::string path = kjit_batch_result_cubin_path(result.r, i);
+            EXPECT_EQ(path.rfind(cache, 0), 0u) << path;
+            const int n = i < 10 ? static_cast<int>(20 + i) : (i == 10 ? 20 : 25);
+            EXPECT_EQ(progress.calls.size(), batch.size());
+            char name[512];
+            ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
+            EXPECT_EQ(name, sources::numbered_gemm_name(n));
+        }
+        auto report = kjit::cache_maintenance::verify(cache, false);
+        ASSERT_TRUE(report.ok());
+        EXPECT_EQ(report->entries_checked, 10u);
+        EXPECT_TRUE(report->clean());
+        caches.push_back(cache_contents(cache, "gemm"));
+        EXPECT_EQ(caches.back().size(), 10u);
+    }
+    for (std::size_t k = 1; k < caches.size(); ++k) {
+        EXPECT_EQ(caches[k], caches[0]) << "workers " << settings[k].first << ", pch " << settings[k].second;
+    }
+}
+
+TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    constexpr int kKernels = 12;
+    // The child compiles the same keys one by one, in reverse order, while the batch runs.
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::close(go[1]);
+        char byte;
+        if (::read(go[0], &byte, 1) != 1) ::_exit(3);
+        kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+        options.cache_dir = cache.c_str();
+        options.arch = "sm_90";
+        for (int i = kKernels - 1; i >= 0; --i) {
+            char path[4096], name[512];
+            if (kjit_compile(sources::numbered_gemm(40 + i).c_str(), "gemm", &options, path, sizeof path, nullptr) != KJIT_OK) ::_exit(1);
+            if (kjit_resolve_name(path, "gemm", name, sizeof name, nullptr) != KJIT_OK) ::_exit(1);
+            if (sources::numbered_gemm_name(40 + i) != name) ::_exit(2);
+        }
+        ::_exit(0);
+    }
+    ::close(go[0]);
+    Batch batch(cache);
+    for (int i = 0; i < kKernels; ++i) batch.add(sources::numbered_gemm(40 + i), "gemm");
+    kjit_batch_options options = KJIT_BATCH_OPTIONS_INIT;
+    options.workers = 2;
+    ASSERT_EQ(::write(go[1], "g", 1), 1);
+    ::close(go[1]);
+    ResultGuard result;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    for (int i = 0; i < kKernels; ++i) {
+        char name[512];
+        ASSERT_EQ(kjit_resolve_name(kjit_batch_result_cubin_path(result.r, static_cast<std::size_t>(i)), "gemm", name, sizeof name, nullptr), KJIT_OK);
+        EXPECT_EQ(name, sources::numbered_gemm_name(40 + i));
+    }
+    auto report = kjit::cache_maintenance::verify(cache, false);
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->entries_checked, static_cast<std::size_t>(kKernels));
+    EXPECT_TRUE(report->clean());
+    for (const std::string &shard : list_dir(cache)) {
+        for (const std::string &name : list_dir(cache + "/" + shard)) {
+            EXPECT_EQ(name.find(".tmp-"), std::string::npos) << shard << "/" << name;
+            EXPECT_EQ(name.find(".trash-"), std::string::npos) << shard << "/" << name;
+        }
+    }
+}
+
+TEST(CompileBatch, RefusedCallsAndOlderStructs) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    batch.add(sources::numbered_gemm(0), "gemm");
+    ResultGuard result;
+    // NULL out handle; NULL array with a count.
+    EXPECT_EQ(batch.run(nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile_batch(nullptr, 3, nullptr, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(result.r, nullptr);
+    EXPECT_NE(std::string(kjit_last_error()).find("requests is NULL but count is 3"), std::string::npos);
+    // An empty batch is fine.
+    EXPECT_EQ(kjit_compile_batch(nullptr, 0, nullptr, &result.r), KJIT_OK);
+    ASSERT_NE(result.r, nullptr);
+    EXPECT_EQ(kjit_batch_result_count(result.r), 0u);
+    kjit_batch_result_release(result.r);
+    result.r = nullptr;
+
+    kjit_batch_options options = KJIT_BATCH_OPTIONS_INIT;
+    options.struct_size = sizeof(kjit_batch_options) + 8;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(result.r, nullptr);
+    EXPECT_NE(std::string(kjit_last_error()).find("options->struct_size"), std::string::npos);
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.pch = 7;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("options->pch is 7"), std::string::npos);
+
+    // $KJIT_JOBS: a malformed value is refused when the workers are left to it, not otherwise.
+    ::setenv("KJIT_JOBS", "lots", 1);
+    options = KJIT_BATCH_OPTIONS_INIT;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("$KJIT_JOBS is 'lots'"), std::string::npos);
+    options.workers = 1;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+    kjit_batch_result_release(result.r);
+    result.r = nullptr;
+    ::setenv("KJIT_JOBS", "3", 1);
+    EXPECT_EQ(batch.run(nullptr, &result.r), KJIT_OK) << kjit_last_error();
+    kjit_batch_result_release(result.r);
+    result.r = nullptr;
+    ::unsetenv("KJIT_JOBS");
+
+    // An older, shorter options struct: only the fields it holds are read.
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.struct_size = offsetof(kjit_batch_options, pch);
+    options.pch = 99;  // past its size: not read
+    options.workers = 1;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+}
+
+TEST(CompileBatch, BadRequestStructSizeFailsOnlyThatItem) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    kjit_compile_options copts = KJIT_COMPILE_OPTIONS_INIT;
+    copts.cache_dir = cache.c_str();
+    copts.arch = "sm_90";
+    const std::string good_source = sources::numbered_gemm(1);
+    kjit_compile_request good = KJIT_COMPILE_REQUEST_INIT;
+    good.source = good_source.c_str();
+    good.keyword = "gemm";
+    good.options = &copts;
+    kjit_compile_request bad = good;
+    bad.struct_size = 3;
+    const kjit_compile_request *items[] = {&bad, &good};
+    ResultGuard result;
+    EXPECT_EQ(kjit_compile_batch(items, 2, nullptr, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_batch_result_status(result.r, 0), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_batch_result_error(result.r, 0)).find("requests[0]->struct_size is 3"), std::string::npos);
+    EXPECT_EQ(kjit_batch_result_status(result.r, 1), KJIT_OK);
+    EXPECT_STREQ(kjit_status_string(KJIT_ERROR_CANCELLED), "cancelled");
+}
+
+}  // namespace
