@@ -9,6 +9,9 @@
 //            the pyelftools loop in a child process (resolve_scenario.cpp)
 //   startup  a fresh process that gets the N cached kernels ready, against one that compiles
 //            them (startup_scenario.cpp; needs the sweep)
+//   cub      a cold sweep of header-heavy CUB kernels: sequential plain NVRTC against
+//            kjit_compile_batch with 1 and 2 workers, with and without NVRTC's precompiled
+//            header, each in a fresh process (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
@@ -17,6 +20,7 @@
 #include "report.hpp"
 #include "scenarios.hpp"
 #include "support.hpp"
+#include "cub_kernels.hpp"
 #include "sweep_kernels.hpp"
 
 #include <CLI/CLI.hpp>
@@ -80,6 +84,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("sweep")) sweep = run_sweep(o, report);
     if (o.wants("resolve")) run_resolve(o, report);
     if (o.wants("startup")) run_startup(o, sweep, report);
+    if (o.wants("cub")) run_cub(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -102,6 +107,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--startup-child") == 0) {
         return startup_child_main(argv[2], argv[3], std::atoi(argv[4]), argv[5]);
     }
+    if (argc == 6 && std::strcmp(argv[1], "--cub-child") == 0) {
+        return cub_child_main(argv[2], argv[3], std::atoi(argv[4]), argv[5]);
+    }
 
     BenchOptions o;
     o.pyelftools_script = KJIT_BENCH_SOURCE_DIR "/pyelftools_lookup.py";
@@ -111,7 +119,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -133,12 +141,15 @@ int main(int argc, char **argv) {
     app.add_option("--startup-repeats", o.startup_repeats, "Warm start-up processes timed")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--cub-kernels", o.cub_kernels, "Kernels in the CUB sweep")
+        ->check(CLI::Range(1, cub_size()))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup"};
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub"};
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

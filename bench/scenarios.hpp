@@ -1,4 +1,4 @@
-// The four scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// The five scenarios of kjit-bench, run in one process (one run, so ratios compare like with
 // like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
 // cannot go on.
 #pragma once
@@ -11,7 +11,7 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup"
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -27,6 +27,8 @@ struct BenchOptions {
     std::string pyelftools_script;
     // startup
     int startup_repeats = 5;
+    // cub
+    int cub_kernels = 50;
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -55,5 +57,12 @@ void run_startup(const BenchOptions &o, const SweepOutcome &sweep, Report &repor
 // 0..N-1 of the sweep ready to launch (kjit_compile, then kjit_load_cached), or with MODE
 // "nothing" only starts and exits. Returns the exit code.
 int startup_child_main(const std::string &mode, const std::string &cache, int n, const std::string &arch);
+
+// 5: the cold CUB sweep, sequential plain NVRTC against kjit_compile_batch with 1 and 2
+// workers, with and without PCH, each in a fresh process.
+void run_cub(const BenchOptions &o, Report &report);
+// The spawned CUB process (kjit-bench --cub-child MODE CACHE N ARCH): compiles the first N CUB
+// kernels the way MODE says and prints "wall_us <time>". Returns the exit code.
+int cub_child_main(const std::string &mode, const std::string &cache, int n, const std::string &arch);
 
 }  // namespace kjit_bench

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest's guard against the bench rotting: every scenario of kjit-bench on a small scale (a
-# 40-kernel cubin, 4 sweep kernels, few iterations), through the driver test double; then the
+# 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, few iterations), through the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
 # Usage: smoke_test.sh BENCH_BIN_DIR FAKE_LIBCUDA
@@ -10,7 +10,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$bin/kjit-make-bigcubin" "$work/small.cubin" --instances 40
 KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.cubin" --kernels 4 --rounds 2 \
-    --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --json "$work/out.json" \
+    --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 \
+    --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
 grep -q '^== targets' "$work/stdout.txt"
@@ -18,7 +19,9 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup"}, sections.keys()
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub"}, sections.keys()
+assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain"}, sections["cub"]
+assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 for sid, rows in sections.items():
     for rid, r in rows.items():
         assert not r["skipped"], (rid, r)  # the test double makes every row measurable
@@ -26,7 +29,7 @@ for sid, rows in sections.items():
 assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i", j["resolve"]
 assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
-            "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan"]:
+            "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -36,7 +39,7 @@ else
     echo "gnuplot is not installed: the chart is not checked"
 fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.

@@ -8,6 +8,9 @@
 //                    libkjit's one-time process set-up
 //   cold, 2 threads  kjit_compile of all N into a second empty cache on 2 threads; its entries
 //                    must match the first cache's, name for name
+//   cold, batch      kjit_compile_batch of all N into a third empty cache with its defaults
+//                    (a worker per CPU, PCH on), the progress line driven by its callback;
+//                    same check
 //   warm             on the first cache, in alternating rounds for 1 and 2 threads: kjit_compile
 //                    (all hits), kjit_resolve_name, kjit_load_cached up to the driver call
 //                    (KernelLoader::prepare: read the cubin once, resolve the name for those
@@ -17,6 +20,7 @@
 // Each call is timed (steady_clock), and each round as a whole: round time / N is the rate.
 #include "scenarios.hpp"
 
+#include "batch_run.hpp"
 #include "progress.hpp"
 #include "raw_nvrtc.hpp"
 #include "support.hpp"
@@ -138,6 +142,7 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     TempDir warmup_cache(o.work_dir, "sweep-warmup-");
     TempDir cold1(o.work_dir, "sweep-cold-1t-");
     TempDir cold2(o.work_dir, "sweep-cold-2t-");
+    TempDir cold_batch(o.work_dir, "sweep-cold-batch-");
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
     opts.arch = o.arch.c_str();
 
@@ -181,15 +186,22 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
             progress.tick();
         });
     }
-    // Both caches hold the same entries, and every kernel its own, with its own name.
+    // Cold, one batch with the defaults, into a third empty cache.
+    kjit_compile_options opts_batch = opts;
+    opts_batch.cache_dir = cold_batch.path().c_str();
+    const BatchRun batch = run_batch(sources, kSweepKeyword, opts_batch, 0, KJIT_PCH_DEFAULT,
+                                     "sweep: cold, kjit_compile_batch (defaults: a worker per CPU, PCH)");
+    // The caches hold the same entries, and every kernel its own, with its own name.
     std::set<std::string> names;
     for (int i = 0; i < n; ++i) {
         const auto u = static_cast<std::size_t>(i);
         if (paths[u].compare(0, cold1.path().size(), cold1.path()) != 0 ||
             paths2[u].compare(0, cold2.path().size(), cold2.path()) != 0 ||
-            paths[u].substr(cold1.path().size()) != paths2[u].substr(cold2.path().size())) {
-            fail("kernel " + std::to_string(i) + " went to '" + paths[u] + "' with 1 thread but '" + paths2[u] +
-                 "' with 2");
+            batch.paths[u].compare(0, cold_batch.path().size(), cold_batch.path()) != 0 ||
+            paths[u].substr(cold1.path().size()) != paths2[u].substr(cold2.path().size()) ||
+            paths[u].substr(cold1.path().size()) != batch.paths[u].substr(cold_batch.path().size())) {
+            fail("kernel " + std::to_string(i) + " went to '" + paths[u] + "' with 1 thread, '" + paths2[u] +
+                 "' with 2 and '" + batch.paths[u] + "' in a batch");
         }
         char name[512];
         size_t len = 0;
@@ -315,6 +327,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                                              ", one program and cache entry each");
     s.rows.push_back(summarize("sweep.cold_1t", "cold, 1 thread: kjit_compile miss, per kernel", cold1_us));
     s.rows.push_back(summarize("sweep.cold_2t", "cold, 2 threads: kjit_compile miss, per call", cold2_us));
+    s.rows.push_back(summarize("sweep.cold_batch", "cold, kjit_compile_batch (defaults): per kernel (wall / N)",
+                               {batch.wall_us / n}));
     for (WarmSeries *w : {&hit, &resolve, &prepare, &load}) {
         const std::string id = std::string("sweep.") + w->id + "_call";
         const std::string label = std::string("warm, 1 thread: ") + w->label + ", per call";
@@ -338,9 +352,11 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
             rate_notes.push_back(note);
         }
     }
-    std::snprintf(note, sizeof note, "cold totals: kjit_compile of all %d: %s on 1 thread, %s on 2 threads (%.2fx); raw NVRTC %s",
+    std::snprintf(note, sizeof note,
+                  "cold totals: kjit_compile of all %d: %s on 1 thread, %s on 2 threads (%.2fx), %s in one "
+                  "kjit_compile_batch (%.2fx); raw NVRTC %s",
                   n, seconds(cold1_total).c_str(), seconds(cold2_wall_us).c_str(), cold1_total / cold2_wall_us,
-                  seconds(raw_total).c_str());
+                  seconds(batch.wall_us).c_str(), cold1_total / batch.wall_us, seconds(raw_total).c_str());
     s.notes.push_back(note);
     const double warm_1t = median(hit.rate_us[1]) + (load.rate_us[1].empty() ? median(prepare.rate_us[1]) : median(load.rate_us[1]));
     std::snprintf(note, sizeof note, "warm total, 1 thread: %s for all %d (kjit_compile hit + kjit_load_cached%s); cold / warm %.0fx",
