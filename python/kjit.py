@@ -40,6 +40,7 @@ resolves, compiles and loads from several Python threads run in parallel. Error 
 per thread by the library and read right after the failing call, on the same thread.
 """
 
+import collections
 import ctypes
 import ctypes.util
 import enum
@@ -50,7 +51,8 @@ __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "load_cached", "stats", "SIDECAR_REJECTIONS",
+    "resolve_name", "compile", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
+    "load_cached", "stats", "SIDECAR_REJECTIONS",
 ]
 
 
@@ -69,6 +71,7 @@ class Status(enum.IntEnum):
     ERROR_BUFFER_TOO_SMALL = 10
     ERROR_OUT_OF_MEMORY = 11
     ERROR_INTERNAL = 12
+    ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,6 +217,79 @@ class _CompileOptions(ctypes.Structure):
         self.struct_size = ctypes.sizeof(_CompileOptions)
 
 
+def _compile_options(keep, *, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
+                     name_expression=None, max_cache_size=None):
+    """kjit_compile's keyword arguments -> a _CompileOptions; what it points at goes in ``keep``."""
+    opts = _CompileOptions()
+    if cache_dir is not None:
+        opts.cache_dir = _path_bytes(cache_dir, "cache_dir")
+    if arch is not None:
+        opts.arch = _text_bytes(arch, "arch")
+    if name_expression is not None:
+        opts.name_expression = _text_bytes(name_expression, "name_expression")
+    if max_cache_size is not None:
+        if max_cache_size == float("inf"):
+            opts.max_cache_size = 2**64 - 1
+        elif isinstance(max_cache_size, int) and 0 < max_cache_size < 2**64 - 1:
+            opts.max_cache_size = max_cache_size
+        else:
+            raise ValueError(f"max_cache_size must be a positive int (bytes) or inf, not {max_cache_size!r}")
+    options, opts.nvrtc_option_count = _string_array(nvrtc_options, "nvrtc_options", _text_bytes)
+    paths, opts.include_path_count = _string_array(include_paths, "include_paths", _path_bytes)
+    opts.nvrtc_options, opts.include_paths = options, paths
+    keep += [options, paths, opts]
+    if headers:
+        pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+        if not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+            raise TypeError("headers must be a mapping or a sequence of (name, source) pairs")
+        hdrs = (_Header * len(pairs))(*[
+            _Header(_text_bytes(n, f"headers[{i}] name"), _text_bytes(s, f"headers[{i}] source", True))
+            for i, (n, s) in enumerate(pairs)])
+        opts.headers, opts.header_count = hdrs, len(pairs)
+        keep.append(hdrs)
+    return opts
+
+
+# kjit_pch_mode
+PCH_DEFAULT, PCH_ON, PCH_OFF = 0, 1, 2
+
+
+class _CompileRequest(ctypes.Structure):
+    """kjit_compile_request."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("source", ctypes.c_char_p), ("keyword", ctypes.c_char_p),
+                ("options", ctypes.POINTER(_CompileOptions))]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_CompileRequest)
+
+
+# kjit_batch_progress_fn
+_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
+                                ctypes.c_int, ctypes.c_char_p)
+
+
+class _BatchOptions(ctypes.Structure):
+    """kjit_batch_options."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("workers", ctypes.c_uint), ("pch", ctypes.c_int),
+                ("progress", _PROGRESS_FN), ("progress_user_data", ctypes.c_void_p)]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_BatchOptions)
+
+
+class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
+    """One item of :meth:`Library.compile_batch`: ``status`` (a :class:`Status`), ``cubin_path``
+    (str, None unless OK) and ``error`` (the text kjit_last_error() would give for it: the NVRTC
+    log of a compile error; "" when OK). ``ok`` is True on success."""
+    __slots__ = ()
+
+    @property
+    def ok(self):
+        return self.status == Status.OK
+
+
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
 SIDECAR_REJECTIONS = ("unreadable", "too_large", "empty", "bare_name", "bad_header", "no_line", "stale",
                       "name_fails_rule", "distrusted")
@@ -257,6 +333,13 @@ _PROTOTYPES = {  # name: (restype, argtypes); kjit_status is a C enum, i.e. int
 # Entry points of later releases: looked up when present, so an older libkjit still loads.
 _OPTIONAL_PROTOTYPES = {
     "kjit_get_stats": (ctypes.c_int, [ctypes.POINTER(_Stats)]),  # 0.2
+    "kjit_compile_batch": (ctypes.c_int, [ctypes.POINTER(ctypes.POINTER(_CompileRequest)), ctypes.c_size_t,
+                                          ctypes.POINTER(_BatchOptions), ctypes.POINTER(_P)]),  # 0.3
+    "kjit_batch_result_count": (ctypes.c_size_t, [_P]),
+    "kjit_batch_result_status": (ctypes.c_int, [_P, ctypes.c_size_t]),
+    "kjit_batch_result_cubin_path": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_batch_result_error": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_batch_result_release": (None, [_P]),
 }
 
 
@@ -384,36 +467,108 @@ class Library:
         """
         src = _text_bytes(source, "source", allow_bytes=True)
         kw = _text_bytes(keyword, "keyword")
-        opts = _CompileOptions()
         keep = []  # everything the struct points at, alive until the call returns
-        if cache_dir is not None:
-            opts.cache_dir = _path_bytes(cache_dir, "cache_dir")
-        if arch is not None:
-            opts.arch = _text_bytes(arch, "arch")
-        if name_expression is not None:
-            opts.name_expression = _text_bytes(name_expression, "name_expression")
-        if max_cache_size is not None:
-            if max_cache_size == float("inf"):
-                opts.max_cache_size = 2**64 - 1
-            elif isinstance(max_cache_size, int) and 0 < max_cache_size < 2**64 - 1:
-                opts.max_cache_size = max_cache_size
-            else:
-                raise ValueError(f"max_cache_size must be a positive int (bytes) or inf, not {max_cache_size!r}")
-        options, opts.nvrtc_option_count = _string_array(nvrtc_options, "nvrtc_options", _text_bytes)
-        paths, opts.include_path_count = _string_array(include_paths, "include_paths", _path_bytes)
-        opts.nvrtc_options, opts.include_paths = options, paths
-        keep += [options, paths]
-        if headers:
-            pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
-            if not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-                raise TypeError("headers must be a mapping or a sequence of (name, source) pairs")
-            hdrs = (_Header * len(pairs))(*[
-                _Header(_text_bytes(n, f"headers[{i}] name"), _text_bytes(s, f"headers[{i}] source", True))
-                for i, (n, s) in enumerate(pairs)])
-            opts.headers, opts.header_count = hdrs, len(pairs)
-            keep.append(hdrs)
+        opts = _compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                                include_paths=include_paths, headers=headers, name_expression=name_expression,
+                                max_cache_size=max_cache_size)
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
+
+    _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
+                         "max_cache_size")
+
+    def compile_batch(self, requests, *, workers=None, pch=PCH_DEFAULT, progress=None, **options):
+        """Compiles many kernels at once (kjit_compile_batch) and returns one :class:`BatchItem`
+        per request, in order. Needs libkjit 0.3 or later.
+
+        - ``requests``: a sequence of ``(source, keyword)`` pairs, or of dicts with ``source``,
+          ``keyword`` and any of :meth:`compile`'s keyword arguments for that item alone.
+        - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
+          ``nvrtc_options``, ...) for every item; an item's dict overrides them.
+        - ``workers``: worker threads (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
+          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; on by default).
+        - ``progress``: called as ``progress(done, total, index, status, cubin_path)`` for each
+          finished item, on this thread (hits first); return True to cancel the items not yet
+          started, which then have status ERROR_CANCELLED. An exception raised in it cancels
+          too and is re-raised once the batch has returned.
+
+        Hits are answered at once, identical requests compile once, and one item's failure does
+        not affect the others: failures are in the items, not raised. Raises InvalidArgument
+        for a malformed call (bad ``pch``, malformed $KJIT_JOBS), TypeError/ValueError for bad
+        Python arguments, before anything compiles.
+        """
+        fn = self._fn.get("kjit_compile_batch")
+        if fn is None:
+            raise LibraryNotFound([(self.path, "loaded, but has no kjit_compile_batch (libkjit older than 0.3)")])
+        for name in options:
+            if name not in self._COMPILE_KEYWORDS:
+                raise TypeError(f"compile_batch() got an unexpected keyword argument {name!r}")
+        if isinstance(requests, (str, bytes)):
+            raise TypeError("requests must be a sequence of (source, keyword) pairs or dicts")
+        keep, structs = [], []
+        for i, item in enumerate(requests):
+            if isinstance(item, dict):
+                extra = {k: v for k, v in item.items() if k not in ("source", "keyword")}
+                for name in extra:
+                    if name not in self._COMPILE_KEYWORDS:
+                        raise TypeError(f"requests[{i}] has an unexpected key {name!r}")
+                if "source" not in item or "keyword" not in item:
+                    raise TypeError(f"requests[{i}] needs 'source' and 'keyword'")
+                source, keyword, item_options = item["source"], item["keyword"], {**options, **extra}
+            elif isinstance(item, tuple) and len(item) == 2:
+                (source, keyword), item_options = item, options
+            else:
+                raise TypeError(f"requests[{i}] must be a (source, keyword) pair or a dict")
+            request = _CompileRequest()
+            request.source = _text_bytes(source, f"requests[{i}] source", allow_bytes=True)
+            request.keyword = _text_bytes(keyword, f"requests[{i}] keyword")
+            request.options = ctypes.pointer(_compile_options(keep, **item_options))
+            structs.append(request)
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or
+                                    not 0 <= workers < 2**32):
+            raise ValueError(f"workers must be a non-negative int, not {workers!r}")
+        batch = _BatchOptions()
+        batch.workers = workers or 0
+        if isinstance(pch, bool) or not isinstance(pch, int):
+            raise TypeError(f"pch must be PCH_DEFAULT, PCH_ON or PCH_OFF, not {pch!r}")
+        batch.pch = pch
+        raised = []
+        if progress is not None:
+            def on_item(_user, done, total, index, status, path):
+                if raised:
+                    return 1
+                try:
+                    try:
+                        status = Status(status)
+                    except ValueError:
+                        pass
+                    return 1 if progress(done, total, index, status, os.fsdecode(path) if path else None) else 0
+                except BaseException as e:  # re-raised after the call; never through C
+                    raised.append(e)
+                    return 1
+            batch.progress = _PROGRESS_FN(on_item)
+        array = (ctypes.POINTER(_CompileRequest) * len(structs))(*[ctypes.pointer(r) for r in structs])
+        result = _P()
+        status = fn(array, len(structs), ctypes.byref(batch), ctypes.byref(result))
+        if not result.value:
+            raise self._error(status, "kjit_compile_batch")
+        try:
+            items = []
+            for i in range(self._fn["kjit_batch_result_count"](result)):
+                item_status = self._fn["kjit_batch_result_status"](result, i)
+                try:
+                    item_status = Status(item_status)
+                except ValueError:
+                    pass
+                path = self._fn["kjit_batch_result_cubin_path"](result, i)
+                error = self._fn["kjit_batch_result_error"](result, i) or b""
+                items.append(BatchItem(item_status, os.fsdecode(path) if path else None,
+                                       error.decode("utf-8", "replace")))
+        finally:
+            self._fn["kjit_batch_result_release"](result)
+        if raised:
+            raise raised[0]
+        return items
 
     def stats(self):
         """A snapshot of libkjit's process-wide counters (kjit_get_stats) as a dict: every
@@ -593,6 +748,11 @@ def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # 
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size)
+
+
+def compile_batch(requests, *, workers=None, pch=PCH_DEFAULT, progress=None, **options):
+    """See :meth:`Library.compile_batch`; returns a list of :class:`BatchItem`."""
+    return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, **options)
 
 
 def stats():

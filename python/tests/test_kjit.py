@@ -501,3 +501,71 @@ def test_max_cache_size_option(tmp_path, monkeypatch):
     for bad in (0, -1, "5G", 2**64):
         with pytest.raises(ValueError):
             kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=bad)
+
+
+def _numbered(i):
+    return (f"template <int N> __global__ void gemm(float *p) {{ p[threadIdx.x] = N; }}\n"
+            f"template __global__ void gemm<{i + 1}>(float *);\n")
+
+
+def test_compile_batch_mixed_items_and_progress(tmp_path):
+    hit = kjit.compile(_numbered(100), "gemm", cache_dir=tmp_path, arch="sm_90")
+    broken = "__global__ void gemm(float *p) { p[0] = undeclared_in_batch; }\n"
+    requests = [(_numbered(100), "gemm"), (_numbered(101), "gemm"), (broken, "gemm"), (_numbered(101), "gemm"),
+                {"source": _numbered(102), "keyword": "gemm", "name_expression": "gemm<103>"}]
+    seen = []
+    thread = threading.get_ident()
+
+    def progress(done, total, index, status, path):
+        assert threading.get_ident() == thread  # on the calling thread
+        seen.append((done, total, index, status, path))
+
+    before = kjit.stats()
+    items = kjit.compile_batch(requests, workers=2, progress=progress, cache_dir=tmp_path, arch="sm_90")
+    after = kjit.stats()
+    assert [i.status for i in items] == [kjit.Status.OK, kjit.Status.OK, kjit.Status.ERROR_COMPILE, kjit.Status.OK,
+                                         kjit.Status.OK]
+    assert items[0].cubin_path == hit and items[0].ok and items[0].error == ""
+    assert items[1].cubin_path == items[3].cubin_path
+    assert items[2].cubin_path is None and not items[2].ok and "undeclared_in_batch" in items[2].error
+    assert kjit.resolve_name(items[4].cubin_path, "gemm") == "_Z4gemmILi103EEvPf"
+    assert after["nvrtc_compiles"] - before["nvrtc_compiles"] == 3  # the duplicate and the hit ran none
+    assert [s[0] for s in seen] == [1, 2, 3, 4, 5] and sorted(s[2] for s in seen) == [0, 1, 2, 3, 4]
+    assert seen[0][2] == 0 and seen[0][3] == kjit.Status.OK and seen[0][4] == hit  # the hit, first
+    assert all(s[1] == 5 for s in seen)
+
+
+def test_compile_batch_cancel_and_callback_exception(tmp_path):
+    kjit.compile(_numbered(110), "gemm", cache_dir=tmp_path, arch="sm_90")
+    requests = [(_numbered(110 + i), "gemm") for i in range(5)]
+    items = kjit.compile_batch(requests, progress=lambda *a: True, cache_dir=tmp_path, arch="sm_90")
+    assert items[0].ok  # the hit, reported first, cancelled the rest before any compile
+    assert all(i.status == kjit.Status.ERROR_CANCELLED and i.cubin_path is None for i in items[1:])
+    assert kjit.status_string(kjit.Status.ERROR_CANCELLED) == "cancelled"
+
+    def boom(*_):
+        raise RuntimeError("from the callback")
+    with pytest.raises(RuntimeError, match="from the callback"):
+        kjit.compile_batch(requests, progress=boom, cache_dir=tmp_path, arch="sm_90")
+    # Nothing but the hit reached the cache; a plain run then finishes the rest.
+    assert len(list(tmp_path.rglob("kernel.cubin"))) == 1
+    items = kjit.compile_batch(requests, workers=1, pch=kjit.PCH_OFF, cache_dir=tmp_path, arch="sm_90")
+    assert all(i.ok for i in items)
+    assert [kjit.resolve_name(i.cubin_path, "gemm") for i in items] == [
+        f"_Z4gemmILi{111 + i}EEvPf" for i in range(5)]
+
+
+def test_compile_batch_bad_arguments(tmp_path):
+    with pytest.raises(kjit.InvalidArgument, match="pch is 9"):
+        kjit.compile_batch([(_numbered(1), "gemm")], pch=9, cache_dir=tmp_path, arch="sm_90")
+    with pytest.raises(TypeError):
+        kjit.compile_batch("not a list")
+    with pytest.raises(TypeError):
+        kjit.compile_batch([("only source",)])
+    with pytest.raises(TypeError):
+        kjit.compile_batch([(_numbered(1), "gemm")], no_such_option=1)
+    with pytest.raises(ValueError):
+        kjit.compile_batch([(_numbered(1), "gemm")], workers=-1)
+    assert kjit.compile_batch([], cache_dir=tmp_path, arch="sm_90") == []
+    items = kjit.compile_batch([(_numbered(1), "bad keyword!")], cache_dir=tmp_path, arch="sm_90")
+    assert items[0].status == kjit.Status.ERROR_INVALID_ARGUMENT and "keyword" in items[0].error
