@@ -70,6 +70,32 @@ std::string cub_source(const CubConfig &c) {
            t + " *, " + t + " *, int);\n";
 }
 
+std::string cub_large_source() {
+    return "#include <cub/block/block_radix_sort.cuh>\n"
+           "#include <cub/block/block_scan.cuh>\n"
+           "\n"
+           "template <int BLOCK, int ITEMS>\n"
+           "__global__ void cub_sort_scan(float *data) {\n"
+           "    using Sort = cub::BlockRadixSort<float, BLOCK, ITEMS>;\n"
+           "    using Scan = cub::BlockScan<float, BLOCK>;\n"
+           "    __shared__ union {\n"
+           "        typename Sort::TempStorage sort;\n"
+           "        typename Scan::TempStorage scan;\n"
+           "    } temp;\n"
+           "    float keys[ITEMS];\n"
+           "    for (int i = 0; i < ITEMS; ++i) keys[i] = data[threadIdx.x * ITEMS + i];\n"
+           "    Sort(temp.sort).Sort(keys);\n"
+           "    __syncthreads();\n"
+           "    Scan(temp.scan).InclusiveSum(keys, keys);\n"
+           "    for (int i = 0; i < ITEMS; ++i) data[threadIdx.x * ITEMS + i] = keys[i];\n"
+           "}\n"
+           "\n"
+           "template __global__ void cub_sort_scan<64, 2>(float *);\n"
+           "template __global__ void cub_sort_scan<128, 4>(float *);\n"
+           "template __global__ void cub_sort_scan<256, 8>(float *);\n"
+           "template __global__ void cub_sort_scan<512, 16>(float *);\n";
+}
+
 std::vector<std::string> cub_nvrtc_options() {
     return {"-std=c++17", std::string("-I") + KJIT_BENCH_CUDA_INCLUDE + "/cccl", std::string("-I") + KJIT_BENCH_CUDA_INCLUDE};
 }

@@ -31,6 +31,10 @@ int cub_size();
 // The program for one configuration: the template and one explicit instantiation.
 std::string cub_source(const CubConfig &c);
 
+// One large program for the --split-compile comparison: four instantiations of a kernel that
+// sorts with cub::BlockRadixSort and scans with cub::BlockScan (up to 512 threads x 16 items).
+std::string cub_large_source();
+
 // NVRTC options the sources need besides -arch: C++17 and the toolkit's CCCL headers (passed
 // as -I, not as include paths: they ship with the toolkit whose NVRTC build is in the key).
 std::vector<std::string> cub_nvrtc_options();

@@ -9,6 +9,9 @@
 // The child times its own work (from before the first compile to after the last), so process
 // start-up (tens of ms) is not counted. The three caches must hold the same entries, each
 // kernel its own name.
+// Then, for one large program (cub_large_source: four sort+scan instantiations), raw NVRTC
+// plain against --split-compile=2 and =0 (NVRTC's parallel optimizer), alternating, in this
+// process, median of --split-rounds (3) each.
 #include "scenarios.hpp"
 
 #include "batch_run.hpp"
@@ -163,6 +166,31 @@ void run_cub(const BenchOptions &o, Report &report) {
     std::snprintf(note, sizeof note, "PCH with 2 workers vs without: %.2fx; 2 workers vs 1, with PCH: %.2fx",
                   wall_us[3] / wall_us[2], wall_us[1] / wall_us[2]);
     s.notes.push_back(note);
+    // --split-compile on one large program: alternating rounds, after one untimed compile.
+    std::fprintf(stderr, "cub: one large program, plain and with --split-compile=2 and =0, %d rounds...\n", o.split_rounds);
+    const std::string large = cub_large_source();
+    const std::vector<std::string> base = cub_nvrtc_options();
+    const std::vector<std::pair<const char *, const char *>> splits = {
+        {"plain", nullptr}, {"--split-compile=2", "--split-compile=2"}, {"--split-compile=0 (all CPUs)", "--split-compile=0"}};
+    raw_nvrtc_compile(large, o.arch, base);
+    std::vector<std::vector<double>> split_us(splits.size());
+    for (int round = 0; round < o.split_rounds; ++round) {
+        for (std::size_t k = 0; k < splits.size(); ++k) {
+            std::vector<std::string> opts = base;
+            if (splits[k].second) opts.push_back(splits[k].second);
+            split_us[k].push_back(time_once([&] { raw_nvrtc_compile(large, o.arch, opts); }));
+        }
+    }
+    Section &sp = report.section("split", "one large CUB program (4 BlockRadixSort+BlockScan instantiations), raw NVRTC, " +
+                                              o.arch + ", per compile");
+    for (std::size_t k = 0; k < splits.size(); ++k) {
+        sp.rows.push_back(summarize(std::string("split.") + (k == 0 ? "plain" : k == 1 ? "split2" : "split0"),
+                                    splits[k].first, split_us[k]));
+    }
+    std::snprintf(note, sizeof note, "--split-compile=2 vs plain: %.2fx; --split-compile=0 vs plain: %.2fx (medians)",
+                  median(split_us[0]) / median(split_us[1]), median(split_us[0]) / median(split_us[2]));
+    sp.notes.push_back(note);
+
     Target t{"cub_best_batch_over_raw", "CUB cold sweep: best batch setting vs sequential plain NVRTC (" + best_label + ")",
              2.5};
     t.value = best;

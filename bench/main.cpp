@@ -144,6 +144,9 @@ int main(int argc, char **argv) {
     app.add_option("--cub-kernels", o.cub_kernels, "Kernels in the CUB sweep")
         ->check(CLI::Range(1, cub_size()))
         ->capture_default_str();
+    app.add_option("--split-rounds", o.split_rounds, "Rounds of the --split-compile comparison (cub scenario)")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");

@@ -29,6 +29,7 @@ struct BenchOptions {
     int startup_repeats = 5;
     // cub
     int cub_kernels = 50;
+    int split_rounds = 3;  // the --split-compile comparison on one large program
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {

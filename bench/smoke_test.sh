@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$bin/kjit-make-bigcubin" "$work/small.cubin" --instances 40
 KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.cubin" --kernels 4 --rounds 2 \
-    --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 \
+    --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 --split-rounds 1 \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
@@ -19,7 +19,7 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub"}, sections.keys()
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split"}, sections.keys()
 assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain"}, sections["cub"]
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 for sid, rows in sections.items():
