@@ -1,4 +1,5 @@
-// Concurrency stress: P processes x T threads compile, resolve, load (through the driver test
+// Concurrency stress: P processes x T threads compile (one by one and in small batches of
+// kjit_compile_batch with duplicates, PCH on or off), resolve, load (through the driver test
 // double) and replace cubins (in cache entries, with a new copy of the same kernel; in a folder
 // of loose cubins, with other kernels') on one shared cache, at random,
 // for a bounded time; then the parent checks the result independently of libkjit's own paths:
@@ -105,7 +106,42 @@ void child_main(const Config &c) {
         std::uniform_int_distribution<int> kernel(0, c.kernels - 1), file(0, c.loose - 1), op(0, 99);
         while (std::chrono::steady_clock::now() < until) {
             const int o = op(rng);
-            if (o < 35) {  // compile (a miss or a hit), then the name of the result
+            if (o < 5) {  // a batch of a few kernels, duplicates allowed, then each item's name
+                std::uniform_int_distribution<int> size(2, 6);
+                std::vector<int> which(static_cast<std::size_t>(size(rng)));
+                for (int &i : which) i = kernel(rng);
+                std::vector<std::string> srcs;
+                for (int i : which) srcs.push_back(source_of(i));
+                kjit_compile_options co = KJIT_COMPILE_OPTIONS_INIT;
+                co.cache_dir = cache.c_str();
+                co.arch = "sm_90";
+                std::vector<kjit_compile_request> reqs(which.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+                std::vector<const kjit_compile_request *> items;
+                for (std::size_t k = 0; k < which.size(); ++k) {
+                    reqs[k].source = srcs[k].c_str();
+                    reqs[k].keyword = "gemm";
+                    reqs[k].options = &co;
+                    items.push_back(&reqs[k]);
+                }
+                kjit_batch_options bo = KJIT_BATCH_OPTIONS_INIT;
+                bo.workers = 2;
+                bo.pch = o % 2 == 0 ? KJIT_PCH_ON : KJIT_PCH_OFF;
+                kjit_batch_result *r = nullptr;
+                const kjit_status st = kjit_compile_batch(items.data(), items.size(), &bo, &r);
+                if (st != KJIT_OK) failure(std::string("kjit_compile_batch: ") + kjit_status_string(st) + ": " + kjit_last_error());
+                for (std::size_t k = 0; st == KJIT_OK && k < which.size(); ++k) {
+                    char name[512];
+                    const char *path = kjit_batch_result_cubin_path(r, k);
+                    const kjit_status rs = kjit_resolve_name(path, "gemm", name, sizeof name, nullptr);
+                    if (rs != KJIT_OK || name != name_of(which[k])) {
+                        failure(std::string("resolve of batch item ") + path + ": " + kjit_status_string(rs) + " " +
+                                (rs == KJIT_OK ? name : kjit_last_error()) + ", expected " + name_of(which[k]));
+                    }
+                    ++n.compiles;
+                    ++n.resolves;
+                }
+                kjit_batch_result_release(r);
+            } else if (o < 35) {  // compile (a miss or a hit), then the name of the result
                 const int i = kernel(rng);
                 std::string path, error;
                 if (!compile(c, cache, i, path, error)) {
