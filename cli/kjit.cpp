@@ -2,7 +2,7 @@
 // of libkjit.so would, and the cache's upkeep (stats, verify, prune, clear) through the cache
 // maintenance module that kjit_compile's size limit also uses.
 //
-// Exit status: 0 success; 1-12 the kjit_status of the failure (2 not found, 3 ambiguous, 5 I/O
+// Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5 I/O
 // error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
 #include "kjit/kjit.h"
 
@@ -23,6 +23,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -137,7 +138,9 @@ std::string read_source(const std::string &path, std::string &out) {
 }
 
 struct CompileArgs {
-    std::string file;
+    std::vector<std::string> files;
+    unsigned jobs = 0;    // several files: kjit_compile_batch's workers (0: its default)
+    bool no_pch = false;  // several files: plain compiles
     std::string keyword;
     std::string arch;
     std::string name_expression;
@@ -145,12 +148,9 @@ struct CompileArgs {
     std::vector<std::string> nvrtc_options;
 };
 
-int run_compile(const Global &g, const CompileArgs &a) {
-    std::string source;
-    if (auto st = read_source(a.file, source); !st.empty()) {
-        return report_failure(g, KJIT_ERROR_IO, kjit_status_string(KJIT_ERROR_IO), st);
-    }
-    std::vector<const char *> options, includes;
+// The options every file of `kjit compile` shares; `options` and `includes` hold what they point at.
+kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, std::vector<const char *> &options,
+                                        std::vector<const char *> &includes) {
     for (const std::string &o : a.nvrtc_options) options.push_back(o.c_str());
     for (const std::string &p : a.include_paths) includes.push_back(p.c_str());
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
@@ -161,15 +161,29 @@ int run_compile(const Global &g, const CompileArgs &a) {
     opts.include_paths = includes.data();
     opts.include_path_count = includes.size();
     opts.name_expression = a.name_expression.empty() ? nullptr : a.name_expression.c_str();
+    return opts;
+}
+
+kjit_status resolve_into(const std::string &cubin, const std::string &keyword, std::string &name) {
+    return with_out_string(name, [&](char *buf, size_t size, size_t *len) {
+        return kjit_resolve_name(cubin.c_str(), keyword.c_str(), buf, size, len);
+    });
+}
+
+int run_compile_one(const Global &g, const CompileArgs &a) {
+    std::string source;
+    if (auto st = read_source(a.files.front(), source); !st.empty()) {
+        return report_failure(g, KJIT_ERROR_IO, kjit_status_string(KJIT_ERROR_IO), st);
+    }
+    std::vector<const char *> options, includes;
+    const kjit_compile_options opts = compile_options_of(g, a, options, includes);
     std::string cubin;
     kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
         return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
     });
     if (s != KJIT_OK) return fail_with(g, s);
     std::string name;
-    s = with_out_string(name, [&](char *buf, size_t size, size_t *len) {
-        return kjit_resolve_name(cubin.c_str(), a.keyword.c_str(), buf, size, len);
-    });
+    s = resolve_into(cubin, a.keyword, name);
     if (s != KJIT_OK) return fail_with(g, s);
     if (g.json) {
         std::cout << json{{"cubin", cubin}, {"keyword", a.keyword}, {"name", name}}.dump(2) << "\n";
@@ -177,6 +191,85 @@ int run_compile(const Global &g, const CompileArgs &a) {
         std::cout << cubin << "\n" << name << "\n";
     }
     return 0;
+}
+
+// Several files: one kjit_compile_batch (docs/batch.md), a progress count on a terminal.
+int run_compile_many(const Global &g, const CompileArgs &a) {
+    const std::size_t n = a.files.size();
+    std::vector<std::string> sources(n), read_errors(n);
+    for (std::size_t i = 0; i < n; ++i) read_errors[i] = read_source(a.files[i], sources[i]);
+    std::vector<const char *> options, includes;
+    const kjit_compile_options opts = compile_options_of(g, a, options, includes);
+    std::vector<kjit_compile_request> requests(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    std::vector<const kjit_compile_request *> items;
+    std::vector<std::size_t> file_of_item;  // files that could be read, in order
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!read_errors[i].empty()) continue;
+        requests[i].source = sources[i].c_str();
+        requests[i].keyword = a.keyword.c_str();
+        requests[i].options = &opts;
+        items.push_back(&requests[i]);
+        file_of_item.push_back(i);
+    }
+    kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+    batch.workers = a.jobs;
+    batch.pch = a.no_pch ? KJIT_PCH_OFF : KJIT_PCH_DEFAULT;
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    if (tty) {
+        batch.progress = [](void *, size_t done, size_t total, size_t, kjit_status, const char *) {
+            std::fprintf(stderr, "\rkjit: %zu/%zu compiled or found", done, total);
+            return 0;
+        };
+    }
+    kjit_batch_result *raw = nullptr;
+    const kjit_status overall = kjit_compile_batch(items.data(), items.size(), &batch, &raw);
+    if (tty) std::fputc('\n', stderr);
+    if (!raw) return fail_with(g, overall);
+    std::unique_ptr<kjit_batch_result, decltype(&kjit_batch_result_release)> result(raw, &kjit_batch_result_release);
+
+    // Per file: its cubin and name, or its failure; the exit status is the first failure's.
+    int exit_status = 0;
+    json out = json::array();
+    std::vector<std::string> item_error(n), item_cubin(n);
+    std::vector<int> item_code(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!read_errors[i].empty()) {
+            item_code[i] = KJIT_ERROR_IO;
+            item_error[i] = read_errors[i];
+        }
+    }
+    for (std::size_t k = 0; k < file_of_item.size(); ++k) {
+        const std::size_t i = file_of_item[k];
+        item_code[i] = kjit_batch_result_status(result.get(), k);
+        if (item_code[i] == KJIT_OK) item_cubin[i] = kjit_batch_result_cubin_path(result.get(), k);
+        else item_error[i] = kjit_batch_result_error(result.get(), k);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        std::string name;
+        if (item_code[i] == KJIT_OK) {
+            const kjit_status s = resolve_into(item_cubin[i], a.keyword, name);
+            if (s != KJIT_OK) {
+                item_code[i] = s;
+                item_error[i] = kjit_last_error();
+            }
+        }
+        if (item_code[i] != KJIT_OK) {
+            const char *text = kjit_status_string(static_cast<kjit_status>(item_code[i]));
+            std::cerr << "kjit: " << a.files[i] << ": " << text << ": " << item_error[i] << "\n";
+            if (exit_status == 0) exit_status = item_code[i];
+            out.push_back({{"file", a.files[i]}, {"status", text}, {"code", item_code[i]}, {"error", item_error[i]}});
+        } else if (g.json) {
+            out.push_back({{"file", a.files[i]}, {"cubin", item_cubin[i]}, {"keyword", a.keyword}, {"name", name}});
+        } else {
+            std::cout << item_cubin[i] << "\n" << name << "\n";
+        }
+    }
+    if (g.json) std::cout << out.dump(2) << "\n";
+    return exit_status;
+}
+
+int run_compile(const Global &g, const CompileArgs &a) {
+    return a.files.size() == 1 ? run_compile_one(g, a) : run_compile_many(g, a);
 }
 
 int run_stats(const Global &g) {
@@ -331,14 +424,18 @@ int main(int argc, char **argv) {
 
     CompileArgs compile_args;
     CLI::App *compile = app.add_subcommand(
-        "compile", "Compile FILE.cu into the cache (or find it there); print the cubin's path and the kernel's name");
-    compile->add_option("file", compile_args.file, "CUDA C++ source file")->required();
+        "compile", "Compile FILE.cu into the cache (or find it there); print the cubin's path and the kernel's name. "
+                   "Several files compile as one batch, two lines each, in order");
+    compile->add_option("files", compile_args.files, "CUDA C++ source files")->required();
+    compile->add_option("-j,--jobs", compile_args.jobs,
+                        "Several files: worker threads (default: $KJIT_JOBS, else one per CPU)");
+    compile->add_flag("--no-pch", compile_args.no_pch, "Several files: no NVRTC precompiled header");
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
     compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);
-    compile->add_option("nvrtc_options", compile_args.nvrtc_options, "NVRTC options, after --");
+    compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
     add_common(compile);
 
     CLI::App *cache = app.add_subcommand("cache", "Look after a cache folder");
@@ -357,6 +454,14 @@ int main(int argc, char **argv) {
     CLI::App *clear = cache->add_subcommand("clear", "Remove every entry");
     add_common(clear);
 
+    // Everything after "--" is NVRTC options (CLI11 would give them to the file list).
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--") {
+            compile_args.nvrtc_options.assign(argv + i + 1, argv + argc);
+            argc = i;
+            break;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {

@@ -50,6 +50,23 @@ expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir 
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90
+# Several files: one batch into a cache of its own, two lines per file in order (k.cu's entry
+# has the single compile's key); a failing file is reported on stderr, the others still compile, and the exit
+# status is the first failure's.
+cat >"$WORK/k2.cu" <<'CU'
+extern "C" __global__ void plain(float *x) { x[1] = X; }
+CU
+echo 'extern "C" __global__ void plain(float *x) { x[0] = undefined_in_cli_batch; }' >"$WORK/bad.cu"
+BC="$WORK/batch-cache"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" "$WORK/k2.cu" "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$BC" -j 2 -- -DX=1
+[ "$(sed -n 1p "$WORK/out")" = "$BC${PLAIN#"$C"}" ] && [ "$(sed -n 5p "$WORK/out")" = "$BC${PLAIN#"$C"}" ] &&
+    [ "$(sed -n 2p "$WORK/out")" = plain ] && [ "$(wc -l <"$WORK/out")" = 6 ] || fail "batch compile printed $(cat "$WORK/out")"
+[ -f "$(sed -n 3p "$WORK/out")" ] && [ "$(sed -n 3p "$WORK/out")" != "$(sed -n 1p "$WORK/out")" ] ||
+    fail "k2.cu's cubin: $(cat "$WORK/out")"
+expect_rc 6 "$KJIT" compile "$WORK/k2.cu" "$WORK/bad.cu" "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$BC" --json --no-pch -- -DX=1
+json_check 'len(d) == 3 and d[0]["name"] == "plain" and d[1]["code"] == 6 and "undefined_in_cli_batch" in d[1]["error"] and d[2]["code"] == 5'
+contains "bad.cu: compile error" "$WORK/err"
+contains "missing.cu: I/O error" "$WORK/err"
 expect_rc 64 "$KJIT" nosuch
 expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"
