@@ -4,7 +4,8 @@
 // (kjit_compile: KJIT_ERROR_IO naming the file, or success where EINTR is retried;
 // kjit_resolve_name: success, as sidecar writes never fail it), nothing partial may become
 // visible and no temp file may remain. Then writers are killed with SIGKILL at random points and
-// the cache must still be correct. Prints the counts of faults injected, by kind.
+// the cache must still be correct; and a batch whose publishes hit a full disk fails only those
+// items. Prints the counts of faults injected, by kind.
 #include "kjit/kjit.h"
 
 #include "sidecar_store.hpp"
@@ -147,6 +148,71 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
         }
     }
     EXPECT_GT(runs, 60);
+}
+
+// kjit_compile_batch of kernels first..first+count-1 (2 workers) into `cache`.
+std::vector<kjit_status> batch_into(const std::string &cache, int first, int count, kjit_status *overall,
+                                    std::vector<std::string> *errors) {
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    std::vector<std::string> sources;
+    for (int i = 0; i < count; ++i) sources.push_back(source_of(first + i));
+    std::vector<kjit_compile_request> requests(sources.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    std::vector<const kjit_compile_request *> items;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        requests[i].source = sources[i].c_str();
+        requests[i].keyword = "gemm";
+        requests[i].options = &o;
+        items.push_back(&requests[i]);
+    }
+    kjit_batch_options b = KJIT_BATCH_OPTIONS_INIT;
+    b.workers = 2;
+    kjit_batch_result *r = nullptr;
+    *overall = kjit_compile_batch(items.data(), items.size(), &b, &r);
+    std::vector<kjit_status> out;
+    for (std::size_t i = 0; r && i < items.size(); ++i) {
+        out.push_back(kjit_batch_result_status(r, i));
+        errors->emplace_back(kjit_batch_result_error(r, i));
+    }
+    kjit_batch_result_release(r);
+    return out;
+}
+
+// A full disk during a batch: the item whose publish fails gets KJIT_ERROR_IO with the path and
+// errno text, the others are unaffected, nothing partial is left, and a rerun finishes it.
+TEST(FaultInjection, BatchItemsWhosePublishFailsFailAlone) {
+    ASSERT_NE(shim().arm, nullptr);
+    for (int times : {1, 1000}) {
+        TempDir dir;
+        const std::string cache = dir.file("cache");
+        shim().arm("rename", ENOSPC, cache.c_str(), 0, times);
+        kjit_status overall = KJIT_OK;
+        std::vector<std::string> errors;
+        const std::vector<kjit_status> st = batch_into(cache, 60, 4, &overall, &errors);
+        const int injected = shim().injected();
+        shim().disarm();
+        fault_counts()["rename ENOSPC (batch)"] += injected;
+        ASSERT_EQ(st.size(), 4u);
+        const int expected_failures = times == 1 ? 1 : 4;
+        EXPECT_EQ(injected, expected_failures);
+        int failed = 0;
+        for (std::size_t i = 0; i < st.size(); ++i) {
+            if (st[i] == KJIT_OK) continue;
+            ++failed;
+            EXPECT_EQ(st[i], KJIT_ERROR_IO) << errors[i];
+            EXPECT_NE(errors[i].find(cache), std::string::npos) << errors[i];
+            EXPECT_NE(errors[i].find(std::strerror(ENOSPC)), std::string::npos) << errors[i];
+        }
+        EXPECT_EQ(failed, expected_failures);
+        EXPECT_EQ(overall, KJIT_ERROR_IO);
+        EXPECT_EQ(check_cache(cache), 4 - expected_failures);
+        errors.clear();
+        const std::vector<kjit_status> again = batch_into(cache, 60, 4, &overall, &errors);
+        EXPECT_EQ(overall, KJIT_OK) << kjit_last_error();
+        EXPECT_EQ(again, std::vector<kjit_status>(4, KJIT_OK));
+        EXPECT_EQ(check_cache(cache), 4);
+    }
 }
 
 TEST(FaultInjection, SidecarWriteFaultsNeverFailAResolve) {
