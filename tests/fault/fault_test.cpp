@@ -8,6 +8,7 @@
 // items. Prints the counts of faults injected, by kind.
 #include "kjit/kjit.h"
 
+#include "batch_support.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -151,32 +152,15 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
 }
 
 // kjit_compile_batch of kernels first..first+count-1 (2 workers) into `cache`.
-std::vector<kjit_status> batch_into(const std::string &cache, int first, int count, kjit_status *overall,
-                                    std::vector<std::string> *errors) {
+BatchOutcome batch_into(const std::string &cache, int first, int count) {
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
     o.cache_dir = cache.c_str();
     o.arch = "sm_90";
     std::vector<std::string> sources;
     for (int i = 0; i < count; ++i) sources.push_back(source_of(first + i));
-    std::vector<kjit_compile_request> requests(sources.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
-    std::vector<const kjit_compile_request *> items;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-        requests[i].source = sources[i].c_str();
-        requests[i].keyword = "gemm";
-        requests[i].options = &o;
-        items.push_back(&requests[i]);
-    }
     kjit_batch_options b = KJIT_BATCH_OPTIONS_INIT;
     b.workers = 2;
-    kjit_batch_result *r = nullptr;
-    *overall = kjit_compile_batch(items.data(), items.size(), &b, &r);
-    std::vector<kjit_status> out;
-    for (std::size_t i = 0; r && i < items.size(); ++i) {
-        out.push_back(kjit_batch_result_status(r, i));
-        errors->emplace_back(kjit_batch_result_error(r, i));
-    }
-    kjit_batch_result_release(r);
-    return out;
+    return compile_batch(sources, "gemm", o, &b);
 }
 
 // A full disk during a batch: the item whose publish fails gets KJIT_ERROR_IO with the path and
@@ -187,9 +171,9 @@ TEST(FaultInjection, BatchItemsWhosePublishFailsFailAlone) {
         TempDir dir;
         const std::string cache = dir.file("cache");
         shim().arm("rename", ENOSPC, cache.c_str(), 0, times);
-        kjit_status overall = KJIT_OK;
-        std::vector<std::string> errors;
-        const std::vector<kjit_status> st = batch_into(cache, 60, 4, &overall, &errors);
+        const BatchOutcome first = batch_into(cache, 60, 4);
+        const std::vector<kjit_status> &st = first.statuses;
+        const std::vector<std::string> &errors = first.errors;
         const int injected = shim().injected();
         shim().disarm();
         fault_counts()["rename ENOSPC (batch)"] += injected;
@@ -205,12 +189,11 @@ TEST(FaultInjection, BatchItemsWhosePublishFailsFailAlone) {
             EXPECT_NE(errors[i].find(std::strerror(ENOSPC)), std::string::npos) << errors[i];
         }
         EXPECT_EQ(failed, expected_failures);
-        EXPECT_EQ(overall, KJIT_ERROR_IO);
+        EXPECT_EQ(first.overall, KJIT_ERROR_IO);
         EXPECT_EQ(check_cache(cache), 4 - expected_failures);
-        errors.clear();
-        const std::vector<kjit_status> again = batch_into(cache, 60, 4, &overall, &errors);
-        EXPECT_EQ(overall, KJIT_OK) << kjit_last_error();
-        EXPECT_EQ(again, std::vector<kjit_status>(4, KJIT_OK));
+        const BatchOutcome again = batch_into(cache, 60, 4);
+        EXPECT_EQ(again.overall, KJIT_OK) << kjit_last_error();
+        EXPECT_EQ(again.statuses, std::vector<kjit_status>(4, KJIT_OK));
         EXPECT_EQ(check_cache(cache), 4);
     }
 }

@@ -13,6 +13,7 @@
 // (the driver test double) for the loads. Exit 0 when every check passed.
 #include "kjit/kjit.h"
 
+#include "batch_support.hpp"
 #include "cache_entry.hpp"
 #include "cache_maintenance.hpp"
 #include "name_matcher.hpp"
@@ -115,23 +116,16 @@ void child_main(const Config &c) {
                 kjit_compile_options co = KJIT_COMPILE_OPTIONS_INIT;
                 co.cache_dir = cache.c_str();
                 co.arch = "sm_90";
-                std::vector<kjit_compile_request> reqs(which.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
-                std::vector<const kjit_compile_request *> items;
-                for (std::size_t k = 0; k < which.size(); ++k) {
-                    reqs[k].source = srcs[k].c_str();
-                    reqs[k].keyword = "gemm";
-                    reqs[k].options = &co;
-                    items.push_back(&reqs[k]);
-                }
                 kjit_batch_options bo = KJIT_BATCH_OPTIONS_INIT;
                 bo.workers = 2;
                 bo.pch = o % 2 == 0 ? KJIT_PCH_ON : KJIT_PCH_OFF;
-                kjit_batch_result *r = nullptr;
-                const kjit_status st = kjit_compile_batch(items.data(), items.size(), &bo, &r);
-                if (st != KJIT_OK) failure(std::string("kjit_compile_batch: ") + kjit_status_string(st) + ": " + kjit_last_error());
-                for (std::size_t k = 0; st == KJIT_OK && k < which.size(); ++k) {
+                const kjit_test::BatchOutcome r = kjit_test::compile_batch(srcs, "gemm", co, &bo);
+                if (r.overall != KJIT_OK) {
+                    failure(std::string("kjit_compile_batch: ") + kjit_status_string(r.overall) + ": " + kjit_last_error());
+                }
+                for (std::size_t k = 0; r.overall == KJIT_OK && k < which.size(); ++k) {
                     char name[512];
-                    const char *path = kjit_batch_result_cubin_path(r, k);
+                    const char *path = r.cubin_paths[k].c_str();
                     const kjit_status rs = kjit_resolve_name(path, "gemm", name, sizeof name, nullptr);
                     if (rs != KJIT_OK || name != name_of(which[k])) {
                         failure(std::string("resolve of batch item ") + path + ": " + kjit_status_string(rs) + " " +
@@ -140,7 +134,6 @@ void child_main(const Config &c) {
                     ++n.compiles;
                     ++n.resolves;
                 }
-                kjit_batch_result_release(r);
             } else if (o < 35) {  // compile (a miss or a hit), then the name of the result
                 const int i = kernel(rng);
                 std::string path, error;
