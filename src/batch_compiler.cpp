@@ -179,7 +179,8 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, std::move(items[i]).error());
             continue;
         }
-        items[i]->use_pch = options.use_pch;
+        items[i]->use_pch = options.pch == Pch::on ||
+                            (options.pch == Pch::automatic && items[i]->source.find("#include") != std::string::npos);
         auto prepared = cache.prepare(std::move(*items[i]));
         if (!prepared) {
             finish(i, std::move(prepared).error());
@@ -211,13 +212,14 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     if (!cancelled && !jobs.empty()) {
         const unsigned wanted = static_cast<unsigned>(
             std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), kMaxWorkers}));
+        const bool first_uses_pch = jobs.front().prepared.request.use_pch;
         log().debug("batch: {} items, {} to compile on {} workers, PCH {}", total, jobs.size(), wanted,
-                    options.use_pch ? "on" : "off");
+                    options.pch == Pch::on ? "on" : options.pch == Pch::off ? "off" : "for sources with #include");
         Pool pool(cache, jobs);
         // With PCH the first compile runs alone: it creates the precompiled header the others
         // then use, where workers started together would each parse the headers and make their
         // own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s).
-        const unsigned first_wave = options.use_pch ? 1u : wanted;
+        const unsigned first_wave = first_uses_pch ? 1u : wanted;
         if (pool.start(first_wave) == 0) {
             // No thread could be started: compile on this one.
             for (std::size_t j = 0; j < jobs.size() && !cancelled; ++j) {

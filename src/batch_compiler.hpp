@@ -22,9 +22,18 @@ namespace kjit::batch_compiler {
 using Progress =
     std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<std::string> &result)>;
 
+// When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
+enum class Pch {
+    automatic,  // for sources that #include something: a header-free source has nothing to
+                // precompile, and -pch costs it 10-15% on 2 workers (NVRTC serializes part of
+                // a PCH compile)
+    on,
+    off,
+};
+
 struct Options {
     unsigned workers = 1;  // worker threads at most; fewer are started when there are fewer misses
-    bool use_pch = true;   // NVRTC's automatic PCH for every compile (docs/batch.md)
+    Pch pch = Pch::automatic;
     Progress progress;     // may be empty
 };
 

@@ -353,7 +353,9 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
             workers = *detected;
         }
         batch.workers = workers;
-        batch.use_pch = pch != KJIT_PCH_OFF;
+        batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on
+                    : pch == KJIT_PCH_OFF ? kjit::batch_compiler::Pch::off
+                                          : kjit::batch_compiler::Pch::automatic;
         if (progress) {
             batch.progress = [progress, user_data](size_t done, size_t total, size_t item,
                                                    const kjit::Result<std::string> &r) {

@@ -10,6 +10,7 @@
 #include "log.hpp"
 #include "name_matcher.hpp"
 #include "name_resolver.hpp"
+#include "pch_folders.hpp"
 #include "posix_file.hpp"
 #include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"
@@ -64,10 +65,63 @@ void field(XXH3_state_t *state, const char *label, std::string_view value) {
     XXH3_128bits_update(state, value.data(), value.size());
 }
 
+using HashState = std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>;
+
+// A fresh XXH3-128 stream.
+HashState new_hash_state() {
+    HashState state(XXH3_createState(), &XXH3_freeState);
+    if (!state) throw std::bad_alloc();
+    XXH3_128bits_reset(state.get());
+    return state;
+}
+
+// The 32 hex digits of a finished XXH3-128 stream.
+std::string hex_digest(XXH3_state_t *state) {
+    const XXH128_hash_t h = XXH3_128bits_digest(state);
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
+                  static_cast<std::uint64_t>(h.low64));
+    return hex;
+}
+
 // NVRTC's build as the key sees it (computed once per process).
 const std::string &nvrtc_identity() {
     static const std::string v = compiler::nvrtc_identity();
     return v;
+}
+
+// What a PCH made while compiling `r` was made from: every input that can change what its
+// headers declare. The source counts up to the end of its last line with "#include" (anything
+// before an include can change what the include declares: a #define, another include); what
+// follows it, typically the instantiations a sweep varies, is left out so those share the PCH.
+// Headers reached through -I among the NVRTC options count by name only, as in the cache key.
+std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-pch", std::to_string(kFormatVersion));
+    field(state, "arch", r.arch);
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
+    }
+    field(state, "deps", std::to_string(deps.size()));
+    for (const auto &d : deps) {
+        field(state, "dep.path", d.path);
+        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
+    }
+    const std::size_t last_include = r.source.rfind("#include");
+    std::size_t prefix = 0;
+    if (last_include != std::string::npos) {
+        const std::size_t eol = r.source.find('\n', last_include);
+        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
+    }
+    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
+    return hex_digest(state);
 }
 
 Error io_error(const std::string &what, const std::string &path, int err) {
@@ -232,10 +286,8 @@ Result<std::string> default_arch() {
 }
 
 std::string key_of(const Request &r) {
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), &XXH3_freeState);
-    if (!owned) throw std::bad_alloc();
+    const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
-    XXH3_128bits_reset(state);
     field(state, "kjit-cache-key", std::to_string(kFormatVersion));
     field(state, "nvrtc", nvrtc_identity());
     field(state, "source", r.source);
@@ -251,11 +303,7 @@ std::string key_of(const Request &r) {
     field(state, "arch", r.arch);
     field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
     field(state, "keyword", r.keyword);
-    const XXH128_hash_t h = XXH3_128bits_digest(state);
-    char hex[33];
-    std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
-                  static_cast<std::uint64_t>(h.low64));
-    return hex;
+    return hex_digest(state);
 }
 
 Cache &Cache::instance() {
@@ -396,9 +444,16 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
     for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
     if (request.use_pch) {
-        // NVRTC's automatic PCH, kept in its process-private folder; its notes ("creating/using
-        // precompiled header ...") stay out of the log, so a compile error reads as without it.
-        nvrtc.options.insert(nvrtc.options.end(), {"-pch", "-pch-messages=false", "-pch-verbose=false"});
+        // NVRTC's automatic PCH, in a folder of this header identity's own (pch_folders.hpp
+        // says why); its notes ("creating/using precompiled header ...") stay out of the log,
+        // so a compile error reads as without it. No folder: a plain compile.
+        auto folder = pch_folders::folder_for(pch_identity(request, deps));
+        if (folder) {
+            nvrtc.options.insert(nvrtc.options.end(),
+                                 {"-pch", "-pch-dir=" + *folder, "-pch-messages=false", "-pch-verbose=false"});
+        } else {
+            log().debug("compiling {} without a PCH: {}", key, folder.error().message);
+        }
     }
     nvrtc.headers = request.headers;
     if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);

@@ -42,9 +42,10 @@ struct Request {
     std::optional<std::string> name_expression;
     // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
-    // How to compile, not what: NVRTC's automatic precompiled headers (-pch). Not in the key,
-    // since the cubin does the same either way (NVRTC's cubins are not byte-reproducible
-    // anyway: internal-linkage names carry a per-compile id). Set by batches (docs/batch.md).
+    // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
+    // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
+    // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
+    // per-compile id). Set by batches (docs/batch.md).
     bool use_pch = false;
 };
 

@@ -8,6 +8,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -409,6 +410,73 @@ TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
             EXPECT_EQ(name.find(".tmp-"), std::string::npos) << shard << "/" << name;
             EXPECT_EQ(name.find(".trash-"), std::string::npos) << shard << "/" << name;
         }
+    }
+}
+
+// NVRTC reuses an automatic PCH for any compile with matching options, without checking the
+// headers it was made from; each header identity must get PCHs of its own. Items that differ
+// only in an in-memory header, or in a header on disk under an include path edited between two
+// batches, must each compile against their own header (a static_assert checks the value).
+TEST(CompileBatch, PchNeverServesAnotherHeadersContent) {
+    TempDir dir;
+    const std::string include = dir.file("include");
+    ASSERT_EQ(::mkdir(include.c_str(), 0700), 0);
+    auto source = [](const char *header, int value) {
+        return std::string("#include \"") + header +
+               "\"\n#include <cuda/std/cstdint>\n"
+               "static_assert(KJIT_CFG_VALUE == " + std::to_string(value) + ", \"compiled against another header\");\n"
+               "__global__ void gemm(cuda::std::int32_t *p) { p[0] = KJIT_CFG_VALUE; }\n";
+    };
+    const std::string cache = dir.file("cache");
+    const std::string cccl = std::string("-I") + KJIT_TEST_CUDA_INCLUDE + "/cccl";
+    const char *nvrtc_options[] = {cccl.c_str(), "-std=c++17"};
+    const char *include_paths[] = {include.c_str()};
+    // In-memory headers: one "cfg.h", three contents, one batch (the first and last alike).
+    std::vector<std::string> header_text = {"#define KJIT_CFG_VALUE 1\n", "#define KJIT_CFG_VALUE 2\n",
+                                            "#define KJIT_CFG_VALUE 1\n"};
+    std::vector<kjit_header> headers(3);
+    std::vector<kjit_compile_options> options(3, kjit_compile_options KJIT_COMPILE_OPTIONS_INIT);
+    std::vector<std::string> sources;
+    std::vector<kjit_compile_request> requests(3, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    std::vector<const kjit_compile_request *> items;
+    for (int i = 0; i < 3; ++i) sources.push_back(source("cfg.h", i == 1 ? 2 : 1));
+    for (std::size_t i = 0; i < 3; ++i) {
+        headers[i] = kjit_header{"cfg.h", header_text[i].c_str()};
+        options[i].cache_dir = cache.c_str();
+        options[i].arch = "sm_90";
+        options[i].nvrtc_options = nvrtc_options;
+        options[i].nvrtc_option_count = 2;
+        options[i].headers = &headers[i];
+        options[i].header_count = 1;
+        requests[i].source = sources[i].c_str();
+        requests[i].keyword = "gemm";
+        requests[i].options = &options[i];
+        items.push_back(&requests[i]);
+    }
+    kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+    batch.workers = 1;
+    batch.pch = KJIT_PCH_ON;
+    ResultGuard result;
+    EXPECT_EQ(kjit_compile_batch(items.data(), items.size(), &batch, &result.r), KJIT_OK) << kjit_last_error();
+
+    // A header on disk, edited between two batches of this process.
+    kjit_compile_options disk = KJIT_COMPILE_OPTIONS_INIT;
+    disk.cache_dir = cache.c_str();
+    disk.arch = "sm_90";
+    disk.nvrtc_options = nvrtc_options;
+    disk.nvrtc_option_count = 2;
+    disk.include_paths = include_paths;
+    disk.include_path_count = 1;
+    for (int value : {3, 44}) {
+        write_file(include + "/disk_cfg.h", "#define KJIT_CFG_VALUE " + std::to_string(value) + "\n");
+        const std::string s = source("disk_cfg.h", value);
+        kjit_compile_request request = KJIT_COMPILE_REQUEST_INIT;
+        request.source = s.c_str();
+        request.keyword = "gemm";
+        request.options = &disk;
+        const kjit_compile_request *one[] = {&request};
+        ResultGuard r;
+        EXPECT_EQ(kjit_compile_batch(one, 1, &batch, &r.r), KJIT_OK) << "header value " << value << ": " << kjit_last_error();
     }
 }
 

@@ -67,6 +67,16 @@ expect_rc 6 "$KJIT" compile "$WORK/k2.cu" "$WORK/bad.cu" "$WORK/missing.cu" -k p
 json_check 'len(d) == 3 and d[0]["name"] == "plain" and d[1]["code"] == 6 and "undefined_in_cli_batch" in d[1]["error"] and d[2]["code"] == 5'
 contains "bad.cu: compile error" "$WORK/err"
 contains "missing.cu: I/O error" "$WORK/err"
+# Sources with #include compile with NVRTC's PCH, kept under $TMPDIR while the process runs and
+# removed when it exits.
+mkdir -p "$WORK/inc" "$WORK/tmp"
+echo '#define SCALE 3' >"$WORK/inc/scale.h"
+for i in 1 2; do
+    printf '#include "scale.h"\nextern "C" __global__ void plain(float *x) { x[%d] = SCALE; }\n' "$i" >"$WORK/inc$i.cu"
+done
+expect_rc 0 env TMPDIR="$WORK/tmp" "$KJIT" compile "$WORK/inc1.cu" "$WORK/inc2.cu" -k plain --arch sm_90 --cache-dir "$BC" -I "$WORK/inc"
+[ "$(wc -l <"$WORK/out")" = 4 ] || fail "compile with includes printed $(cat "$WORK/out")"
+[ -z "$(ls -A "$WORK/tmp")" ] || fail "left in TMPDIR: $(ls -A "$WORK/tmp")"
 expect_rc 64 "$KJIT" nosuch
 expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"

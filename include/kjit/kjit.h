@@ -374,7 +374,8 @@ typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total
 
 /** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
 typedef enum kjit_pch_mode {
-    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on (see kjit_batch_options::pch). */
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for sources that `#include` a header,
+                               off for the rest (see kjit_batch_options::pch). */
     KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
     KJIT_PCH_OFF = 2      /**< Plain compiles. */
 } kjit_pch_mode;
@@ -390,11 +391,13 @@ typedef struct kjit_batch_options {
     /** Worker threads at most. 0: $KJIT_JOBS (1 to 256), else the CPUs this process may run
         on. Fewer start when there are fewer misses; more than 256 means 256. */
     unsigned workers;
-    /** A ::kjit_pch_mode. The default is on: NVRTC then parses the headers once per process
-        and every later compile with the same includes and options starts from the parsed
-        state (a CUB kernel: about 1.7 s plain, 0.3 s with the header parsed, after a first
-        compile of about 2 s; docs/batch.md has the measurements). The PCH is not in the cache
-        key, as it does not change what the cubin does. */
+    /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
+        later compile with the same includes and options starts from the parsed state (a CUB
+        kernel: about 1.6 s plain, 0.3 to 0.4 s with the headers parsed, after a first compile
+        of about 2.2 s). The default uses it for sources that `#include` something: a
+        header-free source has nothing to precompile and was 10-15% slower with it on 2
+        workers (docs/batch.md has the measurements). The PCH is not in the cache key, as it
+        does not change what the cubin does. */
     int pch;
     /** Called for each finished item; NULL for none. */
     kjit_batch_progress_fn progress;

@@ -252,6 +252,10 @@ int parent_main(Config c, const std::string &self) {
     const std::string cache = c.work_dir + "/cache", loose = c.work_dir + "/loose", seeds = c.work_dir + "/seeds";
     fs::create_directories(loose);
     fs::create_directories(seeds);
+    // The children end with _Exit, which skips the exit handler that removes a process's PCH
+    // folder (pch_folders.hpp): keep theirs inside the work dir.
+    fs::create_directories(c.work_dir + "/tmp");
+    ::setenv("TMPDIR", (c.work_dir + "/tmp").c_str(), 1);
     // Seed cubins for the replacements, compiled into a cache of their own.
     for (int i = 0; i < c.kernels; ++i) {
         std::string path, error;

@@ -1,0 +1,104 @@
+#include "pch_folders.hpp"
+
+#include "cache_entry.hpp"
+
+#include "posix_file.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace kjit::pch_folders {
+
+namespace {
+
+struct Root {
+    std::mutex mutex;
+    pid_t pid = 0;          // the process that made `path` (a forked child makes its own)
+    std::string path;       // "" until first use
+    std::set<std::string> made;  // identities whose folder exists
+    bool cleanup_registered = false;
+};
+
+Root &root() {
+    static Root *const r = new Root();  // leaked: used by the exit handler
+    return *r;
+}
+
+// Roots of processes that are gone (killed, or ended by _exit) and untouched for 10 minutes:
+// removed when this process makes its own. A pid that is alive again (reused) keeps its
+// folder; the age check keeps a live process's folder even if its pid looks free here (another
+// pid namespace).
+void sweep_stale_roots(const std::string &base) {
+    constexpr std::int64_t kStaleNs = 600'000'000'000;
+    DIR *d = ::opendir(base.c_str());
+    if (!d) return;
+    std::vector<std::string> stale;
+    const std::int64_t now = realtime_ns();
+    while (const dirent *e = ::readdir(d)) {
+        const char *name = e->d_name;
+        if (std::strncmp(name, "kjit-pch-", 9) != 0) continue;
+        char *end = nullptr;
+        const long pid = std::strtol(name + 9, &end, 10);
+        if (pid <= 0 || *end != '-' || pid == ::getpid()) continue;
+        if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        struct stat st {};
+        const std::string path = base + "/" + name;
+        if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+        const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+        if (now - mtime > kStaleNs) stale.push_back(path);
+    }
+    ::closedir(d);
+    for (const std::string &path : stale) cache_entry::remove_tree(path);
+}
+
+void remove_root_at_exit() {
+    Root &r = root();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (!r.path.empty() && r.pid == ::getpid()) cache_entry::remove_tree(r.path);
+}
+
+}  // namespace
+
+Result<std::string> folder_for(const std::string &identity) {
+    Root &r = root();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.path.empty() || r.pid != ::getpid()) {
+        const char *tmp = std::getenv("TMPDIR");
+        std::string base = tmp && *tmp ? tmp : "/tmp";
+        std::string templ = base + "/kjit-pch-" + std::to_string(::getpid()) + "-XXXXXX";
+        std::vector<char> buf(templ.begin(), templ.end());
+        buf.push_back('\0');
+        if (!::mkdtemp(buf.data())) {
+            return Error{Errc::io, "cannot create a folder for NVRTC's precompiled headers under '" + base +
+                                       "': " + errno_text(errno)};
+        }
+        sweep_stale_roots(base);
+        r.path = buf.data();
+        r.pid = ::getpid();
+        r.made.clear();
+        if (!r.cleanup_registered) {
+            std::atexit(remove_root_at_exit);
+            r.cleanup_registered = true;
+        }
+    }
+    const std::string folder = r.path + "/" + identity;
+    if (r.made.count(identity) == 0) {
+        if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+            return Error{Errc::io, "cannot create the PCH folder '" + folder + "': " + errno_text(errno)};
+        }
+        r.made.insert(identity);
+    }
+    return folder;
+}
+
+}  // namespace kjit::pch_folders
