@@ -9,7 +9,8 @@
 //   cold, 2 threads  kjit_compile of all N into a second empty cache on 2 threads; its entries
 //                    must match the first cache's, name for name
 //   cold, batch      kjit_compile_batch of all N into a third empty cache with its defaults
-//                    (a worker per CPU, PCH on), the progress line driven by its callback;
+//                    (a worker per CPU; no PCH: these sources #include nothing), the
+//                    progress line driven by its callback;
 //                    same check
 //   warm             on the first cache, in alternating rounds for 1 and 2 threads: kjit_compile
 //                    (all hits), kjit_resolve_name, kjit_load_cached up to the driver call
@@ -190,7 +191,7 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     kjit_compile_options opts_batch = opts;
     opts_batch.cache_dir = cold_batch.path().c_str();
     const BatchRun batch = run_batch(sources, kSweepKeyword, opts_batch, 0, KJIT_PCH_DEFAULT,
-                                     "sweep: cold, kjit_compile_batch (defaults: a worker per CPU, PCH)");
+                                     "sweep: cold, kjit_compile_batch (defaults)");
     // The caches hold the same entries, and every kernel its own, with its own name.
     std::set<std::string> names;
     for (int i = 0; i < n; ++i) {
