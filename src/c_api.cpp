@@ -130,11 +130,22 @@ kjit_status copy_out(const std::string &value, char *buf, size_t size, size_t *l
     return KJIT_OK;
 }
 
-// Whether a caller's options struct (of its own struct_size) holds `field`.
-#define KJIT_OPTION_PRESENT(options, field) \
-    ((options)->struct_size >= offsetof(kjit_compile_options, field) + sizeof((options)->field))
-
 kjit::Error invalid(std::string message) { return kjit::Error{Errc::invalid_argument, std::move(message)}; }
+
+// Whether a caller's versioned struct (of its own struct_size) holds `field`.
+#define KJIT_FIELD_PRESENT(type, ptr, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
+#define KJIT_OPTION_PRESENT(options, field) KJIT_FIELD_PRESENT(kjit_compile_options, options, field)
+
+// A caller's versioned struct must be at least `min_size` (what the first release had) and at
+// most this library's sizeof(T): a larger one is from a newer header and is never half-read.
+// `where` names it in the message, e.g. "kjit_compile: options".
+template <typename T>
+kjit::Status check_struct_size(const T &given, const std::string &where, const char *type,
+                               std::size_t min_size = sizeof(size_t)) {
+    if (given.struct_size >= min_size && given.struct_size <= sizeof(T)) return kjit::Ok{};
+    return invalid(where + "->struct_size is " + std::to_string(given.struct_size) + "; set it to sizeof(" + type +
+                   ") (" + std::to_string(sizeof(T)) + " in this libkjit, or smaller from an older header)");
+}
 
 // A NUL-terminated string array from the C side, checked. `where` names the options struct in
 // messages ("kjit_compile: options").
@@ -156,11 +167,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
     if (options) {
-        if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options)) {
-            return invalid(where + "->struct_size is " + std::to_string(options->struct_size) +
-                           "; set it to sizeof(kjit_compile_options) (" + std::to_string(sizeof(kjit_compile_options)) +
-                           " in this libkjit, or smaller from an older header)");
-        }
+        if (auto st = check_struct_size(*options, where, "kjit_compile_options"); !st) return st;
         if (KJIT_OPTION_PRESENT(options, cache_dir)) cache_dir = options->cache_dir;
         if (KJIT_OPTION_PRESENT(options, arch)) arch = options->arch;
         if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
@@ -224,11 +231,11 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
 kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *item, size_t index) {
     const std::string where = "kjit_compile_batch: requests[" + std::to_string(index) + "]";
     if (!item) return invalid(where + " is NULL");
-    if (item->struct_size < offsetof(kjit_compile_request, options) + sizeof(item->options) ||
-        item->struct_size > sizeof(kjit_compile_request)) {
-        return invalid(where + "->struct_size is " + std::to_string(item->struct_size) +
-                       "; set it to sizeof(kjit_compile_request) (" + std::to_string(sizeof(kjit_compile_request)) +
-                       " in this libkjit)");
+    // Every field of the first version is needed: a request has no defaults.
+    if (auto st = check_struct_size(*item, where, "kjit_compile_request",
+                                    offsetof(kjit_compile_request, options) + sizeof(item->options));
+        !st) {
+        return std::move(st).error();
     }
     if (!item->source) return invalid(where + "->source is NULL");
     if (!item->keyword) return invalid(where + "->keyword is NULL");
@@ -326,15 +333,10 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         kjit_batch_progress_fn progress = nullptr;
         void *user_data = nullptr;
         if (options) {
-            if (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_batch_options)) {
-                return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                            ("kjit_compile_batch: options->struct_size is " + std::to_string(options->struct_size) +
-                             "; set it to sizeof(kjit_batch_options) (" + std::to_string(sizeof(kjit_batch_options)) +
-                             " in this libkjit, or smaller from an older header)")
-                                .c_str());
+            if (auto st = check_struct_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
+                return fail(st.error());
             }
-#define KJIT_BATCH_OPTION_PRESENT(field) \
-    (options->struct_size >= offsetof(kjit_batch_options, field) + sizeof(options->field))
+#define KJIT_BATCH_OPTION_PRESENT(field) KJIT_FIELD_PRESENT(kjit_batch_options, options, field)
             if (KJIT_BATCH_OPTION_PRESENT(workers)) workers = options->workers;
             if (KJIT_BATCH_OPTION_PRESENT(pch)) pch = options->pch;
             if (KJIT_BATCH_OPTION_PRESENT(progress)) progress = options->progress;
@@ -484,14 +486,8 @@ KJIT_API void kjit_kernel_release(kjit_kernel *kernel) { delete kernel; }
 KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
     return guarded("kjit_get_stats", [&]() -> kjit_status {
         if (!stats) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_get_stats: stats is NULL");
+        if (auto st = check_struct_size(*stats, "kjit_get_stats: stats", "kjit_stats"); !st) return fail(st.error());
         const size_t size = stats->struct_size;
-        if (size < sizeof(size_t) || size > sizeof(kjit_stats)) {
-            return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                        ("kjit_get_stats: stats->struct_size is " + std::to_string(size) +
-                         "; set it to sizeof(kjit_stats) (" + std::to_string(sizeof(kjit_stats)) +
-                         " in this libkjit, or smaller from an older header)")
-                            .c_str());
-        }
         constexpr auto relaxed = std::memory_order_relaxed;
         kjit_stats s{};
         s.struct_size = size;
