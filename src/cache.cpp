@@ -376,12 +376,14 @@ Result<std::string> Cache::build(const Prepared &prepared) {
     const Request &request = prepared.request;
     const std::string &key = prepared.key;
     const std::string &entry = prepared.entry;
-    // One compile per key in this process; later callers wait for it and share its result.
+    // One compile per entry (cache folder and key) in this process; later callers wait for it
+    // and share its result. Not per key alone: the result is a path in one cache folder, and a
+    // caller of another folder would get that path while its own cache stayed empty.
     std::shared_ptr<Flight> flight;
     bool leader = false;
     {
         std::lock_guard<std::mutex> lock(flights_mutex_);
-        auto &slot = flights_[key];
+        auto &slot = flights_[entry];
         if (!slot) {
             slot = std::make_shared<Flight>();
             leader = true;
@@ -417,7 +419,7 @@ Result<std::string> Cache::build(const Prepared &prepared) {
     flight->done_cv.notify_all();
     {
         std::lock_guard<std::mutex> lock(flights_mutex_);
-        flights_.erase(key);
+        flights_.erase(entry);
     }
     return result;
 }

@@ -95,8 +95,8 @@ public:
     // The cubin path when the entry answers the request (counted as a hit), else nothing
     // (counted as a miss). Errors: the cache folder is unusable (world-writable, not a folder).
     Result<std::optional<std::string>> find(const Prepared &prepared);
-    // Compiles and publishes the entry; concurrent builds of one key in this process run NVRTC
-    // once and share the result.
+    // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
+    // in this process run NVRTC once and share the result.
     Result<std::string> build(const Prepared &prepared);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
@@ -119,7 +119,7 @@ private:
 
     Counters counters_;
     std::mutex flights_mutex_;
-    std::map<std::string, std::shared_ptr<Flight>> flights_;
+    std::map<std::string, std::shared_ptr<Flight>> flights_;  // by entry folder
 };
 
 }  // namespace kjit::cache

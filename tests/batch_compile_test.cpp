@@ -360,6 +360,38 @@ TEST(CompileBatch, WorkerCountsAndPchModesGiveTheSameCache) {
     }
 }
 
+// The same request for two cache folders in one batch is two jobs on two workers: each item
+// gets an entry in its own folder, never a path in the other's.
+TEST(CompileBatch, SameRequestIntoTwoCacheFoldersFillsBoth) {
+    TempDir dir;
+    const std::string folders[2] = {dir.file("a"), dir.file("b")};
+    kjit_compile_options options[2] = {KJIT_COMPILE_OPTIONS_INIT, KJIT_COMPILE_OPTIONS_INIT};
+    kjit_compile_request requests[2] = {KJIT_COMPILE_REQUEST_INIT, KJIT_COMPILE_REQUEST_INIT};
+    const std::string source = sources::numbered_gemm(41);
+    const kjit_compile_request *items[2];
+    for (int i = 0; i < 2; ++i) {
+        options[i].cache_dir = folders[i].c_str();
+        options[i].arch = "sm_90";
+        requests[i].source = source.c_str();
+        requests[i].keyword = "gemm";
+        requests[i].options = &options[i];
+        items[i] = &requests[i];
+    }
+    kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+    batch.workers = 2;
+    ResultGuard result;
+    ASSERT_EQ(kjit_compile_batch(items, 2, &batch, &result.r), KJIT_OK) << kjit_last_error();
+    for (std::size_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(kjit_batch_result_status(result.r, i), KJIT_OK) << kjit_batch_result_error(result.r, i);
+        const std::string path = kjit_batch_result_cubin_path(result.r, i);
+        EXPECT_EQ(path.rfind(folders[i] + "/", 0), 0u) << "item " << i << ": " << path;
+        EXPECT_TRUE(exists(path)) << path;
+        char name[512];
+        ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK) << kjit_last_error();
+        EXPECT_EQ(name, sources::numbered_gemm_name(41));
+    }
+}
+
 TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
     TempDir dir;
     const std::string cache = dir.file("cache");

@@ -335,6 +335,38 @@ TEST(Cache, EightThreadsOnOneKeyRunNvrtcOnce) {
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
 }
 
+// One request compiled at once into two cache folders is two compiles: a shared flight would
+// hand one caller a path in the other's folder and leave its own cache empty.
+TEST(Cache, SingleFlightIsPerCacheFolder) {
+    TempDir dir;
+    Cache cache;
+    for (int round = 0; round < 3; ++round) {  // the two compiles overlap in every round
+        const std::string folders[2] = {dir.file("a" + std::to_string(round)), dir.file("b" + std::to_string(round))};
+        std::string paths[2];
+        std::atomic<int> ready{0};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 2; ++t) {
+            threads.emplace_back([&, t] {
+                Request r = base_request(folders[t]);
+                r.source += "// round " + std::to_string(round) + "\n";
+                ready.fetch_add(1);
+                while (ready.load() < 2) {
+                }
+                auto p = cache.compile(r);
+                paths[t] = p.ok() ? *p : p.error().message;
+            });
+        }
+        for (auto &th : threads) th.join();
+        for (int t = 0; t < 2; ++t) {
+            EXPECT_EQ(paths[t].rfind(folders[t] + "/", 0), 0u) << "round " << round << ": " << paths[t];
+            EXPECT_TRUE(exists(paths[t])) << paths[t];
+            EXPECT_EQ(complete_entries(folders[t]), 1) << folders[t];
+        }
+    }
+    EXPECT_EQ(cache.counters().nvrtc_runs, 6u);
+    EXPECT_EQ(cache.counters().shared_waits, 0u);
+}
+
 TEST(Cache, EightThreadsOnEightKeysCompileInParallel) {
     TempDir dir;
     Cache cache;
