@@ -194,15 +194,17 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
         return bad(label, "ELF machine is " + std::to_string(ehdr.e_machine) + ", not EM_CUDA (190)");
     }
 
+    // The ELF spec allows one SHT_SYMTAB per object file. A crafted cubin with two could show
+    // the driver one kernel and libkjit another: refused rather than read from the first.
     Elf_Scn *symtab = nullptr;
-    GElf_Shdr symtab_hdr;
+    GElf_Shdr symtab_hdr {};
     for (Elf_Scn *scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
         GElf_Shdr hdr;
         if (!gelf_getshdr(scn, &hdr)) return elf_error(label, "cannot read a section header");
         if (hdr.sh_type == SHT_SYMTAB) {
+            if (symtab) return bad(label, "it has more than one SHT_SYMTAB section (the ELF spec allows one)");
             symtab = scn;
             symtab_hdr = hdr;
-            break;
         }
     }
     if (const int err = elf_errno(); err != 0) {
@@ -234,7 +236,15 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
     const auto *syms = static_cast<const Elf64_Sym *>(sym_data->d_buf);
     const std::size_t count = sym_data->d_size / sizeof(Elf64_Sym);
     table.functions_.reserve(count / 2);
-    for (std::size_t i = 1; i < count; ++i) {  // symbol 0 is the reserved null symbol
+    // Symbol 0 (STN_UNDEF) is reserved and all zeros by the ELF spec. One that is not (a named
+    // function, say) is refused, not skipped: another reader might take it.
+    if (count > 0) {
+        static const Elf64_Sym kNullSymbol{};
+        if (std::memcmp(&syms[0], &kNullSymbol, sizeof kNullSymbol) != 0) {
+            return bad(label, "symbol 0 (the reserved STN_UNDEF entry) is not all zeros");
+        }
+    }
+    for (std::size_t i = 1; i < count; ++i) {
         const Elf64_Sym &sym = syms[i];
         if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC) continue;
         const std::size_t off = sym.st_name;

@@ -1,5 +1,6 @@
 #include "symbol_scanner.hpp"
 
+#include "crafted_elf.hpp"
 #include "test_support.hpp"
 
 #include <elf.h>
@@ -158,6 +159,37 @@ TEST(SymbolScanner, NoSymtabIsBadCubin) {
     EXPECT_EQ(t.error().code, Errc::bad_cubin);
     EXPECT_NE(t.error().message.find("no .symtab"), std::string::npos) << t.error().message;
     EXPECT_NE(t.error().message.find("stripped.cubin"), std::string::npos);
+}
+
+// The ELF spec allows one SHT_SYMTAB per object file. With two, the driver and libkjit could
+// each read another: refused, not resolved from the first.
+TEST(SymbolScanner, SecondSymtabIsBadCubin) {
+    const std::string &cubin = cubin_for(sources::kPlain);
+    const std::string image = crafted::with_section_copied(cubin, crafted::find_section(cubin, SHT_SYMTAB));
+    auto t = SymbolTable::from_bytes(image, "two-symtabs.cubin");
+    ASSERT_FALSE(t.ok()) << "a second .symtab was ignored";
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+    EXPECT_NE(t.error().message.find("two-symtabs.cubin"), std::string::npos) << t.error().message;
+    EXPECT_NE(t.error().message.find("SHT_SYMTAB"), std::string::npos) << t.error().message;
+    // The untouched cubin, with its table moved the same way, still scans: only the copy counts.
+    const std::string moved = crafted::with_section_copied(cubin, 0);  // a second SHT_NULL header
+    EXPECT_TRUE(SymbolTable::from_bytes(moved, "moved.cubin").ok());
+}
+
+// The ELF spec reserves symbol 0 (STN_UNDEF) and makes it all zeros. A named function there is
+// not skipped quietly (some reader could take it): the cubin is refused.
+TEST(SymbolScanner, NonZeroReservedSymbolIsBadCubin) {
+    const std::string &cubin = cubin_for(sources::kPlain);
+    const Elf64_Sym zero = crafted::symbol(cubin, 0);
+    const unsigned char *bytes = reinterpret_cast<const unsigned char *>(&zero);
+    ASSERT_TRUE(std::all_of(bytes, bytes + sizeof zero, [](unsigned char b) { return b == 0; }))
+        << "NVRTC's own cubin has a non-zero symbol 0";
+    std::string image = cubin;
+    crafted::put_symbol(image, 0, crafted::symbol(cubin, crafted::find_symbol(cubin, "_Z12plain_kernelPf")));
+    auto t = SymbolTable::from_bytes(image, "symbol0.cubin");
+    ASSERT_FALSE(t.ok()) << "a named STT_FUNC at index 0 was skipped";
+    EXPECT_EQ(t.error().code, Errc::bad_cubin);
+    EXPECT_NE(t.error().message.find("symbol 0"), std::string::npos) << t.error().message;
 }
 
 TEST(SymbolScanner, NameOffsetOutsideStringTable) {
