@@ -35,7 +35,8 @@ bool matches_digits_then(std::string_view s, std::string_view ident) {
     return false;
 }
 
-// Consumes `<decimal length of seg><seg>` (as C++ mangling writes a namespace) from `s`.
+// Consumes `<decimal length of seg><seg>` (as C++ mangling writes a namespace) from `s`,
+// with the length as the regex of rule 1 writes it (no leading zeros).
 bool consume_source_name(std::string_view &s, std::string_view seg) {
     char digits[24];
     std::size_t len = seg.size(), n = 0;
@@ -49,6 +50,23 @@ bool consume_source_name(std::string_view &s, std::string_view seg) {
     if (!starts_with(s, seg)) return false;
     s.remove_prefix(seg.size());
     return true;
+}
+
+// Whether `s` starts with an Itanium <source-name> holding exactly `ident`: the whole digit
+// run read as a number, as the demangler reads it (leading zeros allowed: `04gemm` is `gemm`,
+// as c++filt says), then `ident`. The run is the whole length because an identifier never
+// starts with a digit; a keyword segment that does (not a C++ identifier) is compared as rule
+// 1's regex writes the length.
+bool starts_with_source_name(std::string_view s, std::string_view ident) {
+    if (ident.empty() || is_digit(ident.front())) return consume_source_name(s, ident);
+    const std::size_t run = digit_run(s);
+    if (run == 0) return false;
+    std::size_t length = 0;
+    for (std::size_t i = 0; i < run; ++i) {
+        length = length * 10 + static_cast<std::size_t>(static_cast<unsigned char>(s[i]) - '0');
+        if (length > ident.size()) return false;  // also keeps a long run from overflowing
+    }
+    return length == ident.size() && starts_with(s.substr(run), ident);
 }
 
 // A checked keyword split once into its namespace part and its last segment, so the selector
@@ -81,6 +99,15 @@ bool strip_scope(std::string_view &name, std::string_view scope) {
 }
 
 }  // namespace
+
+bool is_plain_name(std::string_view name) {
+    if (name.empty()) return false;
+    for (const char c : name) {
+        const auto b = static_cast<unsigned char>(c);
+        if (b <= 0x20 || b == 0x7f) return false;
+    }
+    return true;
+}
 
 Status check_keyword(std::string_view keyword) {
     if (keyword.empty()) return Error{Errc::invalid_argument, "keyword is empty"};
@@ -117,6 +144,7 @@ Status check_keyword(std::string_view keyword) {
 namespace {
 
 bool matches_split(std::string_view name, const SplitKeyword &k) {
+    if (!is_plain_name(name)) return false;
     if (name == k.whole) return true;
     if (k.scope.empty()) return starts_with(name, "_Z") && matches_digits_then(name.substr(2), k.last);
     return strip_scope(name, k.scope) && matches_digits_then(name, k.last);
@@ -130,7 +158,7 @@ bool is_exact_identifier_split(std::string_view name, const SplitKeyword &k) {
     } else if (!strip_scope(name, k.scope)) {
         return false;
     }
-    return consume_source_name(name, k.last);
+    return starts_with_source_name(name, k.last);
 }
 
 }  // namespace
@@ -162,9 +190,16 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
     matched.resize(kept);
     const std::string kw(keyword);
     if (matched.empty()) {
+        std::size_t unusable = 0;
+        for (const Candidate &c : candidates) if (!is_plain_name(c.name)) ++unusable;
+        std::string skipped;
+        if (unusable > 0) {
+            skipped = ", of which " + std::to_string(unusable) +
+                      " have a space or control character in their names, which libkjit never uses";
+        }
         return Error{Errc::not_found, "no function symbol matches keyword '" + kw + "' (" +
-                                          std::to_string(candidates.size()) +
-                                          " function symbols scanned)"};
+                                          std::to_string(candidates.size()) + " function symbols scanned" +
+                                          skipped + ")"};
     }
     if (matched.size() == 1) return matched.front().name;
 

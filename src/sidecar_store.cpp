@@ -1,6 +1,7 @@
 #include "sidecar_store.hpp"
 
 #include "hashing.hpp"
+#include "name_matcher.hpp"
 #include "posix_file.hpp"
 
 #include <dirent.h>
@@ -109,7 +110,7 @@ std::optional<LineView> parse_line(std::string_view line) {
 
     LineView out;
     if (!all_of(f[0], is_keyword_char) || !parse_u64(f[1], out.cubin_size) ||
-        !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !all_of(f[4], is_name_char)) {
+        !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !name_matcher::is_plain_name(f[4])) {
         return std::nullopt;
     }
     if (f[3] != "-") {
@@ -276,9 +277,15 @@ Contents read(const std::string &path) {
     return parse(buf.text());
 }
 
+// Whether the format can hold `line`: its keyword and name are single space-free tokens.
+bool can_hold(const Line &line) {
+    return name_matcher::is_plain_name(line.keyword) && name_matcher::is_plain_name(line.name);
+}
+
 std::string format(const std::vector<Line> &lines) {
     std::string out(kHeader);
     for (const Line &l : lines) {
+        if (!can_hold(l)) continue;
         char fields[96];
         char hash[20] = "-";
         if (l.content_hash) std::snprintf(hash, sizeof hash, "%016" PRIx64, *l.content_hash);
@@ -311,6 +318,14 @@ bool is_temp_file_name(std::string_view file_name) {
 }
 
 Status write(const std::string &path, const std::vector<Line> &lines) {
+    for (const Line &l : lines) {
+        if (!can_hold(l)) {
+            return Error{Errc::invalid_argument, "refusing to write sidecar '" + path + "': the line for keyword '" +
+                                                     l.keyword +
+                                                     "' has a keyword or name that is empty or holds a space "
+                                                     "or control character, which a sidecar cannot hold"};
+        }
+    }
     const std::string text = format(lines);
     std::string temp;
     UniqueFd fd;

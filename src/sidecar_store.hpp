@@ -1,6 +1,7 @@
 // Sidecar store: reads, validates the form of, and atomically writes `<cubin>.name` files.
-// Knows the file format and the filesystem; what a line means (does it answer this keyword,
-// does it belong to the cubin as it is now) is the resolver's business.
+// Knows the file format and the filesystem (and, from the name matcher, what a plain name is);
+// what a line means (does it answer this keyword, does it belong to the cubin as it is now) is
+// the resolver's business.
 //
 // Format, version 1 (docs/sidecar-format.md explains each field and why it was chosen):
 //
@@ -107,12 +108,17 @@ Contents parse(std::string_view text);
 // read_into() then parse().
 Contents read(const std::string &path);
 
-// The file text for `lines`, header included.
+// Whether the format can hold `line`: keyword and name are name_matcher::is_plain_name (no
+// space, no control byte), since fields are space-separated and lines end in '\n'.
+bool can_hold(const Line &line);
+
+// The file text for `lines`, header included. Lines it cannot hold (can_hold) are left out.
 std::string format(const std::vector<Line> &lines);
 
 // Publishes `lines` as the sidecar at `path`: writes a temp file in the same folder, named with
 // the pid and thread id and opened O_CREAT|O_EXCL|O_NOFOLLOW, then renames it over `path`.
-// On any failure the temp file is removed and Errc::io names the step and the errno text. After
+// On any failure the temp file is removed and Errc::io names the step and the errno text. A
+// line it cannot hold (can_hold) is Errc::invalid_argument and nothing is written. After
 // a success, sweeps the folder's stale temp files (sweep_stale_temp_files).
 Status write(const std::string &path, const std::vector<Line> &lines);
 

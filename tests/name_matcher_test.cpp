@@ -84,6 +84,39 @@ TEST(NameMatcher, ExactIdentifierComparesLengthDigits) {
     EXPECT_FALSE(nm::is_exact_identifier("_ZN3ops9normalizeEPf", "ops::norm"));
 }
 
+// The Itanium ABI's <source-name> is a length number, then the identifier. The GNU demangler
+// reads the number as a number (c++filt turns _Z04gemmPf into gemm(float*)), so leading zeros
+// do not change which identifier a name holds.
+TEST(NameMatcher, LengthDigitsAreReadAsANumber) {
+    EXPECT_TRUE(nm::is_exact_identifier("_Z04gemmPf", "gemm"));
+    EXPECT_TRUE(nm::is_exact_identifier("_Z0000000000000000000000004gemmPf", "gemm"));
+    EXPECT_TRUE(nm::is_exact_identifier("_ZN3ops04normEPf", "ops::norm"));
+    EXPECT_FALSE(nm::is_exact_identifier("_Z009gemm_fp16Pf", "gemm"));
+    EXPECT_FALSE(nm::is_exact_identifier("_Z18446744073709551620gemmPf", "gemm"));  // 2^64 + 4
+    auto r = nm::select({{"_Z04gemmPf", true}, {"_Z9gemm_fp16Pf", true}}, "gemm");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(*r, "_Z04gemmPf");
+}
+
+// A sidecar line is space-separated text ending in a newline: a name holding a space or a
+// control byte could not be read back, and one holding a newline could forge a line for another
+// keyword. Such names are never candidates (no compiler makes them; a crafted cubin can).
+TEST(NameMatcher, NamesWithSpaceOrControlBytesNeverMatch) {
+    EXPECT_FALSE(nm::matches("_Z4gemmPf x", "gemm"));
+    EXPECT_FALSE(nm::matches("_Z4gemmPf\nvictim 1 2.000000000 - _Z6victimPf 0", "gemm"));
+    EXPECT_FALSE(nm::matches("_Z4gemm\tPf", "gemm"));
+    EXPECT_FALSE(nm::matches("_Z4gemm\x7fPf", "gemm"));
+    EXPECT_FALSE(nm::matches(std::string_view("_Z4gemm\0Pf", 10), "gemm"));
+    EXPECT_TRUE(nm::matches("_Z4gemmPf\xc3\xa9", "gemm"));  // bytes >= 0x80: UTF-8 identifiers are fine
+    auto only = nm::select({{"_Z4gemmPf \n", true}}, "gemm");
+    ASSERT_FALSE(only.ok());
+    EXPECT_EQ(only.error().code, Errc::not_found);
+    EXPECT_NE(only.error().message.find("space or control"), std::string::npos) << only.error().message;
+    auto r = nm::select({{"_Z4gemmPf\nx", true}, {"_Z4gemmPi", true}}, "gemm");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(*r, "_Z4gemmPi");
+}
+
 TEST(NameMatcher, NamespacedKeywords) {
     EXPECT_TRUE(nm::matches("_ZN3ops4normEPf", "ops::norm"));
     EXPECT_TRUE(nm::matches("_ZN3ops9normalizeEPf", "ops::norm"));

@@ -1,5 +1,6 @@
 #include "name_resolver.hpp"
 
+#include "crafted_elf.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -64,6 +65,48 @@ template __global__ void tmpl<5>(float *);
 )";
 
 }  // namespace
+
+// A crafted cubin whose kernel's name holds a newline followed by a complete, valid sidecar
+// line for another keyword, for this very file (its size and mtime), naming a kernel the cubin
+// does not hold. Resolving the kernel must not write that name into the sidecar, or resolving
+// the other keyword would return the forged name.
+TEST(NameResolver, NameWithNewlineCannotForgeALineForAnotherKeyword) {
+    TempDir dir;
+    const std::string cubin = dir.file("kernel.cubin");
+    const std::string &real = cubin_for(sources::kPlain);
+    const struct timespec mtime = {1600000000, 123456789};
+    // The forged line states the crafted file's size, which depends on the forged line's length:
+    // iterate until the size's digit count is stable (it is after a step or two).
+    std::string image;
+    std::uint64_t size = real.size();
+    for (int i = 0; i < 8; ++i) {
+        sc::Line victim;
+        victim.keyword = "victim";
+        victim.name = "_Z6victimPf";
+        victim.cubin_size = size;
+        victim.mtime_sec = mtime.tv_sec;
+        victim.mtime_nsec = static_cast<std::uint32_t>(mtime.tv_nsec);
+        const std::string forged_line = sc::format({victim}).substr(std::string("kjit-sidecar 1\n").size());
+        image = crafted::with_symbol_renamed(real, "_Z12plain_kernelPf",
+                                             "_Z12plain_kernelPf 0000000000000000\n" + forged_line + "z");
+        if (image.size() == size) break;
+        size = image.size();
+    }
+    ASSERT_EQ(image.size(), size);
+    write_file(cubin, image);
+    const struct timespec times[2] = {mtime, mtime};
+    ASSERT_EQ(::utimensat(AT_FDCWD, cubin.c_str(), times, 0), 0);
+
+    NameResolver r;
+    auto kernel = r.resolve(cubin, "plain_kernel");
+    ASSERT_FALSE(kernel.ok()) << "resolved a name the sidecar cannot hold: '" << *kernel << "'";
+    EXPECT_EQ(kernel.error().code, Errc::not_found) << kernel.error().message;
+    EXPECT_NE(kernel.error().message.find(cubin), std::string::npos) << kernel.error().message;
+    auto victim = r.resolve(cubin, "victim");
+    ASSERT_FALSE(victim.ok()) << "the forged line answered: '" << *victim << "'";
+    EXPECT_EQ(victim.error().code, Errc::not_found);
+    for (const sc::Line &l : sc::read(sc::path_for(cubin)).lines) EXPECT_NE(l.keyword, "victim");
+}
 
 TEST(NameResolver, SecondCallIsASidecarHit) {
     Fixture f(sources::kPrefixCollision);

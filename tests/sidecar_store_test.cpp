@@ -92,6 +92,36 @@ TEST(SidecarStore, WriteThenReadBack) {
     EXPECT_TRUE(temp_files_in(dir.path()).empty());
 }
 
+// Fields are separated by spaces and lines end in '\n': a keyword or name holding a space or a
+// control byte could not be read back, and a newline in a name would forge a line for another
+// keyword. write() refuses such lines whole; format() leaves them out.
+TEST(SidecarStore, NamesItCannotHoldAreNeverWritten) {
+    TempDir dir;
+    const std::string path = dir.file("k.cubin.name");
+    const sc::Line good = make_line("gemm", "_Z4gemmPf");
+    sc::Line forged = make_line("gemm", "_Z4gemmPf 0\nvictim 3824 1764694000.123456789 - _Z6victimPf 0");
+    for (const std::string &bad_name : {std::string("_Z4gemm Pf"), std::string("_Z4gemmPf\n"),
+                                        std::string("_Z4gemm\tPf"), std::string("_Z4gemm\rPf"),
+                                        std::string("_Z4gemm\x7fPf"), std::string(), forged.name}) {
+        sc::Line line = make_line("gemm", bad_name);
+        const auto st = sc::write(path, {good, line});
+        ASSERT_FALSE(st.ok()) << "wrote a name it cannot hold";
+        EXPECT_EQ(st.error().code, kjit::Errc::invalid_argument);
+        EXPECT_NE(st.error().message.find(path), std::string::npos) << st.error().message;
+        EXPECT_FALSE(exists(path));
+        EXPECT_TRUE(temp_files_in(dir.path()).empty());
+        const sc::Contents c = sc::parse(sc::format({good, line}));
+        ASSERT_EQ(c.lines.size(), 1u) << "format() kept a line it cannot hold";
+        EXPECT_EQ(c.lines[0].name, good.name);
+    }
+    sc::Line bad_keyword = make_line("ge mm", "_Z4gemmPf");
+    EXPECT_FALSE(sc::write(path, {bad_keyword}).ok());
+    ASSERT_TRUE(sc::write(path, {make_line("gemm", "_Z4gemmPf\xc3\xa9")}).ok()) << "UTF-8 bytes are holdable";
+    const sc::Contents back = sc::read(path);
+    ASSERT_EQ(back.lines.size(), 1u) << "a name written is a name read back";
+    EXPECT_EQ(back.lines[0].name, "_Z4gemmPf\xc3\xa9");
+}
+
 TEST(SidecarStore, ReadProblems) {
     TempDir dir;
     EXPECT_EQ(sc::read(dir.file("absent.name")).problem, sc::FileProblem::missing);
