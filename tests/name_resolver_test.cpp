@@ -108,6 +108,18 @@ TEST(NameResolver, NameWithNewlineCannotForgeALineForAnotherKeyword) {
     for (const sc::Line &l : sc::read(sc::path_for(cubin)).lines) EXPECT_NE(l.keyword, "victim");
 }
 
+// A length number with a leading zero (`_Z04gemmPf`, which c++filt reads as gemm(float*)) is
+// the exact identifier: with gemm_fp16 beside it, one kernel has it and that one wins.
+TEST(NameResolver, LeadingZeroLengthIsTheExactIdentifier) {
+    TempDir dir;
+    const std::string cubin = dir.file("kernel.cubin");
+    write_file(cubin, crafted::with_symbol_renamed(cubin_for(sources::kPrefixCollision), "_Z4gemmPf", "_Z04gemmPf"));
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z04gemmPf");
+    EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z04gemmPf");
+    EXPECT_EQ(r.counters().sidecar_hits, 1u);
+}
+
 TEST(NameResolver, SecondCallIsASidecarHit) {
     Fixture f(sources::kPrefixCollision);
     NameResolver r;

@@ -1,5 +1,6 @@
-// libFuzzer target: sidecar bytes in. parse() and the hit path's find_line() must agree, and
-// whatever parses must survive format() -> parse() unchanged.
+// libFuzzer target: sidecar bytes in. parse() and the hit path's find_line() must agree, every
+// line parsed must be one the format can hold (can_hold), and whatever parses must survive
+// format() -> parse() unchanged.
 #include "sidecar_store.hpp"
 
 #include <cstdint>
@@ -14,6 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
     const sc::Contents c = sc::parse(text);
     if (c.problem != sc::classify(text)) std::abort();
     for (const sc::Line &l : c.lines) {
+        // Whatever parses is a line the format can hold (no space or control byte in a name).
+        if (!sc::can_hold(l)) std::abort();
         // find_line returns the last valid line for a keyword.
         const auto found = sc::find_line(text, l.keyword);
         if (!found) std::abort();
