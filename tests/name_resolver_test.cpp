@@ -114,6 +114,7 @@ TEST(NameResolver, LeadingZeroLengthIsTheExactIdentifier) {
     TempDir dir;
     const std::string cubin = dir.file("kernel.cubin");
     write_file(cubin, crafted::with_symbol_renamed(cubin_for(sources::kPrefixCollision), "_Z4gemmPf", "_Z04gemmPf"));
+    set_age(cubin, kOld);
     NameResolver r;
     EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z04gemmPf");
     EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z04gemmPf");
