@@ -12,6 +12,8 @@
 //   cub      a cold sweep of header-heavy CUB kernels: sequential plain NVRTC against
 //            kjit_compile_batch with 1 and 2 workers, with and without NVRTC's precompiled
 //            header, each in a fresh process (cub_scenario.cpp)
+//   trust    the price of the trust checks on hits and loads, against 0.3.0's libkjit in the
+//            same run when --baseline-lib names it (trust_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
@@ -85,6 +87,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("resolve")) run_resolve(o, report);
     if (o.wants("startup")) run_startup(o, sweep, report);
     if (o.wants("cub")) run_cub(o, report);
+    if (o.wants("trust")) run_trust(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -110,6 +113,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--cub-child") == 0) {
         return cub_child_main(argv[2], argv[3], std::atoi(argv[4]), argv[5]);
     }
+    if (argc == 6 && std::strcmp(argv[1], "--trust-child") == 0) {
+        return trust_child_main(argv[2], argv[3], std::atol(argv[4]), std::atol(argv[5]));
+    }
 
     BenchOptions o;
     o.pyelftools_script = KJIT_BENCH_SOURCE_DIR "/pyelftools_lookup.py";
@@ -119,7 +125,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -147,12 +153,23 @@ int main(int argc, char **argv) {
     app.add_option("--split-rounds", o.split_rounds, "Rounds of the --split-compile comparison (cub scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--baseline-lib", o.baseline_lib,
+                   "Folder with 0.3.0's libkjit.so.0, timed beside this one in the trust scenario (bench/run.sh builds it)");
+    app.add_option("--trust-rounds", o.trust_rounds, "Child processes per build in the trust scenario")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    app.add_option("--trust-calls", o.trust_calls, "Timed hits per child and path (trust scenario)")
+        ->check(CLI::Range(1L, 10'000'000L))
+        ->capture_default_str();
+    app.add_option("--trust-loads", o.trust_loads, "Timed loads per child and kernel (trust scenario)")
+        ->check(CLI::Range(1L, 100'000L))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub"};
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust"};
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

@@ -3,7 +3,8 @@
 # builds build/, generates the 12,000-symbol test cubin once, then runs kjit-bench with its
 # defaults: the tuning sweep of 300 GEMM-like kernels cold and warm with 1 and 2 threads,
 # kjit_compile against raw NVRTC, resolve against the pyelftools loop, and start-up of a fresh
-# process. Prints a summary table; writes bench.json and bench.png (the chart). Ends with
+# process, and the price of the trust checks against 0.3.0's libkjit (built once from git
+# history). Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
 # and the script says so. docs/bench.md has a current table and chart.
@@ -36,11 +37,36 @@ else
     echo "bench: using the cached $CUBIN (delete it to generate it again)"
 fi
 
+# The trust scenario times this libkjit beside 0.3.0's, the last release before the trust checks
+# (issue 17), in the same run: its libkjit.so is built once from git history into
+# $BUILD_DIR/baseline-0.3.0 (about two minutes on 2 cores; skipped, and said, where the history
+# is absent, e.g. in a shallow clone).
+KJIT_BASELINE_COMMIT=8fc1a124ffb11018db767bcdae6ece683c8b7121
+BASELINE="$BUILD_DIR/baseline-0.3.0"
+baseline_args=()
+if [ ! -f "$BASELINE/build/src/libkjit.so.0" ]; then
+    if git -C "$ROOT" cat-file -e "$KJIT_BASELINE_COMMIT^{commit}" 2>/dev/null; then
+        echo "bench: building 0.3.0's libkjit (the trust scenario's baseline) into $BASELINE, once"
+        rm -rf "$BASELINE"
+        mkdir -p "$BASELINE/src"
+        git -C "$ROOT" archive "$KJIT_BASELINE_COMMIT" | tar -x -C "$BASELINE/src"
+        cmake -S "$BASELINE/src" -B "$BASELINE/build" -DKJIT_BUILD_TESTS=OFF -DKJIT_BUILD_BENCH=OFF \
+            -DKJIT_BUILD_CLI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BASELINE/configure.log"
+        cmake --build "$BASELINE/build" -j"$(nproc)" --target kjit >"$BASELINE/build.log"
+    else
+        echo "bench: commit $KJIT_BASELINE_COMMIT (0.3.0) is not in this clone's history: the trust scenario runs without its baseline"
+    fi
+fi
+if [ -f "$BASELINE/build/src/libkjit.so.0" ]; then
+    baseline_args=(--baseline-lib "$BASELINE/build/src")
+fi
+
 if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
     echo "bench: no GPU found: the load rows go through the driver test double, not a real driver"
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
-"$BUILD_DIR/bench/kjit-bench" --work-dir "$DATA" --cubin "$CUBIN" --json "$DATA/bench.json" "${bench_args[@]}"
+"$BUILD_DIR/bench/kjit-bench" --work-dir "$DATA" --cubin "$CUBIN" --json "$DATA/bench.json" \
+    "${baseline_args[@]}" "${bench_args[@]}"
 
 # The sweep's warm cache as the kjit command sees it (docs/cli.md).
 if [ -d "$DATA/sweep-cache" ]; then

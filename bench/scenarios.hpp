@@ -1,4 +1,4 @@
-// The five scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// The six scenarios of kjit-bench, run in one process (one run, so ratios compare like with
 // like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
 // cannot go on.
 #pragma once
@@ -11,7 +11,7 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub"
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -30,6 +30,11 @@ struct BenchOptions {
     // cub
     int cub_kernels = 50;
     int split_rounds = 3;  // the --split-compile comparison on one large program
+    // trust
+    std::string baseline_lib;  // a folder with 0.3.0's libkjit.so.0 (bench/run.sh builds it); "" for none
+    int trust_rounds = 5;
+    long trust_calls = 20000;  // hits per child and path
+    long trust_loads = 300;    // loads per child and kernel
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -65,5 +70,11 @@ void run_cub(const BenchOptions &o, Report &report);
 // The spawned CUB process (kjit-bench --cub-child MODE CACHE N ARCH): compiles the first N CUB
 // kernels the way MODE says and prints "wall_us <time>". Returns the exit code.
 int cub_child_main(const std::string &mode, const std::string &cache, int n, const std::string &arch);
+
+// 6: the price of the trust checks on hits and loads, against the 0.3.0 baseline when given.
+void run_trust(const BenchOptions &o, Report &report);
+// The spawned trust process (kjit-bench --trust-child CACHE ARCH CALLS LOADS): prints
+// "<metric> <us per call>" lines (trust_scenario.cpp). Returns the exit code.
+int trust_child_main(const std::string &cache, const std::string &arch, long calls, long loads);
 
 }  // namespace kjit_bench

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest's guard against the bench rotting: every scenario of kjit-bench on a small scale (a
-# 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, few iterations), through the driver test double; then the
+# 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, one trust round, few iterations), through the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
 # Usage: smoke_test.sh BENCH_BIN_DIR FAKE_LIBCUDA
@@ -11,6 +11,7 @@ trap 'rm -rf "$work"' EXIT
 "$bin/kjit-make-bigcubin" "$work/small.cubin" --instances 40
 KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.cubin" --kernels 4 --rounds 2 \
     --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 --split-rounds 1 \
+    --trust-rounds 1 --trust-calls 50 --trust-loads 5 \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
@@ -19,7 +20,9 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split"}, sections.keys()
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split", "trust"}, sections.keys()
+assert {"trust.compile.small.now", "trust.resolve.large.now", "trust.load.large.now",
+        "trust.xxh3_128_per_mb"} <= set(sections["trust"]), sections["trust"].keys()
 assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain"}, sections["cub"]
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 for sid, rows in sections.items():
@@ -39,7 +42,7 @@ else
     echo "gnuplot is not installed: the chart is not checked"
 fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.
