@@ -173,7 +173,7 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
         folder.mode = Mode::team;
         folder.group = st.st_gid;
     } else if (!owner_trusted) {
-        if (team_shape) {
+        if (team_shape && !self_in_group(st.st_gid)) {
             return Error{Errc::io, "cache folder '" + cache_dir + "' is a team cache of group " +
                                        group_text(st.st_gid) + " (" + folder.owner_text +
                                        "), which you are not in: ask for membership (usermod -aG " +
