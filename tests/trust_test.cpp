@@ -506,6 +506,21 @@ TEST(TeamCache, MembersShareEntriesAndPruneOutsidersAreRefused) {
         });
         EXPECT_EQ(p.code, 0) << u->name << ": " << p.out;
     }
+    // And through the kjit command itself, when the build tree is reachable by them (in CI it
+    // may lie under a private folder: the in-process calls above then stand for it).
+    for (const User *u : {&users().alice, &users().bob}) {
+        const Outcome p = run_as(*u, [&](std::string &out) {
+            if (::access(KJIT_CLI, X_OK) != 0) {
+                out = "skipped";
+                return 0;
+            }
+            const Outcome cli = run_cli({"cache", "prune", "--older-than", "1h", "--cache-dir", cache});
+            out = cli.out;
+            return cli.code;
+        });
+        EXPECT_EQ(p.code, 0) << u->name << ": kjit cache prune: " << p.out;
+        if (p.out == "skipped") std::printf("kjit cache prune as %s skipped: %s not reachable\n", u->name.c_str(), KJIT_CLI);
+    }
     const Outcome cleared = run_as(users().bob, [&](std::string &out) {
         auto report = kjit::cache_maintenance::clear(cache);
         out = report ? std::to_string(report->removed_entries) : report.error().message;
@@ -576,4 +591,19 @@ TEST(LinkedCacheFolder, EvictionAndCacheCommandsWorkThroughTheLink) {
     }
     EXPECT_FALSE(exists(second)) << "clear through the link left the entry";
     EXPECT_TRUE(exists(link)) << "the link itself stays";
+}
+
+// Of the same kind: a team-shaped folder (setgid, group-writable) whose owner is not in its
+// group is no team cache: its owner could plant kernels for the members.
+TEST(TeamCache, FolderOwnedByANonMemberIsRefused) {
+    REQUIRE_USERS();
+    SharedDir top;
+    const std::string cache = top.file("team-cache");
+    ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
+    ASSERT_EQ(::chown(cache.c_str(), users().carol.uid, users().team_gid), 0);
+    ASSERT_EQ(::chmod(cache.c_str(), 02770), 0);
+    const Outcome o = run_as(users().alice, compiling(cache, kSource));
+    EXPECT_EQ(o.code, 1) << o.out;
+    EXPECT_TRUE(contains(o.out, "owned by " + users().carol.name)) << o.out;
+    EXPECT_TRUE(contains(o.out, "nvrtc=0")) << o.out;
 }
