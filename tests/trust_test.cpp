@@ -191,12 +191,29 @@ std::string resolve(const std::string &cubin, const char *keyword = "gemm") {
     return st == KJIT_OK ? std::string(name) : std::string(kjit_status_string(st)) + ": " + kjit_last_error();
 }
 
-// A folder under /tmp that every test user can reach: mode 0755 unless told.
-struct SharedDir {
-    TempDir dir;
-    explicit SharedDir(mode_t mode = 0755) { ::chmod(dir.path().c_str(), mode); }
-    std::string file(const std::string &n) const { return dir.file(n); }
-    const std::string &path() const { return dir.path(); }
+// A folder that every test user can reach: under /tmp itself, not $TMPDIR (which may be a
+// private folder), mode 0755 unless told; removed with its contents on destruction.
+class SharedDir {
+public:
+    explicit SharedDir(mode_t mode = 0755) {
+        std::string templ = "/tmp/kjit-trust-XXXXXX";
+        if (!::mkdtemp(templ.data())) {
+            std::perror("mkdtemp");
+            std::abort();
+        }
+        path_ = templ;
+        ::chmod(path_.c_str(), mode);
+    }
+    SharedDir(const SharedDir &) = delete;
+    SharedDir &operator=(const SharedDir &) = delete;
+    ~SharedDir() {
+        if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+    }
+    std::string file(const std::string &n) const { return path_ + "/" + n; }
+    const std::string &path() const { return path_; }
+
+private:
+    std::string path_;
 };
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
