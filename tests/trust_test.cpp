@@ -207,7 +207,9 @@ public:
     SharedDir(const SharedDir &) = delete;
     SharedDir &operator=(const SharedDir &) = delete;
     ~SharedDir() {
-        if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+        if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) {
+            std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+        }
     }
     std::string file(const std::string &n) const { return path_ + "/" + n; }
     const std::string &path() const { return path_; }
@@ -536,7 +538,9 @@ TEST(TeamCache, MembersShareEntriesAndPruneOutsidersAreRefused) {
             return cli.code;
         });
         EXPECT_EQ(p.code, 0) << u->name << ": kjit cache prune: " << p.out;
-        if (p.out == "skipped") std::printf("kjit cache prune as %s skipped: %s not reachable\n", u->name.c_str(), KJIT_CLI);
+        if (p.out == "skipped") {
+            std::printf("kjit cache prune as %s skipped: %s not reachable\n", u->name.c_str(), KJIT_CLI);
+        }
     }
     const Outcome cleared = run_as(users().bob, [&](std::string &out) {
         auto report = kjit::cache_maintenance::clear(cache);
