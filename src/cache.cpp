@@ -5,6 +5,7 @@
 
 #include "compiler.hpp"
 #include "driver.hpp"
+#include "folder_trust.hpp"
 #include "hashing.hpp"
 #include "include_scanner.hpp"
 #include "log.hpp"
@@ -174,44 +175,39 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     return cache_entry::format_manifest(m);
 }
 
-// The cache folder must not be writable by others: anyone could plant a kernel there (the
-// sticky bit does not help: they could still create entries and shards before we do). A missing
-// folder is fine (it is created 0700). Checked once a minute per thread and folder, so a hit
-// pays a string comparison.
-constexpr std::int64_t kFolderCheckIntervalNs = 60'000'000'000;
+enum class Lookup { hit, absent, unusable, foreign };
 
-Status check_cache_folder(const std::string &cache_dir) {
-    thread_local std::string checked_dir;
-    thread_local std::int64_t checked_ns = 0;
-    const std::int64_t now = realtime_ns();
-    if (cache_dir == checked_dir && now - checked_ns < kFolderCheckIntervalNs) return Ok{};
-    struct stat st {};
-    if (::stat(cache_dir.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) return Error{Errc::io, "cache folder '" + cache_dir + "' is not a folder"};
-        if (st.st_mode & S_IWOTH) {
-            char mode[8];
-            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-            return Error{Errc::io, "cache folder '" + cache_dir + "' is writable by others (mode " + mode +
-                                       "): anyone could plant a kernel in it; use a private folder or chmod o-w"};
-        }
-    }
-    checked_dir = cache_dir;
-    checked_ns = now;
-    return Ok{};
+// A cache folder that cannot take a new entry: say so before compiling, not with the errno of
+// the first mkdir that fails.
+Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder &folder) {
+    return Error{Errc::io, "cache folder '" + cache_dir + "' is not writable by you (" + folder.owner_text +
+                               "): it serves the kernels already in it, and this one is not; use a cache folder "
+                               "of your own for it (KJIT_CACHE_DIR), or have the cache's owner compile it there"};
 }
-
-enum class Lookup { hit, absent, unusable };
 
 // Whether the entry at `entry` answers `request`: its headers under include paths unchanged and
 // its cubin and sidecar intact. Reads the sidecar, stats the cubin (and each recorded header);
-// no cubin read, no scan, unless the sidecar itself was damaged.
-Lookup look_up(const Request &request, const std::string &entry, std::string *why) {
+// no cubin read, no scan, unless the sidecar itself was damaged. foreign: the entry or its
+// shard is owned by someone `folder` does not trust (*why is the error's text).
+Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
+               std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
     if (!S_ISDIR(st.st_mode)) {  // a link or file planted where the entry goes: never followed
         *why = S_ISLNK(st.st_mode) ? "the entry is a symbolic link" : "the entry is not a folder";
         return Lookup::unusable;
+    }
+    // Whoever owns the entry, or its shard (who can move entries around in it), chose its cubin.
+    if (!folder_trust::trusted_owner(folder, st.st_uid)) {
+        *why = folder_trust::foreign_error(folder, "cache entry", entry, st).message;
+        return Lookup::foreign;
+    }
+    const std::string shard = entry.substr(0, entry.find_last_of('/'));
+    struct stat shard_st {};
+    if (::lstat(shard.c_str(), &shard_st) == 0 && !folder_trust::trusted_owner(folder, shard_st.st_uid)) {
+        *why = folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st).message;
+        return Lookup::foreign;
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
     cache_entry::note_use(entry, st, realtime_ns());
@@ -233,7 +229,7 @@ Lookup look_up(const Request &request, const std::string &entry, std::string *wh
             // effort: a read-only cache keeps checking their content.
             const std::string temp = entry + "/.deps.tmp-" + std::to_string(::getpid()) + "-" +
                                      std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-            if (write_new_file(temp, include_scanner::format(*deps), false, false).ok()) {
+            if (write_new_file(temp, include_scanner::format(*deps), false, false, folder_trust::shared(folder)).ok()) {
                 if (::rename(temp.c_str(), (entry + "/" + kDepsFile).c_str()) != 0) ::unlink(temp.c_str());
             } else {
                 ::unlink(temp.c_str());
@@ -358,9 +354,11 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
 
 Result<std::optional<std::string>> Cache::find(const Prepared &prepared) {
     const Request &request = prepared.request;
-    if (auto st = check_cache_folder(request.cache_dir); !st) return std::move(st).error();
+    auto folder = folder_trust::check_cache_folder(request.cache_dir);
+    if (!folder) return std::move(folder).error();
     std::string why;
-    const Lookup found = look_up(request, prepared.entry, &why);
+    const Lookup found = look_up(request, prepared.entry, *folder, &why);
+    if (found == Lookup::foreign) return Error{Errc::io, why};
     if (found == Lookup::hit) {
         counters_.hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("cache hit {} [{}]: {}", prepared.key, request.keyword, prepared.cubin);
@@ -427,9 +425,15 @@ Result<std::string> Cache::build(const Prepared &prepared) {
 Result<std::string> Cache::compile_and_publish(const Request &request, const std::string &key,
                                                const std::string &entry, std::uint64_t *published_bytes) {
     const std::string cubin_path = entry + "/" + kCubinFile;
+    auto folder = folder_trust::check_cache_folder(request.cache_dir);
+    if (!folder) return std::move(folder).error();
     // Another process may have published while this one waited or looked.
     std::string why;
-    if (look_up(request, entry, &why) == Lookup::hit) return cubin_path;
+    const Lookup found = look_up(request, entry, *folder, &why);
+    if (found == Lookup::hit) return cubin_path;
+    if (found == Lookup::foreign) return Error{Errc::io, why};
+    // A cache others filled for us to read (root's, a read-only mount) serves hits only.
+    if (folder->exists && !folder->writable) return not_writable(request.cache_dir, *folder);
 
     // Headers are recorded before the compile: one edited during it then misses next time.
     std::vector<include_scanner::Dependency> deps;
@@ -449,12 +453,12 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         // NVRTC's automatic PCH, in a folder of this header identity's own (pch_folders.hpp
         // says why); its notes ("creating/using precompiled header ...") stay out of the log,
         // so a compile error reads as without it. No folder: a plain compile.
-        auto folder = pch_folders::folder_for(pch_identity(request, deps));
-        if (folder) {
+        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps));
+        if (pch_folder) {
             nvrtc.options.insert(nvrtc.options.end(),
-                                 {"-pch", "-pch-dir=" + *folder, "-pch-messages=false", "-pch-verbose=false"});
+                                 {"-pch", "-pch-dir=" + *pch_folder, "-pch-messages=false", "-pch-verbose=false"});
         } else {
-            log().debug("compiling {} without a PCH: {}", key, folder.error().message);
+            log().debug("compiling {} without a PCH: {}", key, pch_folder.error().message);
         }
     }
     nvrtc.headers = request.headers;
@@ -500,12 +504,27 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
 
     // Folders are created only now: a failed compile leaves nothing behind.
     const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
-    if (auto made = make_dirs(shard, 0700); !made) return std::move(made).error();
+    if (auto made = make_dirs(shard, folder_trust::folder_mode(*folder)); !made) return std::move(made).error();
+    if (!folder->exists) {
+        // Created just now (by us, or by someone faster): check it as it is.
+        folder = folder_trust::check_cache_folder_now(request.cache_dir);
+        if (!folder) return std::move(folder).error();
+    }
     // A shard replaced by a link (by someone who can write the cache folder) would send this
-    // entry elsewhere: never write through one.
-    if (struct stat shard_st {}; ::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
+    // entry elsewhere: never write through one, nor into one someone untrusted owns.
+    struct stat shard_st {};
+    if (::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
         return Error{Errc::io, "cache shard folder '" + shard +
                                    "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
+    }
+    if (!folder_trust::trusted_owner(*folder, shard_st.st_uid)) {
+        return folder_trust::foreign_error(*folder, "cache shard folder", shard, shard_st);
+    }
+    // In a team cache, every member must be able to add entries to the shard: the umask
+    // (022 by default) strips the group's write bit from the mkdir above.
+    if (folder_trust::shared(*folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
+        ::chmod(shard.c_str(), 02770) != 0) {
+        return io_error("cannot make the cache shard folder group-writable", shard, errno);
     }
 
     // Build the whole entry in a private temp folder beside its final place, then rename it
@@ -518,18 +537,25 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     for (int attempt = 0;; ++attempt) {
         temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
                std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-        if (::mkdir(temp.c_str(), 0700) == 0) break;
+        if (::mkdir(temp.c_str(), folder_trust::folder_mode(*folder)) == 0) break;
         if (errno != EEXIST || attempt == 7) return io_error("cannot create cache temp folder", temp, errno);
     }
     auto fail = [&](Error e) -> Result<std::string> {
         remove_tree(temp);
         return e;
     };
+    const bool shared = folder_trust::shared(*folder);
+    // Team members rewrite each other's sidecars and record use in each other's entries.
+    if (shared && ::chmod(temp.c_str(), 02770) != 0) {
+        return fail(io_error("cannot make the cache entry group-writable", temp, errno));
+    }
     // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
     // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
     // every fsync costs about a millisecond against a compile of tens.
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, compiled->cubin, true, true); !st) return fail(std::move(st).error());
+    if (auto st = write_new_file(temp_cubin, compiled->cubin, true, true, shared); !st) {
+        return fail(std::move(st).error());
+    }
     struct stat st {};
     if (::stat(temp_cubin.c_str(), &st) != 0) return fail(io_error("cannot stat", temp_cubin, errno));
     sidecar::Line line;
@@ -543,12 +569,14 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
                                             manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
-        if (auto w = write_new_file(file.first, file.second, false, false); !w) return fail(std::move(w).error());
+        if (auto w = write_new_file(file.first, file.second, false, false, shared); !w) {
+            return fail(std::move(w).error());
+        }
         bytes += file.second.size();
     }
     if (!request.include_paths.empty()) {
         const std::string deps_text = include_scanner::format(deps);
-        if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, false, false); !w) {
+        if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, false, false, shared); !w) {
             return fail(std::move(w).error());
         }
         bytes += deps_text.size();
@@ -562,7 +590,9 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
             return fail(io_error("cannot publish cache entry", entry, err));
         }
         // An entry is there already: another process won the race, or it is stale/damaged.
-        if (look_up(request, entry, &why) == Lookup::hit) {
+        const Lookup there = look_up(request, entry, *folder, &why);
+        if (there == Lookup::foreign) return fail(Error{Errc::io, why});
+        if (there == Lookup::hit) {
             *published_bytes = 0;
             remove_tree(temp);
             return cubin_path;

@@ -159,9 +159,11 @@ void remove_tree(const std::string &path) {
     if (ec) log().warn("could not remove '{}': {}", path, ec.message());
 }
 
-Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate) {
+Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate, bool shared) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("cannot create", path);
+    // The next member of a team must be able to read it, and replace it, whatever our umask.
+    if (shared && ::fchmod(fd.get(), 0664) != 0) return io_error("cannot make group-writable", path);
     if (!write_all(fd.get(), bytes.data(), bytes.size())) return io_error("cannot write", path);
     if (backdate) {
         struct timespec now {};

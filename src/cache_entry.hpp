@@ -85,8 +85,10 @@ constexpr std::int64_t kCubinBackdateSeconds = 10;
 
 // Writes `bytes` to a new file (mode 0644), never through a link and never over an existing
 // file. With `durable`, fsyncs it; with `backdate`, sets its mtime kCubinBackdateSeconds in
-// the past. Errors: io naming the step and `path`.
-Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate);
+// the past; with `shared` (a team cache, folder_trust.hpp), makes it 0664 whatever the umask.
+// Errors: io naming the step and `path`.
+Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate,
+                      bool shared = false);
 
 // Reads a small file whole, not through a link; nullopt when it is missing, unreadable or over
 // `limit` bytes (it never reads more than limit + 64 KiB).

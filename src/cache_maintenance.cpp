@@ -1,6 +1,7 @@
 #include "cache_maintenance.hpp"
 
 #include "cache_entry.hpp"
+#include "folder_trust.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
@@ -110,14 +111,51 @@ bool is_own_root_file(std::string_view name) {
     return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix);
 }
 
+// The cache folder as maintenance works on it: checked as kjit_compile checks it (a foreign
+// folder is refused), and, when it is a link, the folder it points to, so that every listing
+// below can refuse links (list_dir opens with O_NOFOLLOW). A missing folder keeps its path.
+struct Root {
+    std::string path;
+    folder_trust::CacheFolder folder;
+};
+
+Result<Root> open_root(const std::string &cache_dir) {
+    auto folder = folder_trust::check_cache_folder(cache_dir);
+    if (!folder) return std::move(folder).error();
+    Root root;
+    root.path = folder->exists ? folder->real_path : cache_dir;
+    root.folder = std::move(*folder);
+    return root;
+}
+
 // The exclusive cache lock: held by whoever removes things, so removers never race.
 class CacheLock {
 public:
     // Errors: io. With `wait` false, nullopt when another holds it.
-    static Result<std::optional<CacheLock>> acquire(const std::string &cache_dir, bool wait) {
-        const std::string path = cache_dir + "/" + kLockFile;
-        UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-        if (!fd.valid()) return io_error("cannot open the cache lock", path, errno);
+    static Result<std::optional<CacheLock>> acquire(const Root &root, bool wait) {
+        const std::string path = root.path + "/" + kLockFile;
+        const bool shared = folder_trust::shared(root.folder);
+        UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, shared ? 0660 : 0600));
+        struct stat st {};
+        if (!fd.valid()) {
+            const int err = errno;
+            // Say whose it is when that is why (not the bare EACCES).
+            if (::lstat(path.c_str(), &st) == 0 && !folder_trust::trusted_owner(root.folder, st.st_uid)) {
+                return folder_trust::foreign_error(root.folder, "cache lock", path, st);
+            }
+            return io_error("cannot open the cache lock", path, err);
+        }
+        if (::fstat(fd.get(), &st) != 0) return io_error("cannot stat the cache lock", path, errno);
+        // A lock someone untrusted owns is theirs to hold forever (or to swap for a link we
+        // would have refused): never wait on it.
+        if (!folder_trust::trusted_owner(root.folder, st.st_uid)) {
+            return folder_trust::foreign_error(root.folder, "cache lock", path, st);
+        }
+        // Every member of a team takes this lock: group-writable whatever the umask (this also
+        // repairs a lock made 0600 before the cache became a team cache, when it is ours).
+        if (shared && st.st_uid == ::geteuid() && (st.st_mode & 0060) != 0060 && ::fchmod(fd.get(), 0660) != 0) {
+            return io_error("cannot make the cache lock group-writable", path, errno);
+        }
         while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
             if (errno == EINTR) continue;
             if (errno == EWOULDBLOCK && !wait) return std::optional<CacheLock>{};
@@ -152,13 +190,13 @@ std::optional<Usage> read_usage(const std::string &cache_dir) {
     return Usage{bytes, cache_entry::mtime_ns(st)};
 }
 
-void write_usage(const std::string &cache_dir, const Inventory &inv) {
+void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared) {
     const std::string path = cache_dir + "/" + kUsageFile;
     const std::string temp = cache_dir + "/" + std::string(kUsageTempPrefix) + std::to_string(::getpid()) + "-" +
                              std::to_string(::gettid()) + "-" + std::to_string(usage_sequence.fetch_add(1));
     const std::string text = "kjit-usage 1\nbytes " + std::to_string(inv.entry_bytes) + "\nentries " +
                              std::to_string(inv.entries.size()) + "\n";
-    if (auto st = cache_entry::write_new_file(temp, text, false, false); !st) {
+    if (auto st = cache_entry::write_new_file(temp, text, false, false, shared); !st) {
         ::unlink(temp.c_str());
         log().debug("cannot record the cache's usage: {}", st.error().message);
         return;
@@ -205,6 +243,9 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
     report.kept_bytes = inv.entry_bytes;
 }
 
+// take_inventory() of a folder already checked (open_root).
+Result<Inventory> inventory_of(const std::string &cache_dir);
+
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
         if (t.mtime_ns < now_ns - cache_entry::kStaleTempNs) {
@@ -216,15 +257,17 @@ void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport 
 
 Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOptions &options) {
     PruneReport report;
-    if (!folder_exists(cache_dir)) return report;
-    auto lock = CacheLock::acquire(cache_dir, true);
+    auto root = open_root(cache_dir);
+    if (!root) return std::move(root).error();
+    if (!folder_exists(root->path)) return report;
+    auto lock = CacheLock::acquire(*root, true);
     if (!lock) return std::move(lock).error();
-    auto inv = take_inventory(cache_dir);
+    auto inv = inventory_of(root->path);
     if (!inv) return std::move(inv).error();
     const std::int64_t now = realtime_ns();
     remove_by_recency(*inv, options, now, report);
     sweep_stale_transit(*inv, now, report);
-    write_usage(cache_dir, *inv);
+    write_usage(root->path, *inv, folder_trust::shared(root->folder));
     return report;
 }
 
@@ -324,6 +367,14 @@ std::string format_size(std::uint64_t bytes) {
 }
 
 Result<Inventory> take_inventory(const std::string &cache_dir) {
+    auto root = open_root(cache_dir);
+    if (!root) return std::move(root).error();
+    return inventory_of(root->path);
+}
+
+namespace {
+
+Result<Inventory> inventory_of(const std::string &cache_dir) {
     Inventory inv;
     auto root = list_dir(cache_dir, true);
     if (!root) return std::move(root).error();
@@ -356,6 +407,8 @@ Result<Inventory> take_inventory(const std::string &cache_dir) {
     }
     return inv;
 }
+
+}  // namespace
 
 Result<Summary> summarize(const std::string &cache_dir) {
     auto inv = take_inventory(cache_dir);
@@ -430,8 +483,15 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
 
 }  // namespace
 
-void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
+void after_publish(const std::string &given_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
     const std::int64_t now = realtime_ns();
+    // Through a link, eviction works on the folder it points to (list_dir refuses links).
+    auto root = open_root(given_dir);
+    if (!root) {
+        log().warn("no sweep or eviction: {}", root.error().message);
+        return;
+    }
+    const std::string &cache_dir = root->path;
     bool sweep_due = false;
     bool measure_due = false;
     Usage usage{};
@@ -461,7 +521,7 @@ void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> ma
         }
     }
     if (!sweep_due && !measure_due) return;
-    auto lock = CacheLock::acquire(cache_dir, false);
+    auto lock = CacheLock::acquire(*root, false);
     if (!lock) {
         log().debug("no sweep or eviction: {}", lock.error().message);
         return;
@@ -473,7 +533,7 @@ void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> ma
         if (swept > 0) log().info("swept {} stale temp folders left by killed processes in '{}'", swept, cache_dir);
     }
     if (!measure_due) return;
-    auto inv = take_inventory(cache_dir);
+    auto inv = inventory_of(cache_dir);
     if (!inv) {
         log().warn("no eviction: {}", inv.error().message);
         return;
@@ -490,7 +550,7 @@ void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> ma
                    format_size(*max_bytes), report.removed_entries, format_size(report.removed_bytes),
                    report.spared_in_use, format_size(inv->entry_bytes));
     }
-    write_usage(cache_dir, *inv);
+    write_usage(cache_dir, *inv, folder_trust::shared(root->folder));
 }
 
 const char *to_string(Damage damage) {
@@ -650,10 +710,13 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
 
 }  // namespace
 
-Result<VerifyReport> verify(const std::string &cache_dir, bool fix) {
+Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
+    auto checked = open_root(given_dir);
+    if (!checked) return std::move(checked).error();
+    const std::string &cache_dir = checked->path;
     std::optional<CacheLock> held;
     if (fix && folder_exists(cache_dir)) {
-        auto lock = CacheLock::acquire(cache_dir, true);
+        auto lock = CacheLock::acquire(*checked, true);
         if (!lock) return std::move(lock).error();
         held = std::move(*lock);
     }

@@ -1,5 +1,6 @@
 #include "name_resolver.hpp"
 
+#include "folder_trust.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
@@ -117,6 +118,17 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     sidecar::read_into(sidecar_path, buffer);
     std::string detail = std::move(buffer.detail);
     sidecar::FileProblem problem = buffer.problem;
+    // A sidecar another user wrote (beside a cubin in /tmp, say) names whatever kernel they like
+    // that passes the keyword rule: the line's check is a hash anyone can compute. Ignore it,
+    // as an unreadable one (kjit_stats has no slot of its own for it): scan, and rewrite it
+    // where we may, else answer from the memo.
+    if (problem == sidecar::FileProblem::none &&
+        !folder_trust::trusted_file(sidecar_path, buffer.owner_uid, buffer.owner_gid)) {
+        problem = sidecar::FileProblem::unreadable;
+        detail = "owned by " + folder_trust::user_text(buffer.owner_uid) +
+                 ", not by you or root (nor by a fellow member of a team folder's group): another user could "
+                 "have planted it";
+    }
     if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
     const char *reason = nullptr;
     Rejection why = Rejection::count;

@@ -1,5 +1,6 @@
 #include "sidecar_store.hpp"
 
+#include "folder_trust.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
 #include "posix_file.hpp"
@@ -231,6 +232,14 @@ void read_into(const std::string &path, FileBuffer &out) {
         out.detail = errno_text(err);
         return;
     }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        out.problem = FileProblem::unreadable;
+        out.detail = errno_text(errno);
+        return;
+    }
+    out.owner_uid = st.st_uid;
+    out.owner_gid = st.st_gid;
     // Read at most kMaxFileSize + 1 bytes: enough to know a file is too large, never more.
     char *buf = out.small_;
     std::size_t cap = sizeof out.small_, len = 0;
@@ -338,6 +347,17 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
         if (!fd.valid() && errno != EEXIST) break;
     }
     if (!fd.valid()) return io_error("cannot create sidecar temp file", temp, errno);
+    // In a team folder the next member must be able to read the sidecar whatever our umask (and
+    // replace it, which the folder's group write bit allows).
+    const std::size_t dir_end = path.find_last_of('/');
+    const std::string dir = dir_end == std::string::npos ? std::string(".") : path.substr(0, dir_end);
+    if (struct stat dir_st {}; ::stat(dir.c_str(), &dir_st) == 0 && folder_trust::is_team_folder(dir_st) &&
+                               ::fchmod(fd.get(), 0664) != 0) {
+        const int err = errno;
+        fd.reset();
+        ::unlink(temp.c_str());
+        return io_error("cannot make sidecar temp file group-readable", temp, err);
+    }
 
     auto fail = [&](const char *what, int err) -> Status {
         fd.reset();

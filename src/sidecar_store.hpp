@@ -16,6 +16,8 @@
 
 #include "status.hpp"
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,6 +72,9 @@ public:
 
     FileProblem problem = FileProblem::none;  // missing, unreadable or too_large; else none
     std::string detail;                       // errno text or what was wrong
+    // Who wrote the file (fstat of the descriptor read), for the resolver's trust rule.
+    uid_t owner_uid = 0;
+    gid_t owner_gid = 0;
     std::string_view text() const { return {data_, size_}; }
 
 private:
@@ -92,7 +97,7 @@ std::string path_for(const std::string &cubin_path);
 
 // Reads a sidecar's bytes (at most kMaxFileSize + 1) into `out`. Never fails: problems are
 // reported in `out.problem`. Does not follow a symlink at `path` (a planted link is
-// unreadable, and rewriting replaces it) and does not block on a FIFO.
+// unreadable, and rewriting replaces it) and does not block on a FIFO. Records the file's owner.
 void read_into(const std::string &path, FileBuffer &out);
 
 // The whole-file problem of sidecar bytes (empty, bare name, bad header), or none.
@@ -118,7 +123,8 @@ std::string format(const std::vector<Line> &lines);
 // Publishes `lines` as the sidecar at `path`: writes a temp file in the same folder, named with
 // the pid and thread id and opened O_CREAT|O_EXCL|O_NOFOLLOW, then renames it over `path`.
 // On any failure the temp file is removed and Errc::io names the step and the errno text. A
-// line it cannot hold (can_hold) is Errc::invalid_argument and nothing is written. After
+// line it cannot hold (can_hold) is Errc::invalid_argument and nothing is written. In a team
+// folder (folder_trust.hpp) the file is made group-writable whatever the umask. After
 // a success, sweeps the folder's stale temp files (sweep_stale_temp_files).
 Status write(const std::string &path, const std::vector<Line> &lines);
 

@@ -113,7 +113,8 @@ TEST(HostileFolders, WorldWritableCacheFolderIsRefused) {
     ASSERT_EQ(::chmod(cache.c_str(), 01777), 0);
     EXPECT_EQ(compile_into(cache), KJIT_ERROR_IO);
     EXPECT_TRUE(list_dir(cache).empty());
-    // Group-writable, for a team's shared cache: allowed.
+    // Group-writable but ours: allowed, as a private cache (a team cache is also setgid and
+    // trusts its group's members: trust_test.cpp).
     TempDir team;
     ASSERT_EQ(::chmod(team.path().c_str(), 0770), 0);
     EXPECT_EQ(compile_into(team.path()), KJIT_OK) << kjit_last_error();

@@ -236,9 +236,12 @@ typedef struct kjit_compile_options {
     /** Cache folder. Default (NULL or ""): $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else
         $HOME/.cache/kjit. Created (mode 0700) when missing; a relative folder is made absolute
         against the working directory. A folder writable by others (o+w, sticky or not) is
-        refused with #KJIT_ERROR_IO: anyone could plant a kernel in it. The folder may be a
-        symbolic link; links planted for its shard folders or entries are never followed for
-        writing (a linked entry is replaced). */
+        refused with #KJIT_ERROR_IO: anyone could plant a kernel in it; so are a folder, entry
+        or lock another user owns, and a folder under a parent writable by others without the
+        sticky bit, unless the folder is a team cache (group-owned, group-writable and setgid,
+        of a group the caller is in: docs/cache-layout.md). The folder may be a symbolic link
+        (the caller's or root's); links planted for its shard folders or entries are never
+        followed for writing (a linked entry is replaced). */
     const char *cache_dir;
     /** Target, a real architecture such as "sm_90a" or "sm_100a" (a cubin is required, so
         "compute_XX" is refused). Default (NULL or ""): $KJIT_ARCH, else the current GPU's
