@@ -44,6 +44,13 @@ std::string compile_ok(Cache &cache, const Request &r) {
     return path.ok() ? *path : std::string();
 }
 
+// A search of these include folders only (no working directory).
+kjit::include_scanner::Search in_folders(std::vector<std::string> dirs) {
+    kjit::include_scanner::Search s;
+    s.include_dirs = std::move(dirs);
+    return s;
+}
+
 std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
 
 // Every folder below `cache` named like an entry is complete; returns how many there are.
@@ -455,7 +462,7 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     write_file(dir.file("b/sub/inner.h"), "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
     write_file(dir.file("b/sub/sibling.h"), "#define S 1\n");
     const auto deps = kjit::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
-                                                  {dir.file("a"), dir.file("b")});
+                                                  in_folders({dir.file("a"), dir.file("b")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
     for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
@@ -476,7 +483,7 @@ TEST(IncludeScanner, ComputedIncludeRecordsEveryFile) {
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/x.h"), "");
     write_file(dir.file("inc/y.h"), "");
-    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, {dir.file("inc")});
+    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok());
     EXPECT_EQ(deps->size(), 2u);
 }
@@ -526,7 +533,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     TempDir dir;
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/v.h"), "#define V 1\n");
-    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, {dir.file("inc")});
+    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok());
     ASSERT_EQ(deps->size(), 1u);
     EXPECT_TRUE(deps->at(0).verify_content);
@@ -545,7 +552,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     past[0].tv_sec = past[1].tv_sec = st.st_mtim.tv_sec - 3600;
     past[0].tv_nsec = past[1].tv_nsec = 0;
     ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/old.h").c_str(), past, 0), 0);
-    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, {dir.file("inc")});
+    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(old.ok());
     EXPECT_FALSE(old->at(0).verify_content);
 }
@@ -564,7 +571,9 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     ASSERT_EQ(::utimensat(AT_FDCWD, header.c_str(), t, 0), 0);
     Cache cache;
     Request r = base_request(dir.file("cache"));
-    r.source = "#include \"v.h\"\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    // Angle: only the include folder is searched, so v.h is deps.txt's first line (a quoted name
+    // would first probe the working directory).
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
     r.include_paths = {dir.file("inc")};
     const std::string path = compile_ok(cache, r);
     const std::string deps = entry_of(path) + "/deps.txt";
