@@ -488,6 +488,73 @@ TEST(IncludeScanner, ComputedIncludeRecordsEveryFile) {
     EXPECT_EQ(deps->size(), 2u);
 }
 
+// The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
+// docs/cache-layout.md), and the ones it treats ambiguously, refused with the option named.
+TEST(IncludeScanner, FileOptionsInEverySpelling) {
+    namespace is = kjit::include_scanner;
+    const auto files = is::file_options({"-Ia", "-I=b", "-I c ", "-I", " d", "--include-path=e ", "--include-path", "f",
+                                         "-include", "p.h", "-include=q.h", "--pre-include=r.h", "--pre-include",
+                                         "s.h", "-DX=1", "-std=c++17"});
+    ASSERT_TRUE(files.ok()) << files.error().message;
+    EXPECT_EQ(files->include_dirs, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
+    EXPECT_EQ(files->pre_includes, (std::vector<std::string>{"p.h", "q.h", "r.h", "s.h"}));
+    for (const std::vector<std::string> &bad :
+         std::vector<std::vector<std::string>>{{"-I= x"}, {"--include-path= x"}, {"-I\tx"}, {"-I="}, {"-I   "},
+                                               {"-include= p.h"}, {"-include", "p.h "}, {"-DX", "-I"},
+                                               {"--include-path"}, {"-include"}, {"--pre-include"}}) {
+        const auto r = is::file_options(bad);
+        ASSERT_FALSE(r.ok()) << bad.back();
+        EXPECT_EQ(r.error().code, Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find(bad.back().substr(0, 2)), std::string::npos) << r.error().message;
+    }
+}
+
+// What puts the working directory in the key, from the texts and options alone.
+TEST(IncludeScanner, ReachDecidesOnTheWorkingDirectory) {
+    namespace is = kjit::include_scanner;
+    auto reach = [&](const std::string &src, const is::MemoryHeaders &mem = {}, const is::FileOptions &o = {}) {
+        return is::reach(src, mem, o);
+    };
+    EXPECT_FALSE(reach("__global__ void k() {}\n").reads_files);
+    EXPECT_TRUE(reach("#include <a.h>\n").reads_files);
+    EXPECT_FALSE(reach("#include <a.h>\n").uses_working_dir);
+    EXPECT_TRUE(reach("#include \"a.h\"\n").uses_working_dir);
+    EXPECT_FALSE(reach("#include \"/abs/a.h\"\n").uses_working_dir);
+    EXPECT_FALSE(reach("#include \"m.h\"\n", {{"m.h", "#define M 1\n"}}).uses_working_dir);
+    EXPECT_TRUE(reach("#include \"m.h\"\n", {{"m.h", "#include \"x.h\"\n"}}).uses_working_dir);
+    EXPECT_TRUE(reach("#define H <a.h>\n#include H\n").uses_working_dir);
+    EXPECT_TRUE(reach("#if __has_include(<x.h>)\n#endif\n").reads_files);
+    is::FileOptions rel;
+    rel.include_dirs = {"inc"};
+    EXPECT_TRUE(reach("#include <a.h>\n", {}, rel).uses_working_dir);
+    is::FileOptions pre;
+    pre.pre_includes = {"/abs/p.h"};
+    EXPECT_TRUE(reach("", {}, pre).reads_files);
+    EXPECT_FALSE(reach("", {}, pre).uses_working_dir);
+}
+
+// A pre-included file: the working directory, then the include folders; __has_include operands
+// and an in-memory header's quoted names (looked up in the working directory) are recorded.
+TEST(IncludeScanner, PreIncludesHasIncludeAndMemoryHeaderFolders) {
+    TempDir dir;
+    for (const char *p : {"cwd", "cwd/sub", "inc"}) ::mkdir(dir.file(p).c_str(), 0755);
+    write_file(dir.file("inc/p.h"), "#define P 1\n");
+    write_file(dir.file("cwd/sub/near.h"), "");
+    kjit::include_scanner::Search s;
+    s.working_dir = dir.file("cwd");
+    s.include_dirs = {dir.file("inc")};
+    s.pre_includes = {"p.h"};
+    const auto deps = kjit::include_scanner::scan("#if __has_include(\"probe.h\")\n#endif\n",
+                                                  {{"sub/m.h", "#include \"near.h\"\n"}}, s);
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present, absent;
+    for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("inc/p.h"), dir.file("cwd/sub/near.h")}));
+    EXPECT_TRUE(absent.count(dir.file("cwd/p.h")));      // would shadow inc/p.h
+    EXPECT_TRUE(absent.count(dir.file("cwd/probe.h")));  // would change what __has_include says
+    EXPECT_TRUE(absent.count(dir.file("inc/probe.h")));
+}
+
 TEST(IncludeScanner, ParseRejectsDamage) {
     for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
                             "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
