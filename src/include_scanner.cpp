@@ -26,6 +26,9 @@ struct Directive {
     std::string name;
     bool quoted = false;
     bool computed = false;  // #include MACRO
+    // #include_next / __has_include_next: NVRTC continues after the folder the includer was
+    // found in, which the scanner does not track, so every candidate counts (a superset).
+    bool next = false;
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
@@ -66,12 +69,14 @@ std::vector<Directive> directives(std::string_view text) {
             for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
                  at = line.find("__has_include", at + 1)) {
                 std::size_t j = at + 13;
-                if (line.compare(j, 5, "_next") == 0) j += 5;
+                const bool next = line.compare(j, 5, "_next") == 0;
+                if (next) j += 5;
                 while (j < line.size() && is_space(line[j])) ++j;
                 if (j >= line.size() || line[j] != '(') continue;
                 ++j;
                 while (j < line.size() && is_space(line[j])) ++j;
                 Directive d;
+                d.next = next;
                 bool malformed = false;
                 if (!operand_at(line, j, d, malformed)) {
                     if (malformed) continue;
@@ -83,11 +88,13 @@ std::vector<Directive> directives(std::string_view text) {
         }
         if (line.compare(i, 7, "include") != 0) continue;
         i += 7;
-        if (line.compare(i, 5, "_next") == 0) i += 5;
+        const bool next = line.compare(i, 5, "_next") == 0;
+        if (next) i += 5;
         if (i < line.size() && !is_space(line[i]) && line[i] != '"' && line[i] != '<') continue;  // #includex
         while (i < line.size() && is_space(line[i])) ++i;
         if (i >= line.size()) continue;
         Directive d;
+        d.next = next;
         bool malformed = false;
         if (!operand_at(line, i, d, malformed)) {
             if (malformed) continue;
@@ -263,8 +270,9 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
 
     // Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
     // the first found (creating it later would shadow the found one), then the found one by
-    // content, whose own includes are followed from its folder.
-    auto look_up = [&](const std::string &name, bool quoted, const std::string &folder) -> Status {
+    // content, whose own includes are followed from its folder. `every`: all candidates, found
+    // or not (for #include_next, whose starting point is not tracked).
+    auto look_up = [&](const std::string &name, bool quoted, const std::string &folder, bool every) -> Status {
         std::vector<std::string> candidates;
         if (name[0] == '/') {
             candidates.push_back(name);
@@ -290,7 +298,7 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
                 deps.push_back(std::move(*dep));
                 work.push_back({std::move(content), folder_of(candidate)});
             }
-            break;
+            if (!every) break;
         }
         return Ok{};
     };
@@ -298,7 +306,7 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     // Pre-included files first, as NVRTC reads them: the working directory, then the include
     // folders (a pre-include is looked up like a quoted name of the source).
     for (const std::string &file : search.pre_includes) {
-        if (auto st = look_up(file, true, search.working_dir); !st) return std::move(st).error();
+        if (auto st = look_up(file, true, search.working_dir, false); !st) return std::move(st).error();
     }
     work.push_back({std::string(source), search.working_dir});
     // Every in-memory header, included or not (a superset): its quoted names are looked up in
@@ -323,7 +331,7 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
             }
             // An in-memory header of that name wins over any file (measured, quoted and angle).
             if (d.name.empty() || names_memory_header(d.name, memory_headers)) continue;
-            if (auto st = look_up(d.name, d.quoted, item.folder); !st) return std::move(st).error();
+            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
         }
     }
     if (computed) {

@@ -555,6 +555,23 @@ TEST(IncludeScanner, PreIncludesHasIncludeAndMemoryHeaderFolders) {
     EXPECT_TRUE(absent.count(dir.file("inc/probe.h")));
 }
 
+// #include_next continues after the includer's folder, which the scanner does not track: every
+// candidate counts, the found ones by content.
+TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
+    TempDir dir;
+    for (const char *p : {"a", "b", "c"}) ::mkdir(dir.file(p).c_str(), 0755);
+    write_file(dir.file("a/w.h"), "#include_next <w.h>\n");
+    write_file(dir.file("c/w.h"), "#define W 1\n");
+    const auto deps = kjit::include_scanner::scan("#include <w.h>\n", {},
+                                                  in_folders({dir.file("a"), dir.file("b"), dir.file("c")}));
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present;
+    for (const auto &d : *deps) {
+        if (d.exists) present.insert(d.path);
+    }
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("a/w.h"), dir.file("c/w.h")}));
+}
+
 TEST(IncludeScanner, ParseRejectsDamage) {
     for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
                             "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
