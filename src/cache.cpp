@@ -205,8 +205,9 @@ Status check_cache_folder(const std::string &cache_dir) {
 enum class Lookup { hit, absent, unusable };
 
 // Whether the entry at `entry` answers `request`: every file it may read unchanged (deps.txt,
-// whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar, stats the cubin (and each recorded header);
-// no cubin read, no scan, unless the sidecar itself was damaged.
+// whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar,
+// stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar itself
+// was damaged.
 Lookup look_up(const Request &request, const std::string &entry, std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
@@ -367,7 +368,8 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
         request.search.working_dir = std::filesystem::current_path(cwd_ec).string();
         if (cwd_ec || request.search.working_dir.empty() || request.search.working_dir[0] != '/') {
             return Error{Errc::io, "cannot tell the working directory, which the source's includes or the NVRTC "
-                                   "options make NVRTC search: " + cwd_ec.message()};
+                                   "options make NVRTC search: " +
+                                       (cwd_ec ? cwd_ec.message() : "'" + request.search.working_dir + "'")};
         }
     }
     for (const std::string &d : files->include_dirs) {
