@@ -148,11 +148,29 @@ struct CompileArgs {
     std::vector<std::string> nvrtc_options;
 };
 
-// The options every file of `kjit compile` shares; `options` and `includes` hold what they point at.
-kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, std::vector<const char *> &options,
-                                        std::vector<const char *> &includes) {
+// The include folders of one file: its own folder first, as nvcc searches a source's folder
+// for its quoted includes, then the -I folders. The library sees the folder like any other
+// include folder, so the headers found there enter the key by content. Left out when the
+// source names no file (its key then does not depend on where it lies) and when it is the
+// working directory, which NVRTC searches for the source's quoted includes anyway.
+std::vector<std::string> include_paths_for(const std::string &file, const std::string &source, const CompileArgs &a) {
+    std::vector<std::string> paths;
+    if (source.find("include") != std::string::npos) {
+        std::error_code ec;
+        const std::filesystem::path folder = std::filesystem::absolute(file, ec).lexically_normal().parent_path();
+        const std::filesystem::path cwd = std::filesystem::current_path(ec);
+        if (!ec && !folder.empty() && folder != cwd) paths.push_back(folder.string());
+    }
+    paths.insert(paths.end(), a.include_paths.begin(), a.include_paths.end());
+    return paths;
+}
+
+// The options of one file of `kjit compile`; `options` and `includes` hold what they point at
+// (`paths` from include_paths_for).
+kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, const std::vector<std::string> &paths,
+                                        std::vector<const char *> &options, std::vector<const char *> &includes) {
     for (const std::string &o : a.nvrtc_options) options.push_back(o.c_str());
-    for (const std::string &p : a.include_paths) includes.push_back(p.c_str());
+    for (const std::string &p : paths) includes.push_back(p.c_str());
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
     opts.cache_dir = g.cache_dir.empty() ? nullptr : g.cache_dir.c_str();
     opts.arch = a.arch.empty() ? nullptr : a.arch.c_str();
@@ -175,8 +193,9 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     if (auto st = read_source(a.files.front(), source); !st.empty()) {
         return report_failure(g, KJIT_ERROR_IO, kjit_status_string(KJIT_ERROR_IO), st);
     }
+    const std::vector<std::string> paths = include_paths_for(a.files.front(), source, a);
     std::vector<const char *> options, includes;
-    const kjit_compile_options opts = compile_options_of(g, a, options, includes);
+    const kjit_compile_options opts = compile_options_of(g, a, paths, options, includes);
     std::string cubin;
     kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
         return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
@@ -198,16 +217,20 @@ int run_compile_many(const Global &g, const CompileArgs &a) {
     const std::size_t n = a.files.size();
     std::vector<std::string> sources(n), read_errors(n);
     for (std::size_t i = 0; i < n; ++i) read_errors[i] = read_source(a.files[i], sources[i]);
-    std::vector<const char *> options, includes;
-    const kjit_compile_options opts = compile_options_of(g, a, options, includes);
+    // Options per file: each has its own folder among its include folders.
+    std::vector<std::vector<std::string>> paths(n);
+    std::vector<std::vector<const char *>> options(n), includes(n);
+    std::vector<kjit_compile_options> opts(n);
     std::vector<kjit_compile_request> requests(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
     std::vector<const kjit_compile_request *> items;
     std::vector<std::size_t> file_of_item;  // files that could be read, in order
     for (std::size_t i = 0; i < n; ++i) {
         if (!read_errors[i].empty()) continue;
+        paths[i] = include_paths_for(a.files[i], sources[i], a);
+        opts[i] = compile_options_of(g, a, paths[i], options[i], includes[i]);
         requests[i].source = sources[i].c_str();
         requests[i].keyword = a.keyword.c_str();
-        requests[i].options = &opts;
+        requests[i].options = &opts[i];
         items.push_back(&requests[i]);
         file_of_item.push_back(i);
     }

@@ -95,7 +95,8 @@ const std::string &nvrtc_identity() {
 // headers declare. The source counts up to the end of its last line with "#include" (anything
 // before an include can change what the include declares: a #define, another include); what
 // follows it, typically the instantiations a sweep varies, is left out so those share the PCH.
-// Headers reached through -I among the NVRTC options count by name only, as in the cache key.
+// Every file the compile may read counts by content (`deps`, the same list the entry records),
+// however it was reached, and the working directory when names are looked up relative to it.
 std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
@@ -105,6 +106,7 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
     for (const auto &o : r.nvrtc_options) field(state, "option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "working_dir", r.search.working_dir);
     field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
         field(state, "header.name", h.first);
@@ -185,10 +187,11 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
                                "of your own for it (KJIT_CACHE_DIR), or have the cache's owner compile it there"};
 }
 
-// Whether the entry at `entry` answers `request`: its headers under include paths unchanged and
-// its cubin and sidecar intact. Reads the sidecar, stats the cubin (and each recorded header);
-// no cubin read, no scan, unless the sidecar itself was damaged. foreign: the entry or its
-// shard is owned by someone `folder` does not trust (*why is the error's text).
+// Whether the entry at `entry` answers `request`: every file it may read unchanged (deps.txt,
+// whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar,
+// stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar itself
+// was damaged. foreign: the entry or its shard is owned by someone `folder` does not trust
+// (*why is the error's text).
 Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
                std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
@@ -211,7 +214,7 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
     cache_entry::note_use(entry, st, realtime_ns());
-    if (!request.include_paths.empty()) {
+    if (request.reads_files) {
         const auto text = read_small_file(entry + "/" + kDepsFile, kMaxDepsFileSize);
         auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(
                                                                  Error{Errc::io, "missing"});
@@ -220,7 +223,7 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
             return Lookup::unusable;
         }
         if (!include_scanner::still_current(*deps)) {
-            *why = "a header under the include paths changed";
+            *why = "a file it may read changed, appeared or went away (deps.txt)";
             return Lookup::unusable;
         }
         if (include_scanner::settle(*deps)) {
@@ -296,6 +299,9 @@ std::string key_of(const Request &r) {
     for (const auto &o : r.nvrtc_options) field(state, "option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
+    // Empty unless names may be looked up relative to it (include_scanner::reach): then the
+    // same text compiled in another folder may read other files, and must not share the entry.
+    field(state, "working_dir", r.search.working_dir);
     field(state, "arch", r.arch);
     field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
     field(state, "keyword", r.keyword);
@@ -343,6 +349,31 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
     if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + given_cache_dir + "' absolute"};
     while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
+
+    // Every file NVRTC may read must be in the key by content, however it is reached: find how
+    // it looks files up (docs/cache-layout.md). Relative include folders and pre-included files
+    // among the NVRTC options, like the source's quoted includes, are looked up relative to the
+    // working directory, which then enters the key.
+    auto files = include_scanner::file_options(request.nvrtc_options);
+    if (!files) return std::move(files).error();
+    const include_scanner::Reach reach = include_scanner::reach(request.source, request.headers, *files);
+    request.reads_files = reach.reads_files;
+    request.search = include_scanner::Search{};
+    if (reach.uses_working_dir) {
+        std::error_code cwd_ec;
+        request.search.working_dir = std::filesystem::current_path(cwd_ec).string();
+        if (cwd_ec || request.search.working_dir.empty() || request.search.working_dir[0] != '/') {
+            return Error{Errc::io, "cannot tell the working directory, which the source's includes or the NVRTC "
+                                   "options make NVRTC search: " +
+                                       (cwd_ec ? cwd_ec.message() : "'" + request.search.working_dir + "'")};
+        }
+    }
+    for (const std::string &d : files->include_dirs) {
+        request.search.include_dirs.push_back(d[0] == '/' ? d : request.search.working_dir + "/" + d);
+    }
+    request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
+                                       request.include_paths.end());
+    request.search.pre_includes = std::move(files->pre_includes);
 
     Prepared prepared;
     prepared.key = key_of(request);
@@ -435,10 +466,10 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
     if (folder->exists && !folder->writable) return not_writable(request.cache_dir, *folder);
 
-    // Headers are recorded before the compile: one edited during it then misses next time.
+    // Files are recorded before the compile: one edited during it then misses next time.
     std::vector<include_scanner::Dependency> deps;
-    if (!request.include_paths.empty()) {
-        auto scanned = include_scanner::scan(request.source, request.headers, request.include_paths);
+    if (request.reads_files) {
+        auto scanned = include_scanner::scan(request.source, request.headers, request.search);
         if (!scanned) return std::move(scanned).error();
         deps = std::move(*scanned);
     }
@@ -574,7 +605,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         }
         bytes += file.second.size();
     }
-    if (!request.include_paths.empty()) {
+    if (request.reads_files) {
         const std::string deps_text = include_scanner::format(deps);
         if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, false, false, shared); !w) {
             return fail(std::move(w).error());

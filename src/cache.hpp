@@ -7,12 +7,13 @@
 //                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
 //                        source.cu           the source, for people debugging a failure
 //                        manifest.txt        options, arch, NVRTC version, name, creation time
-//                        deps.txt            headers read through include paths (when any)
+//                        deps.txt            the files the compile may read (when it may read any)
 //
 // Knows the compiler, the name resolver (for the entry's sidecar check and the name rule) and
 // the include scanner.
 #pragma once
 
+#include "include_scanner.hpp"
 #include "status.hpp"
 
 #include <atomic>
@@ -29,7 +30,9 @@
 namespace kjit::cache {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
-constexpr int kFormatVersion = 1;
+// 2: the working directory in the key when files may be looked up relative to it, and deps.txt
+// for every compile that may read a file (version 1 recorded headers under include_paths only).
+constexpr int kFormatVersion = 2;
 
 struct Request {
     std::string source;
@@ -42,6 +45,12 @@ struct Request {
     std::optional<std::string> name_expression;
     // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
+    // Set by Cache::prepare, from the texts and options: how the compile looks files up (its
+    // working directory only when something may be looked up relative to it; it is then in
+    // the key), and whether it may read any file (then the entry records deps.txt and every
+    // hit checks it).
+    include_scanner::Search search;
+    bool reads_files = false;
     // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
     // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
     // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
@@ -57,7 +66,8 @@ Result<std::string> default_arch();
 Status check_arch(const std::string &arch);
 
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
-// changes the cubin (but not the content of headers under include paths: see deps.txt).
+// changes the cubin (but not the content of files read from disk: see deps.txt). Reads
+// `request.search.working_dir`, which prepare() sets.
 std::string key_of(const Request &request);
 
 class Cache {

@@ -26,11 +26,32 @@ struct Directive {
     std::string name;
     bool quoted = false;
     bool computed = false;  // #include MACRO
+    // #include_next / __has_include_next: NVRTC continues after the folder the includer was
+    // found in, which the scanner does not track, so every candidate counts (a superset).
+    bool next = false;
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
 
-// The #include directives of `text`, in order (conditionals ignored: a superset).
+// The name of an include or __has_include operand starting at line[i] ('"' or '<'); false for
+// anything else (a macro: computed) or an unterminated name (malformed; NVRTC will say so).
+bool operand_at(std::string_view line, std::size_t i, Directive &d, bool &malformed) {
+    malformed = false;
+    if (i >= line.size() || (line[i] != '"' && line[i] != '<')) return false;
+    const char close = line[i] == '"' ? '"' : '>';
+    const std::size_t stop = line.find(close, i + 1);
+    if (stop == std::string_view::npos) {
+        malformed = true;
+        return false;
+    }
+    d.name.assign(line.substr(i + 1, stop - i - 1));
+    d.quoted = close == '"';
+    return true;
+}
+
+// The files `text` names for the preprocessor, in order (conditionals ignored: a superset):
+// each #include / #include_next, and each __has_include / __has_include_next in an #if or
+// #elif (a file that appears later changes what such a test answers).
 std::vector<Directive> directives(std::string_view text) {
     std::vector<Directive> out;
     std::size_t pos = 0;
@@ -44,22 +65,40 @@ std::vector<Directive> directives(std::string_view text) {
         if (i >= line.size() || line[i] != '#') continue;
         ++i;
         while (i < line.size() && is_space(line[i])) ++i;
+        if (line.compare(i, 2, "if") == 0 || line.compare(i, 4, "elif") == 0) {
+            for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
+                 at = line.find("__has_include", at + 1)) {
+                std::size_t j = at + 13;
+                const bool next = line.compare(j, 5, "_next") == 0;
+                if (next) j += 5;
+                while (j < line.size() && is_space(line[j])) ++j;
+                if (j >= line.size() || line[j] != '(') continue;
+                ++j;
+                while (j < line.size() && is_space(line[j])) ++j;
+                Directive d;
+                d.next = next;
+                bool malformed = false;
+                if (!operand_at(line, j, d, malformed)) {
+                    if (malformed) continue;
+                    d.computed = true;
+                }
+                out.push_back(std::move(d));
+            }
+            continue;
+        }
         if (line.compare(i, 7, "include") != 0) continue;
         i += 7;
-        if (line.compare(i, 5, "_next") == 0) i += 5;
+        const bool next = line.compare(i, 5, "_next") == 0;
+        if (next) i += 5;
         if (i < line.size() && !is_space(line[i]) && line[i] != '"' && line[i] != '<') continue;  // #includex
         while (i < line.size() && is_space(line[i])) ++i;
         if (i >= line.size()) continue;
         Directive d;
-        const char open = line[i];
-        const char close = open == '"' ? '"' : open == '<' ? '>' : '\0';
-        if (close == '\0') {
+        d.next = next;
+        bool malformed = false;
+        if (!operand_at(line, i, d, malformed)) {
+            if (malformed) continue;
             d.computed = true;
-        } else {
-            const std::size_t stop = line.find(close, i + 1);
-            if (stop == std::string_view::npos) continue;  // malformed; NVRTC will say so
-            d.name.assign(line.substr(i + 1, stop - i - 1));
-            d.quoted = open == '"';
         }
         out.push_back(std::move(d));
     }
@@ -104,23 +143,184 @@ std::string folder_of(const std::string &path) {
     return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
 
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+Error unclear_value(const std::string &option, const char *why) {
+    return Error{Errc::invalid_argument,
+                 "NVRTC option '" + option + "': " + why +
+                     ", so libkjit cannot tell which file NVRTC reads; write the path without surrounding blanks"};
+}
+
+// An include folder's value as NVRTC 13 takes it: spaces around it are dropped (measured for
+// "-I dir", "-I dir ", "--include-path=dir " and " dir" as a separate option), except right after
+// an '=' ("-I= dir" and "--include-path= dir" do not find dir). Other blanks (tabs, newlines) at
+// either end: refused, as is an empty value (NVRTC then searches the working directory).
+Result<std::string> include_dir_value(const std::string &option, std::string_view value, bool after_equals) {
+    if (after_equals && !value.empty() && is_blank(value.front())) {
+        return unclear_value(option, "it has blanks right after '='");
+    }
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no folder"};
+    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its folder has blanks around it");
+    return std::string(value);
+}
+
+// A pre-included file's value: NVRTC trims it in some spellings and not in others, so any
+// blank at either end is refused.
+Result<std::string> pre_include_value(const std::string &option, std::string_view value) {
+    if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no file"};
+    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its file has blanks around it");
+    return std::string(value);
+}
+
+bool names_memory_header(const std::string &name, const MemoryHeaders &memory_headers) {
+    for (const auto &h : memory_headers) {
+        if (h.first == name) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
-Result<std::vector<Dependency>> scan(std::string_view source,
-                                     const std::vector<std::pair<std::string, std::string>> &memory_headers,
-                                     const std::vector<std::string> &include_paths) {
+Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) {
+    FileOptions out;
+    const std::size_t n = nvrtc_options.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string &o = nvrtc_options[i];
+        auto next = [&]() -> Result<std::string> {
+            if (i + 1 >= n) {
+                return Error{Errc::invalid_argument, "NVRTC option '" + o +
+                                                         "' has no value after it (it would take the next option "
+                                                         "libkjit passes as its value)"};
+            }
+            return nvrtc_options[++i];
+        };
+        if (o == "-I" || o == "--include-path") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            auto dir = include_dir_value(o + " " + *value, *value, false);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o.compare(0, 15, "--include-path=") == 0) {
+            auto dir = include_dir_value(o, std::string_view(o).substr(15), true);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o.compare(0, 2, "-I") == 0) {
+            std::string_view value = std::string_view(o).substr(2);
+            const bool equals = !value.empty() && value.front() == '=';
+            if (equals) value.remove_prefix(1);
+            auto dir = include_dir_value(o, value, equals);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o == "-include" || o == "--pre-include") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            auto file = pre_include_value(o + " " + *value, *value);
+            if (!file) return std::move(file).error();
+            out.pre_includes.push_back(std::move(*file));
+        } else if (o.compare(0, 9, "-include=") == 0 || o.compare(0, 14, "--pre-include=") == 0) {
+            auto file = pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
+            if (!file) return std::move(file).error();
+            out.pre_includes.push_back(std::move(*file));
+        }
+    }
+    return out;
+}
+
+Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options) {
+    Reach r;
+    // A quoted relative name is looked up in the includer's folder first: the working directory
+    // for the source and (joined with their names' folders) for the in-memory headers. A
+    // computed name may be such a name.
+    auto visit = [&](std::string_view text) {
+        for (const Directive &d : directives(text)) {
+            r.reads_files = true;
+            if (d.computed) {
+                r.uses_working_dir = true;
+            } else if (d.quoted && !d.name.empty() && d.name[0] != '/' && !names_memory_header(d.name, memory_headers)) {
+                r.uses_working_dir = true;
+            }
+        }
+    };
+    visit(source);
+    for (const auto &h : memory_headers) visit(h.second);
+    for (const std::string &dir : options.include_dirs) {
+        if (dir[0] != '/') r.uses_working_dir = true;
+    }
+    for (const std::string &file : options.pre_includes) {
+        r.reads_files = true;
+        if (file[0] != '/') r.uses_working_dir = true;
+    }
+    return r;
+}
+
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
+                                     const Search &search) {
     std::vector<Dependency> deps;
-    if (include_paths.empty()) return deps;
     const std::int64_t scan_started = realtime_ns();
     auto mark_young = [&](Dependency &d) { d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started); };
     struct Pending {
         std::string text;
-        std::string folder;  // "" for the source and in-memory headers
+        std::string folder;  // absolute, searched first for quoted names; "" for none
     };
     std::deque<Pending> work;
-    work.push_back({std::string(source), ""});
-    std::set<std::string> seen_files, seen_memory, seen_missing;
+    std::set<std::string> seen_files, seen_missing;
     bool computed = false;
+
+    // Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
+    // the first found (creating it later would shadow the found one), then the found one by
+    // content, whose own includes are followed from its folder. `every`: all candidates, found
+    // or not (for #include_next, whose starting point is not tracked).
+    auto look_up = [&](const std::string &name, bool quoted, const std::string &folder, bool every) -> Status {
+        std::vector<std::string> candidates;
+        if (name[0] == '/') {
+            candidates.push_back(name);
+        } else {
+            if (quoted && !folder.empty()) candidates.push_back(folder + "/" + name);
+            for (const std::string &dir : search.include_dirs) candidates.push_back(dir + "/" + name);
+        }
+        for (const std::string &candidate : candidates) {
+            if (!is_regular(candidate)) {
+                if (seen_missing.insert(candidate).second) {
+                    Dependency absent;
+                    absent.path = candidate;
+                    absent.exists = false;
+                    deps.push_back(std::move(absent));
+                }
+                continue;
+            }
+            if (seen_files.insert(candidate).second) {
+                std::string content;
+                auto dep = describe(candidate, &content);
+                if (!dep) return std::move(dep).error();
+                mark_young(*dep);
+                deps.push_back(std::move(*dep));
+                work.push_back({std::move(content), folder_of(candidate)});
+            }
+            if (!every) break;
+        }
+        return Ok{};
+    };
+
+    // Pre-included files first, as NVRTC reads them: the working directory, then the include
+    // folders (a pre-include is looked up like a quoted name of the source).
+    for (const std::string &file : search.pre_includes) {
+        if (auto st = look_up(file, true, search.working_dir, false); !st) return std::move(st).error();
+    }
+    work.push_back({std::string(source), search.working_dir});
+    // Every in-memory header, included or not (a superset): its quoted names are looked up in
+    // the working directory joined with the folder part of its own name.
+    for (const auto &h : memory_headers) {
+        const std::size_t slash = h.first.rfind('/');
+        std::string folder;
+        if (!h.first.empty() && h.first[0] == '/') {
+            folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
+        } else if (!search.working_dir.empty()) {
+            folder = slash == std::string::npos ? search.working_dir : search.working_dir + "/" + h.first.substr(0, slash);
+        }
+        work.push_back({h.second, std::move(folder)});
+    }
     while (!work.empty()) {
         Pending item = std::move(work.front());
         work.pop_front();
@@ -129,44 +329,15 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                 computed = true;
                 continue;
             }
-            bool in_memory = false;
-            for (const auto &h : memory_headers) {
-                if (h.first == d.name) {
-                    in_memory = true;
-                    if (seen_memory.insert(h.first).second) work.push_back({h.second, ""});
-                    break;
-                }
-            }
-            if (in_memory || d.name.empty() || d.name[0] == '/') continue;
-            std::vector<std::string> candidates;
-            if (d.quoted && !item.folder.empty()) candidates.push_back(item.folder + "/" + d.name);
-            for (const std::string &dir : include_paths) candidates.push_back(dir + "/" + d.name);
-            for (const std::string &candidate : candidates) {
-                if (!is_regular(candidate)) {
-                    if (seen_missing.insert(candidate).second) {
-                        Dependency absent;
-                        absent.path = candidate;
-                        absent.exists = false;
-                        deps.push_back(std::move(absent));
-                    }
-                    continue;
-                }
-                if (seen_files.insert(candidate).second) {
-                    std::string content;
-                    auto dep = describe(candidate, &content);
-                    if (!dep) return std::move(dep).error();
-                    mark_young(*dep);
-                    deps.push_back(std::move(*dep));
-                    work.push_back({std::move(content), folder_of(candidate)});
-                }
-                break;
-            }
+            // An in-memory header of that name wins over any file (measured, quoted and angle).
+            if (d.name.empty() || names_memory_header(d.name, memory_headers)) continue;
+            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
         }
     }
     if (computed) {
-        // A computed include could name any file: record every file under the include paths.
+        // A computed include could name any file: record every file under the include folders.
         std::error_code ec;
-        for (const std::string &dir : include_paths) {
+        for (const std::string &dir : search.include_dirs) {
             for (auto it = std::filesystem::recursive_directory_iterator(
                      dir, std::filesystem::directory_options::skip_permission_denied, ec);
                  !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
@@ -174,7 +345,7 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                 const std::string path = it->path().string();
                 if (!seen_files.insert(path).second) continue;
                 if (seen_files.size() > kMaxFilesUnderIncludePaths) {
-                    return Error{Errc::io, "a computed #include makes every file under the include paths a "
+                    return Error{Errc::io, "a computed #include makes every file under the include folders a "
                                            "dependency, and there are over " +
                                                std::to_string(kMaxFilesUnderIncludePaths)};
                 }
@@ -183,6 +354,7 @@ Result<std::vector<Dependency>> scan(std::string_view source,
                 mark_young(*dep);
                 deps.push_back(std::move(*dep));
             }
+            ec.clear();
         }
     }
     return deps;

@@ -1,11 +1,17 @@
-// Include scanner: which files on disk can a compile read through its include paths? NVRTC
-// reports no dependencies, so this follows `#include` directives itself, from the source and
-// the in-memory headers through every header found, without evaluating conditionals: the
-// result is a superset of what NVRTC reads, which can only cost a needless miss, never a stale
-// hit. It also records the include-path candidates probed before the one found (they did not
-// exist): creating one later would shadow the header, so it must give a miss too. A computed
-// `#include MACRO` cannot be followed; then every file under the include paths is recorded.
-// Knows the filesystem only.
+// Include scanner: which files on disk can a compile read, however NVRTC reaches them? NVRTC
+// reports no dependencies, so this follows `#include` directives (and `__has_include`) itself,
+// from the source, the in-memory headers and the pre-included files through every header found,
+// without evaluating conditionals: the result is a superset of what NVRTC reads, which can only
+// cost a needless miss, never a stale hit. It searches as NVRTC 13 does (measured; see
+// docs/cache-layout.md): an in-memory header of that name first; an absolute name as is; a
+// quoted name in the including file's folder (the working directory for the source, whose
+// program is named "source.cu", and for an in-memory header the working directory joined with
+// the folder part of its name), then the include folders (-I among the NVRTC options, then
+// include_paths, in that order); an angle name in the include folders only. A pre-included
+// file: the working directory, then the include folders. It also records the candidates probed
+// before the one found (they did not exist): creating one later would shadow the header, so it
+// must give a miss too. A computed `#include MACRO` cannot be followed; then every file under
+// the include folders is recorded. Knows the filesystem only.
 #pragma once
 
 #include "posix_file.hpp"
@@ -32,11 +38,44 @@ struct Dependency {
 };
 
 
-// Headers that compiling `source` may read from `include_paths`. Errc::io when a found header
-// cannot be read.
-Result<std::vector<Dependency>> scan(std::string_view source,
-                                     const std::vector<std::pair<std::string, std::string>> &memory_headers,
-                                     const std::vector<std::string> &include_paths);
+using MemoryHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// The NVRTC options that make it read files: include folders and pre-included files, as given
+// (relative ones are relative to the working directory), in order.
+struct FileOptions {
+    std::vector<std::string> include_dirs;
+    std::vector<std::string> pre_includes;
+};
+
+// The file options among `nvrtc_options`, in every spelling NVRTC 13 accepts: -I<dir>, -I=<dir>,
+// -I <dir> (one option), -I and <dir> as two, --include-path=<dir>, --include-path and <dir>;
+// -include <file>, -include=<file>, --pre-include=<file>, --pre-include <file> (two options).
+// Errc::invalid_argument, naming the option, for one without its value (it would take the next
+// option, one libkjit adds, as its value) and for values whose surrounding blanks NVRTC treats
+// in ways libkjit cannot tell apart (e.g. "-I= dir", which NVRTC does not trim).
+Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options);
+
+// What a compile may look up, decided from the texts and options alone (no file system access),
+// so that a lookup can put it in the key.
+struct Reach {
+    bool reads_files = false;        // any #include, __has_include or pre-included file
+    bool uses_working_dir = false;   // something may be looked up relative to the working directory
+};
+Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options);
+
+// How a compile looks files up.
+struct Search {
+    // Absolute; empty when nothing is looked up relative to it (Reach::uses_working_dir false).
+    std::string working_dir;
+    // Absolute, in NVRTC's order: those among the NVRTC options, then include_paths.
+    std::vector<std::string> include_dirs;
+    // As given to -include / --pre-include.
+    std::vector<std::string> pre_includes;
+};
+
+// Files that compiling `source` may read from disk. Errc::io when a found header cannot be read.
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
+                                     const Search &search);
 
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
 // size and mtime (and, for young ones, content), or else of the same content (a `touch` alone

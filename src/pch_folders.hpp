@@ -4,9 +4,9 @@
 // `config.h` (or a header on disk) differs from the first one's would silently compile against
 // the first one's (measured with NVRTC 13.0: a static_assert on the header's value fails). So
 // every distinct header identity (computed by the cache: options, arch, in-memory headers, the
-// content of headers under include paths, the source up to its last #include) gets a folder of
-// its own, under one private folder per process, and NVRTC only ever sees PCHs made from the
-// same headers. Knows the filesystem only.
+// content of every file the compile may read from disk, the source up to its last #include)
+// gets a folder of its own, under one private folder per process, and NVRTC only ever sees
+// PCHs made from the same headers. Knows the filesystem only.
 #pragma once
 
 #include "status.hpp"

@@ -44,6 +44,13 @@ std::string compile_ok(Cache &cache, const Request &r) {
     return path.ok() ? *path : std::string();
 }
 
+// A search of these include folders only (no working directory).
+kjit::include_scanner::Search in_folders(std::vector<std::string> dirs) {
+    kjit::include_scanner::Search s;
+    s.include_dirs = std::move(dirs);
+    return s;
+}
+
 std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
 
 // Every folder below `cache` named like an entry is complete; returns how many there are.
@@ -487,7 +494,7 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     write_file(dir.file("b/sub/inner.h"), "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
     write_file(dir.file("b/sub/sibling.h"), "#define S 1\n");
     const auto deps = kjit::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
-                                                  {dir.file("a"), dir.file("b")});
+                                                  in_folders({dir.file("a"), dir.file("b")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
     for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
@@ -508,9 +515,93 @@ TEST(IncludeScanner, ComputedIncludeRecordsEveryFile) {
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/x.h"), "");
     write_file(dir.file("inc/y.h"), "");
-    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, {dir.file("inc")});
+    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok());
     EXPECT_EQ(deps->size(), 2u);
+}
+
+// The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
+// docs/cache-layout.md), and the ones it treats ambiguously, refused with the option named.
+TEST(IncludeScanner, FileOptionsInEverySpelling) {
+    namespace is = kjit::include_scanner;
+    const auto files = is::file_options({"-Ia", "-I=b", "-I c ", "-I", " d", "--include-path=e ", "--include-path", "f",
+                                         "-include", "p.h", "-include=q.h", "--pre-include=r.h", "--pre-include",
+                                         "s.h", "-DX=1", "-std=c++17"});
+    ASSERT_TRUE(files.ok()) << files.error().message;
+    EXPECT_EQ(files->include_dirs, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
+    EXPECT_EQ(files->pre_includes, (std::vector<std::string>{"p.h", "q.h", "r.h", "s.h"}));
+    for (const std::vector<std::string> &bad :
+         std::vector<std::vector<std::string>>{{"-I= x"}, {"--include-path= x"}, {"-I\tx"}, {"-I="}, {"-I   "},
+                                               {"-include= p.h"}, {"-include", "p.h "}, {"-DX", "-I"},
+                                               {"--include-path"}, {"-include"}, {"--pre-include"}}) {
+        const auto r = is::file_options(bad);
+        ASSERT_FALSE(r.ok()) << bad.back();
+        EXPECT_EQ(r.error().code, Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find(bad.back().substr(0, 2)), std::string::npos) << r.error().message;
+    }
+}
+
+// What puts the working directory in the key, from the texts and options alone.
+TEST(IncludeScanner, ReachDecidesOnTheWorkingDirectory) {
+    namespace is = kjit::include_scanner;
+    auto reach = [&](const std::string &src, const is::MemoryHeaders &mem = {}, const is::FileOptions &o = {}) {
+        return is::reach(src, mem, o);
+    };
+    EXPECT_FALSE(reach("__global__ void k() {}\n").reads_files);
+    EXPECT_TRUE(reach("#include <a.h>\n").reads_files);
+    EXPECT_FALSE(reach("#include <a.h>\n").uses_working_dir);
+    EXPECT_TRUE(reach("#include \"a.h\"\n").uses_working_dir);
+    EXPECT_FALSE(reach("#include \"/abs/a.h\"\n").uses_working_dir);
+    EXPECT_FALSE(reach("#include \"m.h\"\n", {{"m.h", "#define M 1\n"}}).uses_working_dir);
+    EXPECT_TRUE(reach("#include \"m.h\"\n", {{"m.h", "#include \"x.h\"\n"}}).uses_working_dir);
+    EXPECT_TRUE(reach("#define H <a.h>\n#include H\n").uses_working_dir);
+    EXPECT_TRUE(reach("#if __has_include(<x.h>)\n#endif\n").reads_files);
+    is::FileOptions rel;
+    rel.include_dirs = {"inc"};
+    EXPECT_TRUE(reach("#include <a.h>\n", {}, rel).uses_working_dir);
+    is::FileOptions pre;
+    pre.pre_includes = {"/abs/p.h"};
+    EXPECT_TRUE(reach("", {}, pre).reads_files);
+    EXPECT_FALSE(reach("", {}, pre).uses_working_dir);
+}
+
+// A pre-included file: the working directory, then the include folders; __has_include operands
+// and an in-memory header's quoted names (looked up in the working directory) are recorded.
+TEST(IncludeScanner, PreIncludesHasIncludeAndMemoryHeaderFolders) {
+    TempDir dir;
+    for (const char *p : {"cwd", "cwd/sub", "inc"}) ::mkdir(dir.file(p).c_str(), 0755);
+    write_file(dir.file("inc/p.h"), "#define P 1\n");
+    write_file(dir.file("cwd/sub/near.h"), "");
+    kjit::include_scanner::Search s;
+    s.working_dir = dir.file("cwd");
+    s.include_dirs = {dir.file("inc")};
+    s.pre_includes = {"p.h"};
+    const auto deps = kjit::include_scanner::scan("#if __has_include(\"probe.h\")\n#endif\n",
+                                                  {{"sub/m.h", "#include \"near.h\"\n"}}, s);
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present, absent;
+    for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("inc/p.h"), dir.file("cwd/sub/near.h")}));
+    EXPECT_TRUE(absent.count(dir.file("cwd/p.h")));      // would shadow inc/p.h
+    EXPECT_TRUE(absent.count(dir.file("cwd/probe.h")));  // would change what __has_include says
+    EXPECT_TRUE(absent.count(dir.file("inc/probe.h")));
+}
+
+// #include_next continues after the includer's folder, which the scanner does not track: every
+// candidate counts, the found ones by content.
+TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
+    TempDir dir;
+    for (const char *p : {"a", "b", "c"}) ::mkdir(dir.file(p).c_str(), 0755);
+    write_file(dir.file("a/w.h"), "#include_next <w.h>\n");
+    write_file(dir.file("c/w.h"), "#define W 1\n");
+    const auto deps = kjit::include_scanner::scan("#include <w.h>\n", {},
+                                                  in_folders({dir.file("a"), dir.file("b"), dir.file("c")}));
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present;
+    for (const auto &d : *deps) {
+        if (d.exists) present.insert(d.path);
+    }
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("a/w.h"), dir.file("c/w.h")}));
 }
 
 TEST(IncludeScanner, ParseRejectsDamage) {
@@ -558,7 +649,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     TempDir dir;
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/v.h"), "#define V 1\n");
-    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, {dir.file("inc")});
+    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok());
     ASSERT_EQ(deps->size(), 1u);
     EXPECT_TRUE(deps->at(0).verify_content);
@@ -577,7 +668,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     past[0].tv_sec = past[1].tv_sec = st.st_mtim.tv_sec - 3600;
     past[0].tv_nsec = past[1].tv_nsec = 0;
     ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/old.h").c_str(), past, 0), 0);
-    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, {dir.file("inc")});
+    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(old.ok());
     EXPECT_FALSE(old->at(0).verify_content);
 }
@@ -596,7 +687,9 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     ASSERT_EQ(::utimensat(AT_FDCWD, header.c_str(), t, 0), 0);
     Cache cache;
     Request r = base_request(dir.file("cache"));
-    r.source = "#include \"v.h\"\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    // Angle: only the include folder is searched, so v.h is deps.txt's first line (a quoted name
+    // would first probe the working directory).
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
     r.include_paths = {dir.file("inc")};
     const std::string path = compile_ok(cache, r);
     const std::string deps = entry_of(path) + "/deps.txt";

@@ -3,7 +3,7 @@
 # kjit_status of a failure; 20 when verify finds damage; 64 for usage errors).
 #   cli_test.sh KJIT_BINARY
 set -euo pipefail
-KJIT=$1
+KJIT=$(realpath "$1")  # absolute: some checks run it from other folders
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kjit-cli-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 C="$WORK/cache"
@@ -77,6 +77,30 @@ done
 expect_rc 0 env TMPDIR="$WORK/tmp" "$KJIT" compile "$WORK/inc1.cu" "$WORK/inc2.cu" -k plain --arch sm_90 --cache-dir "$BC" -I "$WORK/inc"
 [ "$(wc -l <"$WORK/out")" = 4 ] || fail "compile with includes printed $(cat "$WORK/out")"
 [ -z "$(ls -A "$WORK/tmp")" ] || fail "left in TMPDIR: $(ls -A "$WORK/tmp")"
+# The source's folder is searched for its includes from any working directory, as nvcc does,
+# and an edit of a header there is seen (own cache: the stats below count $C's entries).
+HC="$WORK/header-cache"
+mkdir -p "$WORK/proj/sub" "$WORK/proj/other"
+for d in sub other; do
+    printf '#include "cfg.h"\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\ntemplate __global__ void gemm<CFG>(float *);\n' \
+        >"$WORK/proj/$d/gemm.cu"
+done
+echo '#define CFG 3' >"$WORK/proj/sub/cfg.h"
+echo '#define CFG 4' >"$WORK/proj/other/cfg.h"
+expect_name() { [ "$(sed -n 2p "$WORK/out")" = "$1" ] || fail "expected $1 after $2, got: $(cat "$WORK/out") $(head -c 400 "$WORK/err")"; }
+expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
+expect_name _Z4gemmILi3EEvPf "compile sub/gemm.cu"
+echo '#define CFG 33' >"$WORK/proj/sub/cfg.h"
+expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
+expect_name _Z4gemmILi33EEvPf "an edit of sub/cfg.h"
+expect_rc 0 env -C "$WORK/proj/sub" "$KJIT" compile gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
+expect_name _Z4gemmILi33EEvPf "compile gemm.cu in sub/"
+echo '#define CFG 333' >"$WORK/proj/sub/cfg.h"
+expect_rc 0 env -C "$WORK/proj/sub" "$KJIT" compile gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
+expect_name _Z4gemmILi333EEvPf "an edit of cfg.h, compiled in its folder"
+# Two files of one batch, each with its own folder's cfg.h.
+expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu other/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC" --json
+json_check 'd[0]["name"] == "_Z4gemmILi333EEvPf" and d[1]["name"] == "_Z4gemmILi4EEvPf"'
 expect_rc 64 "$KJIT" nosuch
 expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"

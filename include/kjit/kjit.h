@@ -400,7 +400,7 @@ typedef struct kjit_batch_options {
         of about 2.2 s). The default uses it for sources that `#include` something: a
         header-free source has nothing to precompile and was 10-15% slower with it on 2
         workers (docs/batch.md has the measurements). Each distinct set of headers (options,
-        in-memory headers, the content of headers under include paths, the source up to its
+        in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
         the cache key, as it does not change what the cubin does. */

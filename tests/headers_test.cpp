@@ -1,0 +1,321 @@
+// Every file NVRTC may read is in the key by content, whichever way it was reached (DESIGN.md,
+// "Trust"): the working directory, an absolute #include, -I / --include-path among the NVRTC
+// options (every spelling, relative ones too), -include / --pre-include, and a header's own
+// folder. Through libkjit.so, as users link it. Each test edits a header and expects a cubin
+// built from the new text: the kernel's mangled name carries the header's constant.
+#include "kjit/kjit.h"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <string>
+#include <vector>
+
+using namespace kjit_test;
+
+namespace {
+
+// gemm<CFG> with CFG from a header: the mangled name says which header text was compiled.
+const char *const kQuoted = "#include \"cfg.h\"\n"
+                            "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                            "template __global__ void gemm<CFG>(float *);\n";
+const char *const kAngle = "#include <cfg.h>\n"
+                           "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                           "template __global__ void gemm<CFG>(float *);\n";
+const char *const kNoInclude = "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                               "template __global__ void gemm<CFG>(float *);\n";
+
+std::string name_for(int cfg) { return "_Z4gemmILi" + std::to_string(cfg) + "EEvPf"; }
+std::string cfg_text(int cfg) { return "#define CFG " + std::to_string(cfg) + "\n"; }
+
+struct Answer {
+    kjit_status status = KJIT_OK;
+    std::string cubin;
+    std::string name;  // resolved from the cubin for "gemm"
+    std::string error;
+};
+
+// kjit_compile through the C ABI, then the name the cubin holds.
+Answer compile(const std::string &cache, const std::string &source, const std::vector<std::string> &options,
+               const std::vector<std::string> &include_paths = {},
+               const std::vector<std::pair<std::string, std::string>> &headers = {}) {
+    std::vector<const char *> opts, incs;
+    std::vector<kjit_header> hdrs;
+    for (const auto &o : options) opts.push_back(o.c_str());
+    for (const auto &p : include_paths) incs.push_back(p.c_str());
+    for (const auto &h : headers) hdrs.push_back(kjit_header{h.first.c_str(), h.second.c_str()});
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    o.nvrtc_options = opts.data();
+    o.nvrtc_option_count = opts.size();
+    o.include_paths = incs.data();
+    o.include_path_count = incs.size();
+    o.headers = hdrs.data();
+    o.header_count = hdrs.size();
+    Answer a;
+    char path[4096];
+    a.status = kjit_compile(source.c_str(), "gemm", &o, path, sizeof path, nullptr);
+    if (a.status != KJIT_OK) {
+        a.error = kjit_last_error();
+        return a;
+    }
+    a.cubin = path;
+    char name[512];
+    const kjit_status st = kjit_resolve_name(path, "gemm", name, sizeof name, nullptr);
+    if (st == KJIT_OK) {
+        a.name = name;
+    } else {
+        a.status = st;
+        a.error = kjit_last_error();
+    }
+    return a;
+}
+
+// The working directory for one scope.
+class InFolder {
+public:
+    explicit InFolder(const std::string &dir) {
+        if (::getcwd(saved_, sizeof saved_) == nullptr) saved_[0] = '\0';
+        EXPECT_EQ(::chdir(dir.c_str()), 0) << dir;
+    }
+    InFolder(const InFolder &) = delete;
+    InFolder &operator=(const InFolder &) = delete;
+    ~InFolder() {
+        if (saved_[0] != '\0') {
+            EXPECT_EQ(::chdir(saved_), 0);
+        }
+    }
+
+private:
+    char saved_[PATH_MAX];
+};
+
+kjit_stats stats() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
+    return s;
+}
+
+void make_dir(const std::string &path) { ::mkdir(path.c_str(), 0755); }
+
+// The compile succeeded and its cubin holds gemm<cfg>.
+void expect_name(const Answer &a, int cfg) {
+    EXPECT_EQ(a.status, KJIT_OK) << kjit_status_string(a.status) << ": " << a.error;
+    EXPECT_EQ(a.name, name_for(cfg));
+}
+
+}  // namespace
+
+// NVRTC searches the working directory for the source's quoted includes (its program is named
+// "source.cu", whose folder is "."): an edit there is a miss.
+TEST(Headers, WorkingDirectoryHeaderEnters) {
+    TempDir dir;
+    make_dir(dir.file("proj"));
+    write_file(dir.file("proj/cfg.h"), cfg_text(1));
+    InFolder in(dir.file("proj"));
+    const Answer first = compile(dir.file("cache"), kQuoted, {});
+    expect_name(first, 1);
+    // Unchanged: a hit on the same entry (the checks cost no needless miss).
+    const kjit_stats before = stats();
+    EXPECT_EQ(compile(dir.file("cache"), kQuoted, {}).cubin, first.cubin);
+    EXPECT_EQ(stats().compile_hits, before.compile_hits + 1);
+    EXPECT_EQ(stats().compile_misses, before.compile_misses);
+    write_file(dir.file("proj/cfg.h"), cfg_text(22));
+    expect_name(compile(dir.file("cache"), kQuoted, {}), 22);
+    write_file(dir.file("proj/cfg.h"), cfg_text(1));  // reverted: the old text again
+    expect_name(compile(dir.file("cache"), kQuoted, {}), 1);
+}
+
+// The same source and options from two projects, each with its own cfg.h: two answers, two
+// entries (a shared entry would be replaced under the other project's feet).
+TEST(Headers, TwoProjectsWithTheirOwnCfgDoNotShareAnEntry) {
+    TempDir dir;
+    make_dir(dir.file("a"));
+    make_dir(dir.file("b"));
+    write_file(dir.file("a/cfg.h"), cfg_text(1));
+    write_file(dir.file("b/cfg.h"), cfg_text(2));
+    Answer a1, b1, a2;
+    {
+        InFolder in(dir.file("a"));
+        a1 = compile(dir.file("cache"), kQuoted, {"-std=c++17"});
+    }
+    {
+        InFolder in(dir.file("b"));
+        b1 = compile(dir.file("cache"), kQuoted, {"-std=c++17"});
+    }
+    {
+        InFolder in(dir.file("a"));
+        a2 = compile(dir.file("cache"), kQuoted, {"-std=c++17"});
+    }
+    expect_name(a1, 1);
+    expect_name(b1, 2);
+    expect_name(a2, 1);
+    EXPECT_NE(a1.cubin, b1.cubin);
+    EXPECT_EQ(a1.cubin, a2.cubin);
+}
+
+// A header in the working directory shadows one under include_paths for a quoted include:
+// creating it later must be a miss.
+TEST(Headers, NewHeaderInTheWorkingDirectoryShadowsAnIncludePath) {
+    TempDir dir;
+    make_dir(dir.file("proj"));
+    make_dir(dir.file("inc"));
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    InFolder in(dir.file("proj"));
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {dir.file("inc")}), 1);
+    write_file(dir.file("proj/cfg.h"), cfg_text(33));
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {dir.file("inc")}), 33);
+}
+
+TEST(Headers, AbsoluteIncludeEnters) {
+    TempDir dir;
+    make_dir(dir.file("lib"));
+    write_file(dir.file("lib/cfg.h"), cfg_text(4));
+    const std::string source = "#include \"" + dir.file("lib/cfg.h") + "\"\n" + kNoInclude;
+    expect_name(compile(dir.file("cache"), source, {}), 4);
+    write_file(dir.file("lib/cfg.h"), cfg_text(44));
+    expect_name(compile(dir.file("cache"), source, {}), 44);
+}
+
+// Every spelling NVRTC accepts for an include folder among its options.
+TEST(Headers, IncludeFolderAmongNvrtcOptionsEnters) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    const std::string inc = dir.file("inc");
+    const std::vector<std::vector<std::string>> spellings = {
+        {"-I" + inc}, {"-I", inc}, {"--include-path=" + inc}, {"--include-path", inc}, {"-std=c++17", "-I " + inc}};
+    int cfg = 5;
+    for (const auto &options : spellings) {
+        SCOPED_TRACE(options.back());
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg));
+        expect_name(compile(dir.file("cache"), kAngle, options), cfg);
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg + 100));
+        expect_name(compile(dir.file("cache"), kAngle, options), cfg + 100);
+        ++cfg;
+    }
+}
+
+// A relative include folder is relative to the working directory: two projects, two answers.
+TEST(Headers, RelativeIncludeFolderAmongNvrtcOptions) {
+    TempDir dir;
+    for (const char *p : {"a", "a/inc", "b", "b/inc"}) make_dir(dir.file(p));
+    write_file(dir.file("a/inc/cfg.h"), cfg_text(6));
+    write_file(dir.file("b/inc/cfg.h"), cfg_text(7));
+    {
+        InFolder in(dir.file("a"));
+        expect_name(compile(dir.file("cache"), kAngle, {"-Iinc"}), 6);
+        write_file(dir.file("a/inc/cfg.h"), cfg_text(66));
+        expect_name(compile(dir.file("cache"), kAngle, {"-Iinc"}), 66);
+    }
+    {
+        InFolder in(dir.file("b"));
+        expect_name(compile(dir.file("cache"), kAngle, {"-Iinc"}), 7);
+    }
+}
+
+// -include / --pre-include: found in the working directory first, then the include folders.
+TEST(Headers, PreIncludedFileEnters) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    make_dir(dir.file("proj"));
+    const std::string abs = dir.file("inc/cfg.h");
+    const std::vector<std::vector<std::string>> spellings = {
+        {"-include", abs}, {"-include=" + abs}, {"--pre-include=" + abs}, {"--pre-include", abs}};
+    int cfg = 8;
+    for (const auto &options : spellings) {
+        SCOPED_TRACE(options.front());
+        write_file(abs, cfg_text(cfg));
+        expect_name(compile(dir.file("cache"), kNoInclude, options), cfg);
+        write_file(abs, cfg_text(cfg + 100));
+        expect_name(compile(dir.file("cache"), kNoInclude, options), cfg + 100);
+        ++cfg;
+    }
+    // Relative: the working directory's cfg.h; once it is gone, the include folder's.
+    InFolder in(dir.file("proj"));
+    write_file(dir.file("proj/cfg.h"), cfg_text(12));
+    expect_name(compile(dir.file("cache"), kNoInclude, {"-I" + dir.file("inc"), "-include", "cfg.h"}), 12);
+    write_file(dir.file("proj/cfg.h"), cfg_text(13));
+    expect_name(compile(dir.file("cache"), kNoInclude, {"-I" + dir.file("inc"), "-include", "cfg.h"}), 13);
+    ::unlink(dir.file("proj/cfg.h").c_str());
+    expect_name(compile(dir.file("cache"), kNoInclude, {"-I" + dir.file("inc"), "-include", "cfg.h"}), cfg + 99);
+}
+
+// A header found in one folder includes a quoted name found in its own folder (another
+// folder than any include folder), and an in-memory header's quoted include is looked up
+// relative to the working directory.
+TEST(Headers, HeaderFromAHeaderInAnotherFolderEnters) {
+    TempDir dir;
+    for (const char *p : {"lib", "lib/detail", "proj"}) make_dir(dir.file(p));
+    write_file(dir.file("lib/top.h"), "#include \"detail/cfg.h\"\n");
+    write_file(dir.file("lib/detail/cfg.h"), cfg_text(14));
+    const std::string source = "#include \"" + dir.file("lib/top.h") + "\"\n" + kNoInclude;
+    expect_name(compile(dir.file("cache"), source, {}), 14);
+    write_file(dir.file("lib/detail/cfg.h"), cfg_text(15));
+    expect_name(compile(dir.file("cache"), source, {}), 15);
+
+    write_file(dir.file("lib/detail/inner.h"), "#include \"cfg.h\"\n");  // its own folder: detail/
+    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude), {"-I", dir.file("lib")}), 15);
+    write_file(dir.file("lib/detail/cfg.h"), cfg_text(16));
+    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude), {"-I", dir.file("lib")}), 16);
+
+    InFolder in(dir.file("proj"));
+    write_file(dir.file("proj/cfg.h"), cfg_text(17));
+    const std::vector<std::pair<std::string, std::string>> memory = {{"mem.h", "#include \"cfg.h\"\n"}};
+    const std::string via_memory = "#include <mem.h>\n" + std::string(kNoInclude);
+    expect_name(compile(dir.file("cache"), via_memory, {}, {}, memory), 17);
+    write_file(dir.file("proj/cfg.h"), cfg_text(18));
+    expect_name(compile(dir.file("cache"), via_memory, {}, {}, memory), 18);
+}
+
+// kjit_compile_batch looks requests up and compiles them the same way.
+TEST(Headers, BatchSeesIncludeFoldersAmongNvrtcOptions) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    const std::string cache = dir.file("cache");
+    const std::string inc = "-I" + dir.file("inc");
+    auto batch_name = [&]() {
+        const char *opts[] = {inc.c_str()};
+        kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+        o.cache_dir = cache.c_str();
+        o.arch = "sm_90";
+        o.nvrtc_options = opts;
+        o.nvrtc_option_count = 1;
+        kjit_compile_request r = KJIT_COMPILE_REQUEST_INIT;
+        r.source = kAngle;
+        r.keyword = "gemm";
+        r.options = &o;
+        const kjit_compile_request *items[] = {&r};
+        kjit_batch_result *result = nullptr;
+        const kjit_status st = kjit_compile_batch(items, 1, nullptr, &result);
+        EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
+        std::string name;
+        if (result && kjit_batch_result_status(result, 0) == KJIT_OK) {
+            char buf[512];
+            if (kjit_resolve_name(kjit_batch_result_cubin_path(result, 0), "gemm", buf, sizeof buf, nullptr) == KJIT_OK) {
+                name = buf;
+            }
+        }
+        kjit_batch_result_release(result);
+        return name;
+    };
+    write_file(dir.file("inc/cfg.h"), cfg_text(19));
+    EXPECT_EQ(batch_name(), name_for(19));
+    write_file(dir.file("inc/cfg.h"), cfg_text(20));
+    EXPECT_EQ(batch_name(), name_for(20));
+}
+
+// An include folder or pre-include option without its value would take the next option (one
+// libkjit adds) as its value: refused, naming the option.
+TEST(Headers, FileOptionWithoutValueIsRefused) {
+    TempDir dir;
+    for (const char *bad : {"-I", "--include-path", "-include", "--pre-include"}) {
+        const Answer a = compile(dir.file("cache"), kQuoted, {"-std=c++17", bad});
+        EXPECT_EQ(a.status, KJIT_ERROR_INVALID_ARGUMENT) << bad;
+        EXPECT_NE(a.error.find(bad), std::string::npos) << a.error;
+    }
+}
