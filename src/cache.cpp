@@ -151,7 +151,7 @@ Status fsync_dir(const std::string &path) {
     return Ok{};
 }
 
-std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::size_t cubin_bytes,
+std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::string_view cubin,
                           double compile_seconds) {
     char created[32];
     const std::time_t now = std::time(nullptr);
@@ -168,7 +168,8 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     m.include_paths = r.include_paths;
     for (const auto &h : r.headers) m.headers.push_back(h.first);
     m.name_expression = r.name_expression;
-    m.cubin_bytes = cubin_bytes;
+    m.cubin_bytes = cubin.size();
+    m.cubin_hash = hash128_hex(cubin);
     m.compile_seconds = compile_seconds;
     m.created = created;
     return cache_entry::format_manifest(m);
@@ -540,7 +541,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
-                                            manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
+                                            manifest_text(request, key, name, compiled->cubin, seconds))}) {
         if (auto w = write_new_file(file.first, file.second, false, false); !w) return fail(std::move(w).error());
         bytes += file.second.size();
     }

@@ -29,7 +29,9 @@
 namespace kjit::cache {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
-constexpr int kFormatVersion = 1;
+// 2: the manifest records the cubin's XXH3-128 and ends in a check line; loads and rescans of
+// an entry's cubin confirm it (format-1 entries have neither, so they are rebuilt).
+constexpr int kFormatVersion = 2;
 
 struct Request {
     std::string source;

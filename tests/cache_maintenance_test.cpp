@@ -162,6 +162,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     m.headers = {"a.h"};
     m.name_expression = "gemm<1>";
     m.cubin_bytes = 4096;
+    m.cubin_hash = "0123456789abcdef0123456789abcdef";
     m.created = "2026-12-03T10:00:00Z";
     const std::string text = entry::format_manifest(m);
     auto back = entry::parse_manifest(text, "m");
@@ -171,6 +172,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     EXPECT_EQ(back->name_expression, m.name_expression);
     EXPECT_EQ(back->cubin_bytes, 4096u);
     EXPECT_EQ(back->arch, "sm_90a");
+    EXPECT_EQ(back->cubin_hash, m.cubin_hash);
     for (const std::string &bad : {std::string(""), std::string("kjit-manifest 2\n"), text.substr(0, text.size() - 1),
                                    std::string("kjit-manifest 1\nkey: x\nkeyword: k\n"),
                                    std::string("kjit-manifest 1\nkey: x\nkeyword: k\nname: n\ncubin_bytes: 12x\n"),
