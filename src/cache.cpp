@@ -537,6 +537,9 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     line.mtime_sec = st.st_mtim.tv_sec;
     line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
     line.name = name;
+    // A filesystem that keeps whole seconds only gives size and mtime that cannot tell versions
+    // apart: bind the line to the content (docs/sidecar-format.md).
+    if (line.mtime_nsec == 0) line.content_hash = hash64(compiled->cubin);
     std::uint64_t bytes = compiled->cubin.size();
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),

@@ -177,6 +177,15 @@ Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_pa
     counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
     // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
     if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
+    // A cache entry's cubin must be the bytes it published: its size, mtime and sidecar cannot
+    // show a same-size change whose mtime was put back, its content hash can. The bytes are in
+    // memory already, so this costs a hash of them and a read of the small manifest. Loose
+    // cubins have no recorded hash.
+    if (const std::string_view entry = cache_entry::entry_of_cubin(cubin_path); !entry.empty()) {
+        auto confirmed = cache_entry::confirm_published(std::string(entry), cubin_path, p.bytes);
+        if (!confirmed) return std::move(confirmed).error();
+        counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
+    }
     auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes);
     if (!resolved) return std::move(resolved).error();
     p.resolution = std::move(*resolved);

@@ -3,6 +3,7 @@
 
 #include "cache.hpp"
 #include "sidecar_store.hpp"
+#include "damage_support.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -358,4 +359,73 @@ TEST(KernelLoader, HugeSparseCubinAndFifoAreRefusedWithoutReading) {
     ASSERT_FALSE(f);
     EXPECT_EQ(f.error().code, Errc::io);
     EXPECT_NE(f.error().message.find("not a regular file"), std::string::npos) << f.error().message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity of cache entries at load time.
+
+namespace {
+
+std::string compile_entry(const std::string &cache_dir, const char *source, const char *keyword,
+                          const char *name_expression = nullptr) {
+    kjit::cache::Request r;
+    r.cache_dir = cache_dir;
+    r.arch = "sm_90";
+    r.source = source;
+    r.keyword = keyword;
+    if (name_expression) r.name_expression = name_expression;
+    kjit::cache::Cache cache;
+    auto path = cache.compile(r);
+    EXPECT_TRUE(path.ok()) << path.error().message;
+    return path.ok() ? *path : std::string();
+}
+
+}  // namespace
+
+// Item 5: a cubin flipped in place with its mtime restored (so size, mtime and sidecar all say
+// "unchanged") never reaches the driver from a cache entry.
+TEST(KernelLoaderIntegrity, DamagedEntryCubinIsBadCubinNamingTheFile) {
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), sources::kTemplateOne, "tmpl");
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/true));
+    const auto loads0 = loads();
+    auto h = loader().load(path, "tmpl");
+    ASSERT_FALSE(h.ok()) << "loaded a damaged cache entry";
+    EXPECT_EQ(h.error().code, Errc::bad_cubin);
+    EXPECT_NE(h.error().message.find(path), std::string::npos) << h.error().message;
+    EXPECT_NE(h.error().message.find("kjit cache verify --fix"), std::string::npos) << h.error().message;
+    EXPECT_EQ(loads(), loads0);
+}
+
+// Of its kind: without the mtime restored it is refused too; a loose cubin (no recorded hash)
+// loads as before, damaged or not.
+TEST(KernelLoaderIntegrity, DamageShowsWhateverTheMtimeAndLooseCubinsAreUnchanged) {
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), sources::kTemplateOne, "tmpl");
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
+    auto h = loader().load(path, "tmpl");
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.error().code, Errc::bad_cubin);
+
+    Cubin loose(sources::kTemplateOne);
+    ASSERT_TRUE(flip_text_byte(loose.path, true));
+    KernelHandle k = load_ok(loose.path, "tmpl");
+    EXPECT_EQ(k.name(), "_Z4tmplILi4EEvPf");
+}
+
+// Item 7 through the loader: after `cp -r`, the copy loads the kernel the name expression chose.
+TEST(KernelLoaderIntegrity, NameExpressionEntryLoadsTheRecordedKernelAfterCpR) {
+    const char *source = R"(
+__global__ void gemm(float *p) { p[threadIdx.x] = 1; }
+template <int N> __global__ void gemm_big(float *p) { p[threadIdx.x] = N; }
+template __global__ void gemm_big<2>(float *);
+)";
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), source, "gemm", "gemm_big<2>");
+    const std::string script = "cp -r '" + dir.file("cache") + "' '" + dir.file("copy") + "'";
+    ASSERT_EQ(std::system(script.c_str()), 0);
+    const std::string copied = dir.file("copy") + path.substr(dir.file("cache").size());
+    KernelHandle h = load_ok(copied, "gemm");
+    EXPECT_EQ(h.name(), "_Z8gemm_bigILi2EEvPf");
+    expect_consistent(h);
 }
