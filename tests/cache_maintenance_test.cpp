@@ -593,3 +593,33 @@ TEST(CacheIntegrity, EveryByteOfAManifestIsCovered) {
         EXPECT_FALSE(entry::parse_manifest(bad, "m").ok()) << "byte " << i << " of:\n" << bad;
     }
 }
+
+// Item 8 in a cache: a `tar` copy (whole-second mtimes) keeps hitting after one rescan per
+// entry, whose line is then bound to the content; verify agrees with the resolver throughout.
+TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 2);
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(set_mtime(cubins[i], now_ns() / kSecond - 3600, 0));
+    // Before any use the lines (written with nanoseconds, no hash) do not match: stale.
+    auto report = verify_ok(c, false);
+    EXPECT_EQ(damages(report), std::vector<maintenance::Damage>(2, maintenance::Damage::sidecar_stale));
+    Cache other;
+    auto compiled = [&](int i) {
+        auto path = other.compile(request_for(c, i));
+        return path.ok() ? *path : "error: " + path.error().message;
+    };
+    const auto scans = kjit::NameResolver::instance().counters().scans.load();
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
+    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
+    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);  // hits now
+    EXPECT_EQ(other.counters().nvrtc_runs, 0u);
+    for (int i = 0; i < 2; ++i) {
+        const auto lines = kjit::sidecar::read(kjit::sidecar::path_for(cubins[i])).lines;
+        ASSERT_EQ(lines.size(), 1u);
+        EXPECT_TRUE(lines[0].content_hash.has_value());
+    }
+    EXPECT_TRUE(verify_ok(c, false).findings.empty());
+}
