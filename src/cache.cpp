@@ -205,7 +205,11 @@ enum class Lookup { hit, absent, unusable };
 
 // Whether the entry at `entry` answers `request`: its headers under include paths unchanged and
 // its cubin and sidecar intact. Reads the sidecar, stats the cubin (and each recorded header);
-// no cubin read, no scan, unless the sidecar itself was damaged.
+// no cubin read, no scan, unless the sidecar does not match the cubin as it is (damaged, lost,
+// or the cubin's size or mtime changed). Then the resolver rescans, which first confirms the
+// cubin's bytes against the hash its manifest recorded: a cubin changed on disk makes the
+// entry unusable, so it is rebuilt, never served. (A whole-second mtime also hashes the cubin on
+// each hit: sidecar-format.md.)
 Lookup look_up(const Request &request, const std::string &entry, std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};

@@ -6,7 +6,8 @@
 //   <cache>/<k0k1>/<key>/kernel.cubin        the cubin
 //                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
 //                        source.cu           the source, for people debugging a failure
-//                        manifest.txt        options, arch, NVRTC version, name, creation time
+//                        manifest.txt        options, arch, NVRTC version, name, the cubin's size and
+//                                            XXH3-128, creation time; a check line (cache_entry.hpp)
 //                        deps.txt            headers read through include paths (when any)
 //
 // Knows the compiler, the name resolver (for the entry's sidecar check and the name rule) and
