@@ -2,17 +2,20 @@
 #include "kernel_loader.hpp"
 
 #include "cache.hpp"
-#include "sidecar_store.hpp"
 #include "damage_support.hpp"
+#include "name_resolver.hpp"
+#include "sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -428,4 +431,38 @@ template __global__ void gemm_big<2>(float *);
     KernelHandle h = load_ok(copied, "gemm");
     EXPECT_EQ(h.name(), "_Z8gemm_bigILi2EEvPf");
     expect_consistent(h);
+}
+
+// Of its kind: an entry replaced whole at its path (as a rebuild after an included header
+// changed does) while it is loaded and resolved may pair an old cubin with a new manifest. That
+// is a race, never reported as a damaged cubin.
+TEST(KernelLoaderIntegrity, EntryReplacedWholeWhileReadIsNeverCalledDamaged) {
+    TempDir dir;
+    // Two complete entries with different cubins for one keyword, their folders swapped in turn:
+    // at a's path there is always a whole entry, a's or b's.
+    const std::string a = compile_entry(dir.file("a"), sources::numbered_gemm(0).c_str(), "gemm");
+    const std::string b = compile_entry(dir.file("b"), sources::numbered_gemm(1).c_str(), "gemm");
+    ASSERT_TRUE(read_file(a) != read_file(b));
+    const std::string ea = a.substr(0, a.rfind('/')), eb = b.substr(0, b.rfind('/'));
+    std::atomic<bool> stop{false};
+    std::thread swapper([&] {
+        while (!stop.load()) {
+            ::renameat2(AT_FDCWD, ea.c_str(), AT_FDCWD, eb.c_str(), RENAME_EXCHANGE);
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+    });
+    int damaged = 0, ok = 0;
+    std::string last_error;
+    for (int i = 0; i < 400; ++i) {
+        auto h = loader().load(a, "gemm");
+        if (h) ++ok;
+        if (!h && h.error().code == Errc::bad_cubin) ++damaged, last_error = h.error().message;
+        kjit::NameResolver resolver;
+        auto name = resolver.resolve(a, "gemm");
+        if (!name && name.error().code == Errc::bad_cubin) ++damaged, last_error = name.error().message;
+    }
+    stop = true;
+    swapper.join();
+    EXPECT_EQ(damaged, 0) << last_error;
+    EXPECT_GT(ok, 0);
 }
