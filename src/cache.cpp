@@ -154,7 +154,7 @@ Status fsync_dir(const std::string &path) {
     return Ok{};
 }
 
-std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::size_t cubin_bytes,
+std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::string_view cubin,
                           double compile_seconds) {
     char created[32];
     const std::time_t now = std::time(nullptr);
@@ -171,7 +171,8 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     m.include_paths = r.include_paths;
     for (const auto &h : r.headers) m.headers.push_back(h.first);
     m.name_expression = r.name_expression;
-    m.cubin_bytes = cubin_bytes;
+    m.cubin_bytes = cubin.size();
+    m.cubin_hash = hash128_hex(cubin);
     m.compile_seconds = compile_seconds;
     m.created = created;
     return cache_entry::format_manifest(m);
@@ -189,9 +190,12 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 
 // Whether the entry at `entry` answers `request`: every file it may read unchanged (deps.txt,
 // whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar,
-// stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar itself
-// was damaged. foreign: the entry or its shard is owned by someone `folder` does not trust
-// (*why is the error's text).
+// stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar does not
+// match the cubin as it is (damaged, lost, or the cubin's size or mtime changed). Then the
+// resolver rescans, which first confirms the cubin's bytes against the hash its manifest
+// recorded: a cubin changed on disk makes the entry unusable, so it is rebuilt, never served. (A
+// whole-second mtime also hashes the cubin on each hit: sidecar-format.md.) foreign: the entry
+// or its shard is owned by someone `folder` does not trust (*why is the error's text).
 Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
                std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
@@ -595,11 +599,14 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     line.mtime_sec = st.st_mtim.tv_sec;
     line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
     line.name = name;
+    // A filesystem that keeps whole seconds only gives size and mtime that cannot tell versions
+    // apart: bind the line to the content (docs/sidecar-format.md).
+    if (line.mtime_nsec == 0) line.content_hash = hash64(compiled->cubin);
     std::uint64_t bytes = compiled->cubin.size();
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
-                                            manifest_text(request, key, name, compiled->cubin.size(), seconds))}) {
+                                            manifest_text(request, key, name, compiled->cubin, seconds))}) {
         if (auto w = write_new_file(file.first, file.second, false, false, shared); !w) {
             return fail(std::move(w).error());
         }

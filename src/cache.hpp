@@ -6,7 +6,8 @@
 //   <cache>/<k0k1>/<key>/kernel.cubin        the cubin
 //                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
 //                        source.cu           the source, for people debugging a failure
-//                        manifest.txt        options, arch, NVRTC version, name, creation time
+//                        manifest.txt        options, arch, NVRTC version, name, the cubin's size and
+//                                            XXH3-128, creation time; a check line (cache_entry.hpp)
 //                        deps.txt            the files the compile may read (when it may read any)
 //
 // Knows the compiler, the name resolver (for the entry's sidecar check and the name rule) and
@@ -31,7 +32,9 @@ namespace kjit::cache {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
 // 2: the working directory in the key when files may be looked up relative to it, and deps.txt
-// for every compile that may read a file (version 1 recorded headers under include_paths only).
+// for every compile that may read a file (version 1 recorded headers under include_paths only);
+// the manifest records the cubin's XXH3-128 and ends in a check line, which loads and rescans of
+// an entry's cubin confirm (format-1 entries have neither, so they are rebuilt).
 constexpr int kFormatVersion = 2;
 
 struct Request {

@@ -1,5 +1,6 @@
 #include "cache_entry.hpp"
 
+#include "hashing.hpp"
 #include "log.hpp"
 #include "posix_file.hpp"
 
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdlib>
 #include <filesystem>
 
@@ -193,8 +195,30 @@ std::optional<std::string> read_small_file(const std::string &path, std::size_t 
     return text;
 }
 
+namespace {
+
+constexpr std::string_view kManifestHeader = "kjit-manifest 2\n";
+constexpr std::string_view kCheckLabel = "check: ";
+
+std::string check_line(std::string_view text) {
+    char line[40];
+    std::snprintf(line, sizeof line, "check: %016" PRIx64 "\n", hash64(text));
+    return line;
+}
+
+// The cache folder an entry lies in ("<cache>/<k0k1>/<key>"), for messages.
+std::string cache_of(const std::string &entry) {
+    const std::size_t key_slash = entry.find_last_of('/');
+    if (key_slash == std::string::npos || key_slash == 0) return ".";
+    const std::size_t shard_slash = entry.find_last_of('/', key_slash - 1);
+    if (shard_slash == std::string::npos) return ".";
+    return shard_slash == 0 ? std::string("/") : entry.substr(0, shard_slash);
+}
+
+}  // namespace
+
 std::string format_manifest(const Manifest &m) {
-    std::string out = "kjit-manifest 1\n";
+    std::string out(kManifestHeader);
     auto line = [&](const char *label, std::string_view value) {
         out += label;
         out += ": ";
@@ -211,25 +235,38 @@ std::string format_manifest(const Manifest &m) {
     for (const auto &h : m.headers) line("header", h);
     if (m.name_expression) line("name_expression", *m.name_expression);
     line("cubin_bytes", std::to_string(m.cubin_bytes));
+    line("cubin_hash", m.cubin_hash);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.3f", m.compile_seconds);
     line("compile_seconds", secs);
     line("created", m.created);
+    out += check_line(out);
     return out;
 }
 
 Result<Manifest> parse_manifest(std::string_view text, const std::string &path) {
     auto bad = [&](const std::string &why) { return Error{Errc::io, "manifest '" + path + "': " + why}; };
-    constexpr std::string_view kHeader = "kjit-manifest 1\n";
-    if (text.substr(0, kHeader.size()) != kHeader) return bad("not a kjit manifest of format 1");
+    if (text.substr(0, kManifestHeader.size()) != kManifestHeader) {
+        if (text.substr(0, 14) == "kjit-manifest ") {
+            return bad("a manifest of another format (made by another libkjit version), not format 2");
+        }
+        return bad("not a kjit manifest of format 2");
+    }
+    // The check line comes last and covers everything before it: one damaged byte anywhere (a
+    // name, the cubin hash) makes the whole manifest untrustworthy, not just that line.
+    if (text.empty() || text.back() != '\n') return bad("its last line is cut short");
+    const std::size_t last = text.rfind('\n', text.size() - 2);
+    const std::string_view body = text.substr(0, last + 1);
+    const std::string_view check = text.substr(last + 1);
+    if (check.substr(0, kCheckLabel.size()) != kCheckLabel) return bad("the check line is missing (truncated?)");
+    if (check != check_line(body)) return bad("damaged: its check line does not match its text");
     Manifest m;
-    std::size_t pos = kHeader.size();
+    std::size_t pos = kManifestHeader.size();
     int line_no = 1;
-    while (pos < text.size()) {
+    while (pos < body.size()) {
         ++line_no;
-        const std::size_t end = text.find('\n', pos);
-        if (end == std::string_view::npos) return bad("line " + std::to_string(line_no) + " is cut short");
-        const std::string_view line = text.substr(pos, end - pos);
+        const std::size_t end = body.find('\n', pos);
+        const std::string_view line = body.substr(pos, end - pos);
         pos = end + 1;
         const std::size_t colon = line.find(": ");
         if (colon == std::string_view::npos) return bad("line " + std::to_string(line_no) + " has no 'label: value'");
@@ -260,6 +297,9 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
             const unsigned long long n = std::strtoull(value->c_str(), &endp, 10);
             if (value->empty() || *endp != '\0' || errno != 0) return bad("cubin_bytes '" + *value + "' is not a number");
             m.cubin_bytes = n;
+        } else if (label == "cubin_hash") {
+            if (value->size() != 32 || !all_hex(*value)) return bad("cubin_hash '" + *value + "' is not 32 hex digits");
+            m.cubin_hash = std::move(*value);
         } else if (label == "compile_seconds") {
             // Written with %.3f; anything else (inf, nan, hex, absurd sizes that %.3f cannot give
             // back unchanged) is damage, as the fuzzer found.
@@ -273,8 +313,39 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
             m.created = std::move(*value);
         }  // unknown labels: from a later minor format, informational
     }
-    if (m.keyword.empty() || m.name.empty() || m.key.empty()) return bad("key, keyword or name is missing");
+    if (m.keyword.empty() || m.name.empty() || m.key.empty() || m.cubin_hash.empty()) {
+        return bad("key, keyword, name or cubin_hash is missing");
+    }
     return m;
+}
+
+Result<Manifest> read_manifest(const std::string &entry) {
+    const std::string path = entry + "/" + kManifestFile;
+    auto text = read_small_file(path, kMaxManifestBytes);
+    if (!text) {
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) != 0) return io_error("cannot read manifest", path);
+        return Error{Errc::io, "cannot read manifest '" + path + "': not a regular file of at most 1 MiB"};
+    }
+    return parse_manifest(*text, path);
+}
+
+Result<Manifest> confirm_published(const std::string &entry, const std::string &cubin_path, std::string_view bytes) {
+    const std::string what_to_do = "; run `kjit cache verify --fix --cache-dir '" + cache_of(entry) +
+                                   "'` to remove the entry (the next kjit_compile rebuilds it)";
+    auto manifest = read_manifest(entry);
+    if (!manifest) {
+        return Error{Errc::bad_cubin, "cubin '" + cubin_path +
+                                          "' cannot be confirmed as what its cache entry published: " +
+                                          manifest.error().message + what_to_do};
+    }
+    if (manifest->cubin_bytes != bytes.size() || manifest->cubin_hash != hash128_hex(bytes)) {
+        return Error{Errc::bad_cubin, "cubin '" + cubin_path +
+                                          "' is damaged: its content does not match the XXH3-128 hash its cache "
+                                          "entry recorded when it was published (it was changed on disk since)" +
+                                          what_to_do};
+    }
+    return manifest;
 }
 
 }  // namespace kjit::cache_entry

@@ -94,11 +94,16 @@ Status write_new_file(const std::string &path, std::string_view bytes, bool dura
 // `limit` bytes (it never reads more than limit + 64 KiB).
 std::optional<std::string> read_small_file(const std::string &path, std::size_t limit);
 
-// The fields of manifest.txt. Written at publish for people and for `kjit cache verify`.
+// The fields of manifest.txt, written at publish. Format 2 (docs/cache-layout.md): a header
+// line, one "label: value" line per field, and a last line "check: <16 hex digits>", the
+// XXH3-64 of all the text before it. The manifest is the entry's source of truth for its
+// kernel's name and its cubin's content (`kjit cache verify --fix` rebuilds sidecars from it,
+// the resolver confirms rescans against it, loads check the cubin against it), so a manifest
+// whose check fails is damaged and never used.
 struct Manifest {
     std::string key;
     std::string keyword;
-    std::string name;
+    std::string name;  // the lowered name expression, else the keyword rule's choice, at publish
     std::string arch;
     std::string nvrtc;
     std::vector<std::string> options;
@@ -106,13 +111,27 @@ struct Manifest {
     std::vector<std::string> headers;  // in-memory header names
     std::optional<std::string> name_expression;
     std::uint64_t cubin_bytes = 0;
+    std::string cubin_hash;  // XXH3-128 of the published cubin, 32 lowercase hex digits
     double compile_seconds = 0;
     std::string created;  // UTC, "YYYY-MM-DDTHH:MM:SSZ"
 };
 
+// A manifest larger than this is not ours (a real one is a few KiB): it is not read.
+constexpr std::size_t kMaxManifestBytes = 1u << 20;
+
 std::string format_manifest(const Manifest &m);
-// Errors: io, naming `path` and what is wrong (not a manifest of this format, a bad line, a
-// missing keyword or name).
+// Errors: io, naming `path` and what is wrong (not a manifest of this format, a failing check
+// line, a bad line, a missing key, keyword, name or cubin hash).
 Result<Manifest> parse_manifest(std::string_view text, const std::string &path);
+// Reads and parses `<entry>/manifest.txt` (not through a link). Errors: io naming the file
+// (missing, unreadable, too large, damaged).
+Result<Manifest> read_manifest(const std::string &entry);
+
+// The entry's manifest, once `bytes` (the whole cubin, as read from `cubin_path` in the entry
+// at `entry`) are confirmed to be what was published: the size and XXH3-128 the manifest
+// recorded. Errors: bad_cubin naming the cubin, what is wrong (the content differs, or the
+// manifest is missing or damaged so the content cannot be confirmed) and what to do. Costs one
+// small file read and a hash of `bytes` (about 0.1 ms per MB).
+Result<Manifest> confirm_published(const std::string &entry, const std::string &cubin_path, std::string_view bytes);
 
 }  // namespace kjit::cache_entry

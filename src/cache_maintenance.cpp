@@ -592,9 +592,13 @@ Finding finding(const std::string &path, Damage damage, std::string detail) {
     return f;
 }
 
-bool same_version(const sidecar::Line &l, const struct stat &st) {
-    return l.cubin_size == static_cast<std::uint64_t>(st.st_size) && l.mtime_sec == st.st_mtim.tv_sec &&
-           (l.mtime_nsec == static_cast<std::uint32_t>(st.st_mtim.tv_nsec) || st.st_mtim.tv_nsec == 0);
+// The resolver's rule (name_resolver.cpp): size and mtime, and for a whole-second mtime a
+// content hash that matches (`content` is the cubin's XXH3-64).
+bool same_version(const sidecar::Line &l, const struct stat &st, std::uint64_t content) {
+    if (l.cubin_size != static_cast<std::uint64_t>(st.st_size) || l.mtime_sec != st.st_mtim.tv_sec) return false;
+    if (l.content_hash && *l.content_hash != content) return false;
+    if (st.st_mtim.tv_nsec == 0) return l.content_hash.has_value();
+    return l.mtime_nsec == static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
 }
 
 EntryVerdict check_entry(const std::string &entry, const std::string &key, std::int64_t now_ns) {
@@ -656,6 +660,14 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
         v.fatal = finding(entry, Damage::bad_cubin, table.error().message);
         return v;
     }
+    // A same-size change (its mtime put back or not) shows only in the content.
+    if (hash128_hex(table->image()) != manifest->cubin_hash) {
+        v.fatal = finding(entry, Damage::bad_cubin,
+                          "'" + cubin_path + "' does not match the XXH3-128 hash recorded in '" + manifest_path +
+                              "' when it was published: it was changed on disk since");
+        return v;
+    }
+    const std::uint64_t content = hash64(table->image());
     const bool has_kernel = std::any_of(table->functions().begin(), table->functions().end(),
                                         [&](const FunctionSymbol &f) { return f.name == manifest->name; });
     if (!has_kernel || !name_matcher::check_keyword(manifest->keyword).ok() ||
@@ -672,7 +684,7 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
     v.line.cubin_size = static_cast<std::uint64_t>(cubin_st.st_size);
     v.line.mtime_sec = cubin_st.st_mtim.tv_sec;
     v.line.mtime_nsec = static_cast<std::uint32_t>(cubin_st.st_mtim.tv_nsec);
-    if (young_at(v.line.mtime_sec, v.line.mtime_nsec, now_ns)) v.line.content_hash = hash64(table->image());
+    if (v.line.mtime_nsec == 0 || young_at(v.line.mtime_sec, v.line.mtime_nsec, now_ns)) v.line.content_hash = content;
 
     const std::string sidecar_path = sidecar::path_for(cubin_path);
     const sidecar::Contents contents = sidecar::read(sidecar_path);
@@ -690,15 +702,14 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
     for (const sidecar::Line &l : contents.lines) {
         if (l.keyword == manifest->keyword) {
             mine = &l;
-        } else if (same_version(l, cubin_st)) {
+        } else if (same_version(l, cubin_st, content)) {
             v.other_lines.push_back(l);
         }
     }
     if (!mine) {
         v.sidecar = finding(entry, Damage::sidecar_damaged,
                             "'" + sidecar_path + "' has no valid line for keyword '" + manifest->keyword + "'");
-    } else if (!same_version(*mine, cubin_st) ||
-               (mine->content_hash && *mine->content_hash != hash64(table->image()))) {
+    } else if (!same_version(*mine, cubin_st, content)) {
         v.sidecar = finding(entry, Damage::sidecar_stale,
                             "'" + sidecar_path + "' was written for another version of the cubin");
     } else if (mine->name != manifest->name) {

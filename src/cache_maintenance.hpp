@@ -120,8 +120,8 @@ void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> ma
 enum class Damage {
     misplaced,         // an entry folder in the wrong shard, or not a folder
     missing_file,      // manifest.txt, source.cu, kernel.cubin or deps.txt is missing
-    bad_manifest,      // manifest.txt unreadable or not a manifest for this entry
-    bad_cubin,         // the cubin is not a CUDA ELF, or lacks the kernel its manifest names
+    bad_manifest,      // manifest.txt unreadable, failing its check line, or not a manifest for this entry
+    bad_cubin,         // the cubin is not a CUDA ELF, not the bytes published, or lacks its kernel
     truncated_cubin,   // the cubin's size differs from the one recorded at publish
     sidecar_missing,   // no kernel.cubin.name
     sidecar_damaged,   // unreadable, garbage, or no line for the entry's keyword
@@ -146,9 +146,11 @@ struct VerifyReport {
     bool clean() const;  // nothing found, or everything found fixed
 };
 
-// Checks every entry: complete, its cubin a CUDA ELF of the recorded size holding the kernel
-// its manifest names, its sidecar agreeing with the cubin and the manifest; and looks for stale
-// temp folders and files. With `fix`: rebuilds damaged sidecars from the manifest's name,
+// Checks every entry: complete, its manifest passing its check line, its cubin a CUDA ELF of the
+// recorded size and XXH3-128 holding the kernel its manifest names, its sidecar agreeing with
+// the cubin and the manifest; and looks for stale temp folders and files. With `fix`: rebuilds
+// damaged sidecars from the manifest's name (only from a manifest that passes its check, with
+// the name found in the cubin's function symbols and passing the keyword rule),
 // removes entries that cannot be repaired (the next kjit_compile rebuilds them) and sweeps
 // stale temps, under the cache lock. Errors: io when the folder cannot be read.
 Result<VerifyReport> verify(const std::string &cache_dir, bool fix);

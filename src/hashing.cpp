@@ -5,10 +5,20 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 
 namespace kjit {
 
 std::uint64_t hash64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+std::string hash128_hex(std::string_view bytes) {
+    const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
+                  static_cast<std::uint64_t>(h.low64));
+    return hex;
+}
 
 Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identity) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));

@@ -13,6 +13,11 @@ namespace kjit {
 
 std::uint64_t hash64(std::string_view bytes);
 
+// XXH3-128 of `bytes` as 32 lowercase hex digits (high half first): the content hash a cache
+// entry's manifest records for its cubin. 128 bits, because it stands for the whole cubin for
+// as long as the entry lives and is compared against whatever bytes are on disk later.
+std::string hash128_hex(std::string_view bytes);
+
 // Hash of a whole file's contents, read through a read-only mapping; `identity` receives the
 // fstat of the file as hashed. Errc::io when it cannot be opened, mapped or is not a file.
 Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identity);

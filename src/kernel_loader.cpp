@@ -170,17 +170,47 @@ std::size_t KernelLoader::live_libraries() {
 Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
     // A cubin in a cache entry: record its use before reading, so eviction spares it.
     cache_entry::note_use_of_cubin(cubin_path);
-    Prepared p;
-    auto bytes = read_cubin(cubin_path, p.identity);
-    if (!bytes) return std::move(bytes).error();
-    p.bytes = std::move(*bytes);
-    counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
-    // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
-    if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
-    auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes);
-    if (!resolved) return std::move(resolved).error();
-    p.resolution = std::move(*resolved);
-    return p;
+    const std::string_view entry = cache_entry::entry_of_cubin(cubin_path);
+    // An entry can be replaced whole while it is read (a rebuild after an included header
+    // changed swaps a new entry in at the same path): the cubin read may then be the old one
+    // and the manifest the new one. A check that fails while the path now names another file
+    // is such a race, not damage: read again, a few times at most.
+    constexpr int kAttempts = 3;
+    for (int attempt = 1;; ++attempt) {
+        Prepared p;
+        auto bytes = read_cubin(cubin_path, p.identity);
+        if (!bytes) return std::move(bytes).error();
+        p.bytes = std::move(*bytes);
+        counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
+        // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
+        if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
+        Status checked = Ok{};
+        // A cache entry's cubin must be the bytes it published: its size, mtime and sidecar
+        // cannot show a same-size change whose mtime was put back, its content hash can. The
+        // bytes are in memory already, so this costs a hash of them and a read of the small
+        // manifest. Loose cubins have no recorded hash.
+        if (!entry.empty()) {
+            auto confirmed = cache_entry::confirm_published(std::string(entry), cubin_path, p.bytes);
+            if (confirmed) {
+                counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
+            } else {
+                checked = std::move(confirmed).error();
+            }
+        }
+        Result<NameResolver::Resolution> resolved = Error{Errc::internal, "not resolved"};
+        if (checked) {
+            resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes);
+            if (resolved) {
+                p.resolution = std::move(*resolved);
+                return p;
+            }
+            checked = resolved.error();
+        }
+        if (entry.empty() || checked.error().code != Errc::bad_cubin || attempt == kAttempts) return checked.error();
+        auto now = stat_cubin(cubin_path);
+        if (!now || *now == p.identity) return checked.error();  // the same file: it is damaged
+        log().debug("cache entry of {} was replaced while it was read; reading it again", cubin_path);
+    }
 }
 
 LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock, const FileIdentity &identity) {

@@ -69,6 +69,7 @@ public:
     // Counters for tests, the log and (later) statistics. Relaxed atomics.
     struct Counters {
         std::atomic<std::uint64_t> cubin_reads{0};       // cubins read into memory
+        std::atomic<std::uint64_t> content_checks{0};    // cache entries' cubins checked against their manifest
         std::atomic<std::uint64_t> library_loads{0};     // successful cuLibraryLoadData calls
         std::atomic<std::uint64_t> library_unloads{0};
         std::atomic<std::uint64_t> reuse_hits{0};        // handles served without reading the file

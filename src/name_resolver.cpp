@@ -1,5 +1,6 @@
 #include "name_resolver.hpp"
 
+#include "cache_entry.hpp"
 #include "folder_trust.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
@@ -9,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <functional>
@@ -18,16 +20,56 @@ namespace kjit {
 
 namespace {
 
-// Whether `line` was written for the cubin version `id`. A current mtime of whole seconds
-// also matches a line's same second: `tar` and some filesystems keep no nanoseconds.
+Error with_path(const std::string &cubin_path, Error e);
+
+// Whether `line` may have been written for the cubin version `id`. Size and mtime decide,
+// except for a current mtime of whole seconds (0 ns: a `tar` copy, a `tar --mtime=@T` release,
+// a filesystem that keeps no nanoseconds): two different cubins of one size often share such an
+// mtime, so only a line that carries a content hash can match it, whatever nanoseconds the line
+// recorded, and the caller then checks that hash against the content.
 template <typename LineT>
 bool same_version(const LineT &line, const FileIdentity &id) {
-    return line.cubin_size == id.size && line.mtime_sec == id.mtime_sec &&
-           (line.mtime_nsec == id.mtime_nsec || id.mtime_nsec == 0);
+    if (line.cubin_size != id.size || line.mtime_sec != id.mtime_sec) return false;
+    if (id.mtime_nsec == 0) return line.content_hash.has_value();
+    return line.mtime_nsec == id.mtime_nsec;
 }
 
-bool still_racy(const FileIdentity &id) {
-    return young_at(id.mtime_sec, id.mtime_nsec, realtime_ns());
+// Whether a line for version `id` must carry a content hash: while the cubin is young (an edit
+// within the same timestamp tick keeps size and mtime), and for good when its mtime has whole
+// seconds (see same_version).
+bool needs_content_hash(const FileIdentity &id, std::int64_t when_ns) {
+    return id.mtime_nsec == 0 || young_at(id.mtime_sec, id.mtime_nsec, when_ns);
+}
+
+// The name a scan gives for `keyword` in the cubin `table` holds. For the cubin of a cache entry
+// the entry's manifest decides, not the keyword rule: its bytes must be those published (so a
+// damaged cubin is bad_cubin, never rescanned into a sidecar), and for the entry's own keyword
+// the name is the one recorded at compile time (a name expression may have chosen a kernel the
+// rule alone would not), confirmed to be a function symbol of this cubin that passes the rule.
+Result<std::string> name_from_scan(const std::string &cubin_path, const SymbolTable &table, std::string_view keyword) {
+    std::optional<cache_entry::Manifest> manifest;
+    if (const std::string_view entry = cache_entry::entry_of_cubin(cubin_path); !entry.empty()) {
+        auto confirmed = cache_entry::confirm_published(std::string(entry), cubin_path, table.image());
+        if (!confirmed) return std::move(confirmed).error();
+        manifest = std::move(*confirmed);
+    }
+    if (manifest && manifest->keyword == keyword) {
+        const bool present = std::any_of(table.functions().begin(), table.functions().end(),
+                                         [&](const FunctionSymbol &f) { return f.name == manifest->name; });
+        if (!present || !name_matcher::matches(manifest->name, keyword)) {
+            return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' holds no kernel '" + manifest->name +
+                                              "' for keyword '" + std::string(keyword) +
+                                              "', the name its cache entry recorded; run `kjit cache verify --fix` "
+                                              "to remove the entry (the next kjit_compile rebuilds it)"};
+        }
+        return std::move(manifest->name);
+    }
+    std::vector<name_matcher::Candidate> candidates;
+    candidates.reserve(table.functions().size());
+    for (const FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
+    auto chosen = name_matcher::select(candidates, keyword);
+    if (!chosen) return with_path(cubin_path, std::move(chosen).error());
+    return std::string(*chosen);
 }
 
 // Hashes the cubin and checks it is still the version `expected` with content `hash`.
@@ -98,6 +140,17 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     auto current = stat_cubin(cubin_path);
     if (!current) return std::move(current).error();
     auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
+    // A cache entry replaced whole while it was rescanned (a rebuild swaps a new entry in at the
+    // same path) can pair the old cubin with the new manifest: when the path now names another
+    // file, that was a race, not damage; resolve the new version (twice more at most).
+    for (int retry = 0; retry < 2 && !resolved && resolved.error().code == Errc::bad_cubin &&
+                        !cache_entry::entry_of_cubin(cubin_path).empty();
+         ++retry) {
+        auto again = stat_cubin(cubin_path);
+        if (!again || *again == *current) break;  // the same file: it is damaged
+        current = std::move(again);
+        resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
+    }
     if (!resolved) return std::move(resolved).error();
     return std::move(resolved->name);
 }
@@ -144,7 +197,9 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
             reason = "no valid line for this keyword";
             why = Rejection::no_line;
         } else if (!same_version(*line, current)) {
-            reason = "stale (the cubin's size or mtime changed)";
+            reason = current.mtime_nsec == 0 && line->cubin_size == current.size && line->mtime_sec == current.mtime_sec
+                         ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
+                         : "stale (the cubin's size or mtime changed)";
             why = Rejection::stale;
         } else if (!name_matcher::matches(line->name, keyword)) {
             reason = "its name does not pass the keyword rule";
@@ -154,7 +209,8 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
             log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
             return Resolution{std::string(line->name), true};
         } else {
-            // Written while the cubin was young: only its content can prove it current.
+            // Written while the cubin was young, or for a whole-second mtime: only its content
+            // can prove it current.
             if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
                 return Resolution{std::move(*memo), true};
             }
@@ -162,8 +218,9 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
                 counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
                 counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
                 std::string name(line->name);
-                log().debug("sidecar hit after content check (young cubin): {} [{}] -> {}", cubin_path, keyword, name);
-                if (!still_racy(current)) {
+                log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", cubin_path,
+                            keyword, name);
+                if (!needs_content_hash(current, realtime_ns())) {
                     std::vector<sidecar::Line> lines;
                     for (sidecar::Line &l : sidecar::parse(buffer.text()).lines) {
                         if (!same_version(l, current)) continue;
@@ -199,12 +256,9 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     auto table = version.image ? SymbolTable::from_view(*version.image, cubin_path) : SymbolTable::open_file(cubin_path);
     if (!table) return std::move(table).error();
     counters_.scans.fetch_add(1, std::memory_order_relaxed);
-    std::vector<name_matcher::Candidate> candidates;
-    candidates.reserve(table->functions().size());
-    for (const FunctionSymbol &f : table->functions()) candidates.push_back({f.name, f.is_entry});
-    auto chosen = name_matcher::select(candidates, keyword);
-    if (!chosen) return with_path(cubin_path, std::move(chosen).error());
-    std::string name(*chosen);
+    auto scanned_name = name_from_scan(cubin_path, *table, keyword);
+    if (!scanned_name) return std::move(scanned_name).error();
+    std::string name = std::move(*scanned_name);
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
     const FileIdentity &scanned = version.image ? current : table->identity();
@@ -214,9 +268,9 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     line.cubin_size = scanned.size;
     line.mtime_sec = scanned.mtime_sec;
     line.mtime_nsec = scanned.mtime_nsec;
-    if (young_at(scanned.mtime_sec, scanned.mtime_nsec, scan_started)) line.content_hash = hash64(table->image());
+    if (needs_content_hash(scanned, scan_started)) line.content_hash = hash64(table->image());
     log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
-                table->functions().size(), line.content_hash ? ", young cubin: content hash kept" : "");
+                table->functions().size(), line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 
     std::vector<sidecar::Line> lines;
     if (problem == sidecar::FileProblem::none) {
@@ -244,7 +298,7 @@ std::optional<std::string> NameResolver::memo_lookup(const Version &version, con
     if (value.content_hash) {
         if (!version.has_content(*value.content_hash)) return std::nullopt;
         counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
-        if (!still_racy(key.identity)) {
+        if (!needs_content_hash(key.identity, realtime_ns())) {
             std::lock_guard<std::mutex> lock(memo_mutex_);
             auto it = memo_.find(key);
             if (it != memo_.end()) it->second.content_hash.reset();

@@ -4,13 +4,20 @@
 // it was written for this keyword, its name passes the keyword rule, and it belongs to the
 // cubin as it is now.
 //
-// Cubin identity: a line records the cubin's size and mtime (both survive `cp -a` and `tar`,
-// which keeps only whole seconds: a current mtime with 0 ns also matches a line's same second).
-// Size and mtime cannot tell apart two versions written within one filesystem timestamp tick,
-// so a line written while the cubin was younger than kRacyWindow also records a hash of the
-// cubin's content, and a hit on such a line hashes the cubin before it trusts the line (git's
-// "racy clean" rule). The first such hit after the window has passed rewrites the line
-// without the hash, so steady-state hits read no cubin.
+// Cubin identity: a line records the cubin's size and mtime (both survive `cp -a`). Size and
+// mtime cannot tell apart two versions written within one filesystem timestamp tick, so a line
+// written while the cubin was younger than kRacyWindow also records a hash of the cubin's
+// content, and a hit on such a line hashes the cubin before it trusts the line (git's "racy
+// clean" rule); the first such hit after the window has passed rewrites the line without the
+// hash, so steady-state hits read no cubin. Nor can they when the cubin's mtime has whole
+// seconds (0 ns: `tar` copies, `tar --mtime=@T` releases, coarse filesystems), where two cubins
+// of one size often share the mtime: such a line keeps its content hash for good, every hit
+// checks it, and a line without one never matches a whole-second mtime.
+//
+// Cache entries: a rescan of an entry's cubin first confirms the bytes against the XXH3-128 its
+// manifest recorded (a damaged cubin is bad_cubin, and no sidecar line is written for it), and
+// for the entry's own keyword answers the name the manifest recorded (confirmed present and
+// passing the keyword rule) instead of choosing by the rule.
 #pragma once
 
 #include "posix_file.hpp"

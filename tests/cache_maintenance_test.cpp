@@ -6,6 +6,7 @@
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
 #include "sidecar_store.hpp"
+#include "damage_support.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -162,6 +163,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     m.headers = {"a.h"};
     m.name_expression = "gemm<1>";
     m.cubin_bytes = 4096;
+    m.cubin_hash = "0123456789abcdef0123456789abcdef";
     m.created = "2026-12-03T10:00:00Z";
     const std::string text = entry::format_manifest(m);
     auto back = entry::parse_manifest(text, "m");
@@ -171,6 +173,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     EXPECT_EQ(back->name_expression, m.name_expression);
     EXPECT_EQ(back->cubin_bytes, 4096u);
     EXPECT_EQ(back->arch, "sm_90a");
+    EXPECT_EQ(back->cubin_hash, m.cubin_hash);
     for (const std::string &bad : {std::string(""), std::string("kjit-manifest 2\n"), text.substr(0, text.size() - 1),
                                    std::string("kjit-manifest 1\nkey: x\nkeyword: k\n"),
                                    std::string("kjit-manifest 1\nkey: x\nkeyword: k\nname: n\ncubin_bytes: 12x\n"),
@@ -509,4 +512,114 @@ TEST(CacheMaintenance, PublishesSweepStaleTempFoldersButNotLiveOnes) {
     age(stale, 3600);
     compile_entries(cache, c, 2);
     EXPECT_TRUE(exists(stale));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity: verify checks the cubin's content and never trusts a damaged manifest.
+
+// Item 5: a byte flipped in place with the mtime restored is found and --fix retires the entry.
+TEST(CacheIntegrity, VerifyFindsACubinDamagedInPlace) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 2);
+    ASSERT_TRUE(flip_text_byte(cubins[1], /*keep_mtime=*/true));
+    auto report = verify_ok(c, false);
+    ASSERT_EQ(report.findings.size(), 1u);
+    EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_cubin);
+    EXPECT_EQ(report.findings[0].path, folder_of(cubins[1]));
+    EXPECT_NE(report.findings[0].detail.find("hash"), std::string::npos) << report.findings[0].detail;
+    report = verify_ok(c, true);
+    EXPECT_TRUE(report.clean());
+    EXPECT_FALSE(exists(folder_of(cubins[1])));
+    EXPECT_TRUE(exists(cubins[0]));
+    EXPECT_TRUE(verify_ok(c, false).findings.empty());
+}
+
+// Item 6: one bad `name:` line (another kernel the cubin holds, which passes the keyword rule)
+// must not make verify condemn the correct sidecar, nor --fix write the wrong name.
+TEST(CacheIntegrity, VerifyFixNeverTrustsADamagedManifest) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    Request r;
+    r.source = sources::kTemplateSeveral;
+    r.keyword = "tmpl";
+    r.name_expression = "tmpl<2>";
+    r.cache_dir = c;
+    r.arch = "sm_90";
+    auto path = cache.compile(r);
+    ASSERT_TRUE(path.ok()) << path.error().message;
+    const std::string manifest_path = folder_of(*path) + "/manifest.txt";
+    std::string manifest = read_file(manifest_path);
+    const std::size_t at = manifest.find("name: _Z4tmplILi2EEvPf\n");
+    ASSERT_NE(at, std::string::npos) << manifest;
+    manifest[at + std::string("name: _Z4tmplILi").size()] = '3';
+    write_file(manifest_path, manifest);
+
+    auto report = verify_ok(c, false);
+    ASSERT_EQ(report.findings.size(), 1u);
+    EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_manifest) << report.findings[0].detail;
+    report = verify_ok(c, true);
+    EXPECT_TRUE(report.clean());
+    const std::string sidecar = read_file(kjit::sidecar::path_for(*path));
+    EXPECT_EQ(sidecar.find("_Z4tmplILi3EEvPf"), std::string::npos) << "--fix wrote the damaged manifest's name";
+    EXPECT_FALSE(exists(folder_of(*path))) << "a damaged manifest must retire the entry";
+    // Rebuilt by the next compile, with the right name.
+    auto again = cache.compile(r);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    auto name = kjit::NameResolver::instance().resolve(*again, "tmpl");
+    ASSERT_TRUE(name.ok()) << name.error().message;
+    EXPECT_EQ(*name, "_Z4tmplILi2EEvPf");
+}
+
+// Of its kind: every single-byte change anywhere in a manifest is refused by the parser (the
+// check line covers all of it, including the cubin hash and the name).
+TEST(CacheIntegrity, EveryByteOfAManifestIsCovered) {
+    entry::Manifest m;
+    m.key = "27640f140e33ff97cdc7337de4e3fe2a";
+    m.keyword = "gemm";
+    m.name = "_Z4gemmPf";
+    m.arch = "sm_90a";
+    m.nvrtc = "13.0";
+    m.cubin_bytes = 4096;
+    m.cubin_hash = "0123456789abcdef0123456789abcdef";
+    m.created = "2026-12-03T10:00:00Z";
+    const std::string text = entry::format_manifest(m);
+    ASSERT_TRUE(entry::parse_manifest(text, "m").ok());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        std::string bad = text;
+        bad[i] = static_cast<char>(bad[i] == 'x' ? 'y' : 'x');
+        EXPECT_FALSE(entry::parse_manifest(bad, "m").ok()) << "byte " << i << " of:\n" << bad;
+    }
+}
+
+// Item 8 in a cache: a `tar` copy (whole-second mtimes) keeps hitting after one rescan per
+// entry, whose line is then bound to the content; verify agrees with the resolver throughout.
+TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 2);
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(set_mtime(cubins[i], now_ns() / kSecond - 3600, 0));
+    // Before any use the lines (written with nanoseconds, no hash) do not match: stale.
+    auto report = verify_ok(c, false);
+    EXPECT_EQ(damages(report), std::vector<maintenance::Damage>(2, maintenance::Damage::sidecar_stale));
+    Cache other;
+    auto compiled = [&](int i) {
+        auto path = other.compile(request_for(c, i));
+        return path.ok() ? *path : "error: " + path.error().message;
+    };
+    const auto scans = kjit::NameResolver::instance().counters().scans.load();
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
+    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
+    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);  // hits now
+    EXPECT_EQ(other.counters().nvrtc_runs, 0u);
+    for (int i = 0; i < 2; ++i) {
+        const auto lines = kjit::sidecar::read(kjit::sidecar::path_for(cubins[i])).lines;
+        ASSERT_EQ(lines.size(), 1u);
+        EXPECT_TRUE(lines[0].content_hash.has_value());
+    }
+    EXPECT_TRUE(verify_ok(c, false).findings.empty());
 }

@@ -2,6 +2,8 @@
 
 #include "include_scanner.hpp"
 #include "log.hpp"
+#include "damage_support.hpp"
+#include "name_resolver.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -724,4 +726,113 @@ TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     EXPECT_FALSE(path.empty());
     for (const std::string &t : taken) EXPECT_TRUE(exists(t)) << "a folder not ours was used or removed: " << t;
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity: an entry serves the bytes that were published, and the name recorded for them.
+
+namespace {
+
+// The keyword rule alone picks _Z4gemmPf here (both are entries; its identifier is exactly
+// "gemm"); the name expression picks the other kernel, which also passes the rule.
+const char *const kTwoGemms = R"(
+__global__ void gemm(float *p) { p[threadIdx.x] = 1; }
+template <int N> __global__ void gemm_big(float *p) { p[threadIdx.x] = N; }
+template __global__ void gemm_big<2>(float *);
+)";
+constexpr const char *kGemmBig = "_Z8gemm_bigILi2EEvPf";
+
+// The name, or the error text (so a failure shows it instead of reading an empty result).
+std::string resolved(kjit::NameResolver &r, const std::string &cubin, const char *keyword) {
+    auto name = r.resolve(cubin, keyword);
+    return name.ok() ? *name : "error: " + name.error().message;
+}
+
+Request two_gemms_request(const std::string &cache_dir) {
+    Request r = base_request(cache_dir);
+    r.source = kTwoGemms;
+    r.name_expression = "gemm_big<2>";
+    return r;
+}
+
+}  // namespace
+
+// Item 5: a byte flipped in the cubin's code in place (same size, so only its mtime shows it):
+// the next kjit_compile must rebuild, never answer with the damaged cubin.
+TEST(CacheIntegrity, CubinDamagedInPlaceIsAMissThatRebuilds) {
+    TempDir dir;
+    Cache cache;
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = compile_ok(cache, r);
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
+    const std::string damaged = read_file(path);
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u) << "the damaged cubin was served as a hit";
+    EXPECT_TRUE(read_file(path) != damaged) << "the damaged cubin is still there";
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);  // the rebuilt entry hits again
+}
+
+// Of its kind: resolving a damaged entry's cubin directly is a clear error, and its sidecar is
+// not rewritten for the damaged bytes.
+TEST(CacheIntegrity, ResolvingADamagedEntryIsBadCubinAndWritesNoSidecar) {
+    TempDir dir;
+    Cache cache;
+    const std::string path = compile_ok(cache, base_request(dir.file("cache")));
+    const std::string sidecar_before = read_file(kjit::sidecar::path_for(path));
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
+    kjit::NameResolver resolver;
+    auto name = resolver.resolve(path, "gemm");
+    ASSERT_FALSE(name.ok()) << "resolved a damaged cache entry";
+    EXPECT_EQ(name.error().code, Errc::bad_cubin);
+    EXPECT_NE(name.error().message.find(path), std::string::npos) << name.error().message;
+    EXPECT_NE(name.error().message.find("kjit cache verify --fix"), std::string::npos) << name.error().message;
+    EXPECT_EQ(read_file(kjit::sidecar::path_for(path)), sidecar_before);
+}
+
+// Item 7: an entry built with a name expression keeps answering the recorded kernel after
+// `cp -r` (new mtimes, so its sidecar is stale and the cubin is rescanned).
+TEST(CacheIntegrity, NameExpressionEntrySurvivesCpR) {
+    TempDir dir;
+    Cache cache;
+    const std::string path = compile_ok(cache, two_gemms_request(dir.file("cache")));
+    kjit::NameResolver resolver;
+    auto name = resolver.resolve(path, "gemm");
+    ASSERT_TRUE(name.ok()) << name.error().message;
+    ASSERT_EQ(*name, kGemmBig);
+    const std::string script = "cp -r '" + dir.file("cache") + "' '" + dir.file("copy") + "'";
+    ASSERT_EQ(std::system(script.c_str()), 0);
+    const std::string copied = dir.file("copy") + path.substr(dir.file("cache").size());
+    kjit::NameResolver fresh;
+    auto copied_name = fresh.resolve(copied, "gemm");
+    ASSERT_TRUE(copied_name.ok()) << copied_name.error().message;
+    EXPECT_EQ(*copied_name, kGemmBig) << "the rescan re-chose by the keyword rule";
+    EXPECT_EQ(fresh.counters().scans, 1u);
+    // A compile through the copy hits and its name is still the recorded one.
+    Cache other;
+    EXPECT_EQ(compile_ok(other, two_gemms_request(dir.file("copy"))), copied);
+    EXPECT_EQ(other.counters().nvrtc_runs, 0u);
+    EXPECT_EQ(resolved(fresh, copied, "gemm"), kGemmBig);
+    // Another keyword follows the plain rule.
+    EXPECT_EQ(resolved(fresh, copied, "gemm_big"), kGemmBig);
+}
+
+// Of its kind: any lost sidecar (deleted, torn after a crash, garbage) of a name-expression
+// entry is rescanned the same way: the recorded name, never the rule's choice.
+TEST(CacheIntegrity, NameExpressionEntryRescansToTheRecordedName) {
+    TempDir dir;
+    Cache cache;
+    const std::string path = compile_ok(cache, two_gemms_request(dir.file("cache")));
+    const std::string sidecar = kjit::sidecar::path_for(path);
+    for (const char *damage : {"", "kjit-sidecar 1\ngemm 1 2.000000000 - _Z4gemmPf 0000", "garbage\n"}) {
+        SCOPED_TRACE(damage);
+        write_file(sidecar, damage);
+        kjit::NameResolver resolver;
+        auto name = resolver.resolve(path, "gemm");
+        ASSERT_TRUE(name.ok()) << name.error().message;
+        EXPECT_EQ(*name, kGemmBig);
+    }
+    ASSERT_EQ(::unlink(sidecar.c_str()), 0);
+    kjit::NameResolver resolver;
+    EXPECT_EQ(resolved(resolver, path, "gemm"), kGemmBig);
 }

@@ -2,16 +2,20 @@
 #include "kernel_loader.hpp"
 
 #include "cache.hpp"
+#include "damage_support.hpp"
+#include "name_resolver.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -358,4 +362,107 @@ TEST(KernelLoader, HugeSparseCubinAndFifoAreRefusedWithoutReading) {
     ASSERT_FALSE(f);
     EXPECT_EQ(f.error().code, Errc::io);
     EXPECT_NE(f.error().message.find("not a regular file"), std::string::npos) << f.error().message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity of cache entries at load time.
+
+namespace {
+
+std::string compile_entry(const std::string &cache_dir, const char *source, const char *keyword,
+                          const char *name_expression = nullptr) {
+    kjit::cache::Request r;
+    r.cache_dir = cache_dir;
+    r.arch = "sm_90";
+    r.source = source;
+    r.keyword = keyword;
+    if (name_expression) r.name_expression = name_expression;
+    kjit::cache::Cache cache;
+    auto path = cache.compile(r);
+    EXPECT_TRUE(path.ok()) << path.error().message;
+    return path.ok() ? *path : std::string();
+}
+
+}  // namespace
+
+// Item 5: a cubin flipped in place with its mtime restored (so size, mtime and sidecar all say
+// "unchanged") never reaches the driver from a cache entry.
+TEST(KernelLoaderIntegrity, DamagedEntryCubinIsBadCubinNamingTheFile) {
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), sources::kTemplateOne, "tmpl");
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/true));
+    const auto loads0 = loads();
+    auto h = loader().load(path, "tmpl");
+    ASSERT_FALSE(h.ok()) << "loaded a damaged cache entry";
+    EXPECT_EQ(h.error().code, Errc::bad_cubin);
+    EXPECT_NE(h.error().message.find(path), std::string::npos) << h.error().message;
+    EXPECT_NE(h.error().message.find("kjit cache verify --fix"), std::string::npos) << h.error().message;
+    EXPECT_EQ(loads(), loads0);
+}
+
+// Of its kind: without the mtime restored it is refused too; a loose cubin (no recorded hash)
+// loads as before, damaged or not.
+TEST(KernelLoaderIntegrity, DamageShowsWhateverTheMtimeAndLooseCubinsAreUnchanged) {
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), sources::kTemplateOne, "tmpl");
+    ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
+    auto h = loader().load(path, "tmpl");
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.error().code, Errc::bad_cubin);
+
+    Cubin loose(sources::kTemplateOne);
+    ASSERT_TRUE(flip_text_byte(loose.path, true));
+    KernelHandle k = load_ok(loose.path, "tmpl");
+    EXPECT_EQ(k.name(), "_Z4tmplILi4EEvPf");
+}
+
+// Item 7 through the loader: after `cp -r`, the copy loads the kernel the name expression chose.
+TEST(KernelLoaderIntegrity, NameExpressionEntryLoadsTheRecordedKernelAfterCpR) {
+    const char *source = R"(
+__global__ void gemm(float *p) { p[threadIdx.x] = 1; }
+template <int N> __global__ void gemm_big(float *p) { p[threadIdx.x] = N; }
+template __global__ void gemm_big<2>(float *);
+)";
+    TempDir dir;
+    const std::string path = compile_entry(dir.file("cache"), source, "gemm", "gemm_big<2>");
+    const std::string script = "cp -r '" + dir.file("cache") + "' '" + dir.file("copy") + "'";
+    ASSERT_EQ(std::system(script.c_str()), 0);
+    const std::string copied = dir.file("copy") + path.substr(dir.file("cache").size());
+    KernelHandle h = load_ok(copied, "gemm");
+    EXPECT_EQ(h.name(), "_Z8gemm_bigILi2EEvPf");
+    expect_consistent(h);
+}
+
+// Of its kind: an entry replaced whole at its path (as a rebuild after an included header
+// changed does) while it is loaded and resolved may pair an old cubin with a new manifest. That
+// is a race, never reported as a damaged cubin.
+TEST(KernelLoaderIntegrity, EntryReplacedWholeWhileReadIsNeverCalledDamaged) {
+    TempDir dir;
+    // Two complete entries with different cubins for one keyword, their folders swapped in turn:
+    // at a's path there is always a whole entry, a's or b's.
+    const std::string a = compile_entry(dir.file("a"), sources::numbered_gemm(0).c_str(), "gemm");
+    const std::string b = compile_entry(dir.file("b"), sources::numbered_gemm(1).c_str(), "gemm");
+    ASSERT_TRUE(read_file(a) != read_file(b));
+    const std::string ea = a.substr(0, a.rfind('/')), eb = b.substr(0, b.rfind('/'));
+    std::atomic<bool> stop{false};
+    std::thread swapper([&] {
+        while (!stop.load()) {
+            ::renameat2(AT_FDCWD, ea.c_str(), AT_FDCWD, eb.c_str(), RENAME_EXCHANGE);
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+    });
+    int damaged = 0, ok = 0;
+    std::string last_error;
+    for (int i = 0; i < 400; ++i) {
+        auto h = loader().load(a, "gemm");
+        if (h) ++ok;
+        if (!h && h.error().code == Errc::bad_cubin) ++damaged, last_error = h.error().message;
+        kjit::NameResolver resolver;
+        auto name = resolver.resolve(a, "gemm");
+        if (!name && name.error().code == Errc::bad_cubin) ++damaged, last_error = name.error().message;
+    }
+    stop = true;
+    swapper.join();
+    EXPECT_EQ(damaged, 0) << last_error;
+    EXPECT_GT(ok, 0);
 }

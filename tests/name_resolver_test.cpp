@@ -1,6 +1,7 @@
 #include "name_resolver.hpp"
 
 #include "crafted_elf.hpp"
+#include "damage_support.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -265,9 +266,17 @@ TEST(NameResolver, CopiedCacheKeepsHitting) {
     for (const char *copy : {"cp_copy", "tar_copy"}) {
         SCOPED_TRACE(copy);
         NameResolver fresh;
-        EXPECT_EQ(resolve_ok(fresh, copies.file(std::string(copy) + "/kernel.cubin"), "gemm"), "_Z4gemmPf");
-        EXPECT_EQ(fresh.counters().scans, 0u);
-        EXPECT_EQ(fresh.counters().sidecar_hits, 1u);
+        const std::string cubin = copies.file(std::string(copy) + "/kernel.cubin");
+        struct stat st {};
+        ASSERT_EQ(::stat(cubin.c_str(), &st), 0);
+        // GNU tar keeps whole seconds: size and mtime no longer tell versions apart, so the
+        // copy costs one rescan, which binds the line to the content; then it hits.
+        const bool whole_seconds = st.st_mtim.tv_nsec == 0;
+        EXPECT_EQ(resolve_ok(fresh, cubin, "gemm"), "_Z4gemmPf");
+        EXPECT_EQ(fresh.counters().scans, whole_seconds ? 1u : 0u);
+        EXPECT_EQ(fresh.counters().sidecar_hits, whole_seconds ? 0u : 1u);
+        EXPECT_EQ(resolve_ok(fresh, cubin, "gemm"), "_Z4gemmPf");
+        EXPECT_EQ(fresh.counters().scans, whole_seconds ? 1u : 0u);
     }
 }
 
@@ -337,4 +346,93 @@ TEST(NameResolver, BadInputNamesTheFile) {
     ASSERT_FALSE(bad_keyword.ok());
     EXPECT_EQ(bad_keyword.error().code, Errc::invalid_argument);
     EXPECT_FALSE(exists(f.sidecar));  // failures write no sidecar
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 8: whole-second mtimes. Release tarballs made with `tar --mtime=@T` give every cubin
+// the same mtime (T.0), and two releases' cubins may have the same size.
+
+namespace {
+
+const char *const kGemmA = "__global__ void gemm_a(float *p) { p[threadIdx.x] = 1; }\n";
+
+// Release 1's cubin, and release 2's: the same bytes with the kernel renamed gemm_b (the same
+// length, so the same size), everywhere the name occurs.
+std::string release_cubin(int release) {
+    std::string bytes = cubin_for(kGemmA);
+    if (release == 2) {
+        const std::string from = "_Z6gemm_aPf", to = "_Z6gemm_bPf";
+        for (std::size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at + 1)) {
+            bytes.replace(at, from.size(), to);
+        }
+    }
+    return bytes;
+}
+
+std::int64_t an_hour_ago_sec() { return static_cast<std::int64_t>(std::time(nullptr)) - 3600; }
+
+}  // namespace
+
+TEST(NameResolverIntegrity, SameSizeWholeSecondReleasesAreToldApart) {
+    ASSERT_EQ(release_cubin(1).size(), release_cubin(2).size());
+    ASSERT_NE(release_cubin(1), release_cubin(2));
+    const std::int64_t t = an_hour_ago_sec();
+    // Release 2 unpacked over release 1, both stamped T.0.
+    {
+        TempDir dir;
+        const std::string cubin = dir.file("kernel.cubin");
+        write_file(cubin, release_cubin(1));
+        ASSERT_TRUE(set_mtime(cubin, t, 0));
+        NameResolver r;
+        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
+        write_file(cubin, release_cubin(2));
+        ASSERT_TRUE(set_mtime(cubin, t, 0));
+        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_bPf") << "release 1's name answered release 2";
+    }
+    // A line written for T.123456789 must not answer another cubin stamped T.0.
+    {
+        TempDir dir;
+        const std::string cubin = dir.file("kernel.cubin");
+        write_file(cubin, release_cubin(1));
+        ASSERT_TRUE(set_mtime(cubin, t, 123456789));
+        NameResolver r;
+        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
+        write_file(cubin, release_cubin(2));
+        ASSERT_TRUE(set_mtime(cubin, t, 0));
+        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_bPf") << "a 0-ns mtime matched another version's line";
+    }
+}
+
+// Of its kind: the load path (the resolver against bytes in memory) follows the same rule.
+TEST(NameResolverIntegrity, WholeSecondRuleHoldsForImagesInMemory) {
+    const std::int64_t t = an_hour_ago_sec();
+    TempDir dir;
+    const std::string cubin = dir.file("kernel.cubin");
+    write_file(cubin, release_cubin(1));
+    ASSERT_TRUE(set_mtime(cubin, t, 0));
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
+    struct stat st {};
+    ASSERT_EQ(::stat(cubin.c_str(), &st), 0);
+    const std::string image = release_cubin(2);  // what a reader read, same size and mtime
+    auto name = r.resolve_image(cubin, "gemm", kjit::FileIdentity::from_stat(st), image);
+    ASSERT_TRUE(name.ok()) << name.error().message;
+    EXPECT_EQ(name->name, "_Z6gemm_bPf");
+}
+
+// A whole-second line is bound to the content for good: it keeps its hash after the racy
+// window, and each hit checks it (no rescan).
+TEST(NameResolverIntegrity, WholeSecondLinesKeepTheirContentHash) {
+    TempDir dir;
+    const std::string cubin = dir.file("kernel.cubin");
+    write_file(cubin, release_cubin(1));
+    ASSERT_TRUE(set_mtime(cubin, an_hour_ago_sec(), 0));
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
+    EXPECT_EQ(r.counters().scans, 1u);
+    EXPECT_EQ(r.counters().racy_verifications, 3u);
+    const auto lines = sc::read(sc::path_for(cubin)).lines;
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_TRUE(lines[0].content_hash.has_value());
 }

@@ -533,6 +533,9 @@ typedef struct kjit_kernel kjit_kernel;
  * cuLibraryGetKernel. So a cubin replaced on disk while it is loaded never pairs one version's
  * name with the other's image. If the driver finds no symbol of a name the sidecar gave, the
  * sidecar line is dropped, the bytes rescanned, the line rewritten and the lookup retried once.
+ * The cubin of a kjit_compile() cache entry is checked against the XXH3-128 its manifest
+ * recorded at publish before the driver sees it: a cubin changed on disk since is
+ * #KJIT_ERROR_BAD_CUBIN, and for the entry's keyword the name is the one recorded at compile time.
  *
  * In-process reuse: while a handle on a cubin is held, loading the same file version again
  * (same device, inode, size, mtime and ctime) returns a new handle on the already-loaded library
@@ -555,7 +558,8 @@ typedef struct kjit_kernel kjit_kernel;
  * @retval KJIT_ERROR_IO                 The cubin is missing, a directory, not a regular file,
  *                                       or unreadable.
  * @retval KJIT_ERROR_BAD_CUBIN          Not a CUDA ELF, headers pointing outside the file,
- *                                       empty, over 1 GiB.
+ *                                       empty, over 1 GiB; a cache entry's cubin that is not
+ *                                       what was published (the message says what to run).
  * @retval KJIT_ERROR_NOT_FOUND          No symbol matches the keyword, or the driver finds no
  *                                       kernel of the name a fresh scan gave (e.g. a
  *                                       `__device__` function matched).
@@ -679,7 +683,8 @@ typedef struct kjit_stats {
     uint64_t entries_rebuilt;
     /** Names answered from a sidecar line (kjit_resolve_name(), kjit_load_cached(), hits). */
     uint64_t sidecar_hits;
-    /** Sidecar hits that hashed a young cubin to prove the line current. */
+    /** Sidecar hits that hashed the cubin to prove the line current: a young cubin, or one whose
+        mtime has whole seconds (a tar copy). */
     uint64_t sidecar_content_checks;
     /** Names answered from the in-process memo (the sidecar could not be written). */
     uint64_t memo_hits;

@@ -62,11 +62,26 @@ int main(int argc, char **argv) {
     m.headers = {"a.h"};
     m.name_expression = "gemm<128, 64>";
     m.cubin_bytes = 5192;
+    m.cubin_hash = "0123456789abcdef0123456789abcdef";
     m.created = "2026-12-03T12:00:00Z";
-    kjit_test::write_file(manifest_dir + "/seed0", kjit::cache_entry::format_manifest(m));
+    const std::string full = kjit::cache_entry::format_manifest(m);
     m.name_expression.reset();
     m.options.clear();
-    kjit_test::write_file(manifest_dir + "/seed1", kjit::cache_entry::format_manifest(m));
-    std::printf("wrote %d scanner, %zu sidecar, %zu cache key and 2 manifest seeds\n", n, sidecars.size(), keys.size());
+    const std::string plain = kjit::cache_entry::format_manifest(m);
+    // Good ones, and the damage verify must refuse: a changed name under an old check line, a
+    // missing check line, a bad check, a format-1 manifest, text after the check line.
+    std::string renamed = plain;
+    renamed.replace(renamed.find("_Z4gemmPf"), 9, "_Z4gemmPi");
+    const std::string no_check = plain.substr(0, plain.rfind("check: "));
+    std::string bad_check = plain;
+    bad_check[bad_check.size() - 2] = bad_check[bad_check.size() - 2] == '0' ? '1' : '0';
+    std::string format1 = no_check;
+    format1.replace(0, 15, "kjit-manifest 1");
+    const std::vector<std::string> manifests = {full, plain, renamed, no_check, bad_check, format1, plain + "x: y\n"};
+    for (std::size_t i = 0; i < manifests.size(); ++i) {
+        kjit_test::write_file(manifest_dir + "/seed" + std::to_string(i), manifests[i]);
+    }
+    std::printf("wrote %d scanner, %zu sidecar, %zu cache key and %zu manifest seeds\n", n, sidecars.size(), keys.size(),
+                manifests.size());
     return 0;
 }
