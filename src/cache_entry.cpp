@@ -348,4 +348,10 @@ Result<Manifest> confirm_published(const std::string &entry, const std::string &
     return manifest;
 }
 
+Error replaced_while_read(const std::string &cubin_path) {
+    return Error{Errc::io, "the cache entry of cubin '" + cubin_path + "' was replaced by another process at each of " +
+                               std::to_string(kEntryReadAttempts) +
+                               " reads (a rebuild in progress): its bytes could not be confirmed; try again"};
+}
+
 }  // namespace kjit::cache_entry

@@ -134,4 +134,11 @@ Result<Manifest> read_manifest(const std::string &entry);
 // small file read and a hash of `bytes` (about 0.1 ms per MB).
 Result<Manifest> confirm_published(const std::string &entry, const std::string &cubin_path, std::string_view bytes);
 
+// A failed confirm_published() (or rescan) is damage only if the path still names the file that
+// was read: an entry replaced whole meanwhile (a rebuild swaps a new one in at the same path) is a
+// race, and the reader reads again, at most this many times in all.
+constexpr int kEntryReadAttempts = 3;
+// io: the entry of `cubin_path` was replaced at every one of kEntryReadAttempts reads.
+Error replaced_while_read(const std::string &cubin_path);
+
 }  // namespace kjit::cache_entry

@@ -175,7 +175,6 @@ Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_pa
     // changed swaps a new entry in at the same path): the cubin read may then be the old one
     // and the manifest the new one. A check that fails while the path now names another file
     // is such a race, not damage: read again, a few times at most.
-    constexpr int kAttempts = 3;
     for (int attempt = 1;; ++attempt) {
         Prepared p;
         auto bytes = read_cubin(cubin_path, p.identity);
@@ -206,9 +205,10 @@ Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_pa
             }
             checked = resolved.error();
         }
-        if (entry.empty() || checked.error().code != Errc::bad_cubin || attempt == kAttempts) return checked.error();
+        if (entry.empty() || checked.error().code != Errc::bad_cubin) return checked.error();
         auto now = stat_cubin(cubin_path);
         if (!now || *now == p.identity) return checked.error();  // the same file: it is damaged
+        if (attempt == cache_entry::kEntryReadAttempts) return cache_entry::replaced_while_read(cubin_path);
         log().debug("cache entry of {} was replaced while it was read; reading it again", cubin_path);
     }
 }

@@ -142,12 +142,13 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
     // A cache entry replaced whole while it was rescanned (a rebuild swaps a new entry in at the
     // same path) can pair the old cubin with the new manifest: when the path now names another
-    // file, that was a race, not damage; resolve the new version (twice more at most).
-    for (int retry = 0; retry < 2 && !resolved && resolved.error().code == Errc::bad_cubin &&
-                        !cache_entry::entry_of_cubin(cubin_path).empty();
-         ++retry) {
+    // file, that was a race, not damage; resolve the new version (a few times at most).
+    for (int attempt = 1; !resolved && resolved.error().code == Errc::bad_cubin &&
+                          !cache_entry::entry_of_cubin(cubin_path).empty();
+         ++attempt) {
         auto again = stat_cubin(cubin_path);
         if (!again || *again == *current) break;  // the same file: it is damaged
+        if (attempt == cache_entry::kEntryReadAttempts) return cache_entry::replaced_while_read(cubin_path);
         current = std::move(again);
         resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
     }
