@@ -179,8 +179,8 @@ Status write_new_file(const std::string &path, std::string_view bytes, bool dura
     return Ok{};
 }
 
-std::optional<std::string> read_small_file(const std::string &path, std::size_t limit) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd) {
+    UniqueFd fd(::openat(dir_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) return std::nullopt;
     std::string text;
     char buf[65536];
@@ -319,21 +319,31 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
     return m;
 }
 
-Result<Manifest> read_manifest(const std::string &entry) {
+Result<UniqueFd> open_entry(const std::string &entry) {
+    UniqueFd fd(::open(entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return io_error("cannot open cache entry folder", entry);
+    return fd;
+}
+
+Result<Manifest> read_manifest(const std::string &entry, int entry_fd) {
     const std::string path = entry + "/" + kManifestFile;
-    auto text = read_small_file(path, kMaxManifestBytes);
+    auto text = entry_fd == AT_FDCWD ? read_small_file(path, kMaxManifestBytes)
+                                     : read_small_file(kManifestFile, kMaxManifestBytes, entry_fd);
     if (!text) {
         struct stat st {};
-        if (::lstat(path.c_str(), &st) != 0) return io_error("cannot read manifest", path);
+        if (::fstatat(entry_fd, entry_fd == AT_FDCWD ? path.c_str() : kManifestFile, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            return io_error("cannot read manifest", path);
+        }
         return Error{Errc::io, "cannot read manifest '" + path + "': not a regular file of at most 1 MiB"};
     }
     return parse_manifest(*text, path);
 }
 
-Result<Manifest> confirm_published(const std::string &entry, const std::string &cubin_path, std::string_view bytes) {
+Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const std::string &cubin_path,
+                                   std::string_view bytes) {
     const std::string what_to_do = "; run `kjit cache verify --fix --cache-dir '" + cache_of(entry) +
                                    "'` to remove the entry (the next kjit_compile rebuilds it)";
-    auto manifest = read_manifest(entry);
+    auto manifest = read_manifest(entry, entry_fd);
     if (!manifest) {
         return Error{Errc::bad_cubin, "cubin '" + cubin_path +
                                           "' cannot be confirmed as what its cache entry published: " +
@@ -346,12 +356,6 @@ Result<Manifest> confirm_published(const std::string &entry, const std::string &
                                           what_to_do};
     }
     return manifest;
-}
-
-Error replaced_while_read(const std::string &cubin_path) {
-    return Error{Errc::io, "the cache entry of cubin '" + cubin_path + "' was replaced by another process at each of " +
-                               std::to_string(kEntryReadAttempts) +
-                               " reads (a rebuild in progress): its bytes could not be confirmed; try again"};
 }
 
 }  // namespace kjit::cache_entry

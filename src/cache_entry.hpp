@@ -7,8 +7,10 @@
 //   <cache>/<k0k1>/.trash-<key>-...  an entry being removed (or left by a killed remover)
 #pragma once
 
+#include "posix_file.hpp"
 #include "status.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -91,8 +93,15 @@ Status write_new_file(const std::string &path, std::string_view bytes, bool dura
                       bool shared = false);
 
 // Reads a small file whole, not through a link; nullopt when it is missing, unreadable or over
-// `limit` bytes (it never reads more than limit + 64 KiB).
-std::optional<std::string> read_small_file(const std::string &path, std::size_t limit);
+// `limit` bytes (it never reads more than limit + 64 KiB). With `dir_fd`, `path` is relative to
+// that folder (openat).
+std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd = AT_FDCWD);
+
+// The entry folder at `entry`, opened (O_DIRECTORY, not through a link), so that its cubin and
+// its manifest are read from one folder: a rebuild swaps a whole new entry in at the same path
+// (RENAME_EXCHANGE), and reads by path could pair the old cubin with the new manifest. Errors:
+// io naming the folder and the errno text.
+Result<UniqueFd> open_entry(const std::string &entry);
 
 // The fields of manifest.txt, written at publish. Format 2 (docs/cache-layout.md): a header
 // line, one "label: value" line per field, and a last line "check: <16 hex digits>", the
@@ -123,22 +132,18 @@ std::string format_manifest(const Manifest &m);
 // Errors: io, naming `path` and what is wrong (not a manifest of this format, a failing check
 // line, a bad line, a missing key, keyword, name or cubin hash).
 Result<Manifest> parse_manifest(std::string_view text, const std::string &path);
-// Reads and parses `<entry>/manifest.txt` (not through a link). Errors: io naming the file
-// (missing, unreadable, too large, damaged).
-Result<Manifest> read_manifest(const std::string &entry);
+// Reads and parses `<entry>/manifest.txt` (not through a link; from the open folder `entry_fd`
+// when given, see open_entry). Errors: io naming the file (missing, unreadable, too large,
+// damaged).
+Result<Manifest> read_manifest(const std::string &entry, int entry_fd = AT_FDCWD);
 
 // The entry's manifest, once `bytes` (the whole cubin, as read from `cubin_path` in the entry
-// at `entry`) are confirmed to be what was published: the size and XXH3-128 the manifest
-// recorded. Errors: bad_cubin naming the cubin, what is wrong (the content differs, or the
-// manifest is missing or damaged so the content cannot be confirmed) and what to do. Costs one
-// small file read and a hash of `bytes` (about 0.1 ms per MB).
-Result<Manifest> confirm_published(const std::string &entry, const std::string &cubin_path, std::string_view bytes);
-
-// A failed confirm_published() (or rescan) is damage only if the path still names the file that
-// was read: an entry replaced whole meanwhile (a rebuild swaps a new one in at the same path) is a
-// race, and the reader reads again, at most this many times in all.
-constexpr int kEntryReadAttempts = 3;
-// io: the entry of `cubin_path` was replaced at every one of kEntryReadAttempts reads.
-Error replaced_while_read(const std::string &cubin_path);
+// at `entry`, opened as `entry_fd`: open_entry) are confirmed to be what was published: the size
+// and XXH3-128 the manifest recorded. Reading both through one open folder makes a mismatch
+// damage, never a rebuild racing the read. Errors: bad_cubin naming the cubin, what is wrong (the
+// content differs, or the manifest is missing or damaged so the content cannot be confirmed)
+// and what to do. Costs one small file read and a hash of `bytes` (about 0.1 ms per MB).
+Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const std::string &cubin_path,
+                                   std::string_view bytes);
 
 }  // namespace kjit::cache_entry

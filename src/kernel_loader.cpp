@@ -57,9 +57,10 @@ Error io_error(const std::string &what, const std::string &path, int err) {
 // Reads the whole cubin through one descriptor and returns the fstat identity of what was
 // read. A file that changes while it is read (another fstat after the read disagrees, or it
 // grows or shrinks) is read again, a few times at most.
-Result<std::string> read_cubin(const std::string &path, FileIdentity &identity) {
+Result<std::string> read_cubin(const std::string &path, FileIdentity &identity, int dir_fd = AT_FDCWD,
+                               const char *name = nullptr) {
     // O_NONBLOCK: a FIFO put in the cubin's place must not block the open.
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    UniqueFd fd(::openat(dir_fd, name ? name : path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) return io_error("cannot open cubin", path, errno);
     constexpr int kAttempts = 3;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
@@ -170,47 +171,39 @@ std::size_t KernelLoader::live_libraries() {
 Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
     // A cubin in a cache entry: record its use before reading, so eviction spares it.
     cache_entry::note_use_of_cubin(cubin_path);
-    const std::string_view entry = cache_entry::entry_of_cubin(cubin_path);
-    // An entry can be replaced whole while it is read (a rebuild after an included header
-    // changed swaps a new entry in at the same path): the cubin read may then be the old one
-    // and the manifest the new one. A check that fails while the path now names another file
-    // is such a race, not damage: read again, a few times at most.
-    for (int attempt = 1;; ++attempt) {
-        Prepared p;
-        auto bytes = read_cubin(cubin_path, p.identity);
-        if (!bytes) return std::move(bytes).error();
-        p.bytes = std::move(*bytes);
-        counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
-        // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
-        if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
-        Status checked = Ok{};
-        // A cache entry's cubin must be the bytes it published: its size, mtime and sidecar
-        // cannot show a same-size change whose mtime was put back, its content hash can. The
-        // bytes are in memory already, so this costs a hash of them and a read of the small
-        // manifest. Loose cubins have no recorded hash.
-        if (!entry.empty()) {
-            auto confirmed = cache_entry::confirm_published(std::string(entry), cubin_path, p.bytes);
-            if (confirmed) {
-                counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
-            } else {
-                checked = std::move(confirmed).error();
-            }
-        }
-        Result<NameResolver::Resolution> resolved = Error{Errc::internal, "not resolved"};
-        if (checked) {
-            resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes);
-            if (resolved) {
-                p.resolution = std::move(*resolved);
-                return p;
-            }
-            checked = resolved.error();
-        }
-        if (entry.empty() || checked.error().code != Errc::bad_cubin) return checked.error();
-        auto now = stat_cubin(cubin_path);
-        if (!now || *now == p.identity) return checked.error();  // the same file: it is damaged
-        if (attempt == cache_entry::kEntryReadAttempts) return cache_entry::replaced_while_read(cubin_path);
-        log().debug("cache entry of {} was replaced while it was read; reading it again", cubin_path);
+    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
+    // A cache entry's cubin and manifest are read through one open folder: a rebuild can swap a
+    // whole new entry in at the same path meanwhile, and reads by path could pair the old cubin
+    // with the new manifest.
+    UniqueFd entry_fd;
+    if (!entry.empty()) {
+        auto opened = cache_entry::open_entry(entry);
+        if (!opened) return std::move(opened).error();
+        entry_fd = std::move(*opened);
     }
+    Prepared p;
+    auto bytes = entry.empty() ? read_cubin(cubin_path, p.identity)
+                               : read_cubin(cubin_path, p.identity, entry_fd.get(), cache_entry::kCubinFile);
+    if (!bytes) return std::move(bytes).error();
+    p.bytes = std::move(*bytes);
+    counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
+    // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
+    if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
+    // A cache entry's cubin must be the bytes it published: its size, mtime and sidecar cannot
+    // show a same-size change whose mtime was put back, its content hash can. The bytes are in
+    // memory already, so this costs a hash of them and a read of the small manifest. Loose
+    // cubins have no recorded hash.
+    if (!entry.empty()) {
+        auto confirmed = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, p.bytes);
+        if (!confirmed) return std::move(confirmed).error();
+        counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
+        p.published = std::move(*confirmed);
+    }
+    auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
+                                                           p.published ? &*p.published : nullptr);
+    if (!resolved) return std::move(resolved).error();
+    p.resolution = std::move(*resolved);
+    return p;
 }
 
 LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock, const FileIdentity &identity) {
@@ -284,8 +277,9 @@ Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std
         // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
         counters_.self_heals.fetch_add(1, std::memory_order_relaxed);
         log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
-        auto rescanned = NameResolver::instance().resolve_image(cubin_path, keyword, prepared.identity, prepared.bytes,
-                                                                /*trust_sidecar=*/false);
+        auto rescanned = NameResolver::instance().resolve_image(
+            cubin_path, keyword, prepared.identity, prepared.bytes, /*trust_sidecar=*/false,
+            prepared.published ? &*prepared.published : nullptr);
         if (!rescanned) return std::move(rescanned).error();
         name = std::move(rescanned->name);
         kernel = driver::get_kernel(library.library, name, cubin_path);

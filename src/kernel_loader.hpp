@@ -13,6 +13,7 @@
 // asked for once more.
 #pragma once
 
+#include "cache_entry.hpp"
 #include "driver.hpp"
 #include "name_resolver.hpp"
 #include "posix_file.hpp"
@@ -83,6 +84,9 @@ public:
         std::string bytes;
         FileIdentity identity;  // fstat of the file the bytes were read from
         NameResolver::Resolution resolution;
+        // A cache entry's manifest, read from the same folder as the bytes and confirmed
+        // against them (none for a loose cubin).
+        std::optional<cache_entry::Manifest> published;
     };
 
     // The loader kjit_load_cached uses; one per process.

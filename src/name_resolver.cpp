@@ -46,13 +46,13 @@ bool needs_content_hash(const FileIdentity &id, std::int64_t when_ns) {
 // damaged cubin is bad_cubin, never rescanned into a sidecar), and for the entry's own keyword
 // the name is the one recorded at compile time (a name expression may have chosen a kernel the
 // rule alone would not), confirmed to be a function symbol of this cubin that passes the rule.
-Result<std::string> name_from_scan(const std::string &cubin_path, const SymbolTable &table, std::string_view keyword) {
+// The name `keyword` denotes in a scanned cubin. For a cache entry's cubin, `published` is its
+// manifest, confirmed against the scanned bytes (null for a loose cubin): its recorded name
+// answers its own keyword, never a fresh choice.
+Result<std::string> name_from_scan(const std::string &cubin_path, const SymbolTable &table, std::string_view keyword,
+                                   const cache_entry::Manifest *published) {
     std::optional<cache_entry::Manifest> manifest;
-    if (const std::string_view entry = cache_entry::entry_of_cubin(cubin_path); !entry.empty()) {
-        auto confirmed = cache_entry::confirm_published(std::string(entry), cubin_path, table.image());
-        if (!confirmed) return std::move(confirmed).error();
-        manifest = std::move(*confirmed);
-    }
+    if (published) manifest = *published;
     if (manifest && manifest->keyword == keyword) {
         const bool present = std::any_of(table.functions().begin(), table.functions().end(),
                                          [&](const FunctionSymbol &f) { return f.name == manifest->name; });
@@ -140,27 +140,15 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     auto current = stat_cubin(cubin_path);
     if (!current) return std::move(current).error();
     auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
-    // A cache entry replaced whole while it was rescanned (a rebuild swaps a new entry in at the
-    // same path) can pair the old cubin with the new manifest: when the path now names another
-    // file, that was a race, not damage; resolve the new version (a few times at most).
-    for (int attempt = 1; !resolved && resolved.error().code == Errc::bad_cubin &&
-                          !cache_entry::entry_of_cubin(cubin_path).empty();
-         ++attempt) {
-        auto again = stat_cubin(cubin_path);
-        if (!again || *again == *current) break;  // the same file: it is damaged
-        if (attempt == cache_entry::kEntryReadAttempts) return cache_entry::replaced_while_read(cubin_path);
-        current = std::move(again);
-        resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
-    }
     if (!resolved) return std::move(resolved).error();
     return std::move(resolved->name);
 }
 
 Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &cubin_path, std::string_view keyword,
                                                              const FileIdentity &identity, std::string_view image,
-                                                             bool trust_sidecar) {
+                                                             bool trust_sidecar, const cache_entry::Manifest *published) {
     if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
-    return resolve_version(Version{cubin_path, identity, &image}, keyword, trust_sidecar);
+    return resolve_version(Version{cubin_path, identity, &image, published}, keyword, trust_sidecar);
 }
 
 Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &version, std::string_view keyword,
@@ -254,10 +242,29 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
 
     // Scan. Lines for other keywords that belong to this cubin version are kept.
     const std::int64_t scan_started = realtime_ns();
-    auto table = version.image ? SymbolTable::from_view(*version.image, cubin_path) : SymbolTable::open_file(cubin_path);
+    // A cache entry's cubin is scanned with its manifest read from the same open folder (a
+    // rebuild may swap a whole new entry in at the path meanwhile), and confirmed against it:
+    // a damaged cubin is never given a name.
+    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
+    UniqueFd entry_fd;
+    if (!entry.empty() && !(version.image && version.published)) {
+        auto opened = cache_entry::open_entry(entry);
+        if (!opened) return std::move(opened).error();
+        entry_fd = std::move(*opened);
+    }
+    auto table = version.image      ? SymbolTable::from_view(*version.image, cubin_path)
+                 : entry_fd.valid() ? SymbolTable::open_file_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path)
+                                    : SymbolTable::open_file(cubin_path);
     if (!table) return std::move(table).error();
     counters_.scans.fetch_add(1, std::memory_order_relaxed);
-    auto scanned_name = name_from_scan(cubin_path, *table, keyword);
+    std::optional<cache_entry::Manifest> confirmed;
+    if (entry_fd.valid()) {
+        auto manifest = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
+        if (!manifest) return std::move(manifest).error();
+        confirmed = std::move(*manifest);
+    }
+    auto scanned_name =
+        name_from_scan(cubin_path, *table, keyword, version.published ? version.published : confirmed ? &*confirmed : nullptr);
     if (!scanned_name) return std::move(scanned_name).error();
     std::string name = std::move(*scanned_name);
 

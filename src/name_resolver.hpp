@@ -20,6 +20,7 @@
 // passing the keyword rule) instead of choosing by the rule.
 #pragma once
 
+#include "cache_entry.hpp"
 #include "posix_file.hpp"
 #include "status.hpp"
 
@@ -92,10 +93,12 @@ public:
     // loader hands the same bytes to the driver). With `trust_sidecar` false the sidecar and
     // the memo are skipped and this keyword's line is rewritten from a scan: the self-heal
     // path, when the driver finds no symbol of the name a sidecar gave. Same errors as
-    // resolve() except io. `image` is only read during the call.
+    // resolve() except io. `image` is only read during the call. For a cache entry's cubin,
+    // `published` is its manifest, already confirmed against `image` by the caller (read from
+    // the same open folder: KernelLoader::prepare); a rescan answers its name for its keyword.
     Result<Resolution> resolve_image(const std::string &cubin_path, std::string_view keyword,
                                      const FileIdentity &identity, std::string_view image,
-                                     bool trust_sidecar = true);
+                                     bool trust_sidecar = true, const cache_entry::Manifest *published = nullptr);
 
     const Counters &counters() const { return counters_; }
 
@@ -119,6 +122,7 @@ private:
         const std::string &path;
         const FileIdentity &identity;
         const std::string_view *image;  // nullptr: read the file
+        const cache_entry::Manifest *published = nullptr;  // confirmed against `image` (entries)
         bool has_content(std::uint64_t hash) const;
     };
 

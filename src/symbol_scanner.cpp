@@ -63,10 +63,12 @@ std::string_view SymbolTable::image() const {
     return raw ? std::string_view(raw, size) : std::string_view{};
 }
 
-Result<SymbolTable> SymbolTable::open_file(const std::string &path) {
+Result<SymbolTable> SymbolTable::open_file(const std::string &path) { return open_file_at(AT_FDCWD, path, path); }
+
+Result<SymbolTable> SymbolTable::open_file_at(int dir_fd, const std::string &name, const std::string &path) {
     if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
     auto handle = std::make_unique<Handle>();
-    handle->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    handle->fd.reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!handle->fd.valid()) {
         const int err = errno;
         return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};

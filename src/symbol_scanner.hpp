@@ -27,6 +27,9 @@ public:
     // a regular file; Errc::bad_cubin when it is not a 64-bit little-endian CUDA ELF with a
     // well-formed .symtab.
     static Result<SymbolTable> open_file(const std::string &path);
+    // The same for `name` in the open folder `dir_fd` (openat), e.g. a cache entry's cubin read
+    // with its manifest from one folder; `label` (its path) names it in errors.
+    static Result<SymbolTable> open_file_at(int dir_fd, const std::string &name, const std::string &label);
 
     // The same over bytes already in memory (taken over by the table). `label` names the
     // bytes in error messages.
