@@ -1,7 +1,6 @@
 #include "hashing.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <cerrno>
@@ -21,28 +20,23 @@ std::string hash128_hex(std::string_view bytes) {
 }
 
 Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identity) {
+    // O_NONBLOCK: a FIFO put in the file's place must not block the open.
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
         const int err = errno;
         return Error{Errc::io, "cannot open '" + path + "': " + errno_text(err)};
     }
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) {
-        const int err = errno;
-        return Error{Errc::io, "cannot stat '" + path + "': " + errno_text(err)};
-    }
-    if (!S_ISREG(st.st_mode)) return Error{Errc::io, "'" + path + "' is not a regular file"};
-    if (identity) *identity = FileIdentity::from_stat(st);
-    const auto size = static_cast<std::size_t>(st.st_size);
-    if (size == 0) return hash64({});
-    void *map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (map == MAP_FAILED) {
-        const int err = errno;
-        return Error{Errc::io, "cannot map '" + path + "': " + errno_text(err)};
-    }
-    const std::uint64_t h = XXH3_64bits(map, size);
-    ::munmap(map, size);
-    return h;
+    FileIdentity read_as;
+    auto bytes = read_whole_file(
+        fd.get(), path, "file",
+        [&](const struct stat &st) -> Status {
+            if (!S_ISREG(st.st_mode)) return Error{Errc::io, "'" + path + "' is not a regular file"};
+            return Ok{};
+        },
+        read_as);
+    if (!bytes) return std::move(bytes).error();
+    if (identity) *identity = read_as;
+    return hash64(*bytes);
 }
 
 }  // namespace kjit

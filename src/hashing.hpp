@@ -18,8 +18,10 @@ std::uint64_t hash64(std::string_view bytes);
 // as long as the entry lives and is compared against whatever bytes are on disk later.
 std::string hash128_hex(std::string_view bytes);
 
-// Hash of a whole file's contents, read through a read-only mapping; `identity` receives the
-// fstat of the file as hashed. Errc::io when it cannot be opened, mapped or is not a file.
+// Hash of a whole file's contents, read into memory by read_whole_file (never mapped: a file
+// rewritten in place meanwhile is read again or an error, not SIGBUS); `identity` receives the
+// fstat of the file as hashed. Errc::io naming `path` when it cannot be opened or read, is not
+// a regular file, or kept changing while it was read.
 Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identity);
 
 }  // namespace kjit

@@ -50,57 +50,6 @@ double micros_since(Clock::time_point start) {
     return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
-Error io_error(const std::string &what, const std::string &path, int err) {
-    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
-}
-
-// Reads the whole cubin through one descriptor and returns the fstat identity of what was
-// read. A file that changes while it is read (another fstat after the read disagrees, or it
-// grows or shrinks) is read again, a few times at most.
-Result<std::string> read_cubin(const std::string &path, FileIdentity &identity, int dir_fd = AT_FDCWD,
-                               const char *name = nullptr) {
-    // O_NONBLOCK: a FIFO put in the cubin's place must not block the open.
-    UniqueFd fd(::openat(dir_fd, name ? name : path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-    if (!fd.valid()) return io_error("cannot open cubin", path, errno);
-    constexpr int kAttempts = 3;
-    for (int attempt = 0; attempt < kAttempts; ++attempt) {
-        struct stat before {};
-        if (::fstat(fd.get(), &before) != 0) return io_error("cannot stat cubin", path, errno);
-        if (auto file = check_cubin_file(before, path); !file) return file.error();
-        const auto size = static_cast<std::uint64_t>(before.st_size);
-        if (size == 0) return Error{Errc::bad_cubin, "'" + path + "' is not a valid cubin: the file is empty (0 bytes)"};
-        if (size > KernelLoader::kMaxCubinBytes) {
-            return Error{Errc::bad_cubin, "'" + path + "' is " + std::to_string(size) +
-                                              " bytes, larger than the 1 GiB libkjit loads"};
-        }
-        std::string bytes(static_cast<std::size_t>(size), '\0');
-        std::size_t done = 0;
-        bool changed = false;
-        while (done < bytes.size()) {
-            const ssize_t n = ::pread(fd.get(), &bytes[done], bytes.size() - done, static_cast<off_t>(done));
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) return io_error("cannot read cubin", path, errno);
-            if (n == 0) {  // shrank while being read
-                changed = true;
-                break;
-            }
-            done += static_cast<std::size_t>(n);
-        }
-        char extra = 0;
-        ssize_t more = 0;
-        do {
-            more = changed ? 0 : ::pread(fd.get(), &extra, 1, static_cast<off_t>(done));
-        } while (more < 0 && errno == EINTR);
-        struct stat after {};
-        if (::fstat(fd.get(), &after) != 0) return io_error("cannot stat cubin", path, errno);
-        identity = FileIdentity::from_stat(after);
-        if (!changed && more == 0 && identity == FileIdentity::from_stat(before)) return bytes;
-        log().debug("cubin {} changed while it was read; reading it again", path);
-    }
-    return Error{Errc::io, "cubin '" + path + "' kept changing while it was read (" + std::to_string(kAttempts) +
-                               " attempts)"};
-}
-
 // Whether the driver's refusal of an image may be about its target: then the message gives the
 // cubin's SM against the device's.
 bool about_the_target(CUresult r) {
@@ -182,8 +131,8 @@ Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_pa
         entry_fd = std::move(*opened);
     }
     Prepared p;
-    auto bytes = entry.empty() ? read_cubin(cubin_path, p.identity)
-                               : read_cubin(cubin_path, p.identity, entry_fd.get(), cache_entry::kCubinFile);
+    auto bytes = entry.empty() ? read_cubin_at(AT_FDCWD, cubin_path, cubin_path, p.identity)
+                               : read_cubin_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path, p.identity);
     if (!bytes) return std::move(bytes).error();
     p.bytes = std::move(*bytes);
     counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);

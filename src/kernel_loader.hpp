@@ -64,9 +64,6 @@ private:
 
 class KernelLoader {
 public:
-    // A cubin larger than this is refused (Errc::bad_cubin) rather than read into memory.
-    static constexpr std::uint64_t kMaxCubinBytes = std::uint64_t{1} << 30;
-
     // Counters for tests, the log and (later) statistics. Relaxed atomics.
     struct Counters {
         std::atomic<std::uint64_t> cubin_reads{0};       // cubins read into memory

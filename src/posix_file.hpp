@@ -1,6 +1,8 @@
-// Small POSIX helpers shared by the modules that touch files: an owning file descriptor and
-// the identity of a file as stat(2) reports it.
+// Small POSIX helpers shared by the modules that touch files: an owning file descriptor, the
+// identity of a file as stat(2) reports it, and the one way libkjit reads a whole file.
 #pragma once
+
+#include "status.hpp"
 
 #include <sys/stat.h>
 #include <time.h>
@@ -9,7 +11,9 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <string>
 
 namespace kjit {
 
@@ -123,5 +127,18 @@ struct FileIdentityHash {
         return static_cast<std::size_t>(h);
     }
 };
+
+// Reads the whole regular file open at `fd` into memory, with pread(2), and sets `identity` to
+// the fstat of what was read. Never maps the file: another process truncating it meanwhile
+// (`cp new a`, an editor saving in place) must give an error, not SIGBUS in the host program.
+// A file that changes while it is read (it ends early or late, or its fstat after the read
+// differs from before) is read again, kWholeFileReadAttempts times in all. `accept` sees each
+// fstat before reading and may refuse the file (a directory, empty, too large: its error is
+// returned as is). Errors name `path` and say `what` it is ("cubin", "header"): Errc::io
+// "cannot stat/read <what> '<path>': <errno text>", or "<what> '<path>' kept changing while it
+// was read (3 attempts)". Thread safe (pread does not move the descriptor's offset).
+constexpr int kWholeFileReadAttempts = 3;
+Result<std::string> read_whole_file(int fd, const std::string &path, const char *what,
+                                    const std::function<Status(const struct stat &)> &accept, FileIdentity &identity);
 
 }  // namespace kjit

@@ -38,9 +38,8 @@ bool init_libelf() {
 
 }  // namespace
 
-// libelf descriptor plus what backs it (a file descriptor, or owned bytes).
+// libelf descriptor plus what backs it (owned bytes, or none for a view).
 struct SymbolTable::Handle {
-    UniqueFd fd;
     std::string bytes;
     Elf *elf = nullptr;
 
@@ -66,27 +65,34 @@ std::string_view SymbolTable::image() const {
 Result<SymbolTable> SymbolTable::open_file(const std::string &path) { return open_file_at(AT_FDCWD, path, path); }
 
 Result<SymbolTable> SymbolTable::open_file_at(int dir_fd, const std::string &name, const std::string &path) {
-    if (!init_libelf()) return Error{Errc::internal, "libelf: elf_version(EV_CURRENT) failed"};
-    auto handle = std::make_unique<Handle>();
-    handle->fd.reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-    if (!handle->fd.valid()) {
+    FileIdentity identity;
+    auto bytes = read_cubin_at(dir_fd, name, path, identity);
+    if (!bytes) return std::move(bytes).error();
+    auto table = from_bytes(std::move(*bytes), path);
+    if (table) table->identity_ = identity;
+    return table;
+}
+
+Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std::string &path, FileIdentity &identity) {
+    // O_NONBLOCK: a FIFO put in the cubin's place must not block the open.
+    UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) {
         const int err = errno;
         return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
     }
-    struct stat st {};
-    if (::fstat(handle->fd.get(), &st) != 0) {
-        const int err = errno;
-        return Error{Errc::io, "cannot stat cubin '" + path + "': " + errno_text(err)};
-    }
-    if (auto file = check_cubin_file(st, path); !file) return file.error();
-    if (st.st_size == 0) return bad(path, "the file is empty (0 bytes)");
-    // O_NONBLOCK above: a FIFO swapped in after the caller's stat must not block the open.
-    // ELF_C_READ_MMAP: libelf maps the file read-only and hands out views into the mapping.
-    handle->elf = elf_begin(handle->fd.get(), ELF_C_READ_MMAP, nullptr);
-    if (!handle->elf) return elf_error(path, "cannot open as ELF");
-    auto table = parse(std::move(handle), path);
-    if (table) table->identity_ = FileIdentity::from_stat(st);
-    return table;
+    return read_whole_file(
+        fd.get(), path, "cubin",
+        [&](const struct stat &st) -> Status {
+            if (auto file = check_cubin_file(st, path); !file) return file.error();
+            const auto size = static_cast<std::uint64_t>(st.st_size);
+            if (size == 0) return bad(path, "the file is empty (0 bytes)");
+            if (size > kMaxCubinBytes) {
+                return Error{Errc::bad_cubin,
+                             "'" + path + "' is " + std::to_string(size) + " bytes, larger than the 1 GiB libkjit reads"};
+            }
+            return Ok{};
+        },
+        identity);
 }
 
 Result<SymbolTable> SymbolTable::from_bytes(std::string bytes, const std::string &label) {

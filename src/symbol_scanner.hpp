@@ -1,6 +1,7 @@
 // Symbol scanner: a cubin (file or bytes) -> its STT_FUNC symbols, through libelf. Files are
-// mapped read-only and the string table is never copied: names are views into the mapping,
-// valid while the SymbolTable lives. Anything malformed is an Errc::bad_cubin carrying libelf's
+// read into memory with pread, never mapped: another process rewriting a cubin in place while
+// it is scanned must give an error or a retry, not SIGBUS in the host program. The string
+// table is never copied: names are views into the bytes, valid while the SymbolTable lives. Anything malformed is an Errc::bad_cubin carrying libelf's
 // message and the path; libelf bounds-checks every section against the file size, and every
 // name offset is checked against the string table here.
 #pragma once
@@ -16,16 +17,16 @@
 namespace kjit {
 
 struct FunctionSymbol {
-    std::string_view name;  // view into the mapped string table
+    std::string_view name;  // view into the string table of the scanned bytes
     bool is_global = false;  // STB_GLOBAL or STB_WEAK
     bool is_entry = false;   // st_other & STO_CUDA_ENTRY (0x10): a __global__ kernel
 };
 
 class SymbolTable {
 public:
-    // Maps `path` read-only and reads its .symtab. Errc::io when it cannot be opened or is not
-    // a regular file; Errc::bad_cubin when it is not a 64-bit little-endian CUDA ELF with a
-    // well-formed .symtab.
+    // Reads `path` (read_cubin_at) and its .symtab. Errc::io when it cannot be opened or read,
+    // is not a regular file or kept changing while read; Errc::bad_cubin when it is empty, over
+    // kMaxCubinBytes, or not a 64-bit little-endian CUDA ELF with a well-formed .symtab.
     static Result<SymbolTable> open_file(const std::string &path);
     // The same for `name` in the open folder `dir_fd` (openat), e.g. a cache entry's cubin read
     // with its manifest from one folder; `label` (its path) names it in errors.
@@ -44,7 +45,7 @@ public:
     ~SymbolTable();
 
     const std::vector<FunctionSymbol> &functions() const { return functions_; }
-    // The whole image as scanned (the mapping, or the owned bytes).
+    // The whole image as scanned (the bytes read, owned or viewed).
     std::string_view image() const;
     // fstat of the file as opened (zeroes for from_bytes).
     const FileIdentity &identity() const { return identity_; }
@@ -58,6 +59,16 @@ private:
     std::vector<FunctionSymbol> functions_;
     FileIdentity identity_;
 };
+
+// The largest cubin libkjit reads: larger files are refused (Errc::bad_cubin) before reading.
+constexpr std::uint64_t kMaxCubinBytes = std::uint64_t{1} << 30;
+
+// Reads the whole cubin `name` in the open folder `dir_fd` (AT_FDCWD: `name` is a path) with
+// read_whole_file, and sets `identity` to the fstat of what was read. `path` names it in
+// errors: Errc::io when it cannot be opened or read, is not a regular file (check_cubin_file)
+// or kept changing while read; Errc::bad_cubin when it is empty or larger than kMaxCubinBytes.
+// The one reader of cubin files: the scanner and the loader share it. Thread safe.
+Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std::string &path, FileIdentity &identity);
 
 // Errc::io unless `st` (of the cubin at `path`) is a regular file: "is a directory", "is not
 // a regular file". Shared by every reader of cubins, so they all say the same.

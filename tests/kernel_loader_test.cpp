@@ -3,6 +3,7 @@
 
 #include "cache.hpp"
 #include "damage_support.hpp"
+#include "in_place_rewriter.hpp"
 #include "name_resolver.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
@@ -465,4 +466,37 @@ TEST(KernelLoaderIntegrity, EntryReplacedWholeWhileReadIsNeverCalledDamaged) {
     swapper.join();
     EXPECT_EQ(damaged, 0) << last_error;
     EXPECT_GT(ok, 0);
+}
+
+// Loads of a cubin that another process rewrites in place (`cp` over it) give a whole
+// version's image paired with its kernel, or an error naming the file: never a signal, never
+// one version's name on the other's image.
+TEST(KernelLoaderRobustness, CubinRewrittenInPlaceWhileLoadedIsNeverASignal) {
+    TempDir dir;
+    const std::string cubin = dir.file("a.cubin");
+    const std::string versions[2] = {cubin_for(sources::numbered_gemm(2)), cubin_for(sources::numbered_gemm(3))};
+    write_file(cubin, versions[0]);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> readers;
+    InPlaceRewriter writer(cubin, {versions[1], versions[0]});
+    for (int t = 0; t < 2; ++t) {
+        readers.emplace_back([&] {
+            while (!stop.load()) {
+                auto h = loader().load(cubin, "gemm");
+                if (h) {
+                    EXPECT_TRUE(h->name() == sources::numbered_gemm_name(2) || h->name() == sources::numbered_gemm_name(3))
+                        << h->name();
+                    expect_consistent(*h);
+                } else {
+                    EXPECT_TRUE(h.error().code == Errc::io || h.error().code == Errc::bad_cubin) << h.error().message;
+                    EXPECT_NE(h.error().message.find(cubin), std::string::npos) << h.error().message;
+                }
+            }
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    stop.store(true);
+    for (auto &r : readers) r.join();
+    writer.stop();
+    EXPECT_GT(writer.rewrites(), 10u);
 }

@@ -2,6 +2,7 @@
 
 #include "crafted_elf.hpp"
 #include "damage_support.hpp"
+#include "in_place_rewriter.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -11,9 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <thread>
+#include <vector>
 
 using kjit::Errc;
 using kjit::NameResolver;
@@ -426,4 +429,53 @@ TEST(NameResolverIntegrity, WholeSecondLinesKeepTheirContentHash) {
     const auto lines = sc::read(sc::path_for(cubin)).lines;
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_TRUE(lines[0].content_hash.has_value());
+}
+
+// `cp new.cubin a.cubin` rewrites the cubin in place (same inode, truncated, then written) while
+// other threads resolve it: 0.3.0 mapped the file to scan it (and to hash a young one) and died
+// of SIGBUS within seconds. Every answer must be a whole version's kernel or an error naming the
+// file, never a signal, never a mix.
+TEST(NameResolverRobustness, CubinRewrittenInPlaceWhileResolvedIsNeverASignal) {
+    TempDir dir;
+    const std::string cubin = dir.file("a.cubin");
+    const std::string small = cubin_for(sources::numbered_gemm(0));
+    // A larger version (its kernel among 300 others), so truncation cuts through mapped pages.
+    std::string big_source = sources::numbered_gemm(1) +
+                             "template <int N> __global__ void filler(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 300; ++i) big_source += "template __global__ void filler<" + std::to_string(i) + ">(float *);\n";
+    const std::string big = cubin_for(big_source);
+    const std::string names[2] = {sources::numbered_gemm_name(0), sources::numbered_gemm_name(1)};
+    write_file(cubin, small);
+
+    std::atomic<bool> stop{false};
+    std::atomic<int> answers{0}, errors{0};
+    std::vector<std::thread> readers;
+    {
+        InPlaceRewriter writer(cubin, {big, small});
+        for (int t = 0; t < 2; ++t) {
+            readers.emplace_back([&] {
+                while (!stop.load()) {
+                    auto name = NameResolver::instance().resolve(cubin, "gemm");
+                    if (name) {
+                        EXPECT_TRUE(*name == names[0] || *name == names[1]) << *name;
+                        answers.fetch_add(1);
+                    } else {
+                        EXPECT_TRUE(name.error().code == Errc::io || name.error().code == Errc::bad_cubin)
+                            << name.error().message;
+                        EXPECT_NE(name.error().message.find(cubin), std::string::npos) << name.error().message;
+                        errors.fetch_add(1);
+                    }
+                }
+            });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        stop.store(true);
+        for (auto &r : readers) r.join();
+        writer.stop();
+        EXPECT_GT(writer.rewrites(), 10u);
+        // Once the writer is done, the file's kernel is the answer.
+        EXPECT_EQ(resolve_ok(NameResolver::instance(), cubin, "gemm"), writer.last() == 0 ? names[1] : names[0]);
+    }
+    RecordProperty("answers", answers.load());
+    RecordProperty("errors", errors.load());
 }
