@@ -1,7 +1,9 @@
 // Concurrency stress: P processes x T threads compile (one by one and in small batches of
 // kjit_compile_batch with duplicates, PCH on or off), resolve, load (through the driver test
 // double) and replace cubins (in cache entries, with a new copy of the same kernel; in a folder
-// of loose cubins, with other kernels') on one shared cache, at random,
+// of loose cubins, with other kernels'; in a third folder, rewritten in place as `cp` does,
+// where a reader may get an error naming the file but never a signal or a wrong name) on one
+// shared cache, at random,
 // for a bounded time; then the parent checks the result independently of libkjit's own paths:
 // every name any thread got was the right one, every cache entry is complete with a sidecar that
 // agrees with a fresh scan of its cubin, every sidecar is well-formed, and no temp file is left.
@@ -28,7 +30,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,6 +95,7 @@ void child_main(const Config &c) {
     const std::string cache = c.work_dir + "/cache";
     const std::string loose = c.work_dir + "/loose";
     const std::string seeds = c.work_dir + "/seeds";
+    const std::string inplace = c.work_dir + "/inplace";
     std::set<std::string> all_names;
     for (int i = 0; i < c.kernels; ++i) all_names.insert(name_of(i));
     Counts n;
@@ -201,7 +206,7 @@ void child_main(const Config &c) {
                 }
                 if (std::rename(temp.c_str(), path.c_str()) != 0) failure("rename " + temp);
                 ++n.replaces;
-            } else if (o < 95) {  // replace a loose cubin atomically with another kernel's
+            } else if (o < 90) {  // replace a loose cubin atomically with another kernel's
                 const int j = file(rng), i = kernel(rng);
                 const std::string path = loose + "/f" + std::to_string(j) + ".cubin";
                 const std::string temp = loose + "/.f" + std::to_string(j) + ".w" + std::to_string(::getpid()) + "-" +
@@ -213,6 +218,46 @@ void child_main(const Config &c) {
                 }
                 if (std::rename(temp.c_str(), path.c_str()) != 0) failure("rename " + temp);
                 ++n.replaces;
+            } else if (o < 93) {  // rewrite a cubin in place, as `cp other.cubin g.cubin` does
+                // The same inode is truncated and written again in small pieces: readers meet it
+                // empty, short or whole, and must answer with a whole version or an error.
+                const std::string path = inplace + "/g" + std::to_string(file(rng)) + ".cubin";
+                const std::string bytes = read_file(seeds + "/" + std::to_string(kernel(rng)) + ".cubin");
+                const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+                if (fd < 0) {
+                    failure("open " + path + " to rewrite it: " + std::strerror(errno));
+                    continue;
+                }
+                for (std::size_t done = 0; done < bytes.size();) {
+                    const ssize_t w = ::write(fd, bytes.data() + done, std::min<std::size_t>(1024, bytes.size() - done));
+                    if (w <= 0) break;
+                    done += static_cast<std::size_t>(w);
+                }
+                ::close(fd);
+                ++n.replaces;
+            } else if (o < 98) {  // resolve or load a cubin that is being rewritten in place
+                const std::string path = inplace + "/g" + std::to_string(file(rng)) + ".cubin";
+                kjit_status st = KJIT_OK;
+                std::string got;
+                if (o % 2 == 0) {
+                    char name[512];
+                    st = kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr);
+                    if (st == KJIT_OK) got = name;
+                    ++n.resolves;
+                } else {
+                    kjit_kernel *k = nullptr;
+                    st = kjit_load_cached(path.c_str(), "gemm", &k);
+                    if (st == KJIT_OK) got = kjit_kernel_name(k);
+                    kjit_kernel_release(k);
+                    ++n.loads;
+                }
+                // A torn read is an error naming the file (never a signal, never a mixed answer).
+                const bool torn = (st == KJIT_ERROR_BAD_CUBIN || st == KJIT_ERROR_IO) &&
+                                  std::string(kjit_last_error()).find(path) != std::string::npos;
+                if (st == KJIT_OK ? !all_names.count(got) : !torn) {
+                    failure("in-place " + path + ": " + kjit_status_string(st) + " " +
+                            (st == KJIT_OK ? got : kjit_last_error()));
+                }
             } else {  // a lost sidecar
                 const std::string path = loose + "/f" + std::to_string(file(rng)) + ".cubin.name";
                 ::unlink(path.c_str());
@@ -250,7 +295,9 @@ int parent_main(Config c, const std::string &self) {
         c.work_dir = tmpl;
     }
     const std::string cache = c.work_dir + "/cache", loose = c.work_dir + "/loose", seeds = c.work_dir + "/seeds";
+    const std::string inplace = c.work_dir + "/inplace";
     fs::create_directories(loose);
+    fs::create_directories(inplace);
     fs::create_directories(seeds);
     // The children end with _Exit, which skips the exit handler that removes a process's PCH
     // folder (pch_folders.hpp): keep theirs inside the work dir.
@@ -267,6 +314,7 @@ int parent_main(Config c, const std::string &self) {
     }
     for (int j = 0; j < c.loose; ++j) {
         fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin", loose + "/f" + std::to_string(j) + ".cubin");
+        fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin", inplace + "/g" + std::to_string(j) + ".cubin");
     }
     std::printf("stress: %d processes x %d threads for %.1f s on %d kernels and %d loose cubins in %s\n", c.processes,
                 c.threads, c.seconds, c.kernels, c.loose, c.work_dir.c_str());
@@ -346,7 +394,8 @@ int parent_main(Config c, const std::string &self) {
             continue;
         }
         if (path.compare(0, seeds.size(), seeds) == 0 || path.find("/seed-cache/") != std::string::npos) continue;
-        if (name == "kernel.cubin" || (e.path().extension() == ".cubin" && path.compare(0, loose.size(), loose) == 0)) {
+        if (name == "kernel.cubin" || (e.path().extension() == ".cubin" && (path.compare(0, loose.size(), loose) == 0 ||
+                                                                             path.compare(0, inplace.size(), inplace) == 0))) {
             const std::string expected = scanned_name(path);
             if (name == "kernel.cubin") {
                 ++entries;
