@@ -605,7 +605,7 @@ class Library:
 
         Ctrl-C (SIGINT) cancels the batch at the next item that finishes, with or without
         ``progress``, and raises KeyboardInterrupt once the items compiling have finished; every
-        item that finished is in the cache. In the main thread, while the call runs, Python's
+        item that compiled is in the cache. In the main thread, while the call runs, Python's
         signal handlers are stood in for by one that runs them between items (so
         signal.getsignal() shows it); they are back when the call returns or raises.
 
