@@ -45,6 +45,7 @@ import ctypes
 import ctypes.util
 import enum
 import os
+import signal
 import threading
 
 __all__ = [
@@ -370,6 +371,115 @@ def _open_cdll(path):
 
 
 # --------------------------------------------------------------------------------------------
+# Signals during a batch (Ctrl-C)
+#
+# kjit_compile_batch runs in C with the GIL released, and Python runs a signal's handler only
+# when the main thread runs bytecode again: during a batch, at the first instruction of the
+# progress callback ctypes calls. An exception raised there (KeyboardInterrupt, from SIGINT's
+# default handler) comes before any ``try`` the callback has, so ctypes prints "Exception
+# ignored on calling ctypes callback function" and hands libkjit an undefined return value.
+# So while a batch runs in the main thread, _SignalGate stands in for every Python-level signal
+# handler: it runs the real one only "armed" (inside the callback's ``try``, or inside the
+# user's callback), and otherwise records the signal, for the next callback or the end of the
+# batch to run its handler where what it raises is caught. Nothing is delayed beyond what C
+# would delay anyway: no handler could run while the batch was in C.
+
+class _SignalGate:
+    """The stand-in for Python's signal handlers while batches run in the main thread. Used
+    from the main thread only (the only one that runs signal handlers)."""
+
+    def __init__(self):
+        self.depth = 0        # compile_batch calls under way (more than 1: one from a callback)
+        self.armed = False    # True only where a handler's exception is caught (the callback's try)
+        self.handlers = {}    # signal number -> the program's handler the gate stands in for
+        self.pending = []     # (signal number, frame) recorded while not armed, oldest first
+        self.handler = self._on_signal  # one bound method, so signal.getsignal() can be compared
+
+    def _on_signal(self, signum, frame):
+        if self.armed:
+            self._run(signum, frame)
+        else:
+            self.pending.append((signum, frame))
+
+    def _run(self, signum, frame):
+        handler = self.handlers.get(signum)
+        if callable(handler):
+            handler(signum, frame)
+
+    def deliver(self):
+        """Runs the recorded signals' handlers, all of them; re-raises the first exception one
+        raised (a second interrupt adds nothing to the first)."""
+        first = None
+        while self.pending:
+            signum, frame = self.pending.pop(0)
+            try:
+                self._run(signum, frame)
+            except BaseException as e:  # noqa: BLE001 (re-raised below)
+                first = first or e
+        if first is not None:
+            raise first
+
+    def enter(self):
+        """Called by compile_batch before the C call; returns what leave() needs. The outermost
+        batch installs the gate for every signal with a Python handler. May raise what a
+        handler of a signal that came before the batch raises; then nothing is left changed."""
+        if self.depth == 0:
+            try:
+                for signum in signal.valid_signals():
+                    current = signal.getsignal(signum)
+                    if callable(current) and current is not self.handler:
+                        # Recorded first: signal.signal() runs pending handlers before it swaps,
+                        # and may raise on either side of the swap.
+                        self.handlers[signum] = current
+                        signal.signal(signum, self.handler)
+            except BaseException:
+                self._restore()
+                try:
+                    self.deliver()  # what was recorded meanwhile: the first exception wins
+                except BaseException:  # noqa: BLE001,S110
+                    pass
+                self.handlers.clear()
+                raise
+        self.depth += 1
+        was_armed, self.armed = self.armed, False
+        return was_armed
+
+    def leave(self, was_armed):
+        """Called by compile_batch after the C call. The outermost batch puts the program's
+        handlers back. Runs the signals recorded meanwhile (the outermost batch, or one called
+        from a callback, where an exception is caught) and returns the first exception their
+        handlers raised, or None."""
+        self.depth -= 1
+        late = self._restore() if self.depth == 0 else None
+        self.armed = was_armed
+        if self.depth == 0 or was_armed:
+            try:
+                self.deliver()
+            except BaseException as e:  # noqa: BLE001 (returned)
+                late = late or e
+            if self.depth == 0:
+                self.handlers.clear()
+        return late
+
+    def _restore(self):
+        """Puts the program's handlers back where the gate still stands (a handler the program
+        set meanwhile stays). Returns the first exception a handler raised on the way."""
+        first = None
+        for signum, handler in self.handlers.items():
+            while True:
+                try:
+                    if signal.getsignal(signum) is self.handler:
+                        signal.signal(signum, handler)
+                    break
+                except BaseException as e:  # noqa: BLE001: a handler put back already ran; again
+                    first = first or e
+        return first
+
+
+_signal_gate = _SignalGate()
+
+
+# --------------------------------------------------------------------------------------------
 # Library: one loaded libkjit.so
 
 class Library:
@@ -491,7 +601,13 @@ class Library:
         - ``progress``: called as ``progress(done, total, index, status, cubin_path)`` for each
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels
-          too and is re-raised once the batch has returned.
+          too (it is not called again) and is re-raised once the batch has returned.
+
+        Ctrl-C (SIGINT) cancels the batch at the next item that finishes, with or without
+        ``progress``, and raises KeyboardInterrupt once the items compiling have finished; every
+        item that compiled is in the cache. In the main thread, while the call runs, Python's
+        signal handlers are stood in for by one that runs them between items (so
+        signal.getsignal() shows it); they are back when the call returns or raises.
 
         Hits are answered at once, identical requests compile once, and one item's failure does
         not affect the others: failures are in the items, not raised. Raises InvalidArgument
@@ -533,26 +649,59 @@ class Library:
         if isinstance(pch, bool) or not isinstance(pch, int):
             raise TypeError(f"pch must be PCH_DEFAULT, PCH_ON or PCH_OFF, not {pch!r}")
         batch.pch = pch
+        # The progress callback is always ours: it runs the user's callback, if any, and the
+        # signal handlers Python could not run while the batch was in C (see _SignalGate), where
+        # what they raise is caught. An exception cancels the batch (the user's callback is not
+        # called again) and is raised once kjit_compile_batch has returned; the items that
+        # finished are published in the cache all the same.
         raised = []
-        if progress is not None:
-            def on_item(_user, done, total, index, status, path):
+        gate = _signal_gate if threading.current_thread() is threading.main_thread() else None
+
+        def on_item(_user, done, total, index, status, path):
+            # A handler that runs here, before the try, is the gate's, which only records.
+            decision = 1
+            try:
+                if gate is not None:
+                    gate.armed = True
+                    gate.deliver()
                 if raised:
-                    return 1
-                try:
+                    decision = 1
+                elif progress is None:
+                    decision = 0
+                else:
                     try:
                         status = Status(status)
                     except ValueError:
                         pass
-                    return 1 if progress(done, total, index, status, os.fsdecode(path) if path else None) else 0
-                except BaseException as e:  # re-raised after the call; never through C
-                    raised.append(e)
-                    return 1
-            batch.progress = _PROGRESS_FN(on_item)
+                    decision = 1 if progress(done, total, index, status, os.fsdecode(path) if path else None) else 0
+                if gate is not None:
+                    gate.armed = False
+            except BaseException as e:  # noqa: BLE001: re-raised after the call, never through C
+                if gate is not None:
+                    gate.armed = False
+                decision = 1
+                raised.append(e)
+            return decision
+
+        batch.progress = _PROGRESS_FN(on_item)
         array = (ctypes.POINTER(_CompileRequest) * len(structs))(*[ctypes.pointer(r) for r in structs])
         result = _P()
-        status = fn(array, len(structs), ctypes.byref(batch), ctypes.byref(result))
-        if not result.value:
-            raise self._error(status, "kjit_compile_batch")
+        was_armed = gate.enter() if gate is not None else False
+        try:
+            status = fn(array, len(structs), ctypes.byref(batch), ctypes.byref(result))
+            if not result.value:
+                raise self._error(status, "kjit_compile_batch")
+            items = self._batch_items(result)
+        finally:
+            late = gate.leave(was_armed) if gate is not None else None
+            if late is not None and not raised:
+                raise late
+        if raised:
+            raise raised[0]
+        return items
+
+    def _batch_items(self, result):
+        """The BatchItems of a kjit_batch_result, which it releases."""
         try:
             items = []
             for i in range(self._fn["kjit_batch_result_count"](result)):
@@ -567,8 +716,6 @@ class Library:
                                        error.decode("utf-8", "replace")))
         finally:
             self._fn["kjit_batch_result_release"](result)
-        if raised:
-            raise raised[0]
         return items
 
     def stats(self):

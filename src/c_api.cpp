@@ -358,11 +358,30 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on
                     : pch == KJIT_PCH_OFF ? kjit::batch_compiler::Pch::off
                                           : kjit::batch_compiler::Pch::automatic;
+        // A C++ exception from the callback stops here, never crossing the C ABI: it cancels the
+        // batch as a non-zero return would, the callback is not called again (its state is
+        // whatever the throw left), and the batch returns KJIT_ERROR_CANCELLED saying what was
+        // thrown (kjit.h, kjit_batch_progress_fn). Unwinding the batch instead would throw away
+        // the result of every item that finished.
+        bool callback_threw = false;
+        size_t threw_at = 0;
+        std::string thrown;
         if (progress) {
-            batch.progress = [progress, user_data](size_t done, size_t total, size_t item,
-                                                   const kjit::Result<std::string> &r) {
+            batch.progress = [&, progress, user_data](size_t done, size_t total, size_t item,
+                                                       const kjit::Result<std::string> &r) {
+                if (callback_threw) return true;
                 const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
-                return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
+                try {
+                    return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
+                } catch (const std::exception &e) {
+                    callback_threw = true;
+                    thrown = std::string("a C++ exception (") + e.what() + ")";
+                } catch (...) {
+                    callback_threw = true;
+                    thrown = "a C++ exception that is not a std::exception";
+                }
+                threw_at = item;
+                return true;
             };
         }
 
@@ -396,6 +415,15 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
             if (first_failed == count) first_failed = i;
         }
         // The texts are made before the result is handed over: nothing after that can throw.
+        if (callback_threw) {
+            // Also when nothing was left to cancel: the caller learns that its callback failed.
+            const std::string message = "kjit_compile_batch: cancelled: the progress callback threw " + thrown +
+                                        " when item " + std::to_string(threw_at) +
+                                        " was reported, and was not called again; " + std::to_string(not_started) +
+                                        " of " + std::to_string(count) + " items were not started";
+            *result = out.release();
+            return fail(KJIT_ERROR_CANCELLED, message.c_str());
+        }
         if (not_started > 0) {
             // Counted once for the batch, not per item: the caller asked for it.
             const std::string message = "kjit_compile_batch: cancelled by the progress callback; " +

@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,6 +97,9 @@ struct Progress {
     };
     std::vector<Call> calls;
     int cancel_at_call = 0;  // 1-based; 0: never
+    int cancel_value = 1;    // what it returns to cancel (any non-zero cancels)
+    int throw_at_call = 0;   // 1-based; 0: never. Throws std::runtime_error, or 42 with throw_int
+    bool throw_int = false;
     std::string keyword = "gemm";
 
     static int callback(void *user, size_t done, size_t total, size_t index, kjit_status status, const char *path) {
@@ -106,7 +111,12 @@ struct Progress {
             if (kjit_resolve_name(path, self->keyword.c_str(), name, sizeof name, nullptr) == KJIT_OK) c.resolved = name;
         }
         self->calls.push_back(c);
-        return self->cancel_at_call != 0 && static_cast<int>(self->calls.size()) == self->cancel_at_call;
+        const int call = static_cast<int>(self->calls.size());
+        if (call == self->throw_at_call) {
+            if (self->throw_int) throw 42;
+            throw std::runtime_error("thrown by the test's callback at item " + std::to_string(index));
+        }
+        return self->cancel_at_call != 0 && call == self->cancel_at_call ? self->cancel_value : 0;
     }
     kjit_batch_options options(unsigned workers, int pch = KJIT_PCH_DEFAULT) {
         kjit_batch_options o = KJIT_BATCH_OPTIONS_INIT;
@@ -294,6 +304,132 @@ TEST(CompileBatch, CancelMidwayStopsUnstartedItemsAndARerunFinishesThem) {
         if (kjit_batch_result_status(first.r, i) == KJIT_OK) {
             EXPECT_STREQ(kjit_batch_result_cubin_path(first.r, i), kjit_batch_result_cubin_path(second.r, i));
         }
+    }
+}
+
+TEST(CompileBatch, AnyNonZeroReturnCancels) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    const std::size_t hit = batch.add(sources::numbered_gemm(0), "gemm");
+    for (int i = 1; i <= 3; ++i) batch.add(sources::numbered_gemm(i), "gemm");
+    batch.compile_one(hit);
+    // An error code, a negative value, the most negative int: each is "cancel", as 1 is.
+    for (const int value : {static_cast<int>(KJIT_ERROR_IO), -1, INT_MIN}) {
+        const kjit_stats before = stats_now();
+        Progress progress;
+        progress.cancel_at_call = 1;  // the hit, reported before any compile starts
+        progress.cancel_value = value;
+        const kjit_batch_options options = progress.options(1);
+        ResultGuard result;
+        EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_CANCELLED) << value;
+        ASSERT_NE(result.r, nullptr);
+        EXPECT_EQ(kjit_batch_result_status(result.r, hit), KJIT_OK);
+        for (std::size_t i = 1; i < batch.size(); ++i) {
+            EXPECT_EQ(kjit_batch_result_status(result.r, i), KJIT_ERROR_CANCELLED);
+        }
+        EXPECT_EQ(progress.calls.size(), 1u);
+        EXPECT_EQ(stats_now().nvrtc_compiles, before.nvrtc_compiles);
+    }
+}
+
+// A C++ callback that throws: the exception stops at libkjit's side of the C ABI. The batch is
+// cancelled as if the callback had returned non-zero, the callback is not called again, the
+// result is complete and kjit_last_error() says what was thrown. (0.3.0 let the exception
+// unwind the batch: KJIT_ERROR_INTERNAL, "internal error", and no result at all.)
+TEST(CompileBatch, ThrowingCallbackCancelsTheBatchAndKeepsTheResult) {
+    for (const bool throw_int : {false, true}) {
+        SCOPED_TRACE(throw_int ? "throw 42" : "throw std::runtime_error");
+        TempDir dir;
+        Batch batch(dir.file("cache"));
+        for (int i = 0; i < 8; ++i) batch.add(sources::numbered_gemm(20 + i), "gemm");
+        const kjit_stats before = stats_now();
+        Progress progress;
+        progress.throw_at_call = 1;  // after the first compile
+        progress.throw_int = throw_int;
+        const kjit_batch_options options = progress.options(1);
+        ResultGuard result;
+        EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_CANCELLED);
+        const std::string error = kjit_last_error();
+        EXPECT_NE(error.find("the progress callback threw"), std::string::npos) << error;
+        EXPECT_NE(error.find(throw_int ? "not a std::exception" : "thrown by the test's callback at item 0"),
+                  std::string::npos)
+            << error;
+        ASSERT_NE(result.r, nullptr);
+        ASSERT_EQ(kjit_batch_result_count(result.r), batch.size());
+        EXPECT_EQ(progress.calls.size(), 1u);  // not called again, also for the item in flight
+        EXPECT_EQ(kjit_batch_result_status(result.r, 0), KJIT_OK);
+        std::size_t ok = 0;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            const kjit_status s = kjit_batch_result_status(result.r, i);
+            ASSERT_TRUE(s == KJIT_OK || s == KJIT_ERROR_CANCELLED) << s;
+            if (s == KJIT_OK) ++ok;
+        }
+        EXPECT_LE(ok, 2u);  // the one worker may have taken the next item meanwhile
+        EXPECT_EQ(stats_now().errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);
+        EXPECT_EQ(stats_now().errors[KJIT_ERROR_INTERNAL], before.errors[KJIT_ERROR_INTERNAL]);
+        // What finished is published and sound.
+        auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+        ASSERT_TRUE(report.ok());
+        EXPECT_EQ(report->entries_checked, ok);
+        EXPECT_TRUE(report->clean());
+    }
+}
+
+// Thrown at the last report, with nothing left to cancel: still KJIT_ERROR_CANCELLED, so the
+// caller learns that its callback failed.
+TEST(CompileBatch, CallbackThrowingAtTheLastItemIsStillReported) {
+    TempDir dir;
+    Batch batch(dir.file("cache"));
+    const std::size_t hit = batch.add(sources::numbered_gemm(0), "gemm");
+    batch.compile_one(hit);
+    Progress progress;
+    progress.throw_at_call = 1;
+    const kjit_batch_options options = progress.options(1);
+    ResultGuard result;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_CANCELLED);
+    EXPECT_NE(std::string(kjit_last_error()).find("0 of 1 items were not started"), std::string::npos)
+        << kjit_last_error();
+    ASSERT_NE(result.r, nullptr);
+    EXPECT_EQ(kjit_batch_result_status(result.r, hit), KJIT_OK);
+}
+
+// The callback may run a batch of its own (kjit.h: it may call any libkjit function).
+TEST(CompileBatch, CallbackMayRunANestedBatch) {
+    TempDir dir;
+    Batch outer(dir.file("cache"));
+    for (int i = 0; i < 3; ++i) outer.add(sources::numbered_gemm(30 + i), "gemm");
+    struct Nested {
+        Batch inner;
+        int calls = 0;
+        kjit_status inner_status = KJIT_ERROR_INTERNAL;
+        std::vector<std::string> inner_paths;
+    } nested{Batch(dir.file("cache")), 0, KJIT_ERROR_INTERNAL, {}};
+    for (int i = 0; i < 3; ++i) nested.inner.add(sources::numbered_gemm(40 + i), "gemm");
+    kjit_batch_options options = KJIT_BATCH_OPTIONS_INIT;
+    options.workers = 2;
+    options.progress_user_data = &nested;
+    options.progress = [](void *user, size_t, size_t, size_t, kjit_status, const char *) -> int {
+        auto *n = static_cast<Nested *>(user);
+        if (n->calls++ == 0) {
+            Progress progress;
+            const kjit_batch_options inner_options = progress.options(2);
+            ResultGuard r;
+            n->inner_status = n->inner.run(&inner_options, &r.r);
+            for (std::size_t i = 0; r.r && i < kjit_batch_result_count(r.r); ++i) {
+                const char *path = kjit_batch_result_cubin_path(r.r, i);
+                n->inner_paths.push_back(path ? path : "");
+            }
+        }
+        return 0;
+    };
+    ResultGuard result;
+    EXPECT_EQ(outer.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(nested.calls, 3);
+    EXPECT_EQ(nested.inner_status, KJIT_OK);
+    ASSERT_EQ(nested.inner_paths.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(kjit_batch_result_cubin_path(result.r, i), outer.compile_one(i));
+        EXPECT_EQ(nested.inner_paths[i], nested.inner.compile_one(i));
     }
 }
 

@@ -359,8 +359,30 @@ typedef struct kjit_compile_request {
  *
  * It runs on the thread that called kjit_compile_batch(), never concurrently with itself and
  * with no libkjit lock held, so it may call any libkjit function (e.g. kjit_load_cached() on
- * the item just compiled). Hits are reported first, before any compile starts; compiled items
- * in the order they finish. Items not started after a cancel are not reported.
+ * the item just compiled, or another kjit_compile_batch()). Hits are reported first, before
+ * any compile starts; compiled items in the order they finish. Items not started after a
+ * cancel are not reported. While it runs, the workers go on with what they have started; a
+ * cancel takes effect when it returns.
+ *
+ * It must return normally:
+ *  - Never `longjmp()` out of it, nor anything that unwinds by longjmp, such as a Julia
+ *    `error()` or `throw` out of a `@cfunction`: catch inside (`try` ... `catch`), keep the
+ *    exception, return non-zero, and rethrow it after kjit_compile_batch() returns. A jump
+ *    skips libkjit's frames while the batch's worker threads still use them, and the process
+ *    crashes (seen: SIGSEGV in a worker once the jump was taken).
+ *  - A Rust panic must not leave it (since Rust 1.81 that aborts the process): use
+ *    `std::panic::catch_unwind` and return non-zero.
+ *  - Not `pthread_exit()` or cancellation of the calling thread: the process aborts.
+ *  - A C++ exception thrown out of it is caught by libkjit and goes no further: the batch is
+ *    cancelled as by a non-zero return, the callback is not called again (also not for items
+ *    still compiling), and kjit_compile_batch() returns #KJIT_ERROR_CANCELLED, with the full
+ *    result and with what was thrown (its `what()`) in kjit_last_error().
+ *  - Python's ctypes prints an exception raised in a callback and returns an undefined value;
+ *    python/kjit.py catches it (and Ctrl-C) for you (docs/python.md).
+ *
+ * libkjit installs no signal handler. To stop a batch on Ctrl-C, let a SIGINT handler set a
+ * `volatile sig_atomic_t` flag and return non-zero from the callback once it is set: the
+ * batch stops at the next item that finishes.
  *
  * @param user_data  kjit_batch_options::progress_user_data.
  * @param done       Items finished so far, this one included (1 to `total`).
@@ -368,9 +390,9 @@ typedef struct kjit_compile_request {
  * @param index      This item's index in the request array.
  * @param status     Its status (#KJIT_OK or the failure's).
  * @param cubin_path Its cached cubin's path on #KJIT_OK, else NULL; valid during the call only.
- * @return 0 to go on; non-zero to cancel: items not started yet end with
- *         #KJIT_ERROR_CANCELLED, items compiling now still finish and are reported (NVRTC
- *         cannot be interrupted), and later return values are ignored.
+ * @return 0 to go on; any other value (a negative one too) cancels: items not started yet
+ *         end with #KJIT_ERROR_CANCELLED, items compiling now still finish and are reported
+ *         (NVRTC cannot be interrupted), and later return values are ignored.
  */
 typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total, size_t index, kjit_status status,
                                       const char *cubin_path);
@@ -446,7 +468,9 @@ typedef struct kjit_batch_result kjit_batch_result;
  * @retval KJIT_OK                     Every item succeeded.
  * @retval KJIT_ERROR_CANCELLED        The progress callback cancelled; `*result` says which
  *                                     items finished (with any status) and which were not
- *                                     started (#KJIT_ERROR_CANCELLED).
+ *                                     started (#KJIT_ERROR_CANCELLED). Also when it threw a C++
+ *                                     exception, even with nothing left to cancel; what was
+ *                                     thrown is in kjit_last_error().
  * @retval (an item's status)          Otherwise, the status of the first failed item by index
  *                                     (e.g. #KJIT_ERROR_COMPILE), with the number of failed
  *                                     items and that item's text in kjit_last_error(); each

@@ -7,6 +7,7 @@ cubins are made here with kjit.compile(arch="sm_90") into a temporary cache: NVR
 
 import ctypes
 import gc
+import json
 import os
 import pathlib
 import struct
@@ -569,3 +570,162 @@ def test_compile_batch_bad_arguments(tmp_path):
     assert kjit.compile_batch([], cache_dir=tmp_path, arch="sm_90") == []
     items = kjit.compile_batch([(_numbered(1), "bad keyword!")], cache_dir=tmp_path, arch="sm_90")
     assert items[0].status == kjit.Status.ERROR_INVALID_ARGUMENT and "keyword" in items[0].error
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C and exceptions during compile_batch (docs/python.md, "Ctrl-C and callbacks"). Each case
+# runs a batch of distinct kernels on one worker in a child process, so a broken interrupt
+# cannot hit pytest itself, and reports as JSON what the batch did. The child's deadline only
+# turns a hang into a failure.
+
+_INTERRUPT_CHILD = r"""
+import json, os, pathlib, signal, sys, threading
+import kjit
+
+mode, cache, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+def numbered(i):  # _numbered(i) of the tests
+    return (f"template <int N> __global__ void gemm(float *p) {{ p[threadIdx.x] = N; }}\n"
+            f"template __global__ void gemm<{i + 1}>(float *);\n", "gemm")
+
+
+requests = [numbered(i) for i in range(total)]
+reported, handled = [], []
+first = threading.Event()
+
+
+def send_sigint():  # from another thread, once the first item is done: the main thread is in C
+    first.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def progress(done, total, index, status, path):
+    reported.append([index, int(status)])
+    if mode == "nested" and len(reported) == 1:  # a batch from the callback, interrupted
+        kjit.compile_batch([numbered(1000 + i) for i in range(total)], workers=1, pch=kjit.PCH_OFF,
+                           cache_dir=cache, arch="sm_90", progress=lambda *_: first.set())
+        return
+    if mode == "raises":
+        raise RuntimeError("stop from the callback")
+    if mode == "in_callback" and len(reported) == 1:
+        os.kill(os.getpid(), signal.SIGINT)  # handled while this callback runs
+    first.set()
+
+
+def first_on_disk():
+    while not list(pathlib.Path(cache).rglob("kernel.cubin")):
+        first.wait(0.01)
+    first.set()
+
+
+if mode == "handler":
+    signal.signal(signal.SIGINT, lambda signum, frame: handled.append(signum))
+if mode in ("callback", "no_callback", "handler", "nested"):
+    threading.Thread(target=send_sigint, daemon=True).start()
+if mode == "no_callback":
+    threading.Thread(target=first_on_disk, daemon=True).start()
+outcome, items = "returned", []
+try:
+    items = kjit.compile_batch(requests, workers=1, pch=kjit.PCH_OFF, cache_dir=cache, arch="sm_90",
+                               progress=None if mode == "no_callback" else progress)
+except KeyboardInterrupt:
+    outcome = "KeyboardInterrupt"
+except RuntimeError as e:
+    outcome = "RuntimeError: " + str(e)
+handler = signal.getsignal(signal.SIGINT)
+print(json.dumps({"outcome": outcome, "reported": reported, "handled": handled,
+                  "statuses": [int(i.status) for i in items],
+                  "handler_restored": handler is signal.default_int_handler if mode != "handler" else
+                                      getattr(handler, "__name__", "") == "<lambda>"}))
+"""
+
+
+def _interrupted_batch(mode, cache, total):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", _INTERRUPT_CHILD, mode, str(cache), str(total)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _published(cache):
+    """The items whose entry is in the cache, by the instantiation in their source.cu."""
+    return sorted(int(p.read_text().split("gemm<")[1].split(">")[0]) - 1 for p in pathlib.Path(cache).rglob("source.cu")
+                  if (p.parent / "kernel.cubin").is_file())
+
+
+def _assert_hits_now(cache, indices):
+    """The items finished before the interrupt are complete entries in the cache: compiling them
+    again in this process is a hit each, and NVRTC does not run."""
+    before = kjit.stats()
+    for i in indices:
+        path = kjit.compile(_numbered(i), "gemm", cache_dir=cache, arch="sm_90")
+        assert kjit.resolve_name(path, "gemm") == f"_Z4gemmILi{i + 1}EEvPf"
+    after = kjit.stats()
+    assert after["nvrtc_compiles"] == before["nvrtc_compiles"]
+    assert after["compile_hits"] - before["compile_hits"] == len(indices)
+
+
+@pytest.mark.parametrize("mode", ["callback", "in_callback"])
+def test_ctrl_c_during_batch_with_callback_raises_keyboard_interrupt(tmp_path, mode):
+    # SIGINT arrives while the batch runs in C (callback: handled at the next callback's entry,
+    # where ctypes used to print "Exception ignored" and pass libkjit an undefined value) or
+    # while the callback runs (in_callback): either way the batch stops at the next item and the
+    # caller gets KeyboardInterrupt.
+    total = 40
+    out = _interrupted_batch(mode, tmp_path, total)
+    assert out["outcome"] == "KeyboardInterrupt", out
+    finished = [index for index, status in out["reported"] if status == kjit.Status.OK]
+    assert len(out["reported"]) == len(finished) >= 1
+    published = _published(tmp_path)
+    assert len(published) < total  # cancelled: the items not started were not compiled
+    assert set(finished) <= set(published)  # every item reported was published, and more may be
+    _assert_hits_now(tmp_path, published)
+    assert out["handler_restored"]
+
+
+def test_ctrl_c_during_batch_without_callback_cancels_between_items(tmp_path):
+    total = 40
+    out = _interrupted_batch("no_callback", tmp_path, total)
+    assert out["outcome"] == "KeyboardInterrupt", out
+    published = _published(tmp_path)
+    assert 1 <= len(published) < total
+    _assert_hits_now(tmp_path, published)
+    assert out["handler_restored"]
+
+
+def test_ctrl_c_during_a_batch_started_from_a_callback_stops_both(tmp_path):
+    total = 40
+    out = _interrupted_batch("nested", tmp_path, total)
+    assert out["outcome"] == "KeyboardInterrupt", out
+    assert len(out["reported"]) == 1  # the outer batch: its first item, whose callback ran the inner one
+    published = _published(tmp_path)
+    assert out["reported"][0][0] in published
+    assert any(i >= 1000 for i in published) and len(published) < 2 * total
+    _assert_hits_now(tmp_path, published)
+    assert out["handler_restored"]
+
+
+def test_sigint_handler_of_the_program_runs_once_and_the_batch_goes_on(tmp_path):
+    # A handler that does not raise is the program's choice: it runs (once), nothing is
+    # cancelled, and it is the SIGINT handler again after the batch.
+    total = 12
+    out = _interrupted_batch("handler", tmp_path, total)
+    assert out["outcome"] == "returned", out
+    assert out["handled"] == [2]
+    assert out["statuses"] == [0] * total
+    assert out["handler_restored"]
+
+
+def test_callback_exception_after_a_compile_propagates_and_cancels(tmp_path):
+    total = 40
+    out = _interrupted_batch("raises", tmp_path, total)
+    assert out["outcome"] == "RuntimeError: stop from the callback", out
+    assert len(out["reported"]) == 1  # not called again after it raised
+    index, status = out["reported"][0]
+    assert status == kjit.Status.OK
+    published = _published(tmp_path)
+    assert index in published and len(published) < total
+    _assert_hits_now(tmp_path, published)
