@@ -457,6 +457,8 @@ class Library:
         - ``cache_dir``: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit;
         - ``arch``: a real architecture like "sm_90a"; default $KJIT_ARCH, else the GPU's;
         - ``nvrtc_options``: a sequence of str, e.g. ("-std=c++17", "-DTILE=128"); no -arch;
+          "--pch" compiles with libkjit's PCH (a folder per header identity); "--create-pch",
+          "--use-pch" and "--pch-dir" raise InvalidArgument (docs/batch.md);
         - ``include_paths``: a sequence of folders (str, bytes, os.PathLike);
         - ``headers``: in-memory headers, a mapping {include name: text} or (name, text) pairs;
         - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``;

@@ -179,13 +179,17 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, std::move(items[i]).error());
             continue;
         }
-        items[i]->use_pch = options.pch == Pch::on ||
-                            (options.pch == Pch::automatic && items[i]->source.find("#include") != std::string::npos);
         auto prepared = cache.prepare(std::move(*items[i]));
         if (!prepared) {
             finish(i, std::move(prepared).error());
             continue;
         }
+        // The batch's mode decides; `--pch` among an item's options (prepare took it out) asks
+        // for it as KJIT_PCH_ON would, except under KJIT_PCH_OFF.
+        cache::Request &request = prepared->request;
+        request.use_pch = options.pch == Pch::on ||
+                          (options.pch == Pch::automatic &&
+                           (request.pch_requested || request.source.find("#include") != std::string::npos));
         if (auto job = job_of_entry.find(prepared->entry); job != job_of_entry.end()) {
             cache.count_merged(false, 1);
             jobs[job->second].items.push_back(i);

@@ -104,6 +104,8 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
     field(state, "arch", r.arch);
     field(state, "options", std::to_string(r.nvrtc_options.size()));
     for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "pch_options", std::to_string(r.pch_options.size()));
+    for (const auto &o : r.pch_options) field(state, "pch_option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
     field(state, "working_dir", r.search.working_dir);
@@ -338,6 +340,16 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
 Result<Cache::Prepared> Cache::prepare(Request request) const {
     if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
     if (auto st = check_arch(request.arch); !st) return std::move(st).error();
+    // NVRTC's PCH options never reach it as given: it would reuse a PCH made from headers since
+    // edited. `--pch` becomes libkjit's PCH, in a folder per header identity; options naming
+    // the caller's PCH files are refused. None of them changes what the cubin does: not in the
+    // key, nor in the manifest.
+    auto pch = compiler::take_pch_options(request.nvrtc_options);
+    if (!pch) return std::move(pch).error();
+    request.nvrtc_options = std::move(pch->rest);
+    request.pch_requested = pch->automatic;
+    request.use_pch = request.use_pch || pch->automatic;
+    request.pch_options = std::move(pch->shape);
     for (const std::string &o : request.nvrtc_options) {
         if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
             o.compare(0, 18, "-gpu-architecture") == 0) {
@@ -492,6 +504,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         if (pch_folder) {
             nvrtc.options.insert(nvrtc.options.end(),
                                  {"-pch", "-pch-dir=" + *pch_folder, "-pch-messages=false", "-pch-verbose=false"});
+            nvrtc.options.insert(nvrtc.options.end(), request.pch_options.begin(), request.pch_options.end());
         } else {
             log().debug("compiling {} without a PCH: {}", key, pch_folder.error().message);
         }

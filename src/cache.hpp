@@ -57,8 +57,14 @@ struct Request {
     // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
     // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
     // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
-    // per-compile id). Set by batches (docs/batch.md).
+    // per-compile id). Set by prepare when the NVRTC options ask for it (`--pch`), and by
+    // batches (docs/batch.md).
     bool use_pch = false;
+    // Set by prepare, which takes NVRTC's PCH options out of nvrtc_options (they are not in the
+    // key either; compiler::take_pch_options): whether they asked for the automatic PCH, and
+    // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
+    bool pch_requested = false;
+    std::vector<std::string> pch_options;
 };
 
 // $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.

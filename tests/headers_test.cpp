@@ -319,3 +319,68 @@ TEST(Headers, FileOptionWithoutValueIsRefused) {
         EXPECT_NE(a.error.find(bad), std::string::npos) << a.error;
     }
 }
+
+// `--pch` among the NVRTC options (DeepGEMM passes it by default) goes through libkjit's PCH
+// folders, one per header identity: NVRTC itself would reuse the PCH it made before a header
+// edit, compile the miss against the old header and publish that under the new key. Every
+// spelling; the kernel name carries the header's value. The PCH is not in the key: with and
+// without `--pch` is one entry.
+TEST(Headers, PchOptionNeverCompilesAgainstAnOldHeader) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    const std::string cccl = std::string("-I") + KJIT_TEST_CUDA_INCLUDE + "/cccl";
+    // Heavy enough that NVRTC makes a PCH of it: the configuration, then a CCCL header.
+    const std::string source = "#include <cfg.h>\n#include <cuda/std/cstdint>\n" + std::string(kNoInclude);
+    int cfg = 30;
+    for (const std::vector<std::string> &pch : std::vector<std::vector<std::string>>{
+             {"--pch"}, {"-pch"}, {"-pch", "--pch-messages=false", "-pch-verbose", "true"}}) {
+        SCOPED_TRACE(pch.front() + (pch.size() > 1 ? " ..." : ""));
+        std::vector<std::string> options = {cccl, "-std=c++17"};
+        options.insert(options.end(), pch.begin(), pch.end());
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg));
+        const Answer first = compile(dir.file("cache"), source, options, {dir.file("inc")});
+        expect_name(first, cfg);
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg + 1));
+        expect_name(compile(dir.file("cache"), source, options, {dir.file("inc")}), cfg + 1);
+        // Not in the key: the same request without the PCH is the same entry, a hit.
+        const Answer plain = compile(dir.file("cache"), source, {cccl, "-std=c++17"}, {dir.file("inc")});
+        expect_name(plain, cfg + 1);
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg));  // reverted: the old text again
+        const Answer reverted = compile(dir.file("cache"), source, options, {dir.file("inc")});
+        expect_name(reverted, cfg);
+        EXPECT_EQ(reverted.cubin, first.cubin);
+        cfg += 10;
+    }
+}
+
+// PCH options that name files or folders of the caller's (NVRTC would read or reuse a PCH
+// libkjit cannot tie to the headers it was made from) are refused, naming the option, in every
+// spelling: `=value`, separate value, short and long.
+TEST(Headers, PchOptionsNamingFilesAreRefused) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    const std::string pch = dir.file("x.pch");
+    for (const std::vector<std::string> &bad : std::vector<std::vector<std::string>>{
+             {"--create-pch=" + pch}, {"-create-pch", pch}, {"--use-pch=" + pch}, {"-use-pch=" + pch},
+             {"--use-pch", pch}, {"--pch-dir=" + dir.path()}, {"-pch-dir", dir.path()}, {"--pch", "-pch-dir=" + dir.path()},
+             {"--pch-messages=maybe"}, {"--pch", "--pch-verbose"}, {"--pch=true"}}) {
+        std::vector<std::string> options = {"-std=c++17"};
+        options.insert(options.end(), bad.begin(), bad.end());
+        const Answer a = compile(dir.file("cache"), kAngle, options, {dir.file("inc")});
+        SCOPED_TRACE(options.back());
+        EXPECT_EQ(a.status, KJIT_ERROR_INVALID_ARGUMENT) << kjit_status_string(a.status);
+        const std::string named = bad.back().substr(0, bad.back().find('='));
+        const std::string option = bad.back()[0] == '-' ? named : bad[bad.size() - 2];
+        EXPECT_NE(a.error.find("'" + option), std::string::npos) << a.error;
+    }
+    // Accepted: the PCH itself, and the options that only change its notes or its content.
+    for (const std::vector<std::string> &good : std::vector<std::vector<std::string>>{
+             {"--pch", "--instantiate-templates-in-pch=false"}, {"-instantiate-templates-in-pch", "true"},
+             {"-pch-messages=true", "--pch-verbose", "false"}}) {
+        std::vector<std::string> options = {"-std=c++17"};
+        options.insert(options.end(), good.begin(), good.end());
+        SCOPED_TRACE(good.front());
+        expect_name(compile(dir.file("cache"), kAngle, options, {dir.file("inc")}), 1);
+    }
+}

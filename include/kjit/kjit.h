@@ -248,7 +248,15 @@ typedef struct kjit_compile_options {
         (device 0's compute capability, as plain "sm_XY") through the driver when one is
         present, else #KJIT_ERROR_INVALID_ARGUMENT. */
     const char *arch;
-    /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch). */
+    /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch).
+        NVRTC's precompiled-header options never reach NVRTC as given (it would reuse a PCH
+        made before a header edit): `--pch` (`-pch`) compiles with libkjit's own automatic PCH,
+        kept in a folder per header identity as in a batch (kjit_batch_options::pch);
+        `--pch-messages` and `--pch-verbose` (true/false) are accepted and dropped (the PCH's
+        notes stay out of the log); `--instantiate-templates-in-pch=<true|false>` is passed
+        with libkjit's PCH. None of these is in the cache key. `--create-pch`, `--use-pch` and
+        `--pch-dir`, which name PCH files or folders of the caller's, are
+        #KJIT_ERROR_INVALID_ARGUMENT naming the option (docs/batch.md). */
     const char *const *nvrtc_options;
     /** Number of entries in nvrtc_options (none may be NULL). */
     size_t nvrtc_option_count;
@@ -403,7 +411,8 @@ typedef struct kjit_batch_options {
         in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
-        the cache key, as it does not change what the cubin does. */
+        the cache key, as it does not change what the cubin does. `--pch` among an item's NVRTC
+        options asks for the PCH as #KJIT_PCH_ON would, unless this is #KJIT_PCH_OFF. */
     int pch;
     /** Called for each finished item; NULL for none. */
     kjit_batch_progress_fn progress;
