@@ -197,9 +197,10 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // resolver rescans, which first confirms the cubin's bytes against the hash its manifest
 // recorded: a cubin changed on disk makes the entry unusable, so it is rebuilt, never served. (A
 // whole-second mtime also hashes the cubin on each hit: sidecar-format.md.) foreign: the entry
-// or its shard is owned by someone `folder` does not trust (*why is the error's text).
+// or its shard is owned by someone `folder` does not trust (*why is the error's text). Counts
+// the recorded files it hashes in `counters`.
 Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
-               std::string *why) {
+               Cache::Counters &counters, std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
@@ -228,12 +229,15 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
             *why = "its header list is missing or damaged";
             return Lookup::unusable;
         }
-        if (!include_scanner::still_current(*deps)) {
+        const include_scanner::Check checked = include_scanner::check(*deps);
+        counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
+        if (!checked.current) {
             *why = "a file it may read changed, appeared or went away (deps.txt)";
             return Lookup::unusable;
         }
-        if (include_scanner::settle(*deps)) {
-            // Headers that were young when recorded are verified and old now: store the list
+        if (include_scanner::settle(*deps) || checked.refreshed) {
+            // Headers that were young when recorded are verified and old now, or were found
+            // with the same content under a new mtime (a touch, a reinstall): store the list
             // again (temp file and rename in the entry) so later hits only stat them. Best
             // effort: a read-only cache keeps checking their content.
             const std::string temp = entry + "/.deps.tmp-" + std::to_string(::getpid()) + "-" +
@@ -404,7 +408,7 @@ Result<std::optional<std::string>> Cache::find(const Prepared &prepared) {
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     std::string why;
-    const Lookup found = look_up(request, prepared.entry, *folder, &why);
+    const Lookup found = look_up(request, prepared.entry, *folder, counters_, &why);
     if (found == Lookup::foreign) return Error{Errc::io, why};
     if (found == Lookup::hit) {
         counters_.hits.fetch_add(1, std::memory_order_relaxed);
@@ -476,7 +480,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     if (!folder) return std::move(folder).error();
     // Another process may have published while this one waited or looked.
     std::string why;
-    const Lookup found = look_up(request, entry, *folder, &why);
+    const Lookup found = look_up(request, entry, *folder, counters_, &why);
     if (found == Lookup::hit) return cubin_path;
     if (found == Lookup::foreign) return Error{Errc::io, why};
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
@@ -641,7 +645,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
             return fail(io_error("cannot publish cache entry", entry, err));
         }
         // An entry is there already: another process won the race, or it is stale/damaged.
-        const Lookup there = look_up(request, entry, *folder, &why);
+        const Lookup there = look_up(request, entry, *folder, counters_, &why);
         if (there == Lookup::foreign) return fail(Error{Errc::io, why});
         if (there == Lookup::hit) {
             *published_bytes = 0;

@@ -89,6 +89,9 @@ public:
         std::atomic<std::uint64_t> published_entries{0};
         std::atomic<std::uint64_t> shared_waits{0};   // callers that waited for another's compile
         std::atomic<std::uint64_t> rebuilt_entries{0};  // damaged or stale entries replaced
+        // Files of deps.txt whose content a lookup read and hashed (their size or mtime differed
+        // from the record, or they were young when recorded): a steady-state hit hashes none.
+        std::atomic<std::uint64_t> dependency_hashes{0};
         std::atomic<int> compiles_in_flight{0};
         std::atomic<int> max_compiles_in_flight{0};
     };

@@ -360,20 +360,41 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     return deps;
 }
 
-bool still_current(const std::vector<Dependency> &deps) {
-    for (const Dependency &d : deps) {
+Check check(std::vector<Dependency> &deps) {
+    Check out;
+    std::int64_t now = 0;
+    for (Dependency &d : deps) {
         struct stat st {};
         const bool present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-        if (present != d.exists) return false;
+        if (present != d.exists) return out;
         if (!present) continue;
         if (!d.verify_content && static_cast<std::uint64_t>(st.st_size) == d.size &&
             st.st_mtim.tv_sec == d.mtime_sec && static_cast<std::uint32_t>(st.st_mtim.tv_nsec) == d.mtime_nsec) {
             continue;
         }
-        auto h = hash_file64(d.path, nullptr);
-        if (!h || *h != d.content_hash) return false;
+        ++out.hashed;
+        FileIdentity id;
+        auto h = hash_file64(d.path, &id);
+        if (!h || *h != d.content_hash) return out;
+        // The same text under another size or mtime (a touch, a reinstall, a checkout): record
+        // the identity it was hashed under, so later lookups stat it only. Young, it stays
+        // marked (an edit within its timestamp tick would keep that identity) until settle().
+        if (id.size != d.size || id.mtime_sec != d.mtime_sec || id.mtime_nsec != d.mtime_nsec) {
+            if (now == 0) now = realtime_ns();
+            d.size = id.size;
+            d.mtime_sec = id.mtime_sec;
+            d.mtime_nsec = id.mtime_nsec;
+            d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, now);
+            out.refreshed = true;
+        }
     }
-    return true;
+    out.current = true;
+    return out;
+}
+
+bool still_current(const std::vector<Dependency> &deps) {
+    std::vector<Dependency> copy = deps;
+    return check(copy).current;
 }
 
 bool settle(std::vector<Dependency> &deps) {

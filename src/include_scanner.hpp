@@ -77,9 +77,20 @@ struct Search {
 Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
                                      const Search &search);
 
+// What check() found.
+struct Check {
+    bool current = false;     // every dependency is as recorded
+    bool refreshed = false;   // a record was brought up to date: store the list again
+    std::size_t hashed = 0;   // files whose content was read and hashed
+};
+
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
 // size and mtime (and, for young ones, content), or else of the same content (a `touch` alone
-// is not a change).
+// is not a change). Stops at the first that is not. A file found with the same content under
+// another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
+// says to store the list: later lookups then stat it only, instead of hashing it forever.
+Check check(std::vector<Dependency> &deps);
+// check() of a copy: whether every dependency is as recorded.
 bool still_current(const std::vector<Dependency> &deps);
 
 // After still_current() passed: clears verify_content on the headers that are no longer young

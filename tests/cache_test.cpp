@@ -705,6 +705,81 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
 
+namespace {
+
+// deps.txt's line for `path` (without the path), or "" if it has none.
+std::string deps_line(const std::string &deps_file, const std::string &path) {
+    const std::string text = read_file(deps_file);
+    const std::size_t at = text.find(" " + std::to_string(path.size()) + " " + path + "\n");
+    if (at == std::string::npos) return "";
+    const std::size_t start = text.rfind('\n', at) + 1;
+    return text.substr(start, at - start);
+}
+
+std::string mtime_text(std::time_t sec, long nsec) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%lld.%09ld", static_cast<long long>(sec), nsec);
+    return buf;
+}
+
+}  // namespace
+
+// A same-text rewrite of a header (`touch`, a reinstall, a checkout) changes its mtime: the
+// first hit after it hashes the header, finds the same content, and records the new mtime, so
+// later hits only stat it (before, every later hit hashed it again, forever). A touch that
+// leaves it young is recorded as young ('*': hashed on every hit) until it has aged.
+TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    const std::string header = dir.file("inc/v.h");
+    write_file(header, "#define V 1.0f\n");
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 100, 5));
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = compile_ok(cache, r);
+    const std::string deps = entry_of(path) + "/deps.txt";
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 100, 5)), std::string::npos)
+        << read_file(deps);
+    auto hashes = [&] { return cache.counters().dependency_hashes.load(); };
+    const auto start = hashes();
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start) << "an unchanged old header was hashed";
+
+    // touch: same text, another mtime, old enough not to be young.
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 1);
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 50, 7)), std::string::npos)
+        << read_file(deps);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 1) << "the touched header was hashed again on later hits";
+
+    // touch into the young window: recorded young (hashed on each hit), then settled once old.
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 1, 9));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 2);
+    EXPECT_NE(deps_line(deps, header).find("* 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+        << read_file(deps);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_EQ(compile_ok(cache, r), path);  // hashed once more, now old: settled
+    EXPECT_EQ(hashes(), start + 3);
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+        << read_file(deps);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 3);
+
+    // An edit is still a miss, whatever was settled before.
+    write_file(header, "#define V 2.0f\n");
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
+}
+
 TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     // A killed writer's temp folder whose pid and thread id came back (containers reuse pids),
     // or a planted one: the publish takes the next name. In ctest each test runs in a process
