@@ -488,8 +488,8 @@ class Library:
         - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
           ``nvrtc_options``, ...) for every item; an item's dict overrides them.
         - ``workers``: worker threads (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
-          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for sources
-          with #include).
+          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for misses
+          that share their headers with another miss of the batch).
         - ``progress``: called as ``progress(done, total, index, status, cubin_path)`` for each
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels

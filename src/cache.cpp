@@ -91,41 +91,19 @@ const std::string &nvrtc_identity() {
     return v;
 }
 
-// What a PCH made while compiling `r` was made from: every input that can change what its
-// headers declare. The source counts up to the end of its last line with "#include" (anything
-// before an include can change what the include declares: a #define, another include); what
-// follows it, typically the instantiations a sweep varies, is left out so those share the PCH.
-// Every file the compile may read counts by content (`deps`, the same list the entry records),
-// however it was reached, and the working directory when names are looked up relative to it.
+// What a PCH made while compiling `r` was made from: its header identity (pch_texts, below)
+// and every file the compile may read, by content (`deps`, the same list the entry records),
+// however it was reached.
 std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-pch", std::to_string(kFormatVersion));
-    field(state, "arch", r.arch);
-    field(state, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(state, "option", o);
-    field(state, "pch_options", std::to_string(r.pch_options.size()));
-    for (const auto &o : r.pch_options) field(state, "pch_option", o);
-    field(state, "include_paths", std::to_string(r.include_paths.size()));
-    for (const auto &p : r.include_paths) field(state, "include_path", p);
-    field(state, "working_dir", r.search.working_dir);
-    field(state, "headers", std::to_string(r.headers.size()));
-    for (const auto &h : r.headers) {
-        field(state, "header.name", h.first);
-        field(state, "header.source", h.second);
-    }
+    field(state, "texts", pch_texts(r));
     field(state, "deps", std::to_string(deps.size()));
     for (const auto &d : deps) {
         field(state, "dep.path", d.path);
         field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
     }
-    const std::size_t last_include = r.source.rfind("#include");
-    std::size_t prefix = 0;
-    if (last_include != std::string::npos) {
-        const std::size_t eol = r.source.find('\n', last_include);
-        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
-    }
-    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
     return hex_digest(state);
 }
 
@@ -318,6 +296,33 @@ std::string key_of(const Request &r) {
     return hex_digest(state);
 }
 
+std::string pch_texts(const Request &r) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-pch-texts", std::to_string(kFormatVersion));
+    field(state, "arch", r.arch);
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "pch_options", std::to_string(r.pch_options.size()));
+    for (const auto &o : r.pch_options) field(state, "pch_option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "working_dir", r.search.working_dir);
+    field(state, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
+    }
+    const std::size_t last_include = r.source.rfind("#include");
+    std::size_t prefix = 0;
+    if (last_include != std::string::npos) {
+        const std::size_t eol = r.source.find('\n', last_include);
+        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
+    }
+    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
+    return hex_digest(state);
+}
+
 Cache &Cache::instance() {
     static Cache *const cache = new Cache();  // leaked: usable during exit
     return *cache;
@@ -504,8 +509,11 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         // NVRTC's automatic PCH, in a folder of this header identity's own (pch_folders.hpp
         // says why); its notes ("creating/using precompiled header ...") stay out of the log,
         // so a compile error reads as without it. No folder: a plain compile.
-        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps));
+        bool first_of_identity = false;
+        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps), &first_of_identity);
         if (pch_folder) {
+            counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
+            if (first_of_identity) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
             nvrtc.options.insert(nvrtc.options.end(),
                                  {"-pch", "-pch-dir=" + *pch_folder, "-pch-messages=false", "-pch-verbose=false"});
             nvrtc.options.insert(nvrtc.options.end(), request.pch_options.begin(), request.pch_options.end());

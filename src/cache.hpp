@@ -79,6 +79,15 @@ Status check_arch(const std::string &arch);
 // `request.search.working_dir`, which prepare() sets.
 std::string key_of(const Request &request);
 
+// The header identity of a PCH made while compiling `request` (prepared), less the content of
+// the files it reads: arch, options, include paths, working directory (when names are looked up
+// relative to it), in-memory headers, and the source up to the end of its last line with
+// "#include" (anything before an include can change what it declares: a #define, another
+// include). What follows, typically the instantiations a sweep varies, is left out so those
+// share the PCH. Requests with the same one read the same files, so they share a PCH unless one
+// of those files is edited in between (the PCH folder adds their content: pch_folders.hpp).
+std::string pch_texts(const Request &request);
+
 class Cache {
 public:
     struct Counters {
@@ -92,6 +101,10 @@ public:
         // Files of deps.txt whose content a lookup read and hashed (their size or mtime differed
         // from the record, or they were young when recorded): a steady-state hit hashes none.
         std::atomic<std::uint64_t> dependency_hashes{0};
+        // Compiles that passed NVRTC a PCH folder, and how many of those were the first of their
+        // header identity in this process (NVRTC makes the PCH there; later ones use it).
+        std::atomic<std::uint64_t> pch_compiles{0};
+        std::atomic<std::uint64_t> pch_identities{0};
         std::atomic<int> compiles_in_flight{0};
         std::atomic<int> max_compiles_in_flight{0};
     };

@@ -385,8 +385,9 @@ typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total
 
 /** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
 typedef enum kjit_pch_mode {
-    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for sources that `#include` a header,
-                               off for the rest (see kjit_batch_options::pch). */
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for misses that `#include` the same
+                               headers as another miss of the batch, off for the rest (see
+                               kjit_batch_options::pch). */
     KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
     KJIT_PCH_OFF = 2      /**< Plain compiles. */
 } kjit_pch_mode;
@@ -405,9 +406,12 @@ typedef struct kjit_batch_options {
     /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
         later compile with the same includes and options starts from the parsed state (a CUB
         kernel: about 1.6 s plain, 0.3 to 0.4 s with the headers parsed, after a first compile
-        of about 2.2 s). The default uses it for sources that `#include` something: a
-        header-free source has nothing to precompile and was 10-15% slower with it on 2
-        workers (docs/batch.md has the measurements). Each distinct set of headers (options,
+        of about 2.2 s). The default uses it for the misses whose headers (options, include
+        paths, in-memory headers, the source up to its last `#include`) are another miss's of
+        the batch: a PCH used by one compile only costs its creation (items that each put their
+        configuration before the `#include` were about 20% slower with it), and a header-free
+        source has nothing to precompile and was 10-15% slower with it on 2 workers
+        (docs/batch.md has the measurements). Each distinct set of headers (options,
         in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
