@@ -399,6 +399,7 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
     request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
                                        request.include_paths.end());
     request.search.pre_includes = std::move(files->pre_includes);
+    request.search.defines = std::move(files->defines);
 
     Prepared prepared;
     prepared.key = key_of(request);

@@ -384,3 +384,41 @@ TEST(Headers, PchOptionsNamingFilesAreRefused) {
         expect_name(compile(dir.file("cache"), kAngle, options, {dir.file("inc")}), 1);
     }
 }
+
+// A computed include (`#include MACRO`, as CUTLASS's `#include CUDA_STD_HEADER(cstdint)`) is
+// followed through its macro's definitions: editing a header that no expansion names is still
+// a hit, editing the one it names is a miss. Before, one computed include (even in `#if 0`) made
+// every file under the include folders a dependency.
+TEST(Headers, ComputedIncludeIsFollowedThroughItsMacro) {
+    TempDir dir;
+    for (const char *p : {"proj", "inc", "inc/cfgs"}) make_dir(dir.file(p));
+    write_file(dir.file("inc/cfgs/value.h"), "#define CFG_VALUE 1\n");
+    write_file(dir.file("inc/cfgs/other.h"), "#define CFG_VALUE 1000\n");
+    write_file(dir.file("inc/offset.h"), "#define OFFSET 0\n");
+    write_file(dir.file("inc/unused.h"), "#define UNUSED 0\n");
+    const std::string source = "#define STD_HEADER(x) <cfgs/x>\n"
+                               "#define CFG \"offset.h\"\n"
+                               "#include STD_HEADER(value.h)\n"
+                               "#include CFG\n"
+                               "#if 0\n#include NOT_DEFINED_ANYWHERE\n#endif\n"
+                               "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                               "template __global__ void gemm<CFG_VALUE + OFFSET>(float *);\n";
+    InFolder in(dir.file("proj"));
+    const std::string cache = dir.file("cache");
+    const Answer first = compile(cache, source, {}, {dir.file("inc")});
+    expect_name(first, 1);
+    for (const char *unrelated : {"inc/unused.h", "inc/cfgs/other.h"}) {
+        SCOPED_TRACE(unrelated);
+        write_file(dir.file(unrelated), "#define EDITED 1\n");
+        const kjit_stats before = stats();
+        const Answer again = compile(cache, source, {}, {dir.file("inc")});
+        expect_name(again, 1);
+        EXPECT_EQ(again.cubin, first.cubin);
+        EXPECT_EQ(stats().compile_hits, before.compile_hits + 1);
+        EXPECT_EQ(stats().compile_misses, before.compile_misses) << "a header no expansion names made a miss";
+    }
+    write_file(dir.file("inc/cfgs/value.h"), "#define CFG_VALUE 2\n");
+    expect_name(compile(cache, source, {}, {dir.file("inc")}), 2);
+    write_file(dir.file("inc/offset.h"), "#define OFFSET 10\n");
+    expect_name(compile(cache, source, {}, {dir.file("inc")}), 12);
+}
