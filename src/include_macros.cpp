@@ -13,6 +13,7 @@ namespace {
 // Bounds on one operand's expansion: past them it is "not followed" (the scanner's fallback).
 constexpr std::size_t kMaxSteps = 100000;
 constexpr std::size_t kMaxAlternatives = 256;
+constexpr int kMaxDepth = 64;  // arguments expanded within arguments (the stack stays small)
 
 enum class Kind { identifier, number, string, punct, placemarker };
 
@@ -341,7 +342,12 @@ private:
             }
             auto it = expanded.find(slot.expanded);
             if (it == expanded.end()) {
+                if (++depth_ > kMaxDepth) {
+                    failed_ = true;
+                    return {};
+                }
                 it = expanded.emplace(slot.expanded, expand(args[static_cast<std::size_t>(slot.expanded)])).first;
+                --depth_;
                 if (failed_) return {};
             }
             std::vector<Tokens> next;
@@ -370,6 +376,7 @@ private:
 
     const Table &table_;
     std::size_t steps_ = 0;
+    int depth_ = 0;
     bool failed_ = false;
 };
 

@@ -628,6 +628,10 @@ TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
         operand += "M" + std::to_string(i) + "/";
     }
     EXPECT_EQ(names(many, operand + "x.h>"), V{"(not followed)"});
+    std::string nested = "I(";
+    for (int i = 0; i < 5000; ++i) nested += "I(";
+    nested += "a.h" + std::string(5001, ')') + ")";
+    EXPECT_EQ(names(" I(x) x", nested), V{"(not followed)"});  // not a stack overflow
 }
 
 // The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
