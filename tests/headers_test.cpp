@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -320,6 +321,23 @@ TEST(Headers, FileOptionWithoutValueIsRefused) {
     }
 }
 
+namespace {
+
+// The folders of NVRTC's PCHs this process has made, one per header identity, under
+// $TMPDIR/kjit-pch-<pid>-* (docs/batch.md).
+std::size_t pch_identities() {
+    const char *tmp = std::getenv("TMPDIR");
+    const std::string base = tmp && *tmp ? tmp : "/tmp";
+    const std::string prefix = "kjit-pch-" + std::to_string(::getpid()) + "-";
+    std::size_t n = 0;
+    for (const std::string &name : list_dir(base)) {
+        if (name.compare(0, prefix.size(), prefix) == 0) n += list_dir(base + "/" + name).size();
+    }
+    return n;
+}
+
+}  // namespace
+
 // `--pch` among the NVRTC options (DeepGEMM passes it by default) goes through libkjit's PCH
 // folders, one per header identity: NVRTC itself would reuse the PCH it made before a header
 // edit, compile the miss against the old header and publish that under the new key. Every
@@ -331,6 +349,7 @@ TEST(Headers, PchOptionNeverCompilesAgainstAnOldHeader) {
     const std::string cccl = std::string("-I") + KJIT_TEST_CUDA_INCLUDE + "/cccl";
     // Heavy enough that NVRTC makes a PCH of it: the configuration, then a CCCL header.
     const std::string source = "#include <cfg.h>\n#include <cuda/std/cstdint>\n" + std::string(kNoInclude);
+    const std::size_t identities_before = pch_identities();
     int cfg = 30;
     for (const std::vector<std::string> &pch : std::vector<std::vector<std::string>>{
              {"--pch"}, {"-pch"}, {"-pch", "--pch-messages=false", "-pch-verbose", "true"}}) {
@@ -351,6 +370,9 @@ TEST(Headers, PchOptionNeverCompilesAgainstAnOldHeader) {
         EXPECT_EQ(reverted.cubin, first.cubin);
         cfg += 10;
     }
+    // Through libkjit's PCH folders: one per header identity under this process's root (each
+    // header text of the loop: six; the plain compiles made none).
+    EXPECT_EQ(pch_identities() - identities_before, 6u);
 }
 
 // PCH options that name files or folders of the caller's (NVRTC would read or reuse a PCH
