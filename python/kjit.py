@@ -567,6 +567,8 @@ class Library:
         - ``cache_dir``: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit;
         - ``arch``: a real architecture like "sm_90a"; default $KJIT_ARCH, else the GPU's;
         - ``nvrtc_options``: a sequence of str, e.g. ("-std=c++17", "-DTILE=128"); no -arch;
+          "--pch" compiles with libkjit's PCH (a folder per header identity); "--create-pch",
+          "--use-pch" and "--pch-dir" raise InvalidArgument (docs/batch.md);
         - ``include_paths``: a sequence of folders (str, bytes, os.PathLike);
         - ``headers``: in-memory headers, a mapping {include name: text} or (name, text) pairs;
         - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``;
@@ -596,8 +598,8 @@ class Library:
         - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
           ``nvrtc_options``, ...) for every item; an item's dict overrides them.
         - ``workers``: worker threads (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
-          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for sources
-          with #include).
+          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for misses
+          that share their headers with another miss of the batch).
         - ``progress``: called as ``progress(done, total, index, status, cubin_path)`` for each
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels

@@ -24,9 +24,10 @@ using Progress =
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
-    automatic,  // for sources that #include something: a header-free source has nothing to
-                // precompile, and -pch costs it 10-15% on 2 workers (NVRTC serializes part of
-                // a PCH compile)
+    automatic,  // for misses of the batch that share their header identity (cache::pch_texts)
+                // with another miss: a PCH used by one compile only costs its creation, and a
+                // header-free source has nothing to precompile (-pch cost it 10-15% on 2
+                // workers); and for items whose NVRTC options hold --pch
     on,
     off,
 };

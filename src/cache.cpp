@@ -91,39 +91,19 @@ const std::string &nvrtc_identity() {
     return v;
 }
 
-// What a PCH made while compiling `r` was made from: every input that can change what its
-// headers declare. The source counts up to the end of its last line with "#include" (anything
-// before an include can change what the include declares: a #define, another include); what
-// follows it, typically the instantiations a sweep varies, is left out so those share the PCH.
-// Every file the compile may read counts by content (`deps`, the same list the entry records),
-// however it was reached, and the working directory when names are looked up relative to it.
+// What a PCH made while compiling `r` was made from: its header identity (pch_texts, below)
+// and every file the compile may read, by content (`deps`, the same list the entry records),
+// however it was reached.
 std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-pch", std::to_string(kFormatVersion));
-    field(state, "arch", r.arch);
-    field(state, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(state, "option", o);
-    field(state, "include_paths", std::to_string(r.include_paths.size()));
-    for (const auto &p : r.include_paths) field(state, "include_path", p);
-    field(state, "working_dir", r.search.working_dir);
-    field(state, "headers", std::to_string(r.headers.size()));
-    for (const auto &h : r.headers) {
-        field(state, "header.name", h.first);
-        field(state, "header.source", h.second);
-    }
+    field(state, "texts", pch_texts(r));
     field(state, "deps", std::to_string(deps.size()));
     for (const auto &d : deps) {
         field(state, "dep.path", d.path);
         field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
     }
-    const std::size_t last_include = r.source.rfind("#include");
-    std::size_t prefix = 0;
-    if (last_include != std::string::npos) {
-        const std::size_t eol = r.source.find('\n', last_include);
-        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
-    }
-    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
     return hex_digest(state);
 }
 
@@ -195,9 +175,10 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // resolver rescans, which first confirms the cubin's bytes against the hash its manifest
 // recorded: a cubin changed on disk makes the entry unusable, so it is rebuilt, never served. (A
 // whole-second mtime also hashes the cubin on each hit: sidecar-format.md.) foreign: the entry
-// or its shard is owned by someone `folder` does not trust (*why is the error's text).
+// or its shard is owned by someone `folder` does not trust (*why is the error's text). Counts
+// the recorded files it hashes in `counters`.
 Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
-               std::string *why) {
+               Cache::Counters &counters, std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
@@ -226,12 +207,15 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
             *why = "its header list is missing or damaged";
             return Lookup::unusable;
         }
-        if (!include_scanner::still_current(*deps)) {
+        const include_scanner::Check checked = include_scanner::check(*deps);
+        counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
+        if (!checked.current) {
             *why = "a file it may read changed, appeared or went away (deps.txt)";
             return Lookup::unusable;
         }
-        if (include_scanner::settle(*deps)) {
-            // Headers that were young when recorded are verified and old now: store the list
+        if (include_scanner::settle(*deps) || checked.refreshed) {
+            // Headers that were young when recorded are verified and old now, or were found
+            // with the same content under a new mtime (a touch, a reinstall): store the list
             // again (temp file and rename in the entry) so later hits only stat them. Best
             // effort: a read-only cache keeps checking their content.
             const std::string temp = entry + "/.deps.tmp-" + std::to_string(::getpid()) + "-" +
@@ -312,6 +296,33 @@ std::string key_of(const Request &r) {
     return hex_digest(state);
 }
 
+std::string pch_texts(const Request &r) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-pch-texts", std::to_string(kFormatVersion));
+    field(state, "arch", r.arch);
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "pch_options", std::to_string(r.pch_options.size()));
+    for (const auto &o : r.pch_options) field(state, "pch_option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "working_dir", r.search.working_dir);
+    field(state, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
+    }
+    const std::size_t last_include = r.source.rfind("#include");
+    std::size_t prefix = 0;
+    if (last_include != std::string::npos) {
+        const std::size_t eol = r.source.find('\n', last_include);
+        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
+    }
+    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
+    return hex_digest(state);
+}
+
 Cache &Cache::instance() {
     static Cache *const cache = new Cache();  // leaked: usable during exit
     return *cache;
@@ -338,6 +349,16 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
 Result<Cache::Prepared> Cache::prepare(Request request) const {
     if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
     if (auto st = check_arch(request.arch); !st) return std::move(st).error();
+    // NVRTC's PCH options never reach it as given: it would reuse a PCH made from headers since
+    // edited. `--pch` becomes libkjit's PCH, in a folder per header identity; options naming
+    // the caller's PCH files are refused. None of them changes what the cubin does: not in the
+    // key, nor in the manifest.
+    auto pch = compiler::take_pch_options(request.nvrtc_options);
+    if (!pch) return std::move(pch).error();
+    request.nvrtc_options = std::move(pch->rest);
+    request.pch_requested = pch->automatic;
+    request.use_pch = request.use_pch || pch->automatic;
+    request.pch_options = std::move(pch->shape);
     for (const std::string &o : request.nvrtc_options) {
         if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
             o.compare(0, 18, "-gpu-architecture") == 0) {
@@ -378,6 +399,7 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
     request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
                                        request.include_paths.end());
     request.search.pre_includes = std::move(files->pre_includes);
+    request.search.defines = std::move(files->defines);
 
     Prepared prepared;
     prepared.key = key_of(request);
@@ -392,7 +414,7 @@ Result<std::optional<std::string>> Cache::find(const Prepared &prepared) {
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     std::string why;
-    const Lookup found = look_up(request, prepared.entry, *folder, &why);
+    const Lookup found = look_up(request, prepared.entry, *folder, counters_, &why);
     if (found == Lookup::foreign) return Error{Errc::io, why};
     if (found == Lookup::hit) {
         counters_.hits.fetch_add(1, std::memory_order_relaxed);
@@ -464,7 +486,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     if (!folder) return std::move(folder).error();
     // Another process may have published while this one waited or looked.
     std::string why;
-    const Lookup found = look_up(request, entry, *folder, &why);
+    const Lookup found = look_up(request, entry, *folder, counters_, &why);
     if (found == Lookup::hit) return cubin_path;
     if (found == Lookup::foreign) return Error{Errc::io, why};
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
@@ -488,10 +510,14 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         // NVRTC's automatic PCH, in a folder of this header identity's own (pch_folders.hpp
         // says why); its notes ("creating/using precompiled header ...") stay out of the log,
         // so a compile error reads as without it. No folder: a plain compile.
-        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps));
+        bool first_of_identity = false;
+        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps), &first_of_identity);
         if (pch_folder) {
+            counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
+            if (first_of_identity) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
             nvrtc.options.insert(nvrtc.options.end(),
                                  {"-pch", "-pch-dir=" + *pch_folder, "-pch-messages=false", "-pch-verbose=false"});
+            nvrtc.options.insert(nvrtc.options.end(), request.pch_options.begin(), request.pch_options.end());
         } else {
             log().debug("compiling {} without a PCH: {}", key, pch_folder.error().message);
         }
@@ -628,7 +654,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
             return fail(io_error("cannot publish cache entry", entry, err));
         }
         // An entry is there already: another process won the race, or it is stale/damaged.
-        const Lookup there = look_up(request, entry, *folder, &why);
+        const Lookup there = look_up(request, entry, *folder, counters_, &why);
         if (there == Lookup::foreign) return fail(Error{Errc::io, why});
         if (there == Lookup::hit) {
             *published_bytes = 0;

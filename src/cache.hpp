@@ -57,8 +57,14 @@ struct Request {
     // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
     // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
     // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
-    // per-compile id). Set by batches (docs/batch.md).
+    // per-compile id). Set by prepare when the NVRTC options ask for it (`--pch`), and by
+    // batches (docs/batch.md).
     bool use_pch = false;
+    // Set by prepare, which takes NVRTC's PCH options out of nvrtc_options (they are not in the
+    // key either; compiler::take_pch_options): whether they asked for the automatic PCH, and
+    // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
+    bool pch_requested = false;
+    std::vector<std::string> pch_options;
 };
 
 // $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
@@ -73,6 +79,15 @@ Status check_arch(const std::string &arch);
 // `request.search.working_dir`, which prepare() sets.
 std::string key_of(const Request &request);
 
+// The header identity of a PCH made while compiling `request` (prepared), less the content of
+// the files it reads: arch, options, include paths, working directory (when names are looked up
+// relative to it), in-memory headers, and the source up to the end of its last line with
+// "#include" (anything before an include can change what it declares: a #define, another
+// include). What follows, typically the instantiations a sweep varies, is left out so those
+// share the PCH. Requests with the same one read the same files, so they share a PCH unless one
+// of those files is edited in between (the PCH folder adds their content: pch_folders.hpp).
+std::string pch_texts(const Request &request);
+
 class Cache {
 public:
     struct Counters {
@@ -83,6 +98,13 @@ public:
         std::atomic<std::uint64_t> published_entries{0};
         std::atomic<std::uint64_t> shared_waits{0};   // callers that waited for another's compile
         std::atomic<std::uint64_t> rebuilt_entries{0};  // damaged or stale entries replaced
+        // Files of deps.txt whose content a lookup read and hashed (their size or mtime differed
+        // from the record, or they were young when recorded): a steady-state hit hashes none.
+        std::atomic<std::uint64_t> dependency_hashes{0};
+        // Compiles that passed NVRTC a PCH folder, and how many of those were the first of their
+        // header identity in this process (NVRTC makes the PCH there; later ones use it).
+        std::atomic<std::uint64_t> pch_compiles{0};
+        std::atomic<std::uint64_t> pch_identities{0};
         std::atomic<int> compiles_in_flight{0};
         std::atomic<int> max_compiles_in_flight{0};
     };

@@ -6,6 +6,9 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string_view>
 
 namespace kjit::compiler {
 
@@ -42,7 +45,108 @@ std::string program_log(nvrtcProgram prog) {
     return log;
 }
 
+// NVRTC options that take a value (nvrtc.h, "Supported Compile Options"), which may come as the
+// next option: that string is a value, never an option. Single-letter ones (-D, -U, -I) also
+// take it joined ("-DX"), which the prefix test below does not confuse with these names.
+bool takes_separate_value(std::string_view name) {
+    static const char *const kNames[] = {
+        "gpu-architecture", "arch", "relocatable-device-code", "rdc", "dopt", "Ofast-compile", "Ofc",
+        "ptxas-options", "Xptxas", "maxrregcount", "ftz", "prec-sqrt", "prec-div", "fmad", "modify-stack-limit",
+        "jump-table-density", "jtd", "device-stack-protector", "frandom-seed", "define-macro", "D",
+        "undefine-macro", "U", "include-path", "I", "pre-include", "include", "std", "builtin-move-forward",
+        "builtin-initializer-list", "optimization-info", "opt-info", "diag-error", "diag-suppress", "diag-warn",
+        "brief-diagnostics", "brief-diag", "time", "split-compile", "fdevice-time-trace"};
+    if (name.compare(0, 1, "-") != 0) return false;
+    name.remove_prefix(name.compare(0, 2, "--") == 0 ? 2 : 1);
+    for (const char *n : kNames) {
+        if (name == n) return true;
+    }
+    return false;
+}
+
+enum class PchKind { automatic, notes, shape, user_files };
+
+// The PCH option `o` names (one or two dashes), if any, and where its name ends.
+std::optional<std::pair<PchKind, std::size_t>> pch_option(const std::string &o) {
+    static const std::pair<const char *, PchKind> kNames[] = {
+        {"pch", PchKind::automatic},
+        {"pch-messages", PchKind::notes},
+        {"pch-verbose", PchKind::notes},
+        {"instantiate-templates-in-pch", PchKind::shape},
+        {"create-pch", PchKind::user_files},
+        {"use-pch", PchKind::user_files},
+        {"pch-dir", PchKind::user_files},
+    };
+    if (o.compare(0, 1, "-") != 0) return std::nullopt;
+    const std::size_t start = o.compare(0, 2, "--") == 0 ? 2 : 1;
+    for (const auto &[name, kind] : kNames) {
+        const std::size_t len = std::strlen(name);
+        if (o.compare(start, len, name) != 0) continue;
+        const std::size_t end = start + len;
+        // The name alone, "=value", or a value after blanks in the same string.
+        if (end == o.size() || o[end] == '=' || o[end] == ' ' || o[end] == '\t') return std::make_pair(kind, end);
+    }
+    return std::nullopt;
+}
+
 }  // namespace
+
+Result<PchOptions> take_pch_options(const std::vector<std::string> &options) {
+    PchOptions out;
+    const std::size_t n = options.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string &o = options[i];
+        const auto pch = pch_option(o);
+        if (!pch) {
+            out.rest.push_back(o);
+            if (takes_separate_value(o) && i + 1 < n) out.rest.push_back(options[++i]);
+            continue;
+        }
+        const auto [kind, name_end] = *pch;
+        const std::string name = o.substr(0, name_end);
+        std::string given = o;  // as the caller wrote it, for messages
+        std::optional<std::string> value;
+        if (name_end < o.size() && o[name_end] != '=') {
+            return Error{Errc::invalid_argument, "NVRTC option '" + o + "': write its value after '=' (" + name +
+                                                     "=<value>), not after a blank"};
+        }
+        if (name_end < o.size()) {
+            value = o.substr(name_end + 1);
+        } else if (kind != PchKind::automatic) {
+            if (i + 1 >= n) {
+                return Error{Errc::invalid_argument, "NVRTC option '" + o +
+                                                         "' has no value after it (it would take the next option "
+                                                         "libkjit passes as its value)"};
+            }
+            value = options[++i];
+            given += " " + *value;
+        }
+        switch (kind) {
+        case PchKind::automatic:
+            if (value) {
+                return Error{Errc::invalid_argument, "NVRTC option '" + given + "': " + name + " takes no value"};
+            }
+            out.automatic = true;
+            break;
+        case PchKind::notes:
+        case PchKind::shape:
+            if (*value != "true" && *value != "false") {
+                return Error{Errc::invalid_argument,
+                             "NVRTC option '" + given + "': " + name + " takes true or false"};
+            }
+            if (kind == PchKind::shape) out.shape.push_back("--instantiate-templates-in-pch=" + *value);
+            break;  // notes: libkjit keeps NVRTC's PCH notes out of the log anyway
+        case PchKind::user_files:
+            return Error{Errc::invalid_argument,
+                         "NVRTC option '" + given +
+                             "' names a precompiled header file or folder of the caller's, which NVRTC would "
+                             "use without checking that it was made from the headers this compile reads (a "
+                             "stale kernel under a new key); pass '--pch' instead: libkjit keeps NVRTC's "
+                             "automatic PCHs in a folder per header identity (docs/batch.md)"};
+        }
+    }
+    return out;
+}
 
 Result<Output> compile(const Request &request) {
     std::vector<const char *> header_sources, header_names, options;

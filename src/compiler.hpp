@@ -29,6 +29,25 @@ struct Output {
 // virtual arch, ...). Thread safe: NVRTC programs are independent.
 Result<Output> compile(const Request &request);
 
+// NVRTC's precompiled-header options (CUDA 12.8+: -pch, -create-pch, -use-pch, -pch-dir,
+// -pch-verbose, -pch-messages, -instantiate-templates-in-pch; one or two dashes; a value after
+// '=' or as the next option), taken out of a caller's option list. NVRTC reuses a PCH without
+// checking the headers it was made from, so none of them reaches NVRTC as given: the cache maps
+// the automatic PCH onto a folder per header identity (pch_folders.hpp) and refuses the ones
+// that name the caller's own PCH files or folders.
+struct PchOptions {
+    bool automatic = false;          // -pch / --pch: the caller asks for the automatic PCH
+    std::vector<std::string> shape;  // "--instantiate-templates-in-pch=<v>": passed with libkjit's PCH
+    std::vector<std::string> rest;   // every other option, in order
+};
+// Errc::invalid_argument naming the option for -create-pch, -use-pch and -pch-dir (in any
+// spelling), a value on -pch, a value other than true/false where NVRTC wants one, a value
+// missing at the end, or a blank between a PCH option and its value in one string. The notes
+// options (-pch-messages, -pch-verbose) are dropped: libkjit keeps NVRTC's PCH notes out of the
+// log. The values of other options that take one as a separate string (-D, -I, -std, ...) are
+// never read as options.
+Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
+
 // NVRTC's version as "major.minor".
 std::string nvrtc_version();
 

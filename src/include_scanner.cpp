@@ -1,6 +1,7 @@
 #include "include_scanner.hpp"
 
 #include "hashing.hpp"
+#include "include_macros.hpp"
 #include "posix_file.hpp"
 
 #include <fcntl.h>
@@ -23,7 +24,7 @@ constexpr std::string_view kHeader = "kjit-deps 1\n";
 constexpr std::size_t kMaxFilesUnderIncludePaths = 100000;
 
 struct Directive {
-    std::string name;
+    std::string name;       // for a computed one: the operand as written, to expand
     bool quoted = false;
     bool computed = false;  // #include MACRO
     // #include_next / __has_include_next: NVRTC continues after the folder the includer was
@@ -49,12 +50,54 @@ bool operand_at(std::string_view line, std::size_t i, Directive &d, bool &malfor
     return true;
 }
 
+// Whether `line` ends inside a /* comment (one that a later line closes; the preprocessor
+// removes comments before it reads directives, so the directive goes on after it).
+bool in_block_comment(std::string_view line) {
+    bool open = false;
+    char quote = 0;
+    for (std::size_t k = 0; k < line.size(); ++k) {
+        const char c = line[k];
+        if (open) {
+            if (c == '*' && k + 1 < line.size() && line[k + 1] == '/') {
+                open = false;
+                ++k;
+            }
+        } else if (quote) {
+            if (c == '\\') {
+                ++k;
+            } else if (c == quote) {
+                quote = 0;
+            }
+        } else if (c == '"' || c == '\'') {
+            quote = c;
+        } else if (c == '/' && k + 1 < line.size() && line[k + 1] == '/') {
+            return false;
+        } else if (c == '/' && k + 1 < line.size() && line[k + 1] == '*') {
+            open = true;
+            ++k;
+        }
+    }
+    return open;
+}
+
+// The operand of a __has_include whose '(' ends before `j`: up to its matching ')'.
+std::string_view parenthesized(std::string_view line, std::size_t j) {
+    int depth = 0;
+    for (std::size_t k = j; k < line.size(); ++k) {
+        if (line[k] == '(') ++depth;
+        if (line[k] == ')' && depth-- == 0) return line.substr(j, k - j);
+    }
+    return line.substr(j);
+}
+
 // The files `text` names for the preprocessor, in order (conditionals ignored: a superset):
 // each #include / #include_next, and each __has_include / __has_include_next in an #if or
-// #elif (a file that appears later changes what such a test answers).
-std::vector<Directive> directives(std::string_view text) {
+// #elif (a file that appears later changes what such a test answers). With `defines`, also
+// adds every #define to it (continuation lines joined), for computed includes.
+std::vector<Directive> directives(std::string_view text, include_macros::Table *defines = nullptr) {
     std::vector<Directive> out;
     std::size_t pos = 0;
+    std::string logical;
     while (pos < text.size()) {
         std::size_t end = text.find('\n', pos);
         if (end == std::string_view::npos) end = text.size();
@@ -63,8 +106,41 @@ std::vector<Directive> directives(std::string_view text) {
         std::size_t i = 0;
         while (i < line.size() && is_space(line[i])) ++i;
         if (i >= line.size() || line[i] != '#') continue;
+        // A directive is one logical line: a backslash before the newline joins the next one.
+        auto continues = [](std::string_view l) {
+            if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+            return !l.empty() && l.back() == '\\';
+        };
+        // So is a /* comment that goes on to later lines: what follows it belongs to the
+        // directive (a comment stands for one blank).
+        if (continues(line) || in_block_comment(line)) {
+            logical.assign(line);
+            while (pos < text.size()) {
+                std::size_t next_end = std::string_view::npos;
+                if (continues(logical)) {
+                    if (logical.back() == '\r') logical.pop_back();
+                    logical.pop_back();
+                    next_end = text.find('\n', pos);
+                } else if (in_block_comment(logical)) {
+                    // Up to the end of the line that closes it (the whole text if none does).
+                    logical += ' ';
+                    const std::size_t close = text.find("*/", pos);
+                    next_end = close == std::string_view::npos ? close : text.find('\n', close + 2);
+                } else {
+                    break;
+                }
+                if (next_end == std::string_view::npos) next_end = text.size();
+                logical.append(text.substr(pos, next_end - pos));
+                pos = next_end + 1;
+            }
+            line = logical;
+        }
         ++i;
         while (i < line.size() && is_space(line[i])) ++i;
+        if (defines && line.compare(i, 6, "define") == 0 && (i + 6 == line.size() || is_space(line[i + 6]))) {
+            defines->add_directive(line.substr(i + 6));
+            continue;
+        }
         if (line.compare(i, 2, "if") == 0 || line.compare(i, 4, "elif") == 0) {
             for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
                  at = line.find("__has_include", at + 1)) {
@@ -81,6 +157,7 @@ std::vector<Directive> directives(std::string_view text) {
                 if (!operand_at(line, j, d, malformed)) {
                     if (malformed) continue;
                     d.computed = true;
+                    d.name.assign(parenthesized(line, j));
                 }
                 out.push_back(std::move(d));
             }
@@ -99,6 +176,7 @@ std::vector<Directive> directives(std::string_view text) {
         if (!operand_at(line, i, d, malformed)) {
             if (malformed) continue;
             d.computed = true;
+            d.name.assign(line.substr(i));
         }
         out.push_back(std::move(d));
     }
@@ -223,6 +301,19 @@ Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) 
             auto file = pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
             if (!file) return std::move(file).error();
             out.pre_includes.push_back(std::move(*file));
+        } else if (o == "-D" || o == "--define-macro") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            std::string_view def = *value;
+            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+            out.defines.emplace_back(def);
+        } else if (o.compare(0, 15, "--define-macro=") == 0) {
+            out.defines.push_back(o.substr(15));
+        } else if (o.compare(0, 2, "-D") == 0) {
+            std::string_view def = std::string_view(o).substr(2);
+            if (!def.empty() && def.front() == '=') def.remove_prefix(1);
+            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+            out.defines.emplace_back(def);
         }
     }
     return out;
@@ -266,7 +357,17 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     };
     std::deque<Pending> work;
     std::set<std::string> seen_files, seen_missing;
-    bool computed = false;
+    // Computed includes wait until every text reachable without them has been read, so that
+    // the macros they use are defined (in any order: the scan does not follow #if either).
+    struct Computed {
+        std::string operand;
+        std::string folder;
+        bool next = false;
+    };
+    std::vector<Computed> computed_includes;
+    include_macros::Table macros;
+    for (const std::string &def : search.defines) macros.add_option(def);
+    bool every_file = false;  // a computed include that cannot be followed
 
     // Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
     // the first found (creating it later would shadow the found one), then the found one by
@@ -321,20 +422,41 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
         }
         work.push_back({h.second, std::move(folder)});
     }
-    while (!work.empty()) {
-        Pending item = std::move(work.front());
-        work.pop_front();
-        for (const Directive &d : directives(item.text)) {
-            if (d.computed) {
-                computed = true;
-                continue;
+    // Rounds: read every text reachable by plain names, then expand every computed include with
+    // the macros defined so far and look up what they name; the files found may define more
+    // macros or hold more computed includes, so repeat until a round finds nothing new.
+    std::size_t expanded_with = 0, expanded_count = 0;
+    for (bool first_round = true;; first_round = false) {
+        while (!work.empty()) {
+            Pending item = std::move(work.front());
+            work.pop_front();
+            for (Directive &d : directives(item.text, &macros)) {
+                if (d.computed) {
+                    computed_includes.push_back(Computed{std::move(d.name), item.folder, d.next});
+                    continue;
+                }
+                // An in-memory header of that name wins over any file (measured, quoted and angle).
+                if (d.name.empty() || names_memory_header(d.name, memory_headers)) continue;
+                if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
             }
-            // An in-memory header of that name wins over any file (measured, quoted and angle).
-            if (d.name.empty() || names_memory_header(d.name, memory_headers)) continue;
-            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
+        }
+        if (every_file || computed_includes.empty()) break;
+        if (!first_round && macros.size() == expanded_with && computed_includes.size() == expanded_count) break;
+        expanded_with = macros.size();
+        expanded_count = computed_includes.size();
+        for (const Computed &c : computed_includes) {
+            const include_macros::Expansion e = include_macros::header_names(c.operand, macros);
+            if (!e.followed) {
+                every_file = true;
+                break;
+            }
+            for (const include_macros::HeaderName &h : e.names) {
+                if (h.name.empty() || names_memory_header(h.name, memory_headers)) continue;
+                if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
+            }
         }
     }
-    if (computed) {
+    if (every_file) {
         // A computed include could name any file: record every file under the include folders.
         std::error_code ec;
         for (const std::string &dir : search.include_dirs) {
@@ -360,20 +482,41 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     return deps;
 }
 
-bool still_current(const std::vector<Dependency> &deps) {
-    for (const Dependency &d : deps) {
+Check check(std::vector<Dependency> &deps) {
+    Check out;
+    std::int64_t now = 0;
+    for (Dependency &d : deps) {
         struct stat st {};
         const bool present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-        if (present != d.exists) return false;
+        if (present != d.exists) return out;
         if (!present) continue;
         if (!d.verify_content && static_cast<std::uint64_t>(st.st_size) == d.size &&
             st.st_mtim.tv_sec == d.mtime_sec && static_cast<std::uint32_t>(st.st_mtim.tv_nsec) == d.mtime_nsec) {
             continue;
         }
-        auto h = hash_file64(d.path, nullptr);
-        if (!h || *h != d.content_hash) return false;
+        ++out.hashed;
+        FileIdentity id;
+        auto h = hash_file64(d.path, &id);
+        if (!h || *h != d.content_hash) return out;
+        // The same text under another size or mtime (a touch, a reinstall, a checkout): record
+        // the identity it was hashed under, so later lookups stat it only. Young, it stays
+        // marked (an edit within its timestamp tick would keep that identity) until settle().
+        if (id.size != d.size || id.mtime_sec != d.mtime_sec || id.mtime_nsec != d.mtime_nsec) {
+            if (now == 0) now = realtime_ns();
+            d.size = id.size;
+            d.mtime_sec = id.mtime_sec;
+            d.mtime_nsec = id.mtime_nsec;
+            d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, now);
+            out.refreshed = true;
+        }
     }
-    return true;
+    out.current = true;
+    return out;
+}
+
+bool still_current(const std::vector<Dependency> &deps) {
+    std::vector<Dependency> copy = deps;
+    return check(copy).current;
 }
 
 bool settle(std::vector<Dependency> &deps) {

@@ -10,8 +10,9 @@
 // include_paths, in that order); an angle name in the include folders only. A pre-included
 // file: the working directory, then the include folders. It also records the candidates probed
 // before the one found (they did not exist): creating one later would shadow the header, so it
-// must give a miss too. A computed `#include MACRO` cannot be followed; then every file under
-// the include folders is recorded. Knows the filesystem only.
+// must give a miss too. A computed `#include MACRO` is followed through every definition of its
+// macros in the scanned texts and the -D options (include_macros.hpp); only when that cannot
+// tell what it names is every file under the include folders recorded. Knows the filesystem.
 #pragma once
 
 #include "posix_file.hpp"
@@ -41,15 +42,18 @@ struct Dependency {
 using MemoryHeaders = std::vector<std::pair<std::string, std::string>>;
 
 // The NVRTC options that make it read files: include folders and pre-included files, as given
-// (relative ones are relative to the working directory), in order.
+// (relative ones are relative to the working directory), in order; and the macros defined on
+// the command line, which a computed include may expand.
 struct FileOptions {
     std::vector<std::string> include_dirs;
     std::vector<std::string> pre_includes;
+    std::vector<std::string> defines;  // "NAME", "NAME=VALUE", "NAME(a)=VALUE"
 };
 
 // The file options among `nvrtc_options`, in every spelling NVRTC 13 accepts: -I<dir>, -I=<dir>,
 // -I <dir> (one option), -I and <dir> as two, --include-path=<dir>, --include-path and <dir>;
-// -include <file>, -include=<file>, --pre-include=<file>, --pre-include <file> (two options).
+// -include <file>, -include=<file>, --pre-include=<file>, --pre-include <file> (two options);
+// -D<def>, -D=<def>, -D <def>, -D and <def>, --define-macro=<def>, --define-macro and <def>.
 // Errc::invalid_argument, naming the option, for one without its value (it would take the next
 // option, one libkjit adds, as its value) and for values whose surrounding blanks NVRTC treats
 // in ways libkjit cannot tell apart (e.g. "-I= dir", which NVRTC does not trim).
@@ -71,15 +75,31 @@ struct Search {
     std::vector<std::string> include_dirs;
     // As given to -include / --pre-include.
     std::vector<std::string> pre_includes;
+    // As given to -D / --define-macro (FileOptions::defines).
+    std::vector<std::string> defines;
 };
 
 // Files that compiling `source` may read from disk. Errc::io when a found header cannot be read.
+// A computed include is looked up as every header name its macros may expand to (as a quoted or
+// angle name, from the including file's folder); what cannot be followed records every file
+// under the include folders (over 100,000: Errc::io).
 Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
                                      const Search &search);
 
+// What check() found.
+struct Check {
+    bool current = false;     // every dependency is as recorded
+    bool refreshed = false;   // a record was brought up to date: store the list again
+    std::size_t hashed = 0;   // files whose content was read and hashed
+};
+
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
 // size and mtime (and, for young ones, content), or else of the same content (a `touch` alone
-// is not a change).
+// is not a change). Stops at the first that is not. A file found with the same content under
+// another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
+// says to store the list: later lookups then stat it only, instead of hashing it forever.
+Check check(std::vector<Dependency> &deps);
+// check() of a copy: whether every dependency is as recorded.
 bool still_current(const std::vector<Dependency> &deps);
 
 // After still_current() passed: clears verify_content on the headers that are no longer young

@@ -69,9 +69,10 @@ void remove_root_at_exit() {
 
 }  // namespace
 
-Result<std::string> folder_for(const std::string &identity) {
+Result<std::string> folder_for(const std::string &identity, bool *made_now) {
     Root &r = root();
     std::lock_guard<std::mutex> lock(r.mutex);
+    if (made_now) *made_now = false;
     if (r.path.empty() || r.pid != ::getpid()) {
         const char *tmp = std::getenv("TMPDIR");
         std::string base = tmp && *tmp ? tmp : "/tmp";
@@ -97,6 +98,7 @@ Result<std::string> folder_for(const std::string &identity) {
             return Error{Errc::io, "cannot create the PCH folder '" + folder + "': " + errno_text(errno)};
         }
         r.made.insert(identity);
+        if (made_now) *made_now = true;
     }
     return folder;
 }

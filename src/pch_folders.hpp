@@ -21,6 +21,8 @@ namespace kjit::pch_folders {
 // and untouched for 10 minutes are swept then. Errc::io when a folder cannot be
 // created: the caller then compiles without a PCH. Thread safe; a forked child gets a root of
 // its own.
-Result<std::string> folder_for(const std::string &identity);
+// `*made_now` (when given) says whether this call created it: the first compile of that
+// identity in this process, which makes the PCH.
+Result<std::string> folder_for(const std::string &identity, bool *made_now = nullptr);
 
 }  // namespace kjit::pch_folders

@@ -1,5 +1,6 @@
 #include "cache.hpp"
 
+#include "include_macros.hpp"
 #include "include_scanner.hpp"
 #include "log.hpp"
 #include "damage_support.hpp"
@@ -512,14 +513,125 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     EXPECT_FALSE(kjit::include_scanner::still_current(*deps));
 }
 
-TEST(IncludeScanner, ComputedIncludeRecordsEveryFile) {
+// What a computed include cannot be followed to (a reserved name no scanned file defines, which
+// NVRTC may predefine) still makes every file under the include folders a dependency.
+TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
     TempDir dir;
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/x.h"), "");
     write_file(dir.file("inc/y.h"), "");
-    const auto deps = kjit::include_scanner::scan("#define H \"x.h\"\n#include H\n", {}, in_folders({dir.file("inc")}));
-    ASSERT_TRUE(deps.ok());
-    EXPECT_EQ(deps->size(), 2u);
+    for (const char *source : {"#include __KJIT_NOWHERE_DEFINED\n", "#define H(x) <__kjit_nowhere/x>\n#include H(x.h)\n",
+                               "#if __has_include(__KJIT_NOWHERE_DEFINED)\n#endif\n"}) {
+        const auto deps = kjit::include_scanner::scan(source, {}, in_folders({dir.file("inc")}));
+        ASSERT_TRUE(deps.ok());
+        EXPECT_EQ(deps->size(), 2u) << source;
+    }
+}
+
+// Computed includes are followed through every definition of their macros seen in the scanned
+// files and the -D options: object-like and function-like macros, argument substitution inside
+// <...>, stringizing through a helper, token pasting, CUTLASS's #if/#else pair (both
+// definitions are candidates), a macro defined in another header, definitions on several lines
+// (a backslash, a /* comment that goes on), and a computed include in
+// `#if 0` whose macro is defined nowhere (NVRTC would fail on it if it were reached). Files no
+// expansion names are not dependencies.
+TEST(IncludeScanner, ComputedIncludesAreFollowedThroughTheirMacros) {
+    namespace is = kjit::include_scanner;
+    TempDir dir;
+    for (const char *d : {"inc", "inc/cuda", "inc/cuda/std", "inc/sub", "inc/cutlass"}) ::mkdir(dir.file(d).c_str(), 0755);
+    for (const char *f : {"inc/cuda/std/cstdint", "inc/cuda/std/type_traits", "inc/cfg.h", "inc/unused.h", "inc/sub/deep.h",
+                          "inc/sub/other.h", "inc/pasted_7.h", "inc/from_option.h", "inc/angle_cfg.h",
+                          "inc/after_comment.h"}) {
+        write_file(dir.file(f), "");
+    }
+    write_file(dir.file("inc/cutlass/cutlass.h"), "#if (__CUDACC_VER_MAJOR__ >= 13)\n"
+                                                  "  #define CUDA_STD_HEADER(header) <cccl/cuda/std/header>\n"
+                                                  "#else\n"
+                                                  "  #define CUDA_STD_HEADER(header) <cuda/std/header>\n"
+                                                  "#endif\n");
+    write_file(dir.file("inc/macros.h"), "#define STR(x) #x\n#define XSTR(x) STR(x)\n"
+                                         "#define PASTE(a, b) a ## b\n"
+                                         "#define LONG_ONE(x) \\\n   <sub/x> /* a comment */\n");
+    const std::string source = "#include <cutlass/cutlass.h>\n"
+                               "#include \"macros.h\"\n"
+                               "#define CFG \"cfg.h\"\n"
+                               "#define ANGLE <angle_cfg.h> // trailing comment\n"
+                               "#define DEEP sub/deep.h\n"
+                               "#define MULTI /* a comment that goes\n   on */ <after_comment.h>\n"
+                               "#include MULTI\n"
+                               "#include CUDA_STD_HEADER(cstdint)\n"
+                               "#include CFG\n"
+                               "#  include   ANGLE\n"
+                               "#include XSTR(DEEP)\n"
+                               "#include XSTR(PASTE(pasted_, 7).h)\n"
+                               "#include FROM_OPTION\n"
+                               "#if __has_include(LONG_ONE(deep.h))\n#endif\n"
+                               "#if 0\n#include NOT_DEFINED_ANYWHERE\n#include NOT_DEFINED_ANYWHERE(x)\n#endif\n";
+    is::Search search = in_folders({dir.file("inc")});
+    search.defines = {"FROM_OPTION=\"from_option.h\""};
+    const auto deps = is::scan(source, {}, search);
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present, absent;
+    for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
+    EXPECT_EQ(present, (std::set<std::string>{dir.file("inc/cutlass/cutlass.h"), dir.file("inc/macros.h"),
+                                              dir.file("inc/cuda/std/cstdint"), dir.file("inc/cfg.h"),
+                                              dir.file("inc/angle_cfg.h"), dir.file("inc/sub/deep.h"),
+                                              dir.file("inc/pasted_7.h"), dir.file("inc/from_option.h"),
+                                              dir.file("inc/after_comment.h")}));
+    // CUTLASS's other definition is a candidate too: creating it would be read.
+    EXPECT_TRUE(absent.count(dir.file("inc/cccl/cuda/std/cstdint"))) << absent.size();
+
+    // -D in every spelling NVRTC accepts reaches the scan.
+    const auto files = is::file_options({"-DA=\"a.h\"", "-D=B", "-D C=1", "-D", "E(x)=<x>", "--define-macro=F",
+                                         "--define-macro", "G=2", "-DH"});
+    ASSERT_TRUE(files.ok()) << files.error().message;
+    EXPECT_EQ(files->defines, (std::vector<std::string>{"A=\"a.h\"", "B", "C=1", "E(x)=<x>", "F", "G=2", "H"}));
+}
+
+// The expansion itself, on the shapes that must terminate or give up: self- and mutually
+// recursive macros end (hide sets), variadic macros and stringized blanks, a hide set lifted
+// for a closing parenthesis from outside the expansion, and too many combinations of
+// definitions (past the budget: not followed, so the scanner records everything).
+TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
+    namespace im = kjit::include_macros;
+    auto names = [](const std::string &defines, const std::string &operand) {
+        im::Table t;
+        std::size_t pos = 0;
+        while (pos < defines.size()) {
+            const std::size_t end = defines.find('\n', pos);
+            t.add_directive(defines.substr(pos, end - pos));
+            pos = end == std::string::npos ? defines.size() : end + 1;
+        }
+        const im::Expansion e = im::header_names(operand, t);
+        std::vector<std::string> out;
+        if (!e.followed) out.push_back("(not followed)");
+        for (const auto &h : e.names) out.push_back(h.quoted ? '"' + h.name + '"' : '<' + h.name + '>');
+        return out;
+    };
+    using V = std::vector<std::string>;
+    EXPECT_EQ(names(" A A", "A"), V{});
+    EXPECT_EQ(names(" A B\n B A", "A"), V{});
+    EXPECT_EQ(names(" A(x) A(x)", "A(<a.h>)"), V{});
+    EXPECT_EQ(names(" V(...) <__VA_ARGS__>", "V(a.h)"), V{"<a.h>"});
+    EXPECT_EQ(names(" V(x, ...) <x/__VA_ARGS__>", "V(dir, a.h)"), V{"<dir/a.h>"});
+    EXPECT_EQ(names(" S(x) #x", "S(  a  b.h )"), V{"\"a b.h\""});
+    EXPECT_EQ(names(" H(x) <x>", "H(a b.h)"), (V{"<a b.h>", "<ab.h>"}));
+    // f(2)(9) as in the standard's example: g's ')' comes from outside f's expansion.
+    EXPECT_EQ(names(" f(a) a*g\n g(a) f(a)\n N(x) S(x)\n S(x) #x", "N(f(2)(9))"),
+              (V{"\"2*9*g\"", "\"2*f(9)\"", "\"2*g(9)\"", "\"f(2)(9)\""}));  // the first: the standard's answer
+    EXPECT_EQ(names(" P(a, b) a ## b\n ab \"pasted.h\"", "P(a, b)"), (V{"\"pasted.h\""}));
+    EXPECT_EQ(names("", "__FILE__"), V{"(not followed)"});
+    EXPECT_EQ(names(" O(x) __VA_OPT__(x)", "O(a)"), V{"(not followed)"});
+    std::string many, operand = "<";
+    for (int i = 0; i < 12; ++i) {
+        many += " M" + std::to_string(i) + " a\n M" + std::to_string(i) + " b\n";
+        operand += "M" + std::to_string(i) + "/";
+    }
+    EXPECT_EQ(names(many, operand + "x.h>"), V{"(not followed)"});
+    std::string nested = "I(";
+    for (int i = 0; i < 5000; ++i) nested += "I(";
+    nested += "a.h" + std::string(5001, ')') + ")";
+    EXPECT_EQ(names(" I(x) x", nested), V{"(not followed)"});  // not a stack overflow
 }
 
 // The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
@@ -702,6 +814,81 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     EXPECT_NE(read_file(deps).find("\n+ "), std::string::npos);
     EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
+}
+
+namespace {
+
+// deps.txt's line for `path` (without the path), or "" if it has none.
+std::string deps_line(const std::string &deps_file, const std::string &path) {
+    const std::string text = read_file(deps_file);
+    const std::size_t at = text.find(" " + std::to_string(path.size()) + " " + path + "\n");
+    if (at == std::string::npos) return "";
+    const std::size_t start = text.rfind('\n', at) + 1;
+    return text.substr(start, at - start);
+}
+
+std::string mtime_text(std::time_t sec, long nsec) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%lld.%09ld", static_cast<long long>(sec), nsec);
+    return buf;
+}
+
+}  // namespace
+
+// A same-text rewrite of a header (`touch`, a reinstall, a checkout) changes its mtime: the
+// first hit after it hashes the header, finds the same content, and records the new mtime, so
+// later hits only stat it (before, every later hit hashed it again, forever). A touch that
+// leaves it young is recorded as young ('*': hashed on every hit) until it has aged.
+TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    const std::string header = dir.file("inc/v.h");
+    write_file(header, "#define V 1.0f\n");
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 100, 5));
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = compile_ok(cache, r);
+    const std::string deps = entry_of(path) + "/deps.txt";
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 100, 5)), std::string::npos)
+        << read_file(deps);
+    auto hashes = [&] { return cache.counters().dependency_hashes.load(); };
+    const auto start = hashes();
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start) << "an unchanged old header was hashed";
+
+    // touch: same text, another mtime, old enough not to be young.
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 1);
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 50, 7)), std::string::npos)
+        << read_file(deps);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 1) << "the touched header was hashed again on later hits";
+
+    // touch into the young window: recorded young (hashed on each hit), then settled once old.
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 1, 9));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 2);
+    EXPECT_NE(deps_line(deps, header).find("* 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+        << read_file(deps);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_EQ(compile_ok(cache, r), path);  // hashed once more, now old: settled
+    EXPECT_EQ(hashes(), start + 3);
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+        << read_file(deps);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 3);
+
+    // An edit is still a miss, whatever was settled before.
+    write_file(header, "#define V 2.0f\n");
+    ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -318,4 +319,128 @@ TEST(Headers, FileOptionWithoutValueIsRefused) {
         EXPECT_EQ(a.status, KJIT_ERROR_INVALID_ARGUMENT) << bad;
         EXPECT_NE(a.error.find(bad), std::string::npos) << a.error;
     }
+}
+
+namespace {
+
+// The folders of NVRTC's PCHs this process has made, one per header identity, under
+// $TMPDIR/kjit-pch-<pid>-* (docs/batch.md).
+std::size_t pch_identities() {
+    const char *tmp = std::getenv("TMPDIR");
+    const std::string base = tmp && *tmp ? tmp : "/tmp";
+    const std::string prefix = "kjit-pch-" + std::to_string(::getpid()) + "-";
+    std::size_t n = 0;
+    for (const std::string &name : list_dir(base)) {
+        if (name.compare(0, prefix.size(), prefix) == 0) n += list_dir(base + "/" + name).size();
+    }
+    return n;
+}
+
+}  // namespace
+
+// `--pch` among the NVRTC options (DeepGEMM passes it by default) goes through libkjit's PCH
+// folders, one per header identity: NVRTC itself would reuse the PCH it made before a header
+// edit, compile the miss against the old header and publish that under the new key. Every
+// spelling; the kernel name carries the header's value. The PCH is not in the key: with and
+// without `--pch` is one entry.
+TEST(Headers, PchOptionNeverCompilesAgainstAnOldHeader) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    const std::string cccl = std::string("-I") + KJIT_TEST_CUDA_INCLUDE + "/cccl";
+    // Heavy enough that NVRTC makes a PCH of it: the configuration, then a CCCL header.
+    const std::string source = "#include <cfg.h>\n#include <cuda/std/cstdint>\n" + std::string(kNoInclude);
+    const std::size_t identities_before = pch_identities();
+    int cfg = 30;
+    for (const std::vector<std::string> &pch : std::vector<std::vector<std::string>>{
+             {"--pch"}, {"-pch"}, {"-pch", "--pch-messages=false", "-pch-verbose", "true"}}) {
+        SCOPED_TRACE(pch.front() + (pch.size() > 1 ? " ..." : ""));
+        std::vector<std::string> options = {cccl, "-std=c++17"};
+        options.insert(options.end(), pch.begin(), pch.end());
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg));
+        const Answer first = compile(dir.file("cache"), source, options, {dir.file("inc")});
+        expect_name(first, cfg);
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg + 1));
+        expect_name(compile(dir.file("cache"), source, options, {dir.file("inc")}), cfg + 1);
+        // Not in the key: the same request without the PCH is the same entry, a hit.
+        const Answer plain = compile(dir.file("cache"), source, {cccl, "-std=c++17"}, {dir.file("inc")});
+        expect_name(plain, cfg + 1);
+        write_file(dir.file("inc/cfg.h"), cfg_text(cfg));  // reverted: the old text again
+        const Answer reverted = compile(dir.file("cache"), source, options, {dir.file("inc")});
+        expect_name(reverted, cfg);
+        EXPECT_EQ(reverted.cubin, first.cubin);
+        cfg += 10;
+    }
+    // Through libkjit's PCH folders: one per header identity under this process's root (each
+    // header text of the loop: six; the plain compiles made none).
+    EXPECT_EQ(pch_identities() - identities_before, 6u);
+}
+
+// PCH options that name files or folders of the caller's (NVRTC would read or reuse a PCH
+// libkjit cannot tie to the headers it was made from) are refused, naming the option, in every
+// spelling: `=value`, separate value, short and long.
+TEST(Headers, PchOptionsNamingFilesAreRefused) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    const std::string pch = dir.file("x.pch");
+    for (const std::vector<std::string> &bad : std::vector<std::vector<std::string>>{
+             {"--create-pch=" + pch}, {"-create-pch", pch}, {"--use-pch=" + pch}, {"-use-pch=" + pch},
+             {"--use-pch", pch}, {"--pch-dir=" + dir.path()}, {"-pch-dir", dir.path()}, {"--pch", "-pch-dir=" + dir.path()},
+             {"--pch-messages=maybe"}, {"--pch", "--pch-verbose"}, {"--pch=true"}}) {
+        std::vector<std::string> options = {"-std=c++17"};
+        options.insert(options.end(), bad.begin(), bad.end());
+        const Answer a = compile(dir.file("cache"), kAngle, options, {dir.file("inc")});
+        SCOPED_TRACE(options.back());
+        EXPECT_EQ(a.status, KJIT_ERROR_INVALID_ARGUMENT) << kjit_status_string(a.status);
+        const std::string named = bad.back().substr(0, bad.back().find('='));
+        const std::string option = bad.back()[0] == '-' ? named : bad[bad.size() - 2];
+        EXPECT_NE(a.error.find("'" + option), std::string::npos) << a.error;
+    }
+    // Accepted: the PCH itself, and the options that only change its notes or its content.
+    for (const std::vector<std::string> &good : std::vector<std::vector<std::string>>{
+             {"--pch", "--instantiate-templates-in-pch=false"}, {"-instantiate-templates-in-pch", "true"},
+             {"-pch-messages=true", "--pch-verbose", "false"}}) {
+        std::vector<std::string> options = {"-std=c++17"};
+        options.insert(options.end(), good.begin(), good.end());
+        SCOPED_TRACE(good.front());
+        expect_name(compile(dir.file("cache"), kAngle, options, {dir.file("inc")}), 1);
+    }
+}
+
+// A computed include (`#include MACRO`, as CUTLASS's `#include CUDA_STD_HEADER(cstdint)`) is
+// followed through its macro's definitions: editing a header that no expansion names is still
+// a hit, editing the one it names is a miss. Before, one computed include (even in `#if 0`) made
+// every file under the include folders a dependency.
+TEST(Headers, ComputedIncludeIsFollowedThroughItsMacro) {
+    TempDir dir;
+    for (const char *p : {"proj", "inc", "inc/cfgs"}) make_dir(dir.file(p));
+    write_file(dir.file("inc/cfgs/value.h"), "#define CFG_VALUE 1\n");
+    write_file(dir.file("inc/cfgs/other.h"), "#define CFG_VALUE 1000\n");
+    write_file(dir.file("inc/offset.h"), "#define OFFSET 0\n");
+    write_file(dir.file("inc/unused.h"), "#define UNUSED 0\n");
+    const std::string source = "#define STD_HEADER(x) <cfgs/x>\n"
+                               "#define CFG \"offset.h\"\n"
+                               "#include STD_HEADER(value.h)\n"
+                               "#include CFG\n"
+                               "#if 0\n#include NOT_DEFINED_ANYWHERE\n#endif\n"
+                               "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                               "template __global__ void gemm<CFG_VALUE + OFFSET>(float *);\n";
+    InFolder in(dir.file("proj"));
+    const std::string cache = dir.file("cache");
+    const Answer first = compile(cache, source, {}, {dir.file("inc")});
+    expect_name(first, 1);
+    for (const char *unrelated : {"inc/unused.h", "inc/cfgs/other.h"}) {
+        SCOPED_TRACE(unrelated);
+        write_file(dir.file(unrelated), "#define EDITED 1\n");
+        const kjit_stats before = stats();
+        const Answer again = compile(cache, source, {}, {dir.file("inc")});
+        expect_name(again, 1);
+        EXPECT_EQ(again.cubin, first.cubin);
+        EXPECT_EQ(stats().compile_hits, before.compile_hits + 1);
+        EXPECT_EQ(stats().compile_misses, before.compile_misses) << "a header no expansion names made a miss";
+    }
+    write_file(dir.file("inc/cfgs/value.h"), "#define CFG_VALUE 2\n");
+    expect_name(compile(cache, source, {}, {dir.file("inc")}), 2);
+    write_file(dir.file("inc/offset.h"), "#define OFFSET 10\n");
+    expect_name(compile(cache, source, {}, {dir.file("inc")}), 12);
 }

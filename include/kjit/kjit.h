@@ -248,7 +248,15 @@ typedef struct kjit_compile_options {
         (device 0's compute capability, as plain "sm_XY") through the driver when one is
         present, else #KJIT_ERROR_INVALID_ARGUMENT. */
     const char *arch;
-    /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch). */
+    /** Extra NVRTC options in order, e.g. "-std=c++17", "-DTILE=128". Not -arch (use arch).
+        NVRTC's precompiled-header options never reach NVRTC as given (it would reuse a PCH
+        made before a header edit): `--pch` (`-pch`) compiles with libkjit's own automatic PCH,
+        kept in a folder per header identity as in a batch (kjit_batch_options::pch);
+        `--pch-messages` and `--pch-verbose` (true/false) are accepted and dropped (the PCH's
+        notes stay out of the log); `--instantiate-templates-in-pch=<true|false>` is passed
+        with libkjit's PCH. None of these is in the cache key. `--create-pch`, `--use-pch` and
+        `--pch-dir`, which name PCH files or folders of the caller's, are
+        #KJIT_ERROR_INVALID_ARGUMENT naming the option (docs/batch.md). */
     const char *const *nvrtc_options;
     /** Number of entries in nvrtc_options (none may be NULL). */
     size_t nvrtc_option_count;
@@ -399,8 +407,9 @@ typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total
 
 /** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
 typedef enum kjit_pch_mode {
-    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for sources that `#include` a header,
-                               off for the rest (see kjit_batch_options::pch). */
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for misses that `#include` the same
+                               headers as another miss of the batch, off for the rest (see
+                               kjit_batch_options::pch). */
     KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
     KJIT_PCH_OFF = 2      /**< Plain compiles. */
 } kjit_pch_mode;
@@ -419,13 +428,17 @@ typedef struct kjit_batch_options {
     /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
         later compile with the same includes and options starts from the parsed state (a CUB
         kernel: about 1.6 s plain, 0.3 to 0.4 s with the headers parsed, after a first compile
-        of about 2.2 s). The default uses it for sources that `#include` something: a
-        header-free source has nothing to precompile and was 10-15% slower with it on 2
+        of about 2.2 s). The default uses it for the misses whose headers (options, include
+        paths, in-memory headers, the source up to its last `#include`) are another miss's of
+        the batch: a PCH used by one compile only costs its creation (6 CUB items that each
+        put their configuration before the `#include`: 9 s with a PCH each, 6 s without), and
+        a header-free source has nothing to precompile and was 10-15% slower with it on 2
         workers (docs/batch.md has the measurements). Each distinct set of headers (options,
         in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
-        the cache key, as it does not change what the cubin does. */
+        the cache key, as it does not change what the cubin does. `--pch` among an item's NVRTC
+        options asks for the PCH as #KJIT_PCH_ON would, unless this is #KJIT_PCH_OFF. */
     int pch;
     /** Called for each finished item; NULL for none. */
     kjit_batch_progress_fn progress;
