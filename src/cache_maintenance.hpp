@@ -30,12 +30,16 @@ constexpr double kEvictionLowWater = 0.9;
 // process published since the last measurement may have crossed the limit.
 constexpr std::int64_t kEvictionIntervalNs = 30'000'000'000;
 
-// "5G", "512M", "1.5G", "2GiB", "100k", "12345" (bytes): K, M, G, T are powers of 1024; a
-// trailing "B" or "iB" is allowed. Errors: invalid_argument saying what is accepted.
+// "5G", "512M", "1.5G", "2GiB", "100k", "12345" (bytes): a decimal number (digits, optionally a
+// point and more digits), then optionally K, M, G or T (powers of 1024, either case), then
+// optionally "B" or "iB". Nothing else: no sign, hexadecimal, exponent or space. Errors:
+// invalid_argument saying what is wrong and what is accepted (also for more than 2^64 - 1).
 Result<std::uint64_t> parse_size(std::string_view text);
-// "30d", "12h", "45m", "90s", "2w" as nanoseconds. Errors: invalid_argument.
+// "30d", "12h", "45m", "90s", "2w" as nanoseconds: a whole number and one unit letter. Errors:
+// invalid_argument, also for an age that does not fit in int64 nanoseconds (about 292 years).
 Result<std::int64_t> parse_age(std::string_view text);
-// $KJIT_CACHE_MAX_SIZE: nullopt when unset or empty. Errors: invalid_argument naming it.
+// $KJIT_CACHE_MAX_SIZE: nullopt when unset, empty or 0 (no limit, as in ccache). Errors:
+// invalid_argument naming it.
 Result<std::optional<std::uint64_t>> max_size_from_env();
 // "1.5 GiB", for people.
 std::string format_size(std::uint64_t bytes);

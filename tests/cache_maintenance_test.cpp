@@ -139,6 +139,74 @@ TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
 }
 
+// `kjit cache prune --older-than 20000w` wrapped around int64 nanoseconds into a negative age and
+// removed every entry. An age that does not fit is refused, saying what does.
+TEST(CacheMaintenance, AgesThatDoNotFitAreRefusedNotWrapped) {
+    // The largest that fits: 9223372036 s (about 292 years).
+    const std::pair<const char *, std::int64_t> fit[] = {{"15250w", std::int64_t{15250} * 7 * 86400 * kSecond},
+                                                         {"106751d", std::int64_t{106751} * 86400 * kSecond},
+                                                         {"9223372036s", 9223372036 * kSecond}};
+    for (const auto &[text, ns] : fit) {
+        auto r = maintenance::parse_age(text);
+        ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
+        EXPECT_EQ(*r, ns) << text;
+    }
+    for (const char *huge : {"20000w", "15251w", "106752d", "999999999w", "999999999d", "9223372037s",
+                             "99999999999999999999999s"}) {
+        auto r = maintenance::parse_age(huge);
+        ASSERT_FALSE(r.ok()) << huge << " gave " << *r;
+        EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find("too large"), std::string::npos) << r.error().message;
+        EXPECT_NE(r.error().message.find(huge), std::string::npos) << r.error().message;
+    }
+}
+
+// "0x10" was read as 16 bytes and "1e3" as 1000 (strtod): only decimal numbers with the
+// documented suffixes are sizes, and the message says what is wrong with the rest.
+TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
+    const std::pair<const char *, std::uint64_t> good[] = {
+        {"16", 16},        {"16B", 16},           {"0.5K", 512},
+        {"1.25KiB", 1280}, {"18446744073709551615", UINT64_MAX},
+        {"15.999999T", 15999999ull * (1ull << 40) / 1000000}};
+    for (const auto &[text, bytes] : good) {
+        auto r = maintenance::parse_size(text);
+        ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
+        EXPECT_EQ(*r, bytes) << text;
+    }
+    const std::pair<const char *, const char *> bad[] = {
+        {"0x10", "hexadecimal"},     {"0X1F", "hexadecimal"},  {"1e3", "exponent"},
+        {"1E3K", "exponent"},        {"0x1p4", "hexadecimal"}, {".5G", "digit"},
+        {"5.", "digit after"},       {"+5", "digit"},          {"-5", "negative"},
+        {"5Q", "unit 'Q'"},          {"5 G", "unit ' G'"},     {"", "empty"},
+        {"inf", "digit"},            {"18446744073709551616", "too large"},
+        {"16777216T", "too large"},  {"5KK", "unit 'KK'"},     {"5Bi", "unit 'Bi'"},
+    };
+    for (const auto &[text, why] : bad) {
+        auto r = maintenance::parse_size(text);
+        ASSERT_FALSE(r.ok()) << text << " gave " << *r;
+        EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find(why), std::string::npos) << text << ": " << r.error().message;
+        EXPECT_NE(r.error().message.find("5G"), std::string::npos) << r.error().message;  // what is accepted
+    }
+}
+
+// ccache's users expect 0 to mean "no limit"; as bytes it made every publish evict everything.
+TEST(CacheMaintenance, MaxSizeZeroInTheEnvironmentMeansNoLimit) {
+    for (const char *zero : {"0", "0G", "0.0K"}) {
+        ::setenv("KJIT_CACHE_MAX_SIZE", zero, 1);
+        auto limit = maintenance::max_size_from_env();
+        ASSERT_TRUE(limit.ok()) << zero << ": " << limit.error().message;
+        EXPECT_FALSE(limit->has_value()) << zero << " gave a limit of " << **limit;
+    }
+    ::setenv("KJIT_CACHE_MAX_SIZE", "0x10", 1);
+    auto bad = maintenance::max_size_from_env();
+    ASSERT_FALSE(bad.ok()) << "0x10 gave " << (bad->has_value() ? **bad : 0);
+    EXPECT_EQ(bad.error().code, kjit::Errc::invalid_argument);
+    EXPECT_NE(bad.error().message.find("$KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find("hexadecimal"), std::string::npos) << bad.error().message;
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+}
+
 TEST(CacheEntry, RecognisesEntryCubinPaths) {
     const std::string key = "27640f140e33ff97cdc7337de4e3fe2a";
     EXPECT_EQ(entry::entry_of_cubin("/c/27/" + key + "/kernel.cubin"), "/c/27/" + key);

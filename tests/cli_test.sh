@@ -146,6 +146,19 @@ expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch 
 expect_rc 0 "$KJIT" cache prune --max-size 0 --cache-dir "$C" --json
 json_check 'd["removed_entries"] == 0 and d["spared_in_use"] == 2'
 touch -d '3 hours ago' "$(dirname "$PLAIN")"
+# An age or a size that does not fit, or is not decimal, is a usage error that removes nothing
+# (20000w wrapped around to a negative age and removed every entry).
+expect_rc 64 "$KJIT" cache prune --older-than 20000w --cache-dir "$C"
+contains "too large" "$WORK/err"
+expect_rc 64 "$KJIT" cache prune --max-size 0x10 --cache-dir "$C"
+contains "hexadecimal" "$WORK/err"
+expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["entries"] == 2'
+# KJIT_CACHE_MAX_SIZE=0 means no limit, as in ccache.
+KJIT_CACHE_MAX_SIZE=0 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["max_size"] is None'
+KJIT_CACHE_MAX_SIZE=0x10 expect_rc 1 "$KJIT" cache stats --cache-dir "$C"
+contains "hexadecimal" "$WORK/err"
 expect_rc 0 "$KJIT" cache prune --older-than 2h --cache-dir "$C" --json
 json_check 'd["removed_entries"] == 1 and d["kept_entries"] == 1'
 [ ! -e "$PLAIN" ] || fail "prune --older-than kept $PLAIN"

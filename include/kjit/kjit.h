@@ -265,8 +265,8 @@ typedef struct kjit_compile_options {
         nvrtcGetLoweredName; the lowered name must pass the keyword rule for `keyword`. */
     const char *name_expression;
     /** Size limit of the cache folder in bytes (since 0.2). 0: $KJIT_CACHE_MAX_SIZE (e.g.
-        "5G"; K, M, G, T are powers of 1024), else no limit. UINT64_MAX: no limit, whatever
-        the variable says. After a miss publishes, the cache is measured (at most every 30 s
+        "5G"; decimal, K, M, G, T are powers of 1024; "0" there means no limit), else no
+        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the cache is measured (at most every 30 s
         per process, or sooner when this process's publishes may have crossed the limit) and,
         when over, the least recently used entries are evicted, whole, down to 90% of the
         limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
