@@ -437,7 +437,7 @@ typedef struct kjit_batch_result kjit_batch_result;
  * @param[in]  requests Array of `count` pointers to requests; not retained. A NULL element, or
  *                      one with a bad struct_size, fails that item only
  *                      (#KJIT_ERROR_INVALID_ARGUMENT).
- * @param[in]  count    Number of requests (0 is a valid, empty batch).
+ * @param[in]  count    Number of requests (0 is a valid, empty batch; at most 16777216, 2^24).
  * @param[in]  options  NULL for all defaults, else a struct with struct_size set.
  * @param[out] result   Receives the per-item results whenever the batch ran (also when items
  *                      failed or it was cancelled), NULL when the call itself was refused.
@@ -452,8 +452,9 @@ typedef struct kjit_batch_result kjit_batch_result;
  *                                     items and that item's text in kjit_last_error(); each
  *                                     item's own status and text are in `*result`.
  * @retval KJIT_ERROR_INVALID_ARGUMENT (with `*result` NULL) NULL `result`, NULL `requests` with
- *                                     a non-zero count, a bad options struct_size, an unknown
- *                                     pch mode, or a malformed $KJIT_JOBS.
+ *                                     a non-zero count, a count over 2^24, a bad options
+ *                                     struct_size, an unknown pch mode, or a malformed
+ *                                     $KJIT_JOBS.
  * @retval KJIT_ERROR_OUT_OF_MEMORY    (with `*result` NULL) An allocation failed.
  * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe: batches and kjit_compile() calls in other threads or processes may work
