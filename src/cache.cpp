@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -621,7 +622,8 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     }
     if (auto s = fsync_dir(temp); !s) return fail(std::move(s).error());
 
-    *published_bytes = bytes;
+    // What the limit counts: disk space, as du does (the bytes written round up to blocks).
+    *published_bytes = std::max(bytes, cache_maintenance::disk_usage(temp));
     if (::rename(temp.c_str(), entry.c_str()) != 0) {
         const int err = errno;
         if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR) {

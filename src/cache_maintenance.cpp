@@ -89,14 +89,18 @@ Result<std::vector<DirEntry>> list_dir(const std::string &path, bool missing_ok)
     return out;
 }
 
-// Sum of the sizes of the regular files in a folder tree (entries are flat; transit folders
-// may hold an old entry in a subfolder).
+// What the disk holds for one file or folder, as du counts it (st_blocks is in 512-byte units
+// whatever the file system's block size).
+std::uint64_t disk_bytes(const struct stat &st) { return static_cast<std::uint64_t>(st.st_blocks) * 512; }
+
+// The disk space of what a folder tree holds, not counting the folder itself (entries are flat;
+// transit folders may hold an old entry in a subfolder).
 std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
     auto listing = list_dir(path, true);
     if (!listing) return 0;
     std::uint64_t n = 0;
     for (const DirEntry &e : *listing) {
-        if (S_ISREG(e.st.st_mode)) n += static_cast<std::uint64_t>(e.st.st_size);
+        n += disk_bytes(e.st);
         if (S_ISDIR(e.st.st_mode) && depth < 2) n += tree_bytes(path + "/" + e.name, depth + 1);
     }
     return n;
@@ -424,7 +428,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
         for (const DirEntry &e : *listing) {
             const std::string path = shard_path + "/" + e.name;
             if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
-                inv.in_transit.push_back({path, tree_bytes(path), cache_entry::mtime_ns(e.st)});
+                inv.in_transit.push_back({path, disk_bytes(e.st) + tree_bytes(path), cache_entry::mtime_ns(e.st)});
                 continue;
             }
             if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
@@ -434,7 +438,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
             EntryInfo info;
             info.key = e.name;
             info.path = path;
-            info.bytes = tree_bytes(path);
+            info.bytes = disk_bytes(e.st) + tree_bytes(path);
             info.last_used_ns = cache_entry::mtime_ns(e.st);
             inv.entry_bytes += info.bytes;
             inv.entries.push_back(std::move(info));
@@ -444,6 +448,12 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
 }
 
 }  // namespace
+
+std::uint64_t disk_usage(const std::string &folder) {
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0) return 0;
+    return disk_bytes(st) + (S_ISDIR(st.st_mode) ? tree_bytes(folder) : 0);
+}
 
 Result<Summary> summarize(const std::string &cache_dir) {
     auto inv = take_inventory(cache_dir);

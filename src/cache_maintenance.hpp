@@ -44,10 +44,12 @@ Result<std::optional<std::uint64_t>> max_size_from_env();
 // "1.5 GiB", for people.
 std::string format_size(std::uint64_t bytes);
 
+// Sizes here are disk space as du counts it: st_blocks * 512 of each folder and file (a 4 KB
+// entry of five small files takes 24 KiB with 4 KiB blocks), so a limit bounds the disk.
 struct EntryInfo {
     std::string key;
     std::string path;          // the entry folder
-    std::uint64_t bytes = 0;   // sum of its files' sizes (st_size)
+    std::uint64_t bytes = 0;   // disk space of the folder and its files
     std::int64_t last_used_ns = 0;  // the folder's mtime: its recency record
 };
 
@@ -63,6 +65,10 @@ struct Inventory {
     std::uint64_t entry_bytes = 0;
     std::size_t foreign = 0;  // names in the folder not of the cache's shape (left alone)
 };
+
+// The disk space of a folder and everything in it (two levels down), as du counts it; 0 when
+// it is gone.
+std::uint64_t disk_usage(const std::string &folder);
 
 // Every entry and folder in transit under `cache_dir`, by walking its shards (no file is read).
 // A missing cache folder is an empty inventory. Errors: io when the folder cannot be read.

@@ -78,7 +78,19 @@ Cubins compile_entries(Cache &cache, const std::string &dir, int n) {
     return cubins;
 }
 
+// What `du -s` counts for a flat folder: its own blocks and its files', 512 bytes each.
 std::uint64_t entry_bytes(const std::string &folder) {
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0) return 0;
+    std::uint64_t n = static_cast<std::uint64_t>(st.st_blocks) * 512;
+    for (const std::string &f : list_dir(folder)) {
+        if (::lstat((folder + "/" + f).c_str(), &st) == 0) n += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+    return n;
+}
+
+// The sum of the file sizes in a flat folder (what the size limit counted before it counted blocks).
+std::uint64_t file_sizes(const std::string &folder) {
     std::uint64_t n = 0;
     for (const std::string &f : list_dir(folder)) {
         struct stat st {};
@@ -303,7 +315,7 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     for (const auto &cubin : cubins) expected += entry_bytes(folder_of(cubin));
     EXPECT_EQ(inv->entry_bytes, expected);
     ASSERT_EQ(inv->in_transit.size(), 1u);
-    EXPECT_EQ(inv->in_transit[0].bytes, 5u);
+    EXPECT_EQ(inv->in_transit[0].bytes, entry_bytes(shard + "/.tmp-abc-1-2-3"));
     EXPECT_EQ(inv->foreign, 2u);
     auto summary = maintenance::summarize(c);
     ASSERT_TRUE(summary.ok());
@@ -312,6 +324,49 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     EXPECT_EQ(summary->by_arch.at("sm_90").entries, 3u);
     EXPECT_FALSE(summary->oldest_created.empty());
     EXPECT_LE(summary->oldest_created, summary->newest_created);
+}
+
+// The limit counted file sizes, so a cache of small entries took several times its limit on
+// disk (a 4 KB cubin and four small files take 24 KiB with 4 KiB blocks). It counts what the
+// disk counts, as du does, everywhere: eviction, stats, prune reports and the usage record.
+TEST(CacheMaintenance, SizesCountDiskBlocksAsDuDoes) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 3);
+    std::uint64_t on_disk = 0, sizes = 0;
+    for (const auto &cubin : cubins) {
+        on_disk += entry_bytes(folder_of(cubin));
+        sizes += file_sizes(folder_of(cubin));
+    }
+    ASSERT_GT(on_disk, sizes) << "this file system does not round files up to blocks";
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok()) << inv.error().message;
+    EXPECT_EQ(inv->entry_bytes, on_disk);
+    for (const auto &e : inv->entries) EXPECT_EQ(e.bytes, entry_bytes(e.path)) << e.path;
+    auto summary = maintenance::summarize(c);
+    ASSERT_TRUE(summary.ok());
+    EXPECT_EQ(summary->bytes, on_disk);
+    EXPECT_EQ(summary->by_arch.at("sm_90").bytes, on_disk);
+    // Eviction: a limit of what the files hold is exceeded on disk, so a publish evicts.
+    for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+    Request r = request_for(c, 3);
+    r.max_cache_bytes = sizes + file_sizes(folder_of(compile_entries(cache, dir.file("probe"), 1)[0])) + 4096;
+    const auto evicted = maintenance::counters().evicted_entries.load();
+    ASSERT_TRUE(cache.compile(r).ok());
+    EXPECT_GT(maintenance::counters().evicted_entries.load(), evicted);
+    inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, *r.max_cache_bytes);
+    // Prune reports the same measure.
+    maintenance::PruneOptions none;
+    none.older_than_ns = 86400 * kSecond;
+    auto report = maintenance::prune(c, none);
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->kept_bytes, inv->entry_bytes);
+    std::uint64_t kept = 0;
+    for (const auto &e : inv->entries) kept += entry_bytes(e.path);
+    EXPECT_EQ(report->kept_bytes, kept);
 }
 
 TEST(CacheMaintenance, PruneRemovesTheLeastRecentlyUsedWholeEntries) {

@@ -122,6 +122,9 @@ expect_rc 4 "$KJIT" resolve "$WORK/bad.cubin" plain
 # cache stats
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["entries"] == 2 and d["bytes"] > 0 and d["by_arch"]["sm_90"]["entries"] == 2 and d["max_size"] is None'
+# Sizes are disk space, as du counts it (not the files' sizes).
+DU=$(du -sB1 --total "$C"/??/*/ | tail -n 1 | cut -f1)
+json_check "d['bytes'] == $DU and d['by_arch']['sm_90']['bytes'] == $DU"
 KJIT_CACHE_MAX_SIZE=2G expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["max_size"] == 2 * 1024**3'
 KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache stats
