@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 
@@ -280,8 +281,34 @@ struct EvictionState {
     std::int64_t last_measured_ns = 0;    // the usage record this process last saw
     std::uint64_t published_since = 0;    // bytes this process published since then
 };
+
+// The states of the kMaxEvictionStates cache folders published to last (a long-lived process
+// may publish into any number of folders over its life).
+class EvictionStates {
+public:
+    // The state of `cache_dir`, made the most recent; a new one (all zero) may push the least
+    // recent out.
+    EvictionState &of(const std::string &cache_dir) {
+        if (auto found = index_.find(cache_dir); found != index_.end()) {
+            order_.splice(order_.begin(), order_, found->second);
+            return found->second->second;
+        }
+        order_.emplace_front(cache_dir, EvictionState{});
+        index_.emplace(cache_dir, order_.begin());
+        if (order_.size() > kMaxEvictionStates) {
+            index_.erase(order_.back().first);
+            order_.pop_back();
+        }
+        return order_.front().second;
+    }
+    std::size_t size() const { return order_.size(); }
+
+private:
+    std::list<std::pair<std::string, EvictionState>> order_;  // most recent first
+    std::unordered_map<std::string, std::list<std::pair<std::string, EvictionState>>::iterator> index_;
+};
 std::mutex eviction_mutex;
-std::unordered_map<std::string, EvictionState> eviction_states;
+EvictionStates eviction_states;
 
 }  // namespace
 
@@ -487,6 +514,11 @@ Result<Summary> summarize(const std::string &cache_dir) {
     return s;
 }
 
+std::size_t eviction_state_count() {
+    std::lock_guard<std::mutex> lock(eviction_mutex);
+    return eviction_states.size();
+}
+
 Result<PruneReport> prune(const std::string &cache_dir, const PruneOptions &options) {
     return remove_entries(cache_dir, options);
 }
@@ -549,7 +581,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
     }
     {
         std::lock_guard<std::mutex> lock(eviction_mutex);
-        EvictionState &state = eviction_states[cache_dir];
+        EvictionState &state = eviction_states.of(cache_dir);
         if (now - state.last_sweep_ns > kSweepIntervalNs) {
             state.last_sweep_ns = now;
             sweep_due = true;

@@ -127,6 +127,13 @@ constexpr std::int64_t kSweepIntervalNs = 600'000'000'000;
 // when another process holds the cache lock. Never fails the publish: problems are logged.
 void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
 
+// after_publish keeps its throttle state (last sweep, last measurement seen, bytes published
+// since) for at most this many cache folders per process, the least recently published-to
+// forgotten first: forgetting costs one early sweep or measurement. For tests: how many it
+// holds now.
+constexpr std::size_t kMaxEvictionStates = 64;
+std::size_t eviction_state_count();
+
 enum class Damage {
     misplaced,         // an entry folder in the wrong shard, or not a folder
     missing_file,      // manifest.txt, source.cu, kernel.cubin or deps.txt is missing

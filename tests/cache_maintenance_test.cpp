@@ -535,6 +535,35 @@ TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
     for (int i = 1; i < 4; ++i) EXPECT_FALSE(exists(cubins[i])) << i;
 }
 
+// The throttle state of eviction, one per cache folder, grew without bound in a long-lived
+// process (a service that opens a cache per job, per user). It keeps the most recent folders.
+TEST(CacheMaintenance, EvictionStateStaysBoundedOverManyCacheFolders) {
+    TempDir dir;
+    const std::size_t folders = maintenance::kMaxEvictionStates * 3;
+    for (std::size_t i = 0; i < folders; ++i) {
+        const std::string c = dir.file("c" + std::to_string(i));
+        ASSERT_EQ(::mkdir(c.c_str(), 0700), 0);
+        maintenance::after_publish(c, 1ull << 40, 1);
+        EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates) << "after " << i + 1;
+    }
+    // The most recent folder keeps its state: it is not swept again within the interval (a
+    // forgotten one would be: its stale temp folder would go).
+    const std::string last = dir.file("c" + std::to_string(folders - 1));
+    ASSERT_EQ(::mkdir((last + "/00").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((last + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
+    age(last + "/00/.tmp-stale-1-2-3", 3600);
+    maintenance::after_publish(last, 1ull << 40, 1);
+    EXPECT_TRUE(exists(last + "/00/.tmp-stale-1-2-3"));
+    // The first one was forgotten: its next publish sweeps.
+    const std::string first = dir.file("c0");
+    ASSERT_EQ(::mkdir((first + "/00").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((first + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
+    age(first + "/00/.tmp-stale-1-2-3", 3600);
+    maintenance::after_publish(first, 1ull << 40, 1);
+    EXPECT_FALSE(exists(first + "/00/.tmp-stale-1-2-3"));
+    EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates);
+}
+
 TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     TempDir dir;
     Cache cache;
