@@ -75,7 +75,8 @@ std::optional<std::string> unescape_line(std::string_view v) {
 }
 
 Error io_error(const char *what, const std::string &path) {
-    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(errno)};
+    const int err = errno;
+    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(err), err};
 }
 
 }  // namespace

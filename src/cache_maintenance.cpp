@@ -630,6 +630,42 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
     write_usage(cache_dir, *inv, folder_trust::shared(root->folder));
 }
 
+Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint64_t needed_bytes) {
+    Freed freed;
+    auto root = open_root(given_dir);
+    if (!root) {
+        log().warn("no eviction to make room: {}", root.error().message);
+        return freed;
+    }
+    auto lock = CacheLock::acquire(*root, false);
+    if (!lock) {
+        log().warn("no eviction to make room: {}", lock.error().message);
+        return freed;
+    }
+    if (!*lock) return freed;  // another process is evicting or pruning: it may free room too
+    auto inv = inventory_of(root->path);
+    if (!inv) {
+        log().warn("no eviction to make room: {}", inv.error().message);
+        return freed;
+    }
+    counters().eviction_runs.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t size = inv->entry_bytes;
+    PruneOptions options;
+    options.max_bytes = std::min(static_cast<std::uint64_t>(static_cast<double>(std::min(max_bytes, size)) * kEvictionLowWater),
+                                 size > needed_bytes ? size - needed_bytes : 0);
+    PruneReport report;
+    remove_by_recency(*inv, options, realtime_ns(), report);
+    counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
+    counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
+    log().info("no room to publish in '{}' (full disk or quota): evicted {} entries ({}), {} in use kept; {} left",
+               root->path, report.removed_entries, format_size(report.removed_bytes), report.spared_in_use,
+               format_size(inv->entry_bytes));
+    write_usage(root->path, *inv, folder_trust::shared(root->folder));
+    freed.entries = report.removed_entries;
+    freed.bytes = report.removed_bytes;
+    return freed;
+}
+
 const char *to_string(Damage damage) {
     switch (damage) {
         case Damage::misplaced: return "misplaced";

@@ -127,6 +127,20 @@ constexpr std::int64_t kSweepIntervalNs = 600'000'000'000;
 // when another process holds the cache lock. Never fails the publish: problems are logged.
 void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
 
+struct Freed {
+    std::size_t entries = 0;
+    std::uint64_t bytes = 0;
+};
+
+// Called by the cache when a publish under a limit of `max_bytes` failed for lack of space
+// (ENOSPC, EDQUOT), before it tries once more (eviction after publishes never runs on a full
+// disk: the publish fails first). Measures the cache now and evicts least recently used
+// entries not in use down to kEvictionLowWater of the limit or of the cache's size, whichever
+// is smaller, and at least `needed_bytes` below its size: the disk is full, so room is made
+// even in a cache within its limit. Does nothing when another process holds the cache lock (it
+// is evicting or pruning). Never fails: problems are logged.
+Freed make_room(const std::string &cache_dir, std::uint64_t max_bytes, std::uint64_t needed_bytes);
+
 // after_publish keeps its throttle state (last sweep, last measurement seen, bytes published
 // since) for at most this many cache folders per process, the least recently published-to
 // forgotten first: forgetting costs one early sweep or measurement. For tests: how many it
