@@ -103,7 +103,8 @@ std::string_view entry_of_cubin(std::string_view cubin_path) {
 }
 
 void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns) {
-    if (mtime_ns(folder_st) > now_ns - kRecencyStepNs) return;
+    const std::int64_t recorded = mtime_ns(folder_st);
+    if (recorded > now_ns - kRecencyStepNs && recorded <= now_ns) return;
     const auto dev = static_cast<std::uint64_t>(folder_st.st_dev);
     for (const FailedDevice &f : failed_devices) {
         if (f.dev.load(std::memory_order_relaxed) == dev && f.until_ns.load(std::memory_order_relaxed) > now_ns) return;
@@ -117,6 +118,17 @@ void note_use(const std::string &entry, const struct stat &folder_st, std::int64
         slot.dev.store(dev, std::memory_order_relaxed);
         slot.until_ns.store(now_ns + kRecencyStepNs, std::memory_order_relaxed);
     }
+}
+
+bool rewrite_future_mtime(const std::string &path, std::int64_t mtime, std::int64_t now_ns) {
+    if (mtime <= now_ns) return false;
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    if (::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
+        log().debug("could not set the future mtime of '{}' to now: {}", path, errno_text(errno));
+        return false;
+    }
+    log().debug("'{}' had an mtime {} s in the future: set to now", path, (mtime - now_ns) / 1'000'000'000);
+    return true;
 }
 
 void note_use_of_cubin(const std::string &cubin_path) {

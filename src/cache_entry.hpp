@@ -57,7 +57,7 @@ inline std::int64_t mtime_ns(const struct stat &st) {
 }
 
 // Records a use of the entry at `entry`, whose folder `folder_st` describes (from a stat the
-// caller already made): sets its mtime to now when older than kRecencyStepNs. Best effort: on a
+// caller already made): sets its mtime to now when older than kRecencyStepNs, or in the future. Best effort: on a
 // filesystem where that fails (read-only, not the owner), attempts on the same device pause for
 // kRecencyStepNs, so hits on an old read-only cache do not pay a failing call each. Thread safe.
 void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns);
@@ -65,9 +65,21 @@ void note_use(const std::string &entry, const struct stat &folder_st, std::int64
 // use. Costs one stat for a cubin in a cache, nothing for another path.
 void note_use_of_cubin(const std::string &cubin_path);
 
+// A recency record (or temp folder mtime) in the future, from a clock that was ahead or a copy
+// made on such a machine (`cp -a`), counts as now: it may be a use by a process whose clock is
+// ahead. Whoever sees one (a hit, a load, eviction, prune, a sweep) rewrites it to now with
+// rewrite_future_mtime, so that it ages from then like any other: otherwise it would be "in use"
+// and younger than any age until the clock caught up.
+inline std::int64_t effective_recency(std::int64_t recency_ns, std::int64_t now_ns) {
+    return recency_ns > now_ns ? now_ns : recency_ns;
+}
+// Sets the mtime of `path` (not through a link) to now when `mtime` (its mtime as stat'ed) lies
+// after `now_ns`. Best effort (a read-only cache keeps it): returns whether it rewrote it.
+bool rewrite_future_mtime(const std::string &path, std::int64_t mtime, std::int64_t now_ns);
+
 // Whether an entry last used at `recency_ns` is in use at `now_ns` (see kInUseWindowNs).
 inline bool in_use(std::int64_t recency_ns, std::int64_t now_ns) {
-    return recency_ns > now_ns - kRecencyStepNs - kInUseWindowNs;
+    return effective_recency(recency_ns, now_ns) > now_ns - kRecencyStepNs - kInUseWindowNs;
 }
 
 enum class Retired { removed, in_use, vanished };

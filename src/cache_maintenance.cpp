@@ -213,6 +213,13 @@ void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared
 
 // Removes entries of `inv` by recency (see prune()); updates `inv` to what is left.
 void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t now_ns, PruneReport &report) {
+    // A record in the future counts as now, and ages from now on (cache_entry::effective_recency).
+    for (EntryInfo &e : inv.entries) {
+        if (e.last_used_ns > now_ns) {
+            cache_entry::rewrite_future_mtime(e.path, e.last_used_ns, now_ns);
+            e.last_used_ns = now_ns;
+        }
+    }
     std::sort(inv.entries.begin(), inv.entries.end(),
               [](const EntryInfo &a, const EntryInfo &b) { return a.last_used_ns < b.last_used_ns; });
     std::vector<EntryInfo> kept;
@@ -252,6 +259,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir);
 
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
+        cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
         if (t.mtime_ns < now_ns - cache_entry::kStaleTempNs) {
             cache_entry::remove_tree(t.path);
             ++report.removed_in_transit;
@@ -548,6 +556,9 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
         auto listing = list_dir(path, true);
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
+            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
+                cache_entry::rewrite_future_mtime(path + "/" + e.name, cache_entry::mtime_ns(e.st), now_ns);
+            }
             if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode) &&
                 cache_entry::mtime_ns(e.st) < now_ns - cache_entry::kStaleTempNs) {
                 cache_entry::remove_tree(path + "/" + e.name);
@@ -593,7 +604,8 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
                 state.published_since = 0;
             }
             state.published_since += entry_bytes;
-            measure_due = !have_usage || now - usage.measured_ns > kEvictionIntervalNs ||
+            // A record from the future (a clock ahead) is due too: it would never be 30 s old.
+            measure_due = !have_usage || usage.measured_ns > now || now - usage.measured_ns > kEvictionIntervalNs ||
                           usage.bytes + state.published_since > *max_bytes;
         }
     }

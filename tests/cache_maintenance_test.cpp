@@ -564,6 +564,83 @@ TEST(CacheMaintenance, EvictionStateStaysBoundedOverManyCacheFolders) {
     EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates);
 }
 
+// Recency records in the future (a clock that was ahead, a `cp -a` from such a machine) were
+// never evicted: always "in use", never older than any age. A future record counts as now, and
+// whatever sees it (a hit, a load, eviction, prune) rewrites it to now, so it ages from there.
+TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
+    constexpr std::int64_t kYear = 365 * 86400;
+    EXPECT_TRUE(entry::in_use(now_ns() + kYear * kSecond, now_ns()));
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 4);
+    for (int i = 0; i < 3; ++i) age(folder_of(cubins[i]), -kYear);
+    age(folder_of(cubins[3]), 3600);
+    // prune --max-size 0: the idle entry goes; the future ones may be in use by a process whose
+    // clock is ahead, so they stay, but from now on their records age.
+    maintenance::PruneOptions all;
+    all.max_bytes = 0;
+    auto r = maintenance::prune(c, all);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->removed_entries, 1u);
+    EXPECT_EQ(r->spared_in_use, 3u);
+    EXPECT_LE(mtime_of(folder_of(cubins[0])), now_ns()) << "prune left a recency record in the future";
+    EXPECT_LE(mtime_of(folder_of(cubins[1])), now_ns()) << "prune left a recency record in the future";
+    // --older-than: a future record is as old as now, so it stays the first time, and ages.
+    age(folder_of(cubins[0]), -kYear);
+    maintenance::PruneOptions by_age;
+    by_age.older_than_ns = kSecond;
+    r = maintenance::prune(c, by_age);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 0u);
+    EXPECT_LE(mtime_of(folder_of(cubins[0])), now_ns()) << "prune --older-than left a record in the future";
+    // An hour after that, both are idle and go (the hour is set, not waited for).
+    age(folder_of(cubins[0]), 3600);
+    age(folder_of(cubins[1]), 3600);
+    r = maintenance::prune(c, by_age);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 2u);
+    EXPECT_FALSE(exists(cubins[0]));
+    // A hit rewrites a future record as well (a load records its use through the same call).
+    ASSERT_TRUE(exists(cubins[2]));
+    ASSERT_TRUE(cache.compile(request_for(c, 2)).ok());
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a hit left its record in the future";
+    age(folder_of(cubins[2]), -kYear);
+    ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubins[2], "gemm").ok());
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a load left its record in the future";
+    // Eviction after a publish, under a 1-byte limit: the same.
+    age(folder_of(cubins[2]), -kYear);
+    Request next = request_for(c, 10);
+    next.max_cache_bytes = 1;
+    ASSERT_TRUE(cache.compile(next).ok());
+    EXPECT_TRUE(exists(cubins[2]));
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "eviction left a record in the future";
+    age(folder_of(cubins[2]), 3600);
+    next = request_for(c, 11);
+    next.max_cache_bytes = 1;
+    ASSERT_TRUE(cache.compile(next).ok());
+    EXPECT_FALSE(exists(cubins[2])) << "a 1-byte limit kept an entry idle for an hour";
+}
+
+// A usage record in the future stopped the re-measuring every 30 s: a process whose own
+// publishes stayed under the limit never measured, however large other processes made the cache.
+TEST(CacheMaintenance, AUsageRecordInTheFutureIsMeasuredAgain) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 4);
+    for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+    write_file(c + "/.kjit-usage", "kjit-usage 1\nbytes 0\nentries 0\n");
+    age(c + "/.kjit-usage", -86400);
+    const std::uint64_t one = entry_bytes(folder_of(cubins[0]));
+    const auto runs = maintenance::counters().eviction_runs.load();
+    maintenance::after_publish(c, 2 * one, 1);
+    EXPECT_EQ(maintenance::counters().eviction_runs.load(), runs + 1);
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, 2 * one);
+}
+
 TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     TempDir dir;
     Cache cache;

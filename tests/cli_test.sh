@@ -165,6 +165,13 @@ contains "hexadecimal" "$WORK/err"
 expect_rc 0 "$KJIT" cache prune --older-than 2h --cache-dir "$C" --json
 json_check 'd["removed_entries"] == 1 and d["kept_entries"] == 1'
 [ ! -e "$PLAIN" ] || fail "prune --older-than kept $PLAIN"
+# A recency record in the future (a clock that was ahead) counts as now, and prune sets it to
+# now so that it ages from there (it was never removed).
+KEPT=$(ls -d "$C"/??/*/ | head -n 1)
+touch -d 'next year' "$KEPT"
+expect_rc 0 "$KJIT" cache prune --older-than 1s --cache-dir "$C" --json
+json_check 'd["removed_entries"] == 0 and d["kept_entries"] == 1'
+[ "$(stat -c %Y "$KEPT")" -le "$(date +%s)" ] || fail "prune left the recency record of $KEPT in the future"
 expect_rc 0 "$KJIT" cache clear --cache-dir "$C"
 contains "removed 1 entries" "$WORK/out"
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
