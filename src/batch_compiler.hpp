@@ -10,6 +10,7 @@
 #include "status.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct Options {
     unsigned workers = 1;  // worker threads at most; fewer are started when there are fewer misses
     Pch pch = Pch::automatic;
     Progress progress;     // may be empty
+    // How often, at most, the batch records again the use of every entry it handed out while
+    // it runs (for other processes' eviction; docs/cache-layout.md). Tests set 0: at every report.
+    std::int64_t recency_refresh_ns = 60'000'000'000;
 };
 
 // The most workers a batch starts, whatever is asked.

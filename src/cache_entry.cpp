@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
@@ -30,6 +32,17 @@ struct FailedDevice {
 constexpr unsigned kFailedDevices = 4;
 FailedDevice failed_devices[kFailedDevices];
 std::atomic<unsigned> failed_device_next{0};
+
+// Keys pinned by running batches (pin()), with their counts.
+struct Pins {
+    std::mutex mutex;
+    std::unordered_map<std::string, unsigned> counts;
+    std::atomic<std::size_t> total{0};
+};
+Pins &pins() {
+    static Pins *const p = new Pins();  // leaked: usable during exit
+    return *p;
+}
 
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -140,6 +153,29 @@ void note_use_of_cubin(const std::string &cubin_path) {
     note_use(folder, st, realtime_ns());
 }
 
+void pin(const std::string &key) {
+    Pins &p = pins();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    ++p.counts[key];
+    p.total.fetch_add(1, std::memory_order_release);
+}
+
+void unpin(const std::string &key) {
+    Pins &p = pins();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto found = p.counts.find(key);
+    if (found == p.counts.end()) return;
+    if (--found->second == 0) p.counts.erase(found);
+    p.total.fetch_sub(1, std::memory_order_release);
+}
+
+bool pinned(const std::string &key) {
+    Pins &p = pins();
+    if (p.total.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard<std::mutex> lock(p.mutex);
+    return p.counts.count(key) != 0;
+}
+
 Result<Retired> retire(const std::string &entry, bool spare_in_use) {
     const std::size_t slash = entry.find_last_of('/');
     const std::string shard = slash == std::string::npos ? std::string(".") : entry.substr(0, slash);
@@ -152,15 +188,16 @@ Result<Retired> retire(const std::string &entry, bool spare_in_use) {
             if (errno == ENOENT) return Retired::vanished;
             return Error{Errc::io, "cannot stat cache entry '" + entry + "': " + errno_text(errno)};
         }
-        if (in_use(mtime_ns(st), realtime_ns())) return Retired::in_use;
+        if (in_use(mtime_ns(st), realtime_ns()) || pinned(key)) return Retired::in_use;
     }
     if (::rename(entry.c_str(), trash.c_str()) != 0) {
         if (errno == ENOENT) return Retired::vanished;
         return Error{Errc::io, "cannot move cache entry '" + entry + "' aside: " + errno_text(errno)};
     }
     // A reader that recorded its use before the rename shows in the trash's mtime (the rename
-    // itself keeps it): give the entry back. One that comes after finds no entry: a miss.
-    if (spare_in_use && ::lstat(trash.c_str(), &st) == 0 && in_use(mtime_ns(st), realtime_ns())) {
+    // itself keeps it), a batch of this process that pinned it meanwhile in the pins: give the
+    // entry back. One that comes after finds no entry: a miss.
+    if (spare_in_use && ::lstat(trash.c_str(), &st) == 0 && (in_use(mtime_ns(st), realtime_ns()) || pinned(key))) {
         if (::rename(trash.c_str(), entry.c_str()) == 0) return Retired::in_use;
         // A new entry was published meanwhile: it serves; this copy goes.
     }

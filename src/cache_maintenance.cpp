@@ -230,6 +230,13 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
             options.everything || (options.older_than_ns && e.last_used_ns < now_ns - *options.older_than_ns);
         const bool over = options.max_bytes && inv.entry_bytes > *options.max_bytes;
         if (!too_old && !over) break;  // sorted: every later entry is more recent
+        // A running batch of this process handed it out (its record may be old): not this one,
+        // but a more recent one may go.
+        if (options.spare_in_use && cache_entry::pinned(e.key)) {
+            ++report.spared_in_use;
+            kept.push_back(e);
+            continue;
+        }
         auto retired = cache_entry::retire(e.path, options.spare_in_use);
         if (!retired) {
             log().warn("{}", retired.error().message);

@@ -1,5 +1,6 @@
 // Cache maintenance: recency records, LRU pruning and eviction after publishes, the in-use
 // guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
+#include "batch_compiler.hpp"
 #include "cache.hpp"
 #include "cache_entry.hpp"
 #include "cache_maintenance.hpp"
@@ -293,6 +294,35 @@ TEST(CacheMaintenance, HitsAndLoadsRecordRecencyAtMostOncePerStep) {
     const auto hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
     ASSERT_TRUE(kjit::NameResolver::instance().resolve(cubin, "gemm").ok());
     EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), hits + 1);
+}
+
+// The documented promise: an entry used in the last two minutes is never evicted. A hit records
+// its use only when the record is over a minute old, and the in-use test allowed two minutes
+// from the record, so a hit on an entry recorded 59 s earlier was protected for 61 s only.
+TEST(CacheMaintenance, AUseIsProtectedForTheWholeDocumentedWindow) {
+    constexpr std::int64_t kDocumentedWindow = 120 * kSecond;  // "the last two minutes"
+    TempDir dir;
+    Cache cache;
+    const std::string cubin = compile_entries(cache, dir.file("c"), 1)[0];
+    const std::string folder = folder_of(cubin);
+    // A hit and a load on an entry whose record is 59 s old (neither writes a new one).
+    for (int use = 0; use < 2; ++use) {
+        age(folder, 59);
+        const std::int64_t used = now_ns();
+        if (use == 0) {
+            ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
+        } else {
+            ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubin, "gemm").ok());
+        }
+        const std::int64_t record = mtime_of(folder);
+        // Any process's eviction until two minutes after the use spares it.
+        for (std::int64_t later : {std::int64_t{0}, 61 * kSecond, 100 * kSecond, kDocumentedWindow - kSecond}) {
+            EXPECT_TRUE(entry::in_use(record, used + later))
+                << (use == 0 ? "hit" : "load") << ": evictable " << later / kSecond << " s after the use";
+        }
+        // And it does not stay in use for ever: three minutes after its record, it may go.
+        EXPECT_FALSE(entry::in_use(record, record + kDocumentedWindow + 61 * kSecond));
+    }
 }
 
 TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
@@ -851,4 +881,129 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
         EXPECT_TRUE(lines[0].content_hash.has_value());
     }
     EXPECT_TRUE(verify_ok(c, false).findings.empty());
+}
+
+namespace {
+
+// Batch items into cache `c` for sources `first`..`first + n - 1`, each under `limit`.
+std::vector<kjit::Result<Request>> batch_items(const std::string &c, int first, int n, std::uint64_t limit) {
+    std::vector<kjit::Result<Request>> items;
+    for (int i = first; i < first + n; ++i) {
+        Request r = request_for(c, i);
+        r.max_cache_bytes = limit;
+        items.emplace_back(std::move(r));
+    }
+    return items;
+}
+
+}  // namespace
+
+// Under a size limit, a batch running for more than about two minutes evicted items it had
+// already reported OK: its own later publishes measured the cache, found the early items idle
+// and evicted them, so the result said OK and the load failed with ENOENT. Time is not waited
+// for: each item's record is set an hour back as it is reported, as if the batch had run that
+// long since.
+TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();  // the one batches use
+    const std::string hit = *cache.compile(request_for(c, 200));
+    const std::uint64_t one = entry_bytes(folder_of(hit));
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
+        if (r) age(folder_of(*r), 3600);
+        return false;
+    };
+    // Room for one and a half entries; item 0 is a hit, the others compile and publish.
+    const auto results = kjit::batch_compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
+    const std::int64_t returned = now_ns();
+    ASSERT_EQ(results.size(), 4u);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        ASSERT_TRUE(results[i].ok()) << results[i].error().message;
+        EXPECT_TRUE(exists(*results[i])) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
+        auto loaded = kjit::KernelLoader::instance().prepare(*results[i], "gemm");
+        EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
+        // Other processes see it in use until two minutes after the batch returned.
+        EXPECT_TRUE(entry::in_use(mtime_of(folder_of(*results[i])), returned + 120 * kSecond - kSecond))
+            << "item " << i << ": its recency record lets another process evict it as soon as the batch returns";
+    }
+    // Once it has returned (and two more minutes went by: set, not waited for), the limit holds again.
+    for (const auto &r : results) age(folder_of(*r), 3600);
+    Request next = request_for(c, 210);
+    next.max_cache_bytes = one * 3 / 2;
+    ASSERT_TRUE(cache.compile(next).ok());
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, one * 3 / 2);
+}
+
+// While a batch runs, what it handed out must look in use to other processes' eviction, which
+// sees only the recency records: the batch records their use again while it runs (here at every
+// report; by default at most once a minute).
+TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();
+    ASSERT_TRUE(cache.compile(request_for(c, 220)).ok());
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    options.recency_refresh_ns = 0;
+    std::vector<std::string> reported;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
+        const std::int64_t now = now_ns();
+        for (const std::string &earlier : reported) {
+            EXPECT_TRUE(entry::in_use(mtime_of(folder_of(earlier)), now))
+                << earlier << " was handed out by this running batch, and another process may evict it";
+        }
+        if (r) {
+            reported.push_back(*r);
+            age(folder_of(*r), 3600);  // as if the batch had run an hour since
+        }
+        return false;
+    };
+    const auto results = kjit::batch_compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
+    ASSERT_EQ(reported.size(), 3u);
+    for (const auto &r : results) EXPECT_TRUE(r.ok());
+}
+
+// Eviction in the process of a running batch spares its entries whatever their records say
+// (a record may be old: written by another process, or not writable), and prune too; once the
+// batch has returned, they go like any other.
+TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecords) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();
+    const auto cubins = compile_entries(cache, c, 3);  // sources 0, 1, 2
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    std::size_t calls = 0;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &) {
+        if (++calls == 2) {
+            for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+            maintenance::PruneOptions all;
+            all.max_bytes = 0;
+            auto r = maintenance::prune(c, all);
+            EXPECT_TRUE(r.ok());
+            EXPECT_EQ(r->removed_entries, 1u) << "prune removed an entry the running batch handed out";
+            EXPECT_TRUE(exists(cubins[0]));
+            EXPECT_TRUE(exists(cubins[1]));
+            EXPECT_FALSE(exists(cubins[2]));
+        }
+        return false;
+    };
+    std::vector<kjit::Result<Request>> items;
+    items.emplace_back(request_for(c, 0));
+    items.emplace_back(request_for(c, 1));
+    const auto results = kjit::batch_compiler::compile(std::move(items), options);
+    EXPECT_EQ(calls, 2u);
+    for (const auto &cubin : {cubins[0], cubins[1]}) age(folder_of(cubin), 3600);
+    maintenance::PruneOptions all;
+    all.max_bytes = 0;
+    auto r = maintenance::prune(c, all);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 2u);
 }

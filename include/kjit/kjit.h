@@ -271,8 +271,10 @@ typedef struct kjit_compile_options {
         when over, the least recently used entries are evicted, whole, down to 90% of the
         limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
         minute per entry by hits and loads), so it holds on noatime mounts. An entry used in
-        the last two minutes is never evicted, so a fast sweep can briefly exceed the limit.
-        Hits never measure or evict. A malformed $KJIT_CACHE_MAX_SIZE is
+        the last two minutes (or handed out by a kjit_compile_batch() that returned less than
+        two minutes ago) is never evicted, so a fast sweep can briefly exceed the limit.
+        Hits never measure or evict. A publish that fails for a full disk or quota evicts and
+        tries once more. A malformed $KJIT_CACHE_MAX_SIZE is
         #KJIT_ERROR_INVALID_ARGUMENT. */
     uint64_t max_cache_size;
 } kjit_compile_options;
