@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
-#include <unordered_map>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <unordered_map>
 
 namespace kjit::cache_entry {
 
