@@ -1,12 +1,15 @@
 #include "batch_compiler.hpp"
 
+#include "cache_entry.hpp"
 #include "log.hpp"
+#include "posix_file.hpp"
 
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -17,6 +20,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace kjit::batch_compiler {
@@ -79,8 +83,10 @@ public:
     }
 
     // The next finished job, waiting for one; nothing once every job taken has been collected
-    // and no more will be taken.
-    std::optional<std::size_t> next_finished() {
+    // and no more will be taken. While it waits, calls `idle` (with no lock held) at least
+    // every `idle_every`.
+    template <typename Idle>
+    std::optional<std::size_t> next_finished(std::chrono::nanoseconds idle_every, Idle &&idle) {
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             if (!finished_.empty()) {
@@ -90,7 +96,11 @@ public:
                 return j;
             }
             if ((stopped_ || taken_ == jobs_.size()) && collected_ == taken_) return std::nullopt;
-            finished_cv_.wait(lock);
+            if (finished_cv_.wait_for(lock, idle_every) == std::cv_status::timeout) {
+                lock.unlock();
+                idle();
+                lock.lock();
+            }
         }
     }
 
@@ -128,6 +138,54 @@ private:
     bool stopped_ = false;
 };
 
+// Keeps what a batch hands out in use until it returns (docs/cache-layout.md, "Size limit and
+// eviction"): every entry it looks up is pinned in this process (eviction here never removes
+// it, whatever its record says), and the use of every entry it reported OK is recorded again
+// at most every `refresh_ns` while it runs (for other processes, which see only the records)
+// and once more just before it returns. Calling thread only.
+class HandedOut {
+public:
+    explicit HandedOut(std::int64_t refresh_ns) : refresh_ns_(refresh_ns), last_refresh_ns_(realtime_ns()) {}
+    HandedOut(const HandedOut &) = delete;
+    HandedOut &operator=(const HandedOut &) = delete;
+    ~HandedOut() {
+        for (const std::string &key : pinned_) cache_entry::unpin(key);
+    }
+
+    void pin(const std::string &key) {
+        pinned_.push_back(key);
+        try {
+            cache_entry::pin(key);
+        } catch (...) {
+            pinned_.pop_back();
+            throw;
+        }
+    }
+    void add(const std::string &cubin) {
+        if (cubins_.insert(cubin).second) order_.push_back(cubin);
+    }
+    // Records the uses again when `refresh_ns` has passed since the last time.
+    void refresh_when_due() {
+        if (realtime_ns() - last_refresh_ns_ >= refresh_ns_) refresh();
+    }
+    // Records the use of every entry handed out (a stat each; a utimensat for those whose
+    // record is over a minute old).
+    void refresh() {
+        for (const std::string &cubin : order_) cache_entry::note_use_of_cubin(cubin);
+        last_refresh_ns_ = realtime_ns();
+    }
+    std::chrono::nanoseconds refresh_every() const {
+        return std::chrono::nanoseconds(std::max<std::int64_t>(refresh_ns_, 10'000'000));
+    }
+
+private:
+    std::int64_t refresh_ns_;
+    std::int64_t last_refresh_ns_;
+    std::vector<std::string> pinned_;
+    std::unordered_set<std::string> cubins_;
+    std::vector<std::string> order_;
+};
+
 }  // namespace
 
 Result<unsigned> default_workers() {
@@ -157,8 +215,11 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     std::vector<std::optional<Result<std::string>>> results(total);
     std::size_t done = 0;
     bool cancelled = false;
+    HandedOut handed_out(options.recency_refresh_ns);
     // Records an item's result and reports it; on the calling thread only.
     auto finish = [&](std::size_t item, Result<std::string> result) {
+        if (result) handed_out.add(*result);
+        handed_out.refresh_when_due();
         results[item] = std::move(result);
         ++done;
         // After a cancel, items that were already compiling are still reported; what the
@@ -184,6 +245,8 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, std::move(prepared).error());
             continue;
         }
+        // From its lookup on, eviction in this process leaves the entry alone.
+        if (!job_of_entry.count(prepared->entry) && !hit_of_entry.count(prepared->entry)) handed_out.pin(prepared->key);
         if (auto job = job_of_entry.find(prepared->entry); job != job_of_entry.end()) {
             cache.count_merged(false, 1);
             jobs[job->second].items.push_back(i);
@@ -255,7 +318,7 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             }
         } else {
             bool all_started = first_wave == wanted;
-            while (auto j = pool.next_finished()) {
+            while (auto j = pool.next_finished(handed_out.refresh_every(), [&] { handed_out.refresh_when_due(); })) {
                 for (std::size_t item : jobs[*j].items) finish(item, *jobs[*j].result);
                 if (cancelled) {
                     pool.stop();
@@ -267,7 +330,10 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
         }
     }
 
-    // 4. Whatever did not start (after a cancel) has no result.
+    // 4. Every entry handed out stays in use for the in-use window after the batch returns.
+    handed_out.refresh();
+
+    // 5. Whatever did not start (after a cancel) has no result.
     std::vector<Result<std::string>> out;
     out.reserve(total);
     for (std::size_t i = 0; i < total; ++i) out.push_back(results[i] ? std::move(*results[i]) : cancelled_error());

@@ -10,6 +10,7 @@
 #include "status.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,10 +37,17 @@ struct Options {
     unsigned workers = 1;  // worker threads at most; fewer are started when there are fewer misses
     Pch pch = Pch::automatic;
     Progress progress;     // may be empty
+    // How often, at most, the batch records again the use of every entry it handed out while
+    // it runs (for other processes' eviction; docs/cache-layout.md). Tests set 0: at every report.
+    std::int64_t recency_refresh_ns = 60'000'000'000;
 };
 
 // The most workers a batch starts, whatever is asked.
 constexpr unsigned kMaxWorkers = 256;
+// The most requests a batch takes (2^24). A count above it is no array a caller can hold (or
+// would take hours to compile and gigabytes of results): the C ABI refuses it before reading
+// any request.
+constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 
 // The worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers; anything else
 // is invalid_argument naming the variable), else the CPUs this process may run on.

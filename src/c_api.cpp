@@ -327,6 +327,14 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
                         ("kjit_compile_batch: requests is NULL but count is " + std::to_string(count)).c_str());
         }
+        // SIZE_MAX made reserve() throw (KJIT_ERROR_INTERNAL "vector::reserve"), and a count
+        // past the caller's array would be read past its end.
+        if (count > kjit::batch_compiler::kMaxItems) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        ("kjit_compile_batch: count is " + std::to_string(count) + "; a batch takes at most " +
+                         std::to_string(kjit::batch_compiler::kMaxItems) + " requests (split it)")
+                            .c_str());
+        }
         kjit::batch_compiler::Options batch;
         unsigned workers = 0;
         int pch = KJIT_PCH_DEFAULT;

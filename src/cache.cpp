@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -108,7 +109,7 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
 }
 
 Error io_error(const std::string &what, const std::string &path, int err) {
-    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
+    return Error{Errc::io, what + " '" + path + "': " + errno_text(err), err};
 }
 
 // mkdir -p with `mode` for the folders it creates; an existing non-folder is an error.
@@ -563,13 +564,45 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         name.assign(*chosen);
     }
 
+    // Under a size limit, a full disk (or quota) is room to make: eviction runs only after a
+    // publish, so on a full disk it would never run. Evict least recently used entries and try
+    // once more; the second failure is the error.
+    Result<std::string> published =
+        publish(request, key, entry, *folder, compiled->cubin, name, seconds, deps, published_bytes);
+    if (published || !request.max_cache_bytes ||
+        (published.error().sys_errno != ENOSPC && published.error().sys_errno != EDQUOT)) {
+        return published;
+    }
+    const std::uint64_t needed = compiled->cubin.size() + request.source.size() + 32 * 1024;
+    const cache_maintenance::Freed freed =
+        cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
+    log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", key, published.error().message,
+               freed.entries, cache_maintenance::format_size(freed.bytes));
+    published = publish(request, key, entry, *folder, compiled->cubin, name, seconds, deps, published_bytes);
+    if (!published) {
+        Error e = std::move(published).error();
+        e.message += " (the disk was full: libkjit evicted " + std::to_string(freed.entries) + " least recently used " +
+                     "entries (" + cache_maintenance::format_size(freed.bytes) +
+                     ") under the cache's size limit and tried again)";
+        return e;
+    }
+    return published;
+}
+
+Result<std::string> Cache::publish(const Request &request, const std::string &key, const std::string &entry,
+                                   folder_trust::CacheFolder &folder, const std::string &cubin, const std::string &name,
+                                   double seconds, const std::vector<include_scanner::Dependency> &deps,
+                                   std::uint64_t *published_bytes) {
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    std::string why;
     // Folders are created only now: a failed compile leaves nothing behind.
     const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
-    if (auto made = make_dirs(shard, folder_trust::folder_mode(*folder)); !made) return std::move(made).error();
-    if (!folder->exists) {
+    if (auto made = make_dirs(shard, folder_trust::folder_mode(folder)); !made) return std::move(made).error();
+    if (!folder.exists) {
         // Created just now (by us, or by someone faster): check it as it is.
-        folder = folder_trust::check_cache_folder_now(request.cache_dir);
-        if (!folder) return std::move(folder).error();
+        auto now = folder_trust::check_cache_folder_now(request.cache_dir);
+        if (!now) return std::move(now).error();
+        folder = std::move(*now);
     }
     // A shard replaced by a link (by someone who can write the cache folder) would send this
     // entry elsewhere: never write through one, nor into one someone untrusted owns.
@@ -578,12 +611,12 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         return Error{Errc::io, "cache shard folder '" + shard +
                                    "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
     }
-    if (!folder_trust::trusted_owner(*folder, shard_st.st_uid)) {
-        return folder_trust::foreign_error(*folder, "cache shard folder", shard, shard_st);
+    if (!folder_trust::trusted_owner(folder, shard_st.st_uid)) {
+        return folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st);
     }
     // In a team cache, every member must be able to add entries to the shard: the umask
     // (022 by default) strips the group's write bit from the mkdir above.
-    if (folder_trust::shared(*folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
+    if (folder_trust::shared(folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
         ::chmod(shard.c_str(), 02770) != 0) {
         return io_error("cannot make the cache shard folder group-writable", shard, errno);
     }
@@ -598,14 +631,14 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     for (int attempt = 0;; ++attempt) {
         temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
                std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-        if (::mkdir(temp.c_str(), folder_trust::folder_mode(*folder)) == 0) break;
+        if (::mkdir(temp.c_str(), folder_trust::folder_mode(folder)) == 0) break;
         if (errno != EEXIST || attempt == 7) return io_error("cannot create cache temp folder", temp, errno);
     }
     auto fail = [&](Error e) -> Result<std::string> {
         remove_tree(temp);
         return e;
     };
-    const bool shared = folder_trust::shared(*folder);
+    const bool shared = folder_trust::shared(folder);
     // Team members rewrite each other's sidecars and record use in each other's entries.
     if (shared && ::chmod(temp.c_str(), 02770) != 0) {
         return fail(io_error("cannot make the cache entry group-writable", temp, errno));
@@ -614,7 +647,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
     // every fsync costs about a millisecond against a compile of tens.
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, compiled->cubin, true, true, shared); !st) {
+    if (auto st = write_new_file(temp_cubin, cubin, true, true, shared); !st) {
         return fail(std::move(st).error());
     }
     struct stat st {};
@@ -627,12 +660,12 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     line.name = name;
     // A filesystem that keeps whole seconds only gives size and mtime that cannot tell versions
     // apart: bind the line to the content (docs/sidecar-format.md).
-    if (line.mtime_nsec == 0) line.content_hash = hash64(compiled->cubin);
-    std::uint64_t bytes = compiled->cubin.size();
+    if (line.mtime_nsec == 0) line.content_hash = hash64(cubin);
+    std::uint64_t bytes = cubin.size();
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
-                                            manifest_text(request, key, name, compiled->cubin, seconds))}) {
+                                            manifest_text(request, key, name, cubin, seconds))}) {
         if (auto w = write_new_file(file.first, file.second, false, false, shared); !w) {
             return fail(std::move(w).error());
         }
@@ -647,14 +680,15 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     }
     if (auto s = fsync_dir(temp); !s) return fail(std::move(s).error());
 
-    *published_bytes = bytes;
+    // What the limit counts: disk space, as du does (the bytes written round up to blocks).
+    *published_bytes = std::max(bytes, cache_maintenance::disk_usage(temp));
     if (::rename(temp.c_str(), entry.c_str()) != 0) {
         const int err = errno;
         if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR) {
             return fail(io_error("cannot publish cache entry", entry, err));
         }
         // An entry is there already: another process won the race, or it is stale/damaged.
-        const Lookup there = look_up(request, entry, *folder, counters_, &why);
+        const Lookup there = look_up(request, entry, folder, counters_, &why);
         if (there == Lookup::foreign) return fail(Error{Errc::io, why});
         if (there == Lookup::hit) {
             *published_bytes = 0;

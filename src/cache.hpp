@@ -28,6 +28,10 @@
 #include <utility>
 #include <vector>
 
+namespace kjit::folder_trust {
+struct CacheFolder;
+}
+
 namespace kjit::cache {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
@@ -151,6 +155,13 @@ private:
     // process's entry serves).
     Result<std::string> compile_and_publish(const Request &request, const std::string &key,
                                             const std::string &entry, std::uint64_t *published_bytes);
+    // Writes the entry for `cubin` (compiled from `request`, its kernel `name`) in a temp
+    // folder and renames it into place; `folder` is the cache folder as checked (rechecked
+    // when this creates it). Errors: io, with the errno in Error::sys_errno.
+    Result<std::string> publish(const Request &request, const std::string &key, const std::string &entry,
+                                folder_trust::CacheFolder &folder, const std::string &cubin, const std::string &name,
+                                double seconds, const std::vector<include_scanner::Dependency> &deps,
+                                std::uint64_t *published_bytes);
 
     Counters counters_;
     std::mutex flights_mutex_;

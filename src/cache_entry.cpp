@@ -14,6 +14,8 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <unordered_map>
 
 namespace kjit::cache_entry {
 
@@ -30,6 +32,17 @@ struct FailedDevice {
 constexpr unsigned kFailedDevices = 4;
 FailedDevice failed_devices[kFailedDevices];
 std::atomic<unsigned> failed_device_next{0};
+
+// Keys pinned by running batches (pin()), with their counts.
+struct Pins {
+    std::mutex mutex;
+    std::unordered_map<std::string, unsigned> counts;
+    std::atomic<std::size_t> total{0};
+};
+Pins &pins() {
+    static Pins *const p = new Pins();  // leaked: usable during exit
+    return *p;
+}
 
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -75,7 +88,8 @@ std::optional<std::string> unescape_line(std::string_view v) {
 }
 
 Error io_error(const char *what, const std::string &path) {
-    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(errno)};
+    const int err = errno;
+    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(err), err};
 }
 
 }  // namespace
@@ -102,7 +116,8 @@ std::string_view entry_of_cubin(std::string_view cubin_path) {
 }
 
 void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns) {
-    if (mtime_ns(folder_st) > now_ns - kRecencyStepNs) return;
+    const std::int64_t recorded = mtime_ns(folder_st);
+    if (recorded > now_ns - kRecencyStepNs && recorded <= now_ns) return;
     const auto dev = static_cast<std::uint64_t>(folder_st.st_dev);
     for (const FailedDevice &f : failed_devices) {
         if (f.dev.load(std::memory_order_relaxed) == dev && f.until_ns.load(std::memory_order_relaxed) > now_ns) return;
@@ -118,6 +133,17 @@ void note_use(const std::string &entry, const struct stat &folder_st, std::int64
     }
 }
 
+bool rewrite_future_mtime(const std::string &path, std::int64_t mtime, std::int64_t now_ns) {
+    if (mtime <= now_ns) return false;
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    if (::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
+        log().debug("could not set the future mtime of '{}' to now: {}", path, errno_text(errno));
+        return false;
+    }
+    log().debug("'{}' had an mtime {} s in the future: set to now", path, (mtime - now_ns) / 1'000'000'000);
+    return true;
+}
+
 void note_use_of_cubin(const std::string &cubin_path) {
     const std::string_view entry = entry_of_cubin(cubin_path);
     if (entry.empty()) return;
@@ -125,6 +151,29 @@ void note_use_of_cubin(const std::string &cubin_path) {
     struct stat st {};
     if (::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
     note_use(folder, st, realtime_ns());
+}
+
+void pin(const std::string &key) {
+    Pins &p = pins();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    ++p.counts[key];
+    p.total.fetch_add(1, std::memory_order_release);
+}
+
+void unpin(const std::string &key) {
+    Pins &p = pins();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto found = p.counts.find(key);
+    if (found == p.counts.end()) return;
+    if (--found->second == 0) p.counts.erase(found);
+    p.total.fetch_sub(1, std::memory_order_release);
+}
+
+bool pinned(const std::string &key) {
+    Pins &p = pins();
+    if (p.total.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard<std::mutex> lock(p.mutex);
+    return p.counts.count(key) != 0;
 }
 
 Result<Retired> retire(const std::string &entry, bool spare_in_use) {
@@ -139,15 +188,16 @@ Result<Retired> retire(const std::string &entry, bool spare_in_use) {
             if (errno == ENOENT) return Retired::vanished;
             return Error{Errc::io, "cannot stat cache entry '" + entry + "': " + errno_text(errno)};
         }
-        if (in_use(mtime_ns(st), realtime_ns())) return Retired::in_use;
+        if (in_use(mtime_ns(st), realtime_ns()) || pinned(key)) return Retired::in_use;
     }
     if (::rename(entry.c_str(), trash.c_str()) != 0) {
         if (errno == ENOENT) return Retired::vanished;
         return Error{Errc::io, "cannot move cache entry '" + entry + "' aside: " + errno_text(errno)};
     }
     // A reader that recorded its use before the rename shows in the trash's mtime (the rename
-    // itself keeps it): give the entry back. One that comes after finds no entry: a miss.
-    if (spare_in_use && ::lstat(trash.c_str(), &st) == 0 && in_use(mtime_ns(st), realtime_ns())) {
+    // itself keeps it), a batch of this process that pinned it meanwhile in the pins: give the
+    // entry back. One that comes after finds no entry: a miss.
+    if (spare_in_use && ::lstat(trash.c_str(), &st) == 0 && (in_use(mtime_ns(st), realtime_ns()) || pinned(key))) {
         if (::rename(trash.c_str(), entry.c_str()) == 0) return Retired::in_use;
         // A new entry was published meanwhile: it serves; this copy goes.
     }

@@ -35,9 +35,13 @@ constexpr std::string_view kTrashPrefix = ".trash-";
 // when it is older than this, so steady-state hits write nothing. Recorded by libkjit itself,
 // so it holds on `noatime` and `relatime` mounts.
 constexpr std::int64_t kRecencyStepNs = 60'000'000'000;
-// An entry whose recency is within this (plus kRecencyStepNs) of now is in use: eviction never
-// removes it. A load, from the use it records to its last file read, is far shorter.
-constexpr std::int64_t kInUseWindowNs = 60'000'000'000;
+// The promise (docs/cache-layout.md): an entry used less than this long ago is never evicted.
+// A use leaves a record at most kRecencyStepNs old, so an entry is in use while its record is
+// younger than this plus kRecencyStepNs (three minutes; before, two, which protected a hit on
+// an entry recorded 59 s earlier for 61 s only). A load, from the use it records to its last
+// file read, is far shorter; a batch keeps what it handed out in use until it returns (pin,
+// and batch_compiler records their use again while it runs and before it returns).
+constexpr std::int64_t kInUseWindowNs = 120'000'000'000;
 // A temp folder or temp file older than this was left by a killed writer: publishing one takes
 // milliseconds (the compile happens before its folder exists).
 constexpr std::int64_t kStaleTempNs = 600'000'000'000;
@@ -57,7 +61,7 @@ inline std::int64_t mtime_ns(const struct stat &st) {
 }
 
 // Records a use of the entry at `entry`, whose folder `folder_st` describes (from a stat the
-// caller already made): sets its mtime to now when older than kRecencyStepNs. Best effort: on a
+// caller already made): sets its mtime to now when older than kRecencyStepNs, or in the future. Best effort: on a
 // filesystem where that fails (read-only, not the owner), attempts on the same device pause for
 // kRecencyStepNs, so hits on an old read-only cache do not pay a failing call each. Thread safe.
 void note_use(const std::string &entry, const struct stat &folder_st, std::int64_t now_ns);
@@ -65,17 +69,38 @@ void note_use(const std::string &entry, const struct stat &folder_st, std::int64
 // use. Costs one stat for a cubin in a cache, nothing for another path.
 void note_use_of_cubin(const std::string &cubin_path);
 
+// A recency record (or temp folder mtime) in the future, from a clock that was ahead or a copy
+// made on such a machine (`cp -a`), counts as now: it may be a use by a process whose clock is
+// ahead. Whoever sees one (a hit, a load, eviction, prune, a sweep) rewrites it to now with
+// rewrite_future_mtime, so that it ages from then like any other: otherwise it would be "in use"
+// and younger than any age until the clock caught up.
+inline std::int64_t effective_recency(std::int64_t recency_ns, std::int64_t now_ns) {
+    return recency_ns > now_ns ? now_ns : recency_ns;
+}
+// Sets the mtime of `path` (not through a link) to now when `mtime` (its mtime as stat'ed) lies
+// after `now_ns`. Best effort (a read-only cache keeps it): returns whether it rewrote it.
+bool rewrite_future_mtime(const std::string &path, std::int64_t mtime, std::int64_t now_ns);
+
 // Whether an entry last used at `recency_ns` is in use at `now_ns` (see kInUseWindowNs).
 inline bool in_use(std::int64_t recency_ns, std::int64_t now_ns) {
-    return recency_ns > now_ns - kRecencyStepNs - kInUseWindowNs;
+    return effective_recency(recency_ns, now_ns) > now_ns - kRecencyStepNs - kInUseWindowNs;
 }
+
+// Entries pinned by running batches of this process (batch_compiler), by key: eviction and
+// prune in this process never remove a pinned entry, whatever its recency record says (it may
+// be old: not writable, or the batch outlived it). By key alone, so an entry of the same key
+// in another cache folder is spared too while the batch runs: a harmless delay. Pins nest
+// (counted). Thread safe; pinned() costs an atomic load when nothing is pinned.
+void pin(const std::string &key);
+void unpin(const std::string &key);
+bool pinned(const std::string &key);
 
 enum class Retired { removed, in_use, vanished };
 
 // Removes the entry at `entry` whole: renames it to a trash name in its shard, in one step, so
 // readers see the complete entry or none; then deletes the trash. With `spare_in_use`, an entry
-// found in use (after the rename too, which closes the race with a reader recording its use) is
-// renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
+// found in use or pinned (after the rename too, which closes the race with a reader recording
+// its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
 Result<Retired> retire(const std::string &entry, bool spare_in_use);
 
 // Deletes a folder tree; failures are logged, not returned.

@@ -19,10 +19,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 
@@ -90,14 +90,18 @@ Result<std::vector<DirEntry>> list_dir(const std::string &path, bool missing_ok)
     return out;
 }
 
-// Sum of the sizes of the regular files in a folder tree (entries are flat; transit folders
-// may hold an old entry in a subfolder).
+// What the disk holds for one file or folder, as du counts it (st_blocks is in 512-byte units
+// whatever the file system's block size).
+std::uint64_t disk_bytes(const struct stat &st) { return static_cast<std::uint64_t>(st.st_blocks) * 512; }
+
+// The disk space of what a folder tree holds, not counting the folder itself (entries are flat;
+// transit folders may hold an old entry in a subfolder).
 std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
     auto listing = list_dir(path, true);
     if (!listing) return 0;
     std::uint64_t n = 0;
     for (const DirEntry &e : *listing) {
-        if (S_ISREG(e.st.st_mode)) n += static_cast<std::uint64_t>(e.st.st_size);
+        n += disk_bytes(e.st);
         if (S_ISDIR(e.st.st_mode) && depth < 2) n += tree_bytes(path + "/" + e.name, depth + 1);
     }
     return n;
@@ -209,6 +213,13 @@ void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared
 
 // Removes entries of `inv` by recency (see prune()); updates `inv` to what is left.
 void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t now_ns, PruneReport &report) {
+    // A record in the future counts as now, and ages from now on (cache_entry::effective_recency).
+    for (EntryInfo &e : inv.entries) {
+        if (e.last_used_ns > now_ns) {
+            cache_entry::rewrite_future_mtime(e.path, e.last_used_ns, now_ns);
+            e.last_used_ns = now_ns;
+        }
+    }
     std::sort(inv.entries.begin(), inv.entries.end(),
               [](const EntryInfo &a, const EntryInfo &b) { return a.last_used_ns < b.last_used_ns; });
     std::vector<EntryInfo> kept;
@@ -219,6 +230,13 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
             options.everything || (options.older_than_ns && e.last_used_ns < now_ns - *options.older_than_ns);
         const bool over = options.max_bytes && inv.entry_bytes > *options.max_bytes;
         if (!too_old && !over) break;  // sorted: every later entry is more recent
+        // A running batch of this process handed it out (its record may be old): not this one,
+        // but a more recent one may go.
+        if (options.spare_in_use && cache_entry::pinned(e.key)) {
+            ++report.spared_in_use;
+            kept.push_back(e);
+            continue;
+        }
         auto retired = cache_entry::retire(e.path, options.spare_in_use);
         if (!retired) {
             log().warn("{}", retired.error().message);
@@ -248,6 +266,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir);
 
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
+        cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
         if (t.mtime_ns < now_ns - cache_entry::kStaleTempNs) {
             cache_entry::remove_tree(t.path);
             ++report.removed_in_transit;
@@ -277,58 +296,105 @@ struct EvictionState {
     std::int64_t last_measured_ns = 0;    // the usage record this process last saw
     std::uint64_t published_since = 0;    // bytes this process published since then
 };
+
+// The states of the kMaxEvictionStates cache folders published to last (a long-lived process
+// may publish into any number of folders over its life).
+class EvictionStates {
+public:
+    // The state of `cache_dir`, made the most recent; a new one (all zero) may push the least
+    // recent out.
+    EvictionState &of(const std::string &cache_dir) {
+        if (auto found = index_.find(cache_dir); found != index_.end()) {
+            order_.splice(order_.begin(), order_, found->second);
+            return found->second->second;
+        }
+        order_.emplace_front(cache_dir, EvictionState{});
+        index_.emplace(cache_dir, order_.begin());
+        if (order_.size() > kMaxEvictionStates) {
+            index_.erase(order_.back().first);
+            order_.pop_back();
+        }
+        return order_.front().second;
+    }
+    std::size_t size() const { return order_.size(); }
+
+private:
+    std::list<std::pair<std::string, EvictionState>> order_;  // most recent first
+    std::unordered_map<std::string, std::list<std::pair<std::string, EvictionState>>::iterator> index_;
+};
 std::mutex eviction_mutex;
-std::unordered_map<std::string, EvictionState> eviction_states;
+EvictionStates eviction_states;
 
 }  // namespace
 
 Result<std::uint64_t> parse_size(std::string_view text) {
     const std::string s(text);
-    auto bad = [&] {
-        return Error{Errc::invalid_argument, "size '" + s +
-                                                 "' is not a size: use bytes or a number with K, M, G or T (powers of "
-                                                 "1024), e.g. 5G or 512M"};
+    auto bad = [&](const std::string &why) {
+        return Error{Errc::invalid_argument, "size '" + s + "' is not a size (" + why +
+                                                 "): use a decimal number of bytes, or one followed by K, M, G or T "
+                                                 "(powers of 1024, optionally followed by B or iB), e.g. 5G, 512M or "
+                                                 "1.5G"};
     };
-    if (s.empty()) return bad();
-    char *end = nullptr;
-    errno = 0;
-    const double value = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() || errno != 0 || !(value >= 0) || s[0] == '-' || s[0] == '+' || s[0] == ' ') return bad();
-    std::string unit(end);
+    auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (s.empty()) return bad("it is empty");
+    if (s[0] == '-') return bad("it is negative");
+    std::size_t i = 0;
+    std::uint64_t whole = 0;
+    bool overflow = false;
+    for (; i < s.size() && is_digit(s[i]); ++i) {
+        overflow = overflow || __builtin_mul_overflow(whole, 10u, &whole) ||
+                   __builtin_add_overflow(whole, static_cast<std::uint64_t>(s[i] - '0'), &whole);
+    }
+    if (i == 0) return bad("it does not start with a digit");
+    if (i < s.size() && (s[i] == 'x' || s[i] == 'X')) return bad("hexadecimal is not accepted");
+    // Up to 18 decimals count (the rest cannot change a size below 2^64 by a whole byte).
+    std::uint64_t fraction = 0;
+    std::uint64_t denominator = 1;
+    if (i < s.size() && s[i] == '.') {
+        const std::size_t first = ++i;
+        for (; i < s.size() && is_digit(s[i]); ++i) {
+            if (i - first < 18) {
+                fraction = fraction * 10 + static_cast<std::uint64_t>(s[i] - '0');
+                denominator *= 10;
+            }
+        }
+        if (i == first) return bad("no digit after the decimal point");
+    }
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E') && i + 1 < s.size() &&
+        (is_digit(s[i + 1]) || s[i + 1] == '+' || s[i + 1] == '-')) {
+        return bad("an exponent is not accepted");
+    }
+    const std::string given_unit = s.substr(i);
+    std::string unit = given_unit;
     for (char &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "IB") == 0) {
-        unit.resize(unit.size() - 2);
-        if (unit.empty()) return bad();  // "iB" alone
-    } else if (!unit.empty() && unit.back() == 'B') {
-        unit.pop_back();
+    std::uint64_t scale = 1;
+    if (!unit.empty() && std::string_view("KMGT").find(unit[0]) != std::string_view::npos) {
+        scale = std::uint64_t{1} << (10 * (std::string_view("KMGT").find(unit[0]) + 1));
+        unit.erase(0, 1);
+        if (unit == "IB") unit = "B";
     }
-    double scale = 1;
-    if (unit == "K") {
-        scale = 1024.0;
-    } else if (unit == "M") {
-        scale = 1024.0 * 1024;
-    } else if (unit == "G") {
-        scale = 1024.0 * 1024 * 1024;
-    } else if (unit == "T") {
-        scale = 1024.0 * 1024 * 1024 * 1024;
-    } else if (!unit.empty()) {
-        return bad();
+    if (!unit.empty() && unit != "B") return bad("unknown unit '" + given_unit + "'");
+    std::uint64_t bytes = 0;
+    __extension__ typedef unsigned __int128 Wide;  // fraction (< 10^18) times scale (<= 2^40)
+    const Wide part = static_cast<Wide>(fraction) * scale / denominator;
+    if (overflow || __builtin_mul_overflow(whole, scale, &bytes) ||
+        __builtin_add_overflow(bytes, static_cast<std::uint64_t>(part), &bytes)) {
+        return bad("it is too large: at most 18446744073709551615 bytes, just under 16 EiB");
     }
-    const double bytes = std::floor(value * scale);
-    if (!(bytes < 18446744073709551615.0)) return bad();
-    return static_cast<std::uint64_t>(bytes);
+    return bytes;
 }
 
 Result<std::int64_t> parse_age(std::string_view text) {
     const std::string s(text);
-    auto bad = [&] {
+    constexpr std::int64_t kMaxSeconds = std::numeric_limits<std::int64_t>::max() / 1'000'000'000;
+    auto bad = [&](const std::string &why) {
         return Error{Errc::invalid_argument,
-                     "age '" + s + "' is not an age: use a whole number with s, m, h, d or w, e.g. 30d or 12h"};
+                     "age '" + s + "' is not an age (" + why + "): use a whole number with s, m, h, d or w, e.g. 30d or 12h"};
     };
     std::size_t digits = 0;
     while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
-    if (digits == 0 || digits > 9 || digits + 1 != s.size()) return bad();
-    const std::int64_t n = std::stoll(s.substr(0, digits));
+    if (digits == 0) return bad("it does not start with a digit");
+    if (digits + 1 != s.size()) return bad(digits == s.size() ? "it has no unit" : "its unit is not one letter");
     std::int64_t unit_s = 0;
     switch (s.back()) {
         case 's': unit_s = 1; break;
@@ -336,7 +402,18 @@ Result<std::int64_t> parse_age(std::string_view text) {
         case 'h': unit_s = 3600; break;
         case 'd': unit_s = 86400; break;
         case 'w': unit_s = 7 * 86400; break;
-        default: return bad();
+        default: return bad("unknown unit '" + s.substr(digits) + "'");
+    }
+    // Nanoseconds in an int64: under 292 years. 20000w wrapped around to a negative age, which
+    // made `prune --older-than` remove every entry.
+    std::int64_t n = 0;
+    bool overflow = false;
+    for (std::size_t i = 0; i < digits; ++i) {
+        overflow = overflow || __builtin_mul_overflow(n, 10, &n) || __builtin_add_overflow(n, s[i] - '0', &n);
+    }
+    if (overflow || n > kMaxSeconds / unit_s) {
+        return bad("it is too large: at most " + std::to_string(kMaxSeconds / unit_s) + s.substr(digits) +
+                   ", about 292 years");
     }
     return n * unit_s * 1'000'000'000;
 }
@@ -345,7 +422,11 @@ Result<std::optional<std::uint64_t>> max_size_from_env() {
     const char *v = std::getenv("KJIT_CACHE_MAX_SIZE");
     if (!v || !*v) return std::optional<std::uint64_t>{};
     auto size = parse_size(v);
-    if (!size) return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message};
+    if (!size) {
+        return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message + "; 0 means no limit"};
+    }
+    // As in ccache: 0 is no limit (a limit of 0 bytes would evict every idle entry at each publish).
+    if (*size == 0) return std::optional<std::uint64_t>{};
     return std::optional<std::uint64_t>(*size);
 }
 
@@ -389,7 +470,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
         for (const DirEntry &e : *listing) {
             const std::string path = shard_path + "/" + e.name;
             if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
-                inv.in_transit.push_back({path, tree_bytes(path), cache_entry::mtime_ns(e.st)});
+                inv.in_transit.push_back({path, disk_bytes(e.st) + tree_bytes(path), cache_entry::mtime_ns(e.st)});
                 continue;
             }
             if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
@@ -399,7 +480,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
             EntryInfo info;
             info.key = e.name;
             info.path = path;
-            info.bytes = tree_bytes(path);
+            info.bytes = disk_bytes(e.st) + tree_bytes(path);
             info.last_used_ns = cache_entry::mtime_ns(e.st);
             inv.entry_bytes += info.bytes;
             inv.entries.push_back(std::move(info));
@@ -409,6 +490,12 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
 }
 
 }  // namespace
+
+std::uint64_t disk_usage(const std::string &folder) {
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0) return 0;
+    return disk_bytes(st) + (S_ISDIR(st.st_mode) ? tree_bytes(folder) : 0);
+}
 
 Result<Summary> summarize(const std::string &cache_dir) {
     auto inv = take_inventory(cache_dir);
@@ -442,6 +529,11 @@ Result<Summary> summarize(const std::string &cache_dir) {
     return s;
 }
 
+std::size_t eviction_state_count() {
+    std::lock_guard<std::mutex> lock(eviction_mutex);
+    return eviction_states.size();
+}
+
 Result<PruneReport> prune(const std::string &cache_dir, const PruneOptions &options) {
     return remove_entries(cache_dir, options);
 }
@@ -471,6 +563,9 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
         auto listing = list_dir(path, true);
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
+            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
+                cache_entry::rewrite_future_mtime(path + "/" + e.name, cache_entry::mtime_ns(e.st), now_ns);
+            }
             if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode) &&
                 cache_entry::mtime_ns(e.st) < now_ns - cache_entry::kStaleTempNs) {
                 cache_entry::remove_tree(path + "/" + e.name);
@@ -504,7 +599,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
     }
     {
         std::lock_guard<std::mutex> lock(eviction_mutex);
-        EvictionState &state = eviction_states[cache_dir];
+        EvictionState &state = eviction_states.of(cache_dir);
         if (now - state.last_sweep_ns > kSweepIntervalNs) {
             state.last_sweep_ns = now;
             sweep_due = true;
@@ -516,7 +611,8 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
                 state.published_since = 0;
             }
             state.published_since += entry_bytes;
-            measure_due = !have_usage || now - usage.measured_ns > kEvictionIntervalNs ||
+            // A record from the future (a clock ahead) is due too: it would never be 30 s old.
+            measure_due = !have_usage || usage.measured_ns > now || now - usage.measured_ns > kEvictionIntervalNs ||
                           usage.bytes + state.published_since > *max_bytes;
         }
     }
@@ -551,6 +647,42 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
                    report.spared_in_use, format_size(inv->entry_bytes));
     }
     write_usage(cache_dir, *inv, folder_trust::shared(root->folder));
+}
+
+Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint64_t needed_bytes) {
+    Freed freed;
+    auto root = open_root(given_dir);
+    if (!root) {
+        log().warn("no eviction to make room: {}", root.error().message);
+        return freed;
+    }
+    auto lock = CacheLock::acquire(*root, false);
+    if (!lock) {
+        log().warn("no eviction to make room: {}", lock.error().message);
+        return freed;
+    }
+    if (!*lock) return freed;  // another process is evicting or pruning: it may free room too
+    auto inv = inventory_of(root->path);
+    if (!inv) {
+        log().warn("no eviction to make room: {}", inv.error().message);
+        return freed;
+    }
+    counters().eviction_runs.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t size = inv->entry_bytes;
+    PruneOptions options;
+    options.max_bytes = std::min(static_cast<std::uint64_t>(static_cast<double>(std::min(max_bytes, size)) * kEvictionLowWater),
+                                 size > needed_bytes ? size - needed_bytes : 0);
+    PruneReport report;
+    remove_by_recency(*inv, options, realtime_ns(), report);
+    counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
+    counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
+    log().info("no room to publish in '{}' (full disk or quota): evicted {} entries ({}), {} in use kept; {} left",
+               root->path, report.removed_entries, format_size(report.removed_bytes), report.spared_in_use,
+               format_size(inv->entry_bytes));
+    write_usage(root->path, *inv, folder_trust::shared(root->folder));
+    freed.entries = report.removed_entries;
+    freed.bytes = report.removed_bytes;
+    return freed;
 }
 
 const char *to_string(Damage damage) {

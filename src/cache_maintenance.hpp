@@ -30,20 +30,26 @@ constexpr double kEvictionLowWater = 0.9;
 // process published since the last measurement may have crossed the limit.
 constexpr std::int64_t kEvictionIntervalNs = 30'000'000'000;
 
-// "5G", "512M", "1.5G", "2GiB", "100k", "12345" (bytes): K, M, G, T are powers of 1024; a
-// trailing "B" or "iB" is allowed. Errors: invalid_argument saying what is accepted.
+// "5G", "512M", "1.5G", "2GiB", "100k", "12345" (bytes): a decimal number (digits, optionally a
+// point and more digits), then optionally K, M, G or T (powers of 1024, either case), then
+// optionally "B" or "iB". Nothing else: no sign, hexadecimal, exponent or space. Errors:
+// invalid_argument saying what is wrong and what is accepted (also for more than 2^64 - 1).
 Result<std::uint64_t> parse_size(std::string_view text);
-// "30d", "12h", "45m", "90s", "2w" as nanoseconds. Errors: invalid_argument.
+// "30d", "12h", "45m", "90s", "2w" as nanoseconds: a whole number and one unit letter. Errors:
+// invalid_argument, also for an age that does not fit in int64 nanoseconds (about 292 years).
 Result<std::int64_t> parse_age(std::string_view text);
-// $KJIT_CACHE_MAX_SIZE: nullopt when unset or empty. Errors: invalid_argument naming it.
+// $KJIT_CACHE_MAX_SIZE: nullopt when unset, empty or 0 (no limit, as in ccache). Errors:
+// invalid_argument naming it.
 Result<std::optional<std::uint64_t>> max_size_from_env();
 // "1.5 GiB", for people.
 std::string format_size(std::uint64_t bytes);
 
+// Sizes here are disk space as du counts it: st_blocks * 512 of each folder and file (a 4 KB
+// entry of five small files takes 24 KiB with 4 KiB blocks), so a limit bounds the disk.
 struct EntryInfo {
     std::string key;
     std::string path;          // the entry folder
-    std::uint64_t bytes = 0;   // sum of its files' sizes (st_size)
+    std::uint64_t bytes = 0;   // disk space of the folder and its files
     std::int64_t last_used_ns = 0;  // the folder's mtime: its recency record
 };
 
@@ -59,6 +65,10 @@ struct Inventory {
     std::uint64_t entry_bytes = 0;
     std::size_t foreign = 0;  // names in the folder not of the cache's shape (left alone)
 };
+
+// The disk space of a folder and everything in it (two levels down), as du counts it; 0 when
+// it is gone.
+std::uint64_t disk_usage(const std::string &folder);
 
 // Every entry and folder in transit under `cache_dir`, by walking its shards (no file is read).
 // A missing cache folder is an empty inventory. Errors: io when the folder cannot be read.
@@ -116,6 +126,27 @@ constexpr std::int64_t kSweepIntervalNs = 600'000'000'000;
 // and evicts least recently used entries down to kEvictionLowWater of the limit. Skips the work
 // when another process holds the cache lock. Never fails the publish: problems are logged.
 void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
+
+struct Freed {
+    std::size_t entries = 0;
+    std::uint64_t bytes = 0;
+};
+
+// Called by the cache when a publish under a limit of `max_bytes` failed for lack of space
+// (ENOSPC, EDQUOT), before it tries once more (eviction after publishes never runs on a full
+// disk: the publish fails first). Measures the cache now and evicts least recently used
+// entries not in use down to kEvictionLowWater of the limit or of the cache's size, whichever
+// is smaller, and at least `needed_bytes` below its size: the disk is full, so room is made
+// even in a cache within its limit. Does nothing when another process holds the cache lock (it
+// is evicting or pruning). Never fails: problems are logged.
+Freed make_room(const std::string &cache_dir, std::uint64_t max_bytes, std::uint64_t needed_bytes);
+
+// after_publish keeps its throttle state (last sweep, last measurement seen, bytes published
+// since) for at most this many cache folders per process, the least recently published-to
+// forgotten first: forgetting costs one early sweep or measurement. For tests: how many it
+// holds now.
+constexpr std::size_t kMaxEvictionStates = 64;
+std::size_t eviction_state_count();
 
 enum class Damage {
     misplaced,         // an entry folder in the wrong shard, or not a folder

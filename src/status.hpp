@@ -29,6 +29,9 @@ enum class Errc {
 struct Error {
     Errc code;
     std::string message;
+    // The errno of the system call that failed, where one did and the caller may act on it
+    // (ENOSPC, EDQUOT: the cache makes room under a size limit); 0 otherwise.
+    int sys_errno = 0;
 };
 
 // A value or an Error. Small stand-in for C++23's std::expected.

@@ -787,6 +787,23 @@ TEST(CompileBatch, RefusedCallsAndOlderStructs) {
     EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
 }
 
+// count = SIZE_MAX failed with KJIT_ERROR_INTERNAL ("vector::reserve"), and other counts no
+// request array can hold with an out-of-memory error, or worse. More than a batch takes (2^24
+// requests) is an invalid argument, refused before any request is read.
+TEST(CompileBatch, HugeCountsAreInvalidArguments) {
+    const kjit_compile_request *one[1] = {nullptr};
+    for (const std::size_t count : {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / sizeof(void *) + 1, std::size_t{1} << 40,
+                                    std::size_t{1} << 32, (std::size_t{1} << 24) + 1}) {
+        ResultGuard result;
+        ASSERT_EQ(kjit_compile_batch(one, count, nullptr, &result.r), KJIT_ERROR_INVALID_ARGUMENT)
+            << count << ": " << kjit_last_error();
+        EXPECT_EQ(result.r, nullptr);
+        const std::string error = kjit_last_error();
+        EXPECT_NE(error.find("count is " + std::to_string(count)), std::string::npos) << error;
+        EXPECT_NE(error.find("at most 16777216"), std::string::npos) << error;
+    }
+}
+
 TEST(CompileBatch, BadRequestStructSizeFailsOnlyThatItem) {
     TempDir dir;
     const std::string cache = dir.file("cache");

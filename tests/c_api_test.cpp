@@ -4,6 +4,7 @@
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -501,4 +502,29 @@ TEST(CApiStats, SizeLimitOptionAndEnvironment) {
     EXPECT_EQ(snapshot().evicted_entries - before.evicted_entries, 0u);
     struct stat st {};
     EXPECT_EQ(::stat((cache + "/.kjit-usage").c_str(), &st), 0);
+}
+
+// KJIT_CACHE_MAX_SIZE=0 is no limit (as ccache's users expect), not a limit of 0 bytes that
+// evicted every idle entry at each publish.
+TEST(CApiStats, SizeLimitZeroInTheEnvironmentMeansNoLimit) {
+    TempDir dir;
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = dir.file("cache");
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    char first[4096];
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, first, sizeof first, nullptr), KJIT_OK) << kjit_last_error();
+    const std::string entry = std::string(first).substr(0, std::string(first).rfind('/'));
+    const struct timespec hour_ago[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), hour_ago, AT_SYMLINK_NOFOLLOW), 0);  // idle
+    ::setenv("KJIT_CACHE_MAX_SIZE", "0", 1);
+    const kjit_stats before = snapshot();
+    const std::string other = std::string(kCompileSource) + "\n// another entry, under KJIT_CACHE_MAX_SIZE=0\n";
+    char path[4096];
+    EXPECT_EQ(kjit_compile(other.c_str(), "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+    EXPECT_EQ(snapshot().eviction_runs - before.eviction_runs, 0u);
+    EXPECT_EQ(snapshot().evicted_entries - before.evicted_entries, 0u);
+    struct stat st {};
+    EXPECT_EQ(::stat(first, &st), 0) << "the idle entry was evicted under KJIT_CACHE_MAX_SIZE=0";
 }

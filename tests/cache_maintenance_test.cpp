@@ -1,5 +1,6 @@
 // Cache maintenance: recency records, LRU pruning and eviction after publishes, the in-use
 // guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
+#include "batch_compiler.hpp"
 #include "cache.hpp"
 #include "cache_entry.hpp"
 #include "cache_maintenance.hpp"
@@ -78,7 +79,19 @@ Cubins compile_entries(Cache &cache, const std::string &dir, int n) {
     return cubins;
 }
 
+// What `du -s` counts for a flat folder: its own blocks and its files', 512 bytes each.
 std::uint64_t entry_bytes(const std::string &folder) {
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0) return 0;
+    std::uint64_t n = static_cast<std::uint64_t>(st.st_blocks) * 512;
+    for (const std::string &f : list_dir(folder)) {
+        if (::lstat((folder + "/" + f).c_str(), &st) == 0) n += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+    return n;
+}
+
+// The sum of the file sizes in a flat folder (what the size limit counted before it counted blocks).
+std::uint64_t file_sizes(const std::string &folder) {
     std::uint64_t n = 0;
     for (const std::string &f : list_dir(folder)) {
         struct stat st {};
@@ -136,6 +149,74 @@ TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
     auto bad = maintenance::max_size_from_env();
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.error().message.find("KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
+    ::unsetenv("KJIT_CACHE_MAX_SIZE");
+}
+
+// `kjit cache prune --older-than 20000w` wrapped around int64 nanoseconds into a negative age and
+// removed every entry. An age that does not fit is refused, saying what does.
+TEST(CacheMaintenance, AgesThatDoNotFitAreRefusedNotWrapped) {
+    // The largest that fits: 9223372036 s (about 292 years).
+    const std::pair<const char *, std::int64_t> fit[] = {{"15250w", std::int64_t{15250} * 7 * 86400 * kSecond},
+                                                         {"106751d", std::int64_t{106751} * 86400 * kSecond},
+                                                         {"9223372036s", 9223372036 * kSecond}};
+    for (const auto &[text, ns] : fit) {
+        auto r = maintenance::parse_age(text);
+        ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
+        EXPECT_EQ(*r, ns) << text;
+    }
+    for (const char *huge : {"20000w", "15251w", "106752d", "999999999w", "999999999d", "9223372037s",
+                             "99999999999999999999999s"}) {
+        auto r = maintenance::parse_age(huge);
+        ASSERT_FALSE(r.ok()) << huge << " gave " << *r;
+        EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find("too large"), std::string::npos) << r.error().message;
+        EXPECT_NE(r.error().message.find(huge), std::string::npos) << r.error().message;
+    }
+}
+
+// "0x10" was read as 16 bytes and "1e3" as 1000 (strtod): only decimal numbers with the
+// documented suffixes are sizes, and the message says what is wrong with the rest.
+TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
+    const std::pair<const char *, std::uint64_t> good[] = {
+        {"16", 16},        {"16B", 16},           {"0.5K", 512},
+        {"1.25KiB", 1280}, {"18446744073709551615", UINT64_MAX},
+        {"15.999999T", 15999999ull * (1ull << 40) / 1000000}};
+    for (const auto &[text, bytes] : good) {
+        auto r = maintenance::parse_size(text);
+        ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
+        EXPECT_EQ(*r, bytes) << text;
+    }
+    const std::pair<const char *, const char *> bad[] = {
+        {"0x10", "hexadecimal"},     {"0X1F", "hexadecimal"},  {"1e3", "exponent"},
+        {"1E3K", "exponent"},        {"0x1p4", "hexadecimal"}, {".5G", "digit"},
+        {"5.", "digit after"},       {"+5", "digit"},          {"-5", "negative"},
+        {"5Q", "unit 'Q'"},          {"5 G", "unit ' G'"},     {"", "empty"},
+        {"inf", "digit"},            {"18446744073709551616", "too large"},
+        {"16777216T", "too large"},  {"5KK", "unit 'KK'"},     {"5Bi", "unit 'Bi'"},
+    };
+    for (const auto &[text, why] : bad) {
+        auto r = maintenance::parse_size(text);
+        ASSERT_FALSE(r.ok()) << text << " gave " << *r;
+        EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
+        EXPECT_NE(r.error().message.find(why), std::string::npos) << text << ": " << r.error().message;
+        EXPECT_NE(r.error().message.find("5G"), std::string::npos) << r.error().message;  // what is accepted
+    }
+}
+
+// ccache's users expect 0 to mean "no limit"; as bytes it made every publish evict everything.
+TEST(CacheMaintenance, MaxSizeZeroInTheEnvironmentMeansNoLimit) {
+    for (const char *zero : {"0", "0G", "0.0K"}) {
+        ::setenv("KJIT_CACHE_MAX_SIZE", zero, 1);
+        auto limit = maintenance::max_size_from_env();
+        ASSERT_TRUE(limit.ok()) << zero << ": " << limit.error().message;
+        EXPECT_FALSE(limit->has_value()) << zero << " gave a limit of " << **limit;
+    }
+    ::setenv("KJIT_CACHE_MAX_SIZE", "0x10", 1);
+    auto bad = maintenance::max_size_from_env();
+    ASSERT_FALSE(bad.ok()) << "0x10 gave " << (bad->has_value() ? **bad : 0);
+    EXPECT_EQ(bad.error().code, kjit::Errc::invalid_argument);
+    EXPECT_NE(bad.error().message.find("$KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find("hexadecimal"), std::string::npos) << bad.error().message;
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
 }
 
@@ -215,6 +296,35 @@ TEST(CacheMaintenance, HitsAndLoadsRecordRecencyAtMostOncePerStep) {
     EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), hits + 1);
 }
 
+// The documented promise: an entry used in the last two minutes is never evicted. A hit records
+// its use only when the record is over a minute old, and the in-use test allowed two minutes
+// from the record, so a hit on an entry recorded 59 s earlier was protected for 61 s only.
+TEST(CacheMaintenance, AUseIsProtectedForTheWholeDocumentedWindow) {
+    constexpr std::int64_t kDocumentedWindow = 120 * kSecond;  // "the last two minutes"
+    TempDir dir;
+    Cache cache;
+    const std::string cubin = compile_entries(cache, dir.file("c"), 1)[0];
+    const std::string folder = folder_of(cubin);
+    // A hit and a load on an entry whose record is 59 s old (neither writes a new one).
+    for (int use = 0; use < 2; ++use) {
+        age(folder, 59);
+        const std::int64_t used = now_ns();
+        if (use == 0) {
+            ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
+        } else {
+            ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubin, "gemm").ok());
+        }
+        const std::int64_t record = mtime_of(folder);
+        // Any process's eviction until two minutes after the use spares it.
+        for (std::int64_t later : {std::int64_t{0}, 61 * kSecond, 100 * kSecond, kDocumentedWindow - kSecond}) {
+            EXPECT_TRUE(entry::in_use(record, used + later))
+                << (use == 0 ? "hit" : "load") << ": evictable " << later / kSecond << " s after the use";
+        }
+        // And it does not stay in use for ever: three minutes after its record, it may go.
+        EXPECT_FALSE(entry::in_use(record, record + kDocumentedWindow + 61 * kSecond));
+    }
+}
+
 TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     TempDir dir;
     Cache cache;
@@ -235,7 +345,7 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     for (const auto &cubin : cubins) expected += entry_bytes(folder_of(cubin));
     EXPECT_EQ(inv->entry_bytes, expected);
     ASSERT_EQ(inv->in_transit.size(), 1u);
-    EXPECT_EQ(inv->in_transit[0].bytes, 5u);
+    EXPECT_EQ(inv->in_transit[0].bytes, entry_bytes(shard + "/.tmp-abc-1-2-3"));
     EXPECT_EQ(inv->foreign, 2u);
     auto summary = maintenance::summarize(c);
     ASSERT_TRUE(summary.ok());
@@ -244,6 +354,49 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     EXPECT_EQ(summary->by_arch.at("sm_90").entries, 3u);
     EXPECT_FALSE(summary->oldest_created.empty());
     EXPECT_LE(summary->oldest_created, summary->newest_created);
+}
+
+// The limit counted file sizes, so a cache of small entries took several times its limit on
+// disk (a 4 KB cubin and four small files take 24 KiB with 4 KiB blocks). It counts what the
+// disk counts, as du does, everywhere: eviction, stats, prune reports and the usage record.
+TEST(CacheMaintenance, SizesCountDiskBlocksAsDuDoes) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 3);
+    std::uint64_t on_disk = 0, sizes = 0;
+    for (const auto &cubin : cubins) {
+        on_disk += entry_bytes(folder_of(cubin));
+        sizes += file_sizes(folder_of(cubin));
+    }
+    ASSERT_GT(on_disk, sizes) << "this file system does not round files up to blocks";
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok()) << inv.error().message;
+    EXPECT_EQ(inv->entry_bytes, on_disk);
+    for (const auto &e : inv->entries) EXPECT_EQ(e.bytes, entry_bytes(e.path)) << e.path;
+    auto summary = maintenance::summarize(c);
+    ASSERT_TRUE(summary.ok());
+    EXPECT_EQ(summary->bytes, on_disk);
+    EXPECT_EQ(summary->by_arch.at("sm_90").bytes, on_disk);
+    // Eviction: a limit of what the files hold is exceeded on disk, so a publish evicts.
+    for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+    Request r = request_for(c, 3);
+    r.max_cache_bytes = sizes + file_sizes(folder_of(compile_entries(cache, dir.file("probe"), 1)[0])) + 4096;
+    const auto evicted = maintenance::counters().evicted_entries.load();
+    ASSERT_TRUE(cache.compile(r).ok());
+    EXPECT_GT(maintenance::counters().evicted_entries.load(), evicted);
+    inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, *r.max_cache_bytes);
+    // Prune reports the same measure.
+    maintenance::PruneOptions none;
+    none.older_than_ns = 86400 * kSecond;
+    auto report = maintenance::prune(c, none);
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->kept_bytes, inv->entry_bytes);
+    std::uint64_t kept = 0;
+    for (const auto &e : inv->entries) kept += entry_bytes(e.path);
+    EXPECT_EQ(report->kept_bytes, kept);
 }
 
 TEST(CacheMaintenance, PruneRemovesTheLeastRecentlyUsedWholeEntries) {
@@ -410,6 +563,112 @@ TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
     EXPECT_GT(rounds, 0);
     EXPECT_TRUE(exists(cubins[0]));
     for (int i = 1; i < 4; ++i) EXPECT_FALSE(exists(cubins[i])) << i;
+}
+
+// The throttle state of eviction, one per cache folder, grew without bound in a long-lived
+// process (a service that opens a cache per job, per user). It keeps the most recent folders.
+TEST(CacheMaintenance, EvictionStateStaysBoundedOverManyCacheFolders) {
+    TempDir dir;
+    const std::size_t folders = maintenance::kMaxEvictionStates * 3;
+    for (std::size_t i = 0; i < folders; ++i) {
+        const std::string c = dir.file("c" + std::to_string(i));
+        ASSERT_EQ(::mkdir(c.c_str(), 0700), 0);
+        maintenance::after_publish(c, 1ull << 40, 1);
+        EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates) << "after " << i + 1;
+    }
+    // The most recent folder keeps its state: it is not swept again within the interval (a
+    // forgotten one would be: its stale temp folder would go).
+    const std::string last = dir.file("c" + std::to_string(folders - 1));
+    ASSERT_EQ(::mkdir((last + "/00").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((last + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
+    age(last + "/00/.tmp-stale-1-2-3", 3600);
+    maintenance::after_publish(last, 1ull << 40, 1);
+    EXPECT_TRUE(exists(last + "/00/.tmp-stale-1-2-3"));
+    // The first one was forgotten: its next publish sweeps.
+    const std::string first = dir.file("c0");
+    ASSERT_EQ(::mkdir((first + "/00").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((first + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
+    age(first + "/00/.tmp-stale-1-2-3", 3600);
+    maintenance::after_publish(first, 1ull << 40, 1);
+    EXPECT_FALSE(exists(first + "/00/.tmp-stale-1-2-3"));
+    EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates);
+}
+
+// Recency records in the future (a clock that was ahead, a `cp -a` from such a machine) were
+// never evicted: always "in use", never older than any age. A future record counts as now, and
+// whatever sees it (a hit, a load, eviction, prune) rewrites it to now, so it ages from there.
+TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
+    constexpr std::int64_t kYear = 365 * 86400;
+    EXPECT_TRUE(entry::in_use(now_ns() + kYear * kSecond, now_ns()));
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 4);
+    for (int i = 0; i < 3; ++i) age(folder_of(cubins[i]), -kYear);
+    age(folder_of(cubins[3]), 3600);
+    // prune --max-size 0: the idle entry goes; the future ones may be in use by a process whose
+    // clock is ahead, so they stay, but from now on their records age.
+    maintenance::PruneOptions all;
+    all.max_bytes = 0;
+    auto r = maintenance::prune(c, all);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->removed_entries, 1u);
+    EXPECT_EQ(r->spared_in_use, 3u);
+    EXPECT_LE(mtime_of(folder_of(cubins[0])), now_ns()) << "prune left a recency record in the future";
+    EXPECT_LE(mtime_of(folder_of(cubins[1])), now_ns()) << "prune left a recency record in the future";
+    // --older-than: a future record is as old as now, so it stays the first time, and ages.
+    age(folder_of(cubins[0]), -kYear);
+    maintenance::PruneOptions by_age;
+    by_age.older_than_ns = kSecond;
+    r = maintenance::prune(c, by_age);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 0u);
+    EXPECT_LE(mtime_of(folder_of(cubins[0])), now_ns()) << "prune --older-than left a record in the future";
+    // An hour after that, both are idle and go (the hour is set, not waited for).
+    age(folder_of(cubins[0]), 3600);
+    age(folder_of(cubins[1]), 3600);
+    r = maintenance::prune(c, by_age);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 2u);
+    EXPECT_FALSE(exists(cubins[0]));
+    // A hit rewrites a future record as well (a load records its use through the same call).
+    ASSERT_TRUE(exists(cubins[2]));
+    ASSERT_TRUE(cache.compile(request_for(c, 2)).ok());
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a hit left its record in the future";
+    age(folder_of(cubins[2]), -kYear);
+    ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubins[2], "gemm").ok());
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a load left its record in the future";
+    // Eviction after a publish, under a 1-byte limit: the same.
+    age(folder_of(cubins[2]), -kYear);
+    Request next = request_for(c, 10);
+    next.max_cache_bytes = 1;
+    ASSERT_TRUE(cache.compile(next).ok());
+    EXPECT_TRUE(exists(cubins[2]));
+    EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "eviction left a record in the future";
+    age(folder_of(cubins[2]), 3600);
+    next = request_for(c, 11);
+    next.max_cache_bytes = 1;
+    ASSERT_TRUE(cache.compile(next).ok());
+    EXPECT_FALSE(exists(cubins[2])) << "a 1-byte limit kept an entry idle for an hour";
+}
+
+// A usage record in the future stopped the re-measuring every 30 s: a process whose own
+// publishes stayed under the limit never measured, however large other processes made the cache.
+TEST(CacheMaintenance, AUsageRecordInTheFutureIsMeasuredAgain) {
+    TempDir dir;
+    Cache cache;
+    const std::string c = dir.file("c");
+    const auto cubins = compile_entries(cache, c, 4);
+    for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+    write_file(c + "/.kjit-usage", "kjit-usage 1\nbytes 0\nentries 0\n");
+    age(c + "/.kjit-usage", -86400);
+    const std::uint64_t one = entry_bytes(folder_of(cubins[0]));
+    const auto runs = maintenance::counters().eviction_runs.load();
+    maintenance::after_publish(c, 2 * one, 1);
+    EXPECT_EQ(maintenance::counters().eviction_runs.load(), runs + 1);
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, 2 * one);
 }
 
 TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
@@ -622,4 +881,129 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
         EXPECT_TRUE(lines[0].content_hash.has_value());
     }
     EXPECT_TRUE(verify_ok(c, false).findings.empty());
+}
+
+namespace {
+
+// Batch items into cache `c` for sources `first`..`first + n - 1`, each under `limit`.
+std::vector<kjit::Result<Request>> batch_items(const std::string &c, int first, int n, std::uint64_t limit) {
+    std::vector<kjit::Result<Request>> items;
+    for (int i = first; i < first + n; ++i) {
+        Request r = request_for(c, i);
+        r.max_cache_bytes = limit;
+        items.emplace_back(std::move(r));
+    }
+    return items;
+}
+
+}  // namespace
+
+// Under a size limit, a batch running for more than about two minutes evicted items it had
+// already reported OK: its own later publishes measured the cache, found the early items idle
+// and evicted them, so the result said OK and the load failed with ENOENT. Time is not waited
+// for: each item's record is set an hour back as it is reported, as if the batch had run that
+// long since.
+TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();  // the one batches use
+    const std::string hit = *cache.compile(request_for(c, 200));
+    const std::uint64_t one = entry_bytes(folder_of(hit));
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
+        if (r) age(folder_of(*r), 3600);
+        return false;
+    };
+    // Room for one and a half entries; item 0 is a hit, the others compile and publish.
+    const auto results = kjit::batch_compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
+    const std::int64_t returned = now_ns();
+    ASSERT_EQ(results.size(), 4u);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        ASSERT_TRUE(results[i].ok()) << results[i].error().message;
+        EXPECT_TRUE(exists(*results[i])) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
+        auto loaded = kjit::KernelLoader::instance().prepare(*results[i], "gemm");
+        EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
+        // Other processes see it in use until two minutes after the batch returned.
+        EXPECT_TRUE(entry::in_use(mtime_of(folder_of(*results[i])), returned + 120 * kSecond - kSecond))
+            << "item " << i << ": its recency record lets another process evict it as soon as the batch returns";
+    }
+    // Once it has returned (and two more minutes went by: set, not waited for), the limit holds again.
+    for (const auto &r : results) age(folder_of(*r), 3600);
+    Request next = request_for(c, 210);
+    next.max_cache_bytes = one * 3 / 2;
+    ASSERT_TRUE(cache.compile(next).ok());
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_LE(inv->entry_bytes, one * 3 / 2);
+}
+
+// While a batch runs, what it handed out must look in use to other processes' eviction, which
+// sees only the recency records: the batch records their use again while it runs (here at every
+// report; by default at most once a minute).
+TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();
+    ASSERT_TRUE(cache.compile(request_for(c, 220)).ok());
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    options.recency_refresh_ns = 0;
+    std::vector<std::string> reported;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
+        const std::int64_t now = now_ns();
+        for (const std::string &earlier : reported) {
+            EXPECT_TRUE(entry::in_use(mtime_of(folder_of(earlier)), now))
+                << earlier << " was handed out by this running batch, and another process may evict it";
+        }
+        if (r) {
+            reported.push_back(*r);
+            age(folder_of(*r), 3600);  // as if the batch had run an hour since
+        }
+        return false;
+    };
+    const auto results = kjit::batch_compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
+    ASSERT_EQ(reported.size(), 3u);
+    for (const auto &r : results) EXPECT_TRUE(r.ok());
+}
+
+// Eviction in the process of a running batch spares its entries whatever their records say
+// (a record may be old: written by another process, or not writable), and prune too; once the
+// batch has returned, they go like any other.
+TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecords) {
+    TempDir dir;
+    const std::string c = dir.file("c");
+    Cache &cache = Cache::instance();
+    const auto cubins = compile_entries(cache, c, 3);  // sources 0, 1, 2
+    kjit::batch_compiler::Options options;
+    options.workers = 1;
+    options.pch = kjit::batch_compiler::Pch::off;
+    std::size_t calls = 0;
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &) {
+        if (++calls == 2) {
+            for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
+            maintenance::PruneOptions all;
+            all.max_bytes = 0;
+            auto r = maintenance::prune(c, all);
+            EXPECT_TRUE(r.ok());
+            EXPECT_EQ(r->removed_entries, 1u) << "prune removed an entry the running batch handed out";
+            EXPECT_TRUE(exists(cubins[0]));
+            EXPECT_TRUE(exists(cubins[1]));
+            EXPECT_FALSE(exists(cubins[2]));
+        }
+        return false;
+    };
+    std::vector<kjit::Result<Request>> items;
+    items.emplace_back(request_for(c, 0));
+    items.emplace_back(request_for(c, 1));
+    const auto results = kjit::batch_compiler::compile(std::move(items), options);
+    EXPECT_EQ(calls, 2u);
+    for (const auto &cubin : {cubins[0], cubins[1]}) age(folder_of(cubin), 3600);
+    maintenance::PruneOptions all;
+    all.max_bytes = 0;
+    auto r = maintenance::prune(c, all);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->removed_entries, 2u);
 }

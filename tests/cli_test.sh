@@ -122,6 +122,9 @@ expect_rc 4 "$KJIT" resolve "$WORK/bad.cubin" plain
 # cache stats
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["entries"] == 2 and d["bytes"] > 0 and d["by_arch"]["sm_90"]["entries"] == 2 and d["max_size"] is None'
+# Sizes are disk space, as du counts it (not the files' sizes).
+DU=$(du -sB1 --total "$C"/??/*/ | tail -n 1 | cut -f1)
+json_check "d['bytes'] == $DU and d['by_arch']['sm_90']['bytes'] == $DU"
 KJIT_CACHE_MAX_SIZE=2G expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["max_size"] == 2 * 1024**3'
 KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache stats
@@ -146,9 +149,29 @@ expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch 
 expect_rc 0 "$KJIT" cache prune --max-size 0 --cache-dir "$C" --json
 json_check 'd["removed_entries"] == 0 and d["spared_in_use"] == 2'
 touch -d '3 hours ago' "$(dirname "$PLAIN")"
+# An age or a size that does not fit, or is not decimal, is a usage error that removes nothing
+# (20000w wrapped around to a negative age and removed every entry).
+expect_rc 64 "$KJIT" cache prune --older-than 20000w --cache-dir "$C"
+contains "too large" "$WORK/err"
+expect_rc 64 "$KJIT" cache prune --max-size 0x10 --cache-dir "$C"
+contains "hexadecimal" "$WORK/err"
+expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["entries"] == 2'
+# KJIT_CACHE_MAX_SIZE=0 means no limit, as in ccache.
+KJIT_CACHE_MAX_SIZE=0 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
+json_check 'd["max_size"] is None'
+KJIT_CACHE_MAX_SIZE=0x10 expect_rc 1 "$KJIT" cache stats --cache-dir "$C"
+contains "hexadecimal" "$WORK/err"
 expect_rc 0 "$KJIT" cache prune --older-than 2h --cache-dir "$C" --json
 json_check 'd["removed_entries"] == 1 and d["kept_entries"] == 1'
 [ ! -e "$PLAIN" ] || fail "prune --older-than kept $PLAIN"
+# A recency record in the future (a clock that was ahead) counts as now, and prune sets it to
+# now so that it ages from there (it was never removed).
+KEPT=$(ls -d "$C"/??/*/ | head -n 1)
+touch -d 'next year' "$KEPT"
+expect_rc 0 "$KJIT" cache prune --older-than 1s --cache-dir "$C" --json
+json_check 'd["removed_entries"] == 0 and d["kept_entries"] == 1'
+[ "$(stat -c %Y "$KEPT")" -le "$(date +%s)" ] || fail "prune left the recency record of $KEPT in the future"
 expect_rc 0 "$KJIT" cache clear --cache-dir "$C"
 contains "removed 1 entries" "$WORK/out"
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json

@@ -273,14 +273,16 @@ typedef struct kjit_compile_options {
         nvrtcGetLoweredName; the lowered name must pass the keyword rule for `keyword`. */
     const char *name_expression;
     /** Size limit of the cache folder in bytes (since 0.2). 0: $KJIT_CACHE_MAX_SIZE (e.g.
-        "5G"; K, M, G, T are powers of 1024), else no limit. UINT64_MAX: no limit, whatever
-        the variable says. After a miss publishes, the cache is measured (at most every 30 s
+        "5G"; decimal, K, M, G, T are powers of 1024; "0" there means no limit), else no
+        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the cache is measured (at most every 30 s
         per process, or sooner when this process's publishes may have crossed the limit) and,
         when over, the least recently used entries are evicted, whole, down to 90% of the
         limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
         minute per entry by hits and loads), so it holds on noatime mounts. An entry used in
-        the last two minutes is never evicted, so a fast sweep can briefly exceed the limit.
-        Hits never measure or evict. A malformed $KJIT_CACHE_MAX_SIZE is
+        the last two minutes (or handed out by a kjit_compile_batch() that returned less than
+        two minutes ago) is never evicted, so a fast sweep can briefly exceed the limit.
+        Hits never measure or evict. A publish that fails for a full disk or quota evicts and
+        tries once more. A malformed $KJIT_CACHE_MAX_SIZE is
         #KJIT_ERROR_INVALID_ARGUMENT. */
     uint64_t max_cache_size;
 } kjit_compile_options;
@@ -472,7 +474,7 @@ typedef struct kjit_batch_result kjit_batch_result;
  * @param[in]  requests Array of `count` pointers to requests; not retained. A NULL element, or
  *                      one with a bad struct_size, fails that item only
  *                      (#KJIT_ERROR_INVALID_ARGUMENT).
- * @param[in]  count    Number of requests (0 is a valid, empty batch).
+ * @param[in]  count    Number of requests (0 is a valid, empty batch; at most 16777216, 2^24).
  * @param[in]  options  NULL for all defaults, else a struct with struct_size set.
  * @param[out] result   Receives the per-item results whenever the batch ran (also when items
  *                      failed or it was cancelled), NULL when the call itself was refused.
@@ -489,8 +491,9 @@ typedef struct kjit_batch_result kjit_batch_result;
  *                                     items and that item's text in kjit_last_error(); each
  *                                     item's own status and text are in `*result`.
  * @retval KJIT_ERROR_INVALID_ARGUMENT (with `*result` NULL) NULL `result`, NULL `requests` with
- *                                     a non-zero count, a bad options struct_size, an unknown
- *                                     pch mode, or a malformed $KJIT_JOBS.
+ *                                     a non-zero count, a count over 2^24, a bad options
+ *                                     struct_size, an unknown pch mode, or a malformed
+ *                                     $KJIT_JOBS.
  * @retval KJIT_ERROR_OUT_OF_MEMORY    (with `*result` NULL) An allocation failed.
  * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe: batches and kjit_compile() calls in other threads or processes may work

@@ -65,10 +65,12 @@ std::map<std::string, int> &fault_counts() {
 std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
 std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
 
-kjit_status compile_into(const std::string &cache, int i, std::string *path_out = nullptr) {
+kjit_status compile_into(const std::string &cache, int i, std::string *path_out = nullptr,
+                         std::uint64_t max_cache_size = 0) {
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
     o.cache_dir = cache.c_str();
     o.arch = "sm_90";
+    o.max_cache_size = max_cache_size;
     char path[4096];
     const std::string src = source_of(i);
     const kjit_status st = kjit_compile(src.c_str(), "gemm", &o, path, sizeof path, nullptr);
@@ -195,6 +197,59 @@ TEST(FaultInjection, BatchItemsWhosePublishFailsFailAlone) {
         EXPECT_EQ(again.overall, KJIT_OK) << kjit_last_error();
         EXPECT_EQ(again.statuses, std::vector<kjit_status>(4, KJIT_OK));
         EXPECT_EQ(check_cache(cache), 4);
+    }
+}
+
+// On a full disk eviction never ran: it runs after a successful publish, and the publish had
+// failed. Under a size limit, a publish that fails with ENOSPC or EDQUOT evicts least recently
+// used entries (even when the cache is within its limit: the disk is full) and tries once more.
+TEST(FaultInjection, FullDiskUnderALimitEvictsAndRetriesOnce) {
+    ASSERT_NE(shim().arm, nullptr);
+    for (const auto &[err, err_name] : {std::pair<int, const char *>{ENOSPC, "ENOSPC"}, {EDQUOT, "EDQUOT"}}) {
+        TempDir dir;
+        const std::string cache = dir.file("cache");
+        std::vector<std::string> old;
+        for (int i = 0; i < 6; ++i) {
+            std::string path;
+            ASSERT_EQ(compile_into(cache, 80 + i, &path), KJIT_OK) << kjit_last_error();
+            old.push_back(path);
+            // Entry i was last used 6 - i hours ago: entry 0 is the least recently used.
+            const std::string entry = path.substr(0, path.rfind('/'));
+            const struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - (6 - i) * 3600, 0}};
+            ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
+        }
+        const std::uint64_t limit = 1ull << 30;  // far above the cache: only the full disk evicts
+        shim().arm("write", err, "/kernel.cubin", 0, 1);  // the new entry's first write, its cubin
+        std::string path;
+        const kjit_status st = compile_into(cache, 90, &path, limit);
+        const std::string error = kjit_last_error();
+        const int injected = shim().injected();
+        shim().disarm();
+        fault_counts()[std::string("write ") + err_name + " under a limit (evict, retry)"] += injected;
+        EXPECT_EQ(injected, 1) << err_name;
+        ASSERT_EQ(st, KJIT_OK) << err_name << ": " << error;
+        EXPECT_TRUE(exists(path));
+        EXPECT_FALSE(exists(old[0])) << err_name << ": the least recently used entry was not evicted";
+        EXPECT_TRUE(exists(old[5])) << err_name << ": more than needed was evicted";
+        int kept = 0;
+        for (const auto &p : old) kept += exists(p) ? 1 : 0;
+        EXPECT_EQ(check_cache(cache), kept + 1);
+        // Once only: a second failure is the error, and nothing partial is left.
+        shim().arm("write", err, "/kernel.cubin", 0, 2);
+        const kjit_status again = compile_into(cache, 91, nullptr, limit);
+        const std::string again_error = kjit_last_error();
+        EXPECT_EQ(shim().injected(), 2) << err_name;
+        shim().disarm();
+        EXPECT_EQ(again, KJIT_ERROR_IO) << err_name;
+        EXPECT_NE(again_error.find(std::strerror(err)), std::string::npos) << again_error;
+        EXPECT_NE(again_error.find("tried again"), std::string::npos) << again_error;
+        EXPECT_LE(check_cache(cache), kept + 1);
+        // Without a limit nothing is evicted for it: the failure is the error at once.
+        const int before = check_cache(cache);
+        shim().arm("write", err, "/kernel.cubin", 0, 1);
+        EXPECT_EQ(compile_into(cache, 92, nullptr, UINT64_MAX), KJIT_ERROR_IO) << err_name;
+        shim().disarm();
+        EXPECT_EQ(check_cache(cache), before);
     }
 }
 
