@@ -321,7 +321,7 @@ def test_search_failure_names_every_place():
 class _Counters(ctypes.Structure):
     _fields_ = [(n, ctypes.c_ulonglong) for n in (
         "library_loads", "library_unloads", "live_libraries", "rejected_images",
-        "get_kernel_calls", "kernels_not_found", "bad_handles")]
+        "get_kernel_calls", "kernels_not_found", "bad_handles", "init_calls")]
 
 
 @pytest.fixture(scope="module")
