@@ -96,6 +96,8 @@ public:
         std::string cubin;  // <entry>/kernel.cubin
     };
 
+    // The cache kjit_compile uses; one per process. In a forked child its in-flight table is
+    // empty (fork_guard.hpp): a compile the parent had in flight has no thread in the child.
     static Cache &instance();
 
     // The cached cubin's absolute path for `request` (taken by value: its folders are made
@@ -129,6 +131,11 @@ private:
     // process's entry serves).
     Result<std::string> compile_and_publish(const Request &request, const std::string &key,
                                             const std::string &entry, std::uint64_t *published_bytes);
+
+    // In a forked child: the instance's in-flight table and its lock made anew (the parent's
+    // flights, and any thread that held the lock, are not in the child), no compile in flight.
+    static void renew_in_forked_child();
+    static const bool fork_handler_registered_;
 
     Counters counters_;
     std::mutex flights_mutex_;

@@ -1,0 +1,292 @@
+// fork() while libkjit is in use, as Python's multiprocessing does by default on Linux: a forked
+// child must start with clean in-process state. Every case forks for real, while another thread
+// of the parent is inside libkjit (a compile, a batch, the driver's cuInit, a log write, a wait
+// on the cache lock), and gives the child a deadline: a child that deadlocks on state copied
+// from the parent is killed and reported as hung, never left to hang the test.
+//
+// Through libkjit.so, against the driver test double (KJIT_LIBCUDA), which forgets the parent's
+// driver state in a child as CUDA does. The cache lock case uses the internal library.
+#include "kjit/kjit.h"
+
+#include "batch_support.hpp"
+#include "c_api_support.hpp"
+#include "cache_maintenance.hpp"
+#include "compiler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(__SANITIZE_THREAD__)
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+// Some children here start threads (a batch's workers) although their parent had several:
+// TSan allows that only with die_after_fork=0 (it warns that such a child may deadlock in its
+// own runtime; none has here).
+extern "C" const char *__tsan_default_options() { return "die_after_fork=0"; }
+#endif
+
+using namespace kjit_test;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a child may take: its compiles run NVRTC on a machine that may be busy.
+constexpr std::chrono::seconds kChildDeadline{90};
+
+struct ChildEnd {
+    bool hung = false;  // still running at the deadline (then killed)
+    int status = 0;     // waitpid's
+    bool ok() const { return !hung && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+};
+
+std::string describe(const ChildEnd &end) {
+    if (end.hung) {
+        return "the child hung (still running after " + std::to_string(kChildDeadline.count()) +
+               " s, killed): it waited on state copied from the parent";
+    }
+    if (WIFSIGNALED(end.status)) return "the child was killed by signal " + std::to_string(WTERMSIG(end.status));
+    return "the child exited with " + std::to_string(WEXITSTATUS(end.status)) + " (its stderr says why)";
+}
+
+// Waits for child `pid` until the deadline; kills it then.
+ChildEnd wait_for_child(pid_t pid) {
+    ChildEnd end;
+    const auto until = Clock::now() + kChildDeadline;
+    for (;;) {
+        const pid_t r = ::waitpid(pid, &end.status, WNOHANG);
+        if (r == pid) return end;
+        if (r < 0) {
+            end.status = -1;
+            return end;
+        }
+        if (Clock::now() > until) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &end.status, 0);
+            end.hung = true;
+            return end;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
+// In a child: a SIGALRM backstop a little after the parent's deadline, should the parent die.
+void arm_child_backstop() { ::alarm(static_cast<unsigned>(kChildDeadline.count()) + 30); }
+
+// Runs `body` in a forked child, which exits with its return value (no destructors, no gtest).
+ChildEnd run_forked(const std::function<int()> &body) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        ADD_FAILURE() << "fork: " << std::strerror(errno);
+        return ChildEnd{false, -1};
+    }
+    if (pid == 0) {
+        arm_child_backstop();
+        const int rc = body();
+        std::fflush(nullptr);
+        ::_exit(rc);
+    }
+    return wait_for_child(pid);
+}
+
+// A check in a child: prints what failed to stderr and makes the child exit 1.
+#define CHILD_CHECK(cond, what)                                                                       \
+    do {                                                                                              \
+        if (!(cond)) {                                                                                \
+            std::fprintf(stderr, "child %d: %s:%d: %s: %s\n", static_cast<int>(::getpid()), __FILE__, \
+                         __LINE__, #cond, std::string(what).c_str());                                 \
+            return 1;                                                                                 \
+        }                                                                                             \
+    } while (0)
+
+kjit_stats stats() {
+    kjit_stats s = KJIT_STATS_INIT;
+    kjit_get_stats(&s);
+    return s;
+}
+
+bool wait_until(const std::function<bool()> &done, std::chrono::seconds limit = std::chrono::seconds(120)) {
+    const auto until = Clock::now() + limit;
+    while (!done()) {
+        if (Clock::now() > until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+// kjit_compile into `cache` (sm_90); "" with the error in *error on failure.
+std::string compile(const std::string &cache, const std::string &source, const char *keyword = "gemm",
+                    const char *name_expression = nullptr, std::string *error = nullptr,
+                    std::uint64_t max_cache_size = 0) {
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    o.name_expression = name_expression;
+    o.max_cache_size = max_cache_size;
+    char path[4096];
+    const kjit_status st = kjit_compile(source.c_str(), keyword, &o, path, sizeof path, nullptr);
+    if (st != KJIT_OK) {
+        if (error) *error = std::string(kjit_status_string(st)) + ": " + kjit_last_error();
+        return "";
+    }
+    return path;
+}
+
+std::string resolve(const std::string &path, const char *keyword = "gemm") {
+    char name[512];
+    const kjit_status st = kjit_resolve_name(path.c_str(), keyword, name, sizeof name, nullptr);
+    return st == KJIT_OK ? std::string(name) : std::string("<") + kjit_status_string(st) + ": " + kjit_last_error() + ">";
+}
+
+// A source NVRTC takes a while over (hundreds of instantiations): a thread compiling it stays
+// inside the compile long enough to fork meanwhile.
+std::string slow_source(int salt, int instantiations = 300) {
+    std::string s = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N + " + std::to_string(salt) +
+                    "; }\n";
+    for (int i = 0; i < instantiations; ++i) s += "template __global__ void gemm<" + std::to_string(i) + ">(float *);\n";
+    return s;
+}
+
+}  // namespace
+
+// (a) A thread of the parent is inside the compile of key K (NVRTC running, K in the in-flight
+// table) when the parent forks. The child compiles K: it must not wait for a compile that has no
+// thread in it, and must get a complete entry with the right kernel.
+TEST(Fork, ChildCompilesTheKeyAParentThreadIsCompiling) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    const std::string source = slow_source(1);
+    const kjit_stats before = stats();
+    std::string parent_path, parent_error;
+    std::thread compiling([&] { parent_path = compile(cache, source, "gemm", "gemm<7>", &parent_error); });
+    // nvrtc_compiles counts just before NVRTC starts, inside the single-flight.
+    ASSERT_TRUE(wait_until([&] { return stats().nvrtc_compiles > before.nvrtc_compiles; }));
+    const ChildEnd end = run_forked([&]() -> int {
+        const kjit_stats s0 = stats();
+        std::string error;
+        const std::string path = compile(cache, source, "gemm", "gemm<7>", &error);
+        CHILD_CHECK(!path.empty(), error);
+        const kjit_stats s1 = stats();
+        CHILD_CHECK(s1.compile_shared_waits == s0.compile_shared_waits, "the child shared the parent's compile");
+        CHILD_CHECK(resolve(path) == "_Z4gemmILi7EEvPf", resolve(path));
+        // Loading checks the cubin's bytes against the entry's manifest: a complete entry.
+        kjit_kernel *k = nullptr;
+        CHILD_CHECK(kjit_load_cached(path.c_str(), "gemm", &k) == KJIT_OK, kjit_last_error());
+        CHILD_CHECK(std::string(kjit_kernel_name(k)) == "_Z4gemmILi7EEvPf", kjit_kernel_name(k));
+        kjit_kernel_release(k);
+        return 0;
+    });
+    compiling.join();
+    EXPECT_TRUE(end.ok()) << describe(end);
+    ASSERT_FALSE(parent_path.empty()) << parent_error;
+    EXPECT_EQ(resolve(parent_path), "_Z4gemmILi7EEvPf");
+}
+
+// fork() waits for NVRTC calls in flight (NVRTC holds a lock of its own inside a compile), but
+// not for ever: a child forked when the wait ran out cannot use NVRTC, and says so at once
+// instead of waiting for a lock no thread of its own will let go. Internal library: its own
+// compiler module, with a short wait.
+TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
+    kjit::compiler::set_fork_wait(std::chrono::milliseconds(100));
+    kjit::compiler::Request slow;
+    slow.source = slow_source(2, 2000);
+    slow.options = {"-arch=sm_90"};
+    std::atomic<bool> started{false}, finished{false};
+    std::thread compiling([&] {
+        started = true;
+        (void)kjit::compiler::compile(slow);
+        finished = true;
+    });
+    ASSERT_TRUE(wait_until([&] { return started.load(); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside NVRTC by now
+    const ChildEnd end = run_forked([&]() -> int {
+        kjit::compiler::Request quick;
+        quick.source = sources::kPlain;
+        quick.options = {"-arch=sm_90"};
+        const auto t0 = Clock::now();
+        auto r = kjit::compiler::compile(quick);
+        CHILD_CHECK(!r, "NVRTC used in a child forked while it was busy");
+        CHILD_CHECK(r.error().code == kjit::Errc::nvrtc, r.error().message);
+        CHILD_CHECK(r.error().message.find("forked") != std::string::npos, r.error().message);
+        CHILD_CHECK(Clock::now() - t0 < std::chrono::seconds(1), "it took a while to say so");
+        return 0;
+    });
+    const bool compile_outlived_the_fork = !finished.load();
+    compiling.join();
+    kjit::compiler::set_fork_wait(std::chrono::seconds(120));
+    if (!compile_outlived_the_fork) GTEST_SKIP() << "the compile was over before the child was: no telling";
+    EXPECT_TRUE(end.ok()) << describe(end);
+    // The parent compiles on.
+    kjit::compiler::Request quick;
+    quick.source = sources::kPlain;
+    quick.options = {"-arch=sm_90"};
+    EXPECT_TRUE(kjit::compiler::compile(quick).ok());
+}
+
+// (c) The parent forks while a batch of its compiles on its workers; the child's batch of the
+// same kernels (and one more) compiles on workers of its own and gets every item.
+TEST(Fork, ChildBatchWorksAfterAForkDuringAParentBatch) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    std::vector<std::string> srcs;
+    for (int i = 0; i < 5; ++i) srcs.push_back(sources::numbered_gemm(300 + i));
+    kjit_compile_options co = KJIT_COMPILE_OPTIONS_INIT;
+    co.cache_dir = cache.c_str();
+    co.arch = "sm_90";
+    kjit_batch_options bo = KJIT_BATCH_OPTIONS_INIT;
+    bo.workers = 2;
+    bo.pch = KJIT_PCH_ON;
+    const kjit_stats before = stats();
+    BatchOutcome parent;
+    std::thread batch([&] { parent = compile_batch(srcs, "gemm", co, &bo); });
+    ASSERT_TRUE(wait_until([&] { return stats().nvrtc_compiles > before.nvrtc_compiles; }));
+    const ChildEnd end = run_forked([&]() -> int {
+#if defined(__SANITIZE_THREAD__)
+        // glibc gives a child's new thread the descriptor (so the pthread_t) of a parent's thread
+        // whose stack it cached, which TSan still counts as that thread ("dup thread with used
+        // id"). Larger stacks than the parent's threads had are never taken from that cache.
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, std::size_t{64} << 20);
+        pthread_setattr_default_np(&attr);
+        pthread_attr_destroy(&attr);
+#endif
+        std::vector<std::string> mine = srcs;
+        mine.push_back(sources::numbered_gemm(305));
+        const BatchOutcome r = compile_batch(mine, "gemm", co, &bo);
+        CHILD_CHECK(r.overall == KJIT_OK, std::string(kjit_status_string(r.overall)) + ": " + kjit_last_error());
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+            CHILD_CHECK(resolve(r.cubin_paths[i]) == sources::numbered_gemm_name(300 + static_cast<int>(i)),
+                        r.cubin_paths[i] + ": " + resolve(r.cubin_paths[i]));
+        }
+        return 0;
+    });
+    batch.join();
+    EXPECT_TRUE(end.ok()) << describe(end);
+    ASSERT_EQ(parent.overall, KJIT_OK);
+    for (std::size_t i = 0; i < srcs.size(); ++i) {
+        EXPECT_EQ(resolve(parent.cubin_paths[i]), sources::numbered_gemm_name(300 + static_cast<int>(i)));
+    }
+}
