@@ -245,6 +245,126 @@ TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
     EXPECT_TRUE(kjit::compiler::compile(quick).ok());
 }
 
+// (b) The parent loaded a cubin; the child loads the same path. Its load must go to the driver
+// again (the child's CUDA has none of the parent's libraries), after initialising the driver in
+// the child. The parent's handle, still in the child's memory, keeps its name but hands out no
+// driver handle, and releasing it there unloads nothing (the library is the parent's).
+TEST(Fork, ChildLoadReachesTheDriverAfresh) {
+    TempDir dir;
+    const std::string path = compile_through_c_api(dir, sources::kTemplateOne, "tmpl");
+    ASSERT_FALSE(path.empty());
+    kjit_kernel *parent = nullptr;
+    ASSERT_EQ(kjit_load_cached(path.c_str(), "tmpl", &parent), KJIT_OK) << kjit_last_error();
+    void *const parent_library = kjit_kernel_culibrary(parent);
+    void *const parent_kernel = kjit_kernel_cukernel(parent);
+    const ChildEnd end = run_forked([&]() -> int {
+        const fake_cuda_counters c0 = fake_cuda().counters();
+        const kjit_stats s0 = stats();
+        kjit_kernel *k = nullptr;
+        CHILD_CHECK(kjit_load_cached(path.c_str(), "tmpl", &k) == KJIT_OK, kjit_last_error());
+        const fake_cuda_counters c1 = fake_cuda().counters();
+        const kjit_stats s1 = stats();
+        CHILD_CHECK(c1.init_calls == c0.init_calls + 1, "the child did not call cuInit");
+        CHILD_CHECK(c1.library_loads == c0.library_loads + 1, "no fresh cuLibraryLoadData in the child");
+        CHILD_CHECK(s1.load_reuses == s0.load_reuses, "served from the parent's registry");
+        CHILD_CHECK(s1.driver_loads == s0.driver_loads + 1, "driver_loads did not count the child's load");
+        CHILD_CHECK(kjit_kernel_culibrary(k) != parent_library, "the child got the parent's CUlibrary");
+        const char *name = fake_cuda().kernel_name(kjit_kernel_cukernel(k));
+        CHILD_CHECK(name && std::string(name) == "_Z4tmplILi4EEvPf", "the child's CUkernel is not the child driver's");
+        fake_cuda().make_context_current(true);
+        void *function = nullptr;
+        CHILD_CHECK(kjit_kernel_cufunction(k, &function) == KJIT_OK, kjit_last_error());
+
+        // The parent's handle, as the child sees it.
+        CHILD_CHECK(std::string(kjit_kernel_name(parent)) == "_Z4tmplILi4EEvPf", "name lost");
+        CHILD_CHECK(std::string(kjit_kernel_cubin_path(parent)) == path, "path lost");
+        CHILD_CHECK(kjit_kernel_culibrary(parent) == nullptr, "the parent's CUlibrary handed out in the child");
+        CHILD_CHECK(kjit_kernel_cukernel(parent) == nullptr, "the parent's CUkernel handed out in the child");
+        function = reinterpret_cast<void *>(1);
+        CHILD_CHECK(kjit_kernel_cufunction(parent, &function) == KJIT_ERROR_DRIVER && function == nullptr,
+                    "cufunction of the parent's handle");
+        CHILD_CHECK(std::strstr(kjit_last_error(), "fork") != nullptr, kjit_last_error());
+        kjit_kernel_release(parent);
+        const fake_cuda_counters c2 = fake_cuda().counters();
+        CHILD_CHECK(c2.library_unloads == c1.library_unloads, "the child unloaded the parent's library");
+        CHILD_CHECK(c2.bad_handles == c0.bad_handles, "the child passed the parent's handles to its driver");
+        kjit_kernel_release(k);
+        CHILD_CHECK(fake_cuda().counters().library_unloads == c2.library_unloads + 1, "the child's own library stays");
+        fake_cuda().make_context_current(false);
+        return 0;
+    });
+    EXPECT_TRUE(end.ok()) << describe(end);
+    // The parent's handle is untouched by the child.
+    EXPECT_EQ(kjit_kernel_culibrary(parent), parent_library);
+    EXPECT_STREQ(fake_cuda().kernel_name(parent_kernel), "_Z4tmplILi4EEvPf");
+    kjit_kernel_release(parent);
+    EXPECT_EQ(fake_cuda().counters().bad_handles, 0u);
+}
+
+// What the driver says about a forked child reaches the caller: a child whose cuInit fails (as
+// CUDA may refuse a child whose parent used the GPU) gets KJIT_ERROR_DRIVER_UNAVAILABLE with
+// the driver's words, never the parent's loaded library.
+TEST(Fork, ChildGetsItsOwnDriversAnswer) {
+    TempDir dir;
+    const std::string path = compile_through_c_api(dir, sources::kPlain, "plain_kernel");
+    ASSERT_FALSE(path.empty());
+    kjit_kernel *parent = nullptr;
+    ASSERT_EQ(kjit_load_cached(path.c_str(), "plain_kernel", &parent), KJIT_OK) << kjit_last_error();
+    fake_cuda().set_child_init_result(3);  // CUDA_ERROR_NOT_INITIALIZED
+    const ChildEnd end = run_forked([&]() -> int {
+        kjit_kernel *k = reinterpret_cast<kjit_kernel *>(1);
+        const kjit_status st = kjit_load_cached(path.c_str(), "plain_kernel", &k);
+        CHILD_CHECK(st == KJIT_ERROR_DRIVER_UNAVAILABLE, std::string(kjit_status_string(st)) + ": " + kjit_last_error());
+        CHILD_CHECK(k == nullptr, "a handle on failure");
+        CHILD_CHECK(std::strstr(kjit_last_error(), "cuInit(0) failed: CUDA_ERROR_NOT_INITIALIZED"), kjit_last_error());
+        // Compiling and resolving need no driver.
+        char name[256];
+        CHILD_CHECK(kjit_resolve_name(path.c_str(), "plain_kernel", name, sizeof name, nullptr) == KJIT_OK,
+                    kjit_last_error());
+        return 0;
+    });
+    fake_cuda().set_child_init_result(-1);
+    EXPECT_TRUE(end.ok()) << describe(end);
+    kjit_kernel *again = nullptr;
+    EXPECT_EQ(kjit_load_cached(path.c_str(), "plain_kernel", &again), KJIT_OK) << kjit_last_error();
+    kjit_kernel_release(again);
+    kjit_kernel_release(parent);
+}
+
+// A thread of the parent is inside libkjit's driver initialisation (in cuInit, which the double
+// makes slow) when the parent forks: the child initialises its own driver instead of waiting for
+// an initialisation that has no thread in it.
+TEST(Fork, ChildInitialisesTheDriverWhileAParentThreadIsInCuInit) {
+    if (stats().loads != 0 || stats().driver_loads != 0) {
+        GTEST_SKIP() << "libkjit has used the driver already in this process (run this test alone, as ctest does)";
+    }
+    TempDir dir;
+    const std::string path = compile_through_c_api(dir, sources::kPlain, "plain_kernel");
+    ASSERT_FALSE(path.empty());
+    // NVRTC calls cuInit itself when it finds a libcuda loaded: count from here.
+    const auto base = fake_cuda().counters().init_calls;
+    fake_cuda().set_init_delay_ms(1500);
+    kjit_status parent_status = KJIT_ERROR_INTERNAL;
+    std::thread loading([&] {
+        kjit_kernel *k = nullptr;
+        parent_status = kjit_load_cached(path.c_str(), "plain_kernel", &k);
+        kjit_kernel_release(k);
+    });
+    ASSERT_TRUE(wait_until([&] { return fake_cuda().counters().init_calls == base + 1; }));
+    const ChildEnd end = run_forked([&]() -> int {
+        fake_cuda().set_init_delay_ms(0);
+        kjit_kernel *k = nullptr;
+        CHILD_CHECK(kjit_load_cached(path.c_str(), "plain_kernel", &k) == KJIT_OK, kjit_last_error());
+        CHILD_CHECK(fake_cuda().counters().init_calls == base + 2, "the child did not initialise its driver");
+        kjit_kernel_release(k);
+        return 0;
+    });
+    loading.join();
+    fake_cuda().set_init_delay_ms(0);
+    EXPECT_TRUE(end.ok()) << describe(end);
+    EXPECT_EQ(parent_status, KJIT_OK) << kjit_last_error();
+}
+
 // (c) The parent forks while a batch of its compiles on its workers; the child's batch of the
 // same kernels (and one more) compiles on workers of its own and gets every item.
 TEST(Fork, ChildBatchWorksAfterAForkDuringAParentBatch) {
