@@ -2,6 +2,7 @@
 
 #include "cache_entry.hpp"
 #include "folder_trust.hpp"
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
@@ -271,7 +272,8 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
     return report;
 }
 
-// Per-process throttle state of after_publish, per cache folder.
+// Per-process throttle state of after_publish, per cache folder. A forked child starts its
+// own, as a new process would (fork_guard.hpp): its lock may have been held at the fork.
 struct EvictionState {
     std::int64_t last_sweep_ns = 0;       // when this process last swept stale temp folders
     std::int64_t last_measured_ns = 0;    // the usage record this process last saw
@@ -279,6 +281,13 @@ struct EvictionState {
 };
 std::mutex eviction_mutex;
 std::unordered_map<std::string, EvictionState> eviction_states;
+
+void renew_eviction_state_in_forked_child() {
+    fork_guard::renew(eviction_mutex);
+    fork_guard::renew(eviction_states);
+}
+[[maybe_unused]] const bool eviction_fork_handler_registered =
+    fork_guard::at_fork_child(renew_eviction_state_in_forked_child);
 
 }  // namespace
 
@@ -816,9 +825,13 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     return report;
 }
 
+namespace {
+std::atomic<Counters *> counters_slot{nullptr};
+}  // namespace
+
 Counters &counters() {
-    static Counters *const c = new Counters();  // leaked: usable during exit
-    return *c;
+    // Leaked: usable during exit. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(counters_slot, [] { return new Counters(); });
 }
 
 }  // namespace kjit::cache_maintenance

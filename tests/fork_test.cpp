@@ -410,3 +410,189 @@ TEST(Fork, ChildBatchWorksAfterAForkDuringAParentBatch) {
         EXPECT_EQ(resolve(parent.cubin_paths[i]), sources::numbered_gemm_name(300 + static_cast<int>(i)));
     }
 }
+
+// A log line written in a child names the child's thread, not the thread of the parent that
+// forked (spdlog keeps a thread's id in a thread_local, which a child inherits).
+TEST(Fork, ChildLogLinesNameTheChildsThread) {
+    ::setenv("KJIT_LOG_LEVEL", "debug", 1);
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    const std::string path = compile(cache, sources::numbered_gemm(340));
+    ASSERT_FALSE(path.empty());
+    // The main thread logs once before the fork (a hit), so its id is known to the logger.
+    const int saved = ::dup(2);
+    const std::string parent_log = dir.file("parent.log");
+    const int pfd = ::open(parent_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(pfd, 0);
+    ::dup2(pfd, 2);
+    ::close(pfd);
+    const std::string again = compile(cache, sources::numbered_gemm(340));
+    ::dup2(saved, 2);
+    ::close(saved);
+    if (read_file(parent_log).find("cache hit") == std::string::npos) {
+        GTEST_SKIP() << "libkjit's logger was made before KJIT_LOG_LEVEL was set (run this test alone, as ctest does)";
+    }
+    const std::string child_log = dir.file("child.log");
+    const ChildEnd end = run_forked([&]() -> int {
+        const int fd = ::open(child_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        CHILD_CHECK(fd >= 0, "open");
+        ::dup2(fd, 2);
+        ::close(fd);
+        CHILD_CHECK(!compile(cache, sources::numbered_gemm(340)).empty(), "compile");
+        const std::string text = read_file(child_log);
+        const std::string me = std::to_string(::getpid());
+        // "[kjit D <pid>:<thread id>] ...": in the child's only thread, the thread id is its pid.
+        CHILD_CHECK(text.find("] cache hit") != std::string::npos, text);
+        CHILD_CHECK(text.find("[kjit D " + me + ":" + me + "] cache hit") != std::string::npos, text);
+        return 0;
+    });
+    EXPECT_TRUE(end.ok()) << describe(end) << "\n" << read_file(child_log);
+}
+
+namespace {
+
+// Points fd 2 at a pipe that a thread of its own drains slowly, so that whoever logs spends its
+// time inside the log write, holding the logger's lock (and any lock it logs under). Restores
+// fd 2 on destruction.
+class SlowStderr {
+public:
+    SlowStderr() {
+        saved_ = ::dup(2);
+        int p[2];
+        if (::pipe(p) != 0) std::abort();
+        ::dup2(p[1], 2);
+        ::close(p[1]);
+        read_end_ = p[0];
+        drain_ = std::thread([this] {
+            char buf[256];
+            while (::read(read_end_, buf, sizeof buf) > 0) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        });
+    }
+    ~SlowStderr() {
+        ::dup2(saved_, 2);  // closes the pipe's last write end: the drain ends
+        ::close(saved_);
+        drain_.join();
+        ::close(read_end_);
+    }
+
+private:
+    int saved_ = -1;
+    int read_end_ = -1;
+    std::thread drain_;
+};
+
+}  // namespace
+
+// Forks again and again while threads load (first loads, which log under the loader's shard
+// lock, and reuses), resolve (also cubins that take no sidecar, through the memo),
+// compile hits and misses into a size-limited cache (eviction after each publish) and run
+// batches, all logging at debug level into a pipe drained slowly. Whatever libkjit lock a thread
+// held at a fork, each child must compile, resolve and load on its own.
+TEST(Fork, ChildOfABusyProcessDoesNotDeadlock) {
+    ::setenv("KJIT_LOG_LEVEL", "debug", 1);
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    constexpr int kKernels = 4;
+    std::vector<std::string> entries;
+    for (int i = 0; i < kKernels; ++i) {
+        std::string error;
+        entries.push_back(compile(cache, sources::numbered_gemm(400 + i), "gemm", nullptr, &error));
+        ASSERT_FALSE(entries.back().empty()) << error;
+    }
+    // Loose cubins that take no sidecar (a folder is in its place, root or not): their names come
+    // from the resolver's memo.
+    const std::string no_sidecars = dir.file("no-sidecars");
+    ASSERT_EQ(::mkdir(no_sidecars.c_str(), 0700), 0);
+    for (int i = 0; i < kKernels; ++i) {
+        const std::string cubin = no_sidecars + "/k" + std::to_string(i) + ".cubin";
+        write_file(cubin, read_file(entries[static_cast<std::size_t>(i)]));
+        ASSERT_EQ(::mkdir((cubin + ".name").c_str(), 0700), 0);
+    }
+    const std::string loose = dir.file("loose");
+    ASSERT_EQ(::mkdir(loose.c_str(), 0700), 0);
+
+    std::atomic<bool> stop{false};
+    std::atomic<int> sequence{0};
+    std::vector<std::thread> threads;
+    {
+        SlowStderr slow;
+        for (int t = 0; t < 4; ++t) {
+            threads.emplace_back([&, t] {
+                for (int n = 0; !stop; ++n) {
+                    const int i = n % kKernels;
+                    if (t <= 1) {  // first loads of fresh copies, then a reuse
+                        const std::string copy = loose + "/t" + std::to_string(t) + "-" + std::to_string(n) + ".cubin";
+                        write_file(copy, read_file(no_sidecars + "/k" + std::to_string(i) + ".cubin"));
+                        kjit_kernel *a = nullptr, *b = nullptr;
+                        (void)kjit_load_cached(copy.c_str(), "gemm", &a);
+                        (void)kjit_load_cached(copy.c_str(), "gemm", &b);
+                        kjit_kernel_release(a);
+                        kjit_kernel_release(b);
+                        ::unlink(copy.c_str());
+                        ::unlink((copy + ".name").c_str());
+                    } else if (t == 2) {  // hits, resolves, memo
+                        (void)compile(cache, sources::numbered_gemm(400 + i));
+                        (void)resolve(entries[static_cast<std::size_t>(i)]);
+                        (void)resolve(no_sidecars + "/k" + std::to_string(i) + ".cubin");
+                        kjit_kernel *k = nullptr;
+                        (void)kjit_load_cached(entries[static_cast<std::size_t>(i)].c_str(), "gemm", &k);
+                        kjit_kernel_release(k);
+                    } else {  // misses into a size-limited cache, and small batches with PCH
+                        const int s = sequence++;
+                        (void)compile(cache, sources::numbered_gemm(1000 + s), "gemm", nullptr, nullptr, 64 * 1024);
+                        if (n % 2 == 1) {
+                            kjit_compile_options co = KJIT_COMPILE_OPTIONS_INIT;
+                            co.cache_dir = cache.c_str();
+                            co.arch = "sm_90";
+                            kjit_batch_options bo = KJIT_BATCH_OPTIONS_INIT;
+                            bo.workers = 2;
+                            bo.pch = KJIT_PCH_ON;
+                            (void)compile_batch({sources::numbered_gemm(2000 + s), sources::numbered_gemm(400 + i)},
+                                                "gemm", co, &bo);
+                        }
+                    }
+                }
+            });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (int f = 0; f < 6; ++f) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(40));
+            const std::string child_log = dir.file("child" + std::to_string(f) + ".log");
+            const ChildEnd end = run_forked([&]() -> int {
+                // Nothing drains the pipe in the child: log into a file.
+                const int fd = ::open(child_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+                CHILD_CHECK(fd >= 0, "open");
+                ::dup2(fd, 2);
+                ::close(fd);
+                std::string error;
+                const std::string hit = compile(cache, sources::numbered_gemm(400), "gemm", nullptr, &error);
+                CHILD_CHECK(!hit.empty(), error);
+                const std::string miss = compile(cache, sources::numbered_gemm(3000 + f), "gemm", nullptr, &error);
+                CHILD_CHECK(!miss.empty(), error);
+                CHILD_CHECK(resolve(miss) == sources::numbered_gemm_name(3000 + f), resolve(miss));
+                for (int i = 0; i < kKernels; ++i) {
+                    const std::string cubin = no_sidecars + "/k" + std::to_string(i) + ".cubin";
+                    CHILD_CHECK(resolve(cubin) == sources::numbered_gemm_name(400 + i), resolve(cubin));
+                }
+                // First loads of files of its own, which spread over the loader's shards.
+                for (int n = 0; n < 24; ++n) {
+                    const std::string copy = loose + "/child" + std::to_string(f) + "-" + std::to_string(n) + ".cubin";
+                    write_file(copy, read_file(no_sidecars + "/k" + std::to_string(n % kKernels) + ".cubin"));
+                    kjit_kernel *k = nullptr;
+                    CHILD_CHECK(kjit_load_cached(copy.c_str(), "gemm", &k) == KJIT_OK, kjit_last_error());
+                    CHILD_CHECK(std::string(kjit_kernel_name(k)) == sources::numbered_gemm_name(400 + n % kKernels),
+                                kjit_kernel_name(k));
+                    kjit_kernel_release(k);
+                }
+                return 0;
+            });
+            EXPECT_TRUE(end.ok()) << "fork " << f << ": " << describe(end) << "\n" << read_file(child_log);
+            if (end.hung) break;
+        }
+        stop = true;
+        for (std::thread &t : threads) t.join();
+    }
+    EXPECT_GT(stats().memo_hits, 0u);
+}
