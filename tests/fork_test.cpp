@@ -169,6 +169,24 @@ std::string slow_source(int salt, int instantiations = 300) {
     return s;
 }
 
+// The fds of this process open on a file named `name`.
+int fds_open_on(const std::string &name) {
+    int n = 0;
+    DIR *d = ::opendir("/proc/self/fd");
+    if (!d) return -1;
+    while (const dirent *e = ::readdir(d)) {
+        char target[4096];
+        const std::string link = std::string("/proc/self/fd/") + e->d_name;
+        const ssize_t len = ::readlink(link.c_str(), target, sizeof target - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        const std::string t(target);
+        if (t.size() >= name.size() && t.compare(t.size() - name.size(), name.size(), name) == 0) ++n;
+    }
+    ::closedir(d);
+    return n;
+}
+
 }  // namespace
 
 // (a) A thread of the parent is inside the compile of key K (NVRTC running, K in the in-flight
@@ -409,6 +427,68 @@ TEST(Fork, ChildBatchWorksAfterAForkDuringAParentBatch) {
     for (std::size_t i = 0; i < srcs.size(); ++i) {
         EXPECT_EQ(resolve(parent.cubin_paths[i]), sources::numbered_gemm_name(300 + static_cast<int>(i)));
     }
+}
+
+// A parent thread waits for the cache lock (prune, blocked by another process) when the parent
+// forks. The child must not keep the lock's file open: it would hold the lock for as long as it
+// lives once the parent's thread got it, and every prune, clear and eviction of the cache would
+// wait for (or skip) a process that does not know it holds anything.
+TEST(Fork, ChildDoesNotKeepTheCacheLockOpen) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
+    const std::string lock = cache + "/.kjit-lock";
+    // Another process holds the lock until told to let go.
+    int held[2], release[2];
+    ASSERT_EQ(::pipe(held), 0);
+    ASSERT_EQ(::pipe(release), 0);
+    const pid_t holder = ::fork();
+    ASSERT_GE(holder, 0);
+    if (holder == 0) {
+        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
+        char byte = 'h';
+        if (::write(held[1], &byte, 1) != 1 || ::read(release[0], &byte, 1) != 1) ::_exit(1);
+        ::_exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(held[0], &byte, 1), 1);
+    ASSERT_EQ(fds_open_on("/.kjit-lock"), 0);
+
+    std::thread pruning([&] { (void)kjit::cache_maintenance::prune(cache, {}); });
+    ASSERT_TRUE(wait_until([&] { return fds_open_on("/.kjit-lock") == 1; }));  // opened, waiting in flock
+    int go[2], report[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(report), 0);
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        arm_child_backstop();
+        const char open_fds = static_cast<char>('0' + fds_open_on("/.kjit-lock"));
+        (void)!::write(report[1], &open_fds, 1);
+        char b = 0;
+        (void)!::read(go[0], &b, 1);  // lives on meanwhile, as a pool worker would
+        ::_exit(open_fds == '0' ? 0 : 1);
+    }
+    char child_fds = 0;
+    ASSERT_EQ(::read(report[0], &child_fds, 1), 1);
+    EXPECT_EQ(child_fds, '0') << "the child has the parent's cache lock file open";
+
+    // The holder lets go; the parent's prune takes the lock, finishes and closes it.
+    ASSERT_EQ(::write(release[1], "r", 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+    pruning.join();
+    // With the child alive, the lock is free.
+    const int fd = ::open(lock.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the cache lock is still held, by the child: " << std::strerror(errno);
+    ::close(fd);
+    ASSERT_EQ(::write(go[1], "g", 1), 1);
+    const ChildEnd end = wait_for_child(child);
+    EXPECT_TRUE(end.ok()) << describe(end);
+    for (int p : {held[0], held[1], release[0], release[1], go[0], go[1], report[0], report[1]}) ::close(p);
 }
 
 // A log line written in a child names the child's thread, not the thread of the parent that
