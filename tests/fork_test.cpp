@@ -429,6 +429,72 @@ TEST(Fork, ChildBatchWorksAfterAForkDuringAParentBatch) {
     }
 }
 
+namespace {
+
+struct ForkInCallback {
+    pid_t child = -1;  // in the parent: the child forked from the callback
+    bool in_child = false;
+    std::size_t reported = 0;
+};
+
+int fork_on_first_report(void *user_data, size_t, size_t, size_t, kjit_status, const char *) {
+    auto *f = static_cast<ForkInCallback *>(user_data);
+    ++f->reported;
+    if (f->reported == 1 && !f->in_child) {
+        std::fflush(nullptr);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            arm_child_backstop();
+            f->in_child = true;
+        } else {
+            f->child = pid;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+// The progress callback forks (runs a subprocess the Python way, say) while the batch's workers
+// compile. The child returns from the callback into a batch whose workers it does not have: it
+// must finish the batch on its own thread, every item reported, rather than wait for them.
+TEST(Fork, ChildForkedFromABatchProgressCallbackFinishesTheBatch) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    std::vector<std::string> srcs;
+    for (int i = 0; i < 6; ++i) srcs.push_back(sources::numbered_gemm(320 + i));
+    kjit_compile_options co = KJIT_COMPILE_OPTIONS_INIT;
+    co.cache_dir = cache.c_str();
+    co.arch = "sm_90";
+    ForkInCallback f;
+    kjit_batch_options bo = KJIT_BATCH_OPTIONS_INIT;
+    bo.workers = 2;
+    bo.pch = KJIT_PCH_OFF;
+    bo.progress = fork_on_first_report;
+    bo.progress_user_data = &f;
+    const BatchOutcome r = compile_batch(srcs, "gemm", co, &bo);
+    if (f.in_child) {
+        int rc = r.overall == KJIT_OK && f.reported == srcs.size() ? 0 : 1;
+        if (rc != 0) {
+            std::fprintf(stderr, "child: batch %s, %zu of %zu reported: %s\n", kjit_status_string(r.overall),
+                         f.reported, srcs.size(), kjit_last_error());
+        }
+        for (std::size_t i = 0; rc == 0 && i < srcs.size(); ++i) {
+            if (resolve(r.cubin_paths[i]) != sources::numbered_gemm_name(320 + static_cast<int>(i))) {
+                std::fprintf(stderr, "child: item %zu: %s\n", i, resolve(r.cubin_paths[i]).c_str());
+                rc = 1;
+            }
+        }
+        std::fflush(nullptr);
+        ::_exit(rc);
+    }
+    ASSERT_GT(f.child, 0);
+    const ChildEnd end = wait_for_child(f.child);
+    EXPECT_TRUE(end.ok()) << describe(end);
+    EXPECT_EQ(r.overall, KJIT_OK);
+    EXPECT_EQ(f.reported, srcs.size());
+}
+
 // A parent thread waits for the cache lock (prune, blocked by another process) when the parent
 // forks. The child must not keep the lock's file open: it would hold the lock for as long as it
 // lives once the parent's thread got it, and every prune, clear and eviction of the cache would
