@@ -1,6 +1,7 @@
 #include "batch_compiler.hpp"
 
 #include "cache_entry.hpp"
+#include "fork_guard.hpp"
 #include "log.hpp"
 #include "posix_file.hpp"
 
@@ -74,6 +75,20 @@ public:
             }
         }
         return static_cast<unsigned>(threads_.size());
+    }
+
+    // In a child forked from the progress callback (on the calling thread, the only one the
+    // child has): the workers are the parent's threads, not here, and one may have held the
+    // lock at the fork. The lock and the condition variable are made anew and the workers
+    // forgotten: never joined (nothing would end them) nor detached (glibc recycles their
+    // descriptors for the child's new threads), their std::thread objects leaked. The caller
+    // then finishes the batch on its own thread.
+    void forget_workers_in_forked_child() {
+        fork_guard::renew(mutex_);
+        fork_guard::renew(finished_cv_);
+        new std::vector<std::thread>(std::move(threads_));  // leaked on purpose
+        threads_.clear();
+        stopped_ = true;
     }
 
     // No job starts after this.
@@ -294,6 +309,20 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     }
 
     // 3. Compile the misses on the workers, reporting each as it finishes.
+    // 3. Compile the misses on the workers, reporting each as it finishes. The progress callback
+    //    may fork: a child then returns into this loop without the parent's workers (fork_guard.hpp)
+    //    and compiles what was not reported yet itself, on this thread (`reported` is this
+    //    thread's own record, never written by a worker).
+    const std::uint64_t generation = fork_guard::generation();
+    std::vector<bool> reported(jobs.size(), false);
+    auto finish_here = [&] {
+        for (std::size_t j = 0; j < jobs.size() && !cancelled; ++j) {
+            if (reported[j]) continue;
+            const Result<std::string> result = build_guarded(cache, jobs[j].prepared);
+            reported[j] = true;
+            for (std::size_t item : jobs[j].items) finish(item, result);
+        }
+    };
     if (!cancelled && !jobs.empty()) {
         const unsigned wanted = static_cast<unsigned>(
             std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), kMaxWorkers}));
@@ -312,14 +341,19 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
         const unsigned first_wave = first_uses_pch ? 1u : wanted;
         if (pool.start(first_wave) == 0) {
             // No thread could be started: compile on this one.
-            for (std::size_t j = 0; j < jobs.size() && !cancelled; ++j) {
-                const Result<std::string> result = build_guarded(cache, jobs[j].prepared);
-                for (std::size_t item : jobs[j].items) finish(item, result);
-            }
+            finish_here();
         } else {
             bool all_started = first_wave == wanted;
             while (auto j = pool.next_finished(handed_out.refresh_every(), [&] { handed_out.refresh_when_due(); })) {
+                reported[*j] = true;
                 for (std::size_t item : jobs[*j].items) finish(item, *jobs[*j].result);
+                if (fork_guard::generation() != generation) {  // this is a child forked by the callback
+                    log().debug("batch: forked from the progress callback; finishing {} jobs on the calling thread",
+                                std::count(reported.begin(), reported.end(), false));
+                    pool.forget_workers_in_forked_child();
+                    finish_here();
+                    break;
+                }
                 if (cancelled) {
                     pool.stop();
                 } else if (!all_started) {

@@ -5,6 +5,7 @@
 #include "batch_compiler.hpp"
 #include "cache.hpp"
 #include "cache_maintenance.hpp"
+#include "fork_guard.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
 #include "status.hpp"
@@ -67,9 +68,10 @@ struct ApiCounters {
     std::atomic<std::uint64_t> loads{0};
     std::array<std::atomic<std::uint64_t>, KJIT_STATS_STATUS_SLOTS> errors{};
 };
+std::atomic<ApiCounters *> api_counters_slot{nullptr};
 ApiCounters &api_counters() {
-    static ApiCounters *const c = new ApiCounters();  // leaked: usable during exit
-    return *c;
+    // Leaked: usable during exit. No once-guard (fork_guard.hpp).
+    return kjit::fork_guard::lazy(api_counters_slot, [] { return new ApiCounters(); });
 }
 
 // The calling thread's detail text for its last failure. A fixed-size fallback keeps

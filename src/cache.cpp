@@ -6,6 +6,7 @@
 #include "compiler.hpp"
 #include "driver.hpp"
 #include "folder_trust.hpp"
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "include_scanner.hpp"
 #include "log.hpp"
@@ -86,11 +87,13 @@ std::string hex_digest(XXH3_state_t *state) {
     return hex;
 }
 
-// NVRTC's build as the key sees it (computed once per process).
+// NVRTC's build as the key sees it (computed once per process; no once-guard, fork_guard.hpp).
+std::atomic<const std::string *> nvrtc_identity_slot{nullptr};
 const std::string &nvrtc_identity() {
-    static const std::string v = compiler::nvrtc_identity();
-    return v;
+    return fork_guard::lazy(nvrtc_identity_slot, [] { return new std::string(compiler::nvrtc_identity()); });
 }
+
+std::atomic<Cache *> instance_slot{nullptr};
 
 // What a PCH made while compiling `r` was made from: its header identity (pch_texts, below)
 // and every file the compile may read, by content (`deps`, the same list the entry records),
@@ -325,8 +328,17 @@ std::string pch_texts(const Request &r) {
 }
 
 Cache &Cache::instance() {
-    static Cache *const cache = new Cache();  // leaked: usable during exit
-    return *cache;
+    return fork_guard::lazy(instance_slot, [] { return new Cache(); });  // leaked: usable during exit
+}
+
+const bool Cache::fork_handler_registered_ = fork_guard::at_fork_child(&Cache::renew_in_forked_child);
+
+void Cache::renew_in_forked_child() {
+    Cache *cache = instance_slot.load(std::memory_order_relaxed);
+    if (!cache) return;
+    fork_guard::renew(cache->flights_mutex_);
+    fork_guard::renew(cache->flights_);
+    cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 
 Result<std::string> Cache::compile(Request request) {

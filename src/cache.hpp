@@ -122,6 +122,8 @@ public:
         std::string cubin;  // <entry>/kernel.cubin
     };
 
+    // The cache kjit_compile uses; one per process. In a forked child its in-flight table is
+    // empty (fork_guard.hpp): a compile the parent had in flight has no thread in the child.
     static Cache &instance();
 
     // The cached cubin's absolute path for `request` (taken by value: its folders are made
@@ -162,6 +164,11 @@ private:
                                 folder_trust::CacheFolder &folder, const std::string &cubin, const std::string &name,
                                 double seconds, const std::vector<include_scanner::Dependency> &deps,
                                 std::uint64_t *published_bytes);
+
+    // In a forked child: the instance's in-flight table and its lock made anew (the parent's
+    // flights, and any thread that held the lock, are not in the child), no compile in flight.
+    static void renew_in_forked_child();
+    static const bool fork_handler_registered_;
 
     Counters counters_;
     std::mutex flights_mutex_;

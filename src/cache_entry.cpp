@@ -1,5 +1,6 @@
 #include "cache_entry.hpp"
 
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "posix_file.hpp"
@@ -39,10 +40,13 @@ struct Pins {
     std::unordered_map<std::string, unsigned> counts;
     std::atomic<std::size_t> total{0};
 };
-Pins &pins() {
-    static Pins *const p = new Pins();  // leaked: usable during exit
-    return *p;
-}
+// Made while libkjit loads, never freed (usable during exit); no once-guard (fork_guard.hpp).
+Pins *const the_pins = new Pins();
+Pins &pins() { return *the_pins; }
+// A forked child runs none of its parent's batches: it starts with no pins (a batch that goes
+// on in a child forked from its callback keeps its entries in use by their records alone).
+void renew_pins_in_forked_child() { fork_guard::renew(*the_pins); }
+[[maybe_unused]] const bool pins_fork_handler_registered = fork_guard::at_fork_child(renew_pins_in_forked_child);
 
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 

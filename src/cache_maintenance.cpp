@@ -2,6 +2,7 @@
 
 #include "cache_entry.hpp"
 #include "folder_trust.hpp"
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -132,6 +134,77 @@ Result<Root> open_root(const std::string &cache_dir) {
     return root;
 }
 
+// The cache lock's descriptors open in this process, as fd + 1 (0: a free slot). A forked child
+// inherits every descriptor, and a flock belongs to the open file, not the process: it is let go
+// only once every descriptor on that file is closed. A child that lived on (a pool worker) with
+// one that a parent's thread had open, locked or waiting, would hold the lock after that thread
+// released it, for as long as it lives, and every prune, clear and eviction of the cache would
+// wait for (or skip) a process that knows nothing of it. So the child closes them
+// (fork_guard.hpp); the parent's thread releases the lock as usual. More than kLockSlots
+// descriptors open at once (as many caches maintained at once) are not registered.
+constexpr std::size_t kLockSlots = 64;
+std::array<std::atomic<int>, kLockSlots> lock_fds{};
+
+void close_lock_fds_in_forked_child() {
+    for (std::atomic<int> &slot : lock_fds) {
+        if (const int v = slot.exchange(0, std::memory_order_relaxed); v > 0) ::close(v - 1);
+    }
+}
+[[maybe_unused]] const bool lock_fork_handler_registered = fork_guard::at_fork_child(close_lock_fds_in_forked_child);
+
+// A descriptor of the cache lock's file, registered in lock_fds from its open to its close.
+class LockFd {
+public:
+    explicit LockFd(int fd) : fd_(fd) {
+        if (fd_ < 0) return;
+        for (std::size_t i = 0; i < kLockSlots; ++i) {
+            int expected = 0;
+            if (lock_fds[i].compare_exchange_strong(expected, fd_ + 1, std::memory_order_relaxed)) {
+                slot_ = static_cast<int>(i);
+                return;
+            }
+        }
+    }
+    LockFd(LockFd &&other) noexcept : fd_(other.fd_), slot_(other.slot_) {
+        other.fd_ = -1;
+        other.slot_ = -1;
+    }
+    LockFd &operator=(LockFd &&other) noexcept {
+        if (this != &other) {
+            reset();
+            fd_ = other.fd_;
+            slot_ = other.slot_;
+            other.fd_ = -1;
+            other.slot_ = -1;
+        }
+        return *this;
+    }
+    LockFd(const LockFd &) = delete;
+    LockFd &operator=(const LockFd &) = delete;
+    ~LockFd() { reset(); }
+    int get() const { return fd_; }
+    bool valid() const { return fd_ >= 0; }
+
+private:
+    void reset() {
+        const int fd = fd_;
+        fd_ = -1;
+        if (fd < 0) return;
+        if (slot_ >= 0) {
+            int expected = fd + 1;
+            const auto slot = static_cast<std::size_t>(slot_);
+            slot_ = -1;
+            // Not ours any more: this is a forked child, which closed it (its number may be
+            // another file's now). Only a thread that forked holding the lock gets here so.
+            if (!lock_fds[slot].compare_exchange_strong(expected, 0, std::memory_order_relaxed)) return;
+        }
+        ::close(fd);
+    }
+
+    int fd_ = -1;
+    int slot_ = -1;
+};
+
 // The exclusive cache lock: held by whoever removes things, so removers never race.
 class CacheLock {
 public:
@@ -139,7 +212,7 @@ public:
     static Result<std::optional<CacheLock>> acquire(const Root &root, bool wait) {
         const std::string path = root.path + "/" + kLockFile;
         const bool shared = folder_trust::shared(root.folder);
-        UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, shared ? 0660 : 0600));
+        LockFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, shared ? 0660 : 0600));
         struct stat st {};
         if (!fd.valid()) {
             const int err = errno;
@@ -169,8 +242,8 @@ public:
     }
 
 private:
-    explicit CacheLock(UniqueFd fd) : fd_(std::move(fd)) {}
-    UniqueFd fd_;  // closing it releases the lock
+    explicit CacheLock(LockFd fd) : fd_(std::move(fd)) {}
+    LockFd fd_;  // closing it releases the lock
 };
 
 bool folder_exists(const std::string &path) {
@@ -290,7 +363,8 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
     return report;
 }
 
-// Per-process throttle state of after_publish, per cache folder.
+// Per-process throttle state of after_publish, per cache folder. A forked child starts its
+// own, as a new process would (fork_guard.hpp): its lock may have been held at the fork.
 struct EvictionState {
     std::int64_t last_sweep_ns = 0;       // when this process last swept stale temp folders
     std::int64_t last_measured_ns = 0;    // the usage record this process last saw
@@ -324,6 +398,13 @@ private:
 };
 std::mutex eviction_mutex;
 EvictionStates eviction_states;
+
+void renew_eviction_state_in_forked_child() {
+    fork_guard::renew(eviction_mutex);
+    fork_guard::renew(eviction_states);
+}
+[[maybe_unused]] const bool eviction_fork_handler_registered =
+    fork_guard::at_fork_child(renew_eviction_state_in_forked_child);
 
 }  // namespace
 
@@ -948,9 +1029,13 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     return report;
 }
 
+namespace {
+std::atomic<Counters *> counters_slot{nullptr};
+}  // namespace
+
 Counters &counters() {
-    static Counters *const c = new Counters();  // leaked: usable during exit
-    return *c;
+    // Leaked: usable during exit. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(counters_slot, [] { return new Counters(); });
 }
 
 }  // namespace kjit::cache_maintenance

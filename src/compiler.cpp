@@ -1,12 +1,18 @@
 #include "compiler.hpp"
 
+#include "fork_guard.hpp"
+
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <climits>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -35,6 +41,71 @@ Status check(nvrtcResult r, const char *what) {
     if (r == NVRTC_SUCCESS) return Ok{};
     return Error{Errc::nvrtc, std::string(what) + " failed: " + nvrtcGetErrorString(r)};
 }
+
+// The gate compiles pass (compiler.hpp): fork() waits here for the NVRTC calls in flight.
+struct Gate {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int inside = 0;             // compiles that passed in and have not left (Passage)
+    bool fork_pending = false;  // a prepare handler closed the gate
+    bool unusable = false;      // a forked child whose fork did not wait until the gate was empty
+};
+Gate gate;
+std::atomic<std::int64_t> fork_wait_ms{120'000};
+
+void close_gate_and_wait() {
+    std::unique_lock<std::mutex> lock(gate.mutex);
+    gate.fork_pending = true;
+    gate.changed.wait_for(lock, std::chrono::milliseconds(fork_wait_ms.load()), [] { return gate.inside == 0; });
+}
+
+void open_gate_in_parent() {
+    {
+        std::lock_guard<std::mutex> lock(gate.mutex);
+        gate.fork_pending = false;
+    }
+    gate.changed.notify_all();
+}
+
+// In the child, `inside` is what it was at the fork: nobody could enter after the prepare
+// handler's wait, so anything left inside is a compile the wait gave up on, maybe holding
+// NVRTC's lock. (A thread of the parent may hold the gate's own lock: it is made anew.)
+void renew_gate_in_forked_child() {
+    const bool busy = gate.inside != 0;
+    fork_guard::renew(gate.mutex);
+    fork_guard::renew(gate.changed);
+    gate.inside = 0;
+    gate.fork_pending = false;
+    if (busy) gate.unusable = true;
+}
+[[maybe_unused]] const bool fork_handlers_registered =
+    fork_guard::at_fork(close_gate_and_wait, open_gate_in_parent, renew_gate_in_forked_child);
+
+// One compile inside the gate.
+class Passage {
+public:
+    Passage() {
+        std::unique_lock<std::mutex> lock(gate.mutex);
+        gate.changed.wait(lock, [] { return !gate.fork_pending; });
+        if (gate.unusable) return;
+        ++gate.inside;
+        entered_ = true;
+    }
+    Passage(const Passage &) = delete;
+    Passage &operator=(const Passage &) = delete;
+    ~Passage() {
+        if (!entered_) return;
+        {
+            std::lock_guard<std::mutex> lock(gate.mutex);
+            --gate.inside;
+        }
+        gate.changed.notify_all();
+    }
+    bool entered() const { return entered_; }
+
+private:
+    bool entered_ = false;
+};
 
 std::string program_log(nvrtcProgram prog) {
     size_t size = 0;
@@ -156,6 +227,15 @@ Result<Output> compile(const Request &request) {
     }
     for (const auto &o : request.options) options.push_back(o.c_str());
 
+    const Passage passage;
+    if (!passage.entered()) {
+        const std::int64_t ms = fork_wait_ms.load();
+        return Error{Errc::nvrtc, "NVRTC cannot be used in this process: it was forked while another thread of its "
+                                  "parent was compiling for longer than fork waits for a compile (" +
+                                      (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                                      "), and NVRTC may hold a lock of its own that no thread here will let go; "
+                                      "compile in the parent, or in a process started afresh (spawn, not fork)"};
+    }
     Program prog;
     if (auto st = check(nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
                                            static_cast<int>(header_names.size()), header_sources.data(),
@@ -202,6 +282,10 @@ Result<Output> compile(const Request &request) {
     }
     return out;
 }
+
+std::chrono::milliseconds fork_wait() { return std::chrono::milliseconds(fork_wait_ms.load()); }
+
+void set_fork_wait(std::chrono::milliseconds wait) { fork_wait_ms.store(wait.count()); }
 
 std::string nvrtc_version() {
     int major = 0, minor = 0;

@@ -4,6 +4,7 @@
 
 #include "status.hpp"
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,17 @@ struct Output {
 
 // Compiles `request`. Errc::compile with the whole NVRTC log when the source does not compile;
 // Errc::nvrtc with NVRTC's text for other NVRTC failures (unknown option, no cubin for a
-// virtual arch, ...). Thread safe: NVRTC programs are independent.
+// virtual arch, ...), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC
+// programs are independent.
+//
+// fork(): NVRTC holds a process-wide lock of its own inside a compile. A child forked while
+// another thread held it would wait for it for ever at its first compile, and that lock is not
+// libkjit's to renew (fork_guard.hpp). So compiles pass a gate, and fork() waits there: a
+// prepare handler closes the gate (compiles that start meanwhile wait in front of it), waits
+// until the compiles inside have left, at most fork_wait(), and the parent's handler opens it
+// again. A fork therefore takes up to one compile longer while this process compiles. A child
+// forked when the wait ran out may not call NVRTC: its compiles fail at once with Errc::nvrtc,
+// saying why, never hang.
 Result<Output> compile(const Request &request);
 
 // NVRTC's precompiled-header options (CUDA 12.8+: -pch, -create-pch, -use-pch, -pch-dir,
@@ -47,6 +58,9 @@ struct PchOptions {
 // log. The values of other options that take one as a separate string (-D, -I, -std, ...) are
 // never read as options.
 Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
+// How long fork() waits for compiles in flight: 120 s unless set (for tests).
+std::chrono::milliseconds fork_wait();
+void set_fork_wait(std::chrono::milliseconds wait);
 
 // NVRTC's version as "major.minor".
 std::string nvrtc_version();

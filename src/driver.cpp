@@ -1,5 +1,6 @@
 #include "driver.hpp"
 
+#include "fork_guard.hpp"
 #include "log.hpp"
 
 #include <cudaTypedefs.h>
@@ -117,11 +118,22 @@ Api open_api() {
 #undef KJIT_BIND
 
 // Loaded once per process, on first use; the library is never closed (kernels it handed out
-// may be used until exit).
+// may be used until exit). No once-guard (fork_guard.hpp): opening takes dlopen and cuInit, and
+// a thread of the parent inside them at a fork would leave a guard the child waits on for ever.
+// Threads that race to open it each open it (dlopen counts, cuInit may be called again); one
+// Api is kept, the others are deleted, their dlopen references kept.
+std::atomic<const Api *> api_slot{nullptr};
+
 const Api &api() {
-    static const Api *const loaded = new Api(open_api());
-    return *loaded;
+    return fork_guard::lazy(api_slot, [] { return new Api(open_api()); });
 }
+
+// A forked child opens the driver again on first use: CUDA's state, cuInit's included, does
+// not survive fork, so the child must call cuInit itself, and gets whatever the driver then says
+// about a forked child. The parent's Api is leaked (its entry points are still good: the same
+// library, which stays mapped).
+void forget_the_parents_driver() { api_slot.store(nullptr, std::memory_order_relaxed); }
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(forget_the_parents_driver);
 
 Error unavailable(const Api &a) { return Error{Errc::driver_unavailable, "no usable CUDA driver: " + a.error}; }
 

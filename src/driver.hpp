@@ -5,7 +5,8 @@
 // other entry point at the ABI version of the prototype this file calls it through (the
 // PFN_<name>_v<version> typedefs of the toolkit's cudaTypedefs.h). Asking at CUDA_VERSION
 // instead could hand back a newer ABI than the prototype (cuCtxGetDevice changed its signature
-// in 13.0). Then cuInit(0). The outcome is kept for the life of the process.
+// in 13.0). Then cuInit(0). The outcome is kept for the life of the process; a forked child
+// opens the driver again (cuInit's state does not survive fork) on its first use.
 //
 // Only CUDA types cross this interface (cuda.h is a header-only dependency); failures come back
 // as kjit::Error: Errc::driver_unavailable when there is no usable driver, Errc::driver (with the

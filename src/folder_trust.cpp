@@ -1,5 +1,6 @@
 #include "folder_trust.hpp"
 
+#include "fork_guard.hpp"
 #include "posix_file.hpp"
 
 #include <fcntl.h>
@@ -274,19 +275,27 @@ std::string group_text(gid_t gid) {
     return found ? std::string(gr.gr_name) : "gid " + std::to_string(gid);
 }
 
+// Group membership of other users, asked once per process: the user and group databases may be
+// remote (LDAP, sssd). A forked child starts its own (fork_guard.hpp).
+std::mutex membership_mutex;
+std::map<std::pair<uid_t, gid_t>, bool> membership_memo;
+
+void renew_membership_memo_in_forked_child() {
+    fork_guard::renew(membership_mutex);
+    fork_guard::renew(membership_memo);
+}
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_membership_memo_in_forked_child);
+
 bool is_member(uid_t uid, gid_t gid) {
     if (uid == ::geteuid()) return self_in_group(gid);
-    // The user and group databases may be remote (LDAP, sssd): ask once per process.
-    static std::mutex mutex;
-    static std::map<std::pair<uid_t, gid_t>, bool> memo;
     {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (auto it = memo.find({uid, gid}); it != memo.end()) return it->second;
+        std::lock_guard<std::mutex> lock(membership_mutex);
+        if (auto it = membership_memo.find({uid, gid}); it != membership_memo.end()) return it->second;
     }
     const bool member = other_in_group(uid, gid);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (memo.size() > 4096) memo.clear();
-    memo[{uid, gid}] = member;
+    std::lock_guard<std::mutex> lock(membership_mutex);
+    if (membership_memo.size() > 4096) membership_memo.clear();
+    membership_memo[{uid, gid}] = member;
     return member;
 }
 

@@ -1,6 +1,7 @@
 #include "kernel_loader.hpp"
 
 #include "cache_entry.hpp"
+#include "fork_guard.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
 #include "symbol_scanner.hpp"
@@ -26,6 +27,7 @@ struct LoadedKernel {
 struct LoadedLibrary {
     FileIdentity identity;
     unsigned shard = 0;
+    std::uint64_t generation = 0;  // fork_guard::generation() of the process that loaded it
     CUlibrary library = nullptr;
     bool ready = false;   // false while the first loader is in cuLibraryLoadData
     std::size_t refs = 0;  // handles (and loads in progress) on it; guarded by the shard mutex
@@ -92,16 +94,40 @@ KernelHandle::~KernelHandle() {
 }
 
 const std::string &KernelHandle::name() const { return kernel_->name; }
-CUkernel KernelHandle::kernel() const { return kernel_->kernel; }
-CUlibrary KernelHandle::library() const { return library_->library; }
-Result<CUfunction> KernelHandle::function() const { return driver::function_in_current_context(kernel_->kernel); }
+bool KernelHandle::loaded_here() const { return library_->generation == fork_guard::generation(); }
+CUkernel KernelHandle::kernel() const { return loaded_here() ? kernel_->kernel : nullptr; }
+CUlibrary KernelHandle::library() const { return loaded_here() ? library_->library : nullptr; }
+Result<CUfunction> KernelHandle::function() const {
+    if (!loaded_here()) {
+        return Error{Errc::driver, "the kernel '" + kernel_->name + "' of '" + cubin_path_ +
+                                       "' was loaded before this process was forked, by its parent: its CUDA library "
+                                       "belongs to the parent's driver state, which a forked child does not have; load "
+                                       "it again in this process"};
+    }
+    return driver::function_in_current_context(kernel_->kernel);
+}
 
 // ---------------------------------------------------------------------------------------------
 // KernelLoader
 
+namespace {
+std::atomic<KernelLoader *> instance_slot{nullptr};
+}  // namespace
+
 KernelLoader &KernelLoader::instance() {
-    static KernelLoader *const loader = new KernelLoader();  // leaked: handles may outlive statics
-    return *loader;
+    // Leaked: handles may outlive statics. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(instance_slot, [] { return new KernelLoader(); });
+}
+
+const bool KernelLoader::fork_handler_registered_ =
+    fork_guard::at_fork_child(&KernelLoader::renew_in_forked_child);
+
+void KernelLoader::renew_in_forked_child() {
+    KernelLoader *loader = instance_slot.load(std::memory_order_relaxed);
+    if (!loader) return;
+    // The parent's libraries (and their LoadedLibrary records, which its handles in the child's
+    // memory still point to) are leaked, never unloaded: release() tells them by generation.
+    for (Shard &shard : loader->shards_) fork_guard::renew(shard);
 }
 
 KernelLoader::Shard &KernelLoader::shard_for(const FileIdentity &identity) {
@@ -184,6 +210,7 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const Prepared &prepared, 
         // This thread loads it; others that come meanwhile wait on load_finished.
         lib = new LoadedLibrary();
         lib->identity = prepared.identity;
+        lib->generation = fork_guard::generation();
         lib->shard = static_cast<unsigned>(&shard - shards_.data());
         lib->refs = 1;
         shard.libraries.emplace(prepared.identity, lib);
@@ -282,6 +309,10 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
 }
 
 void KernelLoader::release(LoadedLibrary *library) {
+    // A library the parent loaded, released in a forked child: forget it. It is in no shard of
+    // the child's registry, its CUlibrary means nothing to the child's driver, and the parent
+    // still owns it (its reference count is the parent's too).
+    if (library->generation != fork_guard::generation()) return;
     Shard &shard = shards_[library->shard];
     {
         std::lock_guard<std::mutex> lock(shard.mutex);

@@ -11,6 +11,12 @@
 // Self-heal: when a name taken from the sidecar is not in the image (CUDA_ERROR_NOT_FOUND), the
 // sidecar line is distrusted, the bytes are rescanned, the line is rewritten and the kernel is
 // asked for once more.
+//
+// fork(): a forked child starts with an empty registry (fork_guard.hpp), so its loads go to its
+// own driver: the parent's libraries belong to CUDA state the child does not have. Handles the
+// parent held are still in the child's memory; there they keep their name and path, hand out no
+// driver handle, and releasing them only forgets them: the child never unloads (nor otherwise
+// passes to its driver) a library of the parent's.
 #pragma once
 
 #include "cache_entry.hpp"
@@ -45,13 +51,17 @@ public:
     ~KernelHandle();
 
     const std::string &name() const;
+    // Null for a handle loaded before a fork, in the child (see above).
     CUkernel kernel() const;
     CUlibrary library() const;
     // The path the handle was loaded from (libraries are shared by identity, so two handles on
     // one library may carry different paths, e.g. hard links).
     const std::string &cubin_path() const { return cubin_path_; }
-    // The kernel's CUfunction in the calling thread's current context.
+    // The kernel's CUfunction in the calling thread's current context. Errc::driver for a
+    // handle loaded before a fork, in the child.
     Result<CUfunction> function() const;
+    // Whether the handle was loaded by this process (not before a fork, by its parent).
+    bool loaded_here() const;
 
 private:
     friend class KernelLoader;
@@ -86,7 +96,7 @@ public:
         std::optional<cache_entry::Manifest> published;
     };
 
-    // The loader kjit_load_cached uses; one per process.
+    // The loader kjit_load_cached uses; one per process (a forked child's starts empty).
     static KernelLoader &instance();
 
     // Loads `keyword` from the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
@@ -123,6 +133,9 @@ private:
     Result<const LoadedKernel *> kernel_in(LoadedLibrary &library, std::string_view keyword, const Prepared &prepared,
                                            const std::string &cubin_path);
     void release(LoadedLibrary *library);
+    // In a forked child: the instance's registry made anew, empty (see above).
+    static void renew_in_forked_child();
+    static const bool fork_handler_registered_;
 
     Counters counters_;
     std::array<Shard, kShards> shards_;

@@ -2,6 +2,7 @@
 
 #include "cache_entry.hpp"
 #include "folder_trust.hpp"
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
@@ -124,9 +125,23 @@ std::size_t NameResolver::MemoKeyHash::operator()(const MemoKey &k) const {
     return h ^ (FileIdentityHash{}(k.identity) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
 }
 
+namespace {
+std::atomic<NameResolver *> instance_slot{nullptr};
+}  // namespace
+
 NameResolver &NameResolver::instance() {
-    static NameResolver *const resolver = new NameResolver();  // leaked: usable during exit
-    return *resolver;
+    // Leaked: usable during exit. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(instance_slot, [] { return new NameResolver(); });
+}
+
+const bool NameResolver::fork_handler_registered_ =
+    fork_guard::at_fork_child(&NameResolver::renew_in_forked_child);
+
+void NameResolver::renew_in_forked_child() {
+    NameResolver *resolver = instance_slot.load(std::memory_order_relaxed);
+    if (!resolver) return;
+    fork_guard::renew(resolver->memo_mutex_);
+    fork_guard::renew(resolver->memo_);
 }
 
 bool NameResolver::Version::has_content(std::uint64_t hash) const {

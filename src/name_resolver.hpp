@@ -73,7 +73,8 @@ public:
         std::atomic<std::uint64_t> sidecar_write_failures{0};
     };
 
-    // The resolver kjit_resolve_name and kjit_load_cached use; one per process.
+    // The resolver kjit_resolve_name and kjit_load_cached use; one per process. A forked child's
+    // starts with an empty memo (fork_guard.hpp).
     static NameResolver &instance();
 
     // Resolves `keyword` in the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
@@ -129,6 +130,10 @@ private:
     Result<Resolution> resolve_version(const Version &version, std::string_view keyword, bool trust_sidecar);
     std::optional<std::string> memo_lookup(const Version &version, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
+    // In a forked child: the instance's memo and its lock made anew (a thread of the parent may
+    // have held the lock, or been changing the memo, at the fork).
+    static void renew_in_forked_child();
+    static const bool fork_handler_registered_;
 
     Counters counters_;
     std::mutex memo_mutex_;

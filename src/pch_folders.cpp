@@ -2,6 +2,7 @@
 
 #include "cache_entry.hpp"
 
+#include "fork_guard.hpp"
 #include "posix_file.hpp"
 
 #include <dirent.h>
@@ -29,10 +30,25 @@ struct Root {
     bool cleanup_registered = false;
 };
 
+std::atomic<Root *> root_slot{nullptr};
+
 Root &root() {
-    static Root *const r = new Root();  // leaked: used by the exit handler
-    return *r;
+    // Leaked: used by the exit handler. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(root_slot, [] { return new Root(); });
 }
+
+// A forked child makes a root of its own on first use (its pid differs); its lock, and what a
+// thread of the parent may have been changing under it, are made anew. The exit handler stays
+// registered (the child inherits it), and removes only the root of the process that made it.
+void renew_in_forked_child() {
+    Root *r = root_slot.load(std::memory_order_relaxed);
+    if (!r) return;
+    fork_guard::renew(r->mutex);
+    fork_guard::renew(r->path);
+    fork_guard::renew(r->made);
+    r->pid = 0;
+}
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
 
 // Roots of processes that are gone (killed, or ended by _exit) and untouched for 10 minutes:
 // removed when this process makes its own. A pid that is alive again (reused) keeps its

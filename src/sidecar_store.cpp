@@ -1,6 +1,7 @@
 #include "sidecar_store.hpp"
 
 #include "folder_trust.hpp"
+#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
 #include "posix_file.hpp"
@@ -376,12 +377,24 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
     return Ok{};
 }
 
+namespace {
+
+// When this process last swept each folder. A forked child starts its own (fork_guard.hpp).
+std::mutex sweep_mutex;
+std::unordered_map<std::string, std::int64_t> last_sweep;
+
+void renew_sweep_memo_in_forked_child() {
+    fork_guard::renew(sweep_mutex);
+    fork_guard::renew(last_sweep);
+}
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_sweep_memo_in_forked_child);
+
+}  // namespace
+
 std::size_t sweep_stale_temp_files(const std::string &folder) {
     const std::int64_t now = realtime_ns();
     {
-        static std::mutex mutex;
-        static std::unordered_map<std::string, std::int64_t> last_sweep;
-        std::lock_guard<std::mutex> lock(mutex);
+        std::lock_guard<std::mutex> lock(sweep_mutex);
         if (last_sweep.size() > 4096) last_sweep.clear();
         std::int64_t &last = last_sweep[folder];
         if (last != 0 && now - last < kTempSweepIntervalNs) return 0;

@@ -31,10 +31,10 @@ Error bad(const std::string &label, const std::string &what) {
     return Error{Errc::bad_cubin, "'" + label + "' is not a valid cubin: " + what};
 }
 
-bool init_libelf() {
-    static const bool ok = elf_version(EV_CURRENT) != EV_NONE;
-    return ok;
-}
+// Set while libkjit loads: no once-guard a thread could hold at a fork (fork_guard.hpp).
+const bool libelf_ready = elf_version(EV_CURRENT) != EV_NONE;
+
+bool init_libelf() { return libelf_ready; }
 
 }  // namespace
 

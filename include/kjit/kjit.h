@@ -18,6 +18,20 @@
  *  - All functions may be called from any number of threads at once, and any number of
  *    processes may share one cache folder.
  *
+ * @par fork()
+ *  A child forked while other threads are inside libkjit (as Python's multiprocessing forks by
+ *  default on Linux) starts with clean in-process state: no lock held, no compile or load of
+ *  the parent's in flight, no loaded library; its compiles run NVRTC themselves and its loads
+ *  go to its own driver (opened and cuInit'ed again in the child; what CUDA then says about a
+ *  forked child is what the child gets). A ::kjit_kernel the parent loaded keeps its name and
+ *  path in the child, but kjit_kernel_cukernel() and kjit_kernel_culibrary() return NULL,
+ *  kjit_kernel_cufunction() fails with #KJIT_ERROR_DRIVER, and kjit_kernel_release() frees it
+ *  without unloading anything (the library is the parent's). kjit_get_stats() counters go on
+ *  from the parent's values. The price: NVRTC holds a lock of its own inside a compile, so a
+ *  fork() waits for the compiles in flight in the process to finish (at most 120 s; a child
+ *  forked after that gets #KJIT_ERROR_NVRTC from every compile, never a hang). Children made
+ *  with vfork(), clone() or _Fork() run no fork handlers and are not covered.
+ *
  * @par Ownership
  *  - Input strings, arrays and structs are only read during the call; none is retained.
  *  - Strings returned by the library (kjit_status_string(), kjit_last_error(),
@@ -636,7 +650,7 @@ KJIT_API const char *kjit_kernel_cubin_path(const kjit_kernel *kernel);
  * current context (CUDA 12.0 and later).
  * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return Owned by libkjit, valid until the handle is released (do not unload its library);
- *         NULL for a NULL handle.
+ *         NULL for a NULL handle, and in a forked child for a handle its parent loaded.
  * @note Thread safe.
  */
 KJIT_API void *kjit_kernel_cukernel(const kjit_kernel *kernel);
@@ -646,7 +660,7 @@ KJIT_API void *kjit_kernel_cukernel(const kjit_kernel *kernel);
  *        cuLibraryGetGlobal. Shared by every handle on the same cubin version.
  * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return Owned by libkjit, valid until the handle is released (do not unload it); NULL for a
- *         NULL handle.
+ *         NULL handle, and in a forked child for a handle its parent loaded.
  * @note Thread safe.
  */
 KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel);
@@ -661,14 +675,16 @@ KJIT_API void *kjit_kernel_culibrary(const kjit_kernel *kernel);
  * @retval KJIT_OK                     `*function` holds the function.
  * @retval KJIT_ERROR_INVALID_ARGUMENT A NULL argument.
  * @retval KJIT_ERROR_DRIVER           No current context, or the driver failed; the CUDA error
- *                                     name is in kjit_last_error().
+ *                                     name is in kjit_last_error(). Also a handle the parent
+ *                                     loaded, used in a forked child.
  * @note Thread safe.
  */
 KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **function);
 
 /**
  * @brief Releases a handle from kjit_load_cached(). The loaded library is unloaded
- *        (cuLibraryUnload) when its last handle is released. NULL is accepted and ignored.
+ *        (cuLibraryUnload) when its last handle is released. NULL is accepted and ignored. In a
+ *        forked child, a handle its parent loaded is freed without any driver call.
  * @param[in] kernel The handle to release, or NULL. It must not be used afterwards.
  * @note Thread safe, but each handle is released once, after its last use by any thread.
  */
@@ -697,7 +713,8 @@ typedef enum kjit_sidecar_rejection {
 
 /**
  * @brief Process-wide counters since the library was loaded (since 0.2). They only grow: to
- *        measure a stretch of work, take a snapshot before and after and subtract.
+ *        measure a stretch of work, take a snapshot before and after and subtract. A forked
+ *        child's go on from its parent's values at the fork.
  *
  * Filled by kjit_get_stats(). Like ::kjit_compile_options, it starts with `struct_size` and only
  * ever gains fields at the end. The counters are relaxed atomics updated without a lock, so

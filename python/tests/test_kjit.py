@@ -8,6 +8,7 @@ cubins are made here with kjit.compile(arch="sm_90") into a temporary cache: NVR
 import ctypes
 import gc
 import json
+import multiprocessing
 import os
 import pathlib
 import struct
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import pytest
 
@@ -322,7 +324,7 @@ def test_search_failure_names_every_place():
 class _Counters(ctypes.Structure):
     _fields_ = [(n, ctypes.c_ulonglong) for n in (
         "library_loads", "library_unloads", "live_libraries", "rejected_images",
-        "get_kernel_calls", "kernels_not_found", "bad_handles")]
+        "get_kernel_calls", "kernels_not_found", "bad_handles", "init_calls")]
 
 
 @pytest.fixture(scope="module")
@@ -371,6 +373,45 @@ def test_load_cached_kernel(built, fake):
     with pytest.raises(ValueError):
         k.cufunction()
     assert fake.counters().bad_handles == 0
+
+
+def _gemm(n):
+    return (f"template <int N> __global__ void gemm(float *p) {{ p[threadIdx.x] = N; }}\n"
+            f"template __global__ void gemm<{n}>(float *);\n")
+
+
+def _in_forked_worker(path, cache, n):
+    """Runs in a multiprocessing worker forked while the parent's thread compiles gemm<n>."""
+    compiled = kjit.compile(_gemm(n), "gemm", cache_dir=cache, arch="sm_90")
+    with kjit.load_cached(path, "scale") as k:
+        return compiled, kjit.resolve_name(compiled, "gemm"), k.name, k.culibrary
+
+
+@needs_driver
+def test_multiprocessing_fork_child_compiles_and_loads_afresh(built, fake, tmp_path):
+    """multiprocessing forks by default on Linux: a worker forked while a thread of the parent
+    compiles, and after the parent loaded a kernel, compiles the same kernel and loads its own."""
+    parent = kjit.load_cached(built.path, "scale")
+    before = fake.counters()
+    n = 300 + os.getpid() % 1000
+    compiling = threading.Thread(target=kjit.compile, args=(_gemm(n), "gemm"),
+                                 kwargs=dict(cache_dir=tmp_path, arch="sm_90"))
+    compiling.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork()"
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                results = [pool.apply_async(_in_forked_worker, (built.path, str(tmp_path), n)) for _ in range(2)]
+                answers = [r.get(timeout=120) for r in results]
+    finally:
+        compiling.join()
+    for compiled, name, loaded_name, culibrary in answers:
+        assert name == f"_Z4gemmILi{n}EEvPf"
+        assert loaded_name == built.name
+        assert culibrary not in (0, parent.culibrary)
+    assert parent.culibrary != 0 and fake.fake_cuda_kernel_name(parent.cukernel).decode() == built.name
+    parent.release()
+    assert fake.counters().bad_handles == before.bad_handles
 
 
 @needs_driver

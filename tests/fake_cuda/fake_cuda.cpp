@@ -5,8 +5,10 @@
 
 #include <cuda.h>
 #include <elf.h>
+#include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The driver's handle types are opaque in cuda.h; the double gives them bodies.
@@ -41,8 +44,10 @@ struct State {
     fake_cuda_counters counters{};
     bool initialised = false;
     CUresult init_result = CUDA_SUCCESS;
+    int child_init_result = -1;  // >= 0: cuInit's answer in forked children
     int driver_version = 13000;
     std::atomic<unsigned> device_sm{90};
+    std::atomic<unsigned> init_delay_ms{0};
     CUctx_st primary;
 };
 
@@ -63,6 +68,27 @@ State &state() {
 }
 
 thread_local CUctx_st *t_current = nullptr;
+
+// In a forked child (its only thread, before fork returns there): the driver state of the parent
+// is gone, as CUDA's is. The containers and the mutex are made anew in place, without reading
+// them: another thread of the parent may have been changing them. What they held is leaked.
+void forget_the_parent_after_fork() {
+    State &s = state();
+    new (&s.mutex) std::mutex();
+    new (&s.live) std::set<const CUlib_st *>();
+    new (&s.kernels) std::set<const CUkern_st *>();
+    new (&s.functions) std::set<const CUfunc_st *>();
+    s.counters.live_libraries = 0;
+    s.initialised = false;
+    if (s.child_init_result >= 0) s.init_result = static_cast<CUresult>(s.child_init_result);
+    t_current = nullptr;
+}
+
+// Registered when the double is loaded, before any thread can use it.
+[[maybe_unused]] const bool registered_fork_handler = [] {
+    state();
+    return pthread_atfork(nullptr, nullptr, forget_the_parent_after_fork) == 0;
+}();
 
 // Every kernel entry (STT_FUNC with STO_CUDA_ENTRY) of a cubin, and the SM it targets. The
 // real driver takes no size either: extents come from the ELF headers.
@@ -155,6 +181,11 @@ CUresult cuGetErrorString(CUresult error, const char **pStr) {
 CUresult cuInit(unsigned int Flags) {
     if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
     State &s = state();
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        ++s.counters.init_calls;
+    }
+    if (const unsigned ms = s.init_delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     std::lock_guard<std::mutex> lock(s.mutex);
     s.initialised = true;
     return s.init_result;
@@ -358,6 +389,14 @@ void fake_cuda_get_counters(fake_cuda_counters *out) {
 }
 
 void fake_cuda_set_device_sm(unsigned sm) { state().device_sm = sm; }
+
+void fake_cuda_set_init_delay_ms(unsigned ms) { state().init_delay_ms = ms; }
+
+void fake_cuda_set_child_init_result(int result) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.child_init_result = result;
+}
 
 const char *fake_cuda_kernel_name(const void *cu_kernel) {
     State &s = state();

@@ -9,6 +9,12 @@
  *   FAKE_CUDA_INIT_RESULT    CUresult cuInit returns (default 0)
  *   FAKE_CUDA_DRIVER_VERSION what cuDriverGetVersion reports (default 13000)
  *   FAKE_CUDA_DEVICE_SM      device 0's SM version, e.g. 90 (default 90)
+ *
+ * fork(): like CUDA, the double keeps nothing of the parent's driver state in a forked child.
+ * There the driver is not initialised (every call but cuInit answers CUDA_ERROR_NOT_INITIALIZED
+ * until the child calls cuInit itself), and the parent's libraries, kernels and functions are
+ * unknown handles (a call with one counts as a bad handle). Counters carry over, so a child
+ * counts from the values they had at the fork.
  */
 #ifndef KJIT_TESTS_FAKE_CUDA_H
 #define KJIT_TESTS_FAKE_CUDA_H
@@ -25,6 +31,7 @@ typedef struct fake_cuda_counters {
     unsigned long long get_kernel_calls;  /* cuLibraryGetKernel calls */
     unsigned long long kernels_not_found; /* ... answered CUDA_ERROR_NOT_FOUND */
     unsigned long long bad_handles;       /* calls with an unknown or unloaded handle: a bug */
+    unsigned long long init_calls;        /* cuInit calls */
 } fake_cuda_counters;
 
 void fake_cuda_get_counters(fake_cuda_counters *out);
@@ -33,6 +40,12 @@ void fake_cuda_set_device_sm(unsigned sm);
 /* The symbol name a CUkernel / CUfunction stands for; NULL for a handle the double never gave. */
 const char *fake_cuda_kernel_name(const void *cu_kernel);
 const char *fake_cuda_function_name(const void *cu_function);
+/* What cuInit answers in children forked after this call (default: what it answers here), as a
+   driver that refuses a child whose parent used the GPU would. */
+void fake_cuda_set_child_init_result(int result);
+/* Makes every later cuInit take `ms` milliseconds more (counted as an init call on entry), so a
+   test can fork while another thread is inside it. */
+void fake_cuda_set_init_delay_ms(unsigned ms);
 
 #ifdef __cplusplus
 }

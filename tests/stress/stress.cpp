@@ -3,13 +3,16 @@
 // double) and replace cubins (in cache entries, with a new copy of the same kernel; in a folder
 // of loose cubins, with other kernels'; in a third folder, rewritten in place as `cp` does,
 // where a reader may get an error naming the file but never a signal or a wrong name) on one
-// shared cache, at random,
-// for a bounded time; then the parent checks the result independently of libkjit's own paths:
+// shared cache, at random, for a bounded time. A worker of each process also forks now and
+// then (--forks): the child, forked while the other threads are inside libkjit, compiles,
+// resolves and loads a few kernels and exits, and the worker checks that it exited 0 within a
+// deadline (a child that hangs on state copied from its parent is killed and counted as a
+// failure). Then the parent checks the result independently of libkjit's own paths:
 // every name any thread got was the right one, every cache entry is complete with a sidecar that
 // agrees with a fresh scan of its cubin, every sidecar is well-formed, and no temp file is left.
 //
 //   kjit_stress [--processes 4] [--threads 4] [--seconds 5] [--kernels 12] [--loose 4]
-//               [--work-dir DIR] [--seed N]
+//               [--forks 2] [--work-dir DIR] [--seed N]
 //
 // Runs in ctest with a short budget (label `stress`) and by hand for longer. Needs $KJIT_LIBCUDA
 // (the driver test double) for the loads. Exit 0 when every check passed.
@@ -26,6 +29,7 @@
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spawn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +62,7 @@ struct Config {
     double seconds = 5;
     int kernels = 12;
     int loose = 4;
+    int forks = 2;  // per process, by its first worker
     std::string work_dir;
     unsigned seed = 1;
     int child = -1;  // >= 0: this process is child number `child`
@@ -88,8 +93,69 @@ bool compile(const Config &c, const std::string &cache, int i, std::string &path
 
 // What a child counts; printed as one line for the parent.
 struct Counts {
-    std::atomic<long> compiles{0}, resolves{0}, loads{0}, replaces{0}, sidecar_drops{0}, failures{0};
+    std::atomic<long> compiles{0}, resolves{0}, loads{0}, replaces{0}, sidecar_drops{0}, failures{0}, forks{0};
 };
+
+// How long a forked child may take for its few compiles (NVRTC on a busy machine, sanitizers).
+constexpr int kForkDeadlineSeconds = 120;
+
+// In a child forked from a stress worker while the other threads work: a few kernels compiled
+// (the same keys as the parent's threads, so some are in flight there), resolved and loaded.
+// The exit status: 0 when every answer was right.
+int forked_child_main(const Config &c, const std::string &cache, unsigned seed) {
+    ::alarm(kForkDeadlineSeconds + 30);  // a backstop, should the worker that waits for it die
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> kernel(0, c.kernels - 1);
+    for (int n = 0; n < 3; ++n) {
+        const int i = kernel(rng);
+        std::string path, error;
+        if (!compile(c, cache, i, path, error)) {
+            std::fprintf(stderr, "stress child %d, forked child %d: %s\n", c.child, ::getpid(), error.c_str());
+            return 1;
+        }
+        char name[512];
+        const kjit_status st = kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr);
+        if (st != KJIT_OK || name != name_of(i)) {
+            std::fprintf(stderr, "stress child %d, forked child %d: resolve of %s: %s\n", c.child, ::getpid(),
+                         path.c_str(), st == KJIT_OK ? name : kjit_last_error());
+            return 1;
+        }
+        kjit_kernel *k = nullptr;
+        const kjit_status ls = kjit_load_cached(path.c_str(), "gemm", &k);
+        if (ls != KJIT_OK || kjit_kernel_name(k) != name_of(i)) {
+            std::fprintf(stderr, "stress child %d, forked child %d: load of %s: %s\n", c.child, ::getpid(),
+                         path.c_str(), ls == KJIT_OK ? kjit_kernel_name(k) : kjit_last_error());
+            return 1;
+        }
+        kjit_kernel_release(k);
+    }
+    return 0;
+}
+
+// Forks a child that runs forked_child_main and waits for it until the deadline (then kills it).
+// An empty string when it exited 0, else what went wrong.
+std::string fork_and_check(const Config &c, const std::string &cache, unsigned seed) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+    if (pid == 0) ::_exit(forked_child_main(c, cache, seed));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(kForkDeadlineSeconds);
+    int status = 0;
+    for (;;) {
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0) return std::string("waitpid: ") + std::strerror(errno);
+        if (std::chrono::steady_clock::now() > until) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return "forked child " + std::to_string(pid) + " hung (still running after " +
+                   std::to_string(kForkDeadlineSeconds) + " s, killed)";
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+    return "forked child " + std::to_string(pid) + " failed (status " + std::to_string(status) + ")";
+}
 
 void child_main(const Config &c) {
     const std::string cache = c.work_dir + "/cache";
@@ -106,11 +172,21 @@ void child_main(const Config &c) {
             std::fprintf(stderr, "stress child %d: %s\n", c.child, what.c_str());
         }
     };
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(c.seconds);
+    const auto started = std::chrono::steady_clock::now();
+    const auto until = started + std::chrono::duration<double>(c.seconds);
     auto worker = [&](int t) {
         std::mt19937 rng(c.seed * 7919u + static_cast<unsigned>(c.child) * 131u + static_cast<unsigned>(t));
         std::uniform_int_distribution<int> kernel(0, c.kernels - 1), file(0, c.loose - 1), op(0, 99);
         while (std::chrono::steady_clock::now() < until) {
+            // The first worker forks --forks times, spread over the run, while the others work.
+            if (t == 0 && n.forks < c.forks &&
+                std::chrono::steady_clock::now() >=
+                    started + std::chrono::duration<double>(c.seconds * (static_cast<double>(n.forks) + 0.5) / c.forks)) {
+                const std::string problem = fork_and_check(c, cache, static_cast<unsigned>(rng()));
+                if (!problem.empty()) failure(problem);
+                ++n.forks;
+                continue;
+            }
             const int o = op(rng);
             if (o < 5) {  // a batch of a few kernels, duplicates allowed, then each item's name
                 std::uniform_int_distribution<int> size(2, 6);
@@ -268,8 +344,8 @@ void child_main(const Config &c) {
     std::vector<std::thread> threads;
     for (int t = 0; t < c.threads; ++t) threads.emplace_back(worker, t);
     for (auto &th : threads) th.join();
-    std::printf("counts %ld %ld %ld %ld %ld %ld\n", n.compiles.load(), n.resolves.load(), n.loads.load(),
-                n.replaces.load(), n.sidecar_drops.load(), n.failures.load());
+    std::printf("counts %ld %ld %ld %ld %ld %ld %ld\n", n.compiles.load(), n.resolves.load(), n.loads.load(),
+                n.replaces.load(), n.sidecar_drops.load(), n.failures.load(), n.forks.load());
     std::fflush(stdout);
     std::_Exit(n.failures.load() == 0 ? 0 : 1);
 }
@@ -328,7 +404,7 @@ int parent_main(Config c, const std::string &self) {
         std::vector<std::string> args = {self, "--child", std::to_string(p), "--work-dir", c.work_dir,
                                          "--threads", std::to_string(c.threads), "--seconds", std::to_string(c.seconds),
                                          "--kernels", std::to_string(c.kernels), "--loose", std::to_string(c.loose),
-                                         "--seed", std::to_string(c.seed)};
+                                         "--forks", std::to_string(c.forks), "--seed", std::to_string(c.seed)};
         std::vector<char *> argv;
         for (auto &a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -345,7 +421,7 @@ int parent_main(Config c, const std::string &self) {
         pids.push_back(pid);
     }
     int failures = 0;
-    long totals[6] = {0, 0, 0, 0, 0, 0};
+    long totals[7] = {0, 0, 0, 0, 0, 0, 0};
     for (std::size_t p = 0; p < pids.size(); ++p) {
         int status = 0;
         ::waitpid(pids[p], &status, 0);
@@ -353,13 +429,19 @@ int parent_main(Config c, const std::string &self) {
             std::fprintf(stderr, "stress: child %zu failed (status %d)\n", p, status);
             ++failures;
         }
-        long v[6] = {0, 0, 0, 0, 0, 0};
+        long v[7] = {0, 0, 0, 0, 0, 0, 0};
         const std::string text = read_file(outputs[p]);
-        if (std::sscanf(text.c_str(), "counts %ld %ld %ld %ld %ld %ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) {
+        if (std::sscanf(text.c_str(), "counts %ld %ld %ld %ld %ld %ld %ld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                        &v[6]) != 7) {
             std::fprintf(stderr, "stress: child %zu reported nothing\n", p);
             ++failures;
         }
-        for (int k = 0; k < 6; ++k) totals[k] += v[k];
+        for (int k = 0; k < 7; ++k) totals[k] += v[k];
+    }
+    // Every process forked as asked (a short run may end first: at least one each).
+    if (c.forks > 0 && totals[6] < c.processes) {
+        std::fprintf(stderr, "stress: only %ld forks in %d processes\n", totals[6], c.processes);
+        ++failures;
     }
 
     // A replaced cubin's sidecar is stale until its next use: use each entry once, as the
@@ -431,9 +513,9 @@ int parent_main(Config c, const std::string &self) {
         }
     }
     std::printf("stress: %ld operations: %ld compiles, %ld resolves, %ld loads, %ld cubin replacements, "
-                "%ld sidecars dropped; %ld wrong or failed\n",
-                totals[0] + totals[1] + totals[2] + totals[3] + totals[4], totals[0], totals[1], totals[2], totals[3],
-                totals[4], totals[5]);
+                "%ld sidecars dropped, %ld forked children checked; %ld wrong or failed\n",
+                totals[0] + totals[1] + totals[2] + totals[3] + totals[4] + totals[6], totals[0], totals[1], totals[2],
+                totals[3], totals[4], totals[6], totals[5]);
     std::printf("stress: checked %zu cache entries and %zu sidecars; %zu temp files left; %s\n", entries, sidecars,
                 temps, failures == 0 ? "all checks passed" : "FAILED");
     if (own_dir && failures == 0) fs::remove_all(c.work_dir);
@@ -450,6 +532,7 @@ int main(int argc, char **argv) {
     app.add_option("--seconds", c.seconds)->check(CLI::Range(0.1, 86400.0));
     app.add_option("--kernels", c.kernels)->check(CLI::Range(1, 1000));
     app.add_option("--loose", c.loose)->check(CLI::Range(1, 100));
+    app.add_option("--forks", c.forks)->check(CLI::Range(0, 1000));
     app.add_option("--work-dir", c.work_dir);
     app.add_option("--seed", c.seed);
     app.add_option("--child", c.child);

@@ -103,6 +103,8 @@ const FakeCuda &fake_cuda() {
         FakeCuda f;
         take_symbol(lib, f.get_counters, "fake_cuda_get_counters", "the driver test double");
         take_symbol(lib, f.set_device_sm, "fake_cuda_set_device_sm", "the driver test double");
+        take_symbol(lib, f.set_child_init_result, "fake_cuda_set_child_init_result", "the driver test double");
+        take_symbol(lib, f.set_init_delay_ms, "fake_cuda_set_init_delay_ms", "the driver test double");
         take_symbol(lib, f.kernel_name, "fake_cuda_kernel_name", "the driver test double");
         take_symbol(lib, f.function_name, "fake_cuda_function_name", "the driver test double");
         take_symbol(lib, f.ctx_retain, "cuDevicePrimaryCtxRetain", "the driver test double");

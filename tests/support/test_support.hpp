@@ -47,6 +47,8 @@ struct FakeCuda {
         return c;
     }
     void (*set_device_sm)(unsigned) = nullptr;
+    void (*set_child_init_result)(int) = nullptr;
+    void (*set_init_delay_ms)(unsigned) = nullptr;
     const char *(*kernel_name)(const void *) = nullptr;
     const char *(*function_name)(const void *) = nullptr;
     // Makes the double's primary context current on the calling thread (nullptr: none).
