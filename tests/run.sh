@@ -33,12 +33,25 @@ run_suite() {
     shift 2
     echo "tests: [$name] building $dir"
     cmake --build "$dir" -j"$JOBS"
-    local label_args=()
+    local label_args=() excluded=()
     if [ "$HAVE_GPU" = 0 ]; then
         local gpu_count
         gpu_count=$(ctest --test-dir "$dir" -N -L gpu | sed -n 's/^Total Tests: //p')
-        echo "tests: [$name] no GPU found: excluding the ${gpu_count:-0} tests labelled 'gpu' (ctest -LE gpu)"
-        label_args=(-LE gpu)
+        echo "tests: [$name] no GPU found: excluding the ${gpu_count:-0} tests labelled 'gpu'"
+        excluded+=(gpu)
+    fi
+    if [ "$name" = asan+ubsan ]; then
+        # GCC 12's libsanitizer has no fork handler for its stack depot: a child forked while
+        # another thread of the parent held the depot's spin lock (recording a stack) spins on
+        # it for ever at its first malloc or thread (seen in gdb: __sanitizer::traceAllocator).
+        # The tool's lock, not libkjit's: the fork tests run in the plain and TSan builds.
+        local fork_count
+        fork_count=$(ctest --test-dir "$dir" -N -L '^fork$' | sed -n 's/^Total Tests: //p')
+        echo "tests: [$name] excluding the ${fork_count:-0} tests labelled 'fork' under ASan (its stack depot is not fork-safe in GCC 12; they run in the plain and TSan builds)"
+        excluded+=(fork)
+    fi
+    if [ "${#excluded[@]}" -gt 0 ]; then
+        label_args=(-LE "^($(IFS='|'; echo "${excluded[*]}"))\$")
     fi
     echo "tests: [$name] running ctest"
     local log="$dir/ctest-output.txt" count
