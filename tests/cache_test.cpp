@@ -871,15 +871,21 @@ TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
     EXPECT_EQ(hashes(), start + 1) << "the touched header was hashed again on later hits";
 
     // touch into the young window: recorded young (hashed on each hit), then settled once old.
-    ASSERT_TRUE(set_mtime(header, now.tv_sec - 1, 9));
+    // Half a second before a fresh reading of the clock (the one above may be seconds old on a
+    // slow sanitizer build): young at the next hit, old 2 s later.
+    clock_gettime(CLOCK_REALTIME, &now);
+    const std::int64_t young_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec - 500'000'000;
+    const std::int64_t young_sec = young_ns / 1'000'000'000;
+    const long young_nsec = static_cast<long>(young_ns % 1'000'000'000);
+    ASSERT_TRUE(set_mtime(header, young_sec, young_nsec));
     EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(hashes(), start + 2);
-    EXPECT_NE(deps_line(deps, header).find("* 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+    EXPECT_NE(deps_line(deps, header).find("* 15 " + mtime_text(young_sec, young_nsec)), std::string::npos)
         << read_file(deps);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
     EXPECT_EQ(compile_ok(cache, r), path);  // hashed once more, now old: settled
     EXPECT_EQ(hashes(), start + 3);
-    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(now.tv_sec - 1, 9)), std::string::npos)
+    EXPECT_NE(deps_line(deps, header).find("+ 15 " + mtime_text(young_sec, young_nsec)), std::string::npos)
         << read_file(deps);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(hashes(), start + 3);
