@@ -55,7 +55,8 @@ const Mode *mode_named(const std::string &id) {
     return nullptr;
 }
 
-// "<shard>/<key>" of every entry in a cache folder, sorted.
+// "<shard>/<key>" of every entry in a cache folder, sorted (not the variants files that list a
+// source key's entries: docs/cache-layout.md).
 std::vector<std::string> entries_of(const std::string &cache) {
     std::vector<std::string> out;
     auto list = [](const std::string &dir) {
@@ -69,7 +70,9 @@ std::vector<std::string> entries_of(const std::string &cache) {
         return names;
     };
     for (const std::string &shard : list(cache)) {
-        for (const std::string &key : list(cache + "/" + shard)) out.push_back(shard + "/" + key);
+        for (const std::string &key : list(cache + "/" + shard)) {
+            if (key.size() == 32) out.push_back(shard + "/" + key);
+        }
     }
     std::sort(out.begin(), out.end());
     return out;

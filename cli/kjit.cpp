@@ -384,6 +384,7 @@ int print_prune(const Global &g, const std::string &dir, const maintenance::Prun
                           {"removed_bytes", r.removed_bytes},
                           {"spared_in_use", r.spared_in_use},
                           {"removed_in_transit", r.removed_in_transit},
+                          {"removed_variants_files", r.removed_variants},
                           {"kept_entries", r.kept_entries},
                           {"kept_bytes", r.kept_bytes}}
                          .dump(2)
@@ -394,6 +395,7 @@ int print_prune(const Global &g, const std::string &dir, const maintenance::Prun
                     maintenance::format_size(r.kept_bytes).c_str());
         if (r.spared_in_use > 0) std::printf(", %zu spared because in use", r.spared_in_use);
         if (r.removed_in_transit > 0) std::printf(", %zu stale temp folders swept", r.removed_in_transit);
+        if (r.removed_variants > 0) std::printf(", %zu variants files of removed entries", r.removed_variants);
         std::printf("\n");
     }
     return 0;

@@ -176,8 +176,16 @@ public:
             throw;
         }
     }
+    // An entry handed out; pinned too when it is not the one its request's key named (a
+    // variant of a request that reads files, cache.hpp).
     void add(const std::string &cubin) {
-        if (cubins_.insert(cubin).second) order_.push_back(cubin);
+        if (!cubins_.insert(cubin).second) return;
+        order_.push_back(cubin);
+        const std::string_view entry = cache_entry::entry_of_cubin(cubin);
+        if (entry.size() >= 32) {
+            const std::string key(entry.substr(entry.size() - 32));
+            if (std::find(pinned_.begin(), pinned_.end(), key) == pinned_.end()) pin(key);
+        }
     }
     // Records the uses again when `refresh_ns` has passed since the last time.
     void refresh_when_due() {
@@ -250,6 +258,8 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     std::vector<Job> jobs;
     std::unordered_map<std::string, std::size_t> job_of_entry;
     std::unordered_map<std::string, std::string> hit_of_entry;
+    // Items over one header tree check each of its files once (a stat, maybe a hash) per call.
+    include_scanner::FileMemo files_seen;
     for (std::size_t i = 0; i < total && !cancelled; ++i) {
         if (!items[i]) {
             finish(i, std::move(items[i]).error());
@@ -272,7 +282,7 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, hit->second);
             continue;
         }
-        auto found = cache.find(*prepared);
+        auto found = cache.find(*prepared, &files_seen);
         if (!found) {
             finish(i, std::move(found).error());
         } else if (*found) {

@@ -111,6 +111,25 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
     return hex_digest(state);
 }
 
+// The key of one result of a request that reads files (a variant, cache_entry.hpp): its source
+// key and the content of every file its compile may read (path, and XXH3-64 or absent, in the
+// order deps.txt lists them; not their sizes or mtimes, which a touch changes). The same request
+// over the same files gets the same key in every process, so builds of one state meet in one
+// entry; and an entry's deps.txt gives its key back, which look_up checks: a variants file can
+// only lead to entries of its own request and of the files as they are.
+std::string variant_key(const std::string &source_key, const std::vector<include_scanner::Dependency> &deps) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-variant", std::to_string(kFormatVersion));
+    field(state, "source_key", source_key);
+    field(state, "deps", std::to_string(deps.size()));
+    for (const auto &d : deps) {
+        field(state, "dep.path", d.path);
+        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
+    }
+    return hex_digest(state);
+}
+
 Error io_error(const std::string &what, const std::string &path, int err) {
     return Error{Errc::io, what + " '" + path + "': " + errno_text(err), err};
 }
@@ -138,8 +157,8 @@ Status fsync_dir(const std::string &path) {
     return Ok{};
 }
 
-std::string manifest_text(const Request &r, const std::string &key, const std::string &name, std::string_view cubin,
-                          double compile_seconds) {
+std::string manifest_text(const Request &r, const std::string &key, const std::string &source_key,
+                          const std::string &name, std::string_view cubin, double compile_seconds) {
     char created[32];
     const std::time_t now = std::time(nullptr);
     struct tm utc {};
@@ -147,6 +166,7 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
     cache_entry::Manifest m;
     m.key = key;
+    m.source_key = source_key;
     m.keyword = r.keyword;
     m.name = name;
     m.arch = r.arch;
@@ -160,6 +180,36 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     m.compile_seconds = compile_seconds;
     m.created = created;
     return cache_entry::format_manifest(m);
+}
+
+// Makes the shard folder `shard` of the cache at `cache_dir` (as `folder` checked it; rechecked
+// when this creates it) ready to take a new entry or file: created when missing, never a link nor
+// owned by someone untrusted, and group-writable in a team cache. Errors: io naming the folder.
+Status ready_shard(const std::string &cache_dir, const std::string &shard, folder_trust::CacheFolder &folder) {
+    if (auto made = make_dirs(shard, folder_trust::folder_mode(folder)); !made) return std::move(made).error();
+    if (!folder.exists) {
+        // Created just now (by us, or by someone faster): check it as it is.
+        auto now = folder_trust::check_cache_folder_now(cache_dir);
+        if (!now) return std::move(now).error();
+        folder = std::move(*now);
+    }
+    // A shard replaced by a link (by someone who can write the cache folder) would send this
+    // entry elsewhere: never write through one, nor into one someone untrusted owns.
+    struct stat shard_st {};
+    if (::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
+        return Error{Errc::io, "cache shard folder '" + shard +
+                                   "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
+    }
+    if (!folder_trust::trusted_owner(folder, shard_st.st_uid)) {
+        return folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st);
+    }
+    // In a team cache, every member must be able to add entries to the shard: the umask
+    // (022 by default) strips the group's write bit from the mkdir above.
+    if (folder_trust::shared(folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
+        ::chmod(shard.c_str(), 02770) != 0) {
+        return io_error("cannot make the cache shard folder group-writable", shard, errno);
+    }
+    return Ok{};
 }
 
 enum class Lookup { hit, absent, unusable, foreign };
@@ -180,9 +230,12 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // recorded: a cubin changed on disk makes the entry unusable, so it is rebuilt, never served. (A
 // whole-second mtime also hashes the cubin on each hit: sidecar-format.md.) foreign: the entry
 // or its shard is owned by someone `folder` does not trust (*why is the error's text). Counts
-// the recorded files it hashes in `counters`.
-Lookup look_up(const Request &request, const std::string &entry, const folder_trust::CacheFolder &folder,
-               Cache::Counters &counters, std::string *why) {
+// the recorded files it hashes in `counters`. `source_key`: the entry is a variant of that source
+// key (then its deps.txt must give its key back: variant_key), else empty. `memo`: the call's
+// FileMemo (a batch's), or null.
+Lookup look_up(const Request &request, const std::string &entry, std::string_view source_key,
+               const folder_trust::CacheFolder &folder, Cache::Counters &counters, include_scanner::FileMemo *memo,
+               std::string *why) {
     const std::string cubin = entry + "/" + kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
@@ -211,8 +264,14 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
             *why = "its header list is missing or damaged";
             return Lookup::unusable;
         }
-        const include_scanner::Check checked = include_scanner::check(*deps);
+        if (!source_key.empty() &&
+            variant_key(std::string(source_key), *deps) != std::string_view(entry).substr(entry.size() - 32)) {
+            *why = "its header list does not give its key back (damaged, or another request's)";
+            return Lookup::unusable;
+        }
+        const include_scanner::Check checked = include_scanner::check(*deps, memo);
         counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
+        counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
         if (!checked.current) {
             *why = "a file it may read changed, appeared or went away (deps.txt)";
             return Lookup::unusable;
@@ -237,6 +296,38 @@ Lookup look_up(const Request &request, const std::string &entry, const folder_tr
         return Lookup::unusable;
     }
     return Lookup::hit;
+}
+
+// The first variant of `source_key` that its variants file lists and that answers `request`
+// (look_up): hit, with the cubin's path in *cubin; foreign when one belongs to someone `folder`
+// does not trust (*why says who); else absent (none listed) or unusable (*why: the first's
+// reason). The one found goes first in the list, so the next lookup of this state of the files
+// tries it first: a write only when the files changed back to an earlier state.
+Lookup look_up_variants(const Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
+                        Cache::Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
+                        std::string *why) {
+    const std::string list = cache_entry::variants_file_for(request.cache_dir, source_key);
+    const std::vector<std::string> keys = cache_entry::read_variants(list);
+    Lookup result = Lookup::absent;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        const std::string entry = cache_entry::folder_for(request.cache_dir, keys[i]);
+        std::string reason;
+        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason);
+        if (found == Lookup::foreign) {
+            *why = std::move(reason);
+            return found;
+        }
+        if (found == Lookup::hit) {
+            *cubin = entry + "/" + kCubinFile;
+            if (i > 0 && folder.writable) cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
+            return found;
+        }
+        if (result == Lookup::absent && found == Lookup::unusable) {
+            result = found;
+            *why = std::move(reason);
+        }
+    }
+    return result;
 }
 
 }  // namespace
@@ -422,17 +513,20 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
     return prepared;
 }
 
-Result<std::optional<std::string>> Cache::find(const Prepared &prepared) {
+Result<std::optional<std::string>> Cache::find(const Prepared &prepared, include_scanner::FileMemo *memo) {
     const Request &request = prepared.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     std::string why;
-    const Lookup found = look_up(request, prepared.entry, *folder, counters_, &why);
+    std::string cubin = prepared.cubin;
+    const Lookup found = request.reads_files
+                             ? look_up_variants(request, prepared.key, *folder, counters_, memo, &cubin, &why)
+                             : look_up(request, prepared.entry, {}, *folder, counters_, memo, &why);
     if (found == Lookup::foreign) return Error{Errc::io, why};
     if (found == Lookup::hit) {
         counters_.hits.fetch_add(1, std::memory_order_relaxed);
-        log().debug("cache hit {} [{}]: {}", prepared.key, request.keyword, prepared.cubin);
-        return std::optional<std::string>(prepared.cubin);
+        log().debug("cache hit {} [{}]: {}", prepared.key, request.keyword, cubin);
+        return std::optional<std::string>(std::move(cubin));
     }
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
     log().debug("cache miss {} [{}]: {}", prepared.key, request.keyword,
@@ -494,24 +588,43 @@ Result<std::string> Cache::build(const Prepared &prepared) {
 
 Result<std::string> Cache::compile_and_publish(const Request &request, const std::string &key,
                                                const std::string &entry, std::uint64_t *published_bytes) {
-    const std::string cubin_path = entry + "/" + kCubinFile;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     // Another process may have published while this one waited or looked.
     std::string why;
-    const Lookup found = look_up(request, entry, *folder, counters_, &why);
+    std::string cubin_path = entry + "/" + kCubinFile;
+    const Lookup found = request.reads_files
+                             ? look_up_variants(request, key, *folder, counters_, nullptr, &cubin_path, &why)
+                             : look_up(request, entry, {}, *folder, counters_, nullptr, &why);
     if (found == Lookup::hit) return cubin_path;
     if (found == Lookup::foreign) return Error{Errc::io, why};
-    // A cache others filled for us to read (root's, a read-only mount) serves hits only.
-    if (folder->exists && !folder->writable) return not_writable(request.cache_dir, *folder);
 
-    // Files are recorded before the compile: one edited during it then misses next time.
+    // Files are recorded before the compile: one edited during it then misses next time. Their
+    // content chooses the entry (variant_key): one per state of the files, so an edit and its
+    // revert both hit.
     std::vector<include_scanner::Dependency> deps;
+    std::string entry_key = key;
+    std::string entry_folder = entry;
+    std::string source_key;
+    const std::string variants = cache_entry::variants_file_for(request.cache_dir, key);
     if (request.reads_files) {
         auto scanned = include_scanner::scan(request.source, request.headers, request.search);
         if (!scanned) return std::move(scanned).error();
         deps = std::move(*scanned);
+        source_key = key;
+        entry_key = variant_key(key, deps);
+        entry_folder = cache_entry::folder_for(request.cache_dir, entry_key);
+        // Built before, but no longer listed (fallen off the variants file, or the file was lost
+        // or rewritten by another process at the same time): no compile, and listed again.
+        const Lookup there = look_up(request, entry_folder, source_key, *folder, counters_, nullptr, &why);
+        if (there == Lookup::foreign) return Error{Errc::io, why};
+        if (there == Lookup::hit) {
+            if (folder->writable) cache_entry::record_variant(variants, entry_key, folder_trust::shared(*folder));
+            return entry_folder + "/" + kCubinFile;
+        }
     }
+    // A cache others filled for us to read (root's, a read-only mount) serves hits only.
+    if (folder->exists && !folder->writable) return not_writable(request.cache_dir, *folder);
 
     compiler::Request nvrtc;
     nvrtc.source = request.source;
@@ -579,18 +692,31 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // Under a size limit, a full disk (or quota) is room to make: eviction runs only after a
     // publish, so on a full disk it would never run. Evict least recently used entries and try
     // once more; the second failure is the error.
-    Result<std::string> published =
-        publish(request, key, entry, *folder, compiled->cubin, name, seconds, deps, published_bytes);
+    // A variant is listed once its entry is in place.
+    auto listed = [&](Result<std::string> published) {
+        if (published && request.reads_files) {
+            const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
+            if (auto ready = ready_shard(request.cache_dir, shard, *folder); !ready) {
+                log().debug("variant {} of {} not listed: {}", entry_key, key, ready.error().message);
+            } else if (!cache_entry::record_variant(variants, entry_key, folder_trust::shared(*folder))) {
+                log().debug("variant {} of {} not listed: cannot write '{}'", entry_key, key, variants);
+            }
+        }
+        return published;
+    };
+    Result<std::string> published = publish(request, entry_key, source_key, entry_folder, *folder, compiled->cubin,
+                                            name, seconds, deps, published_bytes);
     if (published || !request.max_cache_bytes ||
         (published.error().sys_errno != ENOSPC && published.error().sys_errno != EDQUOT)) {
-        return published;
+        return listed(std::move(published));
     }
     const std::uint64_t needed = compiled->cubin.size() + request.source.size() + 32 * 1024;
     const cache_maintenance::Freed freed =
         cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
     log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", key, published.error().message,
                freed.entries, cache_maintenance::format_size(freed.bytes));
-    published = publish(request, key, entry, *folder, compiled->cubin, name, seconds, deps, published_bytes);
+    published = publish(request, entry_key, source_key, entry_folder, *folder, compiled->cubin, name, seconds, deps,
+                        published_bytes);
     if (!published) {
         Error e = std::move(published).error();
         e.message += " (the disk was full: libkjit evicted " + std::to_string(freed.entries) + " least recently used " +
@@ -598,10 +724,11 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
                      ") under the cache's size limit and tried again)";
         return e;
     }
-    return published;
+    return listed(std::move(published));
 }
 
-Result<std::string> Cache::publish(const Request &request, const std::string &key, const std::string &entry,
+Result<std::string> Cache::publish(const Request &request, const std::string &key, const std::string &source_key,
+                                   const std::string &entry,
                                    folder_trust::CacheFolder &folder, const std::string &cubin, const std::string &name,
                                    double seconds, const std::vector<include_scanner::Dependency> &deps,
                                    std::uint64_t *published_bytes) {
@@ -609,29 +736,7 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
     std::string why;
     // Folders are created only now: a failed compile leaves nothing behind.
     const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
-    if (auto made = make_dirs(shard, folder_trust::folder_mode(folder)); !made) return std::move(made).error();
-    if (!folder.exists) {
-        // Created just now (by us, or by someone faster): check it as it is.
-        auto now = folder_trust::check_cache_folder_now(request.cache_dir);
-        if (!now) return std::move(now).error();
-        folder = std::move(*now);
-    }
-    // A shard replaced by a link (by someone who can write the cache folder) would send this
-    // entry elsewhere: never write through one, nor into one someone untrusted owns.
-    struct stat shard_st {};
-    if (::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
-        return Error{Errc::io, "cache shard folder '" + shard +
-                                   "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
-    }
-    if (!folder_trust::trusted_owner(folder, shard_st.st_uid)) {
-        return folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st);
-    }
-    // In a team cache, every member must be able to add entries to the shard: the umask
-    // (022 by default) strips the group's write bit from the mkdir above.
-    if (folder_trust::shared(folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
-        ::chmod(shard.c_str(), 02770) != 0) {
-        return io_error("cannot make the cache shard folder group-writable", shard, errno);
-    }
+    if (auto ready = ready_shard(request.cache_dir, shard, folder); !ready) return std::move(ready).error();
 
     // Build the whole entry in a private temp folder beside its final place, then rename it
     // into place: readers see a complete entry or none. The cubin's mtime is set in the past,
@@ -677,7 +782,7 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
     for (const auto &file : {std::make_pair(sidecar::path_for(temp_cubin), sidecar::format({line})),
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
-                                            manifest_text(request, key, name, cubin, seconds))}) {
+                                            manifest_text(request, key, source_key, name, cubin, seconds))}) {
         if (auto w = write_new_file(file.first, file.second, false, false, shared); !w) {
             return fail(std::move(w).error());
         }
@@ -700,7 +805,7 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
             return fail(io_error("cannot publish cache entry", entry, err));
         }
         // An entry is there already: another process won the race, or it is stale/damaged.
-        const Lookup there = look_up(request, entry, folder, counters_, &why);
+        const Lookup there = look_up(request, entry, source_key, folder, counters_, nullptr, &why);
         if (there == Lookup::foreign) return fail(Error{Errc::io, why});
         if (there == Lookup::hit) {
             *published_bytes = 0;

@@ -105,6 +105,8 @@ public:
         // Files of deps.txt whose content a lookup read and hashed (their size or mtime differed
         // from the record, or they were young when recorded): a steady-state hit hashes none.
         std::atomic<std::uint64_t> dependency_hashes{0};
+        // Files of deps.txt that a lookup stat'ed (a batch's FileMemo answers each file once).
+        std::atomic<std::uint64_t> dependency_stats{0};
         // Compiles that passed NVRTC a PCH folder, and how many of those were the first of their
         // header identity in this process (NVRTC makes the PCH there; later ones use it).
         std::atomic<std::uint64_t> pch_compiles{0};
@@ -135,7 +137,10 @@ public:
     Result<Prepared> prepare(Request request) const;
     // The cubin path when the entry answers the request (counted as a hit), else nothing
     // (counted as a miss). Errors: the cache folder is unusable (world-writable, not a folder).
-    Result<std::optional<std::string>> find(const Prepared &prepared);
+    // A request that reads files is looked up through its variants file (cache_entry.hpp), and
+    // its answer may lie in another entry than `prepared.entry`. `memo`: a FileMemo for every
+    // lookup of one call (a batch), so each dependency file is stat'ed once per call; or null.
+    Result<std::optional<std::string>> find(const Prepared &prepared, include_scanner::FileMemo *memo = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
     // in this process run NVRTC once and share the result.
     Result<std::string> build(const Prepared &prepared);
@@ -154,13 +159,16 @@ private:
     };
 
     // Sets *published_bytes to the entry's size when this call published it (0 when another
-    // process's entry serves).
+    // process's entry serves). A request that reads files is published under the key of the
+    // files' state (its variant key) and listed in the variants file of its source key `key`;
+    // `entry` (the source key's folder) serves as the single-flight key only.
     Result<std::string> compile_and_publish(const Request &request, const std::string &key,
                                             const std::string &entry, std::uint64_t *published_bytes);
-    // Writes the entry for `cubin` (compiled from `request`, its kernel `name`) in a temp
-    // folder and renames it into place; `folder` is the cache folder as checked (rechecked
+    // Writes the entry `key` for `cubin` (compiled from `request`, its kernel `name`; a variant of
+    // `source_key` when not empty) in a temp folder and renames it into place; `folder` is the cache folder as checked (rechecked
     // when this creates it). Errors: io, with the errno in Error::sys_errno.
-    Result<std::string> publish(const Request &request, const std::string &key, const std::string &entry,
+    Result<std::string> publish(const Request &request, const std::string &key, const std::string &source_key,
+                                const std::string &entry,
                                 folder_trust::CacheFolder &folder, const std::string &cubin, const std::string &name,
                                 double seconds, const std::vector<include_scanner::Dependency> &deps,
                                 std::uint64_t *published_bytes);

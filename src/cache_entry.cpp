@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -215,6 +216,61 @@ void remove_tree(const std::string &path) {
     if (ec) log().warn("could not remove '{}': {}", path, ec.message());
 }
 
+std::string variants_file_for(const std::string &cache_dir, const std::string &source_key) {
+    return cache_dir + "/" + source_key.substr(0, 2) + "/" + source_key + std::string(kVariantsSuffix);
+}
+
+bool is_variants_name(std::string_view name) {
+    return name.size() == 32 + kVariantsSuffix.size() && is_key(name.substr(0, 32)) &&
+           name.substr(32) == kVariantsSuffix;
+}
+
+namespace {
+constexpr std::string_view kVariantsHeader = "kjit-variants 1\n";
+// A variants file of kMaxVariants keys is under 600 bytes: anything larger is not ours.
+constexpr std::size_t kMaxVariantsBytes = 64 * 1024;
+std::atomic<unsigned long> variants_sequence{0};
+}  // namespace
+
+std::vector<std::string> read_variants(const std::string &path) {
+    std::vector<std::string> keys;
+    const auto text = read_small_file(path, kMaxVariantsBytes);
+    if (!text || text->compare(0, kVariantsHeader.size(), kVariantsHeader) != 0) return keys;
+    std::string_view rest = std::string_view(*text).substr(kVariantsHeader.size());
+    while (!rest.empty() && keys.size() < kMaxVariants) {
+        const std::size_t eol = rest.find('\n');
+        const std::string_view line = rest.substr(0, eol);
+        if (is_key(line) && std::find(keys.begin(), keys.end(), line) == keys.end()) keys.emplace_back(line);
+        if (eol == std::string_view::npos) break;
+        rest.remove_prefix(eol + 1);
+    }
+    return keys;
+}
+
+bool record_variant(const std::string &path, const std::string &key, bool shared) {
+    std::vector<std::string> keys = read_variants(path);
+    if (!keys.empty() && keys.front() == key) return true;
+    keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+    keys.insert(keys.begin(), key);
+    if (keys.size() > kMaxVariants) keys.resize(kMaxVariants);
+    std::string text(kVariantsHeader);
+    for (const std::string &k : keys) text += k + "\n";
+    // A temp name of the shard's transit kind: one left by a killed writer is swept as stale.
+    const std::size_t slash = path.find_last_of('/');
+    const std::string temp = path.substr(0, slash + 1) + std::string(kTempPrefix) + path.substr(slash + 1, 32) + "-" +
+                             std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-" +
+                             std::to_string(variants_sequence.fetch_add(1)) + std::string(kVariantsSuffix);
+    if (!write_new_file(temp, text, false, false, shared).ok()) {
+        ::unlink(temp.c_str());
+        return false;
+    }
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+        ::unlink(temp.c_str());
+        return false;
+    }
+    return true;
+}
+
 Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate, bool shared) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("cannot create", path);
@@ -280,6 +336,7 @@ std::string format_manifest(const Manifest &m) {
         out += '\n';
     };
     line("key", m.key);
+    if (!m.source_key.empty()) line("source_key", m.source_key);
     line("keyword", m.keyword);
     line("name", m.name);
     line("arch", m.arch);
@@ -329,6 +386,8 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
         if (!value) return bad("line " + std::to_string(line_no) + " has a bad escape");
         if (label == "key") {
             m.key = std::move(*value);
+        } else if (label == "source_key") {
+            m.source_key = std::move(*value);
         } else if (label == "keyword") {
             m.keyword = std::move(*value);
         } else if (label == "name") {

@@ -117,6 +117,37 @@ constexpr std::int64_t kCubinBackdateSeconds = 10;
 Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate,
                       bool shared = false);
 
+// Several results per source key (docs/cache-layout.md, "Several results per source key"): a
+// request that reads files from disk has one entry per state of those files, each under its own
+// key (the source key and the content of every file its compile read: cache.cpp's
+// variant_key). The source key's variants file lists those keys, most recently found or made
+// first, so that a lookup tries them without scanning the headers:
+//
+//   <cache>/<s0s1>/<source key>.variants   "kjit-variants 1" and one key per line
+//
+// It only makes hits fast: each key it lists is checked as any entry is (its files as recorded,
+// and its key made from them), so a damaged, lost or planted variants file costs a scan or a
+// compile, never a wrong hit; a miss that scans finds an entry the file no longer lists.
+constexpr std::string_view kVariantsSuffix = ".variants";
+// At most this many keys are listed: toggling between a few header states (a branch switch, an
+// A/B experiment) hits every one of them. Entries that fall off the list stay until evicted and
+// are found again by a miss's scan.
+constexpr std::size_t kMaxVariants = 16;
+// "<cache_dir>/<source_key[0..2]>/<source_key>.variants".
+std::string variants_file_for(const std::string &cache_dir, const std::string &source_key);
+// A variants file name: 32 lowercase hex digits and ".variants".
+bool is_variants_name(std::string_view name);
+// The keys the variants file at `path` lists, in order; empty when it is missing, unreadable,
+// damaged or not a regular file (never followed through a link). Lines that are not keys are
+// skipped.
+std::vector<std::string> read_variants(const std::string &path);
+// Puts `key` first in the variants file at `path` (its shard folder exists), keeping at most
+// kMaxVariants keys: written to a temp file in the shard and renamed over the old one, so a
+// reader sees one whole list. Two writers at once may lose one's key (the last rename wins):
+// only a later scan then. `shared`: a team cache (the file is made 0664). Best effort: false
+// when it could not be written (a read-only cache), with nothing left behind.
+bool record_variant(const std::string &path, const std::string &key, bool shared);
+
 // Reads a small file whole, not through a link; nullopt when it is missing, unreadable or over
 // `limit` bytes (it never reads more than limit + 64 KiB). With `dir_fd`, `path` is relative to
 // that folder (openat).
@@ -136,6 +167,9 @@ Result<UniqueFd> open_entry(const std::string &entry);
 // whose check fails is damaged and never used.
 struct Manifest {
     std::string key;
+    // For an entry of a request that reads files (a variant, above): the source key it is one
+    // result of; empty otherwise.
+    std::string source_key;
     std::string keyword;
     std::string name;  // the lowered name expression, else the keyword rule's choice, at publish
     std::string arch;

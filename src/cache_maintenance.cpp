@@ -27,6 +27,7 @@
 #include <list>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kjit::cache_maintenance {
 
@@ -337,6 +338,34 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
 // take_inventory() of a folder already checked (open_root).
 Result<Inventory> inventory_of(const std::string &cache_dir);
 
+// Removes the variants files of `inv` that list no entry left in it (after remove_by_recency):
+// they could only send a lookup to entries that are gone. One written within the last
+// kRecencyStepNs is kept: a publish may be listing an entry made after the inventory.
+void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, PruneReport &report) {
+    std::unordered_set<std::string> keys;
+    for (const EntryInfo &e : inv.entries) keys.insert(e.key);
+    std::vector<VariantsInfo> kept;
+    for (VariantsInfo &v : inv.variants) {
+        bool orphan = v.mtime_ns < now_ns - cache_entry::kRecencyStepNs;
+        if (orphan) {
+            for (const std::string &k : cache_entry::read_variants(v.path)) {
+                if (keys.count(k)) {
+                    orphan = false;
+                    break;
+                }
+            }
+        }
+        if (orphan && ::unlink(v.path.c_str()) == 0) {
+            inv.entry_bytes -= std::min(inv.entry_bytes, v.bytes);
+            ++report.removed_variants;
+            continue;
+        }
+        kept.push_back(std::move(v));
+    }
+    inv.variants = std::move(kept);
+    report.kept_bytes = inv.entry_bytes;
+}
+
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
         cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
@@ -358,6 +387,7 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
     if (!inv) return std::move(inv).error();
     const std::int64_t now = realtime_ns();
     remove_by_recency(*inv, options, now, report);
+    remove_orphan_variants(*inv, options.everything && !options.spare_in_use ? INT64_MAX : now, report);
     sweep_stale_transit(*inv, now, report);
     write_usage(root->path, *inv, folder_trust::shared(root->folder));
     return report;
@@ -550,8 +580,15 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
         if (!listing) return std::move(listing).error();
         for (const DirEntry &e : *listing) {
             const std::string path = shard_path + "/" + e.name;
-            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
-                inv.in_transit.push_back({path, disk_bytes(e.st) + tree_bytes(path), cache_entry::mtime_ns(e.st)});
+            if (is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode))) {
+                inv.in_transit.push_back({path, disk_bytes(e.st) + (S_ISDIR(e.st.st_mode) ? tree_bytes(path) : 0),
+                                          cache_entry::mtime_ns(e.st)});
+                continue;
+            }
+            if (cache_entry::is_variants_name(e.name) && e.name.compare(0, 2, shard.name) == 0 &&
+                S_ISREG(e.st.st_mode)) {
+                inv.variants.push_back({path, disk_bytes(e.st), cache_entry::mtime_ns(e.st)});
+                inv.entry_bytes += disk_bytes(e.st);
                 continue;
             }
             if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
@@ -644,10 +681,9 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
         auto listing = list_dir(path, true);
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
-            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode)) {
-                cache_entry::rewrite_future_mtime(path + "/" + e.name, cache_entry::mtime_ns(e.st), now_ns);
-            }
-            if (is_transit_name(e.name) && S_ISDIR(e.st.st_mode) &&
+            const bool transit = is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode));
+            if (transit) cache_entry::rewrite_future_mtime(path + "/" + e.name, cache_entry::mtime_ns(e.st), now_ns);
+            if (transit &&
                 cache_entry::mtime_ns(e.st) < now_ns - cache_entry::kStaleTempNs) {
                 cache_entry::remove_tree(path + "/" + e.name);
                 ++removed;
@@ -721,6 +757,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
         options.max_bytes = static_cast<std::uint64_t>(static_cast<double>(*max_bytes) * kEvictionLowWater);
         PruneReport report;
         remove_by_recency(*inv, options, now, report);
+        remove_orphan_variants(*inv, now, report);
         counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
         counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
         log().info("cache '{}' over its limit of {}: evicted {} entries ({}), {} in use kept; {} left", cache_dir,
@@ -754,7 +791,9 @@ Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint
     options.max_bytes = std::min(static_cast<std::uint64_t>(static_cast<double>(std::min(max_bytes, size)) * kEvictionLowWater),
                                  size > needed_bytes ? size - needed_bytes : 0);
     PruneReport report;
-    remove_by_recency(*inv, options, realtime_ns(), report);
+    const std::int64_t now = realtime_ns();
+    remove_by_recency(*inv, options, now, report);
+    remove_orphan_variants(*inv, now, report);
     counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
     counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
     log().info("no room to publish in '{}' (full disk or quota): evicted {} entries ({}), {} in use kept; {} left",

@@ -53,15 +53,24 @@ struct EntryInfo {
     std::int64_t last_used_ns = 0;  // the folder's mtime: its recency record
 };
 
-struct TransitInfo {  // a .tmp- or .trash- folder
+struct TransitInfo {  // a .tmp- or .trash- folder or file
     std::string path;
     std::uint64_t bytes = 0;
     std::int64_t mtime_ns = 0;
 };
 
+// A variants file (cache_entry.hpp): the keys of one source key's results.
+struct VariantsInfo {
+    std::string path;
+    std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;  // its last write
+};
+
 struct Inventory {
     std::vector<EntryInfo> entries;
-    std::vector<TransitInfo> in_transit;
+    std::vector<TransitInfo> in_transit;  // folders, and temp files of variants files
+    std::vector<VariantsInfo> variants;
+    // Of the entries and the variants files: what a size limit bounds.
     std::uint64_t entry_bytes = 0;
     std::size_t foreign = 0;  // names in the folder not of the cache's shape (left alone)
 };
@@ -104,6 +113,9 @@ struct PruneReport {
     std::uint64_t removed_bytes = 0;
     std::size_t spared_in_use = 0;  // would have gone, but in use (see cache_entry::kInUseWindowNs)
     std::size_t removed_in_transit = 0;  // stale .tmp-/.trash- folders swept
+    // Variants files none of whose keys is left (written over a minute ago: a publish may be
+    // listing a key the inventory did not see yet).
+    std::size_t removed_variants = 0;
     std::size_t kept_entries = 0;
     std::uint64_t kept_bytes = 0;
 };

@@ -482,30 +482,64 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     return deps;
 }
 
-Check check(std::vector<Dependency> &deps) {
+FileMemo::Seen &FileMemo::look(const std::string &path, std::size_t *stated) {
+    auto [it, fresh] = seen_.try_emplace(path);
+    if (fresh) {
+        ++*stated;
+        struct stat st {};
+        Seen &s = it->second;
+        s.present = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+        if (s.present) {
+            s.size = static_cast<std::uint64_t>(st.st_size);
+            s.mtime_sec = st.st_mtim.tv_sec;
+            s.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+        }
+    }
+    return it->second;
+}
+
+Check check(std::vector<Dependency> &deps, FileMemo *memo) {
     Check out;
     std::int64_t now = 0;
     for (Dependency &d : deps) {
-        struct stat st {};
-        const bool present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-        if (present != d.exists) return out;
-        if (!present) continue;
-        if (!d.verify_content && static_cast<std::uint64_t>(st.st_size) == d.size &&
-            st.st_mtim.tv_sec == d.mtime_sec && static_cast<std::uint32_t>(st.st_mtim.tv_nsec) == d.mtime_nsec) {
+        FileMemo::Seen here;
+        FileMemo::Seen &seen = memo ? memo->look(d.path, &out.stated) : here;
+        if (!memo) {
+            ++out.stated;
+            struct stat st {};
+            seen.present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+            seen.size = static_cast<std::uint64_t>(st.st_size);
+            seen.mtime_sec = st.st_mtim.tv_sec;
+            seen.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+        }
+        if (seen.present != d.exists) return out;
+        if (!seen.present) continue;
+        if (!d.verify_content && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
+            seen.mtime_nsec == d.mtime_nsec) {
             continue;
         }
-        ++out.hashed;
-        FileIdentity id;
-        auto h = hash_file64(d.path, &id);
-        if (!h || *h != d.content_hash) return out;
+        if (!seen.hashed) {
+            ++out.hashed;
+            FileIdentity id;
+            auto h = hash_file64(d.path, &id);
+            if (!h) return out;
+            // Remembered under the identity it was hashed under (the file may have changed since
+            // the stat): a later dependency on it in this call compares with that.
+            seen.size = id.size;
+            seen.mtime_sec = id.mtime_sec;
+            seen.mtime_nsec = id.mtime_nsec;
+            seen.hashed = true;
+            seen.content_hash = *h;
+        }
+        if (seen.content_hash != d.content_hash) return out;
         // The same text under another size or mtime (a touch, a reinstall, a checkout): record
         // the identity it was hashed under, so later lookups stat it only. Young, it stays
         // marked (an edit within its timestamp tick would keep that identity) until settle().
-        if (id.size != d.size || id.mtime_sec != d.mtime_sec || id.mtime_nsec != d.mtime_nsec) {
+        if (seen.size != d.size || seen.mtime_sec != d.mtime_sec || seen.mtime_nsec != d.mtime_nsec) {
             if (now == 0) now = realtime_ns();
-            d.size = id.size;
-            d.mtime_sec = id.mtime_sec;
-            d.mtime_nsec = id.mtime_nsec;
+            d.size = seen.size;
+            d.mtime_sec = seen.mtime_sec;
+            d.mtime_nsec = seen.mtime_nsec;
             d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, now);
             out.refreshed = true;
         }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -91,6 +92,29 @@ struct Check {
     bool current = false;     // every dependency is as recorded
     bool refreshed = false;   // a record was brought up to date: store the list again
     std::size_t hashed = 0;   // files whose content was read and hashed
+    std::size_t stated = 0;   // files stat'ed (not answered by a FileMemo)
+};
+
+// What one call (a kjit_compile_batch) saw of the files it checked, so that each file is
+// stat'ed, and hashed, at most once per call however many of its items depend on it: 300
+// kernels over one header tree share their 700 headers. A file edited during the call may be
+// seen as it was when the call first looked, as if the call had looked at it a moment earlier.
+// One thread at a time.
+class FileMemo {
+public:
+    struct Seen {
+        bool present = false;  // a regular file
+        std::uint64_t size = 0;
+        std::int64_t mtime_sec = 0;
+        std::uint32_t mtime_nsec = 0;
+        bool hashed = false;  // content_hash holds its XXH3-64 at this size and mtime
+        std::uint64_t content_hash = 0;
+    };
+    // The file as first seen in this call, stat'ed now when not seen yet (*stated counts it).
+    Seen &look(const std::string &path, std::size_t *stated);
+
+private:
+    std::unordered_map<std::string, Seen> seen_;
 };
 
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
@@ -98,7 +122,8 @@ struct Check {
 // is not a change). Stops at the first that is not. A file found with the same content under
 // another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
 // says to store the list: later lookups then stat it only, instead of hashing it forever.
-Check check(std::vector<Dependency> &deps);
+// With `memo`, each file is stat'ed and hashed at most once per memo (FileMemo).
+Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr);
 // check() of a copy: whether every dependency is as recorded.
 bool still_current(const std::vector<Dependency> &deps);
 

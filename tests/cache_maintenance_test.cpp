@@ -1007,3 +1007,75 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 2u);
 }
+
+// The variants file of a request that reads files (cache_entry.hpp) is the cache's own: not
+// counted among other files, counted in the size, verified clean; it goes when none of the
+// entries it lists is left (prune, clear), and not while a publish may be listing a new one.
+TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
+    TempDir dir;
+    const std::string c = dir.file("cache");
+    Cache cache;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    Request r = request_for(c, 0);
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    std::vector<std::string> cubins;
+    for (const char *v : {"1.0f", "2.0f"}) {
+        write_file(dir.file("inc/v.h"), std::string("#define V ") + v + "\n");
+        auto path = cache.compile(r);
+        ASSERT_TRUE(path.ok()) << path.error().message;
+        cubins.push_back(*path);
+    }
+    auto prepared = cache.prepare(r);
+    ASSERT_TRUE(prepared.ok());
+    const std::string list = entry::variants_file_for(prepared->request.cache_dir, prepared->key);
+    ASSERT_TRUE(exists(list));
+    auto summary = maintenance::summarize(c);
+    ASSERT_TRUE(summary.ok()) << summary.error().message;
+    EXPECT_EQ(summary->entries, 2u);
+    EXPECT_EQ(summary->foreign, 0u);
+    auto inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    ASSERT_EQ(inv->variants.size(), 1u);
+    EXPECT_EQ(inv->entry_bytes, entry_bytes(folder_of(cubins[0])) + entry_bytes(folder_of(cubins[1])) +
+                                    inv->variants[0].bytes);
+    EXPECT_TRUE(verify_ok(c, false).clean());
+
+    // One entry left: the list stays, even when old.
+    for (const std::string &cubin : cubins) age(folder_of(cubin), 3 * 24 * 3600);
+    age(list, 3 * 24 * 3600);
+    age(folder_of(cubins[1]), 0);
+    maintenance::PruneOptions older;
+    older.older_than_ns = 24 * 3600 * kSecond;
+    auto pruned = maintenance::prune(c, older);
+    ASSERT_TRUE(pruned.ok()) << pruned.error().message;
+    EXPECT_EQ(pruned->removed_entries, 1u);
+    EXPECT_EQ(pruned->removed_variants, 0u);
+    EXPECT_TRUE(exists(list));
+    // None left, but the list written just now (a publish may be listing an entry the prune did
+    // not see): kept; old: removed.
+    age(folder_of(cubins[1]), 3 * 24 * 3600);
+    age(list, 0);
+    pruned = maintenance::prune(c, older);
+    ASSERT_TRUE(pruned.ok());
+    EXPECT_EQ(pruned->removed_entries, 1u);
+    EXPECT_EQ(pruned->removed_variants, 0u);
+    EXPECT_TRUE(exists(list));
+    age(list, 3 * 24 * 3600);
+    pruned = maintenance::prune(c, older);
+    ASSERT_TRUE(pruned.ok());
+    EXPECT_EQ(pruned->removed_variants, 1u);
+    EXPECT_FALSE(exists(list));
+
+    // clear takes every list, however young.
+    auto path = cache.compile(r);
+    ASSERT_TRUE(path.ok()) << path.error().message;
+    ASSERT_TRUE(exists(list));
+    auto cleared = maintenance::clear(c);
+    ASSERT_TRUE(cleared.ok());
+    EXPECT_EQ(cleared->removed_variants, 1u);
+    EXPECT_FALSE(exists(list));
+    inv = maintenance::take_inventory(c);
+    ASSERT_TRUE(inv.ok());
+    EXPECT_EQ(inv->entry_bytes, 0u);
+}

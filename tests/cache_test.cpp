@@ -1,5 +1,8 @@
 #include "cache.hpp"
 
+#include "batch_compiler.hpp"
+#include "cache_entry.hpp"
+
 #include "include_macros.hpp"
 #include "include_scanner.hpp"
 #include "log.hpp"
@@ -62,6 +65,7 @@ int complete_entries(const std::string &cache) {
     for (const std::string &shard : list_dir(cache)) {
         for (const std::string &e : list_dir(cache + "/" + shard)) {
             if (e[0] == '.') continue;  // a temp folder left by a killed writer
+            if (kjit::cache_entry::is_variants_name(e)) continue;  // a source key's list of entries
             const std::string dir = cache + "/" + shard + "/" + e;
             EXPECT_TRUE(exists(dir + "/kernel.cubin")) << dir;
             EXPECT_TRUE(exists(dir + "/kernel.cubin.name")) << dir;
@@ -246,23 +250,32 @@ TEST(Cache, HeadersUnderIncludePathsEnterByContent) {
     EXPECT_EQ(compile_ok(cache, r), first);
     EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
 
-    // A nested header edited: a miss, the entry rebuilt in place.
+    // A nested header edited: a miss, and a new entry for the new text beside the first.
     write_file(dir.file("inc2/value.h"), "#define VALUE 2.0f\n");
-    EXPECT_EQ(compile_ok(cache, r), first);
+    const std::string second = compile_ok(cache, r);
+    EXPECT_NE(second, first);
     EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
-    EXPECT_EQ(cache.counters().rebuilt_entries, 1u);
+    EXPECT_EQ(cache.counters().rebuilt_entries, 0u);
+    EXPECT_EQ(compile_ok(cache, r), second);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    // Reverted: the first text's entry answers again, without NVRTC; and back again.
+    write_file(dir.file("inc2/value.h"), "#define VALUE 1.0f\n");
     EXPECT_EQ(compile_ok(cache, r), first);
+    write_file(dir.file("inc2/value.h"), "#define VALUE 2.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), second);
     EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
 
     // A header that now shadows one in a later include path: a miss. (inc1/value.h would not:
     // config.h's quoted include finds its own folder's value.h first, and the scan knows it.)
     write_file(dir.file("inc1/value.h"), "#define VALUE 3.0f\n");
-    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(compile_ok(cache, r), second);
     EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
     write_file(dir.file("inc1/config.h"), "#define VALUE 3.0f\n");
-    compile_ok(cache, r);
+    const std::string third = compile_ok(cache, r);
+    EXPECT_NE(third, first);
+    EXPECT_NE(third, second);
     EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
-    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+    EXPECT_EQ(complete_entries(dir.file("cache")), 3);
     const std::string deps = read_file(entry_of(first) + "/deps.txt");
     EXPECT_NE(deps.find(dir.file("inc1/config.h")), std::string::npos) << deps;  // recorded absent
 }
@@ -893,7 +906,7 @@ TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
     // An edit is still a miss, whatever was settled before.
     write_file(header, "#define V 2.0f\n");
     ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
-    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_NE(compile_ok(cache, r), path);
     EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
@@ -1028,4 +1041,160 @@ TEST(CacheIntegrity, NameExpressionEntryRescansToTheRecordedName) {
     ASSERT_EQ(::unlink(sidecar.c_str()), 0);
     kjit::NameResolver resolver;
     EXPECT_EQ(resolved(resolver, path, "gemm"), kGemmBig);
+}
+
+// Issue 19 item 2: every state of the headers a request was compiled against keeps its entry
+// (ccache's direct mode: source key -> the keys of its results by the content of what they
+// read), so a revert hits. The variants file only makes that fast: an entry it no longer lists is
+// found by the miss's scan, without NVRTC, and listed again.
+TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
+    TempDir dir;
+    Cache cache;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string first = compile_ok(cache, r);
+    write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
+    const std::string second = compile_ok(cache, r);
+    ASSERT_NE(first, second);
+    ASSERT_EQ(cache.counters().nvrtc_runs, 2u);
+
+    auto prepared = cache.prepare(r);
+    ASSERT_TRUE(prepared.ok());
+    const std::string list = kjit::cache_entry::variants_file_for(prepared->request.cache_dir, prepared->key);
+    const std::string first_key = entry_of(first).substr(entry_of(first).size() - 32);
+    const std::string second_key = entry_of(second).substr(entry_of(second).size() - 32);
+    EXPECT_EQ(kjit::cache_entry::read_variants(list), (std::vector<std::string>{second_key, first_key}));
+    // The manifest says whose result it is.
+    auto manifest = kjit::cache_entry::read_manifest(entry_of(first));
+    ASSERT_TRUE(manifest.ok()) << manifest.error().message;
+    EXPECT_EQ(manifest->key, first_key);
+    EXPECT_EQ(manifest->source_key, prepared->key);
+
+    // The list lost (or written over by another process's at the same moment): still no compile.
+    ASSERT_EQ(::unlink(list.c_str()), 0);
+    write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), first);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(kjit::cache_entry::read_variants(list), (std::vector<std::string>{first_key}));
+    // A damaged list: the same.
+    write_file(list, "kjit-variants 1\nnot a key\n\x01\x02garbage");
+    write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
+    EXPECT_EQ(compile_ok(cache, r), second);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(complete_entries(dir.file("cache")), 2);
+}
+
+// A variants file leads only to entries of its own request and of the files as they are now:
+// each key it lists must come back from the entry's own header list and source key. Another
+// request's list planted (or a copy gone wrong) costs a scan, never its cubin.
+TEST(Cache, AVariantsFileLeadsOnlyToEntriesOfItsOwnRequest) {
+    TempDir dir;
+    Cache cache;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
+    Request one = base_request(dir.file("cache"));
+    one.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    one.include_paths = {dir.file("inc")};
+    Request two = one;
+    two.source = "#include <v.h>\n__global__ void gemm(float *p) { p[1] = V; }\n";
+    const std::string one_cubin = compile_ok(cache, one);
+    const std::string two_cubin = compile_ok(cache, two);
+    ASSERT_NE(one_cubin, two_cubin);
+    auto p1 = cache.prepare(one);
+    auto p2 = cache.prepare(two);
+    ASSERT_TRUE(p1.ok() && p2.ok());
+    const std::string list1 = kjit::cache_entry::variants_file_for(p1->request.cache_dir, p1->key);
+    const std::string list2 = kjit::cache_entry::variants_file_for(p2->request.cache_dir, p2->key);
+    write_file(list2, read_file(list1));
+    EXPECT_EQ(compile_ok(cache, two), two_cubin);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+
+    // An entry of this request whose header list was edited to look current is not served
+    // either: its list no longer gives its key back.
+    write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
+    const std::string two_new = compile_ok(cache, two);
+    ASSERT_NE(two_new, two_cubin);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    write_file(entry_of(two_cubin) + "/deps.txt", read_file(entry_of(two_new) + "/deps.txt"));
+    write_file(list2, "kjit-variants 1\n" + entry_of(two_cubin).substr(entry_of(two_cubin).size() - 32) + "\n");
+    EXPECT_EQ(compile_ok(cache, two), two_new);
+    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+}
+
+TEST(Cache, VariantsFileKeepsTheMostRecentKeys) {
+    TempDir dir;
+    const std::string list = dir.file("00/00000000000000000000000000000000.variants");
+    ::mkdir(dir.file("00").c_str(), 0700);
+    auto key = [](int i) {
+        char k[33];
+        std::snprintf(k, sizeof k, "%032x", i);
+        return std::string(k);
+    };
+    EXPECT_TRUE(kjit::cache_entry::read_variants(list).empty());
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(kjit::cache_entry::record_variant(list, key(i), false));
+    std::vector<std::string> expected;
+    for (int i = 19; i > 19 - static_cast<int>(kjit::cache_entry::kMaxVariants); --i) expected.push_back(key(i));
+    EXPECT_EQ(kjit::cache_entry::read_variants(list), expected);
+    // Found again: first, once.
+    ASSERT_TRUE(kjit::cache_entry::record_variant(list, key(10), false));
+    EXPECT_EQ(kjit::cache_entry::read_variants(list).front(), key(10));
+    EXPECT_EQ(kjit::cache_entry::read_variants(list).size(), kjit::cache_entry::kMaxVariants);
+    for (const std::string &n : list_dir(dir.file("00"))) EXPECT_EQ(n.find(".tmp-"), std::string::npos) << n;
+    // Not through a link.
+    ASSERT_EQ(::symlink(list.c_str(), dir.file("00/11111111111111111111111111111111.variants").c_str()), 0);
+    EXPECT_TRUE(kjit::cache_entry::read_variants(dir.file("00/11111111111111111111111111111111.variants")).empty());
+    EXPECT_TRUE(kjit::cache_entry::is_variants_name("00000000000000000000000000000000.variants"));
+    EXPECT_FALSE(kjit::cache_entry::is_variants_name("0000000000000000000000000000000.variants"));
+    EXPECT_FALSE(kjit::cache_entry::is_variants_name("00000000000000000000000000000000.variant"));
+}
+
+// "Check each dependency file once per call, not once per item" (issue 19): the items of a batch
+// over one header tree share its files, and a batch of hits stats each once.
+TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/common.h"), "#pragma once\n#include \"v.h\"\n");
+    write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
+    auto items = [&] {
+        std::vector<kjit::Result<Request>> out;
+        for (int i = 0; i < 6; ++i) {
+            Request r = base_request(dir.file("cache"));
+            r.source = "#include <common.h>\n__global__ void gemm(float *p) { p[" + std::to_string(i) + "] = V; }\n";
+            r.include_paths = {dir.file("inc")};
+            out.emplace_back(std::move(r));
+        }
+        return out;
+    };
+    kjit::batch_compiler::Options options;
+    options.workers = 2;
+    std::vector<std::string> cubins;
+    for (auto &result : kjit::batch_compiler::compile(items(), options)) {
+        ASSERT_TRUE(result.ok()) << result.error().message;
+        cubins.push_back(*result);
+    }
+    const std::string deps = read_file(entry_of(cubins[0]) + "/deps.txt");
+    const auto files = static_cast<std::uint64_t>(std::count(deps.begin(), deps.end(), '\n') - 1);
+    ASSERT_GE(files, 2u) << deps;
+    auto &counters = Cache::instance().counters();
+    const std::uint64_t stats_before = counters.dependency_stats.load();
+    const std::uint64_t hits_before = counters.hits.load();
+    const auto again = kjit::batch_compiler::compile(items(), options);
+    for (std::size_t i = 0; i < again.size(); ++i) {
+        ASSERT_TRUE(again[i].ok()) << again[i].error().message;
+        EXPECT_EQ(*again[i], cubins[i]);
+    }
+    EXPECT_EQ(counters.hits.load(), hits_before + 6);
+    EXPECT_EQ(counters.dependency_stats.load() - stats_before, files) << deps;
+    // An edit between two calls is seen by the next call.
+    write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
+    const std::uint64_t runs_before = counters.nvrtc_runs.load();
+    const auto edited = kjit::batch_compiler::compile(items(), options);
+    for (std::size_t i = 0; i < edited.size(); ++i) {
+        ASSERT_TRUE(edited[i].ok()) << edited[i].error().message;
+        EXPECT_NE(*edited[i], cubins[i]);
+    }
+    EXPECT_EQ(counters.nvrtc_runs.load(), runs_before + 6);
 }

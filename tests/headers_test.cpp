@@ -444,3 +444,59 @@ TEST(Headers, ComputedIncludeIsFollowedThroughItsMacro) {
     write_file(dir.file("inc/offset.h"), "#define OFFSET 10\n");
     expect_name(compile(cache, source, {}, {dir.file("inc")}), 12);
 }
+
+// Issue 19 item 2: an edit is a miss built from the new text; the revert (a branch switch, an
+// A/B experiment) hits the earlier cubin without NVRTC, and so does each state seen before; a
+// `touch` and an edit to a header nothing includes are hits.
+TEST(Headers, RevertingAnEditHitsTheEarlierCubin) {
+    TempDir dir;
+    make_dir(dir.file("inc"));
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    write_file(dir.file("inc/unused.h"), "#define UNUSED 1\n");
+    const std::string cache = dir.file("cache");
+    const Answer first = compile(cache, kAngle, {}, {dir.file("inc")});
+    expect_name(first, 1);
+    write_file(dir.file("inc/cfg.h"), cfg_text(22));
+    const Answer second = compile(cache, kAngle, {}, {dir.file("inc")});
+    expect_name(second, 22);
+    EXPECT_NE(second.cubin, first.cubin);
+
+    const kjit_stats before = stats();
+    for (int round = 0; round < 2; ++round) {
+        write_file(dir.file("inc/cfg.h"), cfg_text(1));
+        const Answer reverted = compile(cache, kAngle, {}, {dir.file("inc")});
+        expect_name(reverted, 1);
+        EXPECT_EQ(reverted.cubin, first.cubin);
+        write_file(dir.file("inc/cfg.h"), cfg_text(22));
+        EXPECT_EQ(compile(cache, kAngle, {}, {dir.file("inc")}).cubin, second.cubin);
+    }
+    // touch: the same text under a new mtime.
+    write_file(dir.file("inc/cfg.h"), cfg_text(22));
+    EXPECT_EQ(compile(cache, kAngle, {}, {dir.file("inc")}).cubin, second.cubin);
+    // A header in the include folder that nothing includes.
+    write_file(dir.file("inc/unused.h"), "#define UNUSED 2\n");
+    EXPECT_EQ(compile(cache, kAngle, {}, {dir.file("inc")}).cubin, second.cubin);
+    EXPECT_EQ(stats().nvrtc_compiles, before.nvrtc_compiles);
+    EXPECT_EQ(stats().compile_hits, before.compile_hits + 6);
+
+    // A batch sees the same entries.
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    const std::string inc_dir = dir.file("inc");
+    const char *inc = inc_dir.c_str();
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    o.include_paths = &inc;
+    o.include_path_count = 1;
+    kjit_compile_request item = KJIT_COMPILE_REQUEST_INIT;
+    item.source = kAngle;
+    item.keyword = "gemm";
+    item.options = &o;
+    const kjit_compile_request *items[] = {&item};
+    kjit_batch_result *result = nullptr;
+    ASSERT_EQ(kjit_compile_batch(items, 1, nullptr, &result), KJIT_OK) << kjit_last_error();
+    ASSERT_EQ(kjit_batch_result_status(result, 0), KJIT_OK) << kjit_batch_result_error(result, 0);
+    EXPECT_EQ(std::string(kjit_batch_result_cubin_path(result, 0)), first.cubin);
+    kjit_batch_result_release(result);
+    EXPECT_EQ(stats().nvrtc_compiles, before.nvrtc_compiles);
+}
