@@ -4,6 +4,7 @@
 #include "cache_maintenance.hpp"
 
 #include "compiler.hpp"
+#include "dependency_watch.hpp"
 #include "driver.hpp"
 #include "folder_trust.hpp"
 #include "fork_guard.hpp"
@@ -256,7 +257,11 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
     cache_entry::note_use(entry, st, realtime_ns());
-    if (request.reads_files) {
+    // Checked earlier in this process, and nothing it depends on changed since (inotify,
+    // dependency_watch.hpp): no deps.txt to read, no file to stat.
+    if (request.reads_files && dependency_watch::proven(entry, st, source_key)) {
+        counters.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
+    } else if (request.reads_files) {
         const auto text = read_small_file(entry + "/" + kDepsFile, kMaxDepsFileSize);
         auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(
                                                                  Error{Errc::io, "missing"});
@@ -269,6 +274,8 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
             *why = "its header list does not give its key back (damaged, or another request's)";
             return Lookup::unusable;
         }
+        // Watched from before the check: a change during it is seen by the next lookup.
+        const std::optional<std::uint64_t> watched = dependency_watch::arm(*deps);
         const include_scanner::Check checked = include_scanner::check(*deps, memo);
         counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
         counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
@@ -289,6 +296,9 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
                 ::unlink(temp.c_str());
             }
         }
+        // Young headers too: an edit within their timestamp tick, which size and mtime cannot
+        // show, still raises an event. They are settled by the next full check once old.
+        if (watched) dependency_watch::remember(entry, st, source_key, *watched);
     }
     auto name = NameResolver::instance().resolve(cubin, request.keyword);
     if (!name) {
@@ -307,10 +317,22 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
                         Cache::Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
                         std::string *why) {
     const std::string list = cache_entry::variants_file_for(request.cache_dir, source_key);
+    // The entry this process found last, tried first: proven by the header watch, a hit reads
+    // no variants file and no deps.txt.
+    const std::string last = dependency_watch::last_variant(list);
+    if (!last.empty()) {
+        std::string reason;
+        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason);
+        if (found == Lookup::hit) {
+            *cubin = last + "/" + kCubinFile;
+            return found;
+        }
+    }
     const std::vector<std::string> keys = cache_entry::read_variants(list);
     Lookup result = Lookup::absent;
     for (std::size_t i = 0; i < keys.size(); ++i) {
         const std::string entry = cache_entry::folder_for(request.cache_dir, keys[i]);
+        if (entry == last) continue;  // not a hit just now
         std::string reason;
         const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason);
         if (found == Lookup::foreign) {
@@ -320,6 +342,7 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
         if (found == Lookup::hit) {
             *cubin = entry + "/" + kCubinFile;
             if (i > 0 && folder.writable) cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
+            dependency_watch::note_variant(list, entry);
             return found;
         }
         if (result == Lookup::absent && found == Lookup::unusable) {

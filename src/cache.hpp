@@ -107,6 +107,9 @@ public:
         std::atomic<std::uint64_t> dependency_hashes{0};
         // Files of deps.txt that a lookup stat'ed (a batch's FileMemo answers each file once).
         std::atomic<std::uint64_t> dependency_stats{0};
+        // Lookups that skipped deps.txt: checked before in this process and nothing changed
+        // since, as the header watch proved (dependency_watch.hpp).
+        std::atomic<std::uint64_t> dependency_proofs{0};
         // Compiles that passed NVRTC a PCH folder, and how many of those were the first of their
         // header identity in this process (NVRTC makes the PCH there; later ones use it).
         std::atomic<std::uint64_t> pch_compiles{0};

@@ -73,6 +73,20 @@ private:
     std::string path_;
 };
 
+// An environment variable set for one scope, then put back as it was (unset if it was).
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const char *value);
+    ScopedEnv(const ScopedEnv &) = delete;
+    ScopedEnv &operator=(const ScopedEnv &) = delete;
+    ~ScopedEnv();
+
+private:
+    std::string name_;
+    bool had_ = false;
+    std::string old_;
+};
+
 // A cubin compiled by cubin_for() and written as `k.cubin` in a fresh folder of its own.
 struct Cubin {
     TempDir dir;

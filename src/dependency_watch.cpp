@@ -1,0 +1,252 @@
+#include "dependency_watch.hpp"
+
+#include "fork_guard.hpp"
+#include "log.hpp"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/inotify.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kjit::dependency_watch {
+
+namespace {
+
+// A file's content, attributes (a touch, a chmod), its removal, or its rename.
+constexpr std::uint32_t kFileMask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_MASK_ADD;
+// A name created, removed or renamed in a folder, or the folder itself removed or renamed.
+constexpr std::uint32_t kFolderMask =
+    IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD;
+// Bounds on what is remembered (a long-lived process may look up any number of entries).
+constexpr std::size_t kMaxRemembered = 1u << 16;
+
+// File systems whose every change, by any process of this machine, raises inotify events, and
+// that no other machine writes to (statfs f_type; linux/magic.h). NFS, CIFS/SMB, FUSE, Ceph,
+// Lustre, GPFS and the like are not here: changes made through another client raise nothing.
+bool sees_every_change(long type) {
+    switch (static_cast<unsigned long>(type)) {
+        case 0xEF53UL:      // ext2, ext3, ext4
+        case 0x58465342UL:  // xfs
+        case 0x9123683EUL:  // btrfs
+        case 0x01021994UL:  // tmpfs
+        case 0x858458F6UL:  // ramfs
+        case 0x794C7630UL:  // overlayfs (containers: changes through the mount are seen)
+        case 0x2FC12FC1UL:  // zfs
+        case 0xF2F52010UL:  // f2fs
+            return true;
+        default:
+            return false;
+    }
+}
+
+struct Remembered {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::string source_key;
+    std::uint64_t generation = 0;
+};
+
+struct State {
+    std::mutex mutex;
+    int fd = -2;  // -2: not opened yet; -1: unusable (no inotify, turned off, or broken)
+    std::uint64_t generation = 1;
+    std::uint64_t watches = 0;
+    // Paths watched since the last event. Cleared by every event: a path may then lead to
+    // another inode (a folder renamed away and another put in its place), so each is watched
+    // again, by path, before anything is remembered anew.
+    std::unordered_set<std::string> watched;
+    // Folders watched together with every folder above them, since the last event.
+    std::unordered_set<std::string> covered;
+    std::unordered_map<std::string, Remembered> remembered;   // by entry folder
+    std::unordered_map<std::string, std::string> variants;    // variants file -> entry folder
+};
+
+// Made while libkjit loads, never freed; no once-guard (fork_guard.hpp).
+State *const the_state = new State();
+
+// The child's copy of the descriptor is the parent's inotify instance: reading it would take
+// events from the parent. Close it; the child opens its own when it needs one.
+void renew_in_forked_child() {
+    const int fd = the_state->fd;
+    fork_guard::renew(*the_state);
+    if (fd >= 0) ::close(fd);
+}
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
+
+bool turned_off() {
+    const char *v = std::getenv("KJIT_WATCH_HEADERS");
+    return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0 ||
+                 std::strcmp(v, "no") == 0);
+}
+
+// With the lock held: whether the watch is usable, opening it on first use. KJIT_WATCH_HEADERS
+// is read each time (a getenv), so turning it off takes effect at once.
+bool usable(State &s) {
+    if (turned_off()) return false;
+    if (s.fd == -2) {
+        s.fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (s.fd < 0) {
+            log().debug("no header watch (inotify_init1: {}): every hit checks its files", std::strerror(errno));
+            s.fd = -1;
+        }
+    }
+    return s.fd >= 0;
+}
+
+// With the lock held: reads every queued event; any at all moves the generation on.
+void drain(State &s) {
+    alignas(struct inotify_event) char buf[16384];
+    bool changed = false;
+    for (;;) {
+        const ssize_t n = ::read(s.fd, buf, sizeof buf);
+        if (n > 0) {
+            changed = true;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN) {
+            // Not ours any more (closed by someone else?): prove nothing from now on.
+            log().debug("header watch stopped (read: {}): every hit checks its files", std::strerror(errno));
+            s.fd = -1;
+            changed = true;
+        }
+        break;
+    }
+    if (changed) {
+        ++s.generation;
+        s.watched.clear();
+        s.covered.clear();
+    }
+}
+
+std::string parent_of(const std::string &path) {
+    const std::size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return std::string();
+    return slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+enum class Watched { yes, missing, no };
+
+// With the lock held: watches `path` with `mask`. missing: no such file or folder (a folder of
+// absent candidates); no: it exists but cannot be watched so that every change is seen.
+Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_file_system) {
+    if (s.watched.count(path)) return Watched::yes;
+    if (check_file_system) {
+        struct statfs fs {};
+        if (::statfs(path.c_str(), &fs) != 0) return errno == ENOENT || errno == ENOTDIR ? Watched::missing : Watched::no;
+        if (!sees_every_change(static_cast<long>(fs.f_type))) {
+            log().debug("header watch: '{}' is on a file system whose changes inotify may not see (type {:#x}): "
+                        "hits check its files every time",
+                        path, static_cast<unsigned long>(fs.f_type));
+            return Watched::no;
+        }
+    }
+    if (::inotify_add_watch(s.fd, path.c_str(), mask) < 0) {
+        const int err = errno;
+        if (err == ENOENT || err == ENOTDIR) return Watched::missing;
+        log().debug("header watch: cannot watch '{}' ({}): hits check its files every time", path,
+                    err == ENOSPC ? "the inotify watch limit fs.inotify.max_user_watches is reached" : std::strerror(err));
+        return Watched::no;
+    }
+    ++s.watches;
+    s.watched.insert(path);
+    return Watched::yes;
+}
+
+// With the lock held: watches `folder` and every folder above it up to `/`; a missing one is
+// skipped (its parent's watch sees it appear). False when one that exists cannot be watched.
+bool watch_folders(State &s, const std::string &folder) {
+    std::vector<std::string> chain;
+    for (std::string f = folder; !f.empty() && !s.covered.count(f); f = f == "/" ? std::string() : parent_of(f)) {
+        if (watch(s, f, kFolderMask, true) == Watched::no) return false;
+        chain.push_back(f);
+    }
+    s.covered.insert(chain.begin(), chain.end());
+    return true;
+}
+
+}  // namespace
+
+bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.fd < 0 || turned_off()) return false;
+    drain(s);
+    const auto it = s.remembered.find(entry);
+    return it != s.remembered.end() && it->second.generation == s.generation && it->second.dev == entry_st.st_dev &&
+           it->second.ino == entry_st.st_ino && it->second.source_key == source_key;
+}
+
+std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!usable(s)) return std::nullopt;
+    drain(s);
+    if (s.fd < 0) return std::nullopt;
+    // The generation before any watch below is placed: an event from one of them moves it on.
+    const std::uint64_t generation = s.generation;
+    std::string last_folder;
+    for (const include_scanner::Dependency &d : deps) {
+        if (d.path.empty() || d.path[0] != '/') return std::nullopt;
+        const std::string folder = parent_of(d.path);
+        if (folder != last_folder) {  // deps.txt lists a folder's files together, mostly
+            if (!watch_folders(s, folder)) return std::nullopt;
+            last_folder = folder;
+        }
+        if (!d.exists) continue;
+        // On the file's inode (through a link, the target's): a write through any path counts.
+        const Watched w = watch(s, d.path, kFileMask, false);
+        if (w != Watched::yes) return std::nullopt;  // missing: it changed already, the check will say
+        struct stat st {};
+        if (::lstat(d.path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+            // The link's target may be replaced in its own folder: watch that one too.
+            char real[PATH_MAX];
+            if (::realpath(d.path.c_str(), real) == nullptr || !watch_folders(s, parent_of(real))) return std::nullopt;
+        }
+    }
+    return generation;
+}
+
+void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,
+              std::uint64_t generation) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.fd < 0) return;
+    if (s.remembered.size() >= kMaxRemembered) s.remembered.clear();
+    s.remembered[entry] = Remembered{entry_st.st_dev, entry_st.st_ino, std::string(source_key), generation};
+}
+
+std::string last_variant(const std::string &variants_file) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto it = s.variants.find(variants_file);
+    return it == s.variants.end() ? std::string() : it->second;
+}
+
+void note_variant(const std::string &variants_file, const std::string &entry) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.fd < 0) return;
+    if (s.variants.size() >= kMaxRemembered) s.variants.clear();
+    s.variants[variants_file] = entry;
+}
+
+Stats stats() {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    Stats out;
+    out.watches = s.watches;
+    out.generation = s.generation;
+    out.usable = s.fd >= 0 && !turned_off();
+    return out;
+}
+
+}  // namespace kjit::dependency_watch

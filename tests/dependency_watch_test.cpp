@@ -1,0 +1,237 @@
+// The header watch (src/dependency_watch.hpp): a hit on an entry checked earlier in this process
+// skips its deps.txt when inotify proves nothing changed since. Each test proves a hit first
+// (Cache::Counters::dependency_proofs moves), then changes what the compile reads one way, and
+// expects a cubin built from the new text: a change the watch did not see would be a stale hit,
+// whose kernel name still carries the old constant.
+#include "cache.hpp"
+#include "dependency_watch.hpp"
+#include "name_resolver.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using kjit::cache::Cache;
+using kjit::cache::Request;
+using namespace kjit_test;
+
+namespace {
+
+// gemm<CFG>: the kernel name says which text of cfg.h was compiled.
+const char *const kSource = "#include <cfg.h>\n"
+                            "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                            "template __global__ void gemm<CFG>(float *);\n";
+
+std::string name_for(int cfg) { return "_Z4gemmILi" + std::to_string(cfg) + "EEvPf"; }
+std::string cfg_text(int cfg) { return "#define CFG " + std::to_string(cfg) + "\n"; }
+
+// Writes `bytes` into the existing file in place (same inode): what an editor that truncates
+// and writes does, and the only way a write through a hard link reaches the other name.
+void overwrite_in_place(const std::string &path, const std::string &bytes) {
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(static_cast<bool>(out)) << path;
+}
+
+// The kernel the keyword rule picks in `cubin` ("" when none).
+std::string kernel_name(const std::string &cubin) {
+    auto name = kjit::NameResolver::instance().resolve(cubin, "gemm");
+    return name.ok() ? *name : std::string();
+}
+
+class HeaderWatch : public ::testing::Test {
+protected:
+    Request request(const std::vector<std::string> &include_paths) const {
+        Request r;
+        r.source = kSource;
+        r.keyword = "gemm";
+        r.cache_dir = dir_.file("cache");
+        r.arch = "sm_90";
+        r.include_paths = include_paths;
+        return r;
+    }
+
+    // The kernel name of the cubin the cache answers.
+    std::string compiled_name(const Request &r) {
+        auto path = cache_.compile(r);
+        EXPECT_TRUE(path.ok()) << path.error().message;
+        if (!path.ok()) return {};
+        return kernel_name(*path);
+    }
+
+    // Compiles `r` until a hit is proven by the watch; the name it holds must be `cfg`'s.
+    void expect_proven(const Request &r, int cfg) {
+        EXPECT_EQ(compiled_name(r), name_for(cfg));  // a miss, or a hit that checks
+        EXPECT_EQ(compiled_name(r), name_for(cfg));  // a hit that checks, and watches
+        const auto proofs = cache_.counters().dependency_proofs.load();
+        const auto stats = cache_.counters().dependency_stats.load();
+        EXPECT_EQ(compiled_name(r), name_for(cfg));
+        EXPECT_EQ(cache_.counters().dependency_proofs.load(), proofs + 1) << "the hit was not proven by the watch";
+        EXPECT_EQ(cache_.counters().dependency_stats.load(), stats);
+    }
+
+    std::string file(const std::string &name) const { return dir_.file(name); }
+
+    TempDir dir_;
+    Cache cache_;
+};
+
+}  // namespace
+
+TEST_F(HeaderWatch, ASecondHitIsProvenWithoutReadingItsFiles) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    EXPECT_TRUE(kjit::dependency_watch::stats().usable);
+    EXPECT_GT(kjit::dependency_watch::stats().watches, 0u);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(compiled_name(r), name_for(1));
+    EXPECT_EQ(cache_.counters().nvrtc_runs.load(), 1u);
+}
+
+TEST_F(HeaderWatch, AnEditInPlaceIsSeen) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    overwrite_in_place(file("inc/cfg.h"), cfg_text(2));
+    EXPECT_EQ(compiled_name(r), name_for(2));
+    expect_proven(r, 2);
+}
+
+TEST_F(HeaderWatch, ARenameOverTheHeaderIsSeen) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));  // writes a temp file and renames it over
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    write_file(file("inc/cfg.h"), cfg_text(3));
+    EXPECT_EQ(compiled_name(r), name_for(3));
+}
+
+TEST_F(HeaderWatch, ANewHeaderThatShadowsOneIsSeen) {
+    ::mkdir(file("first").c_str(), 0755);
+    ::mkdir(file("second").c_str(), 0755);
+    write_file(file("second/cfg.h"), cfg_text(1));
+    const Request r = request({file("first"), file("second")});
+    expect_proven(r, 1);
+    write_file(file("first/cfg.h"), cfg_text(4));
+    EXPECT_EQ(compiled_name(r), name_for(4));
+}
+
+TEST_F(HeaderWatch, AnIncludeFolderCreatedWhereThereWasNoneIsSeen) {
+    ::mkdir(file("second").c_str(), 0755);
+    write_file(file("second/cfg.h"), cfg_text(1));
+    const Request r = request({file("first/deeper"), file("second")});
+    expect_proven(r, 1);
+    ::mkdir(file("first").c_str(), 0755);
+    ::mkdir(file("first/deeper").c_str(), 0755);
+    write_file(file("first/deeper/cfg.h"), cfg_text(5));
+    EXPECT_EQ(compiled_name(r), name_for(5));
+}
+
+TEST_F(HeaderWatch, AnIncludeFolderLinkSwappedIsSeen) {
+    // `current -> v1`, then `ln -sfn v2 current` as an install does (a new link renamed over).
+    ::mkdir(file("v1").c_str(), 0755);
+    ::mkdir(file("v2").c_str(), 0755);
+    write_file(file("v1/cfg.h"), cfg_text(1));
+    write_file(file("v2/cfg.h"), cfg_text(6));
+    ASSERT_EQ(::symlink(file("v1").c_str(), file("current").c_str()), 0);
+    const Request r = request({file("current")});
+    expect_proven(r, 1);
+    ASSERT_EQ(::symlink(file("v2").c_str(), file("current.new").c_str()), 0);
+    ASSERT_EQ(::rename(file("current.new").c_str(), file("current").c_str()), 0);
+    EXPECT_EQ(compiled_name(r), name_for(6));
+}
+
+TEST_F(HeaderWatch, AnIncludeFolderReplacedIsSeen) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    ASSERT_EQ(::rename(file("inc").c_str(), file("old-inc").c_str()), 0);
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(7));
+    EXPECT_EQ(compiled_name(r), name_for(7));
+    // The folder moved away still holds the old text, and is still watched: editing it changes
+    // nothing the compile reads, and the right answer stays.
+    overwrite_in_place(file("old-inc/cfg.h"), cfg_text(8));
+    EXPECT_EQ(compiled_name(r), name_for(7));
+    overwrite_in_place(file("inc/cfg.h"), cfg_text(9));
+    EXPECT_EQ(compiled_name(r), name_for(9));
+}
+
+TEST_F(HeaderWatch, AWriteThroughAHardLinkElsewhereIsSeen) {
+    ::mkdir(file("inc").c_str(), 0755);
+    ::mkdir(file("elsewhere").c_str(), 0755);
+    write_file(file("elsewhere/cfg.h"), cfg_text(1));
+    ASSERT_EQ(::link(file("elsewhere/cfg.h").c_str(), file("inc/cfg.h").c_str()), 0);
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    overwrite_in_place(file("elsewhere/cfg.h"), cfg_text(10));
+    EXPECT_EQ(compiled_name(r), name_for(10));
+}
+
+TEST_F(HeaderWatch, TheTargetOfALinkedHeaderReplacedIsSeen) {
+    ::mkdir(file("inc").c_str(), 0755);
+    ::mkdir(file("real").c_str(), 0755);
+    write_file(file("real/cfg.h"), cfg_text(1));
+    ASSERT_EQ(::symlink(file("real/cfg.h").c_str(), file("inc/cfg.h").c_str()), 0);
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    write_file(file("real/cfg.h"), cfg_text(11));  // a new file renamed over the link's target
+    EXPECT_EQ(compiled_name(r), name_for(11));
+    expect_proven(r, 11);
+    overwrite_in_place(file("real/cfg.h"), cfg_text(12));
+    EXPECT_EQ(compiled_name(r), name_for(12));
+}
+
+// A forked child shares the parent's inotify instance: if it read from it, the parent would
+// never see the events it took. The child edits and compiles; the parent must see the edit.
+TEST_F(HeaderWatch, AForkedChildTakesNoEventFromItsParent) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        overwrite_in_place(file("inc/cfg.h"), cfg_text(13));
+        Cache cache;
+        auto path = cache.compile(r);
+        auto again = cache.compile(r);
+        auto third = cache.compile(r);
+        const bool ok = path.ok() && again.ok() && third.ok() && kernel_name(*third) == name_for(13);
+        std::_Exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child compiled a stale cubin";
+    EXPECT_EQ(compiled_name(r), name_for(13));
+}
+
+TEST(HeaderWatchOff, TurnedOffEveryHitChecksItsFiles) {
+    ScopedEnv off("KJIT_WATCH_HEADERS", "0");
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    Cache cache;
+    Request r;
+    r.source = kSource;
+    r.keyword = "gemm";
+    r.cache_dir = dir.file("cache");
+    r.arch = "sm_90";
+    r.include_paths = {dir.file("inc")};
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(cache.compile(r).ok());
+    EXPECT_EQ(cache.counters().dependency_proofs.load(), 0u);
+    EXPECT_FALSE(kjit::dependency_watch::stats().usable);
+    EXPECT_EQ(cache.counters().dependency_stats.load(), 3u);  // the three hits each stat cfg.h
+}
