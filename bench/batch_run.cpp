@@ -28,12 +28,19 @@ struct Callback {
 
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword, const kjit_compile_options &options,
                    unsigned workers, int pch, const std::string &phase) {
+    return run_batch(sources, keyword, std::vector<kjit_compile_options>(sources.size(), options), workers, pch, phase);
+}
+
+BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
+                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase) {
+    if (options.size() != sources.size()) fail("run_batch: " + std::to_string(options.size()) + " options for " +
+                                               std::to_string(sources.size()) + " sources");
     std::vector<kjit_compile_request> requests(sources.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
     std::vector<const kjit_compile_request *> pointers;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         requests[i].source = sources[i].c_str();
         requests[i].keyword = keyword;
-        requests[i].options = &options;
+        requests[i].options = &options[i];
         pointers.push_back(&requests[i]);
     }
     Progress progress(phase, static_cast<long>(sources.size()), "kernels");

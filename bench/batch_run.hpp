@@ -19,6 +19,9 @@ struct BatchRun {
 // kjit_pch_mode). Throws BenchError naming the first item that failed.
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword, const kjit_compile_options &options,
                    unsigned workers, int pch, const std::string &phase);
+// The same with options of its own for each source (in-memory headers of its own, say).
+BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
+                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase);
 
 // Drops NVRTC's precompiled headers held by this process (nvrtcSetPCHHeapSize frees its heap),
 // so a batch pays the PCH's creation as in a fresh process. No compile may be running.

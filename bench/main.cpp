@@ -14,6 +14,10 @@
 //            header, each in a fresh process (cub_scenario.cpp)
 //   trust    the price of the trust checks on hits and loads, against 0.3.0's libkjit in the
 //            same run when --baseline-lib names it (trust_scenario.cpp)
+//   headers  header-heavy kernels over a CuTe/CUTLASS-shaped tree the bench writes itself: hits
+//            against header-free kernels, a warm start of all of them in a fresh process, cold
+//            batches with and without PCH beside humming-style kernels, and the edit cycle
+//            (edit, revert, touch, an edit nothing sees) (header_scenario.cpp, header_tree.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
@@ -23,6 +27,7 @@
 #include "scenarios.hpp"
 #include "support.hpp"
 #include "cub_kernels.hpp"
+#include "header_tree.hpp"
 #include "sweep_kernels.hpp"
 
 #include <CLI/CLI.hpp>
@@ -88,6 +93,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("startup")) run_startup(o, sweep, report);
     if (o.wants("cub")) run_cub(o, report);
     if (o.wants("trust")) run_trust(o, report);
+    if (o.wants("headers")) run_headers(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -116,6 +122,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--trust-child") == 0) {
         return trust_child_main(argv[2], argv[3], std::atol(argv[4]), std::atol(argv[5]));
     }
+    if (argc == 7 && std::strcmp(argv[1], "--headers-child") == 0) {
+        return headers_child_main(argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6]);
+    }
 
     BenchOptions o;
     o.pyelftools_script = KJIT_BENCH_SOURCE_DIR "/pyelftools_lookup.py";
@@ -125,7 +134,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -164,12 +173,24 @@ int main(int argc, char **argv) {
     app.add_option("--trust-loads", o.trust_loads, "Timed loads per child and kernel (trust scenario)")
         ->check(CLI::Range(1L, 100'000L))
         ->capture_default_str();
+    app.add_option("--header-kernels", o.header_kernels, "Tree kernels in the headers scenario (cold fill, warm starts)")
+        ->check(CLI::Range(1, tree_kernel_count()))
+        ->capture_default_str();
+    app.add_option("--header-batch", o.header_batch, "Kernels in each cold batch of the headers scenario's PCH comparison")
+        ->check(CLI::Range(1, tree_kernel_count()))
+        ->capture_default_str();
+    app.add_option("--header-repeats", o.header_repeats, "Warm starts per way and PCH comparison rounds (headers scenario)")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    app.add_option("--header-hit-rounds", o.header_hit_rounds, "Rounds of timed hits (headers scenario)")
+        ->check(CLI::Range(1, 10000))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust"};
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "headers"};
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

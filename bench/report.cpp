@@ -68,6 +68,26 @@ std::string format_ratio(double x) {
     return buf;
 }
 
+std::string format_target_value(double x, TargetUnit unit) {
+    char buf[32];
+    if (std::isnan(x)) return "-";
+    switch (unit) {
+        case TargetUnit::ratio: return format_ratio(x);
+        case TargetUnit::seconds: std::snprintf(buf, sizeof buf, "%.3f s", x); return buf;
+        case TargetUnit::yes_no: return x >= 0.5 ? "yes" : "no";
+    }
+    return "-";
+}
+
+const char *unit_name(TargetUnit unit) {
+    switch (unit) {
+        case TargetUnit::ratio: return "ratio";
+        case TargetUnit::seconds: return "seconds";
+        case TargetUnit::yes_no: return "yes_no";
+    }
+    return "ratio";
+}
+
 nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
 }  // namespace
@@ -98,8 +118,14 @@ void Report::print_summary(std::FILE *out) const {
             std::fprintf(out, "  %-*s %11s   not measured: %s\n", width - 2, t.text.c_str(), "-", t.why_unavailable.c_str());
             continue;
         }
-        std::fprintf(out, "  %-*s %11s   target %s %-8s %s\n", width - 2, t.text.c_str(), format_ratio(t.value).c_str(),
-                     t.at_most ? "<=" : ">=", format_ratio(t.goal).c_str(), t.met() ? "met" : "MISSED");
+        const std::string value = format_target_value(t.value, t.unit), goal = format_target_value(t.goal, t.unit);
+        if (t.unit == TargetUnit::yes_no) {
+            std::fprintf(out, "  %-*s %11s   target %-11s %s\n", width - 2, t.text.c_str(), value.c_str(), goal.c_str(),
+                         t.met() ? "met" : "MISSED");
+        } else {
+            std::fprintf(out, "  %-*s %11s   target %s %-8s %s\n", width - 2, t.text.c_str(), value.c_str(),
+                         t.at_most ? "<=" : ">=", goal.c_str(), t.met() ? "met" : "MISSED");
+        }
     }
 }
 
@@ -132,7 +158,8 @@ nlohmann::json Report::to_json() const {
             continue;
         }
         targets[t.key] = {{"text", t.text},          {"available", true}, {"value", number_or_null(t.value)},
-                          {"goal", t.goal},          {"bound", t.at_most ? "max" : "min"}, {"met", t.met()}};
+                          {"goal", t.goal},          {"bound", t.at_most ? "max" : "min"}, {"met", t.met()},
+                          {"unit", unit_name(t.unit)}};
     }
     j["targets"] = std::move(targets);
     j["all_targets_met"] = all_met;

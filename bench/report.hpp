@@ -11,14 +11,19 @@
 
 namespace kjit_bench {
 
+// What a target's value is: a ratio ("2.50x"), a time in seconds ("0.312 s"), or whether
+// something happened (1 yes, 0 no; the goal is yes).
+enum class TargetUnit { ratio, seconds, yes_no };
+
 // A goal from the issue that filed the bench, checked against this run (never asserted).
 struct Target {
-    Target(std::string key_, std::string text_, double goal_, bool at_most_ = false)
-        : key(std::move(key_)), text(std::move(text_)), goal(goal_), at_most(at_most_) {}
+    Target(std::string key_, std::string text_, double goal_, bool at_most_ = false, TargetUnit unit_ = TargetUnit::ratio)
+        : key(std::move(key_)), text(std::move(text_)), goal(goal_), at_most(at_most_), unit(unit_) {}
     std::string key;   // JSON key
     std::string text;  // for people
     double goal = 0;
     bool at_most = false;  // goal is an upper bound
+    TargetUnit unit = TargetUnit::ratio;
     double value = 0;
     bool available = true;
     std::string why_unavailable;

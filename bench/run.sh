@@ -3,8 +3,11 @@
 # builds build/, generates the 12,000-symbol test cubin once, then runs kjit-bench with its
 # defaults: the tuning sweep of 300 GEMM-like kernels cold and warm with 1 and 2 threads,
 # kjit_compile against raw NVRTC, resolve against the pyelftools loop, and start-up of a fresh
-# process, and the price of the trust checks against 0.3.0's libkjit (built once from git
-# history). Prints a summary table; writes bench.json and bench.png (the chart). Ends with
+# process, the price of the trust checks against 0.3.0's libkjit (built once from git
+# history), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
+# itself (hits against header-free kernels, a warm start of 300 in a fresh process, cold batches
+# with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
+# headers` runs it alone). Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
 # and the script says so. docs/bench.md has a current table and chart.
@@ -13,7 +16,8 @@
 #
 # Environment: BUILD_DIR (default <repo>/build). Everything goes to $BUILD_DIR/bench-data:
 # big.cubin (delete it to generate it again), bench.json, bench.png (with its .dat and .gp
-# files), and sweep-cache/, the 300 kernels' warm cache. Exits non-zero if any step fails.
+# files), sweep-cache/, the 300 kernels' warm cache, and header-tree/, the generated headers
+# (written anew on each run). Exits non-zero if any step fails.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,4 +1,4 @@
-// The six scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// The seven scenarios of kjit-bench, run in one process (one run, so ratios compare like with
 // like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
 // cannot go on.
 #pragma once
@@ -11,7 +11,7 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust"
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "headers"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -35,6 +35,11 @@ struct BenchOptions {
     int trust_rounds = 5;
     long trust_calls = 20000;  // hits per child and path
     long trust_loads = 300;    // loads per child and kernel
+    // headers
+    int header_kernels = 300;     // tree kernels: the cold fill and the warm starts
+    int header_batch = 32;        // kernels in each cold batch of the PCH comparison
+    int header_repeats = 2;       // warm starts per way, and rounds of the PCH comparison
+    int header_hit_rounds = 20;   // rounds of hits (16 tree kernels, as many header-free hits)
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -76,5 +81,15 @@ void run_trust(const BenchOptions &o, Report &report);
 // The spawned trust process (kjit-bench --trust-child CACHE ARCH CALLS LOADS): prints
 // "<metric> <us per call>" lines (trust_scenario.cpp). Returns the exit code.
 int trust_child_main(const std::string &cache, const std::string &arch, long calls, long loads);
+
+// 7: header-heavy kernels over a generated CuTe/CUTLASS-shaped tree: hits against header-free
+// ones, a warm start of all of them, cold batches with and without PCH (beside humming-style
+// kernels), and the edit cycle (header_scenario.cpp).
+void run_headers(const BenchOptions &o, Report &report);
+// The spawned headers process (kjit-bench --headers-child MODE CACHE TREE_ROOT N ARCH): gets the
+// first N tree (or humming-style) kernels the way MODE says and prints "call_us <time>", then
+// the hits, misses and NVRTC runs its calls counted. Returns the exit code.
+int headers_child_main(const std::string &mode, const std::string &cache, const std::string &tree_root, int n,
+                       const std::string &arch);
 
 }  // namespace kjit_bench

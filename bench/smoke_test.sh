@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest's guard against the bench rotting: every scenario of kjit-bench on a small scale (a
-# 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, one trust round, few iterations), through the driver test double; then the
+# 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, one trust round, 2 kernels over the generated
+# header tree, few iterations), through the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
 # Usage: smoke_test.sh BENCH_BIN_DIR FAKE_LIBCUDA
@@ -12,6 +13,7 @@ trap 'rm -rf "$work"' EXIT
 KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.cubin" --kernels 4 --rounds 2 \
     --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 --split-rounds 1 \
     --trust-rounds 1 --trust-calls 50 --trust-loads 5 \
+    --header-kernels 2 --header-batch 2 --header-repeats 1 --header-hit-rounds 2 \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
@@ -20,7 +22,16 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split", "trust"}, sections.keys()
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split", "trust", "headers", "headers_pch",
+                         "headers_edit"}, sections.keys()
+assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
+assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
+                                        "headers_pch.hum_off"}, sections["headers_pch"]
+# Never a stale cubin, whatever the timing: an edited header's kernel is built from the new text,
+# and after the revert (a hit or a miss) from the original text again.
+edit = j["headers"]["edit"]
+assert edit["edit"] == "MISS" and edit["edit_cubin_of_new_text"], edit
+assert edit["revert_cubin_of_original_text"], edit
 assert {"trust.compile.small.now", "trust.resolve.large.now", "trust.load.large.now",
         "trust.xxh3_128_per_mb"} <= set(sections["trust"]), sections["trust"].keys()
 assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain"}, sections["cub"]
@@ -32,7 +43,9 @@ for sid, rows in sections.items():
 assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i", j["resolve"]
 assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
-            "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw"]:
+            "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw",
+            "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
+            "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -42,7 +55,9 @@ else
     echo "gnuplot is not installed: the chart is not checked"
 fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*')
+grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_params.hpp" ||
+    { echo "the headers scenario left its edit in the header tree"; exit 1; }
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.
