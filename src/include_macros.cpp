@@ -350,6 +350,11 @@ private:
                 --depth_;
                 if (failed_) return {};
             }
+            // Past the budget as soon as it is: every combination made first could take GBs.
+            if (outs.size() * it->second.size() > kMaxAlternatives) {
+                failed_ = true;
+                return {};
+            }
             std::vector<Tokens> next;
             for (const Tokens &o : outs) {
                 for (const Tokens &alt : it->second) {
@@ -362,10 +367,6 @@ private:
                 }
             }
             outs = std::move(next);
-            if (outs.size() > kMaxAlternatives) {
-                failed_ = true;
-                return {};
-            }
         }
         for (Tokens &o : outs) {
             if (!o.empty()) o.front().space = space;

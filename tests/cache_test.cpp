@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -632,6 +633,37 @@ TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
     for (int i = 0; i < 5000; ++i) nested += "I(";
     nested += "a.h" + std::string(5001, ')') + ")";
     EXPECT_EQ(names(" I(x) x", nested), V{"(not followed)"});  // not a stack overflow
+}
+
+// Combinations of two arguments' alternatives are bounded while they are made, not after: 256
+// alternatives of each (8 macros that may or may not be defined) made 65536 copies of a long
+// replacement list (over 500 MB) before the budget said no.
+TEST(IncludeMacros, ArgumentCombinationsStayWithinTheBudgetInMemory) {
+    namespace im = kjit::include_macros;
+    auto table = [](int macros, int filler) {
+        im::Table t;
+        for (int i = 0; i < macros; ++i) t.add_directive(" M" + std::to_string(i) + " a");
+        std::string body = " F(x, y) <x";
+        for (int i = 0; i < filler; ++i) body += " t";
+        t.add_directive(body + " y>");
+        return t;
+    };
+    auto operand = [](int macros) {
+        std::string arg;
+        for (int i = 0; i < macros; ++i) arg += " M" + std::to_string(i);
+        return "F(" + arg + "," + arg + ")";
+    };
+    // 8 x 8 alternatives (and as many with F left undefined): within the budget.
+    const im::Expansion within = im::header_names(operand(3), table(3, 2));
+    EXPECT_TRUE(within.followed);
+    EXPECT_EQ(within.names.size(), 2u * 64u);  // each with and without blanks
+    struct rusage before {};
+    ASSERT_EQ(::getrusage(RUSAGE_SELF, &before), 0);
+    const im::Expansion past = im::header_names(operand(8), table(8, 120));
+    struct rusage after {};
+    ASSERT_EQ(::getrusage(RUSAGE_SELF, &after), 0);
+    EXPECT_FALSE(past.followed);
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "peak resident set grew by KiB";
 }
 
 // The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
