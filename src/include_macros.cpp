@@ -11,7 +11,10 @@ namespace kjit::include_macros {
 namespace {
 
 // Bounds on one operand's expansion: past them it is "not followed" (the scanner's fallback).
+// A step may copy its whole state (each alternative, and the macro left as written), so the
+// tokens copied are counted too.
 constexpr std::size_t kMaxSteps = 100000;
+constexpr std::size_t kMaxCopied = 100000;
 constexpr std::size_t kMaxAlternatives = 256;
 constexpr int kMaxDepth = 64;  // arguments expanded within arguments (the stack stays small)
 
@@ -175,6 +178,13 @@ public:
                     s.out.push_back(s.rest[s.pos++]);
                     continue;
                 }
+                // The state copied for the name left as written, and searched for each
+                // definition's arguments (each alternative's copy is counted below).
+                copied_ += (defs->size() + 1) * (s.out.size() + s.rest.size());
+                if (copied_ > kMaxCopied) {
+                    failed_ = true;
+                    break;
+                }
                 // Left undefined here (#undef, or defined under another #if): the name stays,
                 // never expanded again.
                 State as_written = s;
@@ -196,6 +206,7 @@ public:
                     }
                     hs.push_back(t.text);
                     for (Tokens &r : substitute(d, args, hs, t.space)) {
+                        copied_ += r.size() + s.out.size() + s.rest.size() - after;
                         r.insert(r.end(), s.rest.begin() + static_cast<std::ptrdiff_t>(after), s.rest.end());
                         pending.push_back(State{s.out, std::move(r), 0});
                     }
@@ -350,6 +361,11 @@ private:
                 --depth_;
                 if (failed_) return {};
             }
+            // Past the budget as soon as it is: every combination made first could take GBs.
+            if (outs.size() * it->second.size() > kMaxAlternatives) {
+                failed_ = true;
+                return {};
+            }
             std::vector<Tokens> next;
             for (const Tokens &o : outs) {
                 for (const Tokens &alt : it->second) {
@@ -362,10 +378,6 @@ private:
                 }
             }
             outs = std::move(next);
-            if (outs.size() > kMaxAlternatives) {
-                failed_ = true;
-                return {};
-            }
         }
         for (Tokens &o : outs) {
             if (!o.empty()) o.front().space = space;
@@ -376,6 +388,7 @@ private:
 
     const Table &table_;
     std::size_t steps_ = 0;
+    std::size_t copied_ = 0;
     int depth_ = 0;
     bool failed_ = false;
 };

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -677,6 +678,61 @@ TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
     for (int i = 0; i < 5000; ++i) nested += "I(";
     nested += "a.h" + std::string(5001, ')') + ")";
     EXPECT_EQ(names(" I(x) x", nested), V{"(not followed)"});  // not a stack overflow
+}
+
+// Combinations of two arguments' alternatives are bounded while they are made, not after: 256
+// alternatives of each (8 macros that may or may not be defined) made 65536 copies of a long
+// replacement list (over 500 MB) before the budget said no.
+TEST(IncludeMacros, ArgumentCombinationsStayWithinTheBudgetInMemory) {
+    namespace im = kjit::include_macros;
+    auto table = [](int macros, int filler) {
+        im::Table t;
+        for (int i = 0; i < macros; ++i) t.add_directive(" M" + std::to_string(i) + " a");
+        std::string body = " F(x, y) <x";
+        for (int i = 0; i < filler; ++i) body += " t";
+        t.add_directive(body + " y>");
+        return t;
+    };
+    auto operand = [](int macros) {
+        std::string arg;
+        for (int i = 0; i < macros; ++i) arg += " M" + std::to_string(i);
+        return "F(" + arg + "," + arg + ")";
+    };
+    // 8 x 8 alternatives (and as many with F left undefined): within the budget.
+    const im::Expansion within = im::header_names(operand(3), table(3, 2));
+    EXPECT_TRUE(within.followed);
+    EXPECT_EQ(within.names.size(), 2u * 64u);  // each with and without blanks
+    struct rusage before {};
+    ASSERT_EQ(::getrusage(RUSAGE_SELF, &before), 0);
+    const im::Expansion past = im::header_names(operand(8), table(8, 120));
+    struct rusage after {};
+    ASSERT_EQ(::getrusage(RUSAGE_SELF, &after), 0);
+    EXPECT_FALSE(past.followed);
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "peak resident set grew by KiB";
+}
+
+// The budget counts the tokens each step copies, not only the steps: a 3.6 KB operand whose
+// 800 macros each expand to 1000 names of a function-like macro (never followed by '(') made
+// every one of its 100000 steps copy a state of about 1800 tokens (6.6 s at -O2); now it gives
+// up within a small part of that.
+TEST(IncludeMacros, ExpansionsStayWithinTheBudgetInTime) {
+    namespace im = kjit::include_macros;
+    im::Table t;
+    std::string c = " C", a = " A";
+    for (int i = 0; i < 1000; ++i) c += " B";
+    for (int i = 0; i < 800; ++i) a += " C";
+    ASSERT_TRUE(t.add_directive(" B(x) x") && t.add_directive(c) && t.add_directive(a));
+    struct rusage before {};
+    ASSERT_EQ(::getrusage(RUSAGE_THREAD, &before), 0);
+    const im::Expansion e = im::header_names("A", t);
+    struct rusage after {};
+    ASSERT_EQ(::getrusage(RUSAGE_THREAD, &after), 0);
+    EXPECT_FALSE(e.followed);
+    auto seconds = [](const struct rusage &r) {
+        return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+               static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+    };
+    EXPECT_LT(seconds(after) - seconds(before), 2.0) << "CPU seconds";
 }
 
 // The include and pre-include options in every spelling NVRTC 13 accepts (measured; see

@@ -613,6 +613,72 @@ def test_compile_batch_bad_arguments(tmp_path):
     assert items[0].status == kjit.Status.ERROR_INVALID_ARGUMENT and "keyword" in items[0].error
 
 
+
+# ---------------------------------------------------------------------------------------------
+# NVRTC's PCH options in nvrtc_options (docs/batch.md, "NVRTC's PCH options"; issue 19 item 1).
+
+# The CUDA toolkit's headers (ctest passes the build's; else the usual place). A CCCL header
+# makes the compile heavy enough that NVRTC makes a PCH of it.
+CUDA_INCLUDE = pathlib.Path(os.environ.get("KJIT_TEST_CUDA_INCLUDE") or "/usr/local/cuda/include")
+PCH_SOURCE = textwrap.dedent("""\
+    #include <cfg.h>
+    #include <cuda/std/cstdint>
+    template <int V> __global__ void gemm(float *p) { p[0] = V; }
+    template __global__ void gemm<CFG>(float *);
+    """)
+
+
+@pytest.mark.skipif(not (CUDA_INCLUDE / "cccl/cuda/std/cstdint").is_file(),
+                    reason=f"no CCCL under {CUDA_INCLUDE} (set KJIT_TEST_CUDA_INCLUDE)")
+@pytest.mark.parametrize("spelling", ["--pch", "-pch"])
+def test_pch_option_compiles_against_the_edited_header(tmp_path, spelling):
+    """--pch goes through libkjit's PCH folder per header identity: after the header is edited,
+    the next compile in the same process is built from the new text, not from the PCH NVRTC made
+    of the old one (NVRTC reuses a PCH for any compile whose options match)."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    value = 30 if spelling == "--pch" else 40
+    kwargs = dict(cache_dir=tmp_path / "cache", arch="sm_90", include_paths=[inc],
+                  nvrtc_options=["-I" + str(CUDA_INCLUDE / "cccl"), "-std=c++17", spelling])
+    (inc / "cfg.h").write_text(f"#define CFG {value}\n")
+    first = kjit.compile(PCH_SOURCE, "gemm", **kwargs)
+    assert kjit.resolve_name(first, "gemm") == f"_Z4gemmILi{value}EEvPf"
+    (inc / "cfg.h").write_text(f"#define CFG {value + 1}\n")
+    misses = kjit.stats()["compile_misses"]
+    second = kjit.compile(PCH_SOURCE, "gemm", **kwargs)
+    # The header is a dependency of the entry, not part of its key: the same entry, rebuilt.
+    assert kjit.stats()["compile_misses"] == misses + 1
+    assert kjit.resolve_name(second, "gemm") == f"_Z4gemmILi{value + 1}EEvPf"
+    # Nor is the PCH: the same request without --pch is the same entry, a hit.
+    plain = dict(kwargs, nvrtc_options=kwargs["nvrtc_options"][:-1])
+    hits = kjit.stats()["compile_hits"]
+    assert kjit.compile(PCH_SOURCE, "gemm", **plain) == second
+    assert kjit.stats()["compile_hits"] == hits + 1
+
+
+@pytest.mark.parametrize("options", [
+    ["--create-pch={pch}"], ["-create-pch", "{pch}"], ["--use-pch={pch}"], ["-use-pch", "{pch}"],
+    ["--pch-dir={dir}"], ["-pch-dir", "{dir}"], ["--pch", "--pch-dir={dir}"]])
+def test_pch_options_naming_files_are_refused(tmp_path, options):
+    """--create-pch, --use-pch and --pch-dir name PCH files or folders of the caller's, which
+    NVRTC would use without checking the headers they were made from: InvalidArgument, naming
+    the option, before anything is compiled or written."""
+    pch, folder = tmp_path / "x.pch", tmp_path / "pchs"
+    folder.mkdir()
+    options = [o.format(pch=pch, dir=folder) for o in options]
+    named = options[-1] if options[-1].startswith("-") else options[-2]
+    named = named.split("=")[0]
+    before = kjit.stats()
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.compile(_numbered(7), "gemm", cache_dir=tmp_path / "cache", arch="sm_90",
+                     nvrtc_options=["-std=c++17"] + options)
+    e = info.value
+    assert e.status == kjit.Status.ERROR_INVALID_ARGUMENT and e.function == "kjit_compile"
+    assert f"'{named}" in e.message, e.message
+    assert kjit.stats()["nvrtc_compiles"] == before["nvrtc_compiles"]
+    assert not pch.exists() and not any(folder.iterdir())
+    assert not list(tmp_path.rglob("*.cubin"))
+
 # ---------------------------------------------------------------------------------------------
 # Ctrl-C and exceptions during compile_batch (docs/python.md, "Ctrl-C and callbacks"). Each case
 # runs a batch of distinct kernels on one worker in a child process, so a broken interrupt

@@ -1,6 +1,7 @@
 // Writes the fuzzers' seed corpora: cubins compiled by NVRTC from the test kernels (each with a
-// keyword-selector byte in front) and sidecars in every shape the store knows.
-// Usage: make_seeds SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR
+// keyword-selector byte in front), sidecars in every shape the store knows, cache keys,
+// manifests, and computed includes with the macros they go through.
+// Usage: make_seeds SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR
 #include "cache_entry.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
@@ -11,12 +12,15 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR\n", argv[0]);
+    if (argc != 6) {
+        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR\n", argv[0]);
         return 2;
     }
-    const std::string scanner_dir = argv[1], sidecar_dir = argv[2], key_dir = argv[3], manifest_dir = argv[4];
-    for (const std::string &d : {scanner_dir, sidecar_dir, key_dir, manifest_dir}) std::filesystem::create_directories(d);
+    const std::string scanner_dir = argv[1], sidecar_dir = argv[2], key_dir = argv[3], manifest_dir = argv[4],
+                      macros_dir = argv[5];
+    for (const std::string &d : {scanner_dir, sidecar_dir, key_dir, manifest_dir, macros_dir}) {
+        std::filesystem::create_directories(d);
+    }
     using namespace kjit_test::sources;
     const std::vector<std::pair<const char *, std::vector<std::string>>> sources = {
         {kPlain, {}}, {kTemplateOne, {}}, {kTemplateSeveral, {}}, {kPrefixCollision, {}},
@@ -81,7 +85,34 @@ int main(int argc, char **argv) {
     for (std::size_t i = 0; i < manifests.size(); ++i) {
         kjit_test::write_file(manifest_dir + "/seed" + std::to_string(i), manifests[i]);
     }
-    std::printf("wrote %d scanner, %zu sidecar, %zu cache key and %zu manifest seeds\n", n, sidecars.size(), keys.size(),
-                manifests.size());
+    // Computed includes (fuzz_include_macros: definition lines, then the operand): CUTLASS's
+    // CUDA_STD_HEADER under either #if branch, stringizing, pasting, variadic and nested
+    // function-like macros, self- and mutually referential ones, -D options, continuation lines,
+    // comments, reserved names and __VA_OPT__ (not followed), and an argument's closing
+    // parenthesis from outside the expansion (the standard's f(2)(9)).
+    const std::vector<std::string> macros = {
+        "#define CUDA_STD_HEADER(x) <cuda/std/x>\n#define CUDA_STD_HEADER(x) <x>\n#include CUDA_STD_HEADER(cstdint)",
+        "#  define CUTLASS_STD_HEADER(h) <cuda/std/h>\n#include CUTLASS_STD_HEADER(type_traits)",
+        "#define STR(x) #x\n#define XSTR(x) STR(x)\n#define NAME kernels/gemm.h\n#include XSTR(NAME)",
+        "#define STR(x) #x\n#include STR(  a  \"b\\\\c\" d.h )",
+        "#define CAT(a, b) a ## b\n#define HDR_fp16 \"gemm_fp16.h\"\n#define HDR_bf16 <gemm_bf16.h>\n#include CAT(HDR_, fp16)",
+        "#define PASTE(a, b, c) <a ## b ## c>\n#include PASTE(, x.h, )",
+        "#define FIRST(x, ...) <x/__VA_ARGS__>\n#define ARCH sm90\n#include FIRST(ARCH, gemm.h)",
+        "#define V(args...) <args>\n#define W(...) V(__VA_ARGS__)\n#include W(a, b.h)",
+        "#define INNER(x) x.h\n#define OUTER(d, x) <d/INNER(x)>\n#define DIR cute\n#include OUTER(DIR, tensor)",
+        "#define A A\n#define B C\n#define C B\n#define D(x) D(x) <x>\n#include D(A B)",
+        "#define f(a) a*g\n#define g(a) f(a)\n#define N(x) S(x)\n#define S(x) #x\n#include N(f(2)(9))",
+        "-DKERNEL_HEADER=\"k.h\"\n-DHDR(x)=<x.h>\n-DFLAG\n#include KERNEL_HEADER",
+        "-DHDR(x)=<x.h>\n#define HDR(x) \"x.h\"\nHDR(gemm)",
+        "#define LONG_HEADER \\\n  <cuda/std/ \\\n   cstdint>\n#include LONG_HEADER",
+        "#define H /* a comment */ <a.h> // another\n#define H \"b.h\"\n#include H",
+        "#define H <__FILE__>\n#include H",
+        "#define O(x, ...) <x __VA_OPT__(/) __VA_ARGS__>\n#include O(a, b.h)",
+        "#define E()\n#define F(x) x\n#include F(E() <e.h>)",
+        "#define X +1\n#define Y(\n#include <X>",
+        "#include \"plain.h\""};
+    for (std::size_t i = 0; i < macros.size(); ++i) kjit_test::write_file(macros_dir + "/seed" + std::to_string(i), macros[i]);
+    std::printf("wrote %d scanner, %zu sidecar, %zu cache key, %zu manifest and %zu include macro seeds\n", n,
+                sidecars.size(), keys.size(), manifests.size(), macros.size());
     return 0;
 }
