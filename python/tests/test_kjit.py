@@ -613,7 +613,6 @@ def test_compile_batch_bad_arguments(tmp_path):
     assert items[0].status == kjit.Status.ERROR_INVALID_ARGUMENT and "keyword" in items[0].error
 
 
-
 # ---------------------------------------------------------------------------------------------
 # NVRTC's PCH options in nvrtc_options (docs/batch.md, "NVRTC's PCH options"; issue 19 item 1).
 
@@ -646,8 +645,10 @@ def test_pch_option_compiles_against_the_edited_header(tmp_path, spelling):
     (inc / "cfg.h").write_text(f"#define CFG {value + 1}\n")
     misses = kjit.stats()["compile_misses"]
     second = kjit.compile(PCH_SOURCE, "gemm", **kwargs)
-    # The header is a dependency of the entry, not part of its key: the same entry, rebuilt.
+    # A miss, compiled into the entry of the header's new text (docs/cache-layout.md, "Several
+    # results per source key"), beside the first.
     assert kjit.stats()["compile_misses"] == misses + 1
+    assert second != first
     assert kjit.resolve_name(second, "gemm") == f"_Z4gemmILi{value + 1}EEvPf"
     # Nor is the PCH: the same request without --pch is the same entry, a hit.
     plain = dict(kwargs, nvrtc_options=kwargs["nvrtc_options"][:-1])
