@@ -11,7 +11,6 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -194,29 +193,7 @@ TEST_F(HeaderWatch, TheTargetOfALinkedHeaderReplacedIsSeen) {
     EXPECT_EQ(compiled_name(r), name_for(12));
 }
 
-// A forked child shares the parent's inotify instance: if it read from it, the parent would
-// never see the events it took. The child edits and compiles; the parent must see the edit.
-TEST_F(HeaderWatch, AForkedChildTakesNoEventFromItsParent) {
-    ::mkdir(file("inc").c_str(), 0755);
-    write_file(file("inc/cfg.h"), cfg_text(1));
-    const Request r = request({file("inc")});
-    expect_proven(r, 1);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        overwrite_in_place(file("inc/cfg.h"), cfg_text(13));
-        Cache cache;
-        auto path = cache.compile(r);
-        auto again = cache.compile(r);
-        auto third = cache.compile(r);
-        const bool ok = path.ok() && again.ok() && third.ok() && kernel_name(*third) == name_for(13);
-        std::_Exit(ok ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child compiled a stale cubin";
-    EXPECT_EQ(compiled_name(r), name_for(13));
-}
+// A forked child and the watch: tests/fork_test.cpp (label fork), Fork.ChildTakesNoHeaderWatchEventFromItsParent.
 
 TEST(HeaderWatchOff, TurnedOffEveryHitChecksItsFiles) {
     ScopedEnv off("KJIT_WATCH_HEADERS", "0");

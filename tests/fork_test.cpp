@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -741,4 +742,34 @@ TEST(Fork, ChildOfABusyProcessDoesNotDeadlock) {
         for (std::thread &t : threads) t.join();
     }
     EXPECT_GT(stats().memo_hits, 0u);
+}
+
+// The header watch's inotify instance (dependency_watch.hpp) is shared with a forked child: a
+// child that read from it would take events its parent needs, and the parent would go on proving
+// hits on a header the child edited. The child closes its copy and watches anew.
+TEST(Fork, ChildTakesNoHeaderWatchEventFromItsParent) {
+    TempDir dir;
+    write_file(dir.file("cfg.h"), "#define CFG 1\n");
+    const std::string source = "#include \"" + dir.file("cfg.h") +
+                               "\"\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                               "template __global__ void gemm<CFG>(float *);\n";
+    const std::string cache = dir.file("cache");
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(resolve(compile(cache, source)), "_Z4gemmILi1EEvPf");  // watched, proven
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        {
+            // In place (same inode), as an editor that truncates and writes.
+            std::fstream out(dir.file("cfg.h"), std::ios::in | std::ios::out | std::ios::trunc);
+            out << "#define CFG 2\n";
+        }
+        for (int i = 0; i < 3; ++i) {
+            if (resolve(compile(cache, source)) != "_Z4gemmILi2EEvPf") std::_Exit(1);
+        }
+        std::_Exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's compile was stale";
+    EXPECT_EQ(resolve(compile(cache, source)), "_Z4gemmILi2EEvPf") << "the parent missed the child's edit";
 }
