@@ -96,6 +96,16 @@ const std::string &nvrtc_identity() {
 
 std::atomic<Cache *> instance_slot{nullptr};
 
+// The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
+// or mtimes, which a touch changes).
+void deps_fields(XXH3_state_t *state, const std::vector<include_scanner::Dependency> &deps) {
+    field(state, "deps", std::to_string(deps.size()));
+    for (const auto &d : deps) {
+        field(state, "dep.path", d.path);
+        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
+    }
+}
+
 // What a PCH made while compiling `r` was made from: its header identity (pch_texts, below)
 // and every file the compile may read, by content (`deps`, the same list the entry records),
 // however it was reached.
@@ -104,11 +114,7 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
     XXH3_state_t *state = owned.get();
     field(state, "kjit-pch", std::to_string(kFormatVersion));
     field(state, "texts", pch_texts(r));
-    field(state, "deps", std::to_string(deps.size()));
-    for (const auto &d : deps) {
-        field(state, "dep.path", d.path);
-        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
-    }
+    deps_fields(state, deps);
     return hex_digest(state);
 }
 
@@ -123,11 +129,7 @@ std::string variant_key(const std::string &source_key, const std::vector<include
     XXH3_state_t *state = owned.get();
     field(state, "kjit-variant", std::to_string(kFormatVersion));
     field(state, "source_key", source_key);
-    field(state, "deps", std::to_string(deps.size()));
-    for (const auto &d : deps) {
-        field(state, "dep.path", d.path);
-        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
-    }
+    deps_fields(state, deps);
     return hex_digest(state);
 }
 
