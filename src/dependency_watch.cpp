@@ -59,12 +59,20 @@ struct State {
     int fd = -2;  // -2: not opened yet; -1: unusable (no inotify, turned off, or broken)
     std::uint64_t generation = 1;
     std::uint64_t watches = 0;
-    // Paths watched since the last event. Cleared by every event: a path may then lead to
-    // another inode (a folder renamed away and another put in its place), so each is watched
-    // again, by path, before anything is remembered anew.
-    std::unordered_set<std::string> watched;
-    // Folders watched together with every folder above them, since the last event.
+    // Paths watched since the last change, with their watch descriptors. Cleared by every
+    // change: a path may then lead to another inode (a folder renamed away and another put in
+    // its place), so each is watched again, by path, before anything is remembered anew.
+    std::unordered_map<std::string, int> watched;
+    // Folders watched together with every folder above them, since the last change.
     std::unordered_set<std::string> covered;
+    // What each watch is for, since the last change: a file's every event; in a folder, only
+    // events naming a dependency or the next folder on a dependency's path (a file created
+    // beside a header, or elsewhere in /tmp, changes nothing the compile reads).
+    struct Interest {
+        bool any = false;
+        std::unordered_set<std::string> names;
+    };
+    std::unordered_map<int, Interest> interest;
     std::unordered_map<std::string, Remembered> remembered;   // by entry folder
     std::unordered_map<std::string, std::string> variants;    // variants file -> entry folder
 };
@@ -101,14 +109,29 @@ bool usable(State &s) {
     return s.fd >= 0;
 }
 
-// With the lock held: reads every queued event; any at all moves the generation on.
+// With the lock held: whether `ev` may change what a remembered entry's compile reads. A watch
+// with no interest was not placed again since the last change, so no entry remembered since
+// depends on it.
+bool relevant(const State &s, const struct inotify_event *ev) {
+    if (ev->mask & IN_Q_OVERFLOW) return true;  // events were lost
+    const auto it = s.interest.find(ev->wd);
+    if (it == s.interest.end()) return false;
+    if (it->second.any || ev->len == 0) return true;  // a file's event, or the folder's own (gone, moved)
+    return it->second.names.count(std::string(ev->name)) > 0;
+}
+
+// With the lock held: reads every queued event; one that matters moves the generation on.
 void drain(State &s) {
     alignas(struct inotify_event) char buf[16384];
     bool changed = false;
     for (;;) {
         const ssize_t n = ::read(s.fd, buf, sizeof buf);
         if (n > 0) {
-            changed = true;
+            for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(struct inotify_event)) <= n;) {
+                const auto *ev = reinterpret_cast<const struct inotify_event *>(buf + at);
+                if (relevant(s, ev)) changed = true;
+                at += static_cast<ssize_t>(sizeof(struct inotify_event) + ev->len);
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -124,8 +147,11 @@ void drain(State &s) {
         ++s.generation;
         s.watched.clear();
         s.covered.clear();
+        s.interest.clear();
     }
 }
+
+std::string name_of(const std::string &path) { return path.substr(path.find_last_of('/') + 1); }
 
 std::string parent_of(const std::string &path) {
     const std::size_t slash = path.find_last_of('/');
@@ -135,10 +161,14 @@ std::string parent_of(const std::string &path) {
 
 enum class Watched { yes, missing, no };
 
-// With the lock held: watches `path` with `mask`. missing: no such file or folder (a folder of
-// absent candidates); no: it exists but cannot be watched so that every change is seen.
-Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_file_system) {
-    if (s.watched.count(path)) return Watched::yes;
+// With the lock held: watches `path` with `mask` (*wd: its descriptor). missing: no such file or
+// folder (a folder of absent candidates); no: it exists but cannot be watched so that every
+// change is seen.
+Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_file_system, int *wd) {
+    if (const auto it = s.watched.find(path); it != s.watched.end()) {
+        *wd = it->second;
+        return Watched::yes;
+    }
     if (check_file_system) {
         struct statfs fs {};
         if (::statfs(path.c_str(), &fs) != 0) return errno == ENOENT || errno == ENOTDIR ? Watched::missing : Watched::no;
@@ -149,7 +179,8 @@ Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_
             return Watched::no;
         }
     }
-    if (::inotify_add_watch(s.fd, path.c_str(), mask) < 0) {
+    *wd = ::inotify_add_watch(s.fd, path.c_str(), mask);
+    if (*wd < 0) {
         const int err = errno;
         if (err == ENOENT || err == ENOTDIR) return Watched::missing;
         log().debug("header watch: cannot watch '{}' ({}): hits check its files every time", path,
@@ -157,17 +188,25 @@ Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_
         return Watched::no;
     }
     ++s.watches;
-    s.watched.insert(path);
+    s.watched.emplace(path, *wd);
     return Watched::yes;
 }
 
-// With the lock held: watches `folder` and every folder above it up to `/`; a missing one is
-// skipped (its parent's watch sees it appear). False when one that exists cannot be watched.
-bool watch_folders(State &s, const std::string &folder) {
+// With the lock held: watches `folder` for events naming `name` (a dependency in it), and every
+// folder above it up to `/` for events naming the next folder down; a missing folder is skipped
+// (its parent's watch sees it appear under its name). False when one that exists cannot be
+// watched.
+bool watch_folders(State &s, const std::string &folder, std::string name) {
     std::vector<std::string> chain;
-    for (std::string f = folder; !f.empty() && !s.covered.count(f); f = f == "/" ? std::string() : parent_of(f)) {
-        if (watch(s, f, kFolderMask, true) == Watched::no) return false;
+    for (std::string f = folder; !f.empty(); f = f == "/" ? std::string() : parent_of(f)) {
+        const bool covered = s.covered.count(f) > 0;  // those above are watched for f's name already
+        int wd = -1;
+        const Watched w = watch(s, f, kFolderMask, true, &wd);
+        if (w == Watched::no) return false;
+        if (w == Watched::yes) s.interest[wd].names.insert(name);
+        if (covered) break;
         chain.push_back(f);
+        name = name_of(f);
     }
     s.covered.insert(chain.begin(), chain.end());
     return true;
@@ -193,23 +232,22 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
     if (s.fd < 0) return std::nullopt;
     // The generation before any watch below is placed: an event from one of them moves it on.
     const std::uint64_t generation = s.generation;
-    std::string last_folder;
     for (const include_scanner::Dependency &d : deps) {
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
-        const std::string folder = parent_of(d.path);
-        if (folder != last_folder) {  // deps.txt lists a folder's files together, mostly
-            if (!watch_folders(s, folder)) return std::nullopt;
-            last_folder = folder;
-        }
+        if (!watch_folders(s, parent_of(d.path), name_of(d.path))) return std::nullopt;
         if (!d.exists) continue;
         // On the file's inode (through a link, the target's): a write through any path counts.
-        const Watched w = watch(s, d.path, kFileMask, false);
+        int wd = -1;
+        const Watched w = watch(s, d.path, kFileMask, false, &wd);
         if (w != Watched::yes) return std::nullopt;  // missing: it changed already, the check will say
+        s.interest[wd].any = true;
         struct stat st {};
         if (::lstat(d.path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
             // The link's target may be replaced in its own folder: watch that one too.
             char real[PATH_MAX];
-            if (::realpath(d.path.c_str(), real) == nullptr || !watch_folders(s, parent_of(real))) return std::nullopt;
+            if (::realpath(d.path.c_str(), real) == nullptr) return std::nullopt;
+            const std::string target(real);
+            if (!watch_folders(s, parent_of(target), name_of(target))) return std::nullopt;
         }
     }
     return generation;

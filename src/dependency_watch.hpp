@@ -10,10 +10,12 @@
 // a new header shadowing one, an absent candidate appearing, an include folder or a link on the
 // path swapped). A file reached through a symbolic link also gets the link target's folder
 // watched. After a check that passed, the entry is remembered with the watch's generation; a
-// later hit first reads the inotify queue (one non-blocking read) and, when no event came since,
-// the entry is proven. Any event at all, wherever it is, moves the generation on and makes every
-// remembered entry be checked again (a coarse rule that is never wrong: an edit next to a header
-// costs one full check). Events are queued by the kernel inside the system call that changes the
+// later hit first reads the inotify queue (one non-blocking read) and, when no event that
+// matters came since, the entry is proven. An event matters when it is a watched file's, a
+// watched folder's own (removed, moved), or names, in a folder, a dependency or the next folder
+// on a dependency's path: a file created beside a header or elsewhere in /tmp does not. One that
+// matters moves the generation on and makes every remembered entry be checked again (coarse,
+// never wrong). Events are queued by the kernel inside the system call that changes the
 // file, so a change that finished before the hit began is always seen; watches are placed before
 // the check, so a change during it is seen by the next hit.
 //

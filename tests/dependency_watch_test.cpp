@@ -95,6 +95,16 @@ TEST_F(HeaderWatch, ASecondHitIsProvenWithoutReadingItsFiles) {
     EXPECT_GT(kjit::dependency_watch::stats().watches, 0u);
     for (int i = 0; i < 5; ++i) EXPECT_EQ(compiled_name(r), name_for(1));
     EXPECT_EQ(cache_.counters().nvrtc_runs.load(), 1u);
+
+    // Files that change nothing the compile reads: an editor's swap file beside the header, a
+    // file created in a folder above it (as other processes do in /tmp all the time), the
+    // cache's own writes. The hits stay proven.
+    const auto proofs = cache_.counters().dependency_proofs.load();
+    write_file(file("inc/.cfg.h.swp"), "x");
+    write_file(file("unrelated.txt"), "x");
+    ::mkdir(file("another").c_str(), 0755);
+    EXPECT_EQ(compiled_name(r), name_for(1));
+    EXPECT_EQ(cache_.counters().dependency_proofs.load(), proofs + 1);
 }
 
 TEST_F(HeaderWatch, AnEditInPlaceIsSeen) {
