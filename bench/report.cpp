@@ -227,6 +227,9 @@ void Report::write_json(const std::string &path) const { publish_file(path, to_j
 std::string Report::write_chart(const std::string &png_path) const {
     const std::string gnuplot = find_on_path("gnuplot");
     if (gnuplot.empty()) return "gnuplot is not installed (Debian: apt-get install gnuplot-nox)";
+    // The chart draws the sweep's kernels (and the resolve rows beside them): a run without the
+    // sweep (--only headers) has nothing for its first panel, and gnuplot fails on empty data.
+    if (kernels.empty()) return "nothing to draw: the chart shows the sweep's kernels (run it without --only, or add sweep)";
     const std::string stem = stem_of(png_path);
     const std::string kernels_dat = stem + ".kernels.dat", resolve_dat = stem + ".resolve.dat", script = stem + ".gp";
 
