@@ -537,18 +537,28 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     return deps;
 }
 
+namespace {
+
+// A file as one stat sees it (FileMemo::Seen, not hashed yet).
+FileMemo::Seen observe(const std::string &path) {
+    FileMemo::Seen s;
+    struct stat st {};
+    s.present = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    if (s.present) {
+        s.size = static_cast<std::uint64_t>(st.st_size);
+        s.mtime_sec = st.st_mtim.tv_sec;
+        s.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+    }
+    return s;
+}
+
+}  // namespace
+
 FileMemo::Seen &FileMemo::look(const std::string &path, std::size_t *stated) {
     auto [it, fresh] = seen_.try_emplace(path);
     if (fresh) {
         ++*stated;
-        struct stat st {};
-        Seen &s = it->second;
-        s.present = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-        if (s.present) {
-            s.size = static_cast<std::uint64_t>(st.st_size);
-            s.mtime_sec = st.st_mtim.tv_sec;
-            s.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
-        }
+        it->second = observe(path);
     }
     return it->second;
 }
@@ -558,15 +568,11 @@ Check check(std::vector<Dependency> &deps, FileMemo *memo) {
     std::int64_t now = 0;
     for (Dependency &d : deps) {
         FileMemo::Seen here;
-        FileMemo::Seen &seen = memo ? memo->look(d.path, &out.stated) : here;
         if (!memo) {
             ++out.stated;
-            struct stat st {};
-            seen.present = ::stat(d.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-            seen.size = static_cast<std::uint64_t>(st.st_size);
-            seen.mtime_sec = st.st_mtim.tv_sec;
-            seen.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+            here = observe(d.path);
         }
+        FileMemo::Seen &seen = memo ? memo->look(d.path, &out.stated) : here;
         if (seen.present != d.exists) return out;
         if (!seen.present) continue;
         if (!d.verify_content && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
