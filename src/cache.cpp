@@ -124,7 +124,7 @@ std::string pch_identity(const Request &r, const std::vector<include_scanner::De
 // over the same files gets the same key in every process, so builds of one state meet in one
 // entry; and an entry's deps.txt gives its key back, which look_up checks: a variants file can
 // only lead to entries of its own request and of the files as they are.
-std::string variant_key(const std::string &source_key, const std::vector<include_scanner::Dependency> &deps) {
+std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-variant", std::to_string(kFormatVersion));
@@ -215,6 +215,20 @@ Status ready_shard(const std::string &cache_dir, const std::string &shard, folde
     return Ok{};
 }
 
+// Puts `entry_key` first in the variants file of `source_key` (cache_entry::record_variant),
+// making its shard ready first: the variant's own entry may lie in another shard. Best effort
+// (a miss's scan finds an entry the file does not list): a failure is logged.
+void list_variant(const Request &request, const std::string &source_key, const std::string &entry_key,
+                  folder_trust::CacheFolder &folder) {
+    const std::string shard = request.cache_dir + "/" + source_key.substr(0, 2);
+    const std::string variants = cache_entry::variants_file_for(request.cache_dir, source_key);
+    if (auto ready = ready_shard(request.cache_dir, shard, folder); !ready) {
+        log().debug("variant {} of {} not listed: {}", entry_key, source_key, ready.error().message);
+    } else if (!cache_entry::record_variant(variants, entry_key, folder_trust::shared(folder))) {
+        log().debug("variant {} of {} not listed: cannot write '{}'", entry_key, source_key, variants);
+    }
+}
+
 enum class Lookup { hit, absent, unusable, foreign };
 
 // A cache folder that cannot take a new entry: say so before compiling, not with the errno of
@@ -272,7 +286,7 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
             return Lookup::unusable;
         }
         if (!source_key.empty() &&
-            variant_key(std::string(source_key), *deps) != std::string_view(entry).substr(entry.size() - 32)) {
+            variant_key(source_key, *deps) != std::string_view(entry).substr(entry.size() - 32)) {
             *why = "its header list does not give its key back (damaged, or another request's)";
             return Lookup::unusable;
         }
@@ -631,7 +645,6 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     std::string entry_key = key;
     std::string entry_folder = entry;
     std::string source_key;
-    const std::string variants = cache_entry::variants_file_for(request.cache_dir, key);
     if (request.reads_files) {
         auto scanned = include_scanner::scan(request.source, request.headers, request.search);
         if (!scanned) return std::move(scanned).error();
@@ -644,7 +657,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
         const Lookup there = look_up(request, entry_folder, source_key, *folder, counters_, nullptr, &why);
         if (there == Lookup::foreign) return Error{Errc::io, why};
         if (there == Lookup::hit) {
-            if (folder->writable) cache_entry::record_variant(variants, entry_key, folder_trust::shared(*folder));
+            if (folder->writable) list_variant(request, key, entry_key, *folder);
             return entry_folder + "/" + kCubinFile;
         }
     }
@@ -719,14 +732,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     // once more; the second failure is the error.
     // A variant is listed once its entry is in place.
     auto listed = [&](Result<std::string> published) {
-        if (published && request.reads_files) {
-            const std::string shard = request.cache_dir + "/" + key.substr(0, 2);
-            if (auto ready = ready_shard(request.cache_dir, shard, *folder); !ready) {
-                log().debug("variant {} of {} not listed: {}", entry_key, key, ready.error().message);
-            } else if (!cache_entry::record_variant(variants, entry_key, folder_trust::shared(*folder))) {
-                log().debug("variant {} of {} not listed: cannot write '{}'", entry_key, key, variants);
-            }
-        }
+        if (published && request.reads_files) list_variant(request, key, entry_key, *folder);
         return published;
     };
     Result<std::string> published = publish(request, entry_key, source_key, entry_folder, *folder, compiled->cubin,
