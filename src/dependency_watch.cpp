@@ -237,12 +237,15 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
         if (!watch_folders(s, parent_of(d.path), name_of(d.path))) return std::nullopt;
         if (!d.exists) continue;
         // On the file's inode (through a link, the target's): a write through any path counts.
+        // Watched already since the last change (another entry over the same headers): so is a
+        // link's target folder, below.
+        const bool fresh = s.watched.count(d.path) == 0;
         int wd = -1;
         const Watched w = watch(s, d.path, kFileMask, false, &wd);
         if (w != Watched::yes) return std::nullopt;  // missing: it changed already, the check will say
         s.interest[wd].any = true;
         struct stat st {};
-        if (::lstat(d.path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (fresh && ::lstat(d.path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
             // The link's target may be replaced in its own folder: watch that one too.
             char real[PATH_MAX];
             if (::realpath(d.path.c_str(), real) == nullptr) return std::nullopt;
