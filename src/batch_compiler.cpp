@@ -175,6 +175,7 @@ public:
             pinned_.pop_back();
             throw;
         }
+        pinned_keys_.insert(key);
     }
     // An entry handed out; pinned too when it is not the one its request's key named (a
     // variant of a request that reads files, cache.hpp).
@@ -184,7 +185,7 @@ public:
         const std::string_view entry = cache_entry::entry_of_cubin(cubin);
         if (entry.size() >= 32) {
             const std::string key(entry.substr(entry.size() - 32));
-            if (std::find(pinned_.begin(), pinned_.end(), key) == pinned_.end()) pin(key);
+            if (!pinned_keys_.count(key)) pin(key);
         }
     }
     // Records the uses again when `refresh_ns` has passed since the last time.
@@ -204,7 +205,8 @@ public:
 private:
     std::int64_t refresh_ns_;
     std::int64_t last_refresh_ns_;
-    std::vector<std::string> pinned_;
+    std::vector<std::string> pinned_;  // in pinning order, once per pin (unpinned as many times)
+    std::unordered_set<std::string> pinned_keys_;  // the same keys, to look one up
     std::unordered_set<std::string> cubins_;
     std::vector<std::string> order_;
 };
