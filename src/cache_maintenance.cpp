@@ -339,14 +339,14 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
 Result<Inventory> inventory_of(const std::string &cache_dir);
 
 // Removes the variants files of `inv` that list no entry left in it (after remove_by_recency):
-// they could only send a lookup to entries that are gone. One written within the last
-// kRecencyStepNs is kept: a publish may be listing an entry made after the inventory.
-void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, PruneReport &report) {
+// they could only send a lookup to entries that are gone. With `keep_young`, one written within
+// the last kRecencyStepNs is kept: a publish may be listing an entry made after the inventory.
+void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, bool keep_young, PruneReport &report) {
     std::unordered_set<std::string> keys;
     for (const EntryInfo &e : inv.entries) keys.insert(e.key);
     std::vector<VariantsInfo> kept;
     for (VariantsInfo &v : inv.variants) {
-        bool orphan = v.mtime_ns < now_ns - cache_entry::kRecencyStepNs;
+        bool orphan = !keep_young || v.mtime_ns < now_ns - cache_entry::kRecencyStepNs;
         if (orphan) {
             for (const std::string &k : cache_entry::read_variants(v.path)) {
                 if (keys.count(k)) {
@@ -387,7 +387,8 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
     if (!inv) return std::move(inv).error();
     const std::int64_t now = realtime_ns();
     remove_by_recency(*inv, options, now, report);
-    remove_orphan_variants(*inv, options.everything && !options.spare_in_use ? INT64_MAX : now, report);
+    // clear (everything, in use or not) takes the young ones too.
+    remove_orphan_variants(*inv, now, !(options.everything && !options.spare_in_use), report);
     sweep_stale_transit(*inv, now, report);
     write_usage(root->path, *inv, folder_trust::shared(root->folder));
     return report;
@@ -757,7 +758,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
         options.max_bytes = static_cast<std::uint64_t>(static_cast<double>(*max_bytes) * kEvictionLowWater);
         PruneReport report;
         remove_by_recency(*inv, options, now, report);
-        remove_orphan_variants(*inv, now, report);
+        remove_orphan_variants(*inv, now, true, report);
         counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
         counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
         log().info("cache '{}' over its limit of {}: evicted {} entries ({}), {} in use kept; {} left", cache_dir,
@@ -793,7 +794,7 @@ Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint
     PruneReport report;
     const std::int64_t now = realtime_ns();
     remove_by_recency(*inv, options, now, report);
-    remove_orphan_variants(*inv, now, report);
+    remove_orphan_variants(*inv, now, true, report);
     counters().evicted_entries.fetch_add(report.removed_entries, std::memory_order_relaxed);
     counters().evicted_bytes.fetch_add(report.removed_bytes, std::memory_order_relaxed);
     log().info("no room to publish in '{}' (full disk or quota): evicted {} entries ({}), {} in use kept; {} left",
