@@ -3,7 +3,7 @@
 #include "cache_entry.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <pthread.h>
 #include <sched.h>

@@ -14,7 +14,7 @@
 #include "name_matcher.hpp"
 #include "name_resolver.hpp"
 #include "pch_folders.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"
 
@@ -44,11 +44,6 @@ using cache_entry::kCubinFile;
 using cache_entry::kDepsFile;
 using cache_entry::kManifestFile;
 using cache_entry::kSourceFile;
-using cache_entry::read_small_file;
-using cache_entry::remove_tree;
-using cache_entry::write_new_file;
-
-std::atomic<unsigned long> temp_sequence{0};
 
 std::string env(const char *name) {
     const char *v = std::getenv(name);
@@ -131,10 +126,6 @@ std::string variant_key(std::string_view source_key, const std::vector<include_s
     field(state, "source_key", source_key);
     deps_fields(state, deps);
     return hex_digest(state);
-}
-
-Error io_error(const std::string &what, const std::string &path, int err) {
-    return Error{Errc::io, what + " '" + path + "': " + errno_text(err), err};
 }
 
 // mkdir -p with `mode` for the folders it creates; an existing non-folder is an error.
@@ -304,13 +295,8 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
             // with the same content under a new mtime (a touch, a reinstall): store the list
             // again (temp file and rename in the entry) so later hits only stat them. Best
             // effort: a read-only cache keeps checking their content.
-            const std::string temp = entry + "/.deps.tmp-" + std::to_string(::getpid()) + "-" +
-                                     std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-            if (write_new_file(temp, include_scanner::format(*deps), false, false, folder_trust::shared(folder)).ok()) {
-                if (::rename(temp.c_str(), (entry + "/" + kDepsFile).c_str()) != 0) ::unlink(temp.c_str());
-            } else {
-                ::unlink(temp.c_str());
-            }
+            (void)replace_file(entry + "/" + kDepsFile, entry + "/.deps.tmp-", {}, include_scanner::format(*deps),
+                               folder_trust::shared(folder) ? kGroupWritable : 0);
         }
         // Young headers too: an edit within their timestamp tick, which size and mtime cannot
         // show, still raises an event. They are settled by the next full check once old.
@@ -775,18 +761,18 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
     // the file, which would stamp the current time, can never look like this version.
     // A name taken in advance (a killed writer's folder whose pid and thread id came back, as
     // they do in containers, or a planted one) is skipped for the next sequence number.
-    std::string temp;
-    for (int attempt = 0;; ++attempt) {
-        temp = shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
-               std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-        if (::mkdir(temp.c_str(), folder_trust::folder_mode(folder)) == 0) break;
-        if (errno != EEXIST || attempt == 7) return io_error("cannot create cache temp folder", temp, errno);
-    }
+    auto made = create_unique(shard + "/" + std::string(cache_entry::kTempPrefix) + key + "-", {},
+                              "cache temp folder", [&](const std::string &candidate) {
+                                  return ::mkdir(candidate.c_str(), folder_trust::folder_mode(folder));
+                              });
+    if (!made) return std::move(made).error();
+    const std::string temp = std::move(*made);
     auto fail = [&](Error e) -> Result<std::string> {
         remove_tree(temp);
         return e;
     };
     const bool shared = folder_trust::shared(folder);
+    const unsigned team = shared ? kGroupWritable : 0;
     // Team members rewrite each other's sidecars and record use in each other's entries.
     if (shared && ::chmod(temp.c_str(), 02770) != 0) {
         return fail(io_error("cannot make the cache entry group-writable", temp, errno));
@@ -795,7 +781,7 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
     // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
     // every fsync costs about a millisecond against a compile of tens.
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, cubin, true, true, shared); !st) {
+    if (auto st = write_new_file(temp_cubin, cubin, kDurable | kBackdated | team); !st) {
         return fail(std::move(st).error());
     }
     struct stat st {};
@@ -814,14 +800,14 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
                              std::make_pair(temp + "/" + kSourceFile, request.source),
                              std::make_pair(temp + "/" + kManifestFile,
                                             manifest_text(request, key, source_key, name, cubin, seconds))}) {
-        if (auto w = write_new_file(file.first, file.second, false, false, shared); !w) {
+        if (auto w = write_new_file(file.first, file.second, team); !w) {
             return fail(std::move(w).error());
         }
         bytes += file.second.size();
     }
     if (request.reads_files) {
         const std::string deps_text = include_scanner::format(deps);
-        if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, false, false, shared); !w) {
+        if (auto w = write_new_file(temp + "/" + kDepsFile, deps_text, team); !w) {
             return fail(std::move(w).error());
         }
         bytes += deps_text.size();

@@ -3,7 +3,7 @@
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,8 +22,6 @@
 namespace kjit::cache_entry {
 
 namespace {
-
-std::atomic<unsigned long> trash_sequence{0};
 
 // Devices where recording recency failed lately (see note_use). A torn pair of fields at worst
 // costs one more failing call or one skipped record: both harmless.
@@ -90,11 +88,6 @@ std::optional<std::string> unescape_line(std::string_view v) {
         }
     }
     return out;
-}
-
-Error io_error(const char *what, const std::string &path) {
-    const int err = errno;
-    return Error{Errc::io, std::string(what) + " '" + path + "': " + errno_text(err), err};
 }
 
 }  // namespace
@@ -185,19 +178,18 @@ Result<Retired> retire(const std::string &entry, bool spare_in_use) {
     const std::size_t slash = entry.find_last_of('/');
     const std::string shard = slash == std::string::npos ? std::string(".") : entry.substr(0, slash);
     const std::string key = slash == std::string::npos ? entry : entry.substr(slash + 1);
-    const std::string trash = shard + "/" + std::string(kTrashPrefix) + key + "-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(::gettid()) + "-" + std::to_string(trash_sequence.fetch_add(1));
+    const std::string trash = shard + "/" + std::string(kTrashPrefix) + key + "-" + unique_suffix();
     struct stat st {};
     if (spare_in_use) {
         if (::lstat(entry.c_str(), &st) != 0) {
             if (errno == ENOENT) return Retired::vanished;
-            return Error{Errc::io, "cannot stat cache entry '" + entry + "': " + errno_text(errno)};
+            return io_error("cannot stat cache entry", entry, errno);
         }
         if (in_use(mtime_ns(st), realtime_ns()) || pinned(key)) return Retired::in_use;
     }
     if (::rename(entry.c_str(), trash.c_str()) != 0) {
         if (errno == ENOENT) return Retired::vanished;
-        return Error{Errc::io, "cannot move cache entry '" + entry + "' aside: " + errno_text(errno)};
+        return io_error("cannot move aside cache entry", entry, errno);
     }
     // A reader that recorded its use before the rename shows in the trash's mtime (the rename
     // itself keeps it), a batch of this process that pinned it meanwhile in the pins: give the
@@ -208,12 +200,6 @@ Result<Retired> retire(const std::string &entry, bool spare_in_use) {
     }
     remove_tree(trash);
     return Retired::removed;
-}
-
-void remove_tree(const std::string &path) {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-    if (ec) log().warn("could not remove '{}': {}", path, ec.message());
 }
 
 std::string variants_file_for(const std::string &cache_dir, const std::string &source_key) {
@@ -229,7 +215,6 @@ namespace {
 constexpr std::string_view kVariantsHeader = "kjit-variants 1\n";
 // A variants file of kMaxVariants keys is under 600 bytes: anything larger is not ours.
 constexpr std::size_t kMaxVariantsBytes = 64 * 1024;
-std::atomic<unsigned long> variants_sequence{0};
 }  // namespace
 
 std::vector<std::string> read_variants(const std::string &path) {
@@ -257,52 +242,8 @@ bool record_variant(const std::string &path, const std::string &key, bool shared
     for (const std::string &k : keys) text += k + "\n";
     // A temp name of the shard's transit kind: one left by a killed writer is swept as stale.
     const std::size_t slash = path.find_last_of('/');
-    const std::string temp = path.substr(0, slash + 1) + std::string(kTempPrefix) + path.substr(slash + 1, 32) + "-" +
-                             std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-" +
-                             std::to_string(variants_sequence.fetch_add(1)) + std::string(kVariantsSuffix);
-    if (!write_new_file(temp, text, false, false, shared).ok()) {
-        ::unlink(temp.c_str());
-        return false;
-    }
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-        ::unlink(temp.c_str());
-        return false;
-    }
-    return true;
-}
-
-Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate, bool shared) {
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!fd.valid()) return io_error("cannot create", path);
-    // The next member of a team must be able to read it, and replace it, whatever our umask.
-    if (shared && ::fchmod(fd.get(), 0664) != 0) return io_error("cannot make group-writable", path);
-    if (!write_all(fd.get(), bytes.data(), bytes.size())) return io_error("cannot write", path);
-    if (backdate) {
-        struct timespec now {};
-        clock_gettime(CLOCK_REALTIME, &now);
-        now.tv_sec -= kCubinBackdateSeconds;
-        const struct timespec times[2] = {now, now};
-        if (::futimens(fd.get(), times) != 0) return io_error("cannot set the mtime of", path);
-    }
-    if (durable && ::fsync(fd.get()) != 0) return io_error("cannot fsync", path);
-    if (fd.reset() != 0) return io_error("cannot close", path);
-    return Ok{};
-}
-
-std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd) {
-    UniqueFd fd(::openat(dir_fd, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-    if (!fd.valid()) return std::nullopt;
-    std::string text;
-    char buf[65536];
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return std::nullopt;
-        if (n == 0) break;
-        text.append(buf, static_cast<std::size_t>(n));
-        if (text.size() > limit) return std::nullopt;
-    }
-    return text;
+    const std::string temp_stem = path.substr(0, slash + 1) + std::string(kTempPrefix) + path.substr(slash + 1, 32) + "-";
+    return replace_file(path, temp_stem, kVariantsSuffix, text, shared ? kGroupWritable : 0).ok();
 }
 
 namespace {
@@ -434,7 +375,7 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
 
 Result<UniqueFd> open_entry(const std::string &entry) {
     UniqueFd fd(::open(entry.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.valid()) return io_error("cannot open cache entry folder", entry);
+    if (!fd.valid()) return io_error("cannot open cache entry folder", entry, errno);
     return fd;
 }
 
@@ -445,7 +386,7 @@ Result<Manifest> read_manifest(const std::string &entry, int entry_fd) {
     if (!text) {
         struct stat st {};
         if (::fstatat(entry_fd, entry_fd == AT_FDCWD ? path.c_str() : kManifestFile, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            return io_error("cannot read manifest", path);
+            return io_error("cannot read manifest", path, errno);
         }
         return Error{Errc::io, "cannot read manifest '" + path + "': not a regular file of at most 1 MiB"};
     }

@@ -7,7 +7,7 @@
 //   <cache>/<k0k1>/.trash-<key>-...  an entry being removed (or left by a killed remover)
 #pragma once
 
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <fcntl.h>
@@ -42,9 +42,6 @@ constexpr std::int64_t kRecencyStepNs = 60'000'000'000;
 // file read, is far shorter; a batch keeps what it handed out in use until it returns (pin,
 // and batch_compiler records their use again while it runs and before it returns).
 constexpr std::int64_t kInUseWindowNs = 120'000'000'000;
-// A temp folder or temp file older than this was left by a killed writer: publishing one takes
-// milliseconds (the compile happens before its folder exists).
-constexpr std::int64_t kStaleTempNs = 600'000'000'000;
 
 // A cache key: 32 lowercase hex digits.
 bool is_key(std::string_view name);
@@ -55,10 +52,6 @@ std::string folder_for(const std::string &cache_dir, const std::string &key);
 // The entry folder `cubin_path` lies in when it has the shape ".../<k0k1>/<key>/kernel.cubin"
 // (shard matching the key); otherwise empty. Pure string work, no system call.
 std::string_view entry_of_cubin(std::string_view cubin_path);
-
-inline std::int64_t mtime_ns(const struct stat &st) {
-    return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
 
 // Records a use of the entry at `entry`, whose folder `folder_st` describes (from a stat the
 // caller already made): sets its mtime to now when older than kRecencyStepNs, or in the future. Best effort: on a
@@ -103,20 +96,6 @@ enum class Retired { removed, in_use, vanished };
 // its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
 Result<Retired> retire(const std::string &entry, bool spare_in_use);
 
-// Deletes a folder tree; failures are logged, not returned.
-void remove_tree(const std::string &path);
-
-// A published cubin's mtime is set this far in the past, so its sidecar line needs no content
-// hash (it is not young) and any later change to the file can never look like this version.
-constexpr std::int64_t kCubinBackdateSeconds = 10;
-
-// Writes `bytes` to a new file (mode 0644), never through a link and never over an existing
-// file. With `durable`, fsyncs it; with `backdate`, sets its mtime kCubinBackdateSeconds in
-// the past; with `shared` (a team cache, folder_trust.hpp), makes it 0664 whatever the umask.
-// Errors: io naming the step and `path`.
-Status write_new_file(const std::string &path, std::string_view bytes, bool durable, bool backdate,
-                      bool shared = false);
-
 // Several results per source key (docs/cache-layout.md, "Several results per source key"): a
 // request that reads files from disk has one entry per state of those files, each under its own
 // key (the source key and the content of every file its compile read: cache.cpp's
@@ -147,11 +126,6 @@ std::vector<std::string> read_variants(const std::string &path);
 // only a later scan then. `shared`: a team cache (the file is made 0664). Best effort: false
 // when it could not be written (a read-only cache), with nothing left behind.
 bool record_variant(const std::string &path, const std::string &key, bool shared);
-
-// Reads a small file whole, not through a link; nullopt when it is missing, unreadable or over
-// `limit` bytes (it never reads more than limit + 64 KiB). With `dir_fd`, `path` is relative to
-// that folder (openat).
-std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd = AT_FDCWD);
 
 // The entry folder at `entry`, opened (O_DIRECTORY, not through a link), so that its cubin and
 // its manifest are read from one folder: a rebuild swaps a whole new entry in at the same path

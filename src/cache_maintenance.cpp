@@ -6,7 +6,7 @@
 #include "hashing.hpp"
 #include "log.hpp"
 #include "name_matcher.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"
 
@@ -262,10 +262,10 @@ std::optional<Usage> read_usage(const std::string &cache_dir) {
     const std::string path = cache_dir + "/" + kUsageFile;
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-    auto text = cache_entry::read_small_file(path, 4096);
+    auto text = read_small_file(path, 4096);
     unsigned long long bytes = 0;
     if (!text || std::sscanf(text->c_str(), "kjit-usage 1\nbytes %llu\n", &bytes) != 1) return std::nullopt;
-    return Usage{bytes, cache_entry::mtime_ns(st)};
+    return Usage{bytes, mtime_ns(st)};
 }
 
 void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared) {
@@ -274,7 +274,7 @@ void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared
                              std::to_string(::gettid()) + "-" + std::to_string(usage_sequence.fetch_add(1));
     const std::string text = "kjit-usage 1\nbytes " + std::to_string(inv.entry_bytes) + "\nentries " +
                              std::to_string(inv.entries.size()) + "\n";
-    if (auto st = cache_entry::write_new_file(temp, text, false, false, shared); !st) {
+    if (auto st = write_new_file(temp, text, shared ? kGroupWritable : 0); !st) {
         ::unlink(temp.c_str());
         log().debug("cannot record the cache's usage: {}", st.error().message);
         return;
@@ -369,8 +369,8 @@ void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, bool keep_young
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
         cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
-        if (t.mtime_ns < now_ns - cache_entry::kStaleTempNs) {
-            cache_entry::remove_tree(t.path);
+        if (t.mtime_ns < now_ns - kStaleTempNs) {
+            remove_tree(t.path);
             ++report.removed_in_transit;
         }
     }
@@ -583,12 +583,12 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
             const std::string path = shard_path + "/" + e.name;
             if (is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode))) {
                 inv.in_transit.push_back({path, disk_bytes(e.st) + (S_ISDIR(e.st.st_mode) ? tree_bytes(path) : 0),
-                                          cache_entry::mtime_ns(e.st)});
+                                          mtime_ns(e.st)});
                 continue;
             }
             if (cache_entry::is_variants_name(e.name) && e.name.compare(0, 2, shard.name) == 0 &&
                 S_ISREG(e.st.st_mode)) {
-                inv.variants.push_back({path, disk_bytes(e.st), cache_entry::mtime_ns(e.st)});
+                inv.variants.push_back({path, disk_bytes(e.st), mtime_ns(e.st)});
                 inv.entry_bytes += disk_bytes(e.st);
                 continue;
             }
@@ -600,7 +600,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
             info.key = e.name;
             info.path = path;
             info.bytes = disk_bytes(e.st) + tree_bytes(path);
-            info.last_used_ns = cache_entry::mtime_ns(e.st);
+            info.last_used_ns = mtime_ns(e.st);
             inv.entry_bytes += info.bytes;
             inv.entries.push_back(std::move(info));
         }
@@ -630,7 +630,7 @@ Result<Summary> summarize(const std::string &cache_dir) {
     for (const EntryInfo &e : inv->entries) {
         const std::string manifest_path = e.path + "/" + kManifestFile;
         std::string arch = "unknown";
-        if (auto text = cache_entry::read_small_file(manifest_path, kMaxManifestBytes)) {
+        if (auto text = read_small_file(manifest_path, kMaxManifestBytes)) {
             if (auto m = cache_entry::parse_manifest(*text, manifest_path)) {
                 arch = m->arch;
                 if (!m->created.empty()) {
@@ -674,7 +674,7 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
     if (!root) return 0;
     for (const DirEntry &r : *root) {
         const std::string path = cache_dir + "/" + r.name;
-        if (starts_with(r.name, kUsageTempPrefix) && cache_entry::mtime_ns(r.st) < now_ns - cache_entry::kStaleTempNs) {
+        if (starts_with(r.name, kUsageTempPrefix) && mtime_ns(r.st) < now_ns - kStaleTempNs) {
             if (::unlink(path.c_str()) == 0) ++removed;
             continue;
         }
@@ -683,10 +683,10 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
             const bool transit = is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode));
-            if (transit) cache_entry::rewrite_future_mtime(path + "/" + e.name, cache_entry::mtime_ns(e.st), now_ns);
+            if (transit) cache_entry::rewrite_future_mtime(path + "/" + e.name, mtime_ns(e.st), now_ns);
             if (transit &&
-                cache_entry::mtime_ns(e.st) < now_ns - cache_entry::kStaleTempNs) {
-                cache_entry::remove_tree(path + "/" + e.name);
+                mtime_ns(e.st) < now_ns - kStaleTempNs) {
+                remove_tree(path + "/" + e.name);
                 ++removed;
             }
         }
@@ -863,7 +863,7 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
     }
     for (const DirEntry &f : *listing) {
         const bool temp = sidecar::is_temp_file_name(f.name) || starts_with(f.name, kDepsTempPrefix);
-        if (temp && cache_entry::mtime_ns(f.st) < now_ns - cache_entry::kStaleTempNs) {
+        if (temp && mtime_ns(f.st) < now_ns - kStaleTempNs) {
             v.stale_temps.push_back(entry + "/" + f.name);
         }
     }
@@ -874,7 +874,7 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
         v.fatal = finding(entry, Damage::missing_file, std::string(kManifestFile) + " is missing");
         return v;
     }
-    auto text = cache_entry::read_small_file(manifest_path, kMaxManifestBytes);
+    auto text = read_small_file(manifest_path, kMaxManifestBytes);
     if (!text) {
         v.fatal = finding(entry, Damage::bad_manifest, "cannot read '" + manifest_path + "'");
         return v;
@@ -990,7 +990,7 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     if (!root) return std::move(root).error();
     for (const DirEntry &r : *root) {
         const std::string root_path = cache_dir + "/" + r.name;
-        if (starts_with(r.name, kUsageTempPrefix) && cache_entry::mtime_ns(r.st) < now - cache_entry::kStaleTempNs) {
+        if (starts_with(r.name, kUsageTempPrefix) && mtime_ns(r.st) < now - kStaleTempNs) {
             Finding f = finding(root_path, Damage::stale_temp, "a usage record temp file left by a killed process");
             if (fix) {
                 f.fixed = ::unlink(root_path.c_str()) == 0 || errno == ENOENT;
@@ -1004,10 +1004,10 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
         for (const DirEntry &e : *listing) {
             const std::string path = root_path + "/" + e.name;
             if (is_transit_name(e.name)) {
-                if (cache_entry::mtime_ns(e.st) >= now - cache_entry::kStaleTempNs) continue;  // live, or nearly
+                if (mtime_ns(e.st) >= now - kStaleTempNs) continue;  // live, or nearly
                 Finding f = finding(path, Damage::stale_temp, "a temp folder left by a killed writer or remover");
                 if (fix) {
-                    cache_entry::remove_tree(path);
+                    remove_tree(path);
                     struct stat gone {};
                     f.fixed = ::lstat(path.c_str(), &gone) != 0;
                     f.action = "removed it";

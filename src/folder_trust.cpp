@@ -1,7 +1,7 @@
 #include "folder_trust.hpp"
 
 #include "fork_guard.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -35,10 +35,6 @@ std::string mode_text(mode_t mode) {
 
 std::string describe(const struct stat &st) {
     return user_text(st.st_uid) + ", group " + group_text(st.st_gid) + ", mode " + mode_text(st.st_mode);
-}
-
-Error io_error(const std::string &what, const std::string &path, int err) {
-    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
 }
 
 // The passwd entry's name and primary group of `uid`, if it has one.

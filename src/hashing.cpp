@@ -24,7 +24,7 @@ Result<std::uint64_t> hash_file64(const std::string &path, FileIdentity *identit
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
         const int err = errno;
-        return Error{Errc::io, "cannot open '" + path + "': " + errno_text(err)};
+        return io_error("cannot open", path, err);
     }
     FileIdentity read_as;
     auto bytes = read_whole_file(

@@ -2,7 +2,7 @@
 // so a hash written to disk by one process can be checked by another.
 #pragma once
 
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <cstdint>

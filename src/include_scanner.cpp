@@ -2,7 +2,7 @@
 
 #include "hashing.hpp"
 #include "include_macros.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -189,7 +189,7 @@ Result<Dependency> describe(const std::string &path, std::string *content) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     struct stat st {};
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-        return Error{Errc::io, "cannot read header '" + path + "': " + errno_text(errno)};
+        return io_error("cannot read header", path, errno);
     }
     std::string local;
     std::string &text = content ? *content : local;
@@ -198,7 +198,7 @@ Result<Dependency> describe(const std::string &path, std::string *content) {
     for (;;) {
         const ssize_t n = ::read(fd.get(), buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return Error{Errc::io, "cannot read header '" + path + "': " + errno_text(errno)};
+        if (n < 0) return io_error("cannot read header", path, errno);
         if (n == 0) break;
         text.append(buf, static_cast<std::size_t>(n));
     }

@@ -15,7 +15,7 @@
 // tell what it names is every file under the include folders recorded. Knows the filesystem.
 #pragma once
 
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <cstdint>

@@ -22,7 +22,7 @@
 #include "cache_entry.hpp"
 #include "driver.hpp"
 #include "name_resolver.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <array>

@@ -21,7 +21,7 @@
 #pragma once
 
 #include "cache_entry.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <array>
@@ -38,7 +38,7 @@ namespace kjit {
 class NameResolver {
 public:
     // A cubin modified less than this long before it was scanned gets a content hash in its
-    // sidecar line (the shared young-file rule of posix_file.hpp).
+    // sidecar line (the shared young-file rule of filesystem.hpp).
     static constexpr std::int64_t kRacyWindowNs = kjit::kRacyWindowNs;
     // The in-process memo (used when a sidecar cannot be written) holds at most this many
     // answers; it is cleared when full.

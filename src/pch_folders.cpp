@@ -1,9 +1,8 @@
 #include "pch_folders.hpp"
 
-#include "cache_entry.hpp"
 
 #include "fork_guard.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <dirent.h>
 #include <signal.h>
@@ -50,18 +49,17 @@ void renew_in_forked_child() {
 }
 [[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
 
-// Roots of processes that are gone (killed, or ended by _exit) and untouched for 10 minutes:
+// Roots of processes that are gone (killed, or ended by _exit) and untouched for kStaleTempNs:
 // removed when this process makes its own. A pid that is alive again (reused) keeps its
 // folder; the age check keeps a live process's folder even if its pid looks free here (another
 // pid namespace).
 void sweep_stale_roots(const std::string &base) {
-    constexpr std::int64_t kStaleNs = 600'000'000'000;
-    DIR *d = ::opendir(base.c_str());
-    if (!d) return;
+    auto dir = FolderReader::open(base);
+    if (!dir) return;
     std::vector<std::string> stale;
     const std::int64_t now = realtime_ns();
-    while (const dirent *e = ::readdir(d)) {
-        const char *name = e->d_name;
+    for (auto e = dir->next(); e && *e; e = dir->next()) {
+        const char *name = (*e)->d_name;
         if (std::strncmp(name, "kjit-pch-", 9) != 0) continue;
         char *end = nullptr;
         const long pid = std::strtol(name + 9, &end, 10);
@@ -70,17 +68,15 @@ void sweep_stale_roots(const std::string &base) {
         struct stat st {};
         const std::string path = base + "/" + name;
         if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
-        const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-        if (now - mtime > kStaleNs) stale.push_back(path);
+        if (now - mtime_ns(st) > kStaleTempNs) stale.push_back(path);
     }
-    ::closedir(d);
-    for (const std::string &path : stale) cache_entry::remove_tree(path);
+    for (const std::string &path : stale) remove_tree(path);
 }
 
 void remove_root_at_exit() {
     Root &r = root();
     std::lock_guard<std::mutex> lock(r.mutex);
-    if (!r.path.empty() && r.pid == ::getpid()) cache_entry::remove_tree(r.path);
+    if (!r.path.empty() && r.pid == ::getpid()) remove_tree(r.path);
 }
 
 }  // namespace
@@ -111,7 +107,7 @@ Result<std::string> folder_for(const std::string &identity, bool *made_now) {
     const std::string folder = r.path + "/" + identity;
     if (r.made.count(identity) == 0) {
         if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
-            return Error{Errc::io, "cannot create the PCH folder '" + folder + "': " + errno_text(errno)};
+            return io_error("cannot create the PCH folder", folder, errno);
         }
         r.made.insert(identity);
         if (made_now) *made_now = true;

@@ -4,7 +4,7 @@
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -130,13 +130,6 @@ bool looks_like_bare_name(std::string_view text) {
         text.remove_suffix(1);
     }
     return !text.empty() && all_of(text, is_name_char);
-}
-
-// A per-process sequence number, so one thread's retries never reuse a temp name.
-std::atomic<unsigned long> temp_sequence{0};
-
-Error io_error(const std::string &what, const std::string &path, int err) {
-    return Error{Errc::io, what + " '" + path + "': " + errno_text(err)};
 }
 
 }  // namespace
@@ -337,40 +330,18 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
         }
     }
     const std::string text = format(lines);
-    std::string temp;
-    UniqueFd fd;
-    // O_EXCL makes a name taken in advance (a stray file, a planted link) an error, not a
-    // target: retry with the next sequence number a few times, then give up.
-    for (int attempt = 0; attempt < 8 && !fd.valid(); ++attempt) {
-        temp = path + std::string(kTempMarker) + std::to_string(::getpid()) + "-" +
-               std::to_string(::gettid()) + "-" + std::to_string(temp_sequence.fetch_add(1));
-        fd.reset(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
-        if (!fd.valid() && errno != EEXIST) break;
-    }
-    if (!fd.valid()) return io_error("cannot create sidecar temp file", temp, errno);
     // In a team folder the next member must be able to read the sidecar whatever our umask (and
     // replace it, which the folder's group write bit allows).
     const std::size_t dir_end = path.find_last_of('/');
     const std::string dir = dir_end == std::string::npos ? std::string(".") : path.substr(0, dir_end);
-    if (struct stat dir_st {}; ::stat(dir.c_str(), &dir_st) == 0 && folder_trust::is_team_folder(dir_st) &&
-                               ::fchmod(fd.get(), 0664) != 0) {
-        const int err = errno;
-        fd.reset();
-        ::unlink(temp.c_str());
-        return io_error("cannot make sidecar temp file group-readable", temp, err);
+    unsigned flags = kUmaskMode;
+    if (struct stat dir_st {}; ::stat(dir.c_str(), &dir_st) == 0 && folder_trust::is_team_folder(dir_st)) {
+        flags |= kGroupWritable;
     }
-
-    auto fail = [&](const char *what, int err) -> Status {
-        fd.reset();
-        ::unlink(temp.c_str());
-        return io_error(what, temp, err);
-    };
-    if (!write_all(fd.get(), text.data(), text.size())) return fail("cannot write sidecar temp file", errno);
-    if (fd.reset() != 0) return fail("cannot close sidecar temp file", errno);
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(temp.c_str());
-        return io_error("cannot rename sidecar temp file over", path, err);
+    if (auto st = replace_file(path, path + std::string(kTempMarker), {}, text, flags); !st) {
+        Error e = std::move(st).error();
+        e.message = "cannot write sidecar: " + e.message;
+        return e;
     }
     const std::size_t slash = path.find_last_of('/');
     sweep_stale_temp_files(slash == std::string::npos ? std::string(".") : path.substr(0, slash));
@@ -400,22 +371,16 @@ std::size_t sweep_stale_temp_files(const std::string &folder) {
         if (last != 0 && now - last < kTempSweepIntervalNs) return 0;
         last = now;
     }
-    const int dir_fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0) return 0;
-    DIR *dir = ::fdopendir(dir_fd);
-    if (!dir) {
-        ::close(dir_fd);
-        return 0;
-    }
+    auto dir = FolderReader::open(folder);
+    if (!dir) return 0;
     std::size_t removed = 0;
-    while (const struct dirent *d = ::readdir(dir)) {
-        if (!is_temp_file_name(d->d_name)) continue;
+    for (auto d = dir->next(); d && *d; d = dir->next()) {
+        const char *name = (*d)->d_name;
+        if (!is_temp_file_name(name)) continue;
         struct stat st {};
-        if (::fstatat(::dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
-        const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-        if (mtime < now - kStaleTempFileNs && ::unlinkat(::dirfd(dir), d->d_name, 0) == 0) ++removed;
+        if (::fstatat(dir->fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (mtime_ns(st) < now - kStaleTempNs && ::unlinkat(dir->fd(), name, 0) == 0) ++removed;
     }
-    ::closedir(dir);
     return removed;
 }
 

@@ -131,14 +131,11 @@ Status write(const std::string &path, const std::vector<Line> &lines);
 // Whether `file_name` (no folder) is one of write()'s temp files for some sidecar.
 bool is_temp_file_name(std::string_view file_name);
 
-// A temp file older than this was left by a writer killed between creating and renaming it
-// (which takes microseconds).
-constexpr std::int64_t kStaleTempFileNs = 600'000'000'000;
 // write() sweeps its folder at most this often per process and folder.
 constexpr std::int64_t kTempSweepIntervalNs = 600'000'000'000;
 
 // Removes the stale sidecar temp files (is_temp_file_name, regular files older than
-// kStaleTempFileNs) in `folder`, unless this process swept it within kTempSweepIntervalNs.
+// kStaleTempNs: filesystem.hpp) in `folder`, unless this process swept it within kTempSweepIntervalNs.
 // write() calls it after each successful publish, so a folder's leftovers go with its next
 // rewrite; a live temp file of another process is never that old. Returns how many went.
 std::size_t sweep_stale_temp_files(const std::string &folder);

@@ -78,7 +78,7 @@ Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std
     UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
         const int err = errno;
-        return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
+        return io_error("cannot open cubin", path, err);
     }
     return read_whole_file(
         fd.get(), path, "cubin",
@@ -134,7 +134,7 @@ Result<FileIdentity> stat_cubin(const std::string &path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         const int err = errno;
-        return Error{Errc::io, "cannot open cubin '" + path + "': " + errno_text(err)};
+        return io_error("cannot open cubin", path, err);
     }
     if (auto file = check_cubin_file(st, path); !file) return file.error();
     return FileIdentity::from_stat(st);

@@ -6,7 +6,7 @@
 // name offset is checked against the string table here.
 #pragma once
 
-#include "posix_file.hpp"
+#include "filesystem.hpp"
 #include "status.hpp"
 
 #include <memory>

@@ -54,7 +54,7 @@ std::int64_t now_ns() { return kjit::realtime_ns(); }
 std::int64_t mtime_of(const std::string &path) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) return 0;
-    return entry::mtime_ns(st);
+    return kjit::mtime_ns(st);
 }
 
 // Sets a folder's mtime (its recency record) `age_s` seconds in the past.

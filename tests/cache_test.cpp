@@ -2,6 +2,7 @@
 
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
+#include "filesystem.hpp"
 
 #include "include_macros.hpp"
 #include "include_scanner.hpp"
@@ -1004,8 +1005,8 @@ TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
 
 TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     // A killed writer's temp folder whose pid and thread id came back (containers reuse pids),
-    // or a planted one: the publish takes the next name. In ctest each test runs in a process
-    // of its own, so this thread's first publish uses sequence number 0.
+    // or a planted one: the publish takes the next name. Names are taken from the next sequence
+    // number this process draws on.
     TempDir dir;
     Cache cache;
     const Request r = base_request(dir.file("cache"));
@@ -1014,7 +1015,8 @@ TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
     ASSERT_EQ(::mkdir(shard.c_str(), 0700), 0);
     std::vector<std::string> taken;
-    for (int seq = 0; seq < 5; ++seq) {
+    const std::uint64_t next = kjit::unique_suffixes_drawn();
+    for (std::uint64_t seq = next; seq < next + 5; ++seq) {
         taken.push_back(shard + "/.tmp-" + key + "-" + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) +
                         "-" + std::to_string(seq));
         ASSERT_EQ(::mkdir(taken.back().c_str(), 0700), 0);

@@ -1,4 +1,5 @@
 #include "sidecar_store.hpp"
+#include "filesystem.hpp"
 
 #include "test_support.hpp"
 
@@ -185,7 +186,8 @@ TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
     // Take every temp name this thread could use next (the sequence number is per process and
     // small in this test binary), so every O_EXCL open meets an existing entry.
     const std::string prefix = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-";
-    for (int seq = 0; seq < 4096; ++seq) ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0755), 0);
+    const std::uint64_t next = kjit::unique_suffixes_drawn();
+    for (std::uint64_t seq = next; seq < next + 4096; ++seq) ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0755), 0);
     const auto st = sc::write(path, {make_line("gemm", "_Z4gemmPf")});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.error().code, kjit::Errc::io);

@@ -72,7 +72,7 @@ std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
 std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
 
 std::string read_file(const std::string &path) {
-    return kjit::cache_entry::read_small_file(path, 64u << 20).value_or(std::string());
+    return kjit::read_small_file(path, 64u << 20).value_or(std::string());
 }
 
 bool compile(const Config &c, const std::string &cache, int i, std::string &path, std::string &error) {
