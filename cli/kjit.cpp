@@ -8,6 +8,7 @@
 
 #include "cache.hpp"
 #include "cache_maintenance.hpp"
+#include "defaults.hpp"
 #include "status.hpp"
 
 #include <fcntl.h>
@@ -61,7 +62,7 @@ int fail_with(const Global &g, const kjit::Error &e) {
 kjit::Result<std::string> cache_dir_of(const Global &g) {
     std::string dir = g.cache_dir;
     if (dir.empty()) {
-        auto d = kjit::cache::default_cache_dir();
+        auto d = kjit::defaults::cache_dir();
         if (!d) return d;
         dir = *d;
     }
@@ -300,7 +301,7 @@ int run_stats(const Global &g) {
     if (!dir) return fail_with(g, dir.error());
     auto summary = maintenance::summarize(*dir);
     if (!summary) return fail_with(g, summary.error());
-    auto limit = maintenance::max_size_from_env();
+    auto limit = kjit::defaults::max_cache_bytes();
     if (!limit) return fail_with(g, limit.error());
     const maintenance::Summary &s = *summary;
     if (g.json) {

@@ -1,6 +1,7 @@
 #include "batch_compiler.hpp"
 
 #include "cache_entry.hpp"
+#include "defaults.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
 #include "filesystem.hpp"
@@ -213,27 +214,6 @@ private:
 
 }  // namespace
 
-Result<unsigned> default_workers() {
-    if (const char *jobs = std::getenv("KJIT_JOBS"); jobs && *jobs) {
-        char *end = nullptr;
-        errno = 0;
-        const long n = std::strtol(jobs, &end, 10);
-        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(kMaxWorkers)) {
-            return Error{Errc::invalid_argument, std::string("$KJIT_JOBS is '") + jobs +
-                                                     "': set it to a worker count from 1 to " +
-                                                     std::to_string(kMaxWorkers)};
-        }
-        return static_cast<unsigned>(n);
-    }
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
-        return static_cast<unsigned>(CPU_COUNT(&set));
-    }
-    const unsigned n = std::thread::hardware_concurrency();
-    return n > 0 ? n : 1u;
-}
-
 std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
     cache::Cache &cache = cache::Cache::instance();
     const std::size_t total = items.size();
@@ -337,7 +317,7 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     };
     if (!cancelled && !jobs.empty()) {
         const unsigned wanted = static_cast<unsigned>(
-            std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), kMaxWorkers}));
+            std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), defaults::kMaxWorkers}));
         const bool first_uses_pch = jobs.front().prepared.request.use_pch;
         const std::size_t with_pch = static_cast<std::size_t>(
             std::count_if(jobs.begin(), jobs.end(), [](const Job &job) { return job.prepared.request.use_pch; }));

@@ -42,16 +42,10 @@ struct Options {
     std::int64_t recency_refresh_ns = 60'000'000'000;
 };
 
-// The most workers a batch starts, whatever is asked.
-constexpr unsigned kMaxWorkers = 256;
 // The most requests a batch takes (2^24). A count above it is no array a caller can hold (or
 // would take hours to compile and gigabytes of results): the C ABI refuses it before reading
 // any request.
 constexpr std::size_t kMaxItems = std::size_t{1} << 24;
-
-// The worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers; anything else
-// is invalid_argument naming the variable), else the CPUs this process may run on.
-Result<unsigned> default_workers();
 
 // One result per item, in order: the cached cubin's path, or the item's error: the one it came
 // with (items the caller could not turn into a request), the cache's, or Errc::cancelled for

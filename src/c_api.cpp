@@ -5,6 +5,7 @@
 #include "batch_compiler.hpp"
 #include "cache.hpp"
 #include "cache_maintenance.hpp"
+#include "defaults.hpp"
 #include "fork_guard.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
@@ -208,21 +209,21 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
     } else if (max_cache_size != 0) {
         r.max_cache_bytes = max_cache_size;
     } else {
-        auto from_env = kjit::cache_maintenance::max_size_from_env();
+        auto from_env = kjit::defaults::max_cache_bytes();
         if (!from_env) return std::move(from_env).error();
         r.max_cache_bytes = *from_env;
     }
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
     } else {
-        auto dir = kjit::cache::default_cache_dir();
+        auto dir = kjit::defaults::cache_dir();
         if (!dir) return std::move(dir).error();
         r.cache_dir = *dir;
     }
     if (arch && *arch) {
         r.arch = arch;
     } else {
-        auto detected = kjit::cache::default_arch();
+        auto detected = kjit::defaults::arch();
         if (!detected) return std::move(detected).error();
         r.arch = *detected;
     }
@@ -360,7 +361,7 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
                             .c_str());
         }
         if (workers == 0) {
-            auto detected = kjit::batch_compiler::default_workers();
+            auto detected = kjit::defaults::workers();
             if (!detected) return fail(detected.error());
             workers = *detected;
         }
@@ -530,16 +531,16 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         kjit_stats s{};
         s.struct_size = size;
         const auto &cache = kjit::cache::Cache::instance().counters();
-        s.compile_hits = cache.hits.load(relaxed);
-        s.compile_misses = cache.misses.load(relaxed);
-        s.compile_shared_waits = cache.shared_waits.load(relaxed);
-        s.nvrtc_compiles = cache.nvrtc_runs.load(relaxed);
+        s.compile_hits = cache.compile_hits.load(relaxed);
+        s.compile_misses = cache.compile_misses.load(relaxed);
+        s.compile_shared_waits = cache.compile_shared_waits.load(relaxed);
+        s.nvrtc_compiles = cache.nvrtc_compiles.load(relaxed);
         s.nvrtc_nanoseconds = cache.nvrtc_nanoseconds.load(relaxed);
-        s.entries_published = cache.published_entries.load(relaxed);
-        s.entries_rebuilt = cache.rebuilt_entries.load(relaxed);
+        s.entries_published = cache.entries_published.load(relaxed);
+        s.entries_rebuilt = cache.entries_rebuilt.load(relaxed);
         const auto &resolver = kjit::NameResolver::instance().counters();
         s.sidecar_hits = resolver.sidecar_hits.load(relaxed) + resolver.racy_sidecar_hits.load(relaxed);
-        s.sidecar_content_checks = resolver.racy_verifications.load(relaxed);
+        s.sidecar_content_checks = resolver.sidecar_content_checks.load(relaxed);
         s.memo_hits = resolver.memo_hits.load(relaxed);
         s.sidecar_missing = resolver.sidecar_missing.load(relaxed);
         for (std::size_t i = 0; i < resolver.rejections.size(); ++i) s.sidecar_rejections[i] = resolver.rejections[i].load(relaxed);
@@ -548,9 +549,9 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.sidecar_write_failures = resolver.sidecar_write_failures.load(relaxed);
         const auto &loader = kjit::KernelLoader::instance().counters();
         s.loads = api_counters().loads.load(relaxed);
-        s.load_reuses = loader.reuse_hits.load(relaxed);
-        s.driver_loads = loader.library_loads.load(relaxed);
-        s.load_self_heals = loader.self_heals.load(relaxed);
+        s.load_reuses = loader.load_reuses.load(relaxed);
+        s.driver_loads = loader.driver_loads.load(relaxed);
+        s.load_self_heals = loader.load_self_heals.load(relaxed);
         const auto &eviction = kjit::cache_maintenance::counters();
         s.eviction_runs = eviction.eviction_runs.load(relaxed);
         s.evicted_entries = eviction.evicted_entries.load(relaxed);

@@ -45,11 +45,6 @@ using cache_entry::kDepsFile;
 using cache_entry::kManifestFile;
 using cache_entry::kSourceFile;
 
-std::string env(const char *name) {
-    const char *v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-}
-
 // Feeds one labelled, length-prefixed field of the key encoding to the hash: no two
 // different inputs encode alike. Streaming keeps a large source from being copied on a hit.
 void field(XXH3_state_t *state, const char *label, std::string_view value) {
@@ -357,14 +352,6 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
 
 }  // namespace
 
-Result<std::string> default_cache_dir() {
-    if (std::string v = env("KJIT_CACHE_DIR"); !v.empty()) return v;
-    if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/kjit";
-    if (std::string v = env("HOME"); !v.empty()) return v + "/.cache/kjit";
-    return Error{Errc::invalid_argument,
-                 "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
-}
-
 Status check_arch(const std::string &arch) {
     if (arch.compare(0, 8, "compute_") == 0) {
         return Error{Errc::invalid_argument, "arch '" + arch +
@@ -381,15 +368,6 @@ Status check_arch(const std::string &arch) {
                      "arch '" + arch + "' is not a GPU target such as sm_90, sm_90a or sm_100a"};
     }
     return Ok{};
-}
-
-Result<std::string> default_arch() {
-    if (std::string v = env("KJIT_ARCH"); !v.empty()) return v;
-    auto detected = driver::current_device_arch();
-    if (detected) return detected;
-    return Error{Errc::invalid_argument, "no target arch: set kjit_compile_options.arch or $KJIT_ARCH (e.g. sm_90a); "
-                                         "it could not be taken from a GPU either: " +
-                                             detected.error().message};
 }
 
 std::string key_of(const Request &r) {
@@ -468,10 +446,10 @@ Result<std::string> Cache::compile(Request request) {
 
 void Cache::count_merged(bool hit, std::uint64_t n) {
     if (hit) {
-        counters_.hits.fetch_add(n, std::memory_order_relaxed);
+        counters_.compile_hits.fetch_add(n, std::memory_order_relaxed);
     } else {
-        counters_.misses.fetch_add(n, std::memory_order_relaxed);
-        counters_.shared_waits.fetch_add(n, std::memory_order_relaxed);
+        counters_.compile_misses.fetch_add(n, std::memory_order_relaxed);
+        counters_.compile_shared_waits.fetch_add(n, std::memory_order_relaxed);
     }
 }
 
@@ -549,11 +527,11 @@ Result<std::optional<std::string>> Cache::find(const Prepared &prepared, include
                              : look_up(request, prepared.entry, {}, *folder, counters_, memo, &why);
     if (found == Lookup::foreign) return Error{Errc::io, why};
     if (found == Lookup::hit) {
-        counters_.hits.fetch_add(1, std::memory_order_relaxed);
+        counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("cache hit {} [{}]: {}", prepared.key, request.keyword, cubin);
         return std::optional<std::string>(std::move(cubin));
     }
-    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
     log().debug("cache miss {} [{}]: {}", prepared.key, request.keyword,
                 found == Lookup::absent ? std::string("no entry") : "entry unusable: " + why);
     return std::optional<std::string>();
@@ -578,7 +556,7 @@ Result<std::string> Cache::build(const Prepared &prepared) {
         flight = slot;
     }
     if (!leader) {
-        counters_.shared_waits.fetch_add(1, std::memory_order_relaxed);
+        counters_.compile_shared_waits.fetch_add(1, std::memory_order_relaxed);
         std::unique_lock<std::mutex> lock(flight->mutex);
         flight->done_cv.wait(lock, [&] { return flight->done; });
         return *flight->result;
@@ -675,7 +653,7 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     nvrtc.headers = request.headers;
     if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);
 
-    counters_.nvrtc_runs.fetch_add(1, std::memory_order_relaxed);
+    counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);
     const int in_flight = counters_.compiles_in_flight.fetch_add(1) + 1;
     for (int seen = counters_.max_compiles_in_flight.load();
          in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
@@ -841,16 +819,16 @@ Result<std::string> Cache::publish(const Request &request, const std::string &ke
             if (::rename(entry.c_str(), aside.c_str()) != 0) return fail(io_error("cannot move aside", entry, errno));
             if (::rename(temp.c_str(), entry.c_str()) != 0) return fail(io_error("cannot publish cache entry", entry, errno));
             remove_tree(aside);
-            counters_.published_entries.fetch_add(1, std::memory_order_relaxed);
-            counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
+            counters_.entries_published.fetch_add(1, std::memory_order_relaxed);
+            counters_.entries_rebuilt.fetch_add(1, std::memory_order_relaxed);
             log().debug("replaced unusable cache entry {} (without RENAME_EXCHANGE): {}", entry, why);
             return cubin_path;
         }
-        counters_.rebuilt_entries.fetch_add(1, std::memory_order_relaxed);
+        counters_.entries_rebuilt.fetch_add(1, std::memory_order_relaxed);
         log().debug("replaced unusable cache entry {}: {}", entry, why);
         remove_tree(temp);
     }
-    counters_.published_entries.fetch_add(1, std::memory_order_relaxed);
+    counters_.entries_published.fetch_add(1, std::memory_order_relaxed);
     // The shard folder is not fsynced: an entry lost to a power cut is only a miss.
     log().debug("published {} [{}] -> {}", key, request.keyword, name);
     return cubin_path;

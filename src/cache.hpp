@@ -44,8 +44,8 @@ constexpr int kFormatVersion = 2;
 struct Request {
     std::string source;
     std::string keyword;
-    std::string cache_dir;  // resolved (see default_cache_dir)
-    std::string arch;       // resolved, e.g. "sm_90a" (see default_arch)
+    std::string cache_dir;  // resolved (see defaults::cache_dir)
+    std::string arch;       // resolved, e.g. "sm_90a" (see defaults::arch)
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;
@@ -71,10 +71,6 @@ struct Request {
     std::vector<std::string> pch_options;
 };
 
-// $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
-Result<std::string> default_cache_dir();
-// $KJIT_ARCH, else the current GPU's (driver), else Errc::invalid_argument saying how to set it.
-Result<std::string> default_arch();
 // invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
 Status check_arch(const std::string &arch);
 
@@ -95,13 +91,13 @@ std::string pch_texts(const Request &request);
 class Cache {
 public:
     struct Counters {
-        std::atomic<std::uint64_t> hits{0};
-        std::atomic<std::uint64_t> misses{0};
-        std::atomic<std::uint64_t> nvrtc_runs{0};
+        std::atomic<std::uint64_t> compile_hits{0};
+        std::atomic<std::uint64_t> compile_misses{0};
+        std::atomic<std::uint64_t> nvrtc_compiles{0};
         std::atomic<std::uint64_t> nvrtc_nanoseconds{0};  // wall time inside compiler::compile
-        std::atomic<std::uint64_t> published_entries{0};
-        std::atomic<std::uint64_t> shared_waits{0};   // callers that waited for another's compile
-        std::atomic<std::uint64_t> rebuilt_entries{0};  // damaged or stale entries replaced
+        std::atomic<std::uint64_t> entries_published{0};
+        std::atomic<std::uint64_t> compile_shared_waits{0};  // callers that waited for another's compile
+        std::atomic<std::uint64_t> entries_rebuilt{0};  // damaged or stale entries replaced
         // Files of deps.txt whose content a lookup read and hashed (their size or mtime differed
         // from the record, or they were young when recorded): a steady-state hit hashes none.
         std::atomic<std::uint64_t> dependency_hashes{0};

@@ -3,6 +3,7 @@
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
+#include "symbol_scanner.hpp"
 #include "filesystem.hpp"
 
 #include <fcntl.h>
@@ -371,6 +372,27 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
         return bad("key, keyword, name or cubin_hash is missing");
     }
     return m;
+}
+
+Result<CubinBytes> read_cubin(const std::string &cubin_path) {
+    note_use_of_cubin(cubin_path);
+    const std::string entry(entry_of_cubin(cubin_path));
+    CubinBytes read;
+    if (entry.empty()) {
+        auto bytes = read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity);
+        if (!bytes) return std::move(bytes).error();
+        read.bytes = std::move(*bytes);
+        return read;
+    }
+    auto entry_fd = open_entry(entry);
+    if (!entry_fd) return std::move(entry_fd).error();
+    auto bytes = read_cubin_at(entry_fd->get(), kCubinFile, cubin_path, read.identity);
+    if (!bytes) return std::move(bytes).error();
+    read.bytes = std::move(*bytes);
+    auto confirmed = confirm_published(entry, entry_fd->get(), cubin_path, read.bytes);
+    if (!confirmed) return std::move(confirmed).error();
+    read.published = std::move(*confirmed);
+    return read;
 }
 
 Result<UniqueFd> open_entry(const std::string &entry) {

@@ -179,4 +179,22 @@ Result<Manifest> read_manifest(const std::string &entry, int entry_fd = AT_FDCWD
 Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const std::string &cubin_path,
                                    std::string_view bytes);
 
+// A cubin read whole, and what its cache entry says of it.
+struct CubinBytes {
+    std::string bytes;
+    FileIdentity identity;  // fstat of the file the bytes were read from
+    // For a cubin of a cache entry (entry_of_cubin): the entry's manifest, confirmed against the
+    // bytes (confirm_published); none for a loose cubin.
+    std::optional<Manifest> published;
+};
+
+// Reads the cubin at `cubin_path` whole (never mapped: symbol_scanner's read_cubin_at). When it
+// lies in a cache entry, first records the entry's use (so eviction spares an entry being
+// loaded), then reads the cubin and the manifest through one open folder (a rebuild can swap a
+// whole new entry in at the same path meanwhile, and reads by path could pair the old cubin
+// with the new manifest) and confirms the bytes are those published: size, mtime and sidecar
+// cannot show a same-size change whose mtime was put back, the content hash can. Errors: io,
+// bad_cubin (confirm_published). Thread safe.
+Result<CubinBytes> read_cubin(const std::string &cubin_path);
+
 }  // namespace kjit::cache_entry

@@ -530,18 +530,6 @@ Result<std::int64_t> parse_age(std::string_view text) {
     return n * unit_s * 1'000'000'000;
 }
 
-Result<std::optional<std::uint64_t>> max_size_from_env() {
-    const char *v = std::getenv("KJIT_CACHE_MAX_SIZE");
-    if (!v || !*v) return std::optional<std::uint64_t>{};
-    auto size = parse_size(v);
-    if (!size) {
-        return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message + "; 0 means no limit"};
-    }
-    // As in ccache: 0 is no limit (a limit of 0 bytes would evict every idle entry at each publish).
-    if (*size == 0) return std::optional<std::uint64_t>{};
-    return std::optional<std::uint64_t>(*size);
-}
-
 std::string format_size(std::uint64_t bytes) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = static_cast<double>(bytes);

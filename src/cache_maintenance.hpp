@@ -38,9 +38,6 @@ Result<std::uint64_t> parse_size(std::string_view text);
 // "30d", "12h", "45m", "90s", "2w" as nanoseconds: a whole number and one unit letter. Errors:
 // invalid_argument, also for an age that does not fit in int64 nanoseconds (about 292 years).
 Result<std::int64_t> parse_age(std::string_view text);
-// $KJIT_CACHE_MAX_SIZE: nullopt when unset, empty or 0 (no limit, as in ccache). Errors:
-// invalid_argument naming it.
-Result<std::optional<std::uint64_t>> max_size_from_env();
 // "1.5 GiB", for people.
 std::string format_size(std::uint64_t bytes);
 

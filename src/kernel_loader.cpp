@@ -144,36 +144,18 @@ std::size_t KernelLoader::live_libraries() {
 }
 
 Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
-    // A cubin in a cache entry: record its use before reading, so eviction spares it.
-    cache_entry::note_use_of_cubin(cubin_path);
-    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
-    // A cache entry's cubin and manifest are read through one open folder: a rebuild can swap a
-    // whole new entry in at the same path meanwhile, and reads by path could pair the old cubin
-    // with the new manifest.
-    UniqueFd entry_fd;
-    if (!entry.empty()) {
-        auto opened = cache_entry::open_entry(entry);
-        if (!opened) return std::move(opened).error();
-        entry_fd = std::move(*opened);
-    }
+    // The cache entry layer reads it: a cubin of a cache entry has its use recorded and its bytes
+    // confirmed against the entry's manifest (cache_entry::read_cubin); a loose cubin is read.
+    auto read = cache_entry::read_cubin(cubin_path);
+    if (!read) return std::move(read).error();
     Prepared p;
-    auto bytes = entry.empty() ? read_cubin_at(AT_FDCWD, cubin_path, cubin_path, p.identity)
-                               : read_cubin_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path, p.identity);
-    if (!bytes) return std::move(bytes).error();
-    p.bytes = std::move(*bytes);
+    p.bytes = std::move(read->bytes);
+    p.identity = read->identity;
+    p.published = std::move(read->published);
     counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
+    if (p.published) counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
     // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
     if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
-    // A cache entry's cubin must be the bytes it published: its size, mtime and sidecar cannot
-    // show a same-size change whose mtime was put back, its content hash can. The bytes are in
-    // memory already, so this costs a hash of them and a read of the small manifest. Loose
-    // cubins have no recorded hash.
-    if (!entry.empty()) {
-        auto confirmed = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, p.bytes);
-        if (!confirmed) return std::move(confirmed).error();
-        counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
-        p.published = std::move(*confirmed);
-    }
     auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
                                                            p.published ? &*p.published : nullptr);
     if (!resolved) return std::move(resolved).error();
@@ -190,7 +172,6 @@ LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::m
             ++lib->refs;
             return lib;
         }
-        counters_.shared_waits.fetch_add(1, std::memory_order_relaxed);
         shard.load_finished.wait(lock);  // a failed load erases its entry, a good one is ready
     }
 }
@@ -235,7 +216,7 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const Prepared &prepared, 
     }
     lib->library = *loaded;
     lib->ready = true;
-    counters_.library_loads.fetch_add(1, std::memory_order_relaxed);
+    counters_.driver_loads.fetch_add(1, std::memory_order_relaxed);
     shard.load_finished.notify_all();
     log().debug("driver loaded {} ({} bytes) in {:.1f} us", cubin_path, prepared.bytes.size(), micros);
     return lib;
@@ -251,7 +232,7 @@ Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std
     auto kernel = driver::get_kernel(library.library, name, cubin_path);
     if (!kernel && kernel.error().code == Errc::not_found && prepared.resolution.from_sidecar) {
         // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
-        counters_.self_heals.fetch_add(1, std::memory_order_relaxed);
+        counters_.load_self_heals.fetch_add(1, std::memory_order_relaxed);
         log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
         auto rescanned = NameResolver::instance().resolve_image(
             cubin_path, keyword, prepared.identity, prepared.bytes, /*trust_sidecar=*/false,
@@ -277,7 +258,7 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
     LoadedLibrary *lib = acquire_loaded(*current);
     if (lib) {
         if (const LoadedKernel *k = lib->find(keyword)) {
-            counters_.reuse_hits.fetch_add(1, std::memory_order_relaxed);
+            counters_.load_reuses.fetch_add(1, std::memory_order_relaxed);
             log().debug("reuse hit: {} [{}] -> {} ({:.1f} us)", cubin_path, keyword, k->name, micros_since(started));
             return KernelHandle(lib, k, cubin_path);
         }

@@ -74,15 +74,15 @@ private:
 
 class KernelLoader {
 public:
-    // Counters for tests, the log and (later) statistics. Relaxed atomics.
+    // Counters for tests, the log and kjit_get_stats (named as its fields where they feed one).
+    // Relaxed atomics.
     struct Counters {
         std::atomic<std::uint64_t> cubin_reads{0};       // cubins read into memory
         std::atomic<std::uint64_t> content_checks{0};    // cache entries' cubins checked against their manifest
-        std::atomic<std::uint64_t> library_loads{0};     // successful cuLibraryLoadData calls
+        std::atomic<std::uint64_t> driver_loads{0};      // successful cuLibraryLoadData calls
         std::atomic<std::uint64_t> library_unloads{0};
-        std::atomic<std::uint64_t> reuse_hits{0};        // handles served without reading the file
-        std::atomic<std::uint64_t> self_heals{0};        // sidecar names the driver did not find
-        std::atomic<std::uint64_t> shared_waits{0};      // waited for another thread's load
+        std::atomic<std::uint64_t> load_reuses{0};       // handles served without reading the file
+        std::atomic<std::uint64_t> load_self_heals{0};   // sidecar names the driver did not find
     };
 
     // A cubin read once, with the kernel name resolved for exactly those bytes: everything

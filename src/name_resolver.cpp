@@ -219,7 +219,7 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
                 return Resolution{std::move(*memo), true};
             }
             if (version.has_content(*line->content_hash)) {
-                counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
+                counters_.sidecar_content_checks.fetch_add(1, std::memory_order_relaxed);
                 counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
                 std::string name(line->name);
                 log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", cubin_path,
@@ -320,7 +320,7 @@ std::optional<std::string> NameResolver::memo_lookup(const Version &version, con
     }
     if (value.content_hash) {
         if (!version.has_content(*value.content_hash)) return std::nullopt;
-        counters_.racy_verifications.fetch_add(1, std::memory_order_relaxed);
+        counters_.sidecar_content_checks.fetch_add(1, std::memory_order_relaxed);
         if (!needs_content_hash(key.identity, realtime_ns())) {
             std::lock_guard<std::mutex> lock(memo_mutex_);
             auto it = memo_.find(key);

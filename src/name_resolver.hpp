@@ -62,7 +62,7 @@ public:
     // Counters for tests, the log and kjit_get_stats. Relaxed atomics: cheap, no lock.
     struct Counters {
         std::atomic<std::uint64_t> sidecar_hits{0};
-        std::atomic<std::uint64_t> racy_verifications{0};  // hits that hashed the cubin
+        std::atomic<std::uint64_t> sidecar_content_checks{0};  // hits that hashed the cubin
         std::atomic<std::uint64_t> racy_sidecar_hits{0};   // of which sidecar (not memo) hits
         std::atomic<std::uint64_t> memo_hits{0};
         std::atomic<std::uint64_t> scans{0};

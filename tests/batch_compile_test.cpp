@@ -672,7 +672,7 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
         std::uint64_t compiles, pch_compiles, pch_identities;
     };
     auto count = [&] {
-        return Count{cache.counters().nvrtc_runs.load(), cache.counters().pch_compiles.load(),
+        return Count{cache.counters().nvrtc_compiles.load(), cache.counters().pch_compiles.load(),
                      cache.counters().pch_identities.load()};
     };
     auto run = [&](const std::vector<std::string> &sources, kjit::batch_compiler::Pch pch, const std::string &cache_dir) {

@@ -2,6 +2,7 @@
 // guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
 #include "batch_compiler.hpp"
 #include "cache.hpp"
+#include "defaults.hpp"
 #include "cache_entry.hpp"
 #include "cache_maintenance.hpp"
 #include "kernel_loader.hpp"
@@ -142,11 +143,11 @@ TEST(CacheMaintenance, ParsesSizesAndAges) {
 
 TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
-    EXPECT_FALSE(maintenance::max_size_from_env()->has_value());
+    EXPECT_FALSE(kjit::defaults::max_cache_bytes()->has_value());
     ::setenv("KJIT_CACHE_MAX_SIZE", "5G", 1);
-    EXPECT_EQ(**maintenance::max_size_from_env(), 5ull << 30);
+    EXPECT_EQ(**kjit::defaults::max_cache_bytes(), 5ull << 30);
     ::setenv("KJIT_CACHE_MAX_SIZE", "lots", 1);
-    auto bad = maintenance::max_size_from_env();
+    auto bad = kjit::defaults::max_cache_bytes();
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.error().message.find("KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
@@ -207,12 +208,12 @@ TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
 TEST(CacheMaintenance, MaxSizeZeroInTheEnvironmentMeansNoLimit) {
     for (const char *zero : {"0", "0G", "0.0K"}) {
         ::setenv("KJIT_CACHE_MAX_SIZE", zero, 1);
-        auto limit = maintenance::max_size_from_env();
+        auto limit = kjit::defaults::max_cache_bytes();
         ASSERT_TRUE(limit.ok()) << zero << ": " << limit.error().message;
         EXPECT_FALSE(limit->has_value()) << zero << " gave a limit of " << **limit;
     }
     ::setenv("KJIT_CACHE_MAX_SIZE", "0x10", 1);
-    auto bad = maintenance::max_size_from_env();
+    auto bad = kjit::defaults::max_cache_bytes();
     ASSERT_FALSE(bad.ok()) << "0x10 gave " << (bad->has_value() ? **bad : 0);
     EXPECT_EQ(bad.error().code, kjit::Errc::invalid_argument);
     EXPECT_NE(bad.error().message.find("$KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
@@ -431,12 +432,12 @@ TEST(CacheMaintenance, PruneRemovesTheLeastRecentlyUsedWholeEntries) {
         if (shard[0] == '.') continue;
         for (const std::string &name : list_dir(c + "/" + shard)) EXPECT_NE(name[0], '.') << name;
     }
-    const auto runs = cache.counters().nvrtc_runs.load();
+    const auto runs = cache.counters().nvrtc_compiles.load();
     ASSERT_TRUE(cache.compile(request_for(c, 5)).ok());
-    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs);
+    EXPECT_EQ(cache.counters().nvrtc_compiles.load(), runs);
     // A removed one compiles again.
     ASSERT_TRUE(cache.compile(request_for(c, 0)).ok());
-    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs + 1);
+    EXPECT_EQ(cache.counters().nvrtc_compiles.load(), runs + 1);
 }
 
 TEST(CacheMaintenance, EntriesInUseAreSparedButClearRemovesEverything) {
@@ -874,7 +875,7 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
     EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);
     for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
     EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);  // hits now
-    EXPECT_EQ(other.counters().nvrtc_runs, 0u);
+    EXPECT_EQ(other.counters().nvrtc_compiles, 0u);
     for (int i = 0; i < 2; ++i) {
         const auto lines = kjit::sidecar::read(kjit::sidecar::path_for(cubins[i])).lines;
         ASSERT_EQ(lines.size(), 1u);

@@ -1,4 +1,5 @@
 #include "cache.hpp"
+#include "defaults.hpp"
 
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
@@ -86,14 +87,14 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
     Cache cache;
     const Request r = base_request(dir.file("cache"));
     const std::string path = compile_ok(cache, r);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
     EXPECT_EQ(path.rfind(dir.file("cache") + "/", 0), 0u) << path;
     EXPECT_EQ(path.substr(path.size() - 13), "/kernel.cubin");
     const std::string key = kjit::cache::key_of(r);
     EXPECT_EQ(entry_of(path), dir.file("cache") + "/" + key.substr(0, 2) + "/" + key);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
-    EXPECT_EQ(cache.counters().hits, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
+    EXPECT_EQ(cache.counters().compile_hits, 3u);
     // The sidecar was published with the entry: the name is there without a scan.
     const auto sc = kjit::sidecar::read(kjit::sidecar::path_for(path));
     ASSERT_EQ(sc.lines.size(), 1u);
@@ -208,7 +209,7 @@ TEST(Cache, BadArchOptionsAndNameExpressions) {
     EXPECT_NE(m.error().message.find("gemm<128>"), std::string::npos);
     EXPECT_NE(m.error().message.find("attention"), std::string::npos);
     EXPECT_FALSE(exists(dir.file("cache")));
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);  // only the two that reached NVRTC
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);  // only the two that reached NVRTC
 }
 
 TEST(Cache, NameExpressionGivesTheLoweredName) {
@@ -245,38 +246,38 @@ TEST(Cache, HeadersUnderIncludePathsEnterByContent) {
     r.include_paths = {dir.file("inc1"), dir.file("inc2")};
     const std::string first = compile_ok(cache, r);
     EXPECT_EQ(compile_ok(cache, r), first);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
 
     // Rewritten with the same text (a touch, a checkout): still a hit.
     write_file(dir.file("inc2/value.h"), "#define VALUE 1.0f\n");
     EXPECT_EQ(compile_ok(cache, r), first);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
 
     // A nested header edited: a miss, and a new entry for the new text beside the first.
     write_file(dir.file("inc2/value.h"), "#define VALUE 2.0f\n");
     const std::string second = compile_ok(cache, r);
     EXPECT_NE(second, first);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
-    EXPECT_EQ(cache.counters().rebuilt_entries, 0u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
+    EXPECT_EQ(cache.counters().entries_rebuilt, 0u);
     EXPECT_EQ(compile_ok(cache, r), second);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     // Reverted: the first text's entry answers again, without NVRTC; and back again.
     write_file(dir.file("inc2/value.h"), "#define VALUE 1.0f\n");
     EXPECT_EQ(compile_ok(cache, r), first);
     write_file(dir.file("inc2/value.h"), "#define VALUE 2.0f\n");
     EXPECT_EQ(compile_ok(cache, r), second);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
 
     // A header that now shadows one in a later include path: a miss. (inc1/value.h would not:
     // config.h's quoted include finds its own folder's value.h first, and the scan knows it.)
     write_file(dir.file("inc1/value.h"), "#define VALUE 3.0f\n");
     EXPECT_EQ(compile_ok(cache, r), second);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     write_file(dir.file("inc1/config.h"), "#define VALUE 3.0f\n");
     const std::string third = compile_ok(cache, r);
     EXPECT_NE(third, first);
     EXPECT_NE(third, second);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
     EXPECT_EQ(complete_entries(dir.file("cache")), 3);
     const std::string deps = read_file(entry_of(first) + "/deps.txt");
     EXPECT_NE(deps.find(dir.file("inc1/config.h")), std::string::npos) << deps;  // recorded absent
@@ -289,16 +290,16 @@ TEST(Cache, DamagedEntriesAreRebuilt) {
     const std::string path = compile_ok(cache, r);
     ASSERT_EQ(::unlink(path.c_str()), 0);
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     std::string cubin = read_file(path);
     write_file(path, cubin.substr(0, cubin.size() / 3));  // truncated
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
     EXPECT_EQ(read_file(path), cubin);
     // A damaged sidecar alone costs a rescan, not a compile.
     write_file(kjit::sidecar::path_for(path), "garbage");
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
 }
 
 TEST(Cache, UncreatableCacheFolderIsIoError) {
@@ -325,7 +326,7 @@ TEST(Cache, ReadOnlyCacheStillHits) {
         if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
         Cache child;
         auto hit = child.compile(r);
-        if (!hit.ok() || *hit != path || child.counters().nvrtc_runs != 0) ::_exit(11);
+        if (!hit.ok() || *hit != path || child.counters().nvrtc_compiles != 0) ::_exit(11);
         Request other = r;
         other.source += "\n// another key";
         auto miss = child.compile(other);
@@ -356,7 +357,7 @@ TEST(Cache, EightThreadsOnOneKeyRunNvrtcOnce) {
     }
     for (auto &th : threads) th.join();
     for (const auto &p : paths) EXPECT_EQ(p, paths[0]);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
 }
 
@@ -388,8 +389,8 @@ TEST(Cache, SingleFlightIsPerCacheFolder) {
             EXPECT_EQ(complete_entries(folders[t]), 1) << folders[t];
         }
     }
-    EXPECT_EQ(cache.counters().nvrtc_runs, 6u);
-    EXPECT_EQ(cache.counters().shared_waits, 0u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 6u);
+    EXPECT_EQ(cache.counters().compile_shared_waits, 0u);
 }
 
 TEST(Cache, EightThreadsOnEightKeysCompileInParallel) {
@@ -408,7 +409,7 @@ TEST(Cache, EightThreadsOnEightKeysCompileInParallel) {
     }
     for (auto &th : threads) th.join();
     EXPECT_EQ(failures.load(), 0);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 8u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 8u);
     EXPECT_GE(cache.counters().max_compiles_in_flight.load(), 2) << "compiles of different keys were serialized";
     EXPECT_EQ(complete_entries(dir.file("cache")), 8);
 }
@@ -435,7 +436,7 @@ TEST(Cache, TwoProcessesOnOneKeyBothGetACompleteEntry) {
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
     Cache cache;
     compile_ok(cache, r);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 0u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 0u);
 }
 
 TEST(Cache, WriterKilledMidCompileLeavesAUsableCache) {
@@ -462,9 +463,9 @@ TEST(Cache, WriterKilledMidCompileLeavesAUsableCache) {
     Cache cache;
     const std::string path = compile_ok(cache, slow);
     EXPECT_EQ(kjit::sidecar::read(kjit::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi7EEvPf");
-    const auto runs = cache.counters().nvrtc_runs.load();
+    const auto runs = cache.counters().nvrtc_compiles.load();
     compile_ok(cache, slow);
-    EXPECT_EQ(cache.counters().nvrtc_runs.load(), runs);
+    EXPECT_EQ(cache.counters().nvrtc_compiles.load(), runs);
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
 }
 
@@ -476,18 +477,18 @@ TEST(Cache, DefaultsFromTheEnvironment) {
     ::setenv("KJIT_CACHE_DIR", "/k", 1);
     ::setenv("XDG_CACHE_HOME", "/x", 1);
     ::setenv("HOME", "/h", 1);
-    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/k");
+    EXPECT_EQ(*kjit::defaults::cache_dir(), "/k");
     ::unsetenv("KJIT_CACHE_DIR");
-    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/x/kjit");
+    EXPECT_EQ(*kjit::defaults::cache_dir(), "/x/kjit");
     ::setenv("XDG_CACHE_HOME", "", 1);
-    EXPECT_EQ(*kjit::cache::default_cache_dir(), "/h/.cache/kjit");
+    EXPECT_EQ(*kjit::defaults::cache_dir(), "/h/.cache/kjit");
     ::unsetenv("HOME");
-    EXPECT_EQ(kjit::cache::default_cache_dir().error().code, Errc::invalid_argument);
+    EXPECT_EQ(kjit::defaults::cache_dir().error().code, Errc::invalid_argument);
     ::setenv("KJIT_ARCH", "sm_100a", 1);
-    EXPECT_EQ(*kjit::cache::default_arch(), "sm_100a");
+    EXPECT_EQ(*kjit::defaults::arch(), "sm_100a");
     ::unsetenv("KJIT_ARCH");
     // No GPU here (CI has none): the error says how to set the arch and what the driver said.
-    auto arch = kjit::cache::default_arch();
+    auto arch = kjit::defaults::arch();
     if (!arch.ok()) {
         EXPECT_EQ(arch.error().code, Errc::invalid_argument);
         EXPECT_NE(arch.error().message.find("KJIT_ARCH"), std::string::npos);
@@ -915,7 +916,7 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     EXPECT_EQ(read_file(deps).find("\n* "), std::string::npos) << read_file(deps);
     EXPECT_NE(read_file(deps).find("\n+ "), std::string::npos);
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
 
@@ -999,7 +1000,7 @@ TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
     write_file(header, "#define V 2.0f\n");
     ASSERT_TRUE(set_mtime(header, now.tv_sec - 50, 7));
     EXPECT_NE(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
 
@@ -1066,10 +1067,10 @@ TEST(CacheIntegrity, CubinDamagedInPlaceIsAMissThatRebuilds) {
     ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
     const std::string damaged = read_file(path);
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u) << "the damaged cubin was served as a hit";
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u) << "the damaged cubin was served as a hit";
     EXPECT_TRUE(read_file(path) != damaged) << "the damaged cubin is still there";
     EXPECT_EQ(compile_ok(cache, r), path);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);  // the rebuilt entry hits again
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);  // the rebuilt entry hits again
 }
 
 // Of its kind: resolving a damaged entry's cubin directly is a clear error, and its sidecar is
@@ -1110,7 +1111,7 @@ TEST(CacheIntegrity, NameExpressionEntrySurvivesCpR) {
     // A compile through the copy hits and its name is still the recorded one.
     Cache other;
     EXPECT_EQ(compile_ok(other, two_gemms_request(dir.file("copy"))), copied);
-    EXPECT_EQ(other.counters().nvrtc_runs, 0u);
+    EXPECT_EQ(other.counters().nvrtc_compiles, 0u);
     EXPECT_EQ(resolved(fresh, copied, "gemm"), kGemmBig);
     // Another keyword follows the plain rule.
     EXPECT_EQ(resolved(fresh, copied, "gemm_big"), kGemmBig);
@@ -1152,7 +1153,7 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     const std::string second = compile_ok(cache, r);
     ASSERT_NE(first, second);
-    ASSERT_EQ(cache.counters().nvrtc_runs, 2u);
+    ASSERT_EQ(cache.counters().nvrtc_compiles, 2u);
 
     auto prepared = cache.prepare(r);
     ASSERT_TRUE(prepared.ok());
@@ -1170,13 +1171,13 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     ASSERT_EQ(::unlink(list.c_str()), 0);
     write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
     EXPECT_EQ(compile_ok(cache, r), first);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     EXPECT_EQ(kjit::cache_entry::read_variants(list), (std::vector<std::string>{first_key}));
     // A damaged list: the same.
     write_file(list, "kjit-variants 1\nnot a key\n\x01\x02garbage");
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     EXPECT_EQ(compile_ok(cache, r), second);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
     EXPECT_EQ(complete_entries(dir.file("cache")), 2);
 }
 
@@ -1203,18 +1204,18 @@ TEST(Cache, AVariantsFileLeadsOnlyToEntriesOfItsOwnRequest) {
     const std::string list2 = kjit::cache_entry::variants_file_for(p2->request.cache_dir, p2->key);
     write_file(list2, read_file(list1));
     EXPECT_EQ(compile_ok(cache, two), two_cubin);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 2u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
 
     // An entry of this request whose header list was edited to look current is not served
     // either: its list no longer gives its key back.
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     const std::string two_new = compile_ok(cache, two);
     ASSERT_NE(two_new, two_cubin);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
     write_file(entry_of(two_cubin) + "/deps.txt", read_file(entry_of(two_new) + "/deps.txt"));
     write_file(list2, "kjit-variants 1\n" + entry_of(two_cubin).substr(entry_of(two_cubin).size() - 32) + "\n");
     EXPECT_EQ(compile_ok(cache, two), two_new);
-    EXPECT_EQ(cache.counters().nvrtc_runs, 3u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
 }
 
 TEST(Cache, VariantsFileKeepsTheMostRecentKeys) {
@@ -1273,21 +1274,21 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     ASSERT_GE(files, 2u) << deps;
     auto &counters = Cache::instance().counters();
     const std::uint64_t stats_before = counters.dependency_stats.load();
-    const std::uint64_t hits_before = counters.hits.load();
+    const std::uint64_t hits_before = counters.compile_hits.load();
     const auto again = kjit::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < again.size(); ++i) {
         ASSERT_TRUE(again[i].ok()) << again[i].error().message;
         EXPECT_EQ(*again[i], cubins[i]);
     }
-    EXPECT_EQ(counters.hits.load(), hits_before + 6);
+    EXPECT_EQ(counters.compile_hits.load(), hits_before + 6);
     EXPECT_EQ(counters.dependency_stats.load() - stats_before, files) << deps;
     // An edit between two calls is seen by the next call.
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
-    const std::uint64_t runs_before = counters.nvrtc_runs.load();
+    const std::uint64_t runs_before = counters.nvrtc_compiles.load();
     const auto edited = kjit::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < edited.size(); ++i) {
         ASSERT_TRUE(edited[i].ok()) << edited[i].error().message;
         EXPECT_NE(*edited[i], cubins[i]);
     }
-    EXPECT_EQ(counters.nvrtc_runs.load(), runs_before + 6);
+    EXPECT_EQ(counters.nvrtc_compiles.load(), runs_before + 6);
 }

@@ -31,7 +31,7 @@ namespace {
 
 KernelLoader &loader() { return KernelLoader::instance(); }
 
-std::uint64_t loads() { return loader().counters().library_loads.load(); }
+std::uint64_t loads() { return loader().counters().driver_loads.load(); }
 std::uint64_t reads() { return loader().counters().cubin_reads.load(); }
 
 KernelHandle load_ok(const std::string &path, const char *keyword) {
@@ -92,9 +92,9 @@ TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {
         EXPECT_EQ(loads(), loads0 + 1);
         EXPECT_EQ(reads(), reads0 + 1);
 
-        const auto hits0 = loader().counters().reuse_hits.load();
+        const auto hits0 = loader().counters().load_reuses.load();
         KernelHandle b = load_ok(*path, "tmpl");  // same version: no read, no new library
-        EXPECT_EQ(loader().counters().reuse_hits.load(), hits0 + 1);
+        EXPECT_EQ(loader().counters().load_reuses.load(), hits0 + 1);
         EXPECT_EQ(reads(), reads0 + 1);
         EXPECT_EQ(loads(), loads0 + 1);
         EXPECT_EQ(b.kernel(), a.kernel());
@@ -129,12 +129,12 @@ TEST(KernelLoader, SidecarNameAbsentFromTheImageSelfHeals) {
     Cubin c(sources::kPlain);
     // Trusted by every rule the resolver can check (keyword, identity, keyword rule), but wrong.
     forge_sidecar(c.path, "plain_kernel", "_Z12plain_kernelPi");
-    const auto heals0 = loader().counters().self_heals.load();
+    const auto heals0 = loader().counters().load_self_heals.load();
     const auto not_found0 = fake_cuda().counters().kernels_not_found;
     KernelHandle h = load_ok(c.path, "plain_kernel");
     EXPECT_EQ(h.name(), "_Z12plain_kernelPf");
     expect_consistent(h);
-    EXPECT_EQ(loader().counters().self_heals.load(), heals0 + 1);
+    EXPECT_EQ(loader().counters().load_self_heals.load(), heals0 + 1);
     EXPECT_EQ(fake_cuda().counters().kernels_not_found, not_found0 + 1);
     EXPECT_EQ(sidecar_name(c.path, "plain_kernel"), "_Z12plain_kernelPf");  // rewritten
 }
@@ -143,13 +143,13 @@ TEST(KernelLoader, ScannedNameTheDriverLacksIsNotFound) {
     // With -rdc=true a __device__ function keeps its symbol: the keyword rule finds it, but it is
     // not a kernel entry, so the driver has no kernel of that name. No retry: the scan was fresh.
     Cubin c(sources::kDeviceFunction, {"-rdc=true"});
-    const auto heals0 = loader().counters().self_heals.load();
+    const auto heals0 = loader().counters().load_self_heals.load();
     auto h = loader().load(c.path, "scale_value");
     ASSERT_FALSE(h);
     EXPECT_EQ(h.error().code, Errc::not_found);
     EXPECT_NE(h.error().message.find("_Z11scale_valuef"), std::string::npos) << h.error().message;
     EXPECT_NE(h.error().message.find(c.path), std::string::npos) << h.error().message;
-    EXPECT_EQ(loader().counters().self_heals.load(), heals0);
+    EXPECT_EQ(loader().counters().load_self_heals.load(), heals0);
     EXPECT_EQ(loader().live_libraries(), 0u);  // the library loaded for it was released
 }
 
@@ -225,9 +225,9 @@ TEST(KernelLoader, SeveralKeywordsShareOneLibrary) {
     EXPECT_EQ(gemm.name(), "_Z4gemmPf");
     EXPECT_EQ(loads(), loads0 + 1);
     EXPECT_EQ(gemm.library(), fp16.library());
-    const auto hits0 = loader().counters().reuse_hits.load();
+    const auto hits0 = loader().counters().load_reuses.load();
     KernelHandle gemm2 = load_ok(c.path, "gemm");
-    EXPECT_EQ(loader().counters().reuse_hits.load(), hits0 + 1);
+    EXPECT_EQ(loader().counters().load_reuses.load(), hits0 + 1);
     EXPECT_EQ(gemm2.kernel(), gemm.kernel());
 }
 
@@ -253,7 +253,7 @@ TEST(KernelLoader, NameAndImageStayPairedWhileTheCubinIsReplaced) {
     Cubin c(sources::kPlain);
     const std::string versions[2] = {cubin_for(sources::kPlain),
                                      cubin_for("__global__ void plain_kernel(int *p) { p[threadIdx.x] = 7; }")};
-    const auto heals0 = loader().counters().self_heals.load();
+    const auto heals0 = loader().counters().load_self_heals.load();
     std::atomic<bool> stop{false};
     std::thread writer([&] {
         for (int i = 0; i < 300; ++i) write_file(c.path, versions[i % 2]);
@@ -281,7 +281,7 @@ TEST(KernelLoader, NameAndImageStayPairedWhileTheCubinIsReplaced) {
     writer.join();
     for (auto &t : readers) t.join();
     EXPECT_GT(loaded.load(), 0);
-    EXPECT_EQ(loader().counters().self_heals.load(), heals0);
+    EXPECT_EQ(loader().counters().load_self_heals.load(), heals0);
 }
 
 // 8 threads load the same 300 cached kernels at once, each in its own order.

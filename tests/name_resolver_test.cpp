@@ -250,7 +250,7 @@ TEST(NameResolver, YoungLineLosesItsHashOnceTheCubinAges) {
     EXPECT_TRUE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
-    EXPECT_EQ(r.counters().racy_verifications, 1u);
+    EXPECT_EQ(r.counters().sidecar_content_checks, 1u);
     EXPECT_FALSE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
     EXPECT_EQ(resolve_ok(r, f.cubin, "plain_kernel"), "_Z12plain_kernelPf");
     EXPECT_EQ(r.counters().scans, 1u);
@@ -425,7 +425,7 @@ TEST(NameResolverIntegrity, WholeSecondLinesKeepTheirContentHash) {
     EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
     for (int i = 0; i < 3; ++i) EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
     EXPECT_EQ(r.counters().scans, 1u);
-    EXPECT_EQ(r.counters().racy_verifications, 3u);
+    EXPECT_EQ(r.counters().sidecar_content_checks, 3u);
     const auto lines = sc::read(sc::path_for(cubin)).lines;
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_TRUE(lines[0].content_hash.has_value());

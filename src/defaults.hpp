@@ -1,0 +1,34 @@
+// Defaults: what a caller that left a setting unset gets, resolved in one place, by the C ABI,
+// before anything below it runs (the cache, the batch compiler and the maintenance functions
+// receive settled values and never read the environment for them). docs/environment.md lists
+// the variables.
+#pragma once
+
+#include "status.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kjit::defaults {
+
+// The cache folder: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit (as
+// given, not yet absolute). Errors: invalid_argument saying what to set when none is set.
+Result<std::string> cache_dir();
+
+// The target arch: $KJIT_ARCH, else the current GPU's (through the driver, loaded on first
+// use). Errors: invalid_argument saying how to set it and what the driver said.
+Result<std::string> arch();
+
+// The cache's size limit in bytes: $KJIT_CACHE_MAX_SIZE ("5G", "512M": cache_maintenance::
+// parse_size); nullopt when unset, empty or 0 (no limit, as in ccache). Errors:
+// invalid_argument naming the variable and what it accepts.
+Result<std::optional<std::uint64_t>> max_cache_bytes();
+
+// The most workers a batch starts, whatever is asked.
+constexpr unsigned kMaxWorkers = 256;
+// A batch's worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers; anything
+// else is invalid_argument naming the variable), else the CPUs this process may run on.
+Result<unsigned> workers();
+
+}  // namespace kjit::defaults
