@@ -31,7 +31,7 @@ namespace {
 
 // The misses of one distinct request, and the batch items that asked for it.
 struct Job {
-    cache::Cache::Prepared prepared;
+    cache::KeyedRequest keyed;
     std::vector<std::size_t> items;
     std::optional<Result<std::string>> result;
 };
@@ -41,13 +41,13 @@ Error cancelled_error() {
 }
 
 // cache.build() with exceptions as errors, so a worker thread never lets one escape.
-Result<std::string> build_guarded(cache::Cache &cache, const cache::Cache::Prepared &prepared) {
+Result<std::string> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed) {
     try {
-        return cache.build(prepared);
+        return cache.build(keyed);
     } catch (const std::bad_alloc &) {
-        return Error{Errc::out_of_memory, "out of memory while compiling " + prepared.key};
+        return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
     } catch (const std::exception &e) {
-        return Error{Errc::internal, std::string("internal error while compiling ") + prepared.key + ": " + e.what()};
+        return Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()};
     }
 }
 
@@ -130,7 +130,7 @@ private:
                 if (stopped_ || taken_ == jobs_.size()) break;
                 j = taken_++;
             }
-            Result<std::string> result = build_guarded(cache_, jobs_[j].prepared);
+            Result<std::string> result = build_guarded(cache_, jobs_[j].keyed);
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 jobs_[j].result = std::move(result);
@@ -247,32 +247,32 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, std::move(items[i]).error());
             continue;
         }
-        auto prepared = cache.prepare(std::move(*items[i]));
-        if (!prepared) {
-            finish(i, std::move(prepared).error());
+        auto keyed = cache::key_request(std::move(*items[i]));
+        if (!keyed) {
+            finish(i, std::move(keyed).error());
             continue;
         }
         // From its lookup on, eviction in this process leaves the entry alone.
-        if (!job_of_entry.count(prepared->entry) && !hit_of_entry.count(prepared->entry)) handed_out.pin(prepared->key);
-        if (auto job = job_of_entry.find(prepared->entry); job != job_of_entry.end()) {
+        if (!job_of_entry.count(keyed->entry) && !hit_of_entry.count(keyed->entry)) handed_out.pin(keyed->key);
+        if (auto job = job_of_entry.find(keyed->entry); job != job_of_entry.end()) {
             cache.count_merged(false, 1);
             jobs[job->second].items.push_back(i);
             continue;
         }
-        if (auto hit = hit_of_entry.find(prepared->entry); hit != hit_of_entry.end()) {
+        if (auto hit = hit_of_entry.find(keyed->entry); hit != hit_of_entry.end()) {
             cache.count_merged(true, 1);
             finish(i, hit->second);
             continue;
         }
-        auto found = cache.find(*prepared, &files_seen);
+        auto found = cache.find(*keyed, &files_seen);
         if (!found) {
             finish(i, std::move(found).error());
         } else if (*found) {
-            hit_of_entry.emplace(prepared->entry, **found);
+            hit_of_entry.emplace(keyed->entry, **found);
             finish(i, std::move(**found));
         } else {
-            job_of_entry.emplace(prepared->entry, jobs.size());
-            jobs.push_back(Job{std::move(*prepared), {i}, std::nullopt});
+            job_of_entry.emplace(keyed->entry, jobs.size());
+            jobs.push_back(Job{std::move(*keyed), {i}, std::nullopt});
         }
     }
 
@@ -287,17 +287,17 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
         std::vector<std::string> texts(jobs.size());
         std::unordered_map<std::string, std::size_t> misses_of;
         for (std::size_t j = 0; j < jobs.size(); ++j) {
-            const cache::Request &r = jobs[j].prepared.request;
+            const cache::Request &r = jobs[j].keyed.request;
             if (r.source.find("#include") == std::string::npos) continue;
             texts[j] = cache::pch_texts(r);
             ++misses_of[texts[j]];
         }
         for (std::size_t j = 0; j < jobs.size(); ++j) {
-            cache::Request &r = jobs[j].prepared.request;
+            cache::Request &r = jobs[j].keyed.request;
             r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
         }
     } else {
-        for (Job &job : jobs) job.prepared.request.use_pch = options.pch == Pch::on;
+        for (Job &job : jobs) job.keyed.request.use_pch = options.pch == Pch::on;
     }
 
     // 3. Compile the misses on the workers, reporting each as it finishes.
@@ -310,7 +310,7 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     auto finish_here = [&] {
         for (std::size_t j = 0; j < jobs.size() && !cancelled; ++j) {
             if (reported[j]) continue;
-            const Result<std::string> result = build_guarded(cache, jobs[j].prepared);
+            const Result<std::string> result = build_guarded(cache, jobs[j].keyed);
             reported[j] = true;
             for (std::size_t item : jobs[j].items) finish(item, result);
         }
@@ -318,9 +318,9 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
     if (!cancelled && !jobs.empty()) {
         const unsigned wanted = static_cast<unsigned>(
             std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), defaults::kMaxWorkers}));
-        const bool first_uses_pch = jobs.front().prepared.request.use_pch;
+        const bool first_uses_pch = jobs.front().keyed.request.use_pch;
         const std::size_t with_pch = static_cast<std::size_t>(
-            std::count_if(jobs.begin(), jobs.end(), [](const Job &job) { return job.prepared.request.use_pch; }));
+            std::count_if(jobs.begin(), jobs.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
         log().debug("batch: {} items, {} to compile on {} workers, {} with a PCH ({})", total, jobs.size(), wanted,
                     with_pch,
                     options.pch == Pch::on    ? "on"

@@ -3,6 +3,7 @@
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
+#include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"
 #include "filesystem.hpp"
 
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <mutex>
 #include <unordered_map>
@@ -372,6 +374,153 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
         return bad("key, keyword, name or cubin_hash is missing");
     }
     return m;
+}
+
+Status ready_shard(const std::string &cache_dir, const std::string &shard, folder_trust::CacheFolder &folder) {
+    if (auto made = make_folders(shard, folder_trust::folder_mode(folder), "cache folder"); !made) {
+        return std::move(made).error();
+    }
+    if (!folder.exists) {
+        // Created just now (by us, or by someone faster): check it as it is.
+        auto now = folder_trust::check_cache_folder_now(cache_dir);
+        if (!now) return std::move(now).error();
+        folder = std::move(*now);
+    }
+    // A shard replaced by a link (by someone who can write the cache folder) would send this
+    // entry elsewhere: never write through one, nor into one someone untrusted owns.
+    struct stat shard_st {};
+    if (::lstat(shard.c_str(), &shard_st) != 0 || !S_ISDIR(shard_st.st_mode)) {
+        return Error{Errc::io, "cache shard folder '" + shard +
+                                   "' is a symbolic link or not a folder: refusing to write through it (remove it)"};
+    }
+    if (!folder_trust::trusted_owner(folder, shard_st.st_uid)) {
+        return folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st);
+    }
+    // In a team cache, every member must be able to add entries to the shard: the umask
+    // (022 by default) strips the group's write bit from the mkdir above.
+    if (folder_trust::shared(folder) && shard_st.st_uid == ::geteuid() && (shard_st.st_mode & 02070) != 02070 &&
+        ::chmod(shard.c_str(), 02770) != 0) {
+        return io_error("cannot make the cache shard folder group-writable", shard, errno);
+    }
+    return Ok{};
+}
+
+namespace {
+
+// "YYYY-MM-DDTHH:MM:SSZ", now.
+std::string utc_now() {
+    char created[32];
+    const std::time_t now = std::time(nullptr);
+    struct tm utc {};
+    gmtime_r(&now, &utc);
+    std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return created;
+}
+
+// Writes every file of `entry` into the new folder `temp`; returns the bytes written.
+Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry &entry, unsigned team) {
+    // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
+    // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
+    // every fsync costs about a millisecond against a compile of tens.
+    const std::string temp_cubin = temp + "/" + kCubinFile;
+    if (auto st = write_new_file(temp_cubin, entry.cubin, kDurable | kBackdated | team); !st) {
+        return std::move(st).error();
+    }
+    struct stat st {};
+    if (::stat(temp_cubin.c_str(), &st) != 0) return io_error("cannot stat", temp_cubin, errno);
+    sidecar::Line line;
+    line.keyword = entry.manifest.keyword;
+    line.cubin_size = static_cast<std::uint64_t>(st.st_size);
+    line.mtime_sec = st.st_mtim.tv_sec;
+    line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+    line.name = entry.manifest.name;
+    // A filesystem that keeps whole seconds only gives size and mtime that cannot tell versions
+    // apart: bind the line to the content (docs/sidecar-format.md).
+    if (line.mtime_nsec == 0) line.content_hash = hash64(entry.cubin);
+    Manifest manifest = entry.manifest;
+    manifest.cubin_bytes = entry.cubin.size();
+    manifest.cubin_hash = hash128_hex(entry.cubin);
+    manifest.created = utc_now();
+    std::vector<std::pair<std::string, std::string>> files = {
+        {sidecar::path_for(temp_cubin), sidecar::format({line})},
+        {temp + "/" + kSourceFile, std::string(entry.source)},
+        {temp + "/" + kManifestFile, format_manifest(manifest)}};
+    if (entry.deps_text) files.emplace_back(temp + "/" + kDepsFile, *entry.deps_text);
+    std::uint64_t bytes = entry.cubin.size();
+    for (const auto &file : files) {
+        if (auto w = write_new_file(file.first, file.second, team); !w) return std::move(w).error();
+        bytes += file.second.size();
+    }
+    if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+    return bytes;
+}
+
+// Puts the complete entry `temp` at `place`, where an entry already is (rename failed with
+// ENOTEMPTY, EEXIST or ENOTDIR): keeps that one when it serves, else swaps ours in.
+Result<Published::Outcome> place_over_existing(const std::string &temp, const std::string &place,
+                                               const ExistingEntryCheck &existing_serves) {
+    std::string why;
+    auto serves = existing_serves(&why);
+    if (!serves) return std::move(serves).error();
+    if (*serves) return Published::Outcome::found;
+    // Swap ours in atomically; the old entry ends up in `temp` and goes with it.
+    if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, place.c_str(), RENAME_EXCHANGE) == 0) {
+        log().debug("replaced unusable cache entry {}: {}", place, why);
+        return Published::Outcome::replaced;
+    }
+    const int xerr = errno;
+    if (xerr != EINVAL && xerr != ENOSYS && xerr != EOPNOTSUPP) return io_error("cannot replace cache entry", place, xerr);
+    // No atomic exchange on this filesystem: move the old entry aside, then ours in. A reader
+    // in between sees no entry (a miss), never a partial one.
+    const std::string aside = temp + ".old";
+    if (::rename(place.c_str(), aside.c_str()) != 0) return io_error("cannot move aside", place, errno);
+    if (::rename(temp.c_str(), place.c_str()) != 0) return io_error("cannot publish cache entry", place, errno);
+    remove_tree(aside);
+    log().debug("replaced unusable cache entry {} (without RENAME_EXCHANGE): {}", place, why);
+    return Published::Outcome::replaced;
+}
+
+}  // namespace
+
+Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolder &folder, const NewEntry &entry,
+                          const ExistingEntryCheck &existing_serves) {
+    const std::string &key = entry.manifest.key;
+    const std::string place = folder_for(cache_dir, key);
+    // Folders are created only now: a failed compile leaves nothing behind.
+    const std::string shard = cache_dir + "/" + key.substr(0, 2);
+    if (auto ready = ready_shard(cache_dir, shard, folder); !ready) return std::move(ready).error();
+    // A private temp folder beside the final place. A name taken in advance (a killed writer's
+    // folder whose pid and thread id came back, as they do in containers, or a planted one) is
+    // skipped for the next.
+    auto made = create_unique(shard + "/" + std::string(kTempPrefix) + key + "-", {}, "cache temp folder",
+                              [&](const std::string &candidate) {
+                                  return ::mkdir(candidate.c_str(), folder_trust::folder_mode(folder));
+                              });
+    if (!made) return std::move(made).error();
+    const std::string temp = std::move(*made);
+    auto fail = [&](Error e) -> Result<Published> {
+        remove_tree(temp);
+        return e;
+    };
+    const unsigned team = folder_trust::shared(folder) ? kGroupWritable : 0;
+    // Team members rewrite each other's sidecars and record use in each other's entries.
+    if (team && ::chmod(temp.c_str(), 02770) != 0) {
+        return fail(io_error("cannot make the cache entry group-writable", temp, errno));
+    }
+    auto written = write_entry_files(temp, entry, team);
+    if (!written) return fail(std::move(written).error());
+    Published published;
+    published.cubin_path = place + "/" + kCubinFile;
+    published.bytes_written = *written;
+    if (::rename(temp.c_str(), place.c_str()) == 0) return published;
+    const int err = errno;
+    if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR) return fail(io_error("cannot publish cache entry", place, err));
+    auto outcome = place_over_existing(temp, place, existing_serves);
+    remove_tree(temp);  // ours when the old one serves, the old one after a swap; gone after a move
+    if (!outcome) return std::move(outcome).error();
+    published.outcome = *outcome;
+    if (*outcome == Published::Outcome::found) published.bytes_written = 0;
+    return published;
 }
 
 Result<CubinBytes> read_cubin(const std::string &cubin_path) {

@@ -8,12 +8,14 @@
 #pragma once
 
 #include "filesystem.hpp"
+#include "folder_trust.hpp"
 #include "status.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -178,6 +180,52 @@ Result<Manifest> read_manifest(const std::string &entry, int entry_fd = AT_FDCWD
 // and what to do. Costs one small file read and a hash of `bytes` (about 0.1 ms per MB).
 Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const std::string &cubin_path,
                                    std::string_view bytes);
+
+// A freshly compiled entry, as publish() writes it.
+struct NewEntry {
+    std::string_view cubin;
+    std::string_view source;
+    // Every field but cubin_bytes, cubin_hash and created, which publish() fills in. Its key,
+    // keyword and name say where the entry goes and what its sidecar line says.
+    Manifest manifest;
+    // deps.txt (include_scanner::format), for a request that may read files; else none.
+    std::optional<std::string> deps_text;
+};
+
+// What publish() did.
+struct Published {
+    std::string cubin_path;  // <entry>/kernel.cubin
+    enum class Outcome {
+        placed,    // the entry was put in place
+        replaced,  // it replaced an unusable entry at its place
+        found,     // an entry at its place serves (another process published it first): it stays
+    } outcome = Outcome::placed;
+    std::uint64_t bytes_written = 0;  // 0 when found
+};
+
+// Decides about an entry already at the place publish() wants (another process may have just
+// published it, or it is damaged or stale): true when it serves, then it stays; false, with
+// *why saying what is wrong with it, when publish() is to replace it. An error (the entry is
+// someone else's) fails the publish.
+using ExistingEntryCheck = std::function<Result<bool>(std::string *why)>;
+
+// Makes the shard folder `shard` of the cache at `cache_dir` (as `folder` checked it; rechecked
+// when this creates it) ready to take a new entry or file: created when missing, never a link nor
+// owned by someone untrusted, and group-writable in a team cache. Errors: io naming the folder.
+Status ready_shard(const std::string &cache_dir, const std::string &shard, folder_trust::CacheFolder &folder);
+
+// Publishes `entry` under its manifest's key in the cache at `cache_dir` (as `folder` checked
+// it): readies its shard, builds the whole entry (cubin, sidecar, source, manifest, deps.txt) in
+// a private temp folder beside its final place and renames it into place, so readers see a
+// complete entry or none. The cubin is fsynced and backdated (filesystem.hpp's kBackdated: its
+// sidecar line needs no content hash, and any later change to it can never look like this
+// version); in a team cache every file and folder is group-writable. An entry already at the
+// place is asked about (`existing_serves`) and kept, or swapped out atomically
+// (RENAME_EXCHANGE; where the file system has none, moved aside first: a reader in between sees
+// a miss, never a partial entry). Nothing is left behind on failure. Errors: io naming the
+// step and path, with its errno in Error::sys_errno (ENOSPC, EDQUOT: the caller may make room).
+Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolder &folder, const NewEntry &entry,
+                          const ExistingEntryCheck &existing_serves);
 
 // A cubin read whole, and what its cache entry says of it.
 struct CubinBytes {

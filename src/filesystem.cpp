@@ -101,6 +101,28 @@ std::optional<std::string> read_small_file(const std::string &path, std::size_t 
     return text;
 }
 
+Status make_folders(const std::string &path, mode_t mode, std::string_view what) {
+    std::string partial;
+    std::size_t pos = 0;
+    while (pos != std::string::npos) {
+        pos = path.find('/', pos + 1);
+        partial = path.substr(0, pos);
+        if (partial.empty()) continue;
+        if (::mkdir(partial.c_str(), mode) == 0) continue;
+        const int err = errno;
+        struct stat st {};
+        if (err == EEXIST && ::stat(partial.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+        return io_error("cannot create " + std::string(what), partial, err == EEXIST ? ENOTDIR : err);
+    }
+    return Ok{};
+}
+
+Status fsync_folder(const std::string &path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid() || ::fsync(fd.get()) != 0) return io_error("cannot fsync folder", path, errno);
+    return Ok{};
+}
+
 void remove_tree(const std::string &path) {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);

@@ -195,6 +195,14 @@ Status replace_file(const std::string &path, const std::string &temp_stem, std::
 // that folder (openat). Never blocks on a FIFO planted in its place.
 std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd = AT_FDCWD);
 
+// mkdir -p: creates `path` and its missing parents with `mode` (less the umask). An existing
+// folder is fine, an existing non-folder is an error. Errors: io "cannot create <what>
+// '<partial path>'" with its errno (ENOTDIR for a non-folder in the way).
+Status make_folders(const std::string &path, mode_t mode, std::string_view what);
+
+// fsyncs the folder at `path`, so that the names created in it survive a power cut. Errors: io.
+Status fsync_folder(const std::string &path);
+
 // Deletes a folder tree (or a file); failures are logged, not returned.
 void remove_tree(const std::string &path);
 

@@ -42,6 +42,16 @@ bool needs_content_hash(const FileIdentity &id, std::int64_t when_ns) {
     return id.mtime_nsec == 0 || young_at(id.mtime_sec, id.mtime_nsec, when_ns);
 }
 
+// The keyword rule's choice among the function symbols of `table` (name_matcher::select).
+Result<std::string> choose_by_rule(const SymbolTable &table, std::string_view keyword) {
+    std::vector<name_matcher::Candidate> candidates;
+    candidates.reserve(table.functions().size());
+    for (const FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
+    auto chosen = name_matcher::select(candidates, keyword);
+    if (!chosen) return std::move(chosen).error();
+    return std::string(*chosen);
+}
+
 // The name a scan gives for `keyword` in the cubin `table` holds. For the cubin of a cache entry
 // the entry's manifest decides, not the keyword rule: its bytes must be those published (so a
 // damaged cubin is bad_cubin, never rescanned into a sidecar), and for the entry's own keyword
@@ -65,12 +75,9 @@ Result<std::string> name_from_scan(const std::string &cubin_path, const SymbolTa
         }
         return std::move(manifest->name);
     }
-    std::vector<name_matcher::Candidate> candidates;
-    candidates.reserve(table.functions().size());
-    for (const FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
-    auto chosen = name_matcher::select(candidates, keyword);
+    auto chosen = choose_by_rule(table, keyword);
     if (!chosen) return with_path(cubin_path, std::move(chosen).error());
-    return std::string(*chosen);
+    return chosen;
 }
 
 // Hashes the cubin and checks it is still the version `expected` with content `hash`.
@@ -336,6 +343,26 @@ void NameResolver::memo_store(MemoKey key, MemoValue value) {
     std::lock_guard<std::mutex> lock(memo_mutex_);
     if (memo_.size() >= kMemoCapacity) memo_.clear();
     memo_[std::move(key)] = std::move(value);
+}
+
+Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string &what, std::string_view keyword,
+                                       const std::optional<std::string> &name_expression, const std::string &lowered) {
+    if (name_expression) {
+        if (!name_matcher::matches(lowered, keyword)) {
+            return Error{Errc::invalid_argument, "name expression '" + *name_expression + "' lowers to '" + lowered +
+                                                     "', which does not match keyword '" + std::string(keyword) + "'"};
+        }
+        return lowered;
+    }
+    auto table = SymbolTable::from_bytes(std::string(cubin), what);
+    if (!table) return std::move(table).error();
+    auto chosen = choose_by_rule(*table, keyword);
+    if (!chosen) {
+        Error e = std::move(chosen).error();
+        e.message = "in the compiled source: " + e.message;
+        return e;
+    }
+    return chosen;
 }
 
 }  // namespace kjit

@@ -140,4 +140,12 @@ private:
     std::unordered_map<MemoKey, MemoValue, MemoKeyHash> memo_;
 };
 
+// The name of the kernel `keyword` denotes in a freshly compiled cubin (`cubin`; `what` names it
+// in messages): the lowered name of the request's name expression when it has one (`lowered`,
+// NVRTC's answer; it must pass the keyword rule), else the keyword rule's choice among the
+// cubin's function symbols, as a scan of it would choose. Errors: invalid_argument (a name
+// expression lowering to a name the rule refuses), bad_cubin, not_found, ambiguous.
+Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string &what, std::string_view keyword,
+                                       const std::optional<std::string> &name_expression, const std::string &lowered);
+
 }  // namespace kjit

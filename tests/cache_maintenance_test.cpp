@@ -1027,7 +1027,7 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
         ASSERT_TRUE(path.ok()) << path.error().message;
         cubins.push_back(*path);
     }
-    auto prepared = cache.prepare(r);
+    auto prepared = kjit::cache::key_request(r);
     ASSERT_TRUE(prepared.ok());
     const std::string list = entry::variants_file_for(prepared->request.cache_dir, prepared->key);
     ASSERT_TRUE(exists(list));

@@ -1155,7 +1155,7 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     ASSERT_NE(first, second);
     ASSERT_EQ(cache.counters().nvrtc_compiles, 2u);
 
-    auto prepared = cache.prepare(r);
+    auto prepared = kjit::cache::key_request(r);
     ASSERT_TRUE(prepared.ok());
     const std::string list = kjit::cache_entry::variants_file_for(prepared->request.cache_dir, prepared->key);
     const std::string first_key = entry_of(first).substr(entry_of(first).size() - 32);
@@ -1197,8 +1197,8 @@ TEST(Cache, AVariantsFileLeadsOnlyToEntriesOfItsOwnRequest) {
     const std::string one_cubin = compile_ok(cache, one);
     const std::string two_cubin = compile_ok(cache, two);
     ASSERT_NE(one_cubin, two_cubin);
-    auto p1 = cache.prepare(one);
-    auto p2 = cache.prepare(two);
+    auto p1 = kjit::cache::key_request(one);
+    auto p2 = kjit::cache::key_request(two);
     ASSERT_TRUE(p1.ok() && p2.ok());
     const std::string list1 = kjit::cache_entry::variants_file_for(p1->request.cache_dir, p1->key);
     const std::string list2 = kjit::cache_entry::variants_file_for(p2->request.cache_dir, p2->key);

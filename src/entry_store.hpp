@@ -1,0 +1,46 @@
+// Entry store: one tier the cache looks entries up in, behind one small interface, so that a
+// new tier (a remote cache shared by a cluster) is a new file, not edits across the cache. The
+// cache asks its stores in order; a hit anywhere is a cubin path on this machine (a remote
+// tier fetches the entry into the local store before it answers), and a compile's result is
+// published to every store, the local one first (its path is the answer).
+#pragma once
+
+#include "cache_entry.hpp"
+#include "cache_key.hpp"
+#include "include_scanner.hpp"
+#include "status.hpp"
+
+#include <optional>
+#include <string>
+
+namespace kjit::cache {
+
+class EntryStore {
+public:
+    virtual ~EntryStore() = default;
+
+    // For logs: "local", ...
+    virtual const char *name() const = 0;
+
+    // The cubin path of an entry that answers `keyed` (a hit), else nullopt, with *why saying
+    // why an entry that was there could not serve (empty when there was none). A request that
+    // reads files is looked up by its source key (its variants). `memo`: the FileMemo of one
+    // call (a batch's), so each dependency file is stat'ed once per call; or null. Errors: the
+    // store refuses to serve the request (its folder or an entry belongs to someone untrusted):
+    // the cache stops there, it never compiles over someone else's entry.
+    virtual Result<std::optional<std::string>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                                    std::string *why) = 0;
+
+    // For a request that reads files: the cubin path of its entry `variant_key` (the state of
+    // the files now), when that entry answers it, found without its variants file (built before,
+    // but no longer listed); the store lists it again. Else nullopt. Errors as find().
+    virtual Result<std::optional<std::string>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+                                                            std::string *why) = 0;
+
+    // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
+    // returns its cubin path in this store (nullopt from a store that keeps no local copy).
+    // Errors: io naming what could not be written.
+    virtual Result<std::optional<std::string>> publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) = 0;
+};
+
+}  // namespace kjit::cache
