@@ -7,7 +7,10 @@
 #include "kjit/kjit.h"
 
 #include "cache.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
+#include "cache_verification.hpp"
+#include "size_units.hpp"
 #include "status.hpp"
 
 #include <fcntl.h>
@@ -31,6 +34,7 @@
 namespace {
 
 namespace maintenance = kjit::cache_maintenance;
+namespace units = kjit::size_units;
 using nlohmann::json;
 
 constexpr int kExitDamage = 20;
@@ -322,20 +326,20 @@ int run_stats(const Global &g) {
     }
     std::printf("cache folder   %s\n", dir->c_str());
     std::printf("entries        %zu\n", s.entries);
-    std::printf("size           %s (%llu bytes)\n", maintenance::format_size(s.bytes).c_str(),
+    std::printf("size           %s (%llu bytes)\n", units::format_size(s.bytes).c_str(),
                 static_cast<unsigned long long>(s.bytes));
     std::printf("size limit     %s\n",
-                *limit ? (maintenance::format_size(**limit) + " ($KJIT_CACHE_MAX_SIZE)").c_str() : "none");
+                *limit ? (units::format_size(**limit) + " ($KJIT_CACHE_MAX_SIZE)").c_str() : "none");
     if (s.entries > 0) {
         std::printf("created        %s .. %s\n", s.oldest_created.c_str(), s.newest_created.c_str());
         std::printf("last used      %s .. %s\n", utc_text(s.least_recent_use_ns).c_str(),
                     utc_text(s.most_recent_use_ns).c_str());
     }
     for (const auto &[arch, a] : s.by_arch) {
-        std::printf("  %-12s %zu entries, %s\n", arch.c_str(), a.entries, maintenance::format_size(a.bytes).c_str());
+        std::printf("  %-12s %zu entries, %s\n", arch.c_str(), a.entries, units::format_size(a.bytes).c_str());
     }
     std::printf("in transit     %zu folders, %s (entries being written or removed)\n", s.in_transit,
-                maintenance::format_size(s.in_transit_bytes).c_str());
+                units::format_size(s.in_transit_bytes).c_str());
     if (s.foreign > 0) std::printf("other files    %zu (not the cache's; left alone)\n", s.foreign);
     return 0;
 }
@@ -391,8 +395,8 @@ int print_prune(const Global &g, const std::string &dir, const maintenance::Prun
                   << "\n";
     } else {
         std::printf("%s: removed %zu entries (%s), kept %zu (%s)", dir.c_str(), r.removed_entries,
-                    maintenance::format_size(r.removed_bytes).c_str(), r.kept_entries,
-                    maintenance::format_size(r.kept_bytes).c_str());
+                    units::format_size(r.removed_bytes).c_str(), r.kept_entries,
+                    units::format_size(r.kept_bytes).c_str());
         if (r.spared_in_use > 0) std::printf(", %zu spared because in use", r.spared_in_use);
         if (r.removed_in_transit > 0) std::printf(", %zu stale temp folders swept", r.removed_in_transit);
         if (r.removed_variants > 0) std::printf(", %zu variants files of removed entries", r.removed_variants);
@@ -404,12 +408,12 @@ int print_prune(const Global &g, const std::string &dir, const maintenance::Prun
 int run_prune(const Global &g, const std::string &max_size, const std::string &older_than) {
     maintenance::PruneOptions options;
     if (!max_size.empty()) {
-        auto size = maintenance::parse_size(max_size);
+        auto size = units::parse_size(max_size);
         if (!size) return report_failure(g, kExitUsage, "usage", "--max-size: " + size.error().message);
         options.max_bytes = *size;
     }
     if (!older_than.empty()) {
-        auto age = maintenance::parse_age(older_than);
+        auto age = units::parse_age(older_than);
         if (!age) return report_failure(g, kExitUsage, "usage", "--older-than: " + age.error().message);
         options.older_than_ns = *age;
     }

@@ -4,7 +4,9 @@
 
 #include "batch_compiler.hpp"
 #include "cache.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
+#include "cache_verification.hpp"
 #include "fork_guard.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"

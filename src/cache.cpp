@@ -1,7 +1,8 @@
 #include "cache.hpp"
 
 #include "cache_entry.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
 
 #include "compiler.hpp"
 #include "dependency_watch.hpp"
@@ -16,6 +17,7 @@
 #include "pch_folders.hpp"
 #include "posix_file.hpp"
 #include "sidecar_store.hpp"
+#include "size_units.hpp"
 #include "symbol_scanner.hpp"
 
 #include <fcntl.h>
@@ -745,13 +747,13 @@ Result<std::string> Cache::compile_and_publish(const Request &request, const std
     const cache_maintenance::Freed freed =
         cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
     log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", key, published.error().message,
-               freed.entries, cache_maintenance::format_size(freed.bytes));
+               freed.entries, size_units::format_size(freed.bytes));
     published = publish(request, entry_key, source_key, entry_folder, *folder, compiled->cubin, name, seconds, deps,
                         published_bytes);
     if (!published) {
         Error e = std::move(published).error();
         e.message += " (the disk was full: libkjit evicted " + std::to_string(freed.entries) + " least recently used " +
-                     "entries (" + cache_maintenance::format_size(freed.bytes) +
+                     "entries (" + size_units::format_size(freed.bytes) +
                      ") under the cache's size limit and tried again)";
         return e;
     }
