@@ -381,6 +381,14 @@ Result<std::string> default_cache_dir() {
                  "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
 }
 
+Result<std::string> absolute_cache_dir(const std::string &cache_dir) {
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(cache_dir, ec).lexically_normal().string();
+    if (ec || absolute.empty()) return Error{Errc::io, "cannot make '" + cache_dir + "' absolute"};
+    while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
+    return absolute;
+}
+
 Status check_arch(const std::string &arch) {
     if (arch.compare(0, 8, "compute_") == 0) {
         return Error{Errc::invalid_argument, "arch '" + arch +
@@ -513,11 +521,10 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
     }
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
+    auto cache_dir = absolute_cache_dir(request.cache_dir);
+    if (!cache_dir) return std::move(cache_dir).error();
+    request.cache_dir = std::move(*cache_dir);
     std::error_code ec;
-    const std::string given_cache_dir = request.cache_dir;
-    request.cache_dir = std::filesystem::absolute(given_cache_dir, ec).lexically_normal().string();
-    if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + given_cache_dir + "' absolute"};
-    while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
 
     // Every file NVRTC may read must be in the key by content, however it is reached: find how

@@ -73,6 +73,10 @@ struct Request {
 
 // $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit.
 Result<std::string> default_cache_dir();
+// `cache_dir` as every call works on it: made absolute against the working directory (the same
+// relative folder means another cache elsewhere), "." and ".." folded, no trailing '/'; links
+// are not resolved. Errors: io.
+Result<std::string> absolute_cache_dir(const std::string &cache_dir);
 // $KJIT_ARCH, else the current GPU's (driver), else Errc::invalid_argument saying how to set it.
 Result<std::string> default_arch();
 // invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).

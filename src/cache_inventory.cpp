@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 namespace kjit::cache_maintenance {
 
@@ -260,6 +261,19 @@ std::uint64_t disk_usage(const std::string &folder) {
     return disk_bytes(st) + (S_ISDIR(st.st_mode) ? tree_bytes(folder) : 0);
 }
 
+namespace {
+
+// A manifest's `created` ("2025-01-31T12:00:00Z", as cache.cpp writes it) as nanoseconds since
+// the Unix epoch; 0 for text of another shape.
+std::int64_t created_ns(const std::string &text) {
+    struct tm utc {};
+    const char *end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    if (!end || *end != '\0') return 0;
+    return static_cast<std::int64_t>(::timegm(&utc)) * 1'000'000'000;
+}
+
+}  // namespace
+
 Result<Summary> summarize(const std::string &cache_dir) {
     auto inv = take_inventory(cache_dir);
     if (!inv) return std::move(inv).error();
@@ -289,6 +303,8 @@ Result<Summary> summarize(const std::string &cache_dir) {
         if (s.least_recent_use_ns == 0 || e.last_used_ns < s.least_recent_use_ns) s.least_recent_use_ns = e.last_used_ns;
         s.most_recent_use_ns = std::max(s.most_recent_use_ns, e.last_used_ns);
     }
+    s.oldest_created_ns = created_ns(s.oldest_created);
+    s.newest_created_ns = created_ns(s.newest_created);
     return s;
 }
 

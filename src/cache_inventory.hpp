@@ -74,6 +74,8 @@ struct Summary {
     std::size_t entries = 0;
     std::uint64_t bytes = 0;
     std::string oldest_created, newest_created;  // manifest times, UTC; empty without entries
+    // The same as nanoseconds since the Unix epoch; 0 without entries.
+    std::int64_t oldest_created_ns = 0, newest_created_ns = 0;
     std::int64_t least_recent_use_ns = 0, most_recent_use_ns = 0;
     std::map<std::string, ArchSummary> by_arch;  // "unknown" for an unreadable manifest
     std::size_t in_transit = 0;
