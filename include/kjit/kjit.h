@@ -299,16 +299,16 @@ typedef struct kjit_compile_options {
     const char *name_expression;
     /** Size limit of the cache folder in bytes (since 0.2). 0: $KJIT_CACHE_MAX_SIZE (e.g.
         "5G"; decimal, K, M, G, T are powers of 1024; "0" there means no limit), else no
-        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the cache is measured (at most every 30 s
-        per process, or sooner when this process's publishes may have crossed the limit) and,
-        when over, the least recently used entries are evicted, whole, down to 90% of the
-        limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
-        minute per entry by hits and loads), so it holds on noatime mounts. An entry used in
-        the last two minutes (or handed out by a kjit_compile_batch() that returned less than
-        two minutes ago) is never evicted, so a fast sweep can briefly exceed the limit.
-        Hits never measure or evict. A publish that fails for a full disk or quota evicts and
-        tries once more. A malformed $KJIT_CACHE_MAX_SIZE is
-        #KJIT_ERROR_INVALID_ARGUMENT. */
+        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the
+        cache is measured (throttled per process, and at once when this process's publishes
+        may have crossed the limit) and, when over, the least recently used entries are
+        evicted, whole, to below the limit (docs/cache-layout.md says how often and how far).
+        Recency is recorded by libkjit itself, not the file system's access times, so it holds
+        on noatime mounts. An entry used in the last two minutes (or handed out by a
+        kjit_compile_batch() that returned less than two minutes ago) is never evicted, so a
+        fast sweep can briefly exceed the limit. Hits never measure or evict. A publish that
+        fails for a full disk or quota evicts and tries once more. A malformed
+        $KJIT_CACHE_MAX_SIZE is #KJIT_ERROR_INVALID_ARGUMENT. */
     uint64_t max_cache_size;
 } kjit_compile_options;
 
@@ -453,14 +453,12 @@ typedef struct kjit_batch_options {
         on. Fewer start when there are fewer misses; more than 256 means 256. */
     unsigned workers;
     /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
-        later compile with the same includes and options starts from the parsed state (a CUB
-        kernel: about 1.6 s plain, 0.3 to 0.4 s with the headers parsed, after a first compile
-        of about 2.2 s). The default uses it for the misses whose headers (options, include
-        paths, in-memory headers, the source up to its last `#include`) are another miss's of
-        the batch: a PCH used by one compile only costs its creation (6 CUB items that each
-        put their configuration before the `#include`: 9 s with a PCH each, 6 s without), and
-        a header-free source has nothing to precompile and was 10-15% slower with it on 2
-        workers (docs/batch.md has the measurements). Each distinct set of headers (options,
+        later compile with the same includes and options starts from the parsed state; the
+        compile that creates it costs more than a plain one. The default uses it for the
+        misses whose headers (options, include paths, in-memory headers, the source up to its
+        last `#include`) are another miss's of the batch, as a PCH used by one compile only
+        costs its creation and a header-free source has nothing to precompile
+        (docs/batch.md has the measurements). Each distinct set of headers (options,
         in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
