@@ -54,6 +54,7 @@ __all__ = [
     "load_library", "version", "version_string", "status_string", "last_error",
     "resolve_name", "compile", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "load_cached", "stats", "SIDECAR_REJECTIONS",
+    "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
 ]
 
 
@@ -312,6 +313,71 @@ class _Stats(ctypes.Structure):
         self.struct_size = ctypes.sizeof(_Stats)
 
 
+class _CacheSummary(ctypes.Structure):
+    """kjit_cache_summary, field for field in header order."""
+    _COUNTS = ("entries", "bytes", "max_size", "in_transit", "in_transit_bytes", "foreign")
+    _TIMES = ("least_recent_use_ns", "most_recent_use_ns", "oldest_created_ns", "newest_created_ns")
+    _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _COUNTS] +
+                [(n, ctypes.c_int64) for n in _TIMES])
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_CacheSummary)
+
+
+# KJIT_PRUNE_NO_LIMIT
+_PRUNE_NO_LIMIT = 2**64 - 1
+
+
+class _PruneOptions(ctypes.Structure):
+    """kjit_prune_options. Filled by kjit_prune_options_init, not by hand: ctypes' zero fill
+    would mean "remove everything not in use", not the defaults."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("max_size", ctypes.c_uint64), ("older_than_s", ctypes.c_uint64)]
+
+
+class _PruneReport(ctypes.Structure):
+    """kjit_prune_report."""
+    _COUNTS = ("removed_entries", "removed_bytes", "spared_in_use", "removed_in_transit", "removed_variants_files",
+               "kept_entries", "kept_bytes")
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _COUNTS]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(_PruneReport)
+
+
+class CacheProblem(enum.IntEnum):
+    """kjit_cache_problem: what :func:`verify` found wrong with a path."""
+    MISPLACED = 0
+    MISSING_FILE = 1
+    BAD_MANIFEST = 2
+    BAD_CUBIN = 3
+    TRUNCATED_CUBIN = 4
+    SIDECAR_MISSING = 5
+    SIDECAR_DAMAGED = 6
+    SIDECAR_STALE = 7
+    SIDECAR_WRONG_NAME = 8
+    STALE_TEMP = 9
+
+
+class Problem(collections.namedtuple("Problem", "path kind detail fixed action")):
+    """One finding of :func:`verify`: ``path`` (str: the entry folder, or a temp folder or file),
+    ``kind`` (a :class:`CacheProblem`, or an int a newer libkjit knows), ``detail`` (str, naming
+    the file), ``fixed`` (bool) and ``action`` (str: what ``fix`` did; "" without it)."""
+    __slots__ = ()
+
+
+class VerifyReport(collections.namedtuple("VerifyReport", "cache_dir entries_checked entries_ok problems")):
+    """What :func:`verify` found: the absolute ``cache_dir``, ``entries_checked``, ``entries_ok``
+    and ``problems`` (a list of :class:`Problem`). ``clean`` is True when nothing was found or
+    everything found was fixed."""
+    __slots__ = ()
+
+    @property
+    def clean(self):
+        return all(p.fixed for p in self.problems)
+
+
 _P = ctypes.c_void_p
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
 _BUF = ctypes.POINTER(ctypes.c_char)
@@ -341,6 +407,26 @@ _OPTIONAL_PROTOTYPES = {
     "kjit_batch_result_cubin_path": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
     "kjit_batch_result_error": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
     "kjit_batch_result_release": (None, [_P]),
+    "kjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.4
+    "kjit_cache_summarize": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_CacheSummary), ctypes.POINTER(_P)]),
+    "kjit_cache_arches_count": (ctypes.c_size_t, [_P]),
+    "kjit_cache_arches_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_cache_arches_entries": (ctypes.c_uint64, [_P, ctypes.c_size_t]),
+    "kjit_cache_arches_bytes": (ctypes.c_uint64, [_P, ctypes.c_size_t]),
+    "kjit_cache_arches_release": (None, [_P]),
+    "kjit_prune_options_init": (ctypes.c_int, [ctypes.POINTER(_PruneOptions), ctypes.c_size_t]),
+    "kjit_cache_prune": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_PruneOptions), ctypes.POINTER(_PruneReport)]),
+    "kjit_cache_clear": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_PruneReport)]),
+    "kjit_cache_verify": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_P)]),
+    "kjit_verify_report_entries_checked": (ctypes.c_size_t, [_P]),
+    "kjit_verify_report_entries_ok": (ctypes.c_size_t, [_P]),
+    "kjit_verify_report_count": (ctypes.c_size_t, [_P]),
+    "kjit_verify_report_path": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_verify_report_kind": (ctypes.c_int, [_P, ctypes.c_size_t]),
+    "kjit_verify_report_detail": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_verify_report_fixed": (ctypes.c_int, [_P, ctypes.c_size_t]),
+    "kjit_verify_report_action": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
+    "kjit_verify_report_release": (None, [_P]),
 }
 
 
@@ -738,6 +824,133 @@ class Library:
         result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, 32) if out.errors[i]}
         return result
 
+    # -- Cache maintenance (libkjit 0.4): what `kjit cache stats/prune/verify/clear` do ---------
+
+    def _needs(self, function):
+        """The entry point, or LibraryNotFound saying the loaded libkjit is too old."""
+        fn = self._fn.get(function)
+        if fn is None:
+            raise LibraryNotFound([(self.path, f"loaded, but has no {function} (libkjit older than 0.4)")])
+        return fn
+
+    def cache_dir(self, cache_dir=None):
+        """The absolute cache folder that compile() and the cache functions use for
+        ``cache_dir`` (kjit_cache_dir): None or "" means the default ($KJIT_CACHE_DIR, else
+        $XDG_CACHE_HOME/kjit, else ~/.cache/kjit). Needs libkjit 0.4."""
+        self._needs("kjit_cache_dir")
+        arg = _path_bytes(cache_dir, "cache_dir") if cache_dir is not None else None
+        return os.fsdecode(self._string_out("kjit_cache_dir", (arg,), self.path_buffer_size))
+
+    def cache_stats(self, cache_dir=None):
+        """What a cache folder holds (kjit_cache_summarize) as a dict: ``cache_dir`` (absolute),
+        ``entries``, ``bytes`` (disk space, as du counts it), ``max_size`` ($KJIT_CACHE_MAX_SIZE in
+        bytes, None for no limit), ``in_transit``, ``in_transit_bytes``, ``foreign``, the times
+        ``least_recent_use_ns``, ``most_recent_use_ns``, ``oldest_created_ns``,
+        ``newest_created_ns`` (ns since the epoch, None without entries) and ``by_arch``
+        ({arch: {"entries": n, "bytes": n}}). A missing folder is an empty cache. Raises
+        KjitIOError for a folder that cannot be read or is refused, InvalidArgument for a
+        malformed $KJIT_CACHE_MAX_SIZE. Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_summarize")
+        folder = self.cache_dir(cache_dir)
+        out, arches = _CacheSummary(), _P()
+        status = fn(os.fsencode(folder), ctypes.byref(out), ctypes.byref(arches))
+        if status != Status.OK:
+            raise self._error(status, "kjit_cache_summarize")
+        try:
+            by_arch = {}
+            for i in range(self._fn["kjit_cache_arches_count"](arches)):
+                name = self._fn["kjit_cache_arches_name"](arches, i).decode("utf-8", "replace")
+                by_arch[name] = {"entries": self._fn["kjit_cache_arches_entries"](arches, i),
+                                 "bytes": self._fn["kjit_cache_arches_bytes"](arches, i)}
+        finally:
+            self._fn["kjit_cache_arches_release"](arches)
+        result = {"cache_dir": folder}
+        result.update({n: getattr(out, n) for n in _CacheSummary._COUNTS})
+        result["max_size"] = out.max_size or None
+        result.update({n: getattr(out, n) or None for n in _CacheSummary._TIMES})
+        result["by_arch"] = by_arch
+        return result
+
+    def _prune_report(self, folder, report):
+        result = {"cache_dir": folder}
+        result.update({n: getattr(report, n) for n in _PruneReport._COUNTS})
+        return result
+
+    def prune(self, cache_dir=None, *, max_size=None, older_than=None):
+        """Removes cache entries by recency (kjit_cache_prune): those not used for
+        ``older_than`` (seconds as an int or float, or a datetime.timedelta), then the least
+        recently used until the rest take at most ``max_size`` bytes (an int; 0 removes every
+        entry not in use). None leaves a bound out. Entries in use are never removed
+        (``spared_in_use``). Returns the report as a dict: ``cache_dir``, ``removed_entries``,
+        ``removed_bytes``, ``spared_in_use``, ``removed_in_transit``,
+        ``removed_variants_files``, ``kept_entries``, ``kept_bytes``. Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_prune")
+        options = _PruneOptions()
+        status = self._fn["kjit_prune_options_init"](ctypes.byref(options), ctypes.sizeof(options))
+        if status != Status.OK:
+            raise self._error(status, "kjit_prune_options_init")
+        if max_size is not None:
+            if isinstance(max_size, bool) or not isinstance(max_size, int):
+                raise TypeError(f"max_size must be an int (bytes), not {type(max_size).__name__}")
+            if not 0 <= max_size < _PRUNE_NO_LIMIT:
+                raise ValueError(f"max_size must be at least 0 and below 2**64 - 1 bytes, not {max_size}")
+            options.max_size = max_size
+        if older_than is not None:
+            seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else older_than
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise TypeError(f"older_than must be seconds or a timedelta, not {type(older_than).__name__}")
+            if seconds < 0:
+                raise ValueError(f"older_than must not be negative: {older_than!r}")
+            if seconds >= _PRUNE_NO_LIMIT:  # a c_uint64 would wrap; up to that, libkjit says what it takes
+                raise ValueError(f"older_than is too large: {older_than!r}")
+            options.older_than_s = int(seconds)
+        folder = self.cache_dir(cache_dir)
+        report = _PruneReport()
+        status = fn(os.fsencode(folder), ctypes.byref(options), ctypes.byref(report))
+        if status != Status.OK:
+            raise self._error(status, "kjit_cache_prune")
+        return self._prune_report(folder, report)
+
+    def clear(self, cache_dir=None):
+        """Removes every cache entry, in use or not (kjit_cache_clear). Returns the report as
+        :meth:`prune` does. Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_clear")
+        folder = self.cache_dir(cache_dir)
+        report = _PruneReport()
+        status = fn(os.fsencode(folder), ctypes.byref(report))
+        if status != Status.OK:
+            raise self._error(status, "kjit_cache_clear")
+        return self._prune_report(folder, report)
+
+    def verify(self, cache_dir=None, fix=False):
+        """Checks every cache entry (kjit_cache_verify); with ``fix``, repairs damaged sidecars
+        and removes what cannot be repaired. Returns a :class:`VerifyReport`; damage is in the
+        report, not raised. Raises KjitIOError for a folder that cannot be read or is refused.
+        Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_verify")
+        folder = self.cache_dir(cache_dir)
+        handle = _P()
+        status = fn(os.fsencode(folder), 1 if fix else 0, ctypes.byref(handle))
+        if status != Status.OK:
+            raise self._error(status, "kjit_cache_verify")
+        f = self._fn
+        try:
+            problems = []
+            for i in range(f["kjit_verify_report_count"](handle)):
+                kind = f["kjit_verify_report_kind"](handle, i)
+                try:
+                    kind = CacheProblem(kind)
+                except ValueError:
+                    pass
+                problems.append(Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
+                                        f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
+                                        f["kjit_verify_report_fixed"](handle, i) == 1,
+                                        f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
+            return VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
+                                f["kjit_verify_report_entries_ok"](handle), problems)
+        finally:
+            f["kjit_verify_report_release"](handle)
+
     def load_cached(self, cubin_path, keyword):
         """Loads kernel ``keyword`` of a cubin through the CUDA driver (libcuda.so.1, or
         $KJIT_LIBCUDA) and returns a :class:`Kernel` owning the handle. No current CUDA context
@@ -913,3 +1126,28 @@ def stats():
 def load_cached(cubin_path, keyword):
     """See :meth:`Library.load_cached`."""
     return _lib().load_cached(cubin_path, keyword)
+
+
+def cache_dir(cache_dir=None):
+    """See :meth:`Library.cache_dir`."""
+    return _lib().cache_dir(cache_dir)
+
+
+def cache_stats(cache_dir=None):
+    """See :meth:`Library.cache_stats`."""
+    return _lib().cache_stats(cache_dir)
+
+
+def prune(cache_dir=None, *, max_size=None, older_than=None):
+    """See :meth:`Library.prune`."""
+    return _lib().prune(cache_dir, max_size=max_size, older_than=older_than)
+
+
+def verify(cache_dir=None, fix=False):
+    """See :meth:`Library.verify`."""
+    return _lib().verify(cache_dir, fix)
+
+
+def clear(cache_dir=None):
+    """See :meth:`Library.clear`."""
+    return _lib().clear(cache_dir)

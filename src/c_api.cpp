@@ -4,8 +4,11 @@
 
 #include "batch_compiler.hpp"
 #include "cache.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
+#include "cache_verification.hpp"
 #include "defaults.hpp"
+#include "filesystem.hpp"
 #include "fork_guard.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
@@ -33,6 +36,18 @@ struct kjit_batch_result {
     std::vector<kjit_status> statuses;
     std::vector<std::string> cubin_paths;  // "" for failed items
     std::vector<std::string> errors;       // "" for items that succeeded
+};
+
+// A cache's entries by arch (kjit_cache_summarize), in the summary's (byte) order.
+struct kjit_cache_arches {
+    std::vector<std::string> names;
+    std::vector<std::uint64_t> entries;
+    std::vector<std::uint64_t> bytes;
+};
+
+// What kjit_cache_verify found, immutable once returned.
+struct kjit_verify_report {
+    kjit::cache_maintenance::VerifyReport report;
 };
 
 namespace {
@@ -63,6 +78,22 @@ static_assert(static_cast<int>(kjit::NameResolver::Rejection::distrusted) == KJI
                   static_cast<int>(kjit::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
               "NameResolver::Rejection and kjit_sidecar_rejection differ");
 static_assert(KJIT_ERROR_CANCELLED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
+
+// verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
+#define KJIT_SAME_PROBLEM(damage, problem)                                                        \
+    static_assert(static_cast<int>(kjit::cache_maintenance::Damage::damage) == static_cast<int>(problem), \
+                  "Damage and kjit_cache_problem differ")
+KJIT_SAME_PROBLEM(misplaced, KJIT_CACHE_MISPLACED);
+KJIT_SAME_PROBLEM(missing_file, KJIT_CACHE_MISSING_FILE);
+KJIT_SAME_PROBLEM(bad_manifest, KJIT_CACHE_BAD_MANIFEST);
+KJIT_SAME_PROBLEM(bad_cubin, KJIT_CACHE_BAD_CUBIN);
+KJIT_SAME_PROBLEM(truncated_cubin, KJIT_CACHE_TRUNCATED_CUBIN);
+KJIT_SAME_PROBLEM(sidecar_missing, KJIT_CACHE_SIDECAR_MISSING);
+KJIT_SAME_PROBLEM(sidecar_damaged, KJIT_CACHE_SIDECAR_DAMAGED);
+KJIT_SAME_PROBLEM(sidecar_stale, KJIT_CACHE_SIDECAR_STALE);
+KJIT_SAME_PROBLEM(sidecar_wrong_name, KJIT_CACHE_SIDECAR_WRONG_NAME);
+KJIT_SAME_PROBLEM(stale_temp, KJIT_CACHE_STALE_TEMP);
+#undef KJIT_SAME_PROBLEM
 
 // Counters only the C ABI sees: successful loads and every failure returned, by status.
 struct ApiCounters {
@@ -247,6 +278,76 @@ kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *i
     r.keyword = item->keyword;
     if (auto s = request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
     return r;
+}
+
+// The cache folder a maintenance call works on: `given`, else the default, made absolute:
+// what kjit_compile works on for the same cache_dir (request_from, then Cache::prepare).
+kjit::Result<std::string> cache_dir_from(const char *given) {
+    std::string dir;
+    if (given && *given) {
+        dir = given;
+    } else {
+        auto found = kjit::defaults::cache_dir();
+        if (!found) return found;
+        dir = std::move(*found);
+    }
+    return kjit::absolute_folder(dir);
+}
+
+// Fills the first `struct_size` bytes of `*out` with `defaults` (an *_INIT macro's value), for
+// the *_init functions: a caller built against an older, smaller struct gets nothing past it.
+template <typename T>
+kjit_status init_struct(T *out, size_t struct_size, T defaults, const char *function, const char *type) {
+    if (!out) return fail(KJIT_ERROR_INVALID_ARGUMENT, (std::string(function) + ": the struct is NULL").c_str());
+    defaults.struct_size = struct_size;
+    if (auto st = check_struct_size(defaults, std::string(function) + ": the struct", type); !st) return fail(st.error());
+    std::memcpy(static_cast<void *>(out), &defaults, struct_size);
+    return KJIT_OK;
+}
+
+// A caller's kjit_prune_options (any struct_size from the first release on) as prune options.
+kjit::Result<kjit::cache_maintenance::PruneOptions> prune_options_from(const kjit_prune_options *options) {
+    kjit::cache_maintenance::PruneOptions out;
+    if (!options) return out;
+    if (auto st = check_struct_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
+        return std::move(st).error();
+    }
+    if (KJIT_FIELD_PRESENT(kjit_prune_options, options, max_size) && options->max_size != KJIT_PRUNE_NO_LIMIT) {
+        out.max_bytes = options->max_size;
+    }
+    if (KJIT_FIELD_PRESENT(kjit_prune_options, options, older_than_s) && options->older_than_s != KJIT_PRUNE_NO_LIMIT) {
+        // Nanoseconds in an int64, as an age is kept: a larger one would wrap to a negative age,
+        // which removes every entry.
+        constexpr std::uint64_t kMaxSeconds = INT64_MAX / 1'000'000'000;
+        if (options->older_than_s > kMaxSeconds) {
+            return invalid("kjit_cache_prune: options->older_than_s is " + std::to_string(options->older_than_s) +
+                           "; at most " + std::to_string(kMaxSeconds) +
+                           " seconds (about 292 years), or KJIT_PRUNE_NO_LIMIT for no age bound");
+        }
+        out.older_than_ns = static_cast<std::int64_t>(options->older_than_s) * 1'000'000'000;
+    }
+    return out;
+}
+
+// Copies a prune report into the caller's struct (its struct_size already checked).
+void fill_prune_report(const kjit::cache_maintenance::PruneReport &r, kjit_prune_report *out) {
+    if (!out) return;
+    kjit_prune_report c{};
+    c.struct_size = out->struct_size;
+    c.removed_entries = r.removed_entries;
+    c.removed_bytes = r.removed_bytes;
+    c.spared_in_use = r.spared_in_use;
+    c.removed_in_transit = r.removed_in_transit;
+    c.removed_variants_files = r.removed_variants;
+    c.kept_entries = r.kept_entries;
+    c.kept_bytes = r.kept_bytes;
+    std::memcpy(static_cast<void *>(out), &c, c.struct_size);
+}
+
+// The finding at `index` of a verify report, or NULL.
+const kjit::cache_maintenance::Finding *finding_at(const kjit_verify_report *report, size_t index) {
+    if (!report || index >= report->report.findings.size()) return nullptr;
+    return &report->report.findings[index];
 }
 
 }  // namespace
@@ -562,5 +663,200 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         return KJIT_OK;
     });
 }
+
+KJIT_API kjit_status kjit_compile_options_init(kjit_compile_options *options, size_t struct_size) {
+    return guarded("kjit_compile_options_init", [&]() -> kjit_status {
+        return init_struct(options, struct_size, kjit_compile_options KJIT_COMPILE_OPTIONS_INIT,
+                           "kjit_compile_options_init", "kjit_compile_options");
+    });
+}
+
+KJIT_API kjit_status kjit_compile_request_init(kjit_compile_request *request, size_t struct_size) {
+    return guarded("kjit_compile_request_init", [&]() -> kjit_status {
+        return init_struct(request, struct_size, kjit_compile_request KJIT_COMPILE_REQUEST_INIT,
+                           "kjit_compile_request_init", "kjit_compile_request");
+    });
+}
+
+KJIT_API kjit_status kjit_batch_options_init(kjit_batch_options *options, size_t struct_size) {
+    return guarded("kjit_batch_options_init", [&]() -> kjit_status {
+        return init_struct(options, struct_size, kjit_batch_options KJIT_BATCH_OPTIONS_INIT, "kjit_batch_options_init",
+                           "kjit_batch_options");
+    });
+}
+
+KJIT_API kjit_status kjit_prune_options_init(kjit_prune_options *options, size_t struct_size) {
+    return guarded("kjit_prune_options_init", [&]() -> kjit_status {
+        return init_struct(options, struct_size, kjit_prune_options KJIT_PRUNE_OPTIONS_INIT, "kjit_prune_options_init",
+                           "kjit_prune_options");
+    });
+}
+
+KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t path_size, size_t *path_len) {
+    return guarded("kjit_cache_dir", [&]() -> kjit_status {
+        if (!path && path_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_dir: path is NULL but path_size is not 0");
+        }
+        auto dir = cache_dir_from(cache_dir);
+        if (!dir) return fail(dir.error());
+        return copy_out(*dir, path, path_size, path_len, "path");
+    });
+}
+
+KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summary *summary,
+                                          kjit_cache_arches **arches) {
+    if (arches) *arches = nullptr;
+    return guarded("kjit_cache_summarize", [&]() -> kjit_status {
+        if (!summary) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_summarize: summary is NULL");
+        if (auto st = check_struct_size(*summary, "kjit_cache_summarize: summary", "kjit_cache_summary"); !st) {
+            return fail(st.error());
+        }
+        auto dir = cache_dir_from(cache_dir);
+        if (!dir) return fail(dir.error());
+        auto found = kjit::cache_maintenance::summarize(*dir);
+        if (!found) return fail(found.error());
+        auto limit = kjit::defaults::max_cache_bytes();
+        if (!limit) return fail(limit.error());
+        const kjit::cache_maintenance::Summary &from = *found;
+        std::unique_ptr<kjit_cache_arches> by_arch;
+        if (arches) {
+            by_arch = std::make_unique<kjit_cache_arches>();
+            for (const auto &[name, a] : from.by_arch) {
+                by_arch->names.push_back(name);
+                by_arch->entries.push_back(a.entries);
+                by_arch->bytes.push_back(a.bytes);
+            }
+        }
+        kjit_cache_summary c{};
+        c.struct_size = summary->struct_size;
+        c.entries = from.entries;
+        c.bytes = from.bytes;
+        c.max_size = limit->value_or(0);
+        c.in_transit = from.in_transit;
+        c.in_transit_bytes = from.in_transit_bytes;
+        c.foreign = from.foreign;
+        c.least_recent_use_ns = from.least_recent_use_ns;
+        c.most_recent_use_ns = from.most_recent_use_ns;
+        c.oldest_created_ns = from.oldest_created_ns;
+        c.newest_created_ns = from.newest_created_ns;
+        std::memcpy(static_cast<void *>(summary), &c, c.struct_size);
+        if (arches) *arches = by_arch.release();
+        return KJIT_OK;
+    });
+}
+
+KJIT_API size_t kjit_cache_arches_count(const kjit_cache_arches *arches) { return arches ? arches->names.size() : 0; }
+
+KJIT_API const char *kjit_cache_arches_name(const kjit_cache_arches *arches, size_t index) {
+    if (!arches || index >= arches->names.size()) return nullptr;
+    return arches->names[index].c_str();
+}
+
+KJIT_API uint64_t kjit_cache_arches_entries(const kjit_cache_arches *arches, size_t index) {
+    if (!arches || index >= arches->entries.size()) return 0;
+    return arches->entries[index];
+}
+
+KJIT_API uint64_t kjit_cache_arches_bytes(const kjit_cache_arches *arches, size_t index) {
+    if (!arches || index >= arches->bytes.size()) return 0;
+    return arches->bytes[index];
+}
+
+KJIT_API void kjit_cache_arches_release(kjit_cache_arches *arches) { delete arches; }
+
+KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_options *options,
+                                      kjit_prune_report *report) {
+    return guarded("kjit_cache_prune", [&]() -> kjit_status {
+        // Every argument is checked before anything is removed.
+        if (report) {
+            if (auto st = check_struct_size(*report, "kjit_cache_prune: report", "kjit_prune_report"); !st) {
+                return fail(st.error());
+            }
+        }
+        auto prune_options = prune_options_from(options);
+        if (!prune_options) return fail(prune_options.error());
+        auto dir = cache_dir_from(cache_dir);
+        if (!dir) return fail(dir.error());
+        auto done = kjit::cache_maintenance::prune(*dir, *prune_options);
+        if (!done) return fail(done.error());
+        fill_prune_report(*done, report);
+        return KJIT_OK;
+    });
+}
+
+KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *report) {
+    return guarded("kjit_cache_clear", [&]() -> kjit_status {
+        if (report) {
+            if (auto st = check_struct_size(*report, "kjit_cache_clear: report", "kjit_prune_report"); !st) {
+                return fail(st.error());
+            }
+        }
+        auto dir = cache_dir_from(cache_dir);
+        if (!dir) return fail(dir.error());
+        auto done = kjit::cache_maintenance::clear(*dir);
+        if (!done) return fail(done.error());
+        fill_prune_report(*done, report);
+        return KJIT_OK;
+    });
+}
+
+KJIT_API const char *kjit_cache_problem_string(int problem) {
+    if (problem < KJIT_CACHE_MISPLACED || problem > KJIT_CACHE_STALE_TEMP) return "unknown";
+    return kjit::cache_maintenance::to_string(static_cast<kjit::cache_maintenance::Damage>(problem));
+}
+
+KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_verify_report **report) {
+    if (report) *report = nullptr;
+    return guarded("kjit_cache_verify", [&]() -> kjit_status {
+        if (!report) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_verify: report (the out handle) is NULL");
+        auto dir = cache_dir_from(cache_dir);
+        if (!dir) return fail(dir.error());
+        auto found = kjit::cache_maintenance::verify(*dir, fix != 0);
+        if (!found) return fail(found.error());
+        auto out = std::make_unique<kjit_verify_report>();
+        out->report = std::move(*found);
+        *report = out.release();
+        return KJIT_OK;
+    });
+}
+
+KJIT_API size_t kjit_verify_report_entries_checked(const kjit_verify_report *report) {
+    return report ? report->report.entries_checked : 0;
+}
+
+KJIT_API size_t kjit_verify_report_entries_ok(const kjit_verify_report *report) {
+    return report ? report->report.entries_ok : 0;
+}
+
+KJIT_API size_t kjit_verify_report_count(const kjit_verify_report *report) {
+    return report ? report->report.findings.size() : 0;
+}
+
+KJIT_API const char *kjit_verify_report_path(const kjit_verify_report *report, size_t index) {
+    const auto *f = finding_at(report, index);
+    return f ? f->path.c_str() : nullptr;
+}
+
+KJIT_API int kjit_verify_report_kind(const kjit_verify_report *report, size_t index) {
+    const auto *f = finding_at(report, index);
+    return f ? static_cast<int>(f->damage) : -1;
+}
+
+KJIT_API const char *kjit_verify_report_detail(const kjit_verify_report *report, size_t index) {
+    const auto *f = finding_at(report, index);
+    return f ? f->detail.c_str() : nullptr;
+}
+
+KJIT_API int kjit_verify_report_fixed(const kjit_verify_report *report, size_t index) {
+    const auto *f = finding_at(report, index);
+    return f ? (f->fixed ? 1 : 0) : -1;
+}
+
+KJIT_API const char *kjit_verify_report_action(const kjit_verify_report *report, size_t index) {
+    const auto *f = finding_at(report, index);
+    return f ? f->action.c_str() : nullptr;
+}
+
+KJIT_API void kjit_verify_report_release(kjit_verify_report *report) { delete report; }
 
 }  // extern "C"

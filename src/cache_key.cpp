@@ -2,6 +2,7 @@
 
 #include "cache_entry.hpp"
 #include "compiler.hpp"
+#include "filesystem.hpp"
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
@@ -180,11 +181,10 @@ Result<KeyedRequest> key_request(Request request) {
     }
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
+    auto cache_dir = absolute_folder(request.cache_dir);
+    if (!cache_dir) return std::move(cache_dir).error();
+    request.cache_dir = std::move(*cache_dir);
     std::error_code ec;
-    const std::string given_cache_dir = request.cache_dir;
-    request.cache_dir = std::filesystem::absolute(given_cache_dir, ec).lexically_normal().string();
-    if (ec || request.cache_dir.empty()) return Error{Errc::io, "cannot make '" + given_cache_dir + "' absolute"};
-    while (request.cache_dir.size() > 1 && request.cache_dir.back() == '/') request.cache_dir.pop_back();
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
 
     // Every file NVRTC may read must be in the key by content, however it is reached: find how

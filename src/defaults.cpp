@@ -1,6 +1,6 @@
 #include "defaults.hpp"
 
-#include "cache_maintenance.hpp"
+#include "size_units.hpp"
 #include "driver.hpp"
 
 #include <sched.h>
@@ -40,7 +40,7 @@ Result<std::string> arch() {
 Result<std::optional<std::uint64_t>> max_cache_bytes() {
     const std::string v = env("KJIT_CACHE_MAX_SIZE");
     if (v.empty()) return std::optional<std::uint64_t>{};
-    auto size = cache_maintenance::parse_size(v);
+    auto size = size_units::parse_size(v);
     if (!size) {
         return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message + "; 0 means no limit"};
     }

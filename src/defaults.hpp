@@ -20,9 +20,9 @@ Result<std::string> cache_dir();
 // use). Errors: invalid_argument saying how to set it and what the driver said.
 Result<std::string> arch();
 
-// The cache's size limit in bytes: $KJIT_CACHE_MAX_SIZE ("5G", "512M": cache_maintenance::
-// parse_size); nullopt when unset, empty or 0 (no limit, as in ccache). Errors:
-// invalid_argument naming the variable and what it accepts.
+// The cache's size limit in bytes: $KJIT_CACHE_MAX_SIZE ("5G", "512M": size_units::parse_size);
+// nullopt when unset, empty or 0 (no limit, as in ccache). Errors: invalid_argument naming the
+// variable and what it accepts.
 Result<std::optional<std::uint64_t>> max_cache_bytes();
 
 // The most workers a batch starts, whatever is asked.

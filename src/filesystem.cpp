@@ -101,6 +101,14 @@ std::optional<std::string> read_small_file(const std::string &path, std::size_t 
     return text;
 }
 
+Result<std::string> absolute_folder(const std::string &folder) {
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(folder, ec).lexically_normal().string();
+    if (ec || absolute.empty()) return Error{Errc::io, "cannot make '" + folder + "' absolute"};
+    while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
+    return absolute;
+}
+
 Status make_folders(const std::string &path, mode_t mode, std::string_view what) {
     std::string partial;
     std::size_t pos = 0;

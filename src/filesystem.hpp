@@ -195,6 +195,11 @@ Status replace_file(const std::string &path, const std::string &temp_stem, std::
 // that folder (openat). Never blocks on a FIFO planted in its place.
 std::optional<std::string> read_small_file(const std::string &path, std::size_t limit, int dir_fd = AT_FDCWD);
 
+// `folder` as libkjit works on it: made absolute against the working directory (the same
+// relative folder means another folder elsewhere), "." and ".." folded, no trailing '/'; links
+// are not resolved. Errors: io naming it.
+Result<std::string> absolute_folder(const std::string &folder);
+
 // mkdir -p: creates `path` and its missing parents with `mode` (less the umask). An existing
 // folder is fine, an existing non-folder is an error. Errors: io "cannot create <what>
 // '<partial path>'" with its errno (ENOTDIR for a non-folder in the way).

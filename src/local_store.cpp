@@ -1,7 +1,9 @@
 #include "local_store.hpp"
 
 #include "cache_entry.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
+#include "size_units.hpp"
 #include "dependency_watch.hpp"
 #include "filesystem.hpp"
 #include "folder_trust.hpp"
@@ -234,12 +236,12 @@ Result<std::optional<std::string>> LocalStore::publish(const KeyedRequest &keyed
         const cache_maintenance::Freed freed =
             cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
         log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", entry.manifest.key,
-                   published.error().message, freed.entries, cache_maintenance::format_size(freed.bytes));
+                   published.error().message, freed.entries, size_units::format_size(freed.bytes));
         published = cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
         if (!published) {
             Error e = std::move(published).error();
             e.message += " (the disk was full: libkjit evicted " + std::to_string(freed.entries) +
-                         " least recently used entries (" + cache_maintenance::format_size(freed.bytes) +
+                         " least recently used entries (" + size_units::format_size(freed.bytes) +
                          ") under the cache's size limit and tried again)";
             return e;
         }

@@ -6,7 +6,7 @@
 
 #include "batch_compiler.hpp"
 #include "cache.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_verification.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

@@ -4,7 +4,10 @@
 #include "cache.hpp"
 #include "defaults.hpp"
 #include "cache_entry.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_inventory.hpp"
+#include "cache_verification.hpp"
+#include "size_units.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
 #include "sidecar_store.hpp"
@@ -32,6 +35,7 @@ using kjit::cache::Cache;
 using kjit::cache::Request;
 namespace entry = kjit::cache_entry;
 namespace maintenance = kjit::cache_maintenance;
+namespace units = kjit::size_units;
 using namespace kjit_test;
 
 namespace {
@@ -117,28 +121,28 @@ std::vector<maintenance::Damage> damages(const maintenance::VerifyReport &r) {
 }  // namespace
 
 TEST(CacheMaintenance, ParsesSizesAndAges) {
-    EXPECT_EQ(*maintenance::parse_size("12345"), 12345u);
-    EXPECT_EQ(*maintenance::parse_size("5G"), 5ull << 30);
-    EXPECT_EQ(*maintenance::parse_size("5g"), 5ull << 30);
-    EXPECT_EQ(*maintenance::parse_size("512M"), 512ull << 20);
-    EXPECT_EQ(*maintenance::parse_size("2GiB"), 2ull << 30);
-    EXPECT_EQ(*maintenance::parse_size("100KB"), 100ull << 10);
-    EXPECT_EQ(*maintenance::parse_size("1.5G"), 3ull << 29);
-    EXPECT_EQ(*maintenance::parse_size("0"), 0u);
+    EXPECT_EQ(*units::parse_size("12345"), 12345u);
+    EXPECT_EQ(*units::parse_size("5G"), 5ull << 30);
+    EXPECT_EQ(*units::parse_size("5g"), 5ull << 30);
+    EXPECT_EQ(*units::parse_size("512M"), 512ull << 20);
+    EXPECT_EQ(*units::parse_size("2GiB"), 2ull << 30);
+    EXPECT_EQ(*units::parse_size("100KB"), 100ull << 10);
+    EXPECT_EQ(*units::parse_size("1.5G"), 3ull << 29);
+    EXPECT_EQ(*units::parse_size("0"), 0u);
     for (const char *bad : {"", "G", "-1G", "5X", "5 G", " 5G", "1e30T", "iB", "nan", "5GG"}) {
-        auto r = maintenance::parse_size(bad);
+        auto r = units::parse_size(bad);
         EXPECT_FALSE(r.ok()) << bad;
         if (!r.ok()) {
             EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
         }
     }
-    EXPECT_EQ(*maintenance::parse_age("30d"), 30 * 86400 * kSecond);
-    EXPECT_EQ(*maintenance::parse_age("12h"), 12 * 3600 * kSecond);
-    EXPECT_EQ(*maintenance::parse_age("0s"), 0);
-    EXPECT_EQ(*maintenance::parse_age("2w"), 14 * 86400 * kSecond);
-    for (const char *bad : {"", "d", "30", "30x", "1.5d", "-1d", "9999999999d"}) EXPECT_FALSE(maintenance::parse_age(bad).ok()) << bad;
-    EXPECT_EQ(maintenance::format_size(512), "512 B");
-    EXPECT_EQ(maintenance::format_size(3ull << 29), "1.5 GiB");
+    EXPECT_EQ(*units::parse_age("30d"), 30 * 86400 * kSecond);
+    EXPECT_EQ(*units::parse_age("12h"), 12 * 3600 * kSecond);
+    EXPECT_EQ(*units::parse_age("0s"), 0);
+    EXPECT_EQ(*units::parse_age("2w"), 14 * 86400 * kSecond);
+    for (const char *bad : {"", "d", "30", "30x", "1.5d", "-1d", "9999999999d"}) EXPECT_FALSE(units::parse_age(bad).ok()) << bad;
+    EXPECT_EQ(units::format_size(512), "512 B");
+    EXPECT_EQ(units::format_size(3ull << 29), "1.5 GiB");
 }
 
 TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
@@ -161,13 +165,13 @@ TEST(CacheMaintenance, AgesThatDoNotFitAreRefusedNotWrapped) {
                                                          {"106751d", std::int64_t{106751} * 86400 * kSecond},
                                                          {"9223372036s", 9223372036 * kSecond}};
     for (const auto &[text, ns] : fit) {
-        auto r = maintenance::parse_age(text);
+        auto r = units::parse_age(text);
         ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
         EXPECT_EQ(*r, ns) << text;
     }
     for (const char *huge : {"20000w", "15251w", "106752d", "999999999w", "999999999d", "9223372037s",
                              "99999999999999999999999s"}) {
-        auto r = maintenance::parse_age(huge);
+        auto r = units::parse_age(huge);
         ASSERT_FALSE(r.ok()) << huge << " gave " << *r;
         EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
         EXPECT_NE(r.error().message.find("too large"), std::string::npos) << r.error().message;
@@ -183,7 +187,7 @@ TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
         {"1.25KiB", 1280}, {"18446744073709551615", UINT64_MAX},
         {"15.999999T", 15999999ull * (1ull << 40) / 1000000}};
     for (const auto &[text, bytes] : good) {
-        auto r = maintenance::parse_size(text);
+        auto r = units::parse_size(text);
         ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
         EXPECT_EQ(*r, bytes) << text;
     }
@@ -196,7 +200,7 @@ TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
         {"16777216T", "too large"},  {"5KK", "unit 'KK'"},     {"5Bi", "unit 'Bi'"},
     };
     for (const auto &[text, why] : bad) {
-        auto r = maintenance::parse_size(text);
+        auto r = units::parse_size(text);
         ASSERT_FALSE(r.ok()) << text << " gave " << *r;
         EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
         EXPECT_NE(r.error().message.find(why), std::string::npos) << text << ": " << r.error().message;

@@ -182,6 +182,21 @@ json_check 'd["entries"] == 0'
 echo file >"$WORK/a-file"
 expect_rc 5 "$KJIT" cache verify --cache-dir "$WORK/a-file"
 
+# The folder is reported absolute, as kjit_cache_dir resolves it for the library: a relative
+# --cache-dir against the working directory, and the default from $KJIT_CACHE_DIR.
+expect_rc 0 env -C "$WORK" "$KJIT" cache stats --cache-dir ./cache/ --json
+json_check "d['cache_dir'] == '$(cd "$WORK" && pwd -P)/cache'"
+KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache verify --json
+json_check "d['cache_dir'] == '$C' and d['clean']"
+
+# The command links only libkjit.so: of libkjit's internals it carries the size units alone
+# (it used to link the internal static library too, a second copy of libkjit in the process).
+if command -v nm >/dev/null; then
+    others=$(nm -C --defined-only "$KJIT" | grep -E ' [TtWw] kjit::' | grep -v ' kjit::size_units::' || true)
+    [ -z "$others" ] || fail "kjit carries libkjit's internals: $(echo "$others" | head -n 3)"
+    readelf -d "$KJIT" | grep -q 'NEEDED.*libkjit\.so' || fail "kjit does not link libkjit.so"
+fi
+
 if [ "$failures" -gt 0 ]; then
     echo "cli_test: $failures failures"
     exit 1

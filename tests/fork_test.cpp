@@ -10,7 +10,7 @@
 
 #include "batch_support.hpp"
 #include "c_api_support.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
 #include "compiler.hpp"
 
 #include <gtest/gtest.h>

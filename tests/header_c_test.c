@@ -67,6 +67,27 @@ int main(void) {
         }
         kjit_batch_result_release(result);
     }
+    {
+        /* The cache maintenance types and initializers, as C99 sees them, on a folder that does
+           not exist (an empty cache, left uncreated). */
+        kjit_cache_summary summary = KJIT_CACHE_SUMMARY_INIT;
+        kjit_prune_options prune = KJIT_PRUNE_OPTIONS_INIT;
+        kjit_prune_report report = KJIT_PRUNE_REPORT_INIT;
+        kjit_cache_arches *arches = NULL;
+        kjit_verify_report *verified = NULL;
+        const char *missing = "/nonexistent/kjit-header-c-test";
+        prune.max_size = 0;
+        if (kjit_cache_summarize(missing, &summary, &arches) != KJIT_OK || summary.entries != 0 ||
+            kjit_cache_arches_count(arches) != 0 || kjit_cache_prune(missing, &prune, &report) != KJIT_OK ||
+            kjit_cache_verify(missing, 0, &verified) != KJIT_OK || kjit_verify_report_count(verified) != 0 ||
+            kjit_prune_options_init(&prune, sizeof prune) != KJIT_OK || prune.older_than_s != KJIT_PRUNE_NO_LIMIT ||
+            strcmp(kjit_cache_problem_string(KJIT_CACHE_STALE_TEMP), "stale_temp") != 0) {
+            fprintf(stderr, "unexpected cache maintenance: %s\n", kjit_last_error());
+            return 1;
+        }
+        kjit_cache_arches_release(arches);
+        kjit_verify_report_release(verified);
+    }
     printf("C consumer OK: libkjit %s\n", kjit_version_string());
     return 0;
 }

@@ -9,7 +9,8 @@
 // saying why.
 #include "kjit/kjit.h"
 
-#include "cache_maintenance.hpp"
+#include "cache_eviction.hpp"
+#include "cache_verification.hpp"
 #include "hashing.hpp"
 #include "test_support.hpp"
 

@@ -35,11 +35,14 @@
  * @par Ownership
  *  - Input strings, arrays and structs are only read during the call; none is retained.
  *  - Strings returned by the library (kjit_status_string(), kjit_last_error(),
- *    kjit_version_string(), kjit_kernel_name(), kjit_kernel_cubin_path()) are owned by it;
+ *    kjit_version_string(), kjit_cache_problem_string(), kjit_kernel_name(),
+ *    kjit_kernel_cubin_path(), the accessors of results and reports) are owned by it;
  *    each function says how long its string stays valid. Never free them.
  *  - A ::kjit_kernel from kjit_load_cached() belongs to the caller, who releases it once with
  *    kjit_kernel_release(); so does a ::kjit_batch_result from kjit_compile_batch(), released
- *    with kjit_batch_result_release(). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
+ *    with kjit_batch_result_release(), a ::kjit_cache_arches from kjit_cache_summarize()
+ *    (kjit_cache_arches_release()) and a ::kjit_verify_report from kjit_cache_verify()
+ *    (kjit_verify_report_release()). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
  *    the `CUfunction` of kjit_kernel_cufunction() by the driver.
  */
 /**
@@ -60,6 +63,13 @@
  *    ::kjit_batch_options, ::kjit_batch_progress_fn, ::kjit_batch_result and its accessors).
  *  - kjit_get_stats(), ::kjit_stats: process-wide counters (hits, misses, NVRTC time, sidecar
  *    use, loads, eviction, errors by status).
+ *  - kjit_cache_summarize(), kjit_cache_prune(), kjit_cache_verify(), kjit_cache_clear(),
+ *    kjit_cache_dir(): look after a cache folder as `kjit cache stats/prune/verify/clear` do
+ *    (::kjit_cache_summary and ::kjit_cache_arches, ::kjit_prune_options and
+ *    ::kjit_prune_report, ::kjit_verify_report and its accessors, ::kjit_cache_problem).
+ *  - kjit_compile_options_init(), kjit_compile_request_init(), kjit_batch_options_init(),
+ *    kjit_prune_options_init(): the `*_INIT` macros as functions, for bindings that cannot use
+ *    macros (Python, Rust, Julia).
  *  - kjit_version(), kjit_version_string(), #KJIT_VERSION_NUMBER: versions.
  */
 #ifndef KJIT_KJIT_H
@@ -76,10 +86,10 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 3
+#define KJIT_VERSION_MINOR 4
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
-/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (300 for 0.3.0). */
+/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (400 for 0.4.0). */
 #define KJIT_VERSION_NUMBER (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)
 /** @} */
 
@@ -170,13 +180,14 @@ KJIT_API const char *kjit_last_error(void);
  *
  * Compare with the #KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
  * libkjit.so at run time.
- * @return `major * 10000 + minor * 100 + patch` of the loaded library (300 for 0.3.0).
+ * @return `major * 10000 + minor * 100 + patch` of the loaded library (400 for 0.4.0).
  * @note Thread safe.
  */
 KJIT_API unsigned kjit_version(void);
 
 /**
- * @brief The run-time library version as text, e.g. "0.1.0".
+ * @brief The run-time library version as text, e.g. "0.4.0": the three numbers of
+ *        kjit_version(), separated by dots.
  * @return A static string, never NULL, owned by the library.
  * @note Thread safe.
  */
@@ -288,16 +299,16 @@ typedef struct kjit_compile_options {
     const char *name_expression;
     /** Size limit of the cache folder in bytes (since 0.2). 0: $KJIT_CACHE_MAX_SIZE (e.g.
         "5G"; decimal, K, M, G, T are powers of 1024; "0" there means no limit), else no
-        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the cache is measured (at most every 30 s
-        per process, or sooner when this process's publishes may have crossed the limit) and,
-        when over, the least recently used entries are evicted, whole, down to 90% of the
-        limit. Recency is recorded by libkjit (the entry folder's mtime, updated at most once a
-        minute per entry by hits and loads), so it holds on noatime mounts. An entry used in
-        the last two minutes (or handed out by a kjit_compile_batch() that returned less than
-        two minutes ago) is never evicted, so a fast sweep can briefly exceed the limit.
-        Hits never measure or evict. A publish that fails for a full disk or quota evicts and
-        tries once more. A malformed $KJIT_CACHE_MAX_SIZE is
-        #KJIT_ERROR_INVALID_ARGUMENT. */
+        limit. UINT64_MAX: no limit, whatever the variable says. After a miss publishes, the
+        cache is measured (throttled per process, and at once when this process's publishes
+        may have crossed the limit) and, when over, the least recently used entries are
+        evicted, whole, to below the limit (docs/cache-layout.md says how often and how far).
+        Recency is recorded by libkjit itself, not the file system's access times, so it holds
+        on noatime mounts. An entry used in the last two minutes (or handed out by a
+        kjit_compile_batch() that returned less than two minutes ago) is never evicted, so a
+        fast sweep can briefly exceed the limit. Hits never measure or evict. A publish that
+        fails for a full disk or quota evicts and tries once more. A malformed
+        $KJIT_CACHE_MAX_SIZE is #KJIT_ERROR_INVALID_ARGUMENT. */
     uint64_t max_cache_size;
 } kjit_compile_options;
 
@@ -442,14 +453,12 @@ typedef struct kjit_batch_options {
         on. Fewer start when there are fewer misses; more than 256 means 256. */
     unsigned workers;
     /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
-        later compile with the same includes and options starts from the parsed state (a CUB
-        kernel: about 1.6 s plain, 0.3 to 0.4 s with the headers parsed, after a first compile
-        of about 2.2 s). The default uses it for the misses whose headers (options, include
-        paths, in-memory headers, the source up to its last `#include`) are another miss's of
-        the batch: a PCH used by one compile only costs its creation (6 CUB items that each
-        put their configuration before the `#include`: 9 s with a PCH each, 6 s without), and
-        a header-free source has nothing to precompile and was 10-15% slower with it on 2
-        workers (docs/batch.md has the measurements). Each distinct set of headers (options,
+        later compile with the same includes and options starts from the parsed state; the
+        compile that creates it costs more than a plain one. The default uses it for the
+        misses whose headers (options, include paths, in-memory headers, the source up to its
+        last `#include`) are another miss's of the batch, as a PCH used by one compile only
+        costs its creation and a header-free source has nothing to precompile
+        (docs/batch.md has the measurements). Each distinct set of headers (options,
         in-memory headers, the content of every header read from disk, the source up to its
         last `#include`) gets PCHs of its own, since NVRTC would reuse one made from other
         headers; they live under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. The PCH is not in
@@ -789,6 +798,454 @@ typedef struct kjit_stats {
  * @note Thread safe and lock-free.
  */
 KJIT_API kjit_status kjit_get_stats(kjit_stats *stats);
+
+/**
+ * @name Option initializers (since 0.4)
+ * For callers that cannot use the `*_INIT` macros (Python's ctypes, Rust, Julia): each sets a
+ * struct's fields to exactly what its macro sets.
+ * @{
+ */
+
+/**
+ * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).
+ *
+ * Only the first `struct_size` bytes are written, so a caller built against an older, smaller
+ * struct passes its own `sizeof` and nothing past it is touched.
+ * @param[out] options     The struct to fill; its `struct_size` becomes `struct_size`.
+ * @param[in]  struct_size `sizeof(kjit_compile_options)` as the caller was compiled with it.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     The struct holds the defaults.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL `options`, or a struct_size below `sizeof(size_t)` or
+ *                                     above this library's `sizeof(kjit_compile_options)`;
+ *                                     nothing is written.
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_compile_options_init(kjit_compile_options *options, size_t struct_size);
+
+/**
+ * @brief Fills a ::kjit_compile_request as #KJIT_COMPILE_REQUEST_INIT does (since 0.4).
+ * @param[out] request     The struct to fill (the first `struct_size` bytes only).
+ * @param[in]  struct_size `sizeof(kjit_compile_request)` as the caller was compiled with it.
+ * @return #KJIT_OK, or #KJIT_ERROR_INVALID_ARGUMENT for a NULL `request` or a struct_size
+ *         below `sizeof(size_t)` or above this library's (nothing is written).
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_compile_request_init(kjit_compile_request *request, size_t struct_size);
+
+/**
+ * @brief Fills a ::kjit_batch_options as #KJIT_BATCH_OPTIONS_INIT does (since 0.4).
+ * @param[out] options     The struct to fill (the first `struct_size` bytes only).
+ * @param[in]  struct_size `sizeof(kjit_batch_options)` as the caller was compiled with it.
+ * @return #KJIT_OK, or #KJIT_ERROR_INVALID_ARGUMENT for a NULL `options` or a struct_size
+ *         below `sizeof(size_t)` or above this library's (nothing is written).
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_batch_options_init(kjit_batch_options *options, size_t struct_size);
+
+/** @} */
+
+/**
+ * @name Cache maintenance (since 0.4)
+ * What `kjit cache stats`, `prune`, `verify` and `clear` do, for any program: see the size of a
+ * cache folder, bound it, check it and empty it. Every function takes the cache folder as
+ * kjit_compile_options::cache_dir does: NULL or "" is the default folder ($KJIT_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit), a relative folder is taken against the working
+ * directory, and a folder kjit_compile() would refuse (another user's, writable by others, under
+ * an unsafe parent) is refused with #KJIT_ERROR_IO naming it. A folder that does not exist is
+ * an empty cache: nothing to count, check or remove, and it is not created.
+ *
+ * Sizes are disk space as `du` counts it (blocks of each entry's folder and files), so a limit
+ * bounds the disk. Entries are removed whole and atomically: a concurrent reader sees the whole
+ * entry or a miss, never part of one, and the next kjit_compile() of a removed entry rebuilds it.
+ * Removers (prune, clear, verify with fix, and the eviction kjit_compile() runs under a size
+ * limit) hold an exclusive lock on `<cache>/.kjit-lock` and wait for each other; hits, loads and
+ * publishes take no lock and are never blocked by them.
+ * @{
+ */
+
+/**
+ * @brief The absolute cache folder that kjit_compile() and the cache functions below use for a
+ *        given `cache_dir` (since 0.4): the default for NULL or "", a relative folder made
+ *        absolute against the working directory, `.` and `..` folded, no trailing `/`. Links
+ *        are not resolved and nothing is checked or created.
+ * @param[in]  cache_dir A folder, or NULL or "" for the default.
+ * @param[out] path      Caller buffer for the NUL-terminated folder; may be NULL only when
+ *                       path_size is 0.
+ * @param[in]  path_size Size of `path` in bytes, including room for the NUL.
+ * @param[out] path_len  If not NULL, receives strlen of the folder, also on
+ *                       #KJIT_ERROR_BUFFER_TOO_SMALL.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     The folder was written (or only its length).
+ * @retval KJIT_ERROR_INVALID_ARGUMENT No default: none of $KJIT_CACHE_DIR, $XDG_CACHE_HOME,
+ *                                     $HOME is set; NULL `path` with non-zero path_size.
+ * @retval KJIT_ERROR_IO               The working directory cannot be found.
+ * @retval KJIT_ERROR_BUFFER_TOO_SMALL Nothing but the length is written.
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t path_size, size_t *path_len);
+
+/**
+ * @brief What a cache folder holds, filled by kjit_cache_summarize(). Like ::kjit_stats, it starts
+ *        with `struct_size` and only ever gains fields at the end. Times are nanoseconds since the
+ *        Unix epoch (UTC), 0 when there is no entry.
+ */
+typedef struct kjit_cache_summary {
+    /** Set by the caller to `sizeof(kjit_cache_summary)`; the library fills that many bytes. */
+    size_t struct_size;
+    /** Cache entries (one compiled kernel each). */
+    uint64_t entries;
+    /** Disk space of the entries and their variants files: what a size limit bounds. */
+    uint64_t bytes;
+    /** The size limit kjit_compile() applies here by default: $KJIT_CACHE_MAX_SIZE in bytes,
+        0 when there is none (unset, empty or "0"). */
+    uint64_t max_size;
+    /** Folders and files in transit: entries being written or removed, and those left so by
+        killed processes (swept once stale). */
+    uint64_t in_transit;
+    /** Their disk space. */
+    uint64_t in_transit_bytes;
+    /** Names in the folder that are not of the cache's shape; they are never touched. */
+    uint64_t foreign;
+    /** When the least recently used entry was last used (its recency record). */
+    int64_t least_recent_use_ns;
+    /** When the most recently used entry was last used. */
+    int64_t most_recent_use_ns;
+    /** When the oldest entry was compiled, to the second (from its manifest). */
+    int64_t oldest_created_ns;
+    /** When the newest entry was compiled, to the second. */
+    int64_t newest_created_ns;
+} kjit_cache_summary;
+
+/** @brief Initializer for ::kjit_cache_summary: the size set, everything else 0. */
+#define KJIT_CACHE_SUMMARY_INIT { sizeof(kjit_cache_summary), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/**
+ * @brief A cache folder's entries by target architecture, from kjit_cache_summarize(): an opaque
+ *        handle owned by the caller, released once with kjit_cache_arches_release(). Read-only,
+ *        so its accessors may be used from any thread.
+ */
+typedef struct kjit_cache_arches kjit_cache_arches;
+
+/**
+ * @brief Counts a cache folder's entries and their disk space (what `kjit cache stats` shows).
+ *
+ * Walks the folder's shards and reads each entry's manifest (for its arch and creation time);
+ * no cubin is read and nothing is changed or locked, so it is safe at any time, and the counts
+ * are those of a cache other processes may be changing meanwhile.
+ * @param[in]     cache_dir The cache folder; NULL or "" for the default (see above).
+ * @param[in,out] summary   A struct with struct_size set (#KJIT_CACHE_SUMMARY_INIT or `sizeof`);
+ *                          the library fills the first struct_size bytes.
+ * @param[out]    arches    If not NULL, receives a new handle on the per-arch breakdown (release
+ *                          it with kjit_cache_arches_release()); NULL on failure.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     `*summary` (and `*arches`) are filled.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL `summary`, a struct_size below `sizeof(size_t)` or
+ *                                     above this library's, no default folder, or a malformed
+ *                                     $KJIT_CACHE_MAX_SIZE.
+ * @retval KJIT_ERROR_IO               The folder is not a folder, cannot be read, or is refused
+ *                                     (see above); the message names it.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summary *summary,
+                                          kjit_cache_arches **arches);
+
+/**
+ * @brief Number of architectures in a breakdown.
+ * @param[in] arches A handle from kjit_cache_summarize(), or NULL.
+ * @return How many distinct architectures the entries have; 0 for NULL.
+ * @note Thread safe.
+ */
+KJIT_API size_t kjit_cache_arches_count(const kjit_cache_arches *arches);
+
+/**
+ * @brief One architecture's name, e.g. "sm_90a"; "unknown" gathers entries whose manifest could
+ *        not be read. Names are in ascending byte order.
+ * @param[in] arches A handle from kjit_cache_summarize().
+ * @param[in] index  0 to kjit_cache_arches_count() - 1.
+ * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL
+ *         handle or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_cache_arches_name(const kjit_cache_arches *arches, size_t index);
+
+/**
+ * @brief How many entries one architecture has.
+ * @param[in] arches A handle from kjit_cache_summarize().
+ * @param[in] index  0 to kjit_cache_arches_count() - 1.
+ * @return The count; 0 for a NULL handle or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API uint64_t kjit_cache_arches_entries(const kjit_cache_arches *arches, size_t index);
+
+/**
+ * @brief The disk space of one architecture's entries.
+ * @param[in] arches A handle from kjit_cache_summarize().
+ * @param[in] index  0 to kjit_cache_arches_count() - 1.
+ * @return Bytes; 0 for a NULL handle or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API uint64_t kjit_cache_arches_bytes(const kjit_cache_arches *arches, size_t index);
+
+/**
+ * @brief Releases a breakdown; its names go with it. NULL is accepted and ignored.
+ * @param[in] arches The handle to release, or NULL. It must not be used afterwards.
+ * @note Thread safe, but each handle is released once, after its last use by any thread.
+ */
+KJIT_API void kjit_cache_arches_release(kjit_cache_arches *arches);
+
+/** @brief No bound: the value of kjit_prune_options::max_size and
+ *         kjit_prune_options::older_than_s that leaves it out. */
+#define KJIT_PRUNE_NO_LIMIT UINT64_MAX
+
+/**
+ * @brief Options for kjit_cache_prune(). Set `struct_size = sizeof(kjit_prune_options)` (or
+ *        start from #KJIT_PRUNE_OPTIONS_INIT or kjit_prune_options_init()); fields are only
+ *        ever appended. NULL options mean all defaults: no bound, so only the sweep of stale
+ *        folders in transit and of variants files of removed entries is done.
+ */
+typedef struct kjit_prune_options {
+    /** `sizeof(kjit_prune_options)` as the caller was compiled with it. */
+    size_t struct_size;
+    /** Remove the least recently used entries until the rest take at most this many bytes
+        (0 removes every entry not in use). #KJIT_PRUNE_NO_LIMIT (the default): no size bound. */
+    uint64_t max_size;
+    /** Remove the entries not used for this many seconds (0: every entry not in use); at most
+        9223372036 (about 292 years). #KJIT_PRUNE_NO_LIMIT (the default): no age bound. */
+    uint64_t older_than_s;
+} kjit_prune_options;
+
+/** @brief Initializer for ::kjit_prune_options: the size set, no bound. */
+#define KJIT_PRUNE_OPTIONS_INIT { sizeof(kjit_prune_options), KJIT_PRUNE_NO_LIMIT, KJIT_PRUNE_NO_LIMIT }
+
+/**
+ * @brief Fills a ::kjit_prune_options as #KJIT_PRUNE_OPTIONS_INIT does (since 0.4).
+ * @param[out] options     The struct to fill (the first `struct_size` bytes only).
+ * @param[in]  struct_size `sizeof(kjit_prune_options)` as the caller was compiled with it.
+ * @return #KJIT_OK, or #KJIT_ERROR_INVALID_ARGUMENT for a NULL `options` or a struct_size
+ *         below `sizeof(size_t)` or above this library's (nothing is written).
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_prune_options_init(kjit_prune_options *options, size_t struct_size);
+
+/**
+ * @brief What kjit_cache_prune() or kjit_cache_clear() did. Filled by the library; like
+ *        ::kjit_stats, it starts with `struct_size` and only ever gains fields at the end.
+ */
+typedef struct kjit_prune_report {
+    /** Set by the caller to `sizeof(kjit_prune_report)`; the library fills that many bytes. */
+    size_t struct_size;
+    /** Entries removed. */
+    uint64_t removed_entries;
+    /** Their disk space. */
+    uint64_t removed_bytes;
+    /** Entries that would have gone but were in use, and were kept. */
+    uint64_t spared_in_use;
+    /** Stale folders in transit (left by killed processes) removed. */
+    uint64_t removed_in_transit;
+    /** Variants files none of whose entries is left, removed. */
+    uint64_t removed_variants_files;
+    /** Entries left. */
+    uint64_t kept_entries;
+    /** Disk space of what is left (entries and variants files). */
+    uint64_t kept_bytes;
+} kjit_prune_report;
+
+/** @brief Initializer for ::kjit_prune_report: the size set, every count 0. */
+#define KJIT_PRUNE_REPORT_INIT { sizeof(kjit_prune_report), 0, 0, 0, 0, 0, 0, 0 }
+
+/**
+ * @brief Removes cache entries by recency (what `kjit cache prune` does).
+ *
+ * First the entries not used for kjit_prune_options::older_than_s, then the least recently used
+ * until the rest fit in kjit_prune_options::max_size; stale folders in transit and variants files
+ * of removed entries go too. Recency is libkjit's own record, set by hits, loads and running
+ * batches (docs/cache-layout.md). An entry in use is never removed (it is counted in
+ * kjit_prune_report::spared_in_use): one used within the last two minutes, or handed out by a
+ * kjit_compile_batch() of this process that is running or returned less than two minutes ago. An
+ * entry whose recency record lies in the future counts as used now, and its record is set to now.
+ * @param[in]     cache_dir The cache folder; NULL or "" for the default (see above).
+ * @param[in]     options   NULL for the defaults, else a struct with struct_size set.
+ * @param[in,out] report    NULL, or a struct with struct_size set (#KJIT_PRUNE_REPORT_INIT or
+ *                          `sizeof`): the library fills its first struct_size bytes.
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     Done (also for a folder that does not exist).
+ * @retval KJIT_ERROR_INVALID_ARGUMENT A struct_size below `sizeof(size_t)` or above this
+ *                                     library's, an older_than_s over 9223372036 other than
+ *                                     #KJIT_PRUNE_NO_LIMIT, or no default folder. Nothing is
+ *                                     removed.
+ * @retval KJIT_ERROR_IO               The folder is not a folder, cannot be read or locked, or is
+ *                                     refused (see above); the message names it.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
+ * @note Thread safe; blocks while another remover (in any process) holds the cache lock.
+ */
+KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_options *options,
+                                      kjit_prune_report *report);
+
+/**
+ * @brief Removes every cache entry, in use or not, every variants file and every stale folder in
+ *        transit (what `kjit cache clear` does). Publishes in progress in other processes are
+ *        left to finish; a process holding a loaded kernel keeps it (the driver has its image).
+ * @param[in]     cache_dir The cache folder; NULL or "" for the default (see above).
+ * @param[in,out] report    NULL, or a struct with struct_size set: filled as by
+ *                          kjit_cache_prune().
+ * @return #KJIT_OK, or the failure's status (its detail in kjit_last_error()), as for
+ *         kjit_cache_prune().
+ * @note Thread safe; blocks while another remover holds the cache lock.
+ */
+KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *report);
+
+/**
+ * @brief What kjit_cache_verify() found wrong with a path. Append-only, like ::kjit_status;
+ *        kjit_cache_problem_string() names each value.
+ */
+typedef enum kjit_cache_problem {
+    KJIT_CACHE_MISPLACED = 0,          /**< An entry in the wrong shard, or an entry name that is
+                                            not a folder. */
+    KJIT_CACHE_MISSING_FILE = 1,       /**< The manifest, source, cubin or dependency list is missing. */
+    KJIT_CACHE_BAD_MANIFEST = 2,       /**< The manifest is unreadable, fails its check line, or is
+                                            another entry's. */
+    KJIT_CACHE_BAD_CUBIN = 3,          /**< The cubin is not a CUDA ELF, not the bytes published, or
+                                            lacks its kernel. */
+    KJIT_CACHE_TRUNCATED_CUBIN = 4,    /**< The cubin's size differs from the one published. */
+    KJIT_CACHE_SIDECAR_MISSING = 5,    /**< No `kernel.cubin.name` sidecar. */
+    KJIT_CACHE_SIDECAR_DAMAGED = 6,    /**< The sidecar is unreadable, garbage, or has no line for
+                                            the entry's keyword. */
+    KJIT_CACHE_SIDECAR_STALE = 7,      /**< The sidecar's line is for another version of the cubin. */
+    KJIT_CACHE_SIDECAR_WRONG_NAME = 8, /**< The sidecar's line names another kernel than the manifest. */
+    KJIT_CACHE_STALE_TEMP = 9          /**< A temp folder or file left by a killed process. */
+} kjit_cache_problem;
+
+/**
+ * @brief Names a ::kjit_cache_problem as `kjit cache verify` prints it ("truncated_cubin",
+ *        "sidecar_damaged", ...: the enumerator's name after `KJIT_CACHE_`, in lower case).
+ * @param[in] problem Any value; values this version does not know give "unknown".
+ * @return A static string, never NULL, owned by the library.
+ * @note Thread safe. Does not change kjit_last_error().
+ */
+KJIT_API const char *kjit_cache_problem_string(int problem);
+
+/**
+ * @brief The findings of kjit_cache_verify(): an opaque handle owned by the caller, released
+ *        once with kjit_verify_report_release(). Read-only, so its accessors may be used from
+ *        any thread.
+ */
+typedef struct kjit_verify_report kjit_verify_report;
+
+/**
+ * @brief Checks every entry of a cache folder and, with `fix`, repairs it (what `kjit cache
+ *        verify` does).
+ *
+ * An entry is sound when it is complete, its manifest passes its check line, its cubin is a
+ * CUDA ELF of the size and XXH3-128 recorded at publish holding the kernel its manifest names,
+ * and its sidecar agrees with the cubin and the manifest. Stale temp folders and files left by
+ * killed processes are found too. Without `fix` nothing is changed and no lock is taken. With
+ * `fix`, under the cache lock: a damaged sidecar is rebuilt from the manifest's name (only from
+ * a manifest that passes its check, with the name in the cubin's symbols and passing the keyword
+ * rule), an entry that cannot be repaired is removed (the next kjit_compile() rebuilds it) and
+ * stale temps are removed. Entries being published or removed meanwhile are not reported.
+ * @param[in]  cache_dir The cache folder; NULL or "" for the default (see above).
+ * @param[in]  fix       Non-zero to repair what is found.
+ * @param[out] report    Receives a new report on #KJIT_OK (release it with
+ *                       kjit_verify_report_release()), NULL on failure.
+ * @return #KJIT_OK also when problems were found (the report lists them), or the failure's
+ *         status (its detail in kjit_last_error()):
+ * @retval KJIT_OK                     `*report` holds the findings.
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL `report`, or no default folder.
+ * @retval KJIT_ERROR_IO               The folder is not a folder, cannot be read or (with fix)
+ *                                     locked, or is refused (see above); the message names it.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
+ * @note Thread safe; with `fix` it blocks while another remover holds the cache lock.
+ */
+KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_verify_report **report);
+
+/**
+ * @brief How many entries were checked (entries of the cache's shape, sound or not).
+ * @param[in] report A report from kjit_cache_verify(), or NULL.
+ * @return The count; 0 for NULL.
+ * @note Thread safe.
+ */
+KJIT_API size_t kjit_verify_report_entries_checked(const kjit_verify_report *report);
+
+/**
+ * @brief How many of the entries checked were sound.
+ * @param[in] report A report from kjit_cache_verify(), or NULL.
+ * @return The count; 0 for NULL.
+ * @note Thread safe.
+ */
+KJIT_API size_t kjit_verify_report_entries_ok(const kjit_verify_report *report);
+
+/**
+ * @brief How many problems were found (0: the cache is sound).
+ * @param[in] report A report from kjit_cache_verify(), or NULL.
+ * @return The count; 0 for NULL.
+ * @note Thread safe.
+ */
+KJIT_API size_t kjit_verify_report_count(const kjit_verify_report *report);
+
+/**
+ * @brief The path a problem was found at: an entry folder, or a temp folder or file.
+ * @param[in] report A report from kjit_cache_verify().
+ * @param[in] index  0 to kjit_verify_report_count() - 1.
+ * @return NUL-terminated, owned by the report, valid until it is released; NULL for a NULL
+ *         report or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_verify_report_path(const kjit_verify_report *report, size_t index);
+
+/**
+ * @brief What a problem is.
+ * @param[in] report A report from kjit_cache_verify().
+ * @param[in] index  0 to kjit_verify_report_count() - 1.
+ * @return A ::kjit_cache_problem (a value this header may not know yet, from a newer library:
+ *         treat it as damage); -1 for a NULL report or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API int kjit_verify_report_kind(const kjit_verify_report *report, size_t index);
+
+/**
+ * @brief What exactly is wrong, for people: names the file, e.g. "'.../kernel.cubin' has 100
+ *        bytes; 5176 were published".
+ * @param[in] report A report from kjit_cache_verify().
+ * @param[in] index  0 to kjit_verify_report_count() - 1.
+ * @return NUL-terminated, owned by the report, valid until it is released; NULL for a NULL
+ *         report or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_verify_report_detail(const kjit_verify_report *report, size_t index);
+
+/**
+ * @brief Whether a problem was repaired (only with `fix`).
+ * @param[in] report A report from kjit_cache_verify().
+ * @param[in] index  0 to kjit_verify_report_count() - 1.
+ * @return 1 when it was, 0 when not (always 0 without `fix`), -1 for a NULL report or an index
+ *         out of range.
+ * @note Thread safe.
+ */
+KJIT_API int kjit_verify_report_fixed(const kjit_verify_report *report, size_t index);
+
+/**
+ * @brief What `fix` did about a problem, for people, e.g. "rebuilt the sidecar from the cubin
+ *        and the manifest", or why it could not.
+ * @param[in] report A report from kjit_cache_verify().
+ * @param[in] index  0 to kjit_verify_report_count() - 1.
+ * @return NUL-terminated, owned by the report, valid until it is released; "" without `fix`;
+ *         NULL for a NULL report or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_verify_report_action(const kjit_verify_report *report, size_t index);
+
+/**
+ * @brief Releases a verify report; its strings go with it. NULL is accepted and ignored.
+ * @param[in] report The report to release, or NULL. It must not be used afterwards.
+ * @note Thread safe, but each report is released once, after its last use by any thread.
+ */
+KJIT_API void kjit_verify_report_release(kjit_verify_report *report);
+
+/** @} */
 
 KJIT_END_DECLS
 

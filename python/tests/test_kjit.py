@@ -6,6 +6,7 @@ cubins are made here with kjit.compile(arch="sm_90") into a temporary cache: NVR
 """
 
 import ctypes
+import datetime
 import gc
 import json
 import multiprocessing
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 
 import pytest
@@ -837,3 +839,115 @@ def test_callback_exception_after_a_compile_propagates_and_cancels(tmp_path):
     published = _published(tmp_path)
     assert index in published and len(published) < total
     _assert_hits_now(tmp_path, published)
+
+
+# --------------------------------------------------------------------------------------------
+# Cache maintenance (libkjit 0.4): cache_stats, prune, verify, clear
+
+def _cache_with_entries(cache, n):
+    """n distinct entries compiled into ``cache``, made idle (used 1 to n hours ago, entry 0 the
+    least recently): their cubin paths."""
+    paths = []
+    for i in range(n):
+        paths.append(kjit.compile(SIMPLE + f"\n// maintenance {i}\n", "scale", cache_dir=cache, arch="sm_90"))
+    now = time.time()
+    for i, p in enumerate(paths):
+        entry = os.path.dirname(p)
+        os.utime(entry, (now, now - (n - i) * 3600))
+    return paths
+
+
+def test_cache_stats_counts_entries(tmp_path):
+    cache = tmp_path / "cache"
+    paths = _cache_with_entries(cache, 2)
+    s = kjit.cache_stats(cache)
+    assert s["cache_dir"] == str(cache)
+    assert s["entries"] == 2 and s["bytes"] > 0
+    assert s["by_arch"] == {"sm_90": {"entries": 2, "bytes": s["bytes"]}}
+    assert s["max_size"] is None and s["foreign"] == 0
+    assert s["least_recent_use_ns"] < s["most_recent_use_ns"]
+    assert s["oldest_created_ns"] % 10**9 == 0 and s["oldest_created_ns"] <= s["newest_created_ns"]
+    assert os.path.exists(paths[0])
+    # The default folder, as compile() finds it.
+    empty = tmp_path / "nothing-here"
+    os.environ["KJIT_CACHE_DIR"] = str(empty)
+    try:
+        assert kjit.cache_dir() == str(empty)
+        assert kjit.cache_stats()["entries"] == 0 and kjit.cache_stats()["least_recent_use_ns"] is None
+    finally:
+        del os.environ["KJIT_CACHE_DIR"]
+    assert not empty.exists()
+
+
+def test_cache_stats_size_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE_MAX_SIZE", "2G")
+    assert kjit.cache_stats(tmp_path)["max_size"] == 2 << 30
+    monkeypatch.setenv("KJIT_CACHE_MAX_SIZE", "0x10")
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.cache_stats(tmp_path)
+    assert "KJIT_CACHE_MAX_SIZE" in info.value.message and info.value.function == "kjit_cache_summarize"
+
+
+def test_prune_by_age_and_by_size(tmp_path):
+    cache = tmp_path / "cache"
+    paths = _cache_with_entries(cache, 3)  # used 3, 2 and 1 hours ago
+    report = kjit.prune(cache, older_than=datetime.timedelta(minutes=150))
+    assert report["removed_entries"] == 1 and report["kept_entries"] == 2
+    assert [os.path.exists(p) for p in paths] == [False, True, True]
+    report = kjit.prune(cache, max_size=kjit.cache_stats(cache)["bytes"] - 1)
+    assert report["removed_entries"] == 1 and report["kept_entries"] == 1
+    assert [os.path.exists(p) for p in paths] == [False, False, True]
+    # No bound: nothing but stale temps goes.
+    assert kjit.prune(cache)["removed_entries"] == 0
+    # Entries in use are spared.
+    fresh = kjit.compile(SIMPLE + "\n// fresh\n", "scale", cache_dir=cache, arch="sm_90")
+    report = kjit.prune(cache, max_size=0, older_than=0)
+    assert report["removed_entries"] == 1 and report["spared_in_use"] == 1 and os.path.exists(fresh)
+
+
+def test_prune_bad_arguments(tmp_path):
+    for bad, error in ((-1, ValueError), ("5G", TypeError), (True, TypeError), (2**64, ValueError)):
+        with pytest.raises(error):
+            kjit.prune(tmp_path, max_size=bad)
+    with pytest.raises(ValueError):
+        kjit.prune(tmp_path, older_than=-5)
+    with pytest.raises(TypeError):
+        kjit.prune(tmp_path, older_than="30d")
+    with pytest.raises(kjit.InvalidArgument) as info:  # more than libkjit can count in ns
+        kjit.prune(tmp_path, older_than=20000 * 7 * 86400)
+    assert "older_than_s" in info.value.message
+
+
+def test_verify_finds_and_fixes_damage(tmp_path):
+    cache = tmp_path / "cache"
+    paths = _cache_with_entries(cache, 2)
+    assert kjit.verify(cache) == kjit.VerifyReport(str(cache), 2, 2, [])
+    os.truncate(paths[0], 100)
+    open(paths[1] + ".name", "w").close()
+    report = kjit.verify(cache)
+    assert not report.clean and report.entries_checked == 2 and report.entries_ok == 0
+    kinds = {p.kind: p for p in report.problems}
+    assert set(kinds) == {kjit.CacheProblem.TRUNCATED_CUBIN, kjit.CacheProblem.SIDECAR_DAMAGED}
+    assert kinds[kjit.CacheProblem.TRUNCATED_CUBIN].path == os.path.dirname(paths[0])
+    assert paths[0] in kinds[kjit.CacheProblem.TRUNCATED_CUBIN].detail
+    assert not any(p.fixed for p in report.problems) and all(p.action == "" for p in report.problems)
+    fixed = kjit.verify(cache, fix=True)
+    assert fixed.clean and all(p.fixed and p.action for p in fixed.problems)
+    assert not os.path.exists(paths[0]) and kjit.resolve_name(paths[1], "scale")
+    assert kjit.verify(cache) == kjit.VerifyReport(str(cache), 1, 1, [])
+
+
+def test_clear_and_folder_errors(tmp_path):
+    cache = tmp_path / "cache"
+    paths = _cache_with_entries(cache, 1)
+    kjit.compile(SIMPLE + "\n// in use\n", "scale", cache_dir=cache, arch="sm_90")
+    report = kjit.clear(cache)
+    assert report["removed_entries"] == 2 and report["kept_entries"] == 0 and not os.path.exists(paths[0])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a cache")
+    for call in (kjit.cache_stats, kjit.verify, kjit.clear, lambda d: kjit.prune(d, max_size=0)):
+        with pytest.raises(kjit.KjitIOError) as info:
+            call(a_file)
+        assert str(a_file) in info.value.message
+    with pytest.raises(TypeError):
+        kjit.verify(42)

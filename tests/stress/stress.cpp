@@ -20,7 +20,7 @@
 
 #include "batch_support.hpp"
 #include "cache_entry.hpp"
-#include "cache_maintenance.hpp"
+#include "cache_verification.hpp"
 #include "name_matcher.hpp"
 #include "sidecar_store.hpp"
 #include "symbol_scanner.hpp"

@@ -1,15 +1,15 @@
-// The `kjit` command (docs/cli.md): resolve and compile through the public C ABI, as any user
-// of libkjit.so would, and the cache's upkeep (stats, verify, prune, clear) through the cache
-// maintenance module that kjit_compile's size limit also uses.
+// The `kjit` command (docs/cli.md): resolve, compile and the cache's upkeep (stats, verify,
+// prune, clear), all through libkjit.so's public C ABI, as any program linking it would. It links
+// nothing else of libkjit: a second copy of the library's internals in the process would keep
+// state of its own (the cache lock's registry, the eviction throttle, the logger). Only the
+// size and age units ("5G", "30d") are compiled in from src/size_units.cpp, the same source the
+// library parses $KJIT_CACHE_MAX_SIZE with.
 //
 // Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5 I/O
 // error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
 #include "kjit/kjit.h"
 
-#include "cache.hpp"
-#include "cache_maintenance.hpp"
-#include "defaults.hpp"
-#include "status.hpp"
+#include "size_units.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,17 +21,17 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace {
 
-namespace maintenance = kjit::cache_maintenance;
+namespace units = kjit::size_units;
 using nlohmann::json;
 
 constexpr int kExitDamage = 20;
@@ -52,25 +52,6 @@ int report_failure(const Global &g, int status, const std::string &status_text, 
 }
 
 int fail_with(const Global &g, kjit_status s) { return report_failure(g, s, kjit_status_string(s), kjit_last_error()); }
-
-int fail_with(const Global &g, const kjit::Error &e) {
-    const auto s = static_cast<kjit_status>(e.code);
-    return report_failure(g, s, kjit_status_string(s), e.message);
-}
-
-// The cache folder the command works on: --cache-dir, else the library's default.
-kjit::Result<std::string> cache_dir_of(const Global &g) {
-    std::string dir = g.cache_dir;
-    if (dir.empty()) {
-        auto d = kjit::defaults::cache_dir();
-        if (!d) return d;
-        dir = *d;
-    }
-    std::error_code ec;
-    auto absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
-    while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
-    return ec ? dir : absolute;
-}
 
 std::string utc_text(std::int64_t ns) {
     if (ns == 0) return "";
@@ -116,7 +97,7 @@ int run_resolve(const Global &g, const std::string &cubin, const std::string &ke
 // Reads a source file whole (links followed, as any compiler does); an error text, or "".
 std::string read_source(const std::string &path, std::string &out) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return "cannot open source '" + path + "': " + kjit::errno_text(errno);
+    if (fd < 0) return "cannot open source '" + path + "': " + std::strerror(errno);
     struct stat st {};
     std::string error;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -127,7 +108,7 @@ std::string read_source(const std::string &path, std::string &out) {
             const ssize_t n = ::read(fd, buf, sizeof buf);
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) {
-                error = "cannot read source '" + path + "': " + kjit::errno_text(errno);
+                error = "cannot read source '" + path + "': " + std::strerror(errno);
                 break;
             }
             if (n == 0) break;
@@ -296,137 +277,162 @@ int run_compile(const Global &g, const CompileArgs &a) {
     return a.files.size() == 1 ? run_compile_one(g, a) : run_compile_many(g, a);
 }
 
-int run_stats(const Global &g) {
-    auto dir = cache_dir_of(g);
-    if (!dir) return fail_with(g, dir.error());
-    auto summary = maintenance::summarize(*dir);
-    if (!summary) return fail_with(g, summary.error());
-    auto limit = kjit::defaults::max_cache_bytes();
-    if (!limit) return fail_with(g, limit.error());
-    const maintenance::Summary &s = *summary;
-    if (g.json) {
-        json by_arch = json::object();
-        for (const auto &[arch, a] : s.by_arch) by_arch[arch] = {{"entries", a.entries}, {"bytes", a.bytes}};
-        json out = {{"cache_dir", *dir},
-                    {"entries", s.entries},
-                    {"bytes", s.bytes},
-                    {"max_size", *limit ? json(**limit) : json(nullptr)},
-                    {"oldest_created", s.oldest_created},
-                    {"newest_created", s.newest_created},
-                    {"least_recent_use", utc_text(s.least_recent_use_ns)},
-                    {"most_recent_use", utc_text(s.most_recent_use_ns)},
-                    {"by_arch", by_arch},
-                    {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
-                    {"foreign", s.foreign}};
-        std::cout << out.dump(2) << "\n";
-        return 0;
-    }
-    std::printf("cache folder   %s\n", dir->c_str());
-    std::printf("entries        %zu\n", s.entries);
-    std::printf("size           %s (%llu bytes)\n", maintenance::format_size(s.bytes).c_str(),
+// The cache folder the command works on, absolute: --cache-dir, else the library's default, as
+// kjit_cache_dir resolves it for every kjit_cache_* call.
+kjit_status cache_dir_of(const Global &g, std::string &dir) {
+    return with_out_string(dir, [&](char *buf, size_t size, size_t *len) {
+        return kjit_cache_dir(g.cache_dir.empty() ? nullptr : g.cache_dir.c_str(), buf, size, len);
+    });
+}
+
+using Arches = std::unique_ptr<kjit_cache_arches, decltype(&kjit_cache_arches_release)>;
+
+void print_stats(const std::string &dir, const kjit_cache_summary &s, const kjit_cache_arches *arches) {
+    std::printf("cache folder   %s\n", dir.c_str());
+    std::printf("entries        %llu\n", static_cast<unsigned long long>(s.entries));
+    std::printf("size           %s (%llu bytes)\n", units::format_size(s.bytes).c_str(),
                 static_cast<unsigned long long>(s.bytes));
     std::printf("size limit     %s\n",
-                *limit ? (maintenance::format_size(**limit) + " ($KJIT_CACHE_MAX_SIZE)").c_str() : "none");
+                s.max_size ? (units::format_size(s.max_size) + " ($KJIT_CACHE_MAX_SIZE)").c_str() : "none");
     if (s.entries > 0) {
-        std::printf("created        %s .. %s\n", s.oldest_created.c_str(), s.newest_created.c_str());
+        std::printf("created        %s .. %s\n", utc_text(s.oldest_created_ns).c_str(),
+                    utc_text(s.newest_created_ns).c_str());
         std::printf("last used      %s .. %s\n", utc_text(s.least_recent_use_ns).c_str(),
                     utc_text(s.most_recent_use_ns).c_str());
     }
-    for (const auto &[arch, a] : s.by_arch) {
-        std::printf("  %-12s %zu entries, %s\n", arch.c_str(), a.entries, maintenance::format_size(a.bytes).c_str());
+    for (size_t i = 0; i < kjit_cache_arches_count(arches); ++i) {
+        std::printf("  %-12s %llu entries, %s\n", kjit_cache_arches_name(arches, i),
+                    static_cast<unsigned long long>(kjit_cache_arches_entries(arches, i)),
+                    units::format_size(kjit_cache_arches_bytes(arches, i)).c_str());
     }
-    std::printf("in transit     %zu folders, %s (entries being written or removed)\n", s.in_transit,
-                maintenance::format_size(s.in_transit_bytes).c_str());
-    if (s.foreign > 0) std::printf("other files    %zu (not the cache's; left alone)\n", s.foreign);
+    std::printf("in transit     %llu folders, %s (entries being written or removed)\n",
+                static_cast<unsigned long long>(s.in_transit), units::format_size(s.in_transit_bytes).c_str());
+    if (s.foreign > 0) {
+        std::printf("other files    %llu (not the cache's; left alone)\n", static_cast<unsigned long long>(s.foreign));
+    }
+}
+
+int run_stats(const Global &g) {
+    std::string dir;
+    if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
+    kjit_cache_summary s = KJIT_CACHE_SUMMARY_INIT;
+    kjit_cache_arches *raw = nullptr;
+    if (const kjit_status st = kjit_cache_summarize(dir.c_str(), &s, &raw); st != KJIT_OK) return fail_with(g, st);
+    const Arches arches(raw, &kjit_cache_arches_release);
+    if (!g.json) {
+        print_stats(dir, s, arches.get());
+        return 0;
+    }
+    json by_arch = json::object();
+    for (size_t i = 0; i < kjit_cache_arches_count(arches.get()); ++i) {
+        by_arch[kjit_cache_arches_name(arches.get(), i)] = {{"entries", kjit_cache_arches_entries(arches.get(), i)},
+                                                            {"bytes", kjit_cache_arches_bytes(arches.get(), i)}};
+    }
+    json out = {{"cache_dir", dir},
+                {"entries", s.entries},
+                {"bytes", s.bytes},
+                {"max_size", s.max_size ? json(s.max_size) : json(nullptr)},
+                {"oldest_created", utc_text(s.oldest_created_ns)},
+                {"newest_created", utc_text(s.newest_created_ns)},
+                {"least_recent_use", utc_text(s.least_recent_use_ns)},
+                {"most_recent_use", utc_text(s.most_recent_use_ns)},
+                {"by_arch", by_arch},
+                {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
+                {"foreign", s.foreign}};
+    std::cout << out.dump(2) << "\n";
     return 0;
 }
 
 int run_verify(const Global &g, bool fix) {
-    auto dir = cache_dir_of(g);
-    if (!dir) return fail_with(g, dir.error());
-    auto report = maintenance::verify(*dir, fix);
-    if (!report) return fail_with(g, report.error());
-    const maintenance::VerifyReport &r = *report;
+    std::string dir;
+    if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
+    kjit_verify_report *raw = nullptr;
+    if (const kjit_status st = kjit_cache_verify(dir.c_str(), fix ? 1 : 0, &raw); st != KJIT_OK) return fail_with(g, st);
+    const std::unique_ptr<kjit_verify_report, decltype(&kjit_verify_report_release)> r(raw, &kjit_verify_report_release);
+    const size_t count = kjit_verify_report_count(r.get());
     std::size_t fixed = 0;
-    for (const auto &f : r.findings) fixed += f.fixed ? 1 : 0;
+    for (size_t i = 0; i < count; ++i) fixed += kjit_verify_report_fixed(r.get(), i) == 1 ? 1u : 0u;
+    const bool clean = fixed == count;  // nothing found, or everything found fixed
     if (g.json) {
         json findings = json::array();
-        for (const auto &f : r.findings) {
-            findings.push_back({{"path", f.path},
-                                {"damage", maintenance::to_string(f.damage)},
-                                {"detail", f.detail},
-                                {"fixed", f.fixed},
-                                {"action", f.action}});
+        for (size_t i = 0; i < count; ++i) {
+            findings.push_back({{"path", kjit_verify_report_path(r.get(), i)},
+                                {"damage", kjit_cache_problem_string(kjit_verify_report_kind(r.get(), i))},
+                                {"detail", kjit_verify_report_detail(r.get(), i)},
+                                {"fixed", kjit_verify_report_fixed(r.get(), i) == 1},
+                                {"action", kjit_verify_report_action(r.get(), i)}});
         }
-        std::cout << json{{"cache_dir", *dir},
-                          {"entries_checked", r.entries_checked},
-                          {"entries_ok", r.entries_ok},
+        std::cout << json{{"cache_dir", dir},
+                          {"entries_checked", kjit_verify_report_entries_checked(r.get())},
+                          {"entries_ok", kjit_verify_report_entries_ok(r.get())},
                           {"findings", findings},
                           {"fixed", fixed},
-                          {"clean", r.clean()}}
+                          {"clean", clean}}
                          .dump(2)
                   << "\n";
     } else {
-        for (const auto &f : r.findings) {
-            std::printf("%-18s %s: %s%s%s\n", maintenance::to_string(f.damage), f.path.c_str(), f.detail.c_str(),
-                        f.action.empty() ? "" : " -> ", f.action.c_str());
+        for (size_t i = 0; i < count; ++i) {
+            const std::string action = kjit_verify_report_action(r.get(), i);
+            std::printf("%-18s %s: %s%s%s\n", kjit_cache_problem_string(kjit_verify_report_kind(r.get(), i)),
+                        kjit_verify_report_path(r.get(), i), kjit_verify_report_detail(r.get(), i),
+                        action.empty() ? "" : " -> ", action.c_str());
         }
-        std::printf("%s: %zu entries checked, %zu ok, %zu problems found, %zu fixed\n", dir->c_str(), r.entries_checked,
-                    r.entries_ok, r.findings.size(), fixed);
-        if (!r.clean() && !fix) std::printf("run 'kjit cache verify --fix' to repair them\n");
+        std::printf("%s: %zu entries checked, %zu ok, %zu problems found, %zu fixed\n", dir.c_str(),
+                    kjit_verify_report_entries_checked(r.get()), kjit_verify_report_entries_ok(r.get()), count, fixed);
+        if (!clean && !fix) std::printf("run 'kjit cache verify --fix' to repair them\n");
     }
-    return r.clean() ? 0 : kExitDamage;
+    return clean ? 0 : kExitDamage;
 }
 
-int print_prune(const Global &g, const std::string &dir, const maintenance::PruneReport &r) {
+int print_prune(const Global &g, const std::string &dir, const kjit_prune_report &r) {
     if (g.json) {
         std::cout << json{{"cache_dir", dir},
                           {"removed_entries", r.removed_entries},
                           {"removed_bytes", r.removed_bytes},
                           {"spared_in_use", r.spared_in_use},
                           {"removed_in_transit", r.removed_in_transit},
-                          {"removed_variants_files", r.removed_variants},
+                          {"removed_variants_files", r.removed_variants_files},
                           {"kept_entries", r.kept_entries},
                           {"kept_bytes", r.kept_bytes}}
                          .dump(2)
                   << "\n";
-    } else {
-        std::printf("%s: removed %zu entries (%s), kept %zu (%s)", dir.c_str(), r.removed_entries,
-                    maintenance::format_size(r.removed_bytes).c_str(), r.kept_entries,
-                    maintenance::format_size(r.kept_bytes).c_str());
-        if (r.spared_in_use > 0) std::printf(", %zu spared because in use", r.spared_in_use);
-        if (r.removed_in_transit > 0) std::printf(", %zu stale temp folders swept", r.removed_in_transit);
-        if (r.removed_variants > 0) std::printf(", %zu variants files of removed entries", r.removed_variants);
-        std::printf("\n");
+        return 0;
     }
+    auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+    std::printf("%s: removed %llu entries (%s), kept %llu (%s)", dir.c_str(), n(r.removed_entries),
+                units::format_size(r.removed_bytes).c_str(), n(r.kept_entries), units::format_size(r.kept_bytes).c_str());
+    if (r.spared_in_use > 0) std::printf(", %llu spared because in use", n(r.spared_in_use));
+    if (r.removed_in_transit > 0) std::printf(", %llu stale temp folders swept", n(r.removed_in_transit));
+    if (r.removed_variants_files > 0) std::printf(", %llu variants files of removed entries", n(r.removed_variants_files));
+    std::printf("\n");
     return 0;
 }
 
 int run_prune(const Global &g, const std::string &max_size, const std::string &older_than) {
-    maintenance::PruneOptions options;
+    kjit_prune_options options = KJIT_PRUNE_OPTIONS_INIT;
     if (!max_size.empty()) {
-        auto size = maintenance::parse_size(max_size);
+        auto size = units::parse_size(max_size);
         if (!size) return report_failure(g, kExitUsage, "usage", "--max-size: " + size.error().message);
-        options.max_bytes = *size;
+        options.max_size = *size;
     }
     if (!older_than.empty()) {
-        auto age = maintenance::parse_age(older_than);
+        auto age = units::parse_age(older_than);
         if (!age) return report_failure(g, kExitUsage, "usage", "--older-than: " + age.error().message);
-        options.older_than_ns = *age;
+        options.older_than_s = static_cast<std::uint64_t>(*age / 1'000'000'000);  // whole seconds: s is the least unit
     }
-    auto dir = cache_dir_of(g);
-    if (!dir) return fail_with(g, dir.error());
-    auto report = maintenance::prune(*dir, options);
-    if (!report) return fail_with(g, report.error());
-    return print_prune(g, *dir, *report);
+    std::string dir;
+    if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
+    kjit_prune_report report = KJIT_PRUNE_REPORT_INIT;
+    if (const kjit_status st = kjit_cache_prune(dir.c_str(), &options, &report); st != KJIT_OK) return fail_with(g, st);
+    return print_prune(g, dir, report);
 }
 
 int run_clear(const Global &g) {
-    auto dir = cache_dir_of(g);
-    if (!dir) return fail_with(g, dir.error());
-    auto report = maintenance::clear(*dir);
-    if (!report) return fail_with(g, report.error());
-    return print_prune(g, *dir, *report);
+    std::string dir;
+    if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
+    kjit_prune_report report = KJIT_PRUNE_REPORT_INIT;
+    if (const kjit_status st = kjit_cache_clear(dir.c_str(), &report); st != KJIT_OK) return fail_with(g, st);
+    return print_prune(g, dir, report);
 }
 
 }  // namespace
