@@ -658,7 +658,7 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.evicted_entries = eviction.evicted_entries.load(relaxed);
         s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
         for (std::size_t i = 0; i < KJIT_STATS_STATUS_SLOTS; ++i) s.errors[i] = api_counters().errors[i].load(relaxed);
-        s.swept_temp_folders = eviction.swept_transit_folders.load(relaxed);
+        s.swept_temp_folders = eviction.swept_temp_folders.load(relaxed);
         std::memcpy(static_cast<void *>(stats), &s, size);
         return KJIT_OK;
     });

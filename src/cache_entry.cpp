@@ -177,7 +177,8 @@ bool pinned(const std::string &key) {
     return p.counts.count(key) != 0;
 }
 
-Result<Retired> retire(const std::string &entry, bool spare_in_use) {
+Result<Retired> retire(const std::string &entry, InUse in_use_entries) {
+    const bool spare_in_use = in_use_entries == InUse::spare;
     const std::size_t slash = entry.find_last_of('/');
     const std::string shard = slash == std::string::npos ? std::string(".") : entry.substr(0, slash);
     const std::string key = slash == std::string::npos ? entry : entry.substr(slash + 1);

@@ -91,12 +91,15 @@ void unpin(const std::string &key);
 bool pinned(const std::string &key);
 
 enum class Retired { removed, in_use, vanished };
+// Whether retire() spares an entry in use (eviction, prune) or removes it whatever (clear, or
+// an entry found broken).
+enum class InUse { spare, remove };
 
 // Removes the entry at `entry` whole: renames it to a trash name in its shard, in one step, so
-// readers see the complete entry or none; then deletes the trash. With `spare_in_use`, an entry
+// readers see the complete entry or none; then deletes the trash. With InUse::spare, an entry
 // found in use or pinned (after the rename too, which closes the race with a reader recording
 // its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
-Result<Retired> retire(const std::string &entry, bool spare_in_use);
+Result<Retired> retire(const std::string &entry, InUse in_use_entries);
 
 // Several results per source key (docs/cache-layout.md, "Several results per source key"): a
 // request that reads files from disk has one entry per state of those files, each under its own

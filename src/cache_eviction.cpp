@@ -79,7 +79,7 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
             kept.push_back(e);
             continue;
         }
-        auto retired = cache_entry::retire(e.path, options.spare_in_use);
+        auto retired = cache_entry::retire(e.path, options.spare_in_use ? cache_entry::InUse::spare : cache_entry::InUse::remove);
         if (!retired) {
             log().warn("{}", retired.error().message);
             kept.push_back(e);
@@ -146,7 +146,7 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
     auto root = open_root(cache_dir);
     if (!root) return std::move(root).error();
     if (!folder_exists(root->path)) return report;
-    auto lock = CacheLock::acquire(*root, true);
+    auto lock = CacheLock::acquire(*root, CacheLock::Wait::until_free);
     if (!lock) return std::move(lock).error();
     auto inv = inventory_of(root->path);
     if (!inv) return std::move(inv).error();
@@ -226,7 +226,7 @@ namespace {
 // shard; entries are not opened). Returns how many went.
 std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
     std::size_t removed = 0;
-    auto root = list_dir(cache_dir, true);
+    auto root = list_dir(cache_dir, IfMissing::empty);
     if (!root) return 0;
     for (const DirEntry &r : *root) {
         const std::string path = cache_dir + "/" + r.name;
@@ -235,7 +235,7 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
             continue;
         }
         if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
-        auto listing = list_dir(path, true);
+        auto listing = list_dir(path, IfMissing::empty);
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
             const bool transit = is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode));
@@ -291,7 +291,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
         }
     }
     if (!sweep_due && !measure_due) return;
-    auto lock = CacheLock::acquire(*root, false);
+    auto lock = CacheLock::acquire(*root, CacheLock::Wait::not_at_all);
     if (!lock) {
         log().debug("no sweep or eviction: {}", lock.error().message);
         return;
@@ -299,7 +299,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
     if (!*lock) return;  // another process is sweeping, measuring or evicting
     if (sweep_due) {
         const std::size_t swept = sweep_shards(cache_dir, now);
-        counters().swept_transit_folders.fetch_add(swept, std::memory_order_relaxed);
+        counters().swept_temp_folders.fetch_add(swept, std::memory_order_relaxed);
         if (swept > 0) log().info("swept {} stale temp folders left by killed processes in '{}'", swept, cache_dir);
     }
     if (!measure_due) return;
@@ -331,7 +331,7 @@ Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint
         log().warn("no eviction to make room: {}", root.error().message);
         return freed;
     }
-    auto lock = CacheLock::acquire(*root, false);
+    auto lock = CacheLock::acquire(*root, CacheLock::Wait::not_at_all);
     if (!lock) {
         log().warn("no eviction to make room: {}", lock.error().message);
         return freed;

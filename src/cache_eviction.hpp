@@ -89,7 +89,7 @@ struct Counters {
     std::atomic<std::uint64_t> eviction_runs{0};  // measurements of the cache
     std::atomic<std::uint64_t> evicted_entries{0};
     std::atomic<std::uint64_t> evicted_bytes{0};
-    std::atomic<std::uint64_t> swept_transit_folders{0};  // stale temp folders swept after publishes
+    std::atomic<std::uint64_t> swept_temp_folders{0};  // stale temp folders swept after publishes
 };
 Counters &counters();
 

@@ -30,11 +30,11 @@ constexpr const char *kLockFile = ".kjit-lock";
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 // The entries of folder `path` (not . and ..), each lstat'ed. Errors: io; ENOENT is reported
-// as an empty list when `missing_ok`.
-Result<std::vector<DirEntry>> list_dir(const std::string &path, bool missing_ok) {
+// as an empty list with IfMissing::empty.
+Result<std::vector<DirEntry>> list_dir(const std::string &path, IfMissing if_missing) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT && missing_ok) return std::vector<DirEntry>{};
+        if (errno == ENOENT && if_missing == IfMissing::empty) return std::vector<DirEntry>{};
         return io_error("cannot open folder", path, errno);
     }
     auto dir = FolderReader::adopt(fd, path);
@@ -60,7 +60,7 @@ std::uint64_t disk_bytes(const struct stat &st) { return static_cast<std::uint64
 // The disk space of what a folder tree holds, not counting the folder itself (entries are flat;
 // transit folders may hold an old entry in a subfolder).
 std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
-    auto listing = list_dir(path, true);
+    auto listing = list_dir(path, IfMissing::empty);
     if (!listing) return 0;
     std::uint64_t n = 0;
     for (const DirEntry &e : *listing) {
@@ -153,7 +153,7 @@ void LockFd::reset() {
     ::close(fd);
 }
 
-Result<std::optional<CacheLock>> CacheLock::acquire(const Root &root, bool wait) {
+Result<std::optional<CacheLock>> CacheLock::acquire(const Root &root, Wait wait) {
     const std::string path = root.path + "/" + kLockFile;
     const bool shared = folder_trust::shared(root.folder);
     LockFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, shared ? 0660 : 0600));
@@ -177,9 +177,9 @@ Result<std::optional<CacheLock>> CacheLock::acquire(const Root &root, bool wait)
     if (shared && st.st_uid == ::geteuid() && (st.st_mode & 0060) != 0060 && ::fchmod(fd.get(), 0660) != 0) {
         return io_error("cannot make the cache lock group-writable", path, errno);
     }
-    while (::flock(fd.get(), LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+    while (::flock(fd.get(), LOCK_EX | (wait == Wait::until_free ? 0 : LOCK_NB)) != 0) {
         if (errno == EINTR) continue;
-        if (errno == EWOULDBLOCK && !wait) return std::optional<CacheLock>{};
+        if (errno == EWOULDBLOCK && wait == Wait::not_at_all) return std::optional<CacheLock>{};
         return io_error("cannot lock", path, errno);
     }
     return std::optional<CacheLock>(CacheLock(std::move(fd)));
@@ -198,7 +198,7 @@ Result<Inventory> take_inventory(const std::string &cache_dir) {
 
 Result<Inventory> inventory_of(const std::string &cache_dir) {
     Inventory inv;
-    auto root = list_dir(cache_dir, true);
+    auto root = list_dir(cache_dir, IfMissing::empty);
     if (!root) return std::move(root).error();
     for (const DirEntry &shard : *root) {
         if (!cache_entry::is_shard(shard.name) || !S_ISDIR(shard.st.st_mode)) {
@@ -206,7 +206,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
             continue;
         }
         const std::string shard_path = cache_dir + "/" + shard.name;
-        auto listing = list_dir(shard_path, true);
+        auto listing = list_dir(shard_path, IfMissing::empty);
         if (!listing) return std::move(listing).error();
         for (const DirEntry &e : *listing) {
             const std::string path = shard_path + "/" + e.name;

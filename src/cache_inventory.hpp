@@ -102,9 +102,11 @@ struct DirEntry {
     struct stat st;
 };
 
-// The entries of folder `path` (not . and ..), each lstat'ed. Errors: io; ENOENT is reported
-// as an empty list when `missing_ok`.
-Result<std::vector<DirEntry>> list_dir(const std::string &path, bool missing_ok);
+// What list_dir makes of a folder that is not there.
+enum class IfMissing { empty, error };
+// The entries of folder `path` (not . and ..), each lstat'ed. Errors: io; ENOENT is an empty
+// list with IfMissing::empty.
+Result<std::vector<DirEntry>> list_dir(const std::string &path, IfMissing if_missing);
 
 // The cache folder as maintenance works on it: checked as kjit_compile checks it (a foreign
 // folder is refused), and, when it is a link, the folder it points to, so that every listing
@@ -142,8 +144,9 @@ private:
 // The exclusive cache lock: held by whoever removes things, so removers never race.
 class CacheLock {
 public:
-    // Errors: io. With `wait` false, nullopt when another holds it.
-    static Result<std::optional<CacheLock>> acquire(const Root &root, bool wait);
+    enum class Wait { until_free, not_at_all };
+    // Errors: io. With Wait::not_at_all, nullopt when another holds it.
+    static Result<std::optional<CacheLock>> acquire(const Root &root, Wait wait);
 
 private:
     explicit CacheLock(LockFd fd) : fd_(std::move(fd)) {}

@@ -191,7 +191,7 @@ void check_sidecar(const std::string &entry, const cache_entry::Manifest &manife
 
 EntryVerdict check_entry(const std::string &entry, const std::string &key, std::int64_t now_ns) {
     EntryVerdict v;
-    auto listing = list_dir(entry, false);
+    auto listing = list_dir(entry, IfMissing::error);
     if (!listing) {
         v.fatal = finding(entry, Damage::misplaced, listing.error().message);
         return v;
@@ -244,7 +244,7 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
                                                   : "an entry name that is not a folder");
         if (fix) {
             if (S_ISDIR(e.st.st_mode)) {
-                f.fixed = cache_entry::retire(path, false).ok();
+                f.fixed = cache_entry::retire(path, cache_entry::InUse::remove).ok();
             } else {
                 f.fixed = ::unlink(path.c_str()) == 0;
             }
@@ -264,7 +264,7 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
     }
     if (v.fatal) {
         if (fix) {
-            auto retired = cache_entry::retire(path, false);
+            auto retired = cache_entry::retire(path, cache_entry::InUse::remove);
             v.fatal->fixed = retired.ok();
             v.fatal->action = retired ? "removed the entry (the next kjit_compile rebuilds it)"
                                       : "could not remove the entry: " + retired.error().message;
@@ -295,13 +295,13 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     const std::string &cache_dir = checked->path;
     std::optional<CacheLock> held;
     if (fix && folder_exists(cache_dir)) {
-        auto lock = CacheLock::acquire(*checked, true);
+        auto lock = CacheLock::acquire(*checked, CacheLock::Wait::until_free);
         if (!lock) return std::move(lock).error();
         held = std::move(*lock);
     }
     VerifyReport report;
     const std::int64_t now = realtime_ns();
-    auto root = list_dir(cache_dir, true);
+    auto root = list_dir(cache_dir, IfMissing::empty);
     if (!root) return std::move(root).error();
     for (const DirEntry &r : *root) {
         const std::string root_path = cache_dir + "/" + r.name;
@@ -314,7 +314,7 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
             report.findings.push_back(std::move(f));
         }
         if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
-        auto listing = list_dir(root_path, true);
+        auto listing = list_dir(root_path, IfMissing::empty);
         if (!listing) return std::move(listing).error();
         for (const DirEntry &e : *listing) verify_shard_item(r.name, root_path, e, now, fix, report);
     }

@@ -184,10 +184,6 @@ unsigned device_sm_version() {
     return static_cast<unsigned>(*major * 10 + *minor);
 }
 
-std::string error_name(CUresult result) { return name_of(api(), result); }
-
-std::string describe_failure(std::string_view call, CUresult result) { return describe(api(), call, result); }
-
 Result<CUlibrary> load_library(std::string_view image, const std::string &label, CUresult *result) {
     const Api &a = api();
     if (!a.error.empty()) return unavailable(a);

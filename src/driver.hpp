@@ -40,12 +40,6 @@ Result<std::string> current_device_arch();
 // 0; 0 when neither can be asked. For error messages.
 unsigned device_sm_version();
 
-// cuGetErrorName's text for `result` ("CUDA_ERROR_INVALID_IMAGE"), or "CUresult <n>".
-std::string error_name(CUresult result);
-
-// A failed call as an error message: "<call> failed: CUDA_ERROR_X (description)".
-std::string describe_failure(std::string_view call, CUresult result);
-
 // cuLibraryLoadData over a cubin image (the driver copies it: the bytes may be freed after the
 // call). Context-free: no current context is needed. On failure the CUresult is in `*result`
 // (when not null) and the error is Errc::driver (or driver_unavailable) naming `label`.

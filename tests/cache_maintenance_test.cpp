@@ -480,17 +480,17 @@ TEST(CacheMaintenance, RetireIsAtomicAndSparesInUseEntries) {
     Cache cache;
     const auto cubins = compile_entries(cache, dir.file("c"), 1);
     const std::string folder = folder_of(cubins[0]);
-    auto r = entry::retire(folder, true);
+    auto r = entry::retire(folder, entry::InUse::spare);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, entry::Retired::in_use);
     EXPECT_TRUE(exists(cubins[0]));
     age(folder, 3600);
-    r = entry::retire(folder, true);
+    r = entry::retire(folder, entry::InUse::spare);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, entry::Retired::removed);
     EXPECT_FALSE(exists(folder));
     EXPECT_TRUE(list_dir(folder_of(folder)).empty());  // no trash left
-    r = entry::retire(folder, true);
+    r = entry::retire(folder, entry::InUse::spare);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, entry::Retired::vanished);
 }
@@ -764,13 +764,13 @@ TEST(CacheMaintenance, PublishesSweepStaleTempFoldersButNotLiveOnes) {
     }
     age(stale, 3600);
     age(trash, 3600);
-    const auto swept = maintenance::counters().swept_transit_folders.load();
+    const auto swept = maintenance::counters().swept_temp_folders.load();
     // The first publish of this process into this cache sweeps (no size limit needed).
     compile_entries(cache, c, 1);
     EXPECT_FALSE(exists(stale));
     EXPECT_FALSE(exists(trash));
     EXPECT_TRUE(exists(live));  // a publish in progress elsewhere
-    EXPECT_EQ(maintenance::counters().swept_transit_folders.load() - swept, 2u);
+    EXPECT_EQ(maintenance::counters().swept_temp_folders.load() - swept, 2u);
     // The next ones, within kSweepIntervalNs, do not list the shards again.
     ASSERT_EQ(::mkdir(stale.c_str(), 0700), 0);
     age(stale, 3600);
