@@ -212,37 +212,66 @@ private:
     std::vector<std::string> order_;
 };
 
-}  // namespace
+// One kjit_compile_batch call, on the calling thread: its items' results as they come, the
+// jobs its misses became, and what it handed out. Its steps run in order: look_up_all,
+// choose_pch, compile_misses, then results().
+class Batch {
+public:
+    Batch(const Options &options, std::size_t total)
+        : cache_(cache::Cache::instance()), options_(options), total_(total), results_(total),
+          handed_out_(options.recency_refresh_ns) {}
 
-std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
-    cache::Cache &cache = cache::Cache::instance();
-    const std::size_t total = items.size();
-    std::vector<std::optional<Result<std::string>>> results(total);
-    std::size_t done = 0;
-    bool cancelled = false;
-    HandedOut handed_out(options.recency_refresh_ns);
-    // Records an item's result and reports it; on the calling thread only.
-    auto finish = [&](std::size_t item, Result<std::string> result) {
-        if (result) handed_out.add(*result);
-        handed_out.refresh_when_due();
-        results[item] = std::move(result);
-        ++done;
-        // After a cancel, items that were already compiling are still reported; what the
-        // callback returns for them no longer matters.
-        if (options.progress && options.progress(done, total, item, *results[item]) && !cancelled) {
-            cancelled = true;
-            log().debug("batch: cancelled by the progress callback after {} of {} items", done, total);
-        }
-    };
-
-    // 1. Look every request up before compiling any: hits are answered at once, and identical
+    // 1. Looks every request up before compiling any: hits are answered at once, and identical
     //    requests (same entry: same cache folder and key) become one job.
-    std::vector<Job> jobs;
-    std::unordered_map<std::string, std::size_t> job_of_entry;
-    std::unordered_map<std::string, std::string> hit_of_entry;
+    void look_up_all(std::vector<Result<cache::Request>> &items);
+    // 2. Which misses use NVRTC's PCH (see the definition).
+    void choose_pch();
+    // 3. Compiles the misses on the workers, reporting each as it finishes.
+    void compile_misses();
+    // 4. and 5.: every entry handed out stays in use for the in-use window after the batch
+    //    returns; whatever did not start (after a cancel) has no result.
+    std::vector<Result<std::string>> results();
+
+private:
+    // Records an item's result and reports it; on the calling thread only.
+    void finish(std::size_t item, Result<std::string> result);
+    // Looks item `i` up: answered (finish) or made a job, or merged with one.
+    void look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen);
+    // Compiles the jobs not reported yet on this thread, in order, until cancelled.
+    void finish_here(std::vector<bool> &reported);
+    // Collects what the pool's workers finish, starting the rest of them after the first
+    // wave; a child forked by the progress callback finishes on this thread.
+    void collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported);
+
+    cache::Cache &cache_;
+    const Options &options_;
+    const std::size_t total_;
+    std::vector<std::optional<Result<std::string>>> results_;
+    std::size_t done_ = 0;
+    bool cancelled_ = false;
+    HandedOut handed_out_;
+    std::vector<Job> jobs_;
+    std::unordered_map<std::string, std::size_t> job_of_entry_;
+    std::unordered_map<std::string, std::string> hit_of_entry_;
+};
+
+void Batch::finish(std::size_t item, Result<std::string> result) {
+    if (result) handed_out_.add(*result);
+    handed_out_.refresh_when_due();
+    results_[item] = std::move(result);
+    ++done_;
+    // After a cancel, items that were already compiling are still reported; what the
+    // callback returns for them no longer matters.
+    if (options_.progress && options_.progress(done_, total_, item, *results_[item]) && !cancelled_) {
+        cancelled_ = true;
+        log().debug("batch: cancelled by the progress callback after {} of {} items", done_, total_);
+    }
+}
+
+void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
     // Items over one header tree check each of its files once (a stat, maybe a hash) per call.
     include_scanner::FileMemo files_seen;
-    for (std::size_t i = 0; i < total && !cancelled; ++i) {
+    for (std::size_t i = 0; i < total_ && !cancelled_; ++i) {
         if (!items[i]) {
             finish(i, std::move(items[i]).error());
             continue;
@@ -252,118 +281,135 @@ std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> ite
             finish(i, std::move(keyed).error());
             continue;
         }
-        // From its lookup on, eviction in this process leaves the entry alone.
-        if (!job_of_entry.count(keyed->entry) && !hit_of_entry.count(keyed->entry)) handed_out.pin(keyed->key);
-        if (auto job = job_of_entry.find(keyed->entry); job != job_of_entry.end()) {
-            cache.count_merged(false, 1);
-            jobs[job->second].items.push_back(i);
-            continue;
-        }
-        if (auto hit = hit_of_entry.find(keyed->entry); hit != hit_of_entry.end()) {
-            cache.count_merged(true, 1);
-            finish(i, hit->second);
-            continue;
-        }
-        auto found = cache.find(*keyed, &files_seen);
-        if (!found) {
-            finish(i, std::move(found).error());
-        } else if (*found) {
-            hit_of_entry.emplace(keyed->entry, **found);
-            finish(i, std::move(**found));
-        } else {
-            job_of_entry.emplace(keyed->entry, jobs.size());
-            jobs.push_back(Job{std::move(*keyed), {i}, std::nullopt});
-        }
+        look_up(i, std::move(*keyed), files_seen);
     }
+}
 
-    // 2. Which misses use NVRTC's PCH. By default, those that share their header identity with
-    //    another miss of the batch (cache::pch_texts): a PCH serves the compiles after the one
-    //    that makes it, so one used by a single compile only costs its creation (humming's
-    //    items, each with its configuration before the #include or a header of its own, were
-    //    about 20% slower with one each). Sources without #include have nothing to precompile.
-    //    `--pch` among an item's options (prepare took it out) asks for it as KJIT_PCH_ON would,
-    //    except under KJIT_PCH_OFF.
-    if (options.pch == Pch::automatic) {
-        std::vector<std::string> texts(jobs.size());
-        std::unordered_map<std::string, std::size_t> misses_of;
-        for (std::size_t j = 0; j < jobs.size(); ++j) {
-            const cache::Request &r = jobs[j].keyed.request;
-            if (r.source.find("#include") == std::string::npos) continue;
-            texts[j] = cache::pch_texts(r);
-            ++misses_of[texts[j]];
-        }
-        for (std::size_t j = 0; j < jobs.size(); ++j) {
-            cache::Request &r = jobs[j].keyed.request;
-            r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
-        }
+void Batch::look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen) {
+    // From its lookup on, eviction in this process leaves the entry alone.
+    if (!job_of_entry_.count(keyed.entry) && !hit_of_entry_.count(keyed.entry)) handed_out_.pin(keyed.key);
+    if (auto job = job_of_entry_.find(keyed.entry); job != job_of_entry_.end()) {
+        cache_.count_merged(false, 1);
+        jobs_[job->second].items.push_back(i);
+        return;
+    }
+    if (auto hit = hit_of_entry_.find(keyed.entry); hit != hit_of_entry_.end()) {
+        cache_.count_merged(true, 1);
+        finish(i, hit->second);
+        return;
+    }
+    auto found = cache_.find(keyed, &files_seen);
+    if (!found) {
+        finish(i, std::move(found).error());
+    } else if (*found) {
+        hit_of_entry_.emplace(keyed.entry, **found);
+        finish(i, std::move(**found));
     } else {
-        for (Job &job : jobs) job.keyed.request.use_pch = options.pch == Pch::on;
+        job_of_entry_.emplace(keyed.entry, jobs_.size());
+        jobs_.push_back(Job{std::move(keyed), {i}, std::nullopt});
     }
+}
 
-    // 3. Compile the misses on the workers, reporting each as it finishes.
-    // 3. Compile the misses on the workers, reporting each as it finishes. The progress callback
-    //    may fork: a child then returns into this loop without the parent's workers (fork_guard.hpp)
-    //    and compiles what was not reported yet itself, on this thread (`reported` is this
-    //    thread's own record, never written by a worker).
+// By default, the misses that share their header identity with another miss of the batch
+// (cache::pch_texts) use NVRTC's PCH: a PCH serves the compiles after the one that makes it, so
+// one used by a single compile only costs its creation (humming's items, each with its
+// configuration before the #include or a header of its own, were about 20% slower with one
+// each). Sources without #include have nothing to precompile. `--pch` among an item's options
+// (key_request took it out) asks for it as KJIT_PCH_ON would, except under KJIT_PCH_OFF.
+void Batch::choose_pch() {
+    if (options_.pch != Pch::automatic) {
+        for (Job &job : jobs_) job.keyed.request.use_pch = options_.pch == Pch::on;
+        return;
+    }
+    std::vector<std::string> texts(jobs_.size());
+    std::unordered_map<std::string, std::size_t> misses_of;
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        const cache::Request &r = jobs_[j].keyed.request;
+        if (r.source.find("#include") == std::string::npos) continue;
+        texts[j] = cache::pch_texts(r);
+        ++misses_of[texts[j]];
+    }
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        cache::Request &r = jobs_[j].keyed.request;
+        r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
+    }
+}
+
+void Batch::finish_here(std::vector<bool> &reported) {
+    for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
+        if (reported[j]) continue;
+        const Result<std::string> result = build_guarded(cache_, jobs_[j].keyed);
+        reported[j] = true;
+        for (std::size_t item : jobs_[j].items) finish(item, result);
+    }
+}
+
+// The progress callback may fork: a child then returns into this loop without the parent's
+// workers (fork_guard.hpp) and compiles what was not reported yet itself, on this thread
+// (`reported` is this thread's own record, never written by a worker).
+void Batch::collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported) {
     const std::uint64_t generation = fork_guard::generation();
-    std::vector<bool> reported(jobs.size(), false);
-    auto finish_here = [&] {
-        for (std::size_t j = 0; j < jobs.size() && !cancelled; ++j) {
-            if (reported[j]) continue;
-            const Result<std::string> result = build_guarded(cache, jobs[j].keyed);
-            reported[j] = true;
-            for (std::size_t item : jobs[j].items) finish(item, result);
+    bool all_started = first_wave == wanted;
+    while (auto j = pool.next_finished(handed_out_.refresh_every(), [&] { handed_out_.refresh_when_due(); })) {
+        reported[*j] = true;
+        for (std::size_t item : jobs_[*j].items) finish(item, *jobs_[*j].result);
+        if (fork_guard::generation() != generation) {  // this is a child forked by the callback
+            log().debug("batch: forked from the progress callback; finishing {} jobs on the calling thread",
+                        std::count(reported.begin(), reported.end(), false));
+            pool.forget_workers_in_forked_child();
+            finish_here(reported);
+            return;
         }
-    };
-    if (!cancelled && !jobs.empty()) {
-        const unsigned wanted = static_cast<unsigned>(
-            std::min<std::size_t>({jobs.size(), static_cast<std::size_t>(std::max(1u, options.workers)), defaults::kMaxWorkers}));
-        const bool first_uses_pch = jobs.front().keyed.request.use_pch;
-        const std::size_t with_pch = static_cast<std::size_t>(
-            std::count_if(jobs.begin(), jobs.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
-        log().debug("batch: {} items, {} to compile on {} workers, {} with a PCH ({})", total, jobs.size(), wanted,
-                    with_pch,
-                    options.pch == Pch::on    ? "on"
-                    : options.pch == Pch::off ? "off"
-                                              : "for misses that share their headers");
-        Pool pool(cache, jobs);
-        // With PCH the first compile runs alone: it creates the precompiled header the others
-        // then use, where workers started together would each parse the headers and make their
-        // own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s).
-        const unsigned first_wave = first_uses_pch ? 1u : wanted;
-        if (pool.start(first_wave) == 0) {
-            // No thread could be started: compile on this one.
-            finish_here();
-        } else {
-            bool all_started = first_wave == wanted;
-            while (auto j = pool.next_finished(handed_out.refresh_every(), [&] { handed_out.refresh_when_due(); })) {
-                reported[*j] = true;
-                for (std::size_t item : jobs[*j].items) finish(item, *jobs[*j].result);
-                if (fork_guard::generation() != generation) {  // this is a child forked by the callback
-                    log().debug("batch: forked from the progress callback; finishing {} jobs on the calling thread",
-                                std::count(reported.begin(), reported.end(), false));
-                    pool.forget_workers_in_forked_child();
-                    finish_here();
-                    break;
-                }
-                if (cancelled) {
-                    pool.stop();
-                } else if (!all_started) {
-                    pool.start(wanted - first_wave);
-                    all_started = true;
-                }
-            }
+        if (cancelled_) {
+            pool.stop();
+        } else if (!all_started) {
+            pool.start(wanted - first_wave);
+            all_started = true;
         }
     }
+}
 
-    // 4. Every entry handed out stays in use for the in-use window after the batch returns.
-    handed_out.refresh();
+void Batch::compile_misses() {
+    if (cancelled_ || jobs_.empty()) return;
+    std::vector<bool> reported(jobs_.size(), false);
+    const unsigned wanted = static_cast<unsigned>(std::min<std::size_t>(
+        {jobs_.size(), static_cast<std::size_t>(std::max(1u, options_.workers)), defaults::kMaxWorkers}));
+    const bool first_uses_pch = jobs_.front().keyed.request.use_pch;
+    const std::size_t with_pch = static_cast<std::size_t>(
+        std::count_if(jobs_.begin(), jobs_.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
+    log().debug("batch: {} items, {} to compile on {} workers, {} with a PCH ({})", total_, jobs_.size(), wanted,
+                with_pch,
+                options_.pch == Pch::on    ? "on"
+                : options_.pch == Pch::off ? "off"
+                                           : "for misses that share their headers");
+    Pool pool(cache_, jobs_);
+    // With PCH the first compile runs alone: it creates the precompiled header the others
+    // then use, where workers started together would each parse the headers and make their
+    // own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s).
+    const unsigned first_wave = first_uses_pch ? 1u : wanted;
+    if (pool.start(first_wave) == 0) {
+        finish_here(reported);  // no thread could be started: compile on this one
+    } else {
+        collect(pool, wanted, first_wave, reported);
+    }
+}
 
-    // 5. Whatever did not start (after a cancel) has no result.
+std::vector<Result<std::string>> Batch::results() {
+    handed_out_.refresh();
     std::vector<Result<std::string>> out;
-    out.reserve(total);
-    for (std::size_t i = 0; i < total; ++i) out.push_back(results[i] ? std::move(*results[i]) : cancelled_error());
+    out.reserve(total_);
+    for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
     return out;
+}
+
+}  // namespace
+
+std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
+    Batch batch(options, items.size());
+    batch.look_up_all(items);
+    batch.choose_pch();
+    batch.compile_misses();
+    return batch.results();
 }
 
 }  // namespace kjit::batch_compiler

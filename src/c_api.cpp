@@ -350,6 +350,100 @@ const kjit::cache_maintenance::Finding *finding_at(const kjit_verify_report *rep
     return &report->report.findings[index];
 }
 
+
+// A batch's options from the caller's (NULL: the defaults), with the worker count resolved.
+// Errors: invalid_argument (struct size, pch), or the defaults' ($KJIT_JOBS).
+kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_options *options) {
+    kjit::batch_compiler::Options batch;
+    unsigned workers = 0;
+    int pch = KJIT_PCH_DEFAULT;
+    if (options) {
+        if (auto st = check_struct_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
+            return std::move(st).error();
+        }
+        if (KJIT_FIELD_PRESENT(kjit_batch_options, options, workers)) workers = options->workers;
+        if (KJIT_FIELD_PRESENT(kjit_batch_options, options, pch)) pch = options->pch;
+    }
+    if (pch != KJIT_PCH_DEFAULT && pch != KJIT_PCH_ON && pch != KJIT_PCH_OFF) {
+        return kjit::Error{kjit::Errc::invalid_argument, "kjit_compile_batch: options->pch is " + std::to_string(pch) +
+                                                             "; use KJIT_PCH_DEFAULT, KJIT_PCH_ON or KJIT_PCH_OFF"};
+    }
+    if (workers == 0) {
+        auto detected = kjit::defaults::workers();
+        if (!detected) return std::move(detected).error();
+        workers = *detected;
+    }
+    batch.workers = workers;
+    batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on
+                : pch == KJIT_PCH_OFF ? kjit::batch_compiler::Pch::off
+                                      : kjit::batch_compiler::Pch::automatic;
+    return batch;
+}
+
+// The caller's progress callback as the batch compiler calls it. A C++ exception from the
+// callback stops here, never crossing the C ABI: it cancels the batch as a non-zero return
+// would, the callback is not called again (its state is whatever the throw left), and the batch
+// returns KJIT_ERROR_CANCELLED saying what was thrown (kjit.h, kjit_batch_progress_fn).
+// Unwinding the batch instead would throw away the result of every item that finished.
+struct ProgressBridge {
+    bool threw = false;
+    size_t at = 0;       // the item reported when it threw
+    std::string thrown;  // what it threw, for the message
+
+    kjit::batch_compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
+        return [this, progress, user_data](size_t done, size_t total, size_t item, const kjit::Result<std::string> &r) {
+            if (threw) return true;
+            const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
+            try {
+                return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
+            } catch (const std::exception &e) {
+                threw = true;
+                thrown = std::string("a C++ exception (") + e.what() + ")";
+            } catch (...) {
+                threw = true;
+                thrown = "a C++ exception that is not a std::exception";
+            }
+            at = item;
+            return true;
+        };
+    }
+};
+
+// How a batch's items ended, for its return status.
+struct BatchTally {
+    size_t failed = 0;
+    size_t not_started = 0;
+    size_t first_failed = SIZE_MAX;  // SIZE_MAX: none failed
+};
+
+// The caller's result handle for a batch's results (moved out of `done`); counts each failure.
+std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<std::string>> &done, BatchTally &tally) {
+    auto out = std::make_unique<kjit_batch_result>();
+    out->statuses.reserve(done.size());
+    out->cubin_paths.reserve(done.size());
+    out->errors.reserve(done.size());
+    for (size_t i = 0; i < done.size(); ++i) {
+        if (done[i]) {
+            out->statuses.push_back(KJIT_OK);
+            out->cubin_paths.push_back(std::move(*done[i]));
+            out->errors.emplace_back();
+            continue;
+        }
+        const auto status = static_cast<kjit_status>(done[i].error().code);
+        out->statuses.push_back(status);
+        out->cubin_paths.emplace_back();
+        out->errors.push_back(std::move(done[i]).error().message);
+        if (status == KJIT_ERROR_CANCELLED) {
+            ++tally.not_started;
+            continue;
+        }
+        count_failure(status);
+        ++tally.failed;
+        if (tally.first_failed == SIZE_MAX) tally.first_failed = i;
+    }
+    return out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -439,120 +533,49 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
                          std::to_string(kjit::batch_compiler::kMaxItems) + " requests (split it)")
                             .c_str());
         }
-        kjit::batch_compiler::Options batch;
-        unsigned workers = 0;
-        int pch = KJIT_PCH_DEFAULT;
-        kjit_batch_progress_fn progress = nullptr;
-        void *user_data = nullptr;
-        if (options) {
-            if (auto st = check_struct_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
-                return fail(st.error());
-            }
-#define KJIT_BATCH_OPTION_PRESENT(field) KJIT_FIELD_PRESENT(kjit_batch_options, options, field)
-            if (KJIT_BATCH_OPTION_PRESENT(workers)) workers = options->workers;
-            if (KJIT_BATCH_OPTION_PRESENT(pch)) pch = options->pch;
-            if (KJIT_BATCH_OPTION_PRESENT(progress)) progress = options->progress;
-            if (KJIT_BATCH_OPTION_PRESENT(progress_user_data)) user_data = options->progress_user_data;
-#undef KJIT_BATCH_OPTION_PRESENT
-        }
-        if (pch != KJIT_PCH_DEFAULT && pch != KJIT_PCH_ON && pch != KJIT_PCH_OFF) {
-            return fail(KJIT_ERROR_INVALID_ARGUMENT,
-                        ("kjit_compile_batch: options->pch is " + std::to_string(pch) +
-                         "; use KJIT_PCH_DEFAULT, KJIT_PCH_ON or KJIT_PCH_OFF")
-                            .c_str());
-        }
-        if (workers == 0) {
-            auto detected = kjit::defaults::workers();
-            if (!detected) return fail(detected.error());
-            workers = *detected;
-        }
-        batch.workers = workers;
-        batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on
-                    : pch == KJIT_PCH_OFF ? kjit::batch_compiler::Pch::off
-                                          : kjit::batch_compiler::Pch::automatic;
-        // A C++ exception from the callback stops here, never crossing the C ABI: it cancels the
-        // batch as a non-zero return would, the callback is not called again (its state is
-        // whatever the throw left), and the batch returns KJIT_ERROR_CANCELLED saying what was
-        // thrown (kjit.h, kjit_batch_progress_fn). Unwinding the batch instead would throw away
-        // the result of every item that finished.
-        bool callback_threw = false;
-        size_t threw_at = 0;
-        std::string thrown;
-        if (progress) {
-            batch.progress = [&, progress, user_data](size_t done, size_t total, size_t item,
-                                                       const kjit::Result<std::string> &r) {
-                if (callback_threw) return true;
-                const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
-                try {
-                    return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
-                } catch (const std::exception &e) {
-                    callback_threw = true;
-                    thrown = std::string("a C++ exception (") + e.what() + ")";
-                } catch (...) {
-                    callback_threw = true;
-                    thrown = "a C++ exception that is not a std::exception";
-                }
-                threw_at = item;
-                return true;
-            };
+        auto batch = batch_options_from(options);
+        if (!batch) return fail(batch.error());
+        ProgressBridge bridge;
+        if (options && KJIT_FIELD_PRESENT(kjit_batch_options, options, progress) && options->progress) {
+            void *user_data = KJIT_FIELD_PRESENT(kjit_batch_options, options, progress_user_data)
+                                  ? options->progress_user_data
+                                  : nullptr;
+            batch->progress = bridge.callback(options->progress, user_data);
         }
 
         std::vector<kjit::Result<kjit::cache::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<std::string>> done = kjit::batch_compiler::compile(std::move(items), batch);
-
-        auto out = std::make_unique<kjit_batch_result>();
-        out->statuses.reserve(count);
-        out->cubin_paths.reserve(count);
-        out->errors.reserve(count);
-        size_t failed = 0, not_started = 0, first_failed = count;
-        for (size_t i = 0; i < count; ++i) {
-            if (done[i]) {
-                out->statuses.push_back(KJIT_OK);
-                out->cubin_paths.push_back(std::move(*done[i]));
-                out->errors.emplace_back();
-                continue;
-            }
-            const auto status = static_cast<kjit_status>(done[i].error().code);
-            out->statuses.push_back(status);
-            out->cubin_paths.emplace_back();
-            out->errors.push_back(std::move(done[i]).error().message);
-            if (status == KJIT_ERROR_CANCELLED) {
-                ++not_started;
-                continue;
-            }
-            count_failure(status);
-            ++failed;
-            if (first_failed == count) first_failed = i;
-        }
+        std::vector<kjit::Result<std::string>> done = kjit::batch_compiler::compile(std::move(items), *batch);
+        BatchTally tally;
+        auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.
-        if (callback_threw) {
+        if (bridge.threw) {
             // Also when nothing was left to cancel: the caller learns that its callback failed.
-            const std::string message = "kjit_compile_batch: cancelled: the progress callback threw " + thrown +
-                                        " when item " + std::to_string(threw_at) +
-                                        " was reported, and was not called again; " + std::to_string(not_started) +
+            const std::string message = "kjit_compile_batch: cancelled: the progress callback threw " + bridge.thrown +
+                                        " when item " + std::to_string(bridge.at) +
+                                        " was reported, and was not called again; " + std::to_string(tally.not_started) +
                                         " of " + std::to_string(count) + " items were not started";
             *result = out.release();
             return fail(KJIT_ERROR_CANCELLED, message.c_str());
         }
-        if (not_started > 0) {
+        if (tally.not_started > 0) {
             // Counted once for the batch, not per item: the caller asked for it.
             const std::string message = "kjit_compile_batch: cancelled by the progress callback; " +
-                                        std::to_string(not_started) + " of " + std::to_string(count) +
+                                        std::to_string(tally.not_started) + " of " + std::to_string(count) +
                                         " items were not started";
             *result = out.release();
             return fail(KJIT_ERROR_CANCELLED, message.c_str());
         }
-        if (failed == 0) {
+        if (tally.failed == 0) {
             *result = out.release();
             return KJIT_OK;
         }
         // Each failed item was counted above; the batch's own return repeats the first.
-        const kjit_status status = out->statuses[first_failed];
-        const std::string message = "kjit_compile_batch: " + std::to_string(failed) + " of " + std::to_string(count) +
-                                    " items failed; the first, item " + std::to_string(first_failed) + ": " +
-                                    out->errors[first_failed];
+        const kjit_status status = out->statuses[tally.first_failed];
+        const std::string message = "kjit_compile_batch: " + std::to_string(tally.failed) + " of " +
+                                    std::to_string(count) + " items failed; the first, item " +
+                                    std::to_string(tally.first_failed) + ": " + out->errors[tally.first_failed];
         *result = out.release();
         set_last_error(message.c_str());
         return status;
