@@ -250,7 +250,7 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                     if (s != KJIT_OK) fail_kjit("kjit_resolve_name", s);
                 });
                 measure(prepare, threads, [&](std::size_t u) {
-                    auto prepared = kjit::KernelLoader::instance().prepare(paths[u], kSweepKeyword);
+                    auto prepared = kjit::KernelLoader::instance().read_and_resolve(paths[u], kSweepKeyword);
                     if (!prepared) fail(prepared.error().message);
                 });
                 if (outcome.driver_usable) {

@@ -281,7 +281,7 @@ kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *i
 }
 
 // The cache folder a maintenance call works on: `given`, else the default, made absolute:
-// what kjit_compile works on for the same cache_dir (request_from, then Cache::prepare).
+// what kjit_compile works on for the same cache_dir (request_from, then cache::key_request).
 kjit::Result<std::string> cache_dir_from(const char *given) {
     std::string dir;
     if (given && *given) {

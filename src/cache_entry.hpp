@@ -103,7 +103,7 @@ Result<Retired> retire(const std::string &entry, InUse in_use_entries);
 
 // Several results per source key (docs/cache-layout.md, "Several results per source key"): a
 // request that reads files from disk has one entry per state of those files, each under its own
-// key (the source key and the content of every file its compile read: cache.cpp's
+// key (the source key and the content of every file its compile read: cache_key.hpp's
 // variant_key). The source key's variants file lists those keys, most recently found or made
 // first, so that a lookup tries them without scanning the headers:
 //

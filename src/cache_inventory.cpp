@@ -245,7 +245,7 @@ std::uint64_t disk_usage(const std::string &folder) {
 
 namespace {
 
-// A manifest's `created` ("2025-01-31T12:00:00Z", as cache.cpp writes it) as nanoseconds since
+// A manifest's `created` ("2025-01-31T12:00:00Z", as cache_entry::publish writes it) as nanoseconds since
 // the Unix epoch; 0 for text of another shape.
 std::int64_t created_ns(const std::string &text) {
     struct tm utc {};

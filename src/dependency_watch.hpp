@@ -43,7 +43,7 @@
 namespace kjit::dependency_watch {
 
 // Whether the entry at `entry` (whose folder `entry_st` describes, from the caller's lstat) was
-// checked in this process as a variant of `source_key` (cache.cpp's look_up: its deps.txt gave
+// checked in this process as a variant of `source_key` (local_store.cpp's look_up: its deps.txt gave
 // its key back), its files found as recorded, and no watched file or folder changed since. A
 // replaced entry folder (another inode) is not proven, nor one checked for another source key.
 bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key);

@@ -143,12 +143,12 @@ std::size_t KernelLoader::live_libraries() {
     return n;
 }
 
-Result<KernelLoader::Prepared> KernelLoader::prepare(const std::string &cubin_path, std::string_view keyword) {
+Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::string &cubin_path, std::string_view keyword) {
     // The cache entry layer reads it: a cubin of a cache entry has its use recorded and its bytes
     // confirmed against the entry's manifest (cache_entry::read_cubin); a loose cubin is read.
     auto read = cache_entry::read_cubin(cubin_path);
     if (!read) return std::move(read).error();
-    Prepared p;
+    ResolvedCubin p;
     p.bytes = std::move(read->bytes);
     p.identity = read->identity;
     p.published = std::move(read->published);
@@ -182,34 +182,34 @@ LoadedLibrary *KernelLoader::acquire_loaded(const FileIdentity &identity) {
     return acquire_ready(shard, lock, identity);
 }
 
-Result<LoadedLibrary *> KernelLoader::acquire_or_load(const Prepared &prepared, const std::string &cubin_path) {
-    Shard &shard = shard_for(prepared.identity);
+Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resolved_cubin, const std::string &cubin_path) {
+    Shard &shard = shard_for(resolved_cubin.identity);
     LoadedLibrary *lib = nullptr;
     {
         std::unique_lock<std::mutex> lock(shard.mutex);
-        if (LoadedLibrary *ready = acquire_ready(shard, lock, prepared.identity)) return ready;
+        if (LoadedLibrary *ready = acquire_ready(shard, lock, resolved_cubin.identity)) return ready;
         // This thread loads it; others that come meanwhile wait on load_finished.
         lib = new LoadedLibrary();
-        lib->identity = prepared.identity;
+        lib->identity = resolved_cubin.identity;
         lib->generation = fork_guard::generation();
         lib->shard = static_cast<unsigned>(&shard - shards_.data());
         lib->refs = 1;
-        shard.libraries.emplace(prepared.identity, lib);
+        shard.libraries.emplace(resolved_cubin.identity, lib);
     }
 
     CUresult result = CUDA_SUCCESS;
     const auto started = Clock::now();
-    auto loaded = driver::load_library(prepared.bytes, cubin_path, &result);
+    auto loaded = driver::load_library(resolved_cubin.bytes, cubin_path, &result);
     const double micros = micros_since(started);
 
     std::lock_guard<std::mutex> lock(shard.mutex);
     if (!loaded) {
-        shard.libraries.erase(prepared.identity);
+        shard.libraries.erase(resolved_cubin.identity);
         delete lib;
         shard.load_finished.notify_all();
         Error e = std::move(loaded).error();
         if (e.code == Errc::driver && about_the_target(result)) {
-            e.message += ": the cubin targets " + sm_text(cubin_sm_version(prepared.bytes)) + ", the device is " +
+            e.message += ": the cubin targets " + sm_text(cubin_sm_version(resolved_cubin.bytes)) + ", the device is " +
                          sm_text(driver::device_sm_version());
         }
         return e;
@@ -218,25 +218,25 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const Prepared &prepared, 
     lib->ready = true;
     counters_.driver_loads.fetch_add(1, std::memory_order_relaxed);
     shard.load_finished.notify_all();
-    log().debug("driver loaded {} ({} bytes) in {:.1f} us", cubin_path, prepared.bytes.size(), micros);
+    log().debug("driver loaded {} ({} bytes) in {:.1f} us", cubin_path, resolved_cubin.bytes.size(), micros);
     return lib;
 }
 
 Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std::string_view keyword,
-                                                     const Prepared &prepared, const std::string &cubin_path) {
+                                                     const ResolvedCubin &resolved_cubin, const std::string &cubin_path) {
     std::lock_guard<std::mutex> lock(library.kernels_mutex);
     for (const LoadedKernel &k : library.kernels) {
         if (k.keyword == keyword) return &k;  // another thread added it meanwhile
     }
-    std::string name = prepared.resolution.name;
+    std::string name = resolved_cubin.resolution.name;
     auto kernel = driver::get_kernel(library.library, name, cubin_path);
-    if (!kernel && kernel.error().code == Errc::not_found && prepared.resolution.from_sidecar) {
+    if (!kernel && kernel.error().code == Errc::not_found && resolved_cubin.resolution.from_sidecar) {
         // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
         counters_.load_self_heals.fetch_add(1, std::memory_order_relaxed);
         log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
         auto rescanned = NameResolver::instance().resolve_image(
-            cubin_path, keyword, prepared.identity, prepared.bytes, /*trust_sidecar=*/false,
-            prepared.published ? &*prepared.published : nullptr);
+            cubin_path, keyword, resolved_cubin.identity, resolved_cubin.bytes, /*trust_sidecar=*/false,
+            resolved_cubin.published ? &*resolved_cubin.published : nullptr);
         if (!rescanned) return std::move(rescanned).error();
         name = std::move(rescanned->name);
         kernel = driver::get_kernel(library.library, name, cubin_path);
@@ -264,27 +264,27 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
         }
     }
 
-    auto prepared = prepare(cubin_path, keyword);
-    if (!prepared) {
+    auto resolved_cubin = read_and_resolve(cubin_path, keyword);
+    if (!resolved_cubin) {
         if (lib) release(lib);
-        return std::move(prepared).error();
+        return std::move(resolved_cubin).error();
     }
-    if (lib && lib->identity != prepared->identity) {  // replaced between the stat and the read
+    if (lib && lib->identity != resolved_cubin->identity) {  // replaced between the stat and the read
         release(lib);
         lib = nullptr;
     }
     if (!lib) {
-        auto acquired = acquire_or_load(*prepared, cubin_path);
+        auto acquired = acquire_or_load(*resolved_cubin, cubin_path);
         if (!acquired) return std::move(acquired).error();
         lib = *acquired;
     }
-    auto kernel = kernel_in(*lib, keyword, *prepared, cubin_path);
+    auto kernel = kernel_in(*lib, keyword, *resolved_cubin, cubin_path);
     if (!kernel) {
         release(lib);
         return std::move(kernel).error();
     }
     log().debug("loaded {} [{}] -> {} ({} bytes, name from {}) in {:.1f} us", cubin_path, keyword, (*kernel)->name,
-                prepared->bytes.size(), prepared->resolution.from_sidecar ? "the sidecar" : "a scan",
+                resolved_cubin->bytes.size(), resolved_cubin->resolution.from_sidecar ? "the sidecar" : "a scan",
                 micros_since(started));
     return KernelHandle(lib, *kernel, cubin_path);
 }

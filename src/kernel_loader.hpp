@@ -87,7 +87,7 @@ public:
 
     // A cubin read once, with the kernel name resolved for exactly those bytes: everything
     // kjit_load_cached does before it calls the driver.
-    struct Prepared {
+    struct ResolvedCubin {
         std::string bytes;
         FileIdentity identity;  // fstat of the file the bytes were read from
         NameResolver::Resolution resolution;
@@ -107,7 +107,7 @@ public:
 
     // Reads the cubin and resolves the name (no driver involved). Errors as load() except the
     // driver ones. Thread safe.
-    Result<Prepared> prepare(const std::string &cubin_path, std::string_view keyword);
+    Result<ResolvedCubin> read_and_resolve(const std::string &cubin_path, std::string_view keyword);
 
     const Counters &counters() const { return counters_; }
     // Libraries loaded now (each counted once, however many handles share it).
@@ -127,10 +127,10 @@ private:
     // A reference on the ready library of `identity`, waiting out a load in flight; or null.
     LoadedLibrary *acquire_loaded(const FileIdentity &identity);
     LoadedLibrary *acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock, const FileIdentity &identity);
-    // A reference on the library of `prepared`, loading it when no thread has.
-    Result<LoadedLibrary *> acquire_or_load(const Prepared &prepared, const std::string &cubin_path);
+    // A reference on the library of `resolved_cubin`, loading it when no thread has.
+    Result<LoadedLibrary *> acquire_or_load(const ResolvedCubin &resolved_cubin, const std::string &cubin_path);
     // The kernel for `keyword` in `library`, asking the driver (and self-healing) if new.
-    Result<const LoadedKernel *> kernel_in(LoadedLibrary &library, std::string_view keyword, const Prepared &prepared,
+    Result<const LoadedKernel *> kernel_in(LoadedLibrary &library, std::string_view keyword, const ResolvedCubin &resolved_cubin,
                                            const std::string &cubin_path);
     void release(LoadedLibrary *library);
     // In a forked child: the instance's registry made anew, empty (see above).

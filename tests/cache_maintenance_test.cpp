@@ -293,7 +293,7 @@ TEST(CacheMaintenance, HitsAndLoadsRecordRecencyAtMostOncePerStep) {
     EXPECT_EQ(mtime_of(folder), recent);
     // A load (its file read) records the use too; a cubin outside a cache costs nothing.
     age(folder, 7200);
-    ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubin, "gemm").ok());
+    ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
     EXPECT_GT(mtime_of(folder), now_ns() - 10 * kSecond);
     // The cubin's own identity is untouched: its sidecar still hits.
     const auto hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
@@ -317,7 +317,7 @@ TEST(CacheMaintenance, AUseIsProtectedForTheWholeDocumentedWindow) {
         if (use == 0) {
             ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
         } else {
-            ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubin, "gemm").ok());
+            ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
         }
         const std::int64_t record = mtime_of(folder);
         // Any process's eviction until two minutes after the use spares it.
@@ -641,7 +641,7 @@ TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
     ASSERT_TRUE(cache.compile(request_for(c, 2)).ok());
     EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a hit left its record in the future";
     age(folder_of(cubins[2]), -kYear);
-    ASSERT_TRUE(kjit::KernelLoader::instance().prepare(cubins[2], "gemm").ok());
+    ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubins[2], "gemm").ok());
     EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a load left its record in the future";
     // Eviction after a publish, under a 1-byte limit: the same.
     age(folder_of(cubins[2]), -kYear);
@@ -928,7 +928,7 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     for (std::size_t i = 0; i < results.size(); ++i) {
         ASSERT_TRUE(results[i].ok()) << results[i].error().message;
         EXPECT_TRUE(exists(*results[i])) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
-        auto loaded = kjit::KernelLoader::instance().prepare(*results[i], "gemm");
+        auto loaded = kjit::KernelLoader::instance().read_and_resolve(*results[i], "gemm");
         EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
         // Other processes see it in use until two minutes after the batch returned.
         EXPECT_TRUE(entry::in_use(mtime_of(folder_of(*results[i])), returned + 120 * kSecond - kSecond))
