@@ -64,6 +64,11 @@ public:
 
     const Counters &counters() const { return counters_; }
 
+    // Adds a tier after the stores already there (the local one first): looked up when they
+    // miss, and offered every entry this cache compiles. `store` must outlive the cache. Not
+    // thread safe: add stores before the cache is used.
+    void add_store(EntryStore &store) { stores_.push_back(&store); }
+
 private:
     struct Flight {
         std::mutex mutex;

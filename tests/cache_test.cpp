@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -1291,4 +1292,87 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
         EXPECT_NE(*edited[i], cubins[i]);
     }
     EXPECT_EQ(counters.nvrtc_compiles.load(), runs_before + 6);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry stores: the cache asks its stores in order and offers every compile to each
+// (entry_store.hpp), so that a new tier is a new store.
+
+namespace {
+
+// A tier that answers from a map of key -> cubin path and records what it is offered.
+class RecordingStore final : public kjit::cache::EntryStore {
+public:
+    const char *name() const override { return "recording"; }
+    kjit::Result<std::optional<std::string>> find(const kjit::cache::KeyedRequest &keyed,
+                                                  kjit::include_scanner::FileMemo *, std::string *) override {
+        ++finds;
+        if (auto it = answers.find(keyed.key); it != answers.end()) return std::optional<std::string>(it->second);
+        return std::optional<std::string>();
+    }
+    kjit::Result<std::optional<std::string>> find_variant(const kjit::cache::KeyedRequest &, const std::string &,
+                                                          std::string *) override {
+        return std::optional<std::string>();
+    }
+    kjit::Result<std::optional<std::string>> publish(const kjit::cache::KeyedRequest &keyed,
+                                                     const kjit::cache_entry::NewEntry &entry) override {
+        offered.emplace_back(keyed.key, entry.manifest.name);
+        cubin_sizes.push_back(entry.cubin.size());
+        if (fail_publish) return kjit::Error{kjit::Errc::io, "the recording store is full"};
+        return std::optional<std::string>();
+    }
+
+    std::map<std::string, std::string> answers;
+    std::vector<std::pair<std::string, std::string>> offered;  // (key, kernel name)
+    std::vector<std::size_t> cubin_sizes;
+    int finds = 0;
+    bool fail_publish = false;
+};
+
+}  // namespace
+
+TEST(Cache, AMissIsAskedOfEveryStoreAndItsResultOfferedToEach) {
+    TempDir dir;
+    Cache cache;
+    RecordingStore tier;
+    cache.add_store(tier);
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = compile_ok(cache, r);
+    // Asked once by the lookup and once more by the build (another process may have published).
+    EXPECT_EQ(tier.finds, 2);
+    ASSERT_EQ(tier.offered.size(), 1u);
+    EXPECT_EQ(tier.offered[0].first, kjit::cache::key_request(r)->key);
+    EXPECT_EQ(tier.offered[0].second, "_Z4gemmILi128EEvPf");
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(tier.cubin_sizes[0], static_cast<std::size_t>(st.st_size));
+    // The local store answers first: the tier is not asked on a hit there.
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(tier.finds, 2);
+}
+
+TEST(Cache, ALaterStoreAnswersWhatTheLocalOneMisses) {
+    TempDir dir;
+    Cache first;
+    const Request r = base_request(dir.file("cache"));
+    const std::string elsewhere = compile_ok(first, base_request(dir.file("other")));
+    Cache cache;
+    RecordingStore tier;
+    tier.answers[kjit::cache::key_request(r)->key] = elsewhere;
+    cache.add_store(tier);
+    EXPECT_EQ(compile_ok(cache, r), elsewhere);
+    EXPECT_EQ(cache.counters().compile_hits, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 0u);
+    EXPECT_TRUE(tier.offered.empty());
+}
+
+TEST(Cache, AStoreThatCannotTakeAnEntryCostsNoResult) {
+    TempDir dir;
+    Cache cache;
+    RecordingStore tier;
+    tier.fail_publish = true;
+    cache.add_store(tier);
+    const std::string path = compile_ok(cache, base_request(dir.file("cache")));
+    EXPECT_TRUE(exists(path));
+    EXPECT_EQ(tier.offered.size(), 1u);
 }

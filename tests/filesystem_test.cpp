@@ -1,0 +1,182 @@
+// The file system module (src/filesystem.hpp): the plumbing every module writes files with.
+#include "filesystem.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace kjit_test;
+
+namespace {
+
+std::string read_all(const std::string &path) { return kjit::read_small_file(path, 1 << 20).value_or("<unreadable>"); }
+
+// A umask that strips the group's write bit, as most logins have, for one scope.
+class ScopedUmask {
+public:
+    explicit ScopedUmask(mode_t mask) : saved_(::umask(mask)) {}
+    ~ScopedUmask() { ::umask(saved_); }
+
+private:
+    mode_t saved_;
+};
+
+}  // namespace
+
+TEST(Filesystem, WriteNewFileNeverWritesOverAFileOrThroughALink) {
+    TempDir dir;
+    const std::string taken = dir.file("taken");
+    ASSERT_TRUE(kjit::write_new_file(taken, "first").ok());
+    auto again = kjit::write_new_file(taken, "second");
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.error().code, kjit::Errc::io);
+    EXPECT_EQ(again.error().sys_errno, EEXIST);
+    EXPECT_NE(again.error().message.find(taken), std::string::npos) << again.error().message;
+    EXPECT_EQ(read_all(taken), "first");
+
+    const std::string link = dir.file("link");
+    ASSERT_EQ(::symlink(dir.file("target").c_str(), link.c_str()), 0);
+    EXPECT_FALSE(kjit::write_new_file(link, "through").ok());
+    EXPECT_FALSE(exists(dir.file("target"))) << "written through a dangling link";
+}
+
+TEST(Filesystem, WriteNewFileFlagsSetModeAndMtime) {
+    TempDir dir;
+    ScopedUmask umask(022);
+    struct stat st {};
+    ASSERT_TRUE(kjit::write_new_file(dir.file("plain"), "x").ok());
+    ASSERT_EQ(::stat(dir.file("plain").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0644u);
+    ASSERT_TRUE(kjit::write_new_file(dir.file("team"), "x", kjit::kGroupWritable).ok());
+    ASSERT_EQ(::stat(dir.file("team").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0664u) << "group-writable whatever the umask";
+    {
+        ScopedUmask wide(002);
+        ASSERT_TRUE(kjit::write_new_file(dir.file("user"), "x", kjit::kUmaskMode).ok());
+        ASSERT_EQ(::stat(dir.file("user").c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, 0664u) << "0666 less the umask";
+    }
+    const std::int64_t before = kjit::realtime_ns();
+    ASSERT_TRUE(kjit::write_new_file(dir.file("old"), "x", kjit::kBackdated | kjit::kDurable).ok());
+    ASSERT_EQ(::stat(dir.file("old").c_str(), &st), 0);
+    const std::int64_t age = before - kjit::mtime_ns(st);
+    EXPECT_GT(age, (kjit::kBackdateSeconds - 2) * 1'000'000'000LL);
+    EXPECT_LT(age, (kjit::kBackdateSeconds + 60) * 1'000'000'000LL);
+    EXPECT_FALSE(kjit::young_at(st.st_mtim.tv_sec, static_cast<std::uint32_t>(st.st_mtim.tv_nsec), before));
+}
+
+TEST(Filesystem, UniqueSuffixesAreNeverReusedInAProcess) {
+    const std::uint64_t drawn = kjit::unique_suffixes_drawn();
+    const std::string a = kjit::unique_suffix();
+    const std::string b = kjit::unique_suffix();
+    EXPECT_NE(a, b);
+    EXPECT_EQ(kjit::unique_suffixes_drawn(), drawn + 2);
+    const std::string prefix = std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-";
+    EXPECT_EQ(a, prefix + std::to_string(drawn));
+}
+
+TEST(Filesystem, CreateUniqueSkipsNamesTakenInAdvance) {
+    TempDir dir;
+    const std::string stem = dir.file("t-");
+    const std::string prefix = stem + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-";
+    const std::uint64_t next = kjit::unique_suffixes_drawn();
+    for (std::uint64_t seq = next; seq < next + 3; ++seq) {
+        ASSERT_EQ(::mkdir((prefix + std::to_string(seq) + ".x").c_str(), 0700), 0);
+    }
+    auto made = kjit::create_unique(stem, ".x", "test folder",
+                                    [](const std::string &name) { return ::mkdir(name.c_str(), 0700); });
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    EXPECT_EQ(*made, prefix + std::to_string(next + 3) + ".x");
+    EXPECT_EQ(list_dir(dir.path()).size(), 4u);
+
+    // Every name taken: an io error naming the last one tried, nothing removed.
+    const std::uint64_t from = kjit::unique_suffixes_drawn();
+    for (std::uint64_t seq = from; seq < from + kjit::kUniqueNameAttempts; ++seq) {
+        ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0700), 0);
+    }
+    auto refused = kjit::create_unique(stem, {}, "test folder",
+                                       [](const std::string &name) { return ::mkdir(name.c_str(), 0700); });
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, kjit::Errc::io);
+    EXPECT_NE(refused.error().message.find("cannot create test folder"), std::string::npos) << refused.error().message;
+    EXPECT_EQ(list_dir(dir.path()).size(), 4u + kjit::kUniqueNameAttempts);
+}
+
+TEST(Filesystem, ReplaceFileSwapsTheWholeFileAndLeavesNoTempFile) {
+    TempDir dir;
+    const std::string path = dir.file("list");
+    ASSERT_TRUE(kjit::replace_file(path, dir.file(".tmp-"), ".list", "one\n").ok());
+    ASSERT_TRUE(kjit::replace_file(path, dir.file(".tmp-"), ".list", "two\n").ok());
+    EXPECT_EQ(read_all(path), "two\n");
+    EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"list"});
+
+    // A folder in the way: the rename fails, the temp file goes, the folder stays.
+    const std::string blocked = dir.file("blocked");
+    ASSERT_EQ(::mkdir(blocked.c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((blocked + "/inside").c_str(), 0700), 0);
+    auto st = kjit::replace_file(blocked, dir.file(".tmp-"), {}, "three\n");
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, kjit::Errc::io);
+    EXPECT_NE(st.error().message.find(blocked), std::string::npos) << st.error().message;
+    auto names = list_dir(dir.path());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"blocked", "list"}));
+}
+
+TEST(Filesystem, FolderReaderListsNamesAndSaysWhatItCannotOpen) {
+    TempDir dir;
+    for (const char *name : {"a", "b", "c"}) ASSERT_TRUE(kjit::write_new_file(dir.file(name), "").ok());
+    auto reader = kjit::FolderReader::open(dir.path());
+    ASSERT_TRUE(reader.ok()) << reader.error().message;
+    std::vector<std::string> names;
+    for (auto d = reader->next(); d && *d; d = reader->next()) names.emplace_back((*d)->d_name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c"}));
+
+    auto missing = kjit::FolderReader::open(dir.file("missing"));
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error().sys_errno, ENOENT);
+    EXPECT_NE(missing.error().message.find(dir.file("missing")), std::string::npos);
+    auto file = kjit::FolderReader::open(dir.file("a"));
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.error().sys_errno, ENOTDIR);
+}
+
+TEST(Filesystem, MakeFoldersCreatesParentsAndNamesAFileInTheWay) {
+    TempDir dir;
+    ASSERT_TRUE(kjit::make_folders(dir.file("x/y/z"), 0700, "cache folder").ok());
+    struct stat st {};
+    ASSERT_EQ(::stat(dir.file("x/y/z").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_TRUE(kjit::make_folders(dir.file("x/y/z"), 0700, "cache folder").ok()) << "an existing folder is fine";
+    ASSERT_TRUE(kjit::write_new_file(dir.file("file"), "").ok());
+    auto blocked = kjit::make_folders(dir.file("file/sub"), 0700, "cache folder");
+    ASSERT_FALSE(blocked.ok());
+    EXPECT_EQ(blocked.error().sys_errno, ENOTDIR);
+    EXPECT_NE(blocked.error().message.find("cannot create cache folder '" + dir.file("file") + "'"), std::string::npos)
+        << blocked.error().message;
+}
+
+TEST(Filesystem, AbsoluteFolderFoldsDotsAndTrailingSlashes) {
+    EXPECT_EQ(*kjit::absolute_folder("/a/b/../c/./"), "/a/c");
+    EXPECT_EQ(*kjit::absolute_folder("/"), "/");
+    char cwd[4096];
+    ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+    EXPECT_EQ(*kjit::absolute_folder("rel/dir/"), std::string(cwd) + "/rel/dir");
+}
+
+TEST(Filesystem, ReadSmallFileRefusesLinksAndFilesOverItsLimit) {
+    TempDir dir;
+    ASSERT_TRUE(kjit::write_new_file(dir.file("small"), "12345").ok());
+    EXPECT_EQ(kjit::read_small_file(dir.file("small"), 5).value_or("-"), "12345");
+    EXPECT_FALSE(kjit::read_small_file(dir.file("small"), 4).has_value());
+    ASSERT_EQ(::symlink(dir.file("small").c_str(), dir.file("link").c_str()), 0);
+    EXPECT_FALSE(kjit::read_small_file(dir.file("link"), 100).has_value());
+    EXPECT_FALSE(kjit::read_small_file(dir.file("missing"), 100).has_value());
+}
