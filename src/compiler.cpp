@@ -36,7 +36,7 @@ private:
     nvrtcProgram prog_ = nullptr;
 };
 
-// NVRTC's result as an Error of `code`, or nothing on success.
+// Errc::nvrtc saying that `what` failed with NVRTC's result `r`, or Ok on success.
 Status check(nvrtcResult r, const char *what) {
     if (r == NVRTC_SUCCESS) return Ok{};
     return Error{Errc::nvrtc, std::string(what) + " failed: " + nvrtcGetErrorString(r)};
