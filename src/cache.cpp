@@ -88,12 +88,6 @@ std::string hex_digest(XXH3_state_t *state) {
     return hex;
 }
 
-// NVRTC's build as the key sees it (computed once per process; no once-guard, fork_guard.hpp).
-std::atomic<const std::string *> nvrtc_identity_slot{nullptr};
-const std::string &nvrtc_identity() {
-    return fork_guard::lazy(nvrtc_identity_slot, [] { return new std::string(compiler::nvrtc_identity()); });
-}
-
 std::atomic<Cache *> instance_slot{nullptr};
 
 // The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
@@ -173,7 +167,7 @@ std::string manifest_text(const Request &r, const std::string &key, const std::s
     m.keyword = r.keyword;
     m.name = name;
     m.arch = r.arch;
-    m.nvrtc = nvrtc_identity();
+    m.nvrtc = r.nvrtc_identity;
     m.options = r.nvrtc_options;
     m.include_paths = r.include_paths;
     for (const auto &h : r.headers) m.headers.push_back(h.first);
@@ -410,7 +404,7 @@ std::string key_of(const Request &r) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-cache-key", std::to_string(kFormatVersion));
-    field(state, "nvrtc", nvrtc_identity());
+    field(state, "nvrtc", r.nvrtc_identity);
     field(state, "source", r.source);
     field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
@@ -543,6 +537,12 @@ Result<Cache::Prepared> Cache::prepare(Request request) const {
                                        request.include_paths.end());
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
+
+    // NVRTC's build is in the key, so a lookup loads NVRTC too; checked last, so that a bad
+    // request says what is wrong with it even where there is no NVRTC.
+    auto nvrtc = compiler::nvrtc_identity();
+    if (!nvrtc) return std::move(nvrtc).error();
+    request.nvrtc_identity = std::move(*nvrtc);
 
     Prepared prepared;
     prepared.key = key_of(request);

@@ -58,6 +58,10 @@ struct Request {
     // hit checks it).
     include_scanner::Search search;
     bool reads_files = false;
+    // Set by Cache::prepare: the NVRTC build that compiles it (compiler::nvrtc_identity()), in
+    // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
+    // by another NVRTC build must not be served.
+    std::string nvrtc_identity;
     // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
     // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
     // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
@@ -80,7 +84,7 @@ Status check_arch(const std::string &arch);
 
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see deps.txt). Reads
-// `request.search.working_dir`, which prepare() sets.
+// `request.search.working_dir` and `request.nvrtc_identity`, which prepare() sets.
 std::string key_of(const Request &request);
 
 // The header identity of a PCH made while compiling `request` (prepared), less the content of

@@ -2,6 +2,7 @@
 
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
+#include "compiler.hpp"
 
 #include "include_macros.hpp"
 #include "include_scanner.hpp"
@@ -60,6 +61,12 @@ kjit::include_scanner::Search in_folders(std::vector<std::string> dirs) {
 
 std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
 
+// The key of `r` as prepare() computes it: with the NVRTC build in use, which prepare() sets.
+std::string key_with_nvrtc(Request r) {
+    r.nvrtc_identity = *kjit::compiler::nvrtc_identity();
+    return kjit::cache::key_of(r);
+}
+
 // Every folder below `cache` named like an entry is complete; returns how many there are.
 int complete_entries(const std::string &cache) {
     int n = 0;
@@ -88,7 +95,7 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
     EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
     EXPECT_EQ(path.rfind(dir.file("cache") + "/", 0), 0u) << path;
     EXPECT_EQ(path.substr(path.size() - 13), "/kernel.cubin");
-    const std::string key = kjit::cache::key_of(r);
+    const std::string key = key_with_nvrtc(r);
     EXPECT_EQ(entry_of(path), dir.file("cache") + "/" + key.substr(0, 2) + "/" + key);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(cache.counters().nvrtc_runs, 1u);
@@ -112,7 +119,7 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
 
 TEST(Cache, KeyChangesWithEachInputAlone) {
     const Request base = base_request("/c");
-    std::vector<Request> variants(11, base);
+    std::vector<Request> variants(12, base);
     variants[0].source += " ";
     variants[1].headers = {{"a.h", "#define A 1"}};
     variants[2].headers = {{"a.h", "#define A 2"}};
@@ -124,6 +131,7 @@ TEST(Cache, KeyChangesWithEachInputAlone) {
     variants[8].arch = "sm_90a";
     variants[9].name_expression = "gemm<128>";
     variants[10].keyword = "gem";
+    variants[11].nvrtc_identity = "13.0 libnvrtc.so.13 1";  // another NVRTC build
     std::set<std::string> keys = {kjit::cache::key_of(base)};
     for (const Request &v : variants) keys.insert(kjit::cache::key_of(v));
     EXPECT_EQ(keys.size(), variants.size() + 1);
@@ -852,7 +860,7 @@ TEST(Cache, DebugLogNamesMissesAndHitsWithTheirKeys) {
     ::dup2(saved, 2);
     ::close(saved);
     const std::string text = read_file(log_path);
-    const std::string key = kjit::cache::key_of(r);
+    const std::string key = key_with_nvrtc(r);
     EXPECT_NE(text.find("cache miss " + key), std::string::npos) << text;
     EXPECT_NE(text.find("compiled " + key), std::string::npos) << text;
     EXPECT_NE(text.find("cache hit " + key), std::string::npos) << text;
