@@ -44,10 +44,37 @@ std::string identity_of(const std::string &version, void *symbol) {
     return id;
 }
 
+// NVRTC opens its builtins library (libnvrtc-builtins[.alt].so.<major>.<minor>) by name when it
+// first compiles, through the dynamic linker's search from libnvrtc itself (it has no RUNPATH),
+// not from its own folder. An NVRTC that libkjit found by path (the toolkit folder of the build,
+// a wheel named by KJIT_LIBNVRTC) would then fail every compile with "failed to open
+// libnvrtc-builtins.so.13.0" wherever that folder is not searched. So the builtins beside the
+// loaded libnvrtc are opened first: the loader then answers NVRTC's open by name with them (an
+// object already loaded matches by its SONAME), and they are the ones of the same release.
+// Missing there is not an error here: NVRTC may still find them by its own search, and says
+// clearly when it cannot.
+void preload_builtins(const Api &a) {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void *>(a.nvrtcVersion), &info) == 0 || !info.dli_fname) return;
+    const std::string lib(info.dli_fname);
+    const std::size_t slash = lib.rfind('/');
+    if (slash == std::string::npos) return;
+    // libnvrtc.alt.so.* (the toolkit's other build) opens the .alt builtins.
+    const bool alt = lib.find(".alt.", slash) != std::string::npos;
+    const std::string builtins =
+        lib.substr(0, slash + 1) + (alt ? "libnvrtc-builtins.alt.so." : "libnvrtc-builtins.so.") + a.version;
+    if (!::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        const char *e = ::dlerror();
+        log().debug("nvrtc: no builtins preloaded ({}); NVRTC will look for them itself", e ? e : builtins);
+    }
+}
+
 template <typename Fn>
 bool bind(void *handle, Fn &fn, const char *symbol, std::string &why) {
     fn = reinterpret_cast<Fn>(::dlsym(handle, symbol));
-    if (!fn) why = std::string("opened, but it has no ") + symbol + " (not NVRTC, or an NVRTC older than libkjit needs)";
+    if (!fn) {
+        why = std::string("opened, but it has no ") + symbol + " (not NVRTC, or an NVRTC older than libkjit needs)";
+    }
     return fn != nullptr;
 }
 
@@ -83,6 +110,7 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
     }
     a.library = file;
     a.identity = identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion));
+    preload_builtins(a);
     return true;
 }
 

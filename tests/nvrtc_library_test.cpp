@@ -7,6 +7,8 @@
 //    elsewhere still work; no libnvrtc is ever mapped into the process.
 //  - NvrtcPinned.*, with KJIT_LIBNVRTC naming the toolkit's own libnvrtc: that one is loaded, on
 //    the first compile and not before.
+//  - NvrtcBesideItsBuiltins.*, which pins KJIT_LIBNVRTC itself: NVRTC's builtins come from the
+//    folder of the libnvrtc loaded.
 // Through libkjit.so, against the driver test double (KJIT_LIBCUDA).
 #include "kjit/kjit.h"
 
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -206,6 +209,37 @@ TEST(NvrtcPinned, TheNamedLibraryIsLoadedOnTheFirstCompile) {
     const kjit_stats stats = stats_now();
     EXPECT_EQ(stats.nvrtc_compiles, 1u);
     EXPECT_EQ(stats.compile_hits, 1u);
+}
+
+// NVRTC opens its builtins library by name at its first compile, which fails wherever the
+// folder of an NVRTC found by path (a wheel, the build's toolkit folder) is not searched. libkjit
+// opens the builtins beside the libnvrtc it loaded first, so those are the ones NVRTC uses: here
+// a folder with a link to the toolkit's libnvrtc and a copy of its builtins, whose mapping tells
+// the copy from the toolkit's own.
+TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideThePinnedLibraryAreUsed) {
+    const char *toolkit = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
+    ASSERT_TRUE(toolkit && *toolkit) << "set KJIT_TEST_TOOLKIT_NVRTC";
+    const std::string lib(toolkit);
+    const std::string folder = lib.substr(0, lib.rfind('/'));
+    std::string builtins;  // libnvrtc-builtins.so.<major>.<minor>, the file itself
+    for (const std::string &name : list_dir(folder)) {
+        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 &&
+            std::count(name.begin(), name.end(), '.') == 3) {
+            builtins = name;
+        }
+    }
+    ASSERT_FALSE(builtins.empty()) << "no libnvrtc-builtins.so.<major>.<minor> in " << folder;
+    TempDir dir;
+    const std::string link = dir.file(lib.substr(lib.rfind('/') + 1));
+    ASSERT_EQ(::symlink(lib.c_str(), link.c_str()), 0) << link;
+    write_file(dir.file(builtins), read_file(folder + "/" + builtins));
+    char copy[PATH_MAX];
+    ASSERT_NE(::realpath(dir.file(builtins).c_str(), copy), nullptr);
+    const ScopedEnv pin("KJIT_LIBNVRTC", link.c_str());  // read at the first compile, below
+
+    ASSERT_EQ(compile_template(dir.file("cache")), KJIT_OK) << kjit_last_error();
+    const std::vector<std::string> mapped = mapped_files_like("libnvrtc-builtins");
+    EXPECT_EQ(mapped, std::vector<std::string>{copy}) << joined(mapped);
 }
 
 int main(int argc, char **argv) {
