@@ -176,9 +176,14 @@ int main(int argc, char **argv) {
     request.options = {"-arch=sm_90", "-std=c++17"};
     request.name_expressions = {"gemm_fp8_kernel<128, 256, 64>"};
 
+    const auto version = kjit::compiler::nvrtc_version();
+    if (!version) {
+        std::fprintf(stderr, "kjit-make-bigcubin: %s\n", version.error().message.c_str());
+        return 1;
+    }
     std::printf("kjit-make-bigcubin: compiling %ld tile_kernel instantiations + 1 gemm_fp8_kernel for sm_90 "
                 "with NVRTC %s (%zu bytes of source)...\n",
-                instances, kjit::compiler::nvrtc_version().c_str(), request.source.size());
+                instances, version->c_str(), request.source.size());
     std::fflush(stdout);
     const auto started = std::chrono::steady_clock::now();
     auto compiled = kjit::compiler::compile(request);

@@ -138,7 +138,8 @@ class KjitIOError(KjitError):
 
 class CompileError(KjitError):
     """KJIT_ERROR_COMPILE (NVRTC rejected the source; the log is in ``message``) or
-    KJIT_ERROR_NVRTC (another NVRTC failure, e.g. an unknown option)."""
+    KJIT_ERROR_NVRTC (another NVRTC failure, e.g. an unknown option, or no usable NVRTC: see
+    ``$KJIT_LIBNVRTC``)."""
 
 
 class DriverError(KjitError):

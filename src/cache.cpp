@@ -41,7 +41,7 @@ cache_entry::Manifest new_manifest(const Request &request, const std::string &ke
     m.keyword = request.keyword;
     m.name = name;
     m.arch = request.arch;
-    m.nvrtc = nvrtc_identity();
+    m.nvrtc = request.nvrtc_identity;
     m.options = request.nvrtc_options;
     m.include_paths = request.include_paths;
     for (const auto &h : request.headers) m.headers.push_back(h.first);

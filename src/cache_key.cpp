@@ -3,7 +3,6 @@
 #include "cache_entry.hpp"
 #include "compiler.hpp"
 #include "filesystem.hpp"
-#include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
 
@@ -63,14 +62,7 @@ void deps_fields(XXH3_state_t *state, const std::vector<include_scanner::Depende
     }
 }
 
-// NVRTC's build as the key sees it (computed once per process; no once-guard, fork_guard.hpp).
-std::atomic<const std::string *> nvrtc_identity_slot{nullptr};
-
 }  // namespace
-
-const std::string &nvrtc_identity() {
-    return fork_guard::lazy(nvrtc_identity_slot, [] { return new std::string(compiler::nvrtc_identity()); });
-}
 
 std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
@@ -112,7 +104,7 @@ std::string key_of(const Request &r) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-cache-key", std::to_string(kFormatVersion));
-    field(state, "nvrtc", nvrtc_identity());
+    field(state, "nvrtc", r.nvrtc_identity);
     field(state, "source", r.source);
     field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
@@ -212,6 +204,12 @@ Result<KeyedRequest> key_request(Request request) {
                                        request.include_paths.end());
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
+
+    // NVRTC's build is in the key, so a lookup loads NVRTC too; checked last, so that a bad
+    // request says what is wrong with it even where there is no NVRTC.
+    auto nvrtc = compiler::nvrtc_identity();
+    if (!nvrtc) return std::move(nvrtc).error();
+    request.nvrtc_identity = std::move(*nvrtc);
 
     KeyedRequest keyed;
     keyed.key = key_of(request);

@@ -43,6 +43,10 @@ struct Request {
     // hit checks it).
     include_scanner::Search search;
     bool reads_files = false;
+    // Set by key_request: the NVRTC build that compiles it (compiler::nvrtc_identity()), in
+    // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
+    // by another NVRTC build must not be served.
+    std::string nvrtc_identity;
     // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
     // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
     // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
@@ -71,7 +75,8 @@ struct KeyedRequest {
 // target among the NVRTC options, the cache folder and include paths made absolute, how the
 // compile looks files up (the working directory enters the key only when names may be looked
 // up relative to it). Errors: invalid_argument (keyword, arch, options), io (no working
-// directory, a folder that cannot be made absolute).
+// directory, a folder that cannot be made absolute), nvrtc (no usable NVRTC: its build is in the
+// key, so a lookup needs it too; checked last, so a bad request is told what is wrong first).
 Result<KeyedRequest> key_request(Request request);
 
 // invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
@@ -79,7 +84,7 @@ Status check_arch(const std::string &arch);
 
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see variant_key). Reads
-// `request.search.working_dir`, which key_request sets.
+// `request.search.working_dir` and `request.nvrtc_identity`, which key_request sets.
 std::string key_of(const Request &request);
 
 // The key of one result of a request that reads files (a variant, cache_entry.hpp): its source
@@ -103,8 +108,5 @@ std::string pch_texts(const Request &request);
 // every file the compile may read, by content (`deps`, the same list the entry records),
 // however it was reached. Names the PCH's folder (pch_folders.hpp).
 std::string pch_identity(const Request &request, const std::vector<include_scanner::Dependency> &deps);
-
-// NVRTC's build as keys and manifests record it (computed once per process).
-const std::string &nvrtc_identity();
 
 }  // namespace kjit::cache

@@ -1,13 +1,9 @@
 #include "compiler.hpp"
 
 #include "fork_guard.hpp"
-
-#include <dlfcn.h>
-#include <nvrtc.h>
-#include <sys/stat.h>
+#include "nvrtc_library.hpp"
 
 #include <atomic>
-#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -20,26 +16,29 @@ namespace kjit::compiler {
 
 namespace {
 
+using nvrtc_library::Api;
+
 // Owns an nvrtcProgram.
 class Program {
 public:
-    Program() = default;
+    explicit Program(const Api &api) : api_(api) {}
     Program(const Program &) = delete;
     Program &operator=(const Program &) = delete;
     ~Program() {
-        if (prog_) nvrtcDestroyProgram(&prog_);
+        if (prog_) api_.nvrtcDestroyProgram(&prog_);
     }
     nvrtcProgram *out() { return &prog_; }
     nvrtcProgram get() const { return prog_; }
 
 private:
+    const Api &api_;
     nvrtcProgram prog_ = nullptr;
 };
 
-// NVRTC's result as an Error of `code`, or nothing on success.
-Status check(nvrtcResult r, const char *what) {
+// Errc::nvrtc saying that `what` failed with NVRTC's result `r`, or Ok on success.
+Status check(const Api &api, nvrtcResult r, const char *what) {
     if (r == NVRTC_SUCCESS) return Ok{};
-    return Error{Errc::nvrtc, std::string(what) + " failed: " + nvrtcGetErrorString(r)};
+    return Error{Errc::nvrtc, std::string(what) + " failed: " + api.nvrtcGetErrorString(r)};
 }
 
 // The gate compiles pass (compiler.hpp): fork() waits here for the NVRTC calls in flight.
@@ -107,11 +106,11 @@ private:
     bool entered_ = false;
 };
 
-std::string program_log(nvrtcProgram prog) {
+std::string program_log(const Api &api, nvrtcProgram prog) {
     size_t size = 0;
-    if (nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size <= 1) return {};
+    if (api.nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size <= 1) return {};
     std::string log(size, '\0');
-    if (nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return {};
+    if (api.nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return {};
     log.resize(size - 1);  // drop the NUL
     return log;
 }
@@ -220,6 +219,11 @@ Result<PchOptions> take_pch_options(const std::vector<std::string> &options) {
 }
 
 Result<Output> compile(const Request &request) {
+    // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
+    // gets the error without waiting for a fork.
+    auto loaded = nvrtc_library::api();
+    if (!loaded) return std::move(loaded).error();
+    const Api &api = **loaded;
     std::vector<const char *> header_sources, header_names, options;
     for (const auto &h : request.headers) {
         header_names.push_back(h.first.c_str());
@@ -236,33 +240,34 @@ Result<Output> compile(const Request &request) {
                                       "), and NVRTC may hold a lock of its own that no thread here will let go; "
                                       "compile in the parent, or in a process started afresh (spawn, not fork)"};
     }
-    Program prog;
-    if (auto st = check(nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
-                                           static_cast<int>(header_names.size()), header_sources.data(),
-                                           header_names.data()),
+    Program prog(api);
+    if (auto st = check(api,
+                        api.nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
+                                               static_cast<int>(header_names.size()), header_sources.data(),
+                                               header_names.data()),
                         "nvrtcCreateProgram");
         !st) {
         return std::move(st).error();
     }
     for (const auto &e : request.name_expressions) {
-        if (auto st = check(nvrtcAddNameExpression(prog.get(), e.c_str()), "nvrtcAddNameExpression"); !st) {
+        if (auto st = check(api, api.nvrtcAddNameExpression(prog.get(), e.c_str()), "nvrtcAddNameExpression"); !st) {
             return std::move(st).error();
         }
     }
-    const nvrtcResult compiled = nvrtcCompileProgram(prog.get(), static_cast<int>(options.size()), options.data());
+    const nvrtcResult compiled = api.nvrtcCompileProgram(prog.get(), static_cast<int>(options.size()), options.data());
     Output out;
-    out.log = program_log(prog.get());
+    out.log = program_log(api, prog.get());
     if (compiled == NVRTC_ERROR_COMPILATION) {
         return Error{Errc::compile, "NVRTC could not compile '" + request.program_name + "':\n" + out.log};
     }
     if (compiled != NVRTC_SUCCESS) {
         std::string msg = std::string("nvrtcCompileProgram failed for '") + request.program_name +
-                          "': " + nvrtcGetErrorString(compiled);
+                          "': " + api.nvrtcGetErrorString(compiled);
         if (!out.log.empty()) msg += "\n" + out.log;
         return Error{Errc::nvrtc, std::move(msg)};
     }
     size_t cubin_size = 0;
-    if (auto st = check(nvrtcGetCUBINSize(prog.get(), &cubin_size), "nvrtcGetCUBINSize"); !st) {
+    if (auto st = check(api, api.nvrtcGetCUBINSize(prog.get(), &cubin_size), "nvrtcGetCUBINSize"); !st) {
         return std::move(st).error();
     }
     if (cubin_size == 0) {
@@ -270,12 +275,13 @@ Result<Output> compile(const Request &request) {
                                       "' (a virtual compute_XX target gives PTX only; use -arch=sm_XX)"};
     }
     out.cubin.resize(cubin_size);
-    if (auto st = check(nvrtcGetCUBIN(prog.get(), out.cubin.data()), "nvrtcGetCUBIN"); !st) {
+    if (auto st = check(api, api.nvrtcGetCUBIN(prog.get(), out.cubin.data()), "nvrtcGetCUBIN"); !st) {
         return std::move(st).error();
     }
     for (const auto &e : request.name_expressions) {
         const char *lowered = nullptr;
-        if (auto st = check(nvrtcGetLoweredName(prog.get(), e.c_str(), &lowered), "nvrtcGetLoweredName"); !st) {
+        if (auto st = check(api, api.nvrtcGetLoweredName(prog.get(), e.c_str(), &lowered), "nvrtcGetLoweredName");
+            !st) {
             return std::move(st).error();
         }
         out.lowered_names.emplace_back(e, lowered ? lowered : "");
@@ -287,23 +293,16 @@ std::chrono::milliseconds fork_wait() { return std::chrono::milliseconds(fork_wa
 
 void set_fork_wait(std::chrono::milliseconds wait) { fork_wait_ms.store(wait.count()); }
 
-std::string nvrtc_version() {
-    int major = 0, minor = 0;
-    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-    return std::to_string(major) + "." + std::to_string(minor);
+Result<std::string> nvrtc_version() {
+    auto loaded = nvrtc_library::api();
+    if (!loaded) return std::move(loaded).error();
+    return (*loaded)->version;
 }
 
-std::string nvrtc_identity() {
-    std::string id = nvrtc_version();
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void *>(&nvrtcVersion), &info) == 0 || !info.dli_fname) return id + " unknown-build";
-    char resolved[PATH_MAX];
-    const char *file = ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
-    struct stat st {};
-    const std::string path(file);
-    id += " " + path.substr(path.rfind('/') + 1);
-    if (::stat(file, &st) == 0) id += " " + std::to_string(st.st_size);
-    return id;
+Result<std::string> nvrtc_identity() {
+    auto loaded = nvrtc_library::api();
+    if (!loaded) return std::move(loaded).error();
+    return (*loaded)->identity;
 }
 
 }  // namespace kjit::compiler

@@ -1,5 +1,5 @@
 // Compiler: one NVRTC program -> cubin bytes, the compile log and lowered names. Knows NVRTC
-// only: no files, no cache.
+// only (reached through nvrtc_library, which dlopens it on first need): no files, no cache.
 #pragma once
 
 #include "status.hpp"
@@ -27,7 +27,8 @@ struct Output {
 
 // Compiles `request`. Errc::compile with the whole NVRTC log when the source does not compile;
 // Errc::nvrtc with NVRTC's text for other NVRTC failures (unknown option, no cubin for a
-// virtual arch, ...), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC
+// virtual arch, ...), when NVRTC cannot be loaded (nvrtc_library::api()'s message: what was
+// tried, what to do), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC
 // programs are independent.
 //
 // fork(): NVRTC holds a process-wide lock of its own inside a compile. A child forked while
@@ -62,12 +63,13 @@ Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
 std::chrono::milliseconds fork_wait();
 void set_fork_wait(std::chrono::milliseconds wait);
 
-// NVRTC's version as "major.minor".
-std::string nvrtc_version();
+// NVRTC's version as "major.minor"; loads NVRTC if it is not yet (Errc::nvrtc when it cannot).
+Result<std::string> nvrtc_version();
 
 // What identifies the NVRTC build in use beyond major.minor (patch releases change code
 // generation): "major.minor libnvrtc.so.X.Y.Z <file size>", from the loaded library's file.
 // The folder is left out, so the same toolkit installed elsewhere gives the same identity.
-std::string nvrtc_identity();
+// Part of every cache key, so a lookup needs NVRTC loaded too; Errc::nvrtc when it cannot be.
+Result<std::string> nvrtc_identity();
 
 }  // namespace kjit::compiler

@@ -4,6 +4,7 @@
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
 #include "filesystem.hpp"
+#include "compiler.hpp"
 
 #include "include_macros.hpp"
 #include "include_scanner.hpp"
@@ -63,6 +64,12 @@ kjit::include_scanner::Search in_folders(std::vector<std::string> dirs) {
 
 std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
 
+// The key of `r` as prepare() computes it: with the NVRTC build in use, which prepare() sets.
+std::string key_with_nvrtc(Request r) {
+    r.nvrtc_identity = *kjit::compiler::nvrtc_identity();
+    return kjit::cache::key_of(r);
+}
+
 // Every folder below `cache` named like an entry is complete; returns how many there are.
 int complete_entries(const std::string &cache) {
     int n = 0;
@@ -91,7 +98,7 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
     EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
     EXPECT_EQ(path.rfind(dir.file("cache") + "/", 0), 0u) << path;
     EXPECT_EQ(path.substr(path.size() - 13), "/kernel.cubin");
-    const std::string key = kjit::cache::key_of(r);
+    const std::string key = key_with_nvrtc(r);
     EXPECT_EQ(entry_of(path), dir.file("cache") + "/" + key.substr(0, 2) + "/" + key);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
@@ -115,7 +122,7 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
 
 TEST(Cache, KeyChangesWithEachInputAlone) {
     const Request base = base_request("/c");
-    std::vector<Request> variants(11, base);
+    std::vector<Request> variants(12, base);
     variants[0].source += " ";
     variants[1].headers = {{"a.h", "#define A 1"}};
     variants[2].headers = {{"a.h", "#define A 2"}};
@@ -127,6 +134,7 @@ TEST(Cache, KeyChangesWithEachInputAlone) {
     variants[8].arch = "sm_90a";
     variants[9].name_expression = "gemm<128>";
     variants[10].keyword = "gem";
+    variants[11].nvrtc_identity = "13.0 libnvrtc.so.13 1";  // another NVRTC build
     std::set<std::string> keys = {kjit::cache::key_of(base)};
     for (const Request &v : variants) keys.insert(kjit::cache::key_of(v));
     EXPECT_EQ(keys.size(), variants.size() + 1);
@@ -855,7 +863,7 @@ TEST(Cache, DebugLogNamesMissesAndHitsWithTheirKeys) {
     ::dup2(saved, 2);
     ::close(saved);
     const std::string text = read_file(log_path);
-    const std::string key = kjit::cache::key_of(r);
+    const std::string key = key_with_nvrtc(r);
     EXPECT_NE(text.find("cache miss " + key), std::string::npos) << text;
     EXPECT_NE(text.find("compiled " + key), std::string::npos) << text;
     EXPECT_NE(text.find("cache hit " + key), std::string::npos) << text;
@@ -1012,7 +1020,7 @@ TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     TempDir dir;
     Cache cache;
     const Request r = base_request(dir.file("cache"));
-    const std::string key = kjit::cache::key_of(r);
+    const std::string key = key_with_nvrtc(r);
     const std::string shard = dir.file("cache") + "/" + key.substr(0, 2);
     ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
     ASSERT_EQ(::mkdir(shard.c_str(), 0700), 0);
@@ -1027,6 +1035,7 @@ TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     EXPECT_FALSE(path.empty());
     for (const std::string &t : taken) EXPECT_TRUE(exists(t)) << "a folder not ours was used or removed: " << t;
     EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+    EXPECT_GE(kjit::unique_suffixes_drawn(), next + 6) << "the names taken were not where the publish looked";
 }
 
 // ---------------------------------------------------------------------------------------------

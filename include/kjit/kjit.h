@@ -143,7 +143,8 @@ typedef enum kjit_status {
                                              permission), or a cache folder or file could not be created
                                              or written. */
     KJIT_ERROR_COMPILE = 6,             /**< NVRTC rejected the source; the log is in kjit_last_error(). */
-    KJIT_ERROR_NVRTC = 7,               /**< NVRTC failed for another reason (bad option, ...). */
+    KJIT_ERROR_NVRTC = 7,               /**< NVRTC failed for another reason (bad option, ...), or no
+                                             usable NVRTC could be loaded (libnvrtc or $KJIT_LIBNVRTC). */
     KJIT_ERROR_DRIVER_UNAVAILABLE = 8,  /**< No usable CUDA driver (libcuda.so.1 or $KJIT_LIBCUDA missing,
                                              a driver older than CUDA 12.0, or cuInit failed). */
     KJIT_ERROR_DRIVER = 9,              /**< The CUDA driver reported an error. */
@@ -320,12 +321,19 @@ typedef struct kjit_compile_options {
  *
  * The cache key covers everything that changes the cubin: the source, the in-memory headers,
  * the NVRTC options in order, the include paths and the content of every header read through
- * them, the arch, the name expression, the keyword, NVRTC's version and the cache format
+ * them, the arch, the name expression, the keyword, NVRTC's build and the cache format
  * version. A hit runs no NVRTC, reads no cubin and scans nothing. A miss compiles once, resolves
  * the kernel name (the lowered name expression, else a scan with the keyword rule) and
  * publishes the entry atomically (cubin, `<cubin>.name` sidecar, source and manifest), so the
  * first kjit_resolve_name() or kjit_load_cached() on the result is already a sidecar hit. A failed
  * compile publishes nothing. Layout: `<cache>/<k0k1>/<32 hex key>/kernel.cubin`.
+ *
+ * NVRTC is not linked: the first call in a process `dlopen`s it (`$KJIT_LIBNVRTC` when set, else
+ * `libnvrtc.so.<major>` of the NVRTC libkjit was built against, through the dynamic linker's
+ * search, then in the CUDA toolkit's lib folder found at build time). Since NVRTC's build is part
+ * of the key, a hit needs NVRTC loaded too; without a usable NVRTC every call returns
+ * #KJIT_ERROR_NVRTC (after the argument checks) saying what was tried and what to do. To use a
+ * shipped cache without NVRTC, call kjit_load_cached() or kjit_resolve_name() on its cubin paths.
  *
  * @param[in]  source          CUDA C++ source (NUL-terminated). Not retained.
  * @param[in]  keyword         The kernel, as for kjit_resolve_name().
@@ -347,7 +355,10 @@ typedef struct kjit_compile_options {
  *                                     expression whose lowered name does not match the keyword.
  * @retval KJIT_ERROR_COMPILE          NVRTC rejected the source; the whole NVRTC log is in
  *                                     kjit_last_error().
- * @retval KJIT_ERROR_NVRTC            Another NVRTC failure (an unknown option, ...).
+ * @retval KJIT_ERROR_NVRTC            Another NVRTC failure (an unknown option, ...), or no
+ *                                     usable NVRTC could be loaded (also for a hit): the files
+ *                                     tried, why each failed, and what to do are in
+ *                                     kjit_last_error().
  * @retval KJIT_ERROR_NOT_FOUND        No symbol of the fresh cubin matches the keyword.
  * @retval KJIT_ERROR_AMBIGUOUS        Several symbols of the fresh cubin match the keyword.
  * @retval KJIT_ERROR_IO               The cache folder cannot be created or written, or a header
