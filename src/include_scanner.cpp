@@ -91,6 +91,81 @@ std::string_view parenthesized(std::string_view line, std::size_t j) {
     return line.substr(j);
 }
 
+// A directive is one logical line: a backslash before the newline joins the next one.
+bool continues(std::string_view l) {
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    return !l.empty() && l.back() == '\\';
+}
+
+// Joins into `logical` a directive's first line and the lines it goes on to (continuations and
+// a /* comment left open), moving `pos` past them.
+void join_lines(std::string_view text, std::size_t &pos, std::string_view first, std::string &logical) {
+    logical.assign(first);
+    while (pos < text.size()) {
+        std::size_t next_end = std::string_view::npos;
+        if (continues(logical)) {
+            if (logical.back() == '\r') logical.pop_back();
+            logical.pop_back();
+            next_end = text.find('\n', pos);
+        } else if (in_block_comment(logical)) {
+            // Up to the end of the line that closes it (the whole text if none does).
+            logical += ' ';
+            const std::size_t close = text.find("*/", pos);
+            next_end = close == std::string_view::npos ? close : text.find('\n', close + 2);
+        } else {
+            break;
+        }
+        if (next_end == std::string_view::npos) next_end = text.size();
+        logical.append(text.substr(pos, next_end - pos));
+        pos = next_end + 1;
+    }
+}
+
+// Adds to `out` the operand of each __has_include / __has_include_next in an #if or #elif
+// `line` (its directive name starting at `i`).
+void add_has_includes(std::string_view line, std::size_t i, std::vector<Directive> &out) {
+    for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
+         at = line.find("__has_include", at + 1)) {
+        std::size_t j = at + 13;
+        const bool next = line.compare(j, 5, "_next") == 0;
+        if (next) j += 5;
+        while (j < line.size() && is_space(line[j])) ++j;
+        if (j >= line.size() || line[j] != '(') continue;
+        ++j;
+        while (j < line.size() && is_space(line[j])) ++j;
+        Directive d;
+        d.next = next;
+        bool malformed = false;
+        if (!operand_at(line, j, d, malformed)) {
+            if (malformed) continue;
+            d.computed = true;
+            d.name.assign(parenthesized(line, j));
+        }
+        out.push_back(std::move(d));
+    }
+}
+
+// Adds to `out` the operand of an #include / #include_next `line` (its directive name starting
+// at `i`); nothing for another directive or a malformed operand.
+void add_include(std::string_view line, std::size_t i, std::vector<Directive> &out) {
+    if (line.compare(i, 7, "include") != 0) return;
+    i += 7;
+    const bool next = line.compare(i, 5, "_next") == 0;
+    if (next) i += 5;
+    if (i < line.size() && !is_space(line[i]) && line[i] != '"' && line[i] != '<') return;  // #includex
+    while (i < line.size() && is_space(line[i])) ++i;
+    if (i >= line.size()) return;
+    Directive d;
+    d.next = next;
+    bool malformed = false;
+    if (!operand_at(line, i, d, malformed)) {
+        if (malformed) return;
+        d.computed = true;
+        d.name.assign(line.substr(i));
+    }
+    out.push_back(std::move(d));
+}
+
 // The files `text` names for the preprocessor, in order (conditionals ignored: a superset):
 // each #include / #include_next, and each __has_include / __has_include_next in an #if or
 // #elif (a file that appears later changes what such a test answers). With `defines`, also
@@ -107,33 +182,10 @@ std::vector<Directive> directives(std::string_view text, include_macros::Table *
         std::size_t i = 0;
         while (i < line.size() && is_space(line[i])) ++i;
         if (i >= line.size() || line[i] != '#') continue;
-        // A directive is one logical line: a backslash before the newline joins the next one.
-        auto continues = [](std::string_view l) {
-            if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-            return !l.empty() && l.back() == '\\';
-        };
-        // So is a /* comment that goes on to later lines: what follows it belongs to the
-        // directive (a comment stands for one blank).
+        // A directive is one logical line (continues()); so is a /* comment that goes on to later
+        // lines: what follows it belongs to the directive (a comment stands for one blank).
         if (continues(line) || in_block_comment(line)) {
-            logical.assign(line);
-            while (pos < text.size()) {
-                std::size_t next_end = std::string_view::npos;
-                if (continues(logical)) {
-                    if (logical.back() == '\r') logical.pop_back();
-                    logical.pop_back();
-                    next_end = text.find('\n', pos);
-                } else if (in_block_comment(logical)) {
-                    // Up to the end of the line that closes it (the whole text if none does).
-                    logical += ' ';
-                    const std::size_t close = text.find("*/", pos);
-                    next_end = close == std::string_view::npos ? close : text.find('\n', close + 2);
-                } else {
-                    break;
-                }
-                if (next_end == std::string_view::npos) next_end = text.size();
-                logical.append(text.substr(pos, next_end - pos));
-                pos = next_end + 1;
-            }
+            join_lines(text, pos, line, logical);
             line = logical;
         }
         ++i;
@@ -143,43 +195,10 @@ std::vector<Directive> directives(std::string_view text, include_macros::Table *
             continue;
         }
         if (line.compare(i, 2, "if") == 0 || line.compare(i, 4, "elif") == 0) {
-            for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
-                 at = line.find("__has_include", at + 1)) {
-                std::size_t j = at + 13;
-                const bool next = line.compare(j, 5, "_next") == 0;
-                if (next) j += 5;
-                while (j < line.size() && is_space(line[j])) ++j;
-                if (j >= line.size() || line[j] != '(') continue;
-                ++j;
-                while (j < line.size() && is_space(line[j])) ++j;
-                Directive d;
-                d.next = next;
-                bool malformed = false;
-                if (!operand_at(line, j, d, malformed)) {
-                    if (malformed) continue;
-                    d.computed = true;
-                    d.name.assign(parenthesized(line, j));
-                }
-                out.push_back(std::move(d));
-            }
+            add_has_includes(line, i, out);
             continue;
         }
-        if (line.compare(i, 7, "include") != 0) continue;
-        i += 7;
-        const bool next = line.compare(i, 5, "_next") == 0;
-        if (next) i += 5;
-        if (i < line.size() && !is_space(line[i]) && line[i] != '"' && line[i] != '<') continue;  // #includex
-        while (i < line.size() && is_space(line[i])) ++i;
-        if (i >= line.size()) continue;
-        Directive d;
-        d.next = next;
-        bool malformed = false;
-        if (!operand_at(line, i, d, malformed)) {
-            if (malformed) continue;
-            d.computed = true;
-            d.name.assign(line.substr(i));
-        }
-        out.push_back(std::move(d));
+        add_include(line, i, out);
     }
     return out;
 }
@@ -305,6 +324,202 @@ bool names_memory_header(const std::string &name, const MemoryHeaders &memory_he
     return false;
 }
 
+// One scan's state: the dependencies found so far, the texts still to read and the computed
+// includes that wait for their macros. scan() runs its steps in order.
+class Scanner {
+public:
+    Scanner(const MemoryHeaders &memory_headers, const Search &search);
+    Status queue_inputs(std::string_view source);
+    Status follow_includes();
+    bool every_file() const { return every_file_; }
+    Status record_every_file();
+    std::vector<Dependency> take_deps() { return std::move(deps_); }
+
+private:
+    struct Pending {
+        std::string text;
+        std::string folder;  // absolute, searched first for quoted names; "" for none
+    };
+    // Computed includes wait until every text reachable without them has been read, so that
+    // the macros they use are defined (in any order: the scan does not follow #if either).
+    struct Computed {
+        std::string operand;
+        std::string folder;
+        bool next = false;
+    };
+
+    void mark_young(Dependency &d) const;
+    Status look_up(const std::string &name, bool quoted, const std::string &folder, bool every);
+    Status read_pending();
+    Status expand_computed();
+
+    const MemoryHeaders &memory_headers_;
+    const Search &search_;
+    std::vector<Dependency> deps_;
+    const std::int64_t scan_started_ = realtime_ns();
+    std::deque<Pending> work_;
+    std::set<std::string> seen_files_, seen_missing_;
+    std::unordered_map<std::string, bool> real_folders_;  // fold_dots' lstats
+    std::vector<Computed> computed_includes_;
+    include_macros::Table macros_;
+    bool every_file_ = false;  // a computed include that cannot be followed
+};
+
+// Starts a scan with the macros of the -D options defined.
+Scanner::Scanner(const MemoryHeaders &memory_headers, const Search &search)
+    : memory_headers_(memory_headers), search_(search) {
+    for (const std::string &def : search_.defines) macros_.add_option(def);
+}
+
+// Marks a header read by this scan as young when it was modified just before the scan began.
+void Scanner::mark_young(Dependency &d) const {
+    d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started_);
+}
+
+// Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
+// the first found (creating it later would shadow the found one), then the found one by
+// content, whose own includes are followed from its folder. `every`: all candidates, found
+// or not (for #include_next, whose starting point is not tracked).
+Status Scanner::look_up(const std::string &name, bool quoted, const std::string &folder, bool every) {
+    std::vector<std::string> candidates;
+    if (name[0] == '/') {
+        candidates.push_back(fold_dots(name, real_folders_));
+    } else {
+        if (quoted && !folder.empty()) candidates.push_back(fold_dots(folder + "/" + name, real_folders_));
+        for (const std::string &dir : search_.include_dirs) candidates.push_back(fold_dots(dir + "/" + name, real_folders_));
+    }
+    // A bound on what one compile may read, whatever the spellings (a header tree whose
+    // "../" includes go through links can still give a file several): an error, not the
+    // whole memory.
+    if (deps_.size() > kMaxFilesUnderIncludePaths) {
+        return Error{Errc::io, "the includes reach more than " + std::to_string(kMaxFilesUnderIncludePaths) +
+                                   " files and candidates (the last: '" + name +
+                                   "'): libkjit cannot track them"};
+    }
+    for (const std::string &candidate : candidates) {
+        if (!is_regular(candidate)) {
+            if (seen_missing_.insert(candidate).second) {
+                Dependency absent;
+                absent.path = candidate;
+                absent.exists = false;
+                deps_.push_back(std::move(absent));
+            }
+            continue;
+        }
+        if (seen_files_.insert(candidate).second) {
+            std::string content;
+            auto dep = describe(candidate, &content);
+            if (!dep) return std::move(dep).error();
+            mark_young(*dep);
+            deps_.push_back(std::move(*dep));
+            work_.push_back({std::move(content), folder_of(candidate)});
+        }
+        if (!every) break;
+    }
+    return Ok{};
+}
+
+// Queues what the compile starts from: the pre-included files (looked up), the source, and
+// every in-memory header.
+Status Scanner::queue_inputs(std::string_view source) {
+    // Pre-included files first, as NVRTC reads them: the working directory, then the include
+    // folders (a pre-include is looked up like a quoted name of the source).
+    for (const std::string &file : search_.pre_includes) {
+        if (auto st = look_up(file, true, search_.working_dir, false); !st) return std::move(st).error();
+    }
+    work_.push_back({std::string(source), search_.working_dir});
+    // Every in-memory header, included or not (a superset): its quoted names are looked up in
+    // the working directory joined with the folder part of its own name.
+    for (const auto &h : memory_headers_) {
+        const std::size_t slash = h.first.rfind('/');
+        std::string folder;
+        if (!h.first.empty() && h.first[0] == '/') {
+            folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
+        } else if (!search_.working_dir.empty()) {
+            folder = slash == std::string::npos ? search_.working_dir : search_.working_dir + "/" + h.first.substr(0, slash);
+        }
+        work_.push_back({h.second, std::move(folder)});
+    }
+    return Ok{};
+}
+
+// Rounds: read every text reachable by plain names, then expand every computed include with
+// the macros defined so far and look up what they name; the files found may define more
+// macros or hold more computed includes, so repeat until a round finds nothing new.
+Status Scanner::follow_includes() {
+    std::size_t expanded_with = 0, expanded_count = 0;
+    for (bool first_round = true;; first_round = false) {
+        if (auto st = read_pending(); !st) return std::move(st).error();
+        if (every_file_ || computed_includes_.empty()) break;
+        if (!first_round && macros_.size() == expanded_with && computed_includes_.size() == expanded_count) break;
+        expanded_with = macros_.size();
+        expanded_count = computed_includes_.size();
+        if (auto st = expand_computed(); !st) return std::move(st).error();
+    }
+    return Ok{};
+}
+
+// Reads every queued text: looks up the files its plain names give (queueing those found) and
+// keeps its computed includes for expand_computed().
+Status Scanner::read_pending() {
+    while (!work_.empty()) {
+        Pending item = std::move(work_.front());
+        work_.pop_front();
+        for (Directive &d : directives(item.text, &macros_)) {
+            if (d.computed) {
+                computed_includes_.push_back(Computed{std::move(d.name), item.folder, d.next});
+                continue;
+            }
+            // An in-memory header of that name wins over any file (measured, quoted and angle).
+            if (d.name.empty() || names_memory_header(d.name, memory_headers_)) continue;
+            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
+        }
+    }
+    return Ok{};
+}
+
+// Expands every computed include with the macros defined so far and looks up what it names;
+// at the first that cannot be followed, sets every_file_ instead.
+Status Scanner::expand_computed() {
+    for (const Computed &c : computed_includes_) {
+        const include_macros::Expansion e = include_macros::header_names(c.operand, macros_);
+        if (!e.followed) {
+            every_file_ = true;
+            break;
+        }
+        for (const include_macros::HeaderName &h : e.names) {
+            if (h.name.empty() || names_memory_header(h.name, memory_headers_)) continue;
+            if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
+        }
+    }
+    return Ok{};
+}
+
+// A computed include could name any file: record every file under the include folders.
+Status Scanner::record_every_file() {
+    std::error_code ec;
+    for (const std::string &dir : search_.include_dirs) {
+        for (auto it = std::filesystem::recursive_directory_iterator(
+                 dir, std::filesystem::directory_options::skip_permission_denied, ec);
+             !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+            if (!it->is_regular_file(ec)) continue;
+            const std::string path = it->path().string();
+            if (!seen_files_.insert(path).second) continue;
+            if (seen_files_.size() > kMaxFilesUnderIncludePaths) {
+                return Error{Errc::io, "a computed #include makes every file under the include folders a "
+                                       "dependency, and there are over " +
+                                           std::to_string(kMaxFilesUnderIncludePaths)};
+            }
+            auto dep = describe(path, nullptr);
+            if (!dep) return std::move(dep).error();
+            mark_young(*dep);
+            deps_.push_back(std::move(*dep));
+        }
+        ec.clear();
+    }
+    return Ok{};
+}
+
 }  // namespace
 
 Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) {
@@ -394,147 +609,13 @@ Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const 
 
 Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
                                      const Search &search) {
-    std::vector<Dependency> deps;
-    const std::int64_t scan_started = realtime_ns();
-    auto mark_young = [&](Dependency &d) { d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started); };
-    struct Pending {
-        std::string text;
-        std::string folder;  // absolute, searched first for quoted names; "" for none
-    };
-    std::deque<Pending> work;
-    std::set<std::string> seen_files, seen_missing;
-    std::unordered_map<std::string, bool> real_folders;  // fold_dots' lstats
-    // Computed includes wait until every text reachable without them has been read, so that
-    // the macros they use are defined (in any order: the scan does not follow #if either).
-    struct Computed {
-        std::string operand;
-        std::string folder;
-        bool next = false;
-    };
-    std::vector<Computed> computed_includes;
-    include_macros::Table macros;
-    for (const std::string &def : search.defines) macros.add_option(def);
-    bool every_file = false;  // a computed include that cannot be followed
-
-    // Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
-    // the first found (creating it later would shadow the found one), then the found one by
-    // content, whose own includes are followed from its folder. `every`: all candidates, found
-    // or not (for #include_next, whose starting point is not tracked).
-    auto look_up = [&](const std::string &name, bool quoted, const std::string &folder, bool every) -> Status {
-        std::vector<std::string> candidates;
-        if (name[0] == '/') {
-            candidates.push_back(fold_dots(name, real_folders));
-        } else {
-            if (quoted && !folder.empty()) candidates.push_back(fold_dots(folder + "/" + name, real_folders));
-            for (const std::string &dir : search.include_dirs) candidates.push_back(fold_dots(dir + "/" + name, real_folders));
-        }
-        // A bound on what one compile may read, whatever the spellings (a header tree whose
-        // "../" includes go through links can still give a file several): an error, not the
-        // whole memory.
-        if (deps.size() > kMaxFilesUnderIncludePaths) {
-            return Error{Errc::io, "the includes reach more than " + std::to_string(kMaxFilesUnderIncludePaths) +
-                                       " files and candidates (the last: '" + name +
-                                       "'): libkjit cannot track them"};
-        }
-        for (const std::string &candidate : candidates) {
-            if (!is_regular(candidate)) {
-                if (seen_missing.insert(candidate).second) {
-                    Dependency absent;
-                    absent.path = candidate;
-                    absent.exists = false;
-                    deps.push_back(std::move(absent));
-                }
-                continue;
-            }
-            if (seen_files.insert(candidate).second) {
-                std::string content;
-                auto dep = describe(candidate, &content);
-                if (!dep) return std::move(dep).error();
-                mark_young(*dep);
-                deps.push_back(std::move(*dep));
-                work.push_back({std::move(content), folder_of(candidate)});
-            }
-            if (!every) break;
-        }
-        return Ok{};
-    };
-
-    // Pre-included files first, as NVRTC reads them: the working directory, then the include
-    // folders (a pre-include is looked up like a quoted name of the source).
-    for (const std::string &file : search.pre_includes) {
-        if (auto st = look_up(file, true, search.working_dir, false); !st) return std::move(st).error();
+    Scanner scanner(memory_headers, search);
+    if (auto st = scanner.queue_inputs(source); !st) return std::move(st).error();
+    if (auto st = scanner.follow_includes(); !st) return std::move(st).error();
+    if (scanner.every_file()) {
+        if (auto st = scanner.record_every_file(); !st) return std::move(st).error();
     }
-    work.push_back({std::string(source), search.working_dir});
-    // Every in-memory header, included or not (a superset): its quoted names are looked up in
-    // the working directory joined with the folder part of its own name.
-    for (const auto &h : memory_headers) {
-        const std::size_t slash = h.first.rfind('/');
-        std::string folder;
-        if (!h.first.empty() && h.first[0] == '/') {
-            folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
-        } else if (!search.working_dir.empty()) {
-            folder = slash == std::string::npos ? search.working_dir : search.working_dir + "/" + h.first.substr(0, slash);
-        }
-        work.push_back({h.second, std::move(folder)});
-    }
-    // Rounds: read every text reachable by plain names, then expand every computed include with
-    // the macros defined so far and look up what they name; the files found may define more
-    // macros or hold more computed includes, so repeat until a round finds nothing new.
-    std::size_t expanded_with = 0, expanded_count = 0;
-    for (bool first_round = true;; first_round = false) {
-        while (!work.empty()) {
-            Pending item = std::move(work.front());
-            work.pop_front();
-            for (Directive &d : directives(item.text, &macros)) {
-                if (d.computed) {
-                    computed_includes.push_back(Computed{std::move(d.name), item.folder, d.next});
-                    continue;
-                }
-                // An in-memory header of that name wins over any file (measured, quoted and angle).
-                if (d.name.empty() || names_memory_header(d.name, memory_headers)) continue;
-                if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
-            }
-        }
-        if (every_file || computed_includes.empty()) break;
-        if (!first_round && macros.size() == expanded_with && computed_includes.size() == expanded_count) break;
-        expanded_with = macros.size();
-        expanded_count = computed_includes.size();
-        for (const Computed &c : computed_includes) {
-            const include_macros::Expansion e = include_macros::header_names(c.operand, macros);
-            if (!e.followed) {
-                every_file = true;
-                break;
-            }
-            for (const include_macros::HeaderName &h : e.names) {
-                if (h.name.empty() || names_memory_header(h.name, memory_headers)) continue;
-                if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
-            }
-        }
-    }
-    if (every_file) {
-        // A computed include could name any file: record every file under the include folders.
-        std::error_code ec;
-        for (const std::string &dir : search.include_dirs) {
-            for (auto it = std::filesystem::recursive_directory_iterator(
-                     dir, std::filesystem::directory_options::skip_permission_denied, ec);
-                 !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-                if (!it->is_regular_file(ec)) continue;
-                const std::string path = it->path().string();
-                if (!seen_files.insert(path).second) continue;
-                if (seen_files.size() > kMaxFilesUnderIncludePaths) {
-                    return Error{Errc::io, "a computed #include makes every file under the include folders a "
-                                           "dependency, and there are over " +
-                                               std::to_string(kMaxFilesUnderIncludePaths)};
-                }
-                auto dep = describe(path, nullptr);
-                if (!dep) return std::move(dep).error();
-                mark_young(*dep);
-                deps.push_back(std::move(*dep));
-            }
-            ec.clear();
-        }
-    }
-    return deps;
+    return scanner.take_deps();
 }
 
 namespace {

@@ -121,6 +121,108 @@ bool write_quietly(const std::string &sidecar_path, const std::vector<sidecar::L
     return true;
 }
 
+// Reads the sidecar at `sidecar_path` into `buffer`: what is wrong with it as a whole (none for
+// one of the right form that this user may trust), with `detail` saying more.
+sidecar::FileProblem read_sidecar(const std::string &sidecar_path, sidecar::FileBuffer &buffer, std::string &detail) {
+    sidecar::read_into(sidecar_path, buffer);
+    detail = std::move(buffer.detail);
+    sidecar::FileProblem problem = buffer.problem;
+    // A sidecar another user wrote (beside a cubin in /tmp, say) names whatever kernel they like
+    // that passes the keyword rule: the line's check is a hash anyone can compute. Ignore it,
+    // as an unreadable one (kjit_stats has no slot of its own for it): scan, and rewrite it
+    // where we may, else answer from the memo.
+    if (problem == sidecar::FileProblem::none &&
+        !folder_trust::trusted_file(sidecar_path, buffer.owner_uid, buffer.owner_gid)) {
+        problem = sidecar::FileProblem::unreadable;
+        detail = "owned by " + folder_trust::user_text(buffer.owner_uid) +
+                 ", not by you or root (nor by a fellow member of a team folder's group): another user could "
+                 "have planted it";
+    }
+    if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
+    return problem;
+}
+
+// What check_line found: why the sidecar cannot answer (`reason` for the log, `why` for the
+// counters), or else the line that may.
+struct LineCheck {
+    const char *reason = nullptr;
+    NameResolver::Rejection why = NameResolver::Rejection::count;
+    std::optional<sidecar::LineView> line;  // set only when no reason was found
+};
+
+// Checks the sidecar bytes `sidecar_text` (whose whole-file problem is `problem`) for a line
+// that may answer `keyword` for the cubin version `current`: one that passes the keyword rule
+// and matches the version's size and mtime (one with a content hash still needs it checked).
+LineCheck check_line(std::string_view sidecar_text, sidecar::FileProblem problem, bool trust_sidecar,
+                     std::string_view keyword, const FileIdentity &current) {
+    LineCheck out;
+    if (!trust_sidecar) {
+        out.reason = "distrusted (the driver found no symbol of the name it gave)";
+        out.why = NameResolver::Rejection::distrusted;
+    } else if (problem != sidecar::FileProblem::none) {
+        out.reason = sidecar::to_string(problem);
+        out.why = rejection_of(problem);
+    } else {
+        const std::optional<sidecar::LineView> line = sidecar::find_line(sidecar_text, keyword);
+        if (!line) {
+            out.reason = "no valid line for this keyword";
+            out.why = NameResolver::Rejection::no_line;
+        } else if (!same_version(*line, current)) {
+            out.reason = current.mtime_nsec == 0 && line->cubin_size == current.size && line->mtime_sec == current.mtime_sec
+                             ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
+                             : "stale (the cubin's size or mtime changed)";
+            out.why = NameResolver::Rejection::stale;
+        } else if (!name_matcher::matches(line->name, keyword)) {
+            out.reason = "its name does not pass the keyword rule";
+            out.why = NameResolver::Rejection::fails_rule;
+        } else {
+            out.line = line;
+        }
+    }
+    return out;
+}
+
+// The symbol table of the cubin version to scan: the caller's `image` when given, else the file.
+// A cache entry's cubin is scanned with its manifest read from the same open folder (a
+// rebuild may swap a whole new entry in at the path meanwhile), and confirmed against it into
+// `confirmed`: a damaged cubin is never given a name.
+Result<SymbolTable> scan_table(const std::string &cubin_path, const std::string_view *image,
+                               const cache_entry::Manifest *published, std::optional<cache_entry::Manifest> &confirmed,
+                               NameResolver::Counters &counters) {
+    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
+    UniqueFd entry_fd;
+    if (!entry.empty() && !(image && published)) {
+        auto opened = cache_entry::open_entry(entry);
+        if (!opened) return std::move(opened).error();
+        entry_fd = std::move(*opened);
+    }
+    auto table = image              ? SymbolTable::from_view(*image, cubin_path)
+                 : entry_fd.valid() ? SymbolTable::open_file_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path)
+                                    : SymbolTable::open_file(cubin_path);
+    if (!table) return std::move(table).error();
+    counters.scans.fetch_add(1, std::memory_order_relaxed);
+    if (entry_fd.valid()) {
+        auto manifest = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
+        if (!manifest) return std::move(manifest).error();
+        confirmed = std::move(*manifest);
+    }
+    return table;
+}
+
+// The sidecar line a scan writes: `keyword` -> `name` for the version `scanned` of the cubin in
+// `table`, with a content hash while that version needs one (young, or a whole-second mtime).
+sidecar::Line scanned_line(std::string_view keyword, const std::string &name, const FileIdentity &scanned,
+                           const SymbolTable &table, std::int64_t scan_started) {
+    sidecar::Line line;
+    line.keyword.assign(keyword);
+    line.name = name;
+    line.cubin_size = scanned.size;
+    line.mtime_sec = scanned.mtime_sec;
+    line.mtime_nsec = scanned.mtime_nsec;
+    if (needs_content_hash(scanned, scan_started)) line.content_hash = hash64(table.image());
+    return line;
+}
+
 }  // namespace
 
 bool NameResolver::MemoKey::operator==(const MemoKey &o) const {
@@ -179,132 +281,95 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     const FileIdentity &current = version.identity;
     const std::string sidecar_path = sidecar::path_for(cubin_path);
     sidecar::FileBuffer buffer;
-    sidecar::read_into(sidecar_path, buffer);
-    std::string detail = std::move(buffer.detail);
-    sidecar::FileProblem problem = buffer.problem;
-    // A sidecar another user wrote (beside a cubin in /tmp, say) names whatever kernel they like
-    // that passes the keyword rule: the line's check is a hash anyone can compute. Ignore it,
-    // as an unreadable one (kjit_stats has no slot of its own for it): scan, and rewrite it
-    // where we may, else answer from the memo.
-    if (problem == sidecar::FileProblem::none &&
-        !folder_trust::trusted_file(sidecar_path, buffer.owner_uid, buffer.owner_gid)) {
-        problem = sidecar::FileProblem::unreadable;
-        detail = "owned by " + folder_trust::user_text(buffer.owner_uid) +
-                 ", not by you or root (nor by a fellow member of a team folder's group): another user could "
-                 "have planted it";
+    std::string detail;
+    const sidecar::FileProblem problem = read_sidecar(sidecar_path, buffer, detail);
+    LineCheck check = check_line(buffer.text(), problem, trust_sidecar, keyword, current);
+    if (check.line && !check.line->content_hash) {
+        counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
+        log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, check.line->name);
+        return Resolution{std::string(check.line->name), true};
     }
-    if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
-    const char *reason = nullptr;
-    Rejection why = Rejection::count;
-    if (!trust_sidecar) {
-        reason = "distrusted (the driver found no symbol of the name it gave)";
-        why = Rejection::distrusted;
-    } else if (problem != sidecar::FileProblem::none) {
-        reason = sidecar::to_string(problem);
-        why = rejection_of(problem);
-    } else {
-        const std::optional<sidecar::LineView> line = sidecar::find_line(buffer.text(), keyword);
-        if (!line) {
-            reason = "no valid line for this keyword";
-            why = Rejection::no_line;
-        } else if (!same_version(*line, current)) {
-            reason = current.mtime_nsec == 0 && line->cubin_size == current.size && line->mtime_sec == current.mtime_sec
-                         ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
-                         : "stale (the cubin's size or mtime changed)";
-            why = Rejection::stale;
-        } else if (!name_matcher::matches(line->name, keyword)) {
-            reason = "its name does not pass the keyword rule";
-            why = Rejection::fails_rule;
-        } else if (!line->content_hash) {
-            counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
-            log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, line->name);
-            return Resolution{std::string(line->name), true};
-        } else {
-            // Written while the cubin was young, or for a whole-second mtime: only its content
-            // can prove it current.
-            if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
-                return Resolution{std::move(*memo), true};
-            }
-            if (version.has_content(*line->content_hash)) {
-                counters_.sidecar_content_checks.fetch_add(1, std::memory_order_relaxed);
-                counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
-                std::string name(line->name);
-                log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", cubin_path,
-                            keyword, name);
-                if (!needs_content_hash(current, realtime_ns())) {
-                    std::vector<sidecar::Line> lines;
-                    for (sidecar::Line &l : sidecar::parse(buffer.text()).lines) {
-                        if (!same_version(l, current)) continue;
-                        if (l.keyword == keyword) l.content_hash.reset();
-                        lines.push_back(std::move(l));
-                    }
-                    if (!write_quietly(sidecar_path, lines, counters_)) {
-                        memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
-                    }
-                }
-                return Resolution{std::move(name), true};
-            }
-            reason = "stale (the cubin's content changed)";
-            why = Rejection::stale;
+    if (check.line) {
+        // Written while the cubin was young, or for a whole-second mtime: only its content
+        // can prove it current.
+        if (auto hit = racy_line_hit(version, keyword, check.line->name, *check.line->content_hash, buffer.text(),
+                                     sidecar_path)) {
+            return std::move(*hit);
         }
+        check.reason = "stale (the cubin's content changed)";
+        check.why = Rejection::stale;
     }
     if (problem == sidecar::FileProblem::missing && trust_sidecar) {
         counters_.sidecar_missing.fetch_add(1, std::memory_order_relaxed);
     } else {
         counters_.sidecar_rejections.fetch_add(1, std::memory_order_relaxed);
-        counters_.rejections[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+        counters_.rejections[static_cast<std::size_t>(check.why)].fetch_add(1, std::memory_order_relaxed);
     }
-    log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, reason, detail.empty() ? "" : ": ",
+    log().debug("sidecar not used for {} [{}]: {}{}{}", cubin_path, keyword, check.reason, detail.empty() ? "" : ": ",
                 detail);
     if (trust_sidecar) {
         if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
             return Resolution{std::move(*memo), true};
         }
     }
+    return scan_version(version, keyword, problem, buffer.text(), sidecar_path);
+}
 
+// The answer of a sidecar line with a content hash, once the memo or the cubin's content confirms it.
+std::optional<NameResolver::Resolution> NameResolver::racy_line_hit(const Version &version, std::string_view keyword,
+                                                                    std::string_view line_name,
+                                                                    std::uint64_t content_hash,
+                                                                    std::string_view sidecar_text,
+                                                                    const std::string &sidecar_path) {
+    const FileIdentity &current = version.identity;
+    if (auto memo = memo_lookup(version, MemoKey{std::string(keyword), current})) {
+        return Resolution{std::move(*memo), true};
+    }
+    if (!version.has_content(content_hash)) return std::nullopt;
+    counters_.sidecar_content_checks.fetch_add(1, std::memory_order_relaxed);
+    counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
+    std::string name(line_name);
+    log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", version.path,
+                keyword, name);
+    if (!needs_content_hash(current, realtime_ns())) {
+        std::vector<sidecar::Line> lines;
+        for (sidecar::Line &l : sidecar::parse(sidecar_text).lines) {
+            if (!same_version(l, current)) continue;
+            if (l.keyword == keyword) l.content_hash.reset();
+            lines.push_back(std::move(l));
+        }
+        if (!write_quietly(sidecar_path, lines, counters_)) {
+            memo_store(MemoKey{std::string(keyword), current}, MemoValue{name, std::nullopt});
+        }
+    }
+    return Resolution{std::move(name), true};
+}
+
+// Scans the cubin version for `keyword` and rewrites its sidecar line (else memoizes the answer).
+Result<NameResolver::Resolution> NameResolver::scan_version(const Version &version, std::string_view keyword,
+                                                            sidecar::FileProblem problem,
+                                                            std::string_view sidecar_text,
+                                                            const std::string &sidecar_path) {
+    const std::string &cubin_path = version.path;
     // Scan. Lines for other keywords that belong to this cubin version are kept.
     const std::int64_t scan_started = realtime_ns();
-    // A cache entry's cubin is scanned with its manifest read from the same open folder (a
-    // rebuild may swap a whole new entry in at the path meanwhile), and confirmed against it:
-    // a damaged cubin is never given a name.
-    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
-    UniqueFd entry_fd;
-    if (!entry.empty() && !(version.image && version.published)) {
-        auto opened = cache_entry::open_entry(entry);
-        if (!opened) return std::move(opened).error();
-        entry_fd = std::move(*opened);
-    }
-    auto table = version.image      ? SymbolTable::from_view(*version.image, cubin_path)
-                 : entry_fd.valid() ? SymbolTable::open_file_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path)
-                                    : SymbolTable::open_file(cubin_path);
-    if (!table) return std::move(table).error();
-    counters_.scans.fetch_add(1, std::memory_order_relaxed);
     std::optional<cache_entry::Manifest> confirmed;
-    if (entry_fd.valid()) {
-        auto manifest = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
-        if (!manifest) return std::move(manifest).error();
-        confirmed = std::move(*manifest);
-    }
+    auto table = scan_table(cubin_path, version.image, version.published, confirmed, counters_);
+    if (!table) return std::move(table).error();
     auto scanned_name =
         name_from_scan(cubin_path, *table, keyword, version.published ? version.published : confirmed ? &*confirmed : nullptr);
     if (!scanned_name) return std::move(scanned_name).error();
     std::string name = std::move(*scanned_name);
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
-    const FileIdentity &scanned = version.image ? current : table->identity();
-    sidecar::Line line;
-    line.keyword.assign(keyword);
-    line.name = name;
-    line.cubin_size = scanned.size;
-    line.mtime_sec = scanned.mtime_sec;
-    line.mtime_nsec = scanned.mtime_nsec;
-    if (needs_content_hash(scanned, scan_started)) line.content_hash = hash64(table->image());
+    const FileIdentity &scanned = version.image ? version.identity : table->identity();
+    sidecar::Line line = scanned_line(keyword, name, scanned, *table, scan_started);
     log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
                 table->functions().size(), line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 
     std::vector<sidecar::Line> lines;
     if (problem == sidecar::FileProblem::none) {
-        for (sidecar::Line &l : sidecar::parse(buffer.text()).lines) {
+        for (sidecar::Line &l : sidecar::parse(sidecar_text).lines) {
             if (l.keyword != keyword && same_version(l, scanned)) lines.push_back(std::move(l));
         }
     }

@@ -35,6 +35,10 @@
 
 namespace kjit {
 
+namespace sidecar {
+enum class FileProblem;  // sidecar_store.hpp
+}
+
 class NameResolver {
 public:
     // A cubin modified less than this long before it was scanned gets a content hash in its
@@ -128,6 +132,17 @@ private:
     };
 
     Result<Resolution> resolve_version(const Version &version, std::string_view keyword, bool trust_sidecar);
+    // resolve_version's hit on a sidecar line that carries a content hash (`line_name`,
+    // `content_hash`), once the memo or the cubin's content confirms it; nullopt when the
+    // content changed. `sidecar_text`: the sidecar as read, rewritten once the cubin has aged.
+    std::optional<Resolution> racy_line_hit(const Version &version, std::string_view keyword,
+                                            std::string_view line_name, std::uint64_t content_hash,
+                                            std::string_view sidecar_text, const std::string &sidecar_path);
+    // resolve_version's scan: names `keyword` in the cubin version and writes its sidecar line,
+    // keeping the other keywords' lines of this version from the sidecar as read (`problem`,
+    // `sidecar_text`); the memo keeps the answer where the sidecar cannot be written.
+    Result<Resolution> scan_version(const Version &version, std::string_view keyword, sidecar::FileProblem problem,
+                                    std::string_view sidecar_text, const std::string &sidecar_path);
     std::optional<std::string> memo_lookup(const Version &version, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
     // In a forked child: the instance's memo and its lock made anew (a thread of the parent may

@@ -188,24 +188,28 @@ unsigned cubin_sm_version(std::string_view image) {
     return abi >= 8 ? (ehdr.e_flags >> 8) & 0xffu : ehdr.e_flags & 0xffu;
 }
 
-Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std::string &label) {
-    Elf *elf = handle->elf;
-    (void)elf_errno();  // clear any earlier error on this thread, so the check below is ours
+namespace {
+
+// Refuses an ELF file that is not a cubin: not ELF64 little-endian, or not for EM_CUDA.
+Status check_elf_header(Elf *elf, const std::string &label) {
     if (elf_kind(elf) != ELF_K_ELF) return bad(label, "not an ELF file (no ELF magic)");
     GElf_Ehdr ehdr;
     if (!gelf_getehdr(elf, &ehdr)) return elf_error(label, "cannot read the ELF header");
-    // A cubin is always ELF64 little-endian; the fast loop below relies on that.
+    // A cubin is always ELF64 little-endian; the fast loop of add_functions relies on that.
     if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_ident[EI_DATA] != ELFDATA2LSB) {
         return bad(label, "not a 64-bit little-endian ELF file");
     }
     if (ehdr.e_machine != EM_CUDA) {
         return bad(label, "ELF machine is " + std::to_string(ehdr.e_machine) + ", not EM_CUDA (190)");
     }
+    return Ok{};
+}
 
+// The one SHT_SYMTAB section (its header into `symtab_hdr`), its entries checked to be Elf64_Sym.
+Result<Elf_Scn *> find_symtab(Elf *elf, const std::string &label, GElf_Shdr &symtab_hdr) {
     // The ELF spec allows one SHT_SYMTAB per object file. A crafted cubin with two could show
     // the driver one kernel and libkjit another: refused rather than read from the first.
     Elf_Scn *symtab = nullptr;
-    GElf_Shdr symtab_hdr {};
     for (Elf_Scn *scn = elf_nextscn(elf, nullptr); scn; scn = elf_nextscn(elf, scn)) {
         GElf_Shdr hdr;
         if (!gelf_getshdr(scn, &hdr)) return elf_error(label, "cannot read a section header");
@@ -223,13 +227,23 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
         return bad(label, ".symtab entry size is " + std::to_string(symtab_hdr.sh_entsize) +
                               ", expected " + std::to_string(sizeof(Elf64_Sym)));
     }
+    return symtab;
+}
+
+// The data of .symtab, checked to be a whole number of symbols.
+Result<Elf_Data *> symbol_data(Elf_Scn *symtab, const std::string &label) {
     Elf_Data *sym_data = elf_getdata(symtab, nullptr);
     if (!sym_data) return elf_error(label, "cannot read .symtab");
     if (sym_data->d_type != ELF_T_SYM || (sym_data->d_size && !sym_data->d_buf) ||
         sym_data->d_size % sizeof(Elf64_Sym) != 0) {
         return bad(label, ".symtab has a malformed size or type");
     }
+    return sym_data;
+}
 
+// The string table .symtab links to, as `strings` and `strings_size` (0 when it holds no data).
+Status string_table(Elf *elf, const GElf_Shdr &symtab_hdr, const std::string &label, const char *&strings,
+                    std::size_t &strings_size) {
     Elf_Scn *strtab = elf_getscn(elf, symtab_hdr.sh_link);
     if (!strtab) return elf_error(label, ".symtab links to a missing string table");
     GElf_Shdr strtab_hdr;
@@ -237,13 +251,15 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
     if (strtab_hdr.sh_type != SHT_STRTAB) return bad(label, ".symtab links to a section that is not a string table");
     Elf_Data *str_data = elf_getdata(strtab, nullptr);
     if (!str_data) return elf_error(label, "cannot read the string table");
-    const char *strings = static_cast<const char *>(str_data->d_buf);
-    const std::size_t strings_size = strings ? str_data->d_size : 0;
+    strings = static_cast<const char *>(str_data->d_buf);
+    strings_size = strings ? str_data->d_size : 0;
+    return Ok{};
+}
 
-    SymbolTable table(std::move(handle));
-    const auto *syms = static_cast<const Elf64_Sym *>(sym_data->d_buf);
-    const std::size_t count = sym_data->d_size / sizeof(Elf64_Sym);
-    table.functions_.reserve(count / 2);
+// Adds to `functions` each named function symbol among the `count` symbols `syms`, whose names
+// lie in `strings`.
+Status add_functions(const Elf64_Sym *syms, std::size_t count, const char *strings, std::size_t strings_size,
+                     const std::string &label, std::vector<FunctionSymbol> &functions) {
     // Symbol 0 (STN_UNDEF) is reserved and all zeros by the ELF spec. One that is not (a named
     // function, say) is refused, not skipped: another reader might take it.
     if (count > 0) {
@@ -264,9 +280,33 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
         const std::size_t len = static_cast<std::size_t>(static_cast<const char *>(nul) - (strings + off));
         if (len == 0) continue;
         const unsigned bind = ELF64_ST_BIND(sym.st_info);
-        table.functions_.push_back(FunctionSymbol{std::string_view(strings + off, len),
-                                                  bind == STB_GLOBAL || bind == STB_WEAK,
-                                                  (sym.st_other & kStoCudaEntry) != 0});
+        functions.push_back(FunctionSymbol{std::string_view(strings + off, len), bind == STB_GLOBAL || bind == STB_WEAK,
+                                           (sym.st_other & kStoCudaEntry) != 0});
+    }
+    return Ok{};
+}
+
+}  // namespace
+
+Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std::string &label) {
+    Elf *elf = handle->elf;
+    (void)elf_errno();  // clear any earlier error on this thread, so find_symtab's check is ours
+    if (auto st = check_elf_header(elf, label); !st) return std::move(st).error();
+    GElf_Shdr symtab_hdr {};
+    auto symtab = find_symtab(elf, label, symtab_hdr);
+    if (!symtab) return std::move(symtab).error();
+    auto sym_data = symbol_data(*symtab, label);
+    if (!sym_data) return std::move(sym_data).error();
+    const char *strings = nullptr;
+    std::size_t strings_size = 0;
+    if (auto st = string_table(elf, symtab_hdr, label, strings, strings_size); !st) return std::move(st).error();
+
+    SymbolTable table(std::move(handle));
+    const auto *syms = static_cast<const Elf64_Sym *>((*sym_data)->d_buf);
+    const std::size_t count = (*sym_data)->d_size / sizeof(Elf64_Sym);
+    table.functions_.reserve(count / 2);
+    if (auto st = add_functions(syms, count, strings, strings_size, label, table.functions_); !st) {
+        return std::move(st).error();
     }
     return table;
 }
