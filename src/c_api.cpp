@@ -409,6 +409,24 @@ struct ProgressBridge {
     }
 };
 
+// kjit_cache_prune and kjit_cache_clear: every argument checked before anything is removed (the
+// report's size here, the rest by `remove`, which runs on the resolved cache folder), then the
+// report filled in.
+template <typename Remove>
+kjit_status remove_and_report(const char *function, const char *cache_dir, kjit_prune_report *report, Remove remove) {
+    if (report) {
+        if (auto st = check_struct_size(*report, std::string(function) + ": report", "kjit_prune_report"); !st) {
+            return fail(st.error());
+        }
+    }
+    auto dir = cache_dir_from(cache_dir);
+    if (!dir) return fail(dir.error());
+    auto done = remove(*dir);
+    if (!done) return fail(done.error());
+    fill_prune_report(*done, report);
+    return KJIT_OK;
+}
+
 // How a batch's items ended, for its return status.
 struct BatchTally {
     size_t failed = 0;
@@ -790,36 +808,18 @@ KJIT_API void kjit_cache_arches_release(kjit_cache_arches *arches) { delete arch
 KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_options *options,
                                       kjit_prune_report *report) {
     return guarded("kjit_cache_prune", [&]() -> kjit_status {
-        // Every argument is checked before anything is removed.
-        if (report) {
-            if (auto st = check_struct_size(*report, "kjit_cache_prune: report", "kjit_prune_report"); !st) {
-                return fail(st.error());
-            }
-        }
-        auto prune_options = prune_options_from(options);
-        if (!prune_options) return fail(prune_options.error());
-        auto dir = cache_dir_from(cache_dir);
-        if (!dir) return fail(dir.error());
-        auto done = kjit::cache_maintenance::prune(*dir, *prune_options);
-        if (!done) return fail(done.error());
-        fill_prune_report(*done, report);
-        return KJIT_OK;
+        return remove_and_report("kjit_cache_prune", cache_dir, report, [&](const std::string &dir) {
+            auto prune_options = prune_options_from(options);
+            if (!prune_options) return kjit::Result<kjit::cache_maintenance::PruneReport>(prune_options.error());
+            return kjit::cache_maintenance::prune(dir, *prune_options);
+        });
     });
 }
 
 KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *report) {
     return guarded("kjit_cache_clear", [&]() -> kjit_status {
-        if (report) {
-            if (auto st = check_struct_size(*report, "kjit_cache_clear: report", "kjit_prune_report"); !st) {
-                return fail(st.error());
-            }
-        }
-        auto dir = cache_dir_from(cache_dir);
-        if (!dir) return fail(dir.error());
-        auto done = kjit::cache_maintenance::clear(*dir);
-        if (!done) return fail(done.error());
-        fill_prune_report(*done, report);
-        return KJIT_OK;
+        return remove_and_report("kjit_cache_clear", cache_dir, report,
+                                 [](const std::string &dir) { return kjit::cache_maintenance::clear(dir); });
     });
 }
 
