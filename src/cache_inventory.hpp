@@ -11,6 +11,7 @@
 // lock, so two of them never race each other; hits, loads and publishes take no lock.
 #pragma once
 
+#include "filesystem.hpp"
 #include "folder_trust.hpp"
 #include "status.hpp"
 
@@ -120,26 +121,6 @@ Result<Root> open_root(const std::string &cache_dir);
 
 // take_inventory() of a folder already checked (open_root).
 Result<Inventory> inventory_of(const std::string &cache_dir);
-
-// A descriptor of the cache lock's file, registered from its open to its close so that a forked
-// child can close it (cache_inventory.cpp says why).
-class LockFd {
-public:
-    explicit LockFd(int fd);
-    LockFd(LockFd &&other) noexcept;
-    LockFd &operator=(LockFd &&other) noexcept;
-    LockFd(const LockFd &) = delete;
-    LockFd &operator=(const LockFd &) = delete;
-    ~LockFd() { reset(); }
-    int get() const { return fd_; }
-    bool valid() const { return fd_ >= 0; }
-
-private:
-    void reset();
-
-    int fd_ = -1;
-    int slot_ = -1;
-};
 
 // The exclusive cache lock: held by whoever removes things, so removers never race.
 class CacheLock {

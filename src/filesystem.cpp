@@ -1,7 +1,9 @@
 #include "filesystem.hpp"
 
+#include "fork_guard.hpp"
 #include "log.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -205,6 +207,64 @@ Result<std::string> read_whole_file(int fd, const std::string &path, const char 
     }
     return Error{Errc::io, std::string(what) + " '" + path + "' kept changing while it was read (" +
                                std::to_string(kWholeFileReadAttempts) + " attempts)"};
+}
+
+namespace {
+
+// The lock descriptors open in this process, as fd + 1 (0: a free slot), which a forked child
+// closes (LockFd says why; fork_guard.hpp); the parent's thread releases its lock as usual.
+constexpr std::size_t kLockSlots = 64;
+std::array<std::atomic<int>, kLockSlots> lock_fds{};
+
+void close_lock_fds_in_forked_child() {
+    for (std::atomic<int> &slot : lock_fds) {
+        if (const int v = slot.exchange(0, std::memory_order_relaxed); v > 0) ::close(v - 1);
+    }
+}
+[[maybe_unused]] const bool lock_fork_handler_registered = fork_guard::at_fork_child(close_lock_fds_in_forked_child);
+
+}  // namespace
+
+LockFd::LockFd(int fd) : fd_(fd) {
+    if (fd_ < 0) return;
+    for (std::size_t i = 0; i < kLockSlots; ++i) {
+        int expected = 0;
+        if (lock_fds[i].compare_exchange_strong(expected, fd_ + 1, std::memory_order_relaxed)) {
+            slot_ = static_cast<int>(i);
+            return;
+        }
+    }
+}
+
+LockFd::LockFd(LockFd &&other) noexcept : fd_(other.fd_), slot_(other.slot_) {
+    other.fd_ = -1;
+    other.slot_ = -1;
+}
+
+LockFd &LockFd::operator=(LockFd &&other) noexcept {
+    if (this != &other) {
+        reset();
+        fd_ = other.fd_;
+        slot_ = other.slot_;
+        other.fd_ = -1;
+        other.slot_ = -1;
+    }
+    return *this;
+}
+
+void LockFd::reset() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd < 0) return;
+    if (slot_ >= 0) {
+        int expected = fd + 1;
+        const auto slot = static_cast<std::size_t>(slot_);
+        slot_ = -1;
+        // Not ours any more: this is a forked child, which closed it (its number may be
+        // another file's now). Only a thread that forked holding the lock gets here so.
+        if (!lock_fds[slot].compare_exchange_strong(expected, 0, std::memory_order_relaxed)) return;
+    }
+    ::close(fd);
 }
 
 }  // namespace kjit

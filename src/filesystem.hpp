@@ -236,6 +236,31 @@ private:
     std::string path_;
 };
 
+// The descriptor of a lock file (a flock or an OFD lock is held through it), registered from its
+// open to its close so that a forked child closes it. Such a lock belongs to the open file, not
+// the process: it is let go only once every descriptor on that file is closed, so a child that
+// lived on (a pool worker) with a descriptor a parent's thread had open, locked or waiting,
+// would hold the lock after that thread released it, for as long as it lives, and every
+// process waiting on it would wait for one that knows nothing of it. More than 64 descriptors
+// open at once are not registered.
+class LockFd {
+public:
+    explicit LockFd(int fd);
+    LockFd(LockFd &&other) noexcept;
+    LockFd &operator=(LockFd &&other) noexcept;
+    LockFd(const LockFd &) = delete;
+    LockFd &operator=(const LockFd &) = delete;
+    ~LockFd() { reset(); }
+    int get() const { return fd_; }
+    bool valid() const { return fd_ >= 0; }
+
+private:
+    void reset();
+
+    int fd_ = -1;
+    int slot_ = -1;
+};
+
 // Reads the whole regular file open at `fd` into memory, with pread(2), and sets `identity` to
 // the fstat of what was read. Never maps the file: another process truncating it meanwhile
 // (`cp new a`, an editor saving in place) must give an error, not SIGBUS in the host program.
