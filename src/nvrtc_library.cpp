@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <climits>
+#include <mutex>
 #include <cstdlib>
 #include <vector>
 
@@ -149,18 +150,30 @@ Loaded open_library() {
 }
 
 // Opened once per process, on first need, and never closed (cubins it compiled may be in use,
-// and NVRTC keeps process-wide state such as its PCH heap). No once-guard (fork_guard.hpp):
-// opening takes dlopen, and a thread of the parent inside it at a fork would leave a guard the
-// child waits on for ever. Threads that race to open it each open it (dlopen counts
-// references); one outcome is kept, the others deleted, their references kept. A forked child
-// keeps the parent's outcome: the library stays mapped in it and holds no per-process state
-// that libkjit renews (NVRTC's own lock is the compiler's gate's business).
+// and NVRTC keeps process-wide state such as its PCH heap). A forked child keeps the parent's
+// outcome: the library stays mapped in it and holds no per-process state that libkjit renews
+// (NVRTC's own lock is the compiler's gate's business).
 std::atomic<const Loaded *> loaded_slot{nullptr};
+
+// Serialises the first open. NVRTC's initialisers run inside dlopen; a second thread whose
+// dlopen of the same library waited for the first (inside the loader's own lock, which no tool
+// sees) and that then compiled at once used NVRTC's globals with no ordering ThreadSanitizer can
+// see against their initialisation (reported in Cache.EightThreadsOnOneKeyRunNvrtcOnce). Held
+// only until the library is published; no once-guard (fork_guard.hpp): a child forked while a
+// parent's thread held it gets it anew.
+std::mutex open_mutex;
+void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_open_mutex_in_forked_child);
 
 }  // namespace
 
 Result<const Api *> api() {
-    const Loaded &l = fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    if (!published) {
+        std::lock_guard<std::mutex> lock(open_mutex);
+        published = &fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
+    }
+    const Loaded &l = *published;
     if (!l.error.empty()) return Error{Errc::nvrtc, l.error};
     return &l.api;
 }
