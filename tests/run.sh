@@ -88,7 +88,7 @@ if [ "${KJIT_SKIP_SANITIZERS:-0}" != 1 ]; then
     # reachable from the thread's DTV) as ordinary heap.
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:intercept_tls_get_addr=0
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp
     BUILD_DIR="$ROOT/build-asan" bash "$ROOT/scripts/setup.sh" \
         -DKJIT_SANITIZE=address,undefined -DKJIT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
     run_suite asan+ubsan "$ROOT/build-asan"
