@@ -244,6 +244,9 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
         if (!from_env) return std::move(from_env).error();
         r.max_cache_bytes = *from_env;
     }
+    auto wait = kjit::defaults::compile_wait();
+    if (!wait) return std::move(wait).error();
+    r.compile_wait = *wait;
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
     } else {

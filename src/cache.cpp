@@ -155,6 +155,9 @@ Result<std::string> Cache::build(const KeyedRequest &keyed) {
 
 Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed) {
     const Request &request = keyed.request;
+    // One compile of this key on the node: another process compiling it is waited for, and its
+    // entry is then found below. Held until this compile is published.
+    const auto node_lock = local_.lock_for_compile(keyed);
     // Another process may have published while this one waited or looked.
     std::string why;
     auto found = find_in_stores(keyed, nullptr, &why);

@@ -28,6 +28,10 @@ struct Counters {
     // header identity in this process (NVRTC makes the PCH there; later ones use it).
     std::atomic<std::uint64_t> pch_compiles{0};
     std::atomic<std::uint64_t> pch_identities{0};
+    // Misses that found another process compiling their key (compile_lock.hpp), and those of
+    // them that stopped waiting after the request's compile_wait and compiled too.
+    std::atomic<std::uint64_t> compile_lock_waits{0};
+    std::atomic<std::uint64_t> compile_lock_timeouts{0};
     std::atomic<int> compiles_in_flight{0};
     std::atomic<int> max_compiles_in_flight{0};
 };

@@ -1,5 +1,7 @@
 #include "cache_inventory.hpp"
 
+#include "compile_lock.hpp"
+
 #include "cache_entry.hpp"
 #include "fork_guard.hpp"
 #include "filesystem.hpp"
@@ -71,7 +73,8 @@ std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
 }
 
 bool is_own_root_file(std::string_view name) {
-    return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix);
+    return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
+           name == compile_lock::kFileName;
 }
 
 }  // namespace

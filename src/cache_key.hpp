@@ -10,6 +10,7 @@
 #include "include_scanner.hpp"
 #include "status.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +38,8 @@ struct Request {
     std::optional<std::string> name_expression;
     // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
+    // How long a miss waits for another process compiling the same key (compile_lock.hpp).
+    std::chrono::milliseconds compile_wait{600'000};
     // Set by key_request, from the texts and options: how the compile looks files up (its
     // working directory only when something may be looked up relative to it; it is then in
     // the key), and whether it may read any file (then the entry records deps.txt and every

@@ -49,6 +49,23 @@ Result<std::optional<std::uint64_t>> max_cache_bytes() {
     return std::optional<std::uint64_t>(*size);
 }
 
+Result<std::chrono::milliseconds> compile_wait() {
+    constexpr long kDefaultSeconds = 600;
+    constexpr long kMaxSeconds = 86'400;
+    const std::string v = env("KJIT_COMPILE_WAIT");
+    if (v.empty()) return std::chrono::milliseconds(kDefaultSeconds * 1000);
+    char *end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || n < 0 || n > kMaxSeconds) {
+        return Error{Errc::invalid_argument, "$KJIT_COMPILE_WAIT is '" + v +
+                                                 "': set it to whole seconds from 0 (never wait for another "
+                                                 "process's compile) to " +
+                                                 std::to_string(kMaxSeconds)};
+    }
+    return std::chrono::milliseconds(n * 1000);
+}
+
 Result<unsigned> workers() {
     if (const char *jobs = std::getenv("KJIT_JOBS"); jobs && *jobs) {
         char *end = nullptr;

@@ -6,6 +6,7 @@
 
 #include "status.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,11 @@ Result<std::string> arch();
 // nullopt when unset, empty or 0 (no limit, as in ccache). Errors: invalid_argument naming the
 // variable and what it accepts.
 Result<std::optional<std::uint64_t>> max_cache_bytes();
+
+// How long a compile waits for another process that compiles the same key (compile_lock.hpp)
+// before it compiles too: $KJIT_COMPILE_WAIT in seconds (0: never wait), else 600 s, longer
+// than any single compile should take. Errors: invalid_argument naming the variable.
+Result<std::chrono::milliseconds> compile_wait();
 
 // The most workers a batch starts, whatever is asked.
 constexpr unsigned kMaxWorkers = 256;

@@ -214,6 +214,22 @@ Status LocalStore::can_publish(const KeyedRequest &keyed) {
     return Ok{};
 }
 
+std::optional<compile_lock::Held> LocalStore::lock_for_compile(const KeyedRequest &keyed) {
+    const Request &request = keyed.request;
+    auto folder = folder_trust::check_cache_folder(request.cache_dir);
+    if (!folder || (folder->exists && !folder->writable)) return std::nullopt;
+    if (!folder->exists) {
+        if (!make_folders(request.cache_dir, folder_trust::folder_mode(*folder), "cache folder")) return std::nullopt;
+        folder = folder_trust::check_cache_folder_now(request.cache_dir);
+        if (!folder || !folder->writable) return std::nullopt;
+    }
+    compile_lock::Waited waited;
+    auto held = compile_lock::acquire(request.cache_dir, *folder, keyed.key, request.compile_wait, &waited);
+    if (waited.waited) counters_.compile_lock_waits.fetch_add(1, std::memory_order_relaxed);
+    if (waited.timed_out) counters_.compile_lock_timeouts.fetch_add(1, std::memory_order_relaxed);
+    return held;
+}
+
 Result<std::optional<std::string>> LocalStore::publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
     const Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cache_counters.hpp"
+#include "compile_lock.hpp"
 #include "entry_store.hpp"
 
 namespace kjit::cache {
@@ -26,6 +27,13 @@ public:
     // cache folder is unusable or not writable by the caller (a cache others filled for us to
     // read serves hits only), naming the folder and what to do.
     Status can_publish(const KeyedRequest &keyed);
+
+    // The node-wide lock of `keyed`'s key (compile_lock.hpp), taken before a miss looks again and
+    // compiles: another process compiling it is waited for (at most request.compile_wait), so it
+    // is compiled once on the node. Creates the cache folder when missing (the lock file lives in
+    // it). None for a cache this process cannot write (it publishes nothing, so it never locks),
+    // or when the lock cannot be had; the caller compiles either way. Counts waits.
+    std::optional<compile_lock::Held> lock_for_compile(const KeyedRequest &keyed);
 
 private:
     Counters &counters_;

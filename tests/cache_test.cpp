@@ -3,6 +3,7 @@
 
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
+#include "compile_lock.hpp"
 #include "filesystem.hpp"
 #include "compiler.hpp"
 
@@ -181,7 +182,8 @@ TEST(Cache, CompileErrorCarriesTheLogAndPublishesNothing) {
     EXPECT_EQ(path.error().code, Errc::compile);
     EXPECT_NE(path.error().message.find("source.cu(2)"), std::string::npos) << path.error().message;
     EXPECT_NE(path.error().message.find("undefined_thing"), std::string::npos);
-    EXPECT_FALSE(exists(dir.file("cache")));
+    // No entry and no shard: only the compile lock the miss took (compile_lock.hpp).
+    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::compile_lock::kFileName});
 }
 
 TEST(Cache, BadArchOptionsAndNameExpressions) {
@@ -217,7 +219,7 @@ TEST(Cache, BadArchOptionsAndNameExpressions) {
     EXPECT_EQ(m.error().code, Errc::invalid_argument);
     EXPECT_NE(m.error().message.find("gemm<128>"), std::string::npos);
     EXPECT_NE(m.error().message.find("attention"), std::string::npos);
-    EXPECT_FALSE(exists(dir.file("cache")));
+    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::compile_lock::kFileName});
     EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);  // only the two that reached NVRTC
 }
 
@@ -1384,4 +1386,105 @@ TEST(Cache, AStoreThatCannotTakeAnEntryCostsNoResult) {
     const std::string path = compile_ok(cache, base_request(dir.file("cache")));
     EXPECT_TRUE(exists(path));
     EXPECT_EQ(tier.offered.size(), 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One compile per key on the node (compile_lock.hpp).
+
+TEST(CompileLock, ProcessesMissingOneKeyAtOnceCompileItOnce) {
+    TempDir dir;
+    const Request r = base_request(dir.file("cache"));
+    constexpr int kProcesses = 4;
+    int go[2], out[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(out), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kProcesses; ++i) {
+        const pid_t pid = ::fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            ::close(go[1]);
+            char c = 0;
+            (void)::read(go[0], &c, 1);  // returns when the parent closes its end: all start at once
+            Cache cache;
+            auto path = cache.compile(r);
+            const std::uint64_t runs = cache.counters().nvrtc_compiles.load();
+            const bool written = ::write(out[1], &runs, sizeof runs) == static_cast<ssize_t>(sizeof runs);
+            ::_exit(path.ok() && written ? 0 : 1);
+        }
+        children.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);
+    ::close(out[1]);
+    for (pid_t pid : children) {
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    std::uint64_t total = 0, runs = 0;
+    int reports = 0;
+    while (::read(out[0], &runs, sizeof runs) == static_cast<ssize_t>(sizeof runs)) {
+        total += runs;
+        ++reports;
+    }
+    ::close(out[0]);
+    EXPECT_EQ(reports, kProcesses);
+    EXPECT_EQ(total, 1u) << "every process that missed the key compiled it";
+    EXPECT_EQ(complete_entries(dir.file("cache")), 1);
+}
+
+namespace {
+
+// Holds the compile lock of `key` in `cache_dir` through a descriptor of its own, as another
+// process would (OFD locks conflict between open file descriptions, even in one process).
+struct ForeignHolder {
+    kjit::LockFd fd;
+    ForeignHolder(const std::string &cache_dir, const std::string &key)
+        : fd(::open((cache_dir + "/" + kjit::compile_lock::kFileName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+        struct flock fl {};
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = static_cast<off_t>(std::strtoull(key.substr(0, 15).c_str(), nullptr, 16));
+        fl.l_len = 1;
+        locked = fd.valid() && ::fcntl(fd.get(), F_OFD_SETLK, &fl) == 0;
+    }
+    bool locked = false;
+};
+
+}  // namespace
+
+TEST(CompileLock, AHolderThatTakesTooLongIsNotWaitedOnForEver) {
+    TempDir dir;
+    ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
+    Request r = base_request(dir.file("cache"));
+    r.compile_wait = std::chrono::milliseconds(200);
+    ForeignHolder holder(dir.file("cache"), kjit::cache::key_request(r)->key);
+    ASSERT_TRUE(holder.locked);
+    Cache cache;
+    const std::string path = compile_ok(cache, r);
+    EXPECT_FALSE(path.empty());
+    EXPECT_EQ(cache.counters().compile_lock_waits, 1u);
+    EXPECT_EQ(cache.counters().compile_lock_timeouts, 1u);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
+}
+
+TEST(CompileLock, OtherKeysAndAReleasedLockAreNotWaitedFor) {
+    TempDir dir;
+    ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
+    Request r = base_request(dir.file("cache"));
+    r.compile_wait = std::chrono::milliseconds(60'000);
+    Request other = r;
+    other.source += "\n// another key\n";
+    {
+        ForeignHolder holder(dir.file("cache"), kjit::cache::key_request(other)->key);
+        ASSERT_TRUE(holder.locked);
+        Cache cache;
+        compile_ok(cache, r);
+        EXPECT_EQ(cache.counters().compile_lock_waits, 0u) << "a lock of another key was waited for";
+    }
+    // The holder closed its descriptor (as a process that dies does): the key is free.
+    Cache cache;
+    compile_ok(cache, other);
+    EXPECT_EQ(cache.counters().compile_lock_waits, 0u);
 }
