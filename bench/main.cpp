@@ -18,6 +18,8 @@
 //            against header-free kernels, a warm start of all of them in a fresh process, cold
 //            batches with and without PCH beside humming-style kernels, and the edit cycle
 //            (edit, revert, touch, an edit nothing sees) (header_scenario.cpp, header_tree.cpp)
+//   node     8 processes start at once and ask for the same 20 missing kernels: with the
+//            compile lock against KJIT_COMPILE_WAIT=0, NVRTC runs and wall time (node_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
@@ -94,6 +96,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("cub")) run_cub(o, report);
     if (o.wants("trust")) run_trust(o, report);
     if (o.wants("headers")) run_headers(o, report);
+    if (o.wants("node")) run_node(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -122,6 +125,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--trust-child") == 0) {
         return trust_child_main(argv[2], argv[3], std::atol(argv[4]), std::atol(argv[5]));
     }
+    if (argc == 6 && std::strcmp(argv[1], "--node-child") == 0) {
+        return node_child_main(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
+    }
     if (argc == 7 && std::strcmp(argv[1], "--headers-child") == 0) {
         return headers_child_main(argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6]);
     }
@@ -134,7 +140,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers", "node"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -185,12 +191,21 @@ int main(int argc, char **argv) {
     app.add_option("--header-hit-rounds", o.header_hit_rounds, "Rounds of timed hits (headers scenario)")
         ->check(CLI::Range(1, 10000))
         ->capture_default_str();
+    app.add_option("--node-processes", o.node_processes, "Processes started at once in the node scenario")
+        ->check(CLI::Range(2, 64))
+        ->capture_default_str();
+    app.add_option("--node-kernels", o.node_kernels, "The same missing kernels each node process asks for")
+        ->check(CLI::Range(1, 300))
+        ->capture_default_str();
+    app.add_option("--node-repeats", o.node_repeats, "Rounds of each way in the node scenario")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "headers"};
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "headers", "node"};
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

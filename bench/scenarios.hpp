@@ -1,4 +1,4 @@
-// The seven scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// The eight scenarios of kjit-bench, run in one process (one run, so ratios compare like with
 // like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
 // cannot go on.
 #pragma once
@@ -11,7 +11,7 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "headers"
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "headers", "node"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -40,6 +40,10 @@ struct BenchOptions {
     int header_batch = 32;        // kernels in each cold batch of the PCH comparison
     int header_repeats = 2;       // warm starts per way, and rounds of the PCH comparison
     int header_hit_rounds = 20;   // rounds of hits (16 tree kernels, as many header-free hits)
+    // node
+    int node_processes = 8;  // processes started at once
+    int node_kernels = 20;   // the same missing kernels each asks for
+    int node_repeats = 2;    // rounds of each way
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -86,6 +90,11 @@ int trust_child_main(const std::string &cache, const std::string &arch, long cal
 // ones, a warm start of all of them, cold batches with and without PCH (beside humming-style
 // kernels), and the edit cycle (header_scenario.cpp).
 void run_headers(const BenchOptions &o, Report &report);
+// 8: one compile per key on the node (node_scenario.cpp).
+void run_node(const BenchOptions &o, Report &report);
+// The spawned node process (kjit-bench --node-child CACHE N ARCH WAIT_S): kjit_compile of the
+// first N sweep kernels with KJIT_COMPILE_WAIT=WAIT_S; prints its NVRTC runs.
+int node_child_main(const std::string &cache, int n, const std::string &arch, const std::string &wait_s);
 // The spawned headers process (kjit-bench --headers-child MODE CACHE TREE_ROOT N ARCH): gets the
 // first N tree (or humming-style) kernels the way MODE says and prints "call_us <time>", then
 // the hits, misses and NVRTC runs its calls counted. Returns the exit code.

@@ -14,6 +14,7 @@ KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.c
     --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 --split-rounds 1 \
     --trust-rounds 1 --trust-calls 50 --trust-loads 5 \
     --header-kernels 2 --header-batch 2 --header-repeats 1 --header-hit-rounds 2 \
+    --node-processes 2 --node-kernels 2 --node-repeats 1 \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
@@ -23,7 +24,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
 assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split", "trust", "headers", "headers_pch",
-                         "headers_edit"}, sections.keys()
+                         "headers_edit", "node"}, sections.keys()
+assert set(sections["node"]) == {"node.locked", "node.unlocked"}, sections["node"]
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
 assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
                                         "headers_pch.hum_off"}, sections["headers_pch"]
@@ -45,7 +47,8 @@ assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_k
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
             "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw",
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
-            "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain"]:
+            "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
+            "node_nvrtc_runs_per_key"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -57,7 +60,7 @@ fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
 grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_params.hpp" ||
     { echo "the headers scenario left its edit in the header tree"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.
