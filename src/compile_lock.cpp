@@ -23,9 +23,9 @@ off_t offset_of(const std::string &key) {
 
 // Tries to take the byte at `offset` without waiting: true when taken, false when another open
 // file description holds it; nullopt on another error (errno set).
-std::optional<bool> try_lock(int fd, off_t offset) {
+std::optional<bool> try_lock(int fd, off_t offset, short type = F_WRLCK) {
     struct flock fl {};
-    fl.l_type = F_WRLCK;
+    fl.l_type = type;
     fl.l_whence = SEEK_SET;
     fl.l_start = offset;
     fl.l_len = 1;
@@ -59,6 +59,10 @@ LockFd open_lock_file(const std::string &path, const folder_trust::CacheFolder &
 
 }  // namespace
 
+Held::~Held() {
+    if (fd_.valid()) (void)try_lock(fd_.get(), offset_, F_UNLCK);
+}
+
 std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::CacheFolder &folder,
                             const std::string &key, std::chrono::milliseconds max_wait, Waited *waited) {
     *waited = Waited{};
@@ -76,7 +80,7 @@ std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::Ca
             log().debug("compiling {} without the compile lock: cannot lock '{}': {}", key, path, errno_text(errno));
             return std::nullopt;
         }
-        if (*taken) return Held(std::move(fd));
+        if (*taken) return Held(std::move(fd), offset);
         if (!waited->waited) {
             waited->waited = true;
             log().debug("waiting for another process's compile of {} (at most {} ms)", key, max_wait.count());

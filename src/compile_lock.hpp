@@ -32,13 +32,21 @@ struct Waited {
 };
 
 // A held key lock; released on destruction (and closed in a forked child: filesystem.hpp's
-// LockFd).
+// LockFd). Released by an explicit unlock before the close: a child forked between the lock
+// file's open and its registration keeps a copy of the descriptor, and an OFD lock released
+// only by closing would live on in that copy (the child would then wait on its own lock).
 class Held {
 public:
-    explicit Held(LockFd fd) : fd_(std::move(fd)) {}
+    Held(LockFd fd, off_t offset) : fd_(std::move(fd)), offset_(offset) {}
+    Held(Held &&other) noexcept = default;
+    Held &operator=(Held &&) = delete;
+    Held(const Held &) = delete;
+    Held &operator=(const Held &) = delete;
+    ~Held();
 
 private:
     LockFd fd_;
+    off_t offset_;
 };
 
 // Takes the lock of `key` (32 hex digits) in the cache at `cache_dir` (as `folder` checked it;

@@ -4,6 +4,7 @@
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
 #include "compile_lock.hpp"
+#include "folder_trust.hpp"
 #include "filesystem.hpp"
 #include "compiler.hpp"
 
@@ -1487,4 +1488,32 @@ TEST(CompileLock, OtherKeysAndAReleasedLockAreNotWaitedFor) {
     Cache cache;
     compile_ok(cache, other);
     EXPECT_EQ(cache.counters().compile_lock_waits, 0u);
+}
+
+TEST(CompileLock, ReleasingTheLockDoesNotWaitForOtherCopiesOfItsDescriptor) {
+    // A child forked between the lock file's open and the descriptor's registration keeps a copy
+    // of it that the fork handler does not close: the release must not depend on every copy
+    // being closed. Here the copy is a dup() of the held descriptor, found in /proc/self/fd.
+    TempDir dir;
+    ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
+    auto folder = kjit::folder_trust::check_cache_folder_now(dir.file("cache"));
+    ASSERT_TRUE(folder.ok()) << folder.error().message;
+    const std::string key(32, 'a');
+    const std::string lock_path = dir.file("cache") + "/" + kjit::compile_lock::kFileName;
+    kjit::compile_lock::Waited waited;
+    auto held = kjit::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
+    ASSERT_TRUE(held.has_value());
+    int copy = -1;
+    for (const std::string &name : list_dir("/proc/self/fd")) {
+        char target[4096] = {};
+        const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof target - 1);
+        if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == lock_path) copy = ::dup(std::stoi(name));
+    }
+    ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
+    ForeignHolder blocked(dir.file("cache"), key);
+    EXPECT_FALSE(blocked.locked) << "the lock was not held";
+    held.reset();
+    ForeignHolder after(dir.file("cache"), key);
+    EXPECT_TRUE(after.locked) << "the lock lived on in another copy of its descriptor";
+    ::close(copy);
 }
