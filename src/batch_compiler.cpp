@@ -5,6 +5,7 @@
 #include "fork_guard.hpp"
 #include "log.hpp"
 #include "filesystem.hpp"
+#include "worker_pool.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -40,10 +41,12 @@ Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
 }
 
-// cache.build() with exceptions as errors, so a worker thread never lets one escape.
-Result<std::string> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed) {
+// cache.build() with exceptions as errors, so a worker thread never lets one escape. NVRTC
+// runs on `runner` (a worker process), or on this thread when it is null.
+Result<std::string> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                  compile_job::Runner *runner = nullptr) {
     try {
-        return cache.build(keyed);
+        return cache.build(keyed, runner);
     } catch (const std::bad_alloc &) {
         return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
     } catch (const std::exception &e) {
@@ -52,12 +55,15 @@ Result<std::string> build_guarded(cache::Cache &cache, const cache::KeyedRequest
 }
 
 // The worker pool of one batch. Workers take jobs in order until there are none or the batch
-// is stopped; the calling thread collects what they finish. The destructor stops and joins
-// them, so an exception on the calling thread (a throwing progress callback) never leaves a
-// thread running.
+// is stopped; the calling thread collects what they finish. With a helper, each worker thread
+// runs NVRTC in a worker process of its own, started at its first job and ended when the
+// thread ends. The destructor stops and joins them, so an exception on the calling thread (a
+// throwing progress callback) never leaves a thread or a worker process running.
 class Pool {
 public:
-    Pool(cache::Cache &cache, std::vector<Job> &jobs) : cache_(cache), jobs_(jobs) {}
+    // `helper`: the worker helper's path when the compiles run in worker processes, else empty.
+    Pool(cache::Cache &cache, std::vector<Job> &jobs, std::string helper)
+        : cache_(cache), jobs_(jobs), helper_(std::move(helper)) {}
     Pool(const Pool &) = delete;
     Pool &operator=(const Pool &) = delete;
     ~Pool() {
@@ -123,6 +129,8 @@ public:
 private:
     void work() {
         pthread_setname_np(pthread_self(), "kjit-batch");
+        std::optional<worker_pool::WorkerProcess> process;
+        if (!helper_.empty()) process.emplace(helper_);
         for (;;) {
             std::size_t j = 0;
             {
@@ -130,7 +138,7 @@ private:
                 if (stopped_ || taken_ == jobs_.size()) break;
                 j = taken_++;
             }
-            Result<std::string> result = build_guarded(cache_, jobs_[j].keyed);
+            Result<std::string> result = build_guarded(cache_, jobs_[j].keyed, process ? &*process : nullptr);
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 jobs_[j].result = std::move(result);
@@ -145,6 +153,7 @@ private:
 
     cache::Cache &cache_;
     std::vector<Job> &jobs_;
+    const std::string helper_;
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable finished_cv_;
@@ -237,6 +246,9 @@ private:
     void finish(std::size_t item, Result<std::string> result);
     // Looks item `i` up: answered (finish) or made a job, or merged with one.
     void look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen);
+    // The worker helper's path when the misses compile in worker processes, empty for threads;
+    // an error when they should and cannot (explicit processes, no helper).
+    Result<std::string> worker_helper(unsigned wanted) const;
     // Compiles the jobs not reported yet on this thread, in order, until cancelled.
     void finish_here(std::vector<bool> &reported);
     // Collects what the pool's workers finish, starting the rest of them after the first
@@ -369,24 +381,51 @@ void Batch::collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vecto
     }
 }
 
+Result<std::string> Batch::worker_helper(unsigned wanted) const {
+    using defaults::WorkerKind;
+    if (options_.kind == WorkerKind::threads) return std::string();
+    if (options_.kind == WorkerKind::automatic) {
+        // NVRTC compiles header-heavy sources one at a time within a process (docs/batch.md:
+        // 2 threads 0.86x, 2 processes 1.70x); header-free ones scale on threads, which cost
+        // no process start.
+        const bool any_headers = std::any_of(jobs_.begin(), jobs_.end(), [](const Job &job) {
+            const cache::Request &r = job.keyed.request;
+            return !r.headers.empty() || r.source.find("#include") != std::string::npos;
+        });
+        if (wanted < 2 || !any_headers) return std::string();
+    }
+    auto helper = worker_pool::helper_path();
+    if (helper || options_.kind == WorkerKind::processes) return helper;
+    log().info("batch: compiling on threads, not worker processes: {}", helper.error().message);
+    return std::string();
+}
+
 void Batch::compile_misses() {
     if (cancelled_ || jobs_.empty()) return;
     std::vector<bool> reported(jobs_.size(), false);
     const unsigned wanted = static_cast<unsigned>(std::min<std::size_t>(
         {jobs_.size(), static_cast<std::size_t>(std::max(1u, options_.workers)), defaults::kMaxWorkers}));
+    auto helper = worker_helper(wanted);
+    if (!helper) {
+        for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
+            for (std::size_t item : jobs_[j].items) finish(item, helper.error());
+        }
+        return;
+    }
     const bool first_uses_pch = jobs_.front().keyed.request.use_pch;
     const std::size_t with_pch = static_cast<std::size_t>(
         std::count_if(jobs_.begin(), jobs_.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
-    log().debug("batch: {} items, {} to compile on {} workers, {} with a PCH ({})", total_, jobs_.size(), wanted,
-                with_pch,
+    log().debug("batch: {} items, {} to compile on {} {}, {} with a PCH ({})", total_, jobs_.size(), wanted,
+                helper->empty() ? "threads" : "worker processes", with_pch,
                 options_.pch == Pch::on    ? "on"
                 : options_.pch == Pch::off ? "off"
                                            : "for misses that share their headers");
-    Pool pool(cache_, jobs_);
-    // With PCH the first compile runs alone: it creates the precompiled header the others
-    // then use, where workers started together would each parse the headers and make their
-    // own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s).
-    const unsigned first_wave = first_uses_pch ? 1u : wanted;
+    Pool pool(cache_, jobs_, *helper);
+    // With PCH on threads the first compile runs alone: it creates the precompiled header the
+    // others then use, where workers started together would each parse the headers and make
+    // their own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s). Worker processes
+    // each make their own anyway.
+    const unsigned first_wave = first_uses_pch && helper->empty() ? 1u : wanted;
     if (pool.start(first_wave) == 0) {
         finish_here(reported);  // no thread could be started: compile on this one
     } else {

@@ -1,12 +1,15 @@
 // Batch compiler: many cache requests at once, for an autotuner's cold sweep
 // (kjit_compile_batch). Every request is looked up on the calling thread before any worker
 // starts, so hits never wait for a compile; identical requests are merged and compile once; the
-// misses run on a pool of worker threads in this process, so NVRTC's automatic precompiled
-// header, which NVRTC ties to the process that made it, serves every item after the first.
-// Progress is reported on the calling thread, one item at a time. Knows the cache only.
+// misses run on a pool of workers: threads of this process, where NVRTC's automatic precompiled
+// header, which NVRTC ties to the process that made it, serves every item after the first; or,
+// for header-heavy misses, which NVRTC compiles one at a time within a process, threads that
+// each drive a worker process of their own (worker_pool.hpp). Progress is reported on the
+// calling thread, one item at a time. Knows the cache and the worker pool.
 #pragma once
 
 #include "cache.hpp"
+#include "defaults.hpp"
 #include "status.hpp"
 
 #include <cstddef>
@@ -34,7 +37,10 @@ enum class Pch {
 };
 
 struct Options {
-    unsigned workers = 1;  // worker threads at most; fewer are started when there are fewer misses
+    unsigned workers = 1;  // workers at most; fewer are started when there are fewer misses
+    // Threads or worker processes. Explicit processes without the helper (worker_pool::
+    // helper_path) fail every miss with its error; automatic ones then compile on threads.
+    defaults::WorkerKind kind = defaults::WorkerKind::automatic;
     Pch pch = Pch::automatic;
     Progress progress;     // may be empty
     // How often, at most, the batch records again the use of every entry it handed out while

@@ -360,12 +360,18 @@ kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_
     kjit::batch_compiler::Options batch;
     unsigned workers = 0;
     int pch = KJIT_PCH_DEFAULT;
+    int kind = KJIT_WORKERS_DEFAULT;
     if (options) {
         if (auto st = check_struct_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
             return std::move(st).error();
         }
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, workers)) workers = options->workers;
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, pch)) pch = options->pch;
+        if (KJIT_FIELD_PRESENT(kjit_batch_options, options, worker_kind)) kind = options->worker_kind;
+        if (KJIT_FIELD_PRESENT(kjit_batch_options, options, reserved) && options->reserved != 0) {
+            return kjit::Error{kjit::Errc::invalid_argument, "kjit_compile_batch: options->reserved is " +
+                                                                 std::to_string(options->reserved) + "; it must be 0"};
+        }
     }
     if (pch != KJIT_PCH_DEFAULT && pch != KJIT_PCH_ON && pch != KJIT_PCH_OFF) {
         return kjit::Error{kjit::Errc::invalid_argument, "kjit_compile_batch: options->pch is " + std::to_string(pch) +
@@ -375,6 +381,22 @@ kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_
         auto detected = kjit::defaults::workers();
         if (!detected) return std::move(detected).error();
         workers = *detected;
+    }
+    switch (kind) {
+    case KJIT_WORKERS_DEFAULT: {
+        auto from_env = kjit::defaults::worker_kind();
+        if (!from_env) return std::move(from_env).error();
+        batch.kind = *from_env;
+        break;
+    }
+    case KJIT_WORKERS_THREADS: batch.kind = kjit::defaults::WorkerKind::threads; break;
+    case KJIT_WORKERS_PROCESSES: batch.kind = kjit::defaults::WorkerKind::processes; break;
+    case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::defaults::WorkerKind::automatic; break;
+    default:
+        return kjit::Error{kjit::Errc::invalid_argument,
+                           "kjit_compile_batch: options->worker_kind is " + std::to_string(kind) +
+                               "; use KJIT_WORKERS_DEFAULT, KJIT_WORKERS_THREADS, KJIT_WORKERS_PROCESSES or "
+                               "KJIT_WORKERS_AUTOMATIC"};
     }
     batch.workers = workers;
     batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on

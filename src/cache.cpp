@@ -6,7 +6,6 @@
 #include "include_scanner.hpp"
 #include "log.hpp"
 #include "name_resolver.hpp"
-#include "pch_folders.hpp"
 
 #include <chrono>
 #include <exception>
@@ -110,7 +109,7 @@ Result<std::optional<std::string>> Cache::find(const KeyedRequest &keyed, includ
     return found;
 }
 
-Result<std::string> Cache::build(const KeyedRequest &keyed) {
+Result<std::string> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -133,7 +132,7 @@ Result<std::string> Cache::build(const KeyedRequest &keyed) {
     }
     Result<std::string> result = [&]() -> Result<std::string> {
         try {
-            return compile_and_publish(keyed);
+            return compile_and_publish(keyed, runner);
         } catch (const std::bad_alloc &) {
             return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
         } catch (const std::exception &e) {
@@ -153,7 +152,7 @@ Result<std::string> Cache::build(const KeyedRequest &keyed) {
     return result;
 }
 
-Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed) {
+Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner) {
     const Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -187,7 +186,7 @@ Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed) {
     if (auto st = local_.can_publish(keyed); !st) return std::move(st).error();
 
     double seconds = 0;
-    auto compiled = run_nvrtc(keyed, deps, &seconds);
+    auto compiled = run_nvrtc(keyed, deps, runner, &seconds);
     if (!compiled) return std::move(compiled).error();
     const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
     auto name = name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
@@ -203,24 +202,13 @@ Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed) {
 }
 
 Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
-                                          const std::vector<include_scanner::Dependency> &deps, double *seconds) {
+                                          const std::vector<include_scanner::Dependency> &deps,
+                                          compile_job::Runner *runner, double *seconds) {
     const Request &request = keyed.request;
-    compiler::Request nvrtc = nvrtc_request(request);
+    compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
     if (request.use_pch) {
-        // NVRTC's automatic PCH, in a folder of this header identity's own (pch_folders.hpp
-        // says why); its notes ("creating/using precompiled header ...") stay out of the log,
-        // so a compile error reads as without it. No folder: a plain compile.
-        bool first_of_identity = false;
-        auto pch_folder = pch_folders::folder_for(pch_identity(request, deps), &first_of_identity);
-        if (pch_folder) {
-            counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
-            if (first_of_identity) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
-            nvrtc.options.insert(nvrtc.options.end(),
-                                 {"-pch", "-pch-dir=" + *pch_folder, "-pch-messages=false", "-pch-verbose=false"});
-            nvrtc.options.insert(nvrtc.options.end(), request.pch_options.begin(), request.pch_options.end());
-        } else {
-            log().debug("compiling {} without a PCH: {}", keyed.key, pch_folder.error().message);
-        }
+        job.pch_identity = pch_identity(request, deps);
+        job.pch_options = request.pch_options;
     }
     counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);
     const int in_flight = counters_.compiles_in_flight.fetch_add(1) + 1;
@@ -228,10 +216,13 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
          in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
     }
     const auto started = std::chrono::steady_clock::now();
-    auto compiled = compiler::compile(nvrtc);
+    compile_job::Outcome outcome = runner ? runner->run(job) : compile_job::run_here(job);
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     counters_.compiles_in_flight.fetch_sub(1);
     counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(*seconds * 1e9), std::memory_order_relaxed);
+    if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
+    if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
+    Result<compiler::Output> compiled = std::move(outcome.output);
     if (!compiled) return compiled;
     if (*seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", keyed.key, request.keyword, *seconds);
     log().debug("compiled {} [{}] in {:.3f} s", keyed.key, request.keyword, *seconds);

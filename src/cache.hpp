@@ -16,8 +16,8 @@
 #pragma once
 
 #include "cache_counters.hpp"
-#include "compiler.hpp"
 #include "cache_key.hpp"
+#include "compile_job.hpp"
 #include "include_scanner.hpp"
 #include "local_store.hpp"
 #include "status.hpp"
@@ -56,8 +56,10 @@ public:
     // batch), so each dependency file is stat'ed once per call; or null.
     Result<std::optional<std::string>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
-    // in this process run NVRTC once and share the result.
-    Result<std::string> build(const KeyedRequest &keyed);
+    // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
+    // process of a batch, worker_pool.hpp), or in this process when it is null; everything
+    // else (locks, looking again, naming, publishing, counting) happens here either way.
+    Result<std::string> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
     void count_merged(bool hit, std::uint64_t n);
@@ -82,11 +84,11 @@ private:
                                                       std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
-    Result<std::string> compile_and_publish(const KeyedRequest &keyed);
-    // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its folder from the header
-    // identity and `deps`), counted and timed into *seconds.
+    Result<std::string> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner);
+    // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
+    // `deps`) on `runner` (null: here), counted and timed into *seconds.
     Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,
-                                       double *seconds);
+                                       compile_job::Runner *runner, double *seconds);
     // Publishes `entry` to every store; the local store's path is the answer.
     Result<std::string> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
 

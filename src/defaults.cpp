@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace kjit::defaults {
@@ -85,6 +86,15 @@ Result<unsigned> workers() {
     }
     const unsigned n = std::thread::hardware_concurrency();
     return n > 0 ? n : 1u;
+}
+
+Result<WorkerKind> worker_kind() {
+    const char *v = std::getenv("KJIT_WORKER_KIND");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return WorkerKind::automatic;
+    if (std::strcmp(v, "threads") == 0) return WorkerKind::threads;
+    if (std::strcmp(v, "processes") == 0) return WorkerKind::processes;
+    return Error{Errc::invalid_argument,
+                 std::string("$KJIT_WORKER_KIND is '") + v + "': set it to threads, processes or auto"};
 }
 
 }  // namespace kjit::defaults

@@ -37,4 +37,15 @@ constexpr unsigned kMaxWorkers = 256;
 // else is invalid_argument naming the variable), else the CPUs this process may run on.
 Result<unsigned> workers();
 
+// Where a batch's misses compile (docs/batch.md).
+enum class WorkerKind {
+    automatic,  // worker processes when more than one worker is asked for and a miss includes
+                // headers (NVRTC runs those one at a time within a process), else threads
+    threads,    // threads of the calling process
+    processes,  // worker processes (kjit-worker, worker_pool.hpp)
+};
+// The kind when the caller leaves it to the library: $KJIT_WORKER_KIND ("threads", "processes"
+// or "auto"), else automatic. Errors: invalid_argument naming the variable and its values.
+Result<WorkerKind> worker_kind();
+
 }  // namespace kjit::defaults

@@ -779,10 +779,40 @@ TEST(CompileBatch, RefusedCallsAndOlderStructs) {
     result.r = nullptr;
     ::unsetenv("KJIT_JOBS");
 
+    // The worker kind: an unknown one is refused; so is a malformed $KJIT_WORKER_KIND when the
+    // kind is left to it, and not otherwise.
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.worker_kind = 9;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(result.r, nullptr);
+    EXPECT_NE(std::string(kjit_last_error()).find("options->worker_kind is 9"), std::string::npos);
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.reserved = 1;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("options->reserved is 1"), std::string::npos);
+    ::setenv("KJIT_WORKER_KIND", "fibers", 1);
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.workers = 1;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("$KJIT_WORKER_KIND is 'fibers'"), std::string::npos)
+        << kjit_last_error();
+    options.worker_kind = KJIT_WORKERS_THREADS;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+    kjit_batch_result_release(result.r);
+    result.r = nullptr;
+    ::unsetenv("KJIT_WORKER_KIND");
+
     // An older, shorter options struct: only the fields it holds are read.
     options = KJIT_BATCH_OPTIONS_INIT;
     options.struct_size = offsetof(kjit_batch_options, pch);
     options.pch = 99;  // past its size: not read
+    options.workers = 1;
+    EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
+    kjit_batch_result_release(result.r);
+    result.r = nullptr;
+    options = KJIT_BATCH_OPTIONS_INIT;
+    options.struct_size = offsetof(kjit_batch_options, worker_kind);  // 0.4's struct
+    options.worker_kind = 99;
     options.workers = 1;
     EXPECT_EQ(batch.run(&options, &result.r), KJIT_OK) << kjit_last_error();
 }

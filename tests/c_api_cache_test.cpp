@@ -135,6 +135,8 @@ TEST(CacheApiInit, InitFunctionsEqualTheMacros) {
                offsetof(kjit_compile_request, options));
     check_init(kjit_batch_options KJIT_BATCH_OPTIONS_INIT, kjit_batch_options_init,
                offsetof(kjit_batch_options, progress));
+    check_init(kjit_batch_options KJIT_BATCH_OPTIONS_INIT, kjit_batch_options_init,
+               offsetof(kjit_batch_options, worker_kind));  // as 0.4 had it
     check_init(kjit_prune_options KJIT_PRUNE_OPTIONS_INIT, kjit_prune_options_init,
                offsetof(kjit_prune_options, older_than_s));
     // What the macros promise, so that a wrong macro and a matching wrong function both fail.

@@ -3,7 +3,7 @@
 # user would: CMake (find_package(kjit 0.1 REQUIRED), kjit::kjit) and pkg-config, each in C and
 # C++; runs all four. Also checks the installed layout (the SONAME links, the header, the
 # package files), that find_package refuses an incompatible version, and that nothing but the
-# product is installed.
+# product is installed (libkjit.so's worker helper, lib/kjit-worker, is part of it).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR FAKE_LIBCUDA
 set -euo pipefail
 build=$1 src=$2 fake_libcuda=$3
@@ -21,11 +21,11 @@ real="$prefix/lib/libkjit.so.$version"
 [ "$(readlink "$prefix/lib/libkjit.so")" = "libkjit.so.${version%%.*}" ] || fail "libkjit.so is not a link to the SONAME"
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libkjit.so.${version%%.*}" ] || fail "SONAME is $soname"
-for f in bin/kjit include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
+for f in bin/kjit lib/kjit-worker include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
          lib/cmake/kjit/kjitTargets.cmake lib/pkgconfig/kjit.pc; do
     [ -f "$prefix/$f" ] || fail "$f is not installed"
 done
-extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
+extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|lib/kjit-worker|include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
 [ -z "$extra" ] || fail "installed beyond the product: $extra"
 
 # CMake, C and C++.
@@ -65,5 +65,16 @@ cli_kjit=$(printf '%s\n' "$cli_libs" | awk '$1 == "libkjit.so.'"${version%%.*}"'
     fail "bin/kjit does not load $real: $cli_libs"
 [ "$("$prefix/bin/kjit" --version)" = "kjit $version" ] || fail "bin/kjit --version: $("$prefix/bin/kjit" --version)"
 "$prefix/bin/kjit" cache stats --cache-dir "$work/no-cache" --json > /dev/null || fail "bin/kjit cache stats failed"
+# The installed library starts the installed worker helper, found beside itself: a batch on
+# worker processes works from the prefix alone (explicit processes fail without the helper).
+worker_libs=$(ldd "$prefix/lib/kjit-worker")
+case "$worker_libs" in *"not found"*) fail "lib/kjit-worker misses libraries: $worker_libs" ;; esac
+for i in 1 2; do
+    printf '__global__ void gemm(float *p) { p[0] = %d; }\n' "$i" > "$work/w$i.cu"
+done
+"$prefix/bin/kjit" compile "$work/w1.cu" "$work/w2.cu" -k gemm --arch sm_90 --workers processes -j 2 \
+    --cache-dir "$work/cache-workers" > "$work/workers.out" 2> "$work/workers.err" ||
+    fail "a batch on the installed worker processes failed: $(cat "$work/workers.err")"
+[ "$(grep -c 'kernel.cubin$' "$work/workers.out")" = 2 ] || fail "the worker batch printed: $(cat "$work/workers.out")"
 
 echo "install test OK: libkjit $version and bin/kjit installed to a fresh prefix; CMake and pkg-config consumers, C and C++, built and ran"

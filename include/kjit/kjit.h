@@ -86,10 +86,10 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 4
+#define KJIT_VERSION_MINOR 5
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
-/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (400 for 0.4.0). */
+/** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
 #define KJIT_VERSION_NUMBER (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)
 /** @} */
 
@@ -181,13 +181,13 @@ KJIT_API const char *kjit_last_error(void);
  *
  * Compare with the #KJIT_VERSION_NUMBER your code was compiled against to detect a mismatched
  * libkjit.so at run time.
- * @return `major * 10000 + minor * 100 + patch` of the loaded library (400 for 0.4.0).
+ * @return `major * 10000 + minor * 100 + patch` of the loaded library (500 for 0.5.0).
  * @note Thread safe.
  */
 KJIT_API unsigned kjit_version(void);
 
 /**
- * @brief The run-time library version as text, e.g. "0.4.0": the three numbers of
+ * @brief The run-time library version as text, e.g. "0.5.0": the three numbers of
  *        kjit_version(), separated by dots.
  * @return A static string, never NULL, owned by the library.
  * @note Thread safe.
@@ -452,6 +452,29 @@ typedef enum kjit_pch_mode {
     KJIT_PCH_OFF = 2      /**< Plain compiles. */
 } kjit_pch_mode;
 
+/** @brief Where a batch's misses compile (kjit_batch_options::worker_kind; since 0.5). */
+typedef enum kjit_worker_kind {
+    KJIT_WORKERS_DEFAULT = 0,   /**< $KJIT_WORKER_KIND ("threads", "processes" or "auto"), else
+                                     #KJIT_WORKERS_AUTOMATIC. */
+    KJIT_WORKERS_THREADS = 1,   /**< Threads of the calling process. */
+    KJIT_WORKERS_PROCESSES = 2, /**< Worker processes: the helper `kjit-worker`, installed beside
+                                     libkjit.so (or $KJIT_WORKER), one per worker, started with
+                                     posix_spawn (the caller is never forked) and ended when the
+                                     batch returns, or killed when the calling process dies.
+                                     Each keeps NVRTC and its own PCHs across its compiles;
+                                     keys, look-ups, publishing and progress stay in the calling
+                                     process. A worker that dies during a compile fails nothing
+                                     else: that item is compiled again once on a fresh worker,
+                                     and fails with #KJIT_ERROR_NVRTC saying how both ended if
+                                     it dies again. Without the helper, every miss fails with
+                                     #KJIT_ERROR_NOT_FOUND saying where it was looked for. */
+    KJIT_WORKERS_AUTOMATIC = 3  /**< Processes when more than one worker is asked for and a miss
+                                     includes headers (`#include` or in-memory headers): NVRTC
+                                     compiles those one at a time within a process, so threads
+                                     do not scale (docs/batch.md); threads otherwise, and where
+                                     the helper is missing (said in the log). */
+} kjit_worker_kind;
+
 /**
  * @brief Options for kjit_compile_batch(). Set `struct_size = sizeof(kjit_batch_options)` (or
  *        start from #KJIT_BATCH_OPTIONS_INIT); fields are only ever appended. NULL options mean
@@ -460,8 +483,9 @@ typedef enum kjit_pch_mode {
 typedef struct kjit_batch_options {
     /** `sizeof(kjit_batch_options)` as the caller was compiled with it. */
     size_t struct_size;
-    /** Worker threads at most. 0: $KJIT_JOBS (1 to 256), else the CPUs this process may run
-        on. Fewer start when there are fewer misses; more than 256 means 256. */
+    /** Workers (threads or worker processes: worker_kind) at most. 0: $KJIT_JOBS (1 to 256),
+        else the CPUs this process may run on. Fewer start when there are fewer misses; more
+        than 256 means 256. */
     unsigned workers;
     /** A ::kjit_pch_mode. With the PCH, NVRTC parses the headers once per process and every
         later compile with the same includes and options starts from the parsed state; the
@@ -480,10 +504,15 @@ typedef struct kjit_batch_options {
     kjit_batch_progress_fn progress;
     /** Passed to `progress` untouched. */
     void *progress_user_data;
+    /** A ::kjit_worker_kind: threads or worker processes (since 0.5). */
+    int worker_kind;
+    /** 0 (since 0.5). Keeps the struct free of padding; any other value is refused
+        (#KJIT_ERROR_INVALID_ARGUMENT), so a later release may give it a meaning. */
+    int reserved;
 } kjit_batch_options;
 
 /** @brief Initializer for ::kjit_batch_options: the size set, everything else default. */
-#define KJIT_BATCH_OPTIONS_INIT { sizeof(kjit_batch_options), 0, KJIT_PCH_DEFAULT, NULL, NULL }
+#define KJIT_BATCH_OPTIONS_INIT { sizeof(kjit_batch_options), 0, KJIT_PCH_DEFAULT, NULL, NULL, KJIT_WORKERS_DEFAULT, 0 }
 
 /**
  * @brief The per-item results of kjit_compile_batch(): an opaque handle owned by the caller,
@@ -500,9 +529,11 @@ typedef struct kjit_batch_result kjit_batch_result;
  *  - Every request is looked up first, on the calling thread: hits are answered at once and
  *    never wait for a worker or a compile.
  *  - Identical requests (same cache folder and key) compile once and all get its result.
- *  - The misses compile on up to kjit_batch_options::workers threads of this process, in
- *    request order. They share NVRTC's automatic precompiled header (kjit_batch_options::pch),
- *    which NVRTC ties to the process that made it: a batch is where it pays off.
+ *  - The misses compile on up to kjit_batch_options::workers workers, in request order:
+ *    threads of this process, which share NVRTC's automatic precompiled header
+ *    (kjit_batch_options::pch), as NVRTC ties it to the process that made it; or, for
+ *    header-heavy sweeps that NVRTC would compile one at a time within a process, worker
+ *    processes that each keep their own (kjit_batch_options::worker_kind).
  *  - One item's failure does not affect the others.
  *
  * @param[in]  requests Array of `count` pointers to requests; not retained. A NULL element, or
@@ -526,8 +557,9 @@ typedef struct kjit_batch_result kjit_batch_result;
  *                                     item's own status and text are in `*result`.
  * @retval KJIT_ERROR_INVALID_ARGUMENT (with `*result` NULL) NULL `result`, NULL `requests` with
  *                                     a non-zero count, a count over 2^24, a bad options
- *                                     struct_size, an unknown pch mode, or a malformed
- *                                     $KJIT_JOBS.
+ *                                     struct_size, an unknown pch mode or worker kind, a
+ *                                     non-zero `reserved`, or a malformed $KJIT_JOBS or
+ *                                     $KJIT_WORKER_KIND.
  * @retval KJIT_ERROR_OUT_OF_MEMORY    (with `*result` NULL) An allocation failed.
  * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe: batches and kjit_compile() calls in other threads or processes may work
