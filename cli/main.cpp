@@ -123,6 +123,7 @@ struct CompileArgs {
     std::vector<std::string> files;
     unsigned jobs = 0;    // several files: kjit_compile_batch's workers (0: its default)
     bool no_pch = false;  // several files: plain compiles
+    std::string workers;  // several files: "threads", "processes" or "auto" ("": $KJIT_WORKER_KIND)
     std::string keyword;
     std::string arch;
     std::string name_expression;
@@ -219,6 +220,10 @@ int run_compile_many(const Global &g, const CompileArgs &a) {
     kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
     batch.workers = a.jobs;
     batch.pch = a.no_pch ? KJIT_PCH_OFF : KJIT_PCH_DEFAULT;
+    batch.worker_kind = a.workers == "threads"     ? KJIT_WORKERS_THREADS
+                        : a.workers == "processes" ? KJIT_WORKERS_PROCESSES
+                        : a.workers == "auto"      ? KJIT_WORKERS_AUTOMATIC
+                                                   : KJIT_WORKERS_DEFAULT;
     const bool tty = ::isatty(STDERR_FILENO) == 1;
     if (tty) {
         batch.progress = [](void *, size_t done, size_t total, size_t, kjit_status, const char *) {
@@ -460,7 +465,11 @@ int main(int argc, char **argv) {
                    "Several files compile as one batch, two lines each, in order");
     compile->add_option("files", compile_args.files, "CUDA C++ source files")->required();
     compile->add_option("-j,--jobs", compile_args.jobs,
-                        "Several files: worker threads (default: $KJIT_JOBS, else one per CPU)");
+                        "Several files: workers (default: $KJIT_JOBS, else one per CPU)");
+    compile->add_option("--workers", compile_args.workers,
+                        "Several files: compile on threads, worker processes, or auto: processes for files with "
+                        "#include on more than one worker (default: $KJIT_WORKER_KIND, else auto)")
+        ->check(CLI::IsMember({"threads", "processes", "auto"}));
     compile->add_flag("--no-pch", compile_args.no_pch, "Several files: no NVRTC precompiled header");
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");

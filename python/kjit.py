@@ -53,6 +53,7 @@ __all__ = [
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
     "resolve_name", "compile", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
+    "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
 ]
@@ -255,6 +256,8 @@ def _compile_options(keep, *, cache_dir=None, arch=None, nvrtc_options=(), inclu
 
 # kjit_pch_mode
 PCH_DEFAULT, PCH_ON, PCH_OFF = 0, 1, 2
+# kjit_worker_kind (libkjit 0.5)
+WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES, WORKERS_AUTOMATIC = 0, 1, 2, 3
 
 
 class _CompileRequest(ctypes.Structure):
@@ -275,7 +278,8 @@ _PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, 
 class _BatchOptions(ctypes.Structure):
     """kjit_batch_options."""
     _fields_ = [("struct_size", ctypes.c_size_t), ("workers", ctypes.c_uint), ("pch", ctypes.c_int),
-                ("progress", _PROGRESS_FN), ("progress_user_data", ctypes.c_void_p)]
+                ("progress", _PROGRESS_FN), ("progress_user_data", ctypes.c_void_p), ("worker_kind", ctypes.c_int),
+                ("reserved", ctypes.c_int)]
 
     def __init__(self):
         super().__init__()
@@ -676,7 +680,8 @@ class Library:
     _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                          "max_cache_size")
 
-    def compile_batch(self, requests, *, workers=None, pch=PCH_DEFAULT, progress=None, **options):
+    def compile_batch(self, requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT,
+                      **options):
         """Compiles many kernels at once (kjit_compile_batch) and returns one :class:`BatchItem`
         per request, in order. Needs libkjit 0.3 or later.
 
@@ -684,9 +689,14 @@ class Library:
           ``keyword`` and any of :meth:`compile`'s keyword arguments for that item alone.
         - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
           ``nvrtc_options``, ...) for every item; an item's dict overrides them.
-        - ``workers``: worker threads (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
+        - ``workers``: workers (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
           PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for misses
           that share their headers with another miss of the batch).
+        - ``worker_kind``: WORKERS_THREADS, WORKERS_PROCESSES (kjit-worker processes beside
+          libkjit.so, ended with the batch), WORKERS_AUTOMATIC (processes when misses include
+          headers and more than one worker compiles: NVRTC compiles those one at a time within
+          a process), or WORKERS_DEFAULT ($KJIT_WORKER_KIND, else automatic). Needs libkjit 0.5
+          unless WORKERS_DEFAULT.
         - ``progress``: called as ``progress(done, total, index, status, cubin_path)`` for each
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels
@@ -738,6 +748,14 @@ class Library:
         if isinstance(pch, bool) or not isinstance(pch, int):
             raise TypeError(f"pch must be PCH_DEFAULT, PCH_ON or PCH_OFF, not {pch!r}")
         batch.pch = pch
+        if isinstance(worker_kind, bool) or worker_kind not in (WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES,
+                                                                 WORKERS_AUTOMATIC):
+            raise ValueError("worker_kind must be WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES or "
+                             f"WORKERS_AUTOMATIC, not {worker_kind!r}")
+        batch.worker_kind = worker_kind
+        if worker_kind == WORKERS_DEFAULT:
+            # The struct as libkjit 0.3 and 0.4 know it, which they would refuse a byte longer.
+            batch.struct_size = _BatchOptions.worker_kind.offset
         # The progress callback is always ours: it runs the user's callback, if any, and the
         # signal handlers Python could not run while the batch was in C (see _SignalGate), where
         # what they raise is caught. An exception cancels the batch (the user's callback is not
@@ -1114,9 +1132,10 @@ def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # 
                           max_cache_size=max_cache_size)
 
 
-def compile_batch(requests, *, workers=None, pch=PCH_DEFAULT, progress=None, **options):
+def compile_batch(requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT, **options):
     """See :meth:`Library.compile_batch`; returns a list of :class:`BatchItem`."""
-    return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, **options)
+    return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, worker_kind=worker_kind,
+                                **options)
 
 
 def stats():

@@ -599,6 +599,22 @@ def test_compile_batch_cancel_and_callback_exception(tmp_path):
         f"_Z4gemmILi{111 + i}EEvPf" for i in range(5)]
 
 
+def test_compile_batch_on_worker_processes(tmp_path):
+    requests = [(_numbered(130 + i), "gemm") for i in range(3)]
+    before = kjit.stats()
+    items = kjit.compile_batch(requests, workers=2, worker_kind=kjit.WORKERS_PROCESSES, cache_dir=tmp_path / "p",
+                               arch="sm_90")
+    assert all(i.ok for i in items), [i.error for i in items]
+    assert kjit.stats()["nvrtc_compiles"] - before["nvrtc_compiles"] == 3  # run by the workers, counted here
+    threads = kjit.compile_batch(requests, workers=2, worker_kind=kjit.WORKERS_THREADS, cache_dir=tmp_path / "t",
+                                 arch="sm_90")
+    for p, t in zip(items, threads):
+        assert pathlib.Path(p.cubin_path).read_bytes() == pathlib.Path(t.cubin_path).read_bytes()
+    for bad in (7, True, "processes"):
+        with pytest.raises(ValueError, match="worker_kind"):
+            kjit.compile_batch(requests, worker_kind=bad, cache_dir=tmp_path, arch="sm_90")
+
+
 def test_compile_batch_bad_arguments(tmp_path):
     with pytest.raises(kjit.InvalidArgument, match="pch is 9"):
         kjit.compile_batch([(_numbered(1), "gemm")], pch=9, cache_dir=tmp_path, arch="sm_90")
