@@ -27,12 +27,14 @@ struct Callback {
 }  // namespace
 
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword, const kjit_compile_options &options,
-                   unsigned workers, int pch, const std::string &phase) {
-    return run_batch(sources, keyword, std::vector<kjit_compile_options>(sources.size(), options), workers, pch, phase);
+                   unsigned workers, int pch, const std::string &phase, int worker_kind) {
+    return run_batch(sources, keyword, std::vector<kjit_compile_options>(sources.size(), options), workers, pch, phase,
+                     worker_kind);
 }
 
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
-                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase) {
+                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase,
+                   int worker_kind) {
     if (options.size() != sources.size()) fail("run_batch: " + std::to_string(options.size()) + " options for " +
                                                std::to_string(sources.size()) + " sources");
     std::vector<kjit_compile_request> requests(sources.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
@@ -48,6 +50,7 @@ BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
     kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
     batch.workers = workers;
     batch.pch = pch;
+    batch.worker_kind = worker_kind;
     batch.progress = &Callback::on_item;
     batch.progress_user_data = &callback;
     kjit_batch_result *raw = nullptr;

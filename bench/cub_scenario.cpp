@@ -1,17 +1,25 @@
 // Scenario 5: a cold sweep of N header-heavy CUB kernels (cub_kernels.hpp), one program and
-// cache entry each, compiled four ways, each in a fresh process (this program, spawned), as an
+// cache entry each, compiled five ways, each in a fresh process (this program, spawned), as an
 // autotuner's first run would be, so each pays NVRTC's start-up and, with PCH, the first
 // compile that creates the precompiled header:
-//   raw         sequential plain NVRTC (create, compile, get the cubin, destroy), no cache
-//   batch 1 PCH kjit_compile_batch, 1 worker, NVRTC's automatic PCH
-//   batch 2 PCH kjit_compile_batch, 2 workers, PCH
-//   batch 2     kjit_compile_batch, 2 workers, plain compiles
+//   raw               sequential plain NVRTC (create, compile, get the cubin, destroy), no cache
+//   batch 1 PCH       kjit_compile_batch, 1 worker thread, NVRTC's automatic PCH
+//   batch 2 PCH       kjit_compile_batch, 2 worker threads, PCH
+//   batch 2           kjit_compile_batch, 2 worker threads, plain compiles
+//   batch 2 proc PCH  kjit_compile_batch, 2 worker processes (kjit-worker), PCH in each
 // The child times its own work (from before the first compile to after the last), so process
-// start-up (tens of ms) is not counted. The three caches must hold the same entries, each
-// kernel its own name.
+// start-up (tens of ms) is not counted, and says the largest resident set of its worker
+// processes (getrusage of its reaped children) and its own. The caches must hold the same
+// entries, each kernel its own name.
+// Then, in this process with raw NVRTC, the price of a PCH's creation (what each worker
+// process pays once): one kernel plain, one that creates the PCH, one that uses it.
 // Then, for one large program (cub_large_source: four sort+scan instantiations), raw NVRTC
 // plain against --split-compile=2 and =0 (NVRTC's parallel optimizer), alternating, in this
 // process, median of --split-rounds (3) each.
+//
+// Scenario "scaling" (not run by default; `--only scaling`, for machines with many cores): the
+// same CUB sweep with PCH on 1, 2, 4, ... workers (--scaling-workers), threads against worker
+// processes, each in a fresh process.
 #include "scenarios.hpp"
 
 #include "batch_run.hpp"
@@ -22,12 +30,16 @@
 #include "kjit/kjit.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace kjit_bench {
@@ -35,24 +47,73 @@ namespace kjit_bench {
 namespace {
 
 struct Mode {
-    const char *id;     // the child's MODE argument and the row id
-    const char *label;
+    std::string id;     // the child's MODE argument and the row id
+    std::string label;
     unsigned workers;   // 0: raw NVRTC
     int pch;
+    int kind;           // a kjit_worker_kind
 };
 
-constexpr Mode kModes[] = {
-    {"raw", "sequential plain NVRTC, 1 thread, no cache", 0, KJIT_PCH_OFF},
-    {"batch_1w_pch", "kjit_compile_batch, 1 worker, PCH", 1, KJIT_PCH_ON},
-    {"batch_2w_pch", "kjit_compile_batch, 2 workers, PCH", 2, KJIT_PCH_ON},
-    {"batch_2w_plain", "kjit_compile_batch, 2 workers, no PCH", 2, KJIT_PCH_OFF},
-};
+const std::vector<Mode> &cub_modes() {
+    static const std::vector<Mode> modes = {
+        {"raw", "sequential plain NVRTC, 1 thread, no cache", 0, KJIT_PCH_OFF, KJIT_WORKERS_THREADS},
+        {"batch_1w_pch", "kjit_compile_batch, 1 worker thread, PCH", 1, KJIT_PCH_ON, KJIT_WORKERS_THREADS},
+        {"batch_2w_pch", "kjit_compile_batch, 2 worker threads, PCH", 2, KJIT_PCH_ON, KJIT_WORKERS_THREADS},
+        {"batch_2w_plain", "kjit_compile_batch, 2 worker threads, no PCH", 2, KJIT_PCH_OFF, KJIT_WORKERS_THREADS},
+        {"batch_2p_pch", "kjit_compile_batch, 2 worker processes, PCH", 2, KJIT_PCH_ON, KJIT_WORKERS_PROCESSES},
+    };
+    return modes;
+}
+constexpr std::size_t kRaw = 0, kOneThreadPch = 1, kTwoThreadsPch = 2, kTwoThreadsPlain = 3, kTwoProcessesPch = 4;
 
-const Mode *mode_named(const std::string &id) {
-    for (const Mode &m : kModes) {
-        if (id == m.id) return &m;
+// A scaling run's mode: "scale_threads_<W>" or "scale_processes_<W>", with PCH.
+Mode scaling_mode(bool processes, unsigned workers) {
+    const std::string kind = processes ? "processes" : "threads";
+    return Mode{"scale_" + kind + "_" + std::to_string(workers),
+                "kjit_compile_batch, " + std::to_string(workers) + " worker " + kind + ", PCH", workers, KJIT_PCH_ON,
+                processes ? KJIT_WORKERS_PROCESSES : KJIT_WORKERS_THREADS};
+}
+
+std::optional<Mode> mode_named(const std::string &id) {
+    for (const Mode &m : cub_modes()) {
+        if (id == m.id) return m;
     }
-    return nullptr;
+    for (const char *kind : {"threads", "processes"}) {
+        const std::string prefix = std::string("scale_") + kind + "_";
+        if (id.rfind(prefix, 0) == 0) {
+            const int w = std::atoi(id.c_str() + prefix.size());
+            if (w >= 1 && w <= 256) return scaling_mode(std::string(kind) == "processes", static_cast<unsigned>(w));
+        }
+    }
+    return std::nullopt;
+}
+
+// What one CUB child reported.
+struct ChildRun {
+    double wall_us = 0;
+    double worker_maxrss_mib = 0;  // the largest of its reaped children (its worker processes)
+    double self_maxrss_mib = 0;
+};
+
+// Runs the CUB child for `mode` over a fresh cache under the work folder; the cache stays in
+// `caches`.
+ChildRun run_cub_child(const BenchOptions &o, const Mode &mode, int n,
+                       std::vector<std::unique_ptr<TempDir>> &caches) {
+    caches.push_back(std::make_unique<TempDir>(o.work_dir, "cub-" + mode.id + "-"));
+    std::fprintf(stderr, "cub: %s, %d kernels in a fresh process...\n", mode.label.c_str(), n);
+    const ChildResult r =
+        run_child({self_executable(), "--cub-child", mode.id, caches.back()->path(), std::to_string(n), o.arch});
+    if (!r.started || r.exit_status != 0) {
+        fail("the CUB child (" + mode.id + ") failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
+    }
+    auto number = [&](const char *label) {
+        const std::size_t at = r.out.find(label);
+        if (at == std::string::npos) fail("the CUB child (" + mode.id + ") printed no " + label + ": " + r.out);
+        return std::strtod(r.out.c_str() + at + std::strlen(label), nullptr);
+    };
+    ChildRun run{number("wall_us "), number("worker_maxrss_kb ") / 1024, number("self_maxrss_kb ") / 1024};
+    std::fprintf(stderr, "cub: %s: %.1f s\n", mode.label.c_str(), run.wall_us / 1e6);
+    return run;
 }
 
 // "<shard>/<key>" of every entry in a cache folder, sorted (not the variants files that list a
@@ -81,7 +142,7 @@ std::vector<std::string> entries_of(const std::string &cache) {
 }  // namespace
 
 int cub_child_main(const std::string &mode_id, const std::string &cache, int n, const std::string &arch) {
-    const Mode *mode = mode_named(mode_id);
+    const std::optional<Mode> mode = mode_named(mode_id);
     if (!mode) {
         std::fprintf(stderr, "kjit-bench --cub-child: unknown mode '%s'\n", mode_id.c_str());
         return 2;
@@ -101,9 +162,13 @@ int cub_child_main(const std::string &mode_id, const std::string &cache, int n, 
             opts.arch = arch.c_str();
             opts.nvrtc_options = argv.data();
             opts.nvrtc_option_count = argv.size();
-            run_batch(sources, kCubKeyword, opts, mode->workers, mode->pch, std::string("cub: ") + mode->label);
+            run_batch(sources, kCubKeyword, opts, mode->workers, mode->pch, "cub: " + mode->label, mode->kind);
         }
         std::printf("wall_us %.0f\n", elapsed_us(started, Clock::now()));
+        rusage children{}, self{};
+        ::getrusage(RUSAGE_CHILDREN, &children);
+        ::getrusage(RUSAGE_SELF, &self);
+        std::printf("worker_maxrss_kb %ld\nself_maxrss_kb %ld\n", children.ru_maxrss, self.ru_maxrss);
         return 0;
     } catch (const BenchError &e) {
         std::fprintf(stderr, "kjit-bench --cub-child %s: %s\n", mode_id.c_str(), e.what());
@@ -111,25 +176,46 @@ int cub_child_main(const std::string &mode_id, const std::string &cache, int n, 
     }
 }
 
+// The price of a PCH, in this process with raw NVRTC, after a warm-up compile: a kernel
+// plain, a kernel that creates the PCH (in a fresh folder, NVRTC's PCH heap emptied first), a
+// third that uses it; median of `rounds`.
+void measure_pch_creation(const BenchOptions &o, Report &report, int rounds) {
+    std::fprintf(stderr, "cub: the price of creating a PCH (raw NVRTC, %d rounds)...\n", rounds);
+    const std::vector<CubConfig> configs = cub_configs(3);
+    const std::vector<std::string> base = cub_nvrtc_options();
+    raw_nvrtc_compile(cub_source(configs[0]), o.arch, base);
+    std::vector<double> plain, create, use;
+    for (int round = 0; round < rounds; ++round) {
+        TempDir pch_dir(o.work_dir, "cub-pch-");
+        std::vector<std::string> with_pch = base;
+        with_pch.insert(with_pch.end(), {"-pch", "-pch-dir=" + pch_dir.path(), "-pch-messages=false"});
+        plain.push_back(time_once([&] { raw_nvrtc_compile(cub_source(configs[0]), o.arch, base); }));
+        forget_nvrtc_pch();
+        create.push_back(time_once([&] { raw_nvrtc_compile(cub_source(configs[1]), o.arch, with_pch); }));
+        use.push_back(time_once([&] { raw_nvrtc_compile(cub_source(configs[2]), o.arch, with_pch); }));
+        forget_nvrtc_pch();
+    }
+    Section &s = report.section("pch", "one CUB kernel, raw NVRTC, " + o.arch + ": plain, creating the PCH, using it");
+    s.rows.push_back(summarize("pch.plain", "plain compile", plain));
+    s.rows.push_back(summarize("pch.create", "compile that creates the PCH", create));
+    s.rows.push_back(summarize("pch.use", "compile that uses the PCH", use));
+    char note[256];
+    std::snprintf(note, sizeof note,
+                  "a PCH's creation costs %.2f s over a plain compile (each worker process pays it once per set of "
+                  "headers); a compile that uses it is %.2fx faster than plain (medians)",
+                  (median(create) - median(plain)) / 1e6, median(plain) / median(use));
+    s.notes.push_back(note);
+}
+
 void run_cub(const BenchOptions &o, Report &report) {
     if (o.cub_kernels > cub_size()) fail("--cub-kernels is at most " + std::to_string(cub_size()));
     const int n = o.cub_kernels;
-    const std::string self = self_executable();
-    double wall_us[std::size(kModes)] = {};
+    const std::vector<Mode> &modes = cub_modes();
+    std::vector<ChildRun> runs;
     std::vector<std::vector<std::string>> entries;
     std::vector<std::unique_ptr<TempDir>> caches;
-    for (std::size_t m = 0; m < std::size(kModes); ++m) {
-        const Mode &mode = kModes[m];
-        caches.push_back(std::make_unique<TempDir>(o.work_dir, std::string("cub-") + mode.id + "-"));
-        std::fprintf(stderr, "cub: %s, %d kernels in a fresh process...\n", mode.label, n);
-        const ChildResult r = run_child({self, "--cub-child", mode.id, caches.back()->path(), std::to_string(n), o.arch});
-        if (!r.started || r.exit_status != 0) {
-            fail(std::string("the CUB child (") + mode.id + ") failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
-        }
-        const std::size_t at = r.out.find("wall_us ");
-        if (at == std::string::npos) fail(std::string("the CUB child (") + mode.id + ") printed no time: " + r.out);
-        wall_us[m] = std::strtod(r.out.c_str() + at + 8, nullptr);
-        std::fprintf(stderr, "cub: %s: %.1f s\n", mode.label, wall_us[m] / 1e6);
+    for (const Mode &mode : modes) {
+        runs.push_back(run_cub_child(o, mode, n, caches));
         if (mode.workers > 0) entries.push_back(entries_of(caches.back()->path()));
     }
     // The batches' caches agree, entry for entry, and hold n distinct kernels.
@@ -154,21 +240,35 @@ void run_cub(const BenchOptions &o, Report &report) {
     double best = 0;
     std::string best_label;
     char note[512];
-    for (std::size_t m = 0; m < std::size(kModes); ++m) {
-        s.rows.push_back(summarize(std::string("cub.") + kModes[m].id, kModes[m].label, {wall_us[m] / n}));
-        if (m == 0) continue;
-        const double speedup = wall_us[0] / wall_us[m];
-        std::snprintf(note, sizeof note, "%s: %.1f s, %.2fx faster than sequential plain NVRTC (%.1f s)", kModes[m].label,
-                      wall_us[m] / 1e6, speedup, wall_us[0] / 1e6);
+    for (std::size_t m = 0; m < modes.size(); ++m) {
+        s.rows.push_back(summarize("cub." + modes[m].id, modes[m].label, {runs[m].wall_us / n}));
+        if (m == kRaw) continue;
+        const double speedup = runs[kRaw].wall_us / runs[m].wall_us;
+        std::snprintf(note, sizeof note, "%s: %.1f s, %.2fx faster than sequential plain NVRTC (%.1f s)",
+                      modes[m].label.c_str(), runs[m].wall_us / 1e6, speedup, runs[kRaw].wall_us / 1e6);
         s.notes.push_back(note);
         if (speedup > best) {
             best = speedup;
-            best_label = kModes[m].label;
+            best_label = modes[m].label;
         }
     }
-    std::snprintf(note, sizeof note, "PCH with 2 workers vs without: %.2fx; 2 workers vs 1, with PCH: %.2fx",
-                  wall_us[3] / wall_us[2], wall_us[1] / wall_us[2]);
+    std::snprintf(note, sizeof note, "PCH with 2 worker threads vs without: %.2fx; 2 worker threads vs 1, with PCH: %.2fx",
+                  runs[kTwoThreadsPlain].wall_us / runs[kTwoThreadsPch].wall_us,
+                  runs[kOneThreadPch].wall_us / runs[kTwoThreadsPch].wall_us);
     s.notes.push_back(note);
+    const double processes_over_best_threads =
+        std::min(runs[kOneThreadPch].wall_us, runs[kTwoThreadsPch].wall_us) / runs[kTwoProcessesPch].wall_us;
+    std::snprintf(note, sizeof note,
+                  "2 worker processes with PCH vs the best thread setting with PCH: %.2fx; largest resident set of a "
+                  "worker process %.0f MiB (the 1-thread batch process: %.0f MiB)",
+                  processes_over_best_threads, runs[kTwoProcessesPch].worker_maxrss_mib,
+                  runs[kOneThreadPch].self_maxrss_mib);
+    s.notes.push_back(note);
+    Target processes_target{"cub_processes_over_best_threads",
+                            "CUB cold sweep: 2 worker processes vs the best thread setting, both with PCH", 1.6};
+    processes_target.value = processes_over_best_threads;
+    report.add_target(processes_target);
+    measure_pch_creation(o, report, o.split_rounds);
     // --split-compile on one large program: alternating rounds, after one untimed compile.
     std::fprintf(stderr, "cub: one large program, plain and with --split-compile=2 and =0, %d rounds...\n", o.split_rounds);
     const std::string large = cub_large_source();
@@ -199,6 +299,38 @@ void run_cub(const BenchOptions &o, Report &report) {
     t.value = best;
     report.add_target(t);
     report.meta["cub"] = {{"kernels", n}, {"arch", o.arch}};
+}
+
+void run_scaling(const BenchOptions &o, Report &report) {
+    if (o.scaling_kernels > cub_size()) fail("--scaling-kernels is at most " + std::to_string(cub_size()));
+    const int n = o.scaling_kernels;
+    std::vector<std::unique_ptr<TempDir>> caches;
+    Section &s = report.section("scaling", "cold sweep of " + std::to_string(n) + " CUB kernels with PCH, " + o.arch +
+                                               ": threads against worker processes, each in a fresh process, per "
+                                               "kernel (wall / N)");
+    double one_thread_us = 0;
+    char note[256];
+    for (int w : o.scaling_workers) {
+        if (w < 1 || w > 256) fail("--scaling-workers takes counts from 1 to 256, not " + std::to_string(w));
+        double threads_us = 0;
+        for (bool processes : {false, true}) {
+            const Mode mode = scaling_mode(processes, static_cast<unsigned>(w));
+            const ChildRun run = run_cub_child(o, mode, n, caches);
+            caches.pop_back();  // removed now: a 16-way sweep leaves many
+            s.rows.push_back(summarize("scaling." + mode.id, mode.label, {run.wall_us / n}));
+            if (!processes) threads_us = run.wall_us;
+            if (!processes && one_thread_us == 0) one_thread_us = run.wall_us;
+            if (processes) {
+                std::snprintf(note, sizeof note,
+                              "%d workers: threads %.1f s (%.2fx 1 thread), processes %.1f s (%.2fx 1 thread, %.2fx "
+                              "threads), worker resident set up to %.0f MiB",
+                              w, threads_us / 1e6, one_thread_us / threads_us, run.wall_us / 1e6,
+                              one_thread_us / run.wall_us, threads_us / run.wall_us, run.worker_maxrss_mib);
+                s.notes.push_back(note);
+            }
+        }
+    }
+    report.meta["scaling"] = {{"kernels", n}, {"arch", o.arch}, {"workers", o.scaling_workers}};
 }
 
 }  // namespace kjit_bench

@@ -10,8 +10,9 @@
 //   startup  a fresh process that gets the N cached kernels ready, against one that compiles
 //            them (startup_scenario.cpp; needs the sweep)
 //   cub      a cold sweep of header-heavy CUB kernels: sequential plain NVRTC against
-//            kjit_compile_batch with 1 and 2 workers, with and without NVRTC's precompiled
-//            header, each in a fresh process (cub_scenario.cpp)
+//            kjit_compile_batch with 1 and 2 worker threads, with and without NVRTC's
+//            precompiled header, and 2 worker processes with it, each in a fresh process; the
+//            price of a PCH's creation (cub_scenario.cpp)
 //   trust    the price of the trust checks on hits and loads, against 0.3.0's libkjit in the
 //            same run when --baseline-lib names it (trust_scenario.cpp)
 //   headers  header-heavy kernels over a CuTe/CUTLASS-shaped tree the bench writes itself: hits
@@ -20,6 +21,8 @@
 //            (edit, revert, touch, an edit nothing sees) (header_scenario.cpp, header_tree.cpp)
 //   node     8 processes start at once and ask for the same 20 missing kernels: with the
 //            compile lock against KJIT_COMPILE_WAIT=0, NVRTC runs and wall time (node_scenario.cpp)
+//   scaling  not by default: the CUB sweep with PCH on 1, 2, 4, 8, 16 workers, threads against
+//            worker processes, for machines with many cores (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
@@ -94,6 +97,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("resolve")) run_resolve(o, report);
     if (o.wants("startup")) run_startup(o, sweep, report);
     if (o.wants("cub")) run_cub(o, report);
+    if (o.wants("scaling")) run_scaling(o, report);
     if (o.wants("trust")) run_trust(o, report);
     if (o.wants("headers")) run_headers(o, report);
     if (o.wants("node")) run_node(o, report);
@@ -140,7 +144,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers", "node"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers", "node", "scaling"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -165,6 +169,10 @@ int main(int argc, char **argv) {
     app.add_option("--cub-kernels", o.cub_kernels, "Kernels in the CUB sweep")
         ->check(CLI::Range(1, cub_size()))
         ->capture_default_str();
+    app.add_option("--scaling-kernels", o.scaling_kernels, "Kernels in the scaling scenario (--only scaling)")
+        ->check(CLI::Range(1, 1000));
+    app.add_option("--scaling-workers", o.scaling_workers, "Worker counts of the scaling scenario, e.g. 1,2,4")
+        ->delimiter(',');
     app.add_option("--split-rounds", o.split_rounds, "Rounds of the --split-compile comparison (cub scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();

@@ -30,6 +30,9 @@ struct BenchOptions {
     // cub
     int cub_kernels = 50;
     int split_rounds = 3;  // the --split-compile comparison on one large program
+    // scaling (not by default)
+    int scaling_kernels = 48;
+    std::vector<int> scaling_workers = {1, 2, 4, 8, 16};
     // trust
     std::string baseline_lib;  // a folder with 0.3.0's libkjit.so.0 (bench/run.sh builds it); "" for none
     int trust_rounds = 5;
@@ -76,6 +79,9 @@ int startup_child_main(const std::string &mode, const std::string &cache, int n,
 // 5: the cold CUB sweep, sequential plain NVRTC against kjit_compile_batch with 1 and 2
 // workers, with and without PCH, each in a fresh process.
 void run_cub(const BenchOptions &o, Report &report);
+// The CUB sweep with PCH on 1, 2, 4, ... workers, threads against worker processes (not by
+// default: for machines with many cores).
+void run_scaling(const BenchOptions &o, Report &report);
 // The spawned CUB process (kjit-bench --cub-child MODE CACHE N ARCH): compiles the first N CUB
 // kernels the way MODE says and prints "wall_us <time>". Returns the exit code.
 int cub_child_main(const std::string &mode, const std::string &cache, int n, const std::string &arch);

@@ -23,8 +23,9 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "split", "trust", "headers", "headers_pch",
-                         "headers_edit", "node"}, sections.keys()
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "headers",
+                         "headers_pch", "headers_edit", "node"}, sections.keys()
+assert set(sections["pch"]) == {"pch.plain", "pch.create", "pch.use"}, sections["pch"]
 assert set(sections["node"]) == {"node.locked", "node.unlocked"}, sections["node"]
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
 assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
@@ -36,7 +37,8 @@ assert edit["edit"] == "MISS" and edit["edit_cubin_of_new_text"], edit
 assert edit["revert_cubin_of_original_text"], edit
 assert {"trust.compile.small.now", "trust.resolve.large.now", "trust.load.large.now",
         "trust.xxh3_128_per_mb"} <= set(sections["trust"]), sections["trust"].keys()
-assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain"}, sections["cub"]
+assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain",
+                                "cub.batch_2p_pch"}, sections["cub"]
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 for sid, rows in sections.items():
     for rid, r in rows.items():
@@ -46,11 +48,23 @@ assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i
 assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
             "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw",
+            "cub_processes_over_best_threads",
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
             "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
             "node_nvrtc_runs_per_key"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
+PY
+# The scaling scenario (not in the default run): threads against worker processes.
+"$bin/kjit-bench" --work-dir "$work/data" --only scaling --scaling-kernels 2 --scaling-workers 1,2 \
+    --json "$work/scaling.json" > "$work/scaling.txt"
+python3 - "$work/scaling.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = {r["id"] for s in j["scenarios"] for r in s["rows"]}
+assert rows == {"scaling.scale_threads_1", "scaling.scale_processes_1", "scaling.scale_threads_2",
+                "scaling.scale_processes_2"}, rows
+print("scaling JSON OK")
 PY
 if command -v gnuplot >/dev/null; then
     head -c 8 "$work/out.png" | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a' || { echo "out.png is not a PNG"; exit 1; }
