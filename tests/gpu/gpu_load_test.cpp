@@ -158,3 +158,37 @@ TEST(Gpu, Load300CachedKernels) {
         for (kjit_kernel *k : handles) kjit_kernel_release(k);  // unloads: the next round loads anew
     }
 }
+
+// A batch compiled on worker processes (kjit-worker beside libkjit.so), the arch left to the
+// driver: every cubin loads through the real driver and its kernel computes what it should.
+TEST(Gpu, BatchOnWorkerProcessesLoadsAndLaunches) {
+    cuda();
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    constexpr int kKernels = 8;
+    std::vector<std::string> exprs;
+    std::vector<kjit_compile_options> options(kKernels, kjit_compile_options KJIT_COMPILE_OPTIONS_INIT);
+    std::vector<kjit_compile_request> requests(kKernels, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    std::vector<const kjit_compile_request *> items;
+    for (int i = 0; i < kKernels; ++i) exprs.push_back("fill<" + std::to_string(100 + i) + ">");
+    for (std::size_t i = 0; i < kKernels; ++i) {
+        options[i].cache_dir = cache.c_str();
+        options[i].name_expression = exprs[i].c_str();
+        requests[i].source = kFill;
+        requests[i].keyword = "fill";
+        requests[i].options = &options[i];
+        items.push_back(&requests[i]);
+    }
+    kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+    batch.workers = 4;
+    batch.worker_kind = KJIT_WORKERS_PROCESSES;
+    kjit_batch_result *result = nullptr;
+    ASSERT_EQ(kjit_compile_batch(items.data(), items.size(), &batch, &result), KJIT_OK) << kjit_last_error();
+    for (std::size_t i = 0; i < kKernels; ++i) {
+        kjit_kernel *k = nullptr;
+        ASSERT_EQ(kjit_load_cached(kjit_batch_result_cubin_path(result, i), "fill", &k), KJIT_OK) << kjit_last_error();
+        launch_and_check(static_cast<CUfunction>(kjit_kernel_cukernel(k)), 100 + static_cast<int>(i));
+        kjit_kernel_release(k);
+    }
+    kjit_batch_result_release(result);
+}
