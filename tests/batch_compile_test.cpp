@@ -29,12 +29,6 @@ namespace {
 
 using namespace kjit_test;
 
-kjit_stats stats_now() {
-    kjit_stats s = KJIT_STATS_INIT;
-    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
-    return s;
-}
-
 // Requests that own their strings; pointers() is what kjit_compile_batch takes.
 class Batch {
 public:

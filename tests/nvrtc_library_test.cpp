@@ -49,12 +49,6 @@ std::string joined(const std::vector<std::string> &v) {
     return s;
 }
 
-kjit_stats stats_now() {
-    kjit_stats s = KJIT_STATS_INIT;
-    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
-    return s;
-}
-
 std::string expected_error() {
     const char *expected = std::getenv("KJIT_EXPECT_NVRTC_ERROR");
     return expected ? expected : "";

@@ -4,6 +4,7 @@
 // no PCH folder) outliving the batch or its caller. The misbehaving workers are test_worker.cpp,
 // through $KJIT_WORKER.
 #include "batch_support.hpp"
+#include "c_api_support.hpp"
 #include "kjit/kjit.h"
 
 #include "test_support.hpp"
@@ -28,12 +29,6 @@
 namespace {
 
 using namespace kjit_test;
-
-kjit_stats stats_now() {
-    kjit_stats s = KJIT_STATS_INIT;
-    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
-    return s;
-}
 
 // Live (not zombie) child processes of `parent`, from /proc.
 std::vector<pid_t> live_children_of(pid_t parent) {

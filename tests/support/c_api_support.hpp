@@ -25,4 +25,11 @@ inline std::string compile_through_c_api(const TempDir &dir, const char *source,
     return st == KJIT_OK ? path : "";
 }
 
+// kjit_get_stats now (a test failure if it fails).
+inline kjit_stats stats_now() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
+    return s;
+}
+
 }  // namespace kjit_test
