@@ -48,7 +48,7 @@ assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i
 assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
             "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw",
-            "cub_processes_over_best_threads",
+            "cub_processes_over_best_threads", "path_name_named_over_2calls",
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
             "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
             "node_nvrtc_runs_per_key"]:

@@ -222,6 +222,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     }
     WarmSeries hit{"hit", "kjit_compile hit", {}, {}};
     WarmSeries resolve{"resolve", "kjit_resolve_name (sidecar hit)", {}, {}};
+    WarmSeries two_calls{"path_name_2calls", "path and name: kjit_compile hit + kjit_resolve_name", {}, {}};
+    WarmSeries named{"path_name_named", "path and name: kjit_compile_named hit", {}, {}};
     WarmSeries prepare{"prepare", "kjit_load_cached up to the driver call", {}, {}};
     WarmSeries load{"load", "kjit_load_cached through the driver", {}, {}};
     WarmSeries floor{"floor", "floor: open+read+close of cubin and sidecar", {}, {}};
@@ -248,6 +250,18 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                     char name[512];
                     const kjit_status s = kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, nullptr);
                     if (s != KJIT_OK) fail_kjit("kjit_resolve_name", s);
+                });
+                measure(two_calls, threads, [&](std::size_t u) {
+                    char name[512];
+                    kjit_status st = kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, nullptr);
+                    if (st == KJIT_OK) st = kjit_resolve_name(path, kSweepKeyword, name, sizeof name, nullptr);
+                    if (st != KJIT_OK) fail_kjit("kjit_compile + kjit_resolve_name (hit)", st);
+                });
+                measure(named, threads, [&](std::size_t u) {
+                    char name[512];
+                    const kjit_status st = kjit_compile_named(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path,
+                                                              nullptr, name, sizeof name, nullptr);
+                    if (st != KJIT_OK) fail_kjit("kjit_compile_named (hit)", st);
                 });
                 measure(prepare, threads, [&](std::size_t u) {
                     auto prepared = kjit::KernelLoader::instance().read_and_resolve(paths[u], kSweepKeyword);
@@ -330,14 +344,14 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     s.rows.push_back(summarize("sweep.cold_2t", "cold, 2 threads: kjit_compile miss, per call", cold2_us));
     s.rows.push_back(summarize("sweep.cold_batch", "cold, kjit_compile_batch (defaults): per kernel (wall / N)",
                                {batch.wall_us / n}));
-    for (WarmSeries *w : {&hit, &resolve, &prepare, &load}) {
+    for (WarmSeries *w : {&hit, &resolve, &two_calls, &named, &prepare, &load}) {
         const std::string id = std::string("sweep.") + w->id + "_call";
         const std::string label = std::string("warm, 1 thread: ") + w->label + ", per call";
         if (w->calls_1t.empty()) s.rows.push_back(skipped_row(id, label, outcome.driver_problem));
         else s.rows.push_back(summarize(id, label, flatten(w->calls_1t)));
     }
     std::vector<std::string> rate_notes;
-    for (WarmSeries *w : {&hit, &resolve, &prepare, &load, &floor}) {
+    for (WarmSeries *w : {&hit, &resolve, &two_calls, &named, &prepare, &load, &floor}) {
         for (int threads : kThreadCounts) {
             const std::string id = std::string("sweep.") + w->id + "_rate_" + std::to_string(threads) + "t";
             const std::string label = std::string("warm rate, ") + std::to_string(threads) + (threads == 1 ? " thread: " : " threads: ") +
@@ -365,6 +379,13 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                   cold1_total / (warm_1t * n));
     s.notes.push_back(note);
     s.notes.push_back("per kernel, median of cold / hit: " + std::to_string(static_cast<long>(median(cold_over_hit))) + "x");
+    const double named_over_two = median(flatten(named.calls_1t)) / median(flatten(two_calls.calls_1t));
+    std::snprintf(note, sizeof note,
+                  "path and name, 1 thread, per call: kjit_compile_named %s against kjit_compile + kjit_resolve_name "
+                  "%s (%.2fx)",
+                  format_us(median(flatten(named.calls_1t))).c_str(), format_us(median(flatten(two_calls.calls_1t))).c_str(),
+                  named_over_two);
+    s.notes.push_back(note);
     s.notes.insert(s.notes.end(), rate_notes.begin(), rate_notes.end());
     s.notes.push_back(outcome.driver_usable ? "load rows: through the driver " + json_string(report.meta, "driver", "")
                                             : "load rows through the driver skipped: " + outcome.driver_problem);
@@ -380,6 +401,10 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     Target prepare_target{"prepare_rate_2t_over_1t", "warm load up to the driver call, 2 threads vs 1 (rate ratio)", 1.6};
     prepare_target.value = median(prepare.rate_us[1]) / median(prepare.rate_us[2]);
     report.add_target(prepare_target);
+    Target named_target{"path_name_named_over_2calls",
+                        "warm hit, path and name: kjit_compile_named / (kjit_compile + kjit_resolve_name)", 0.33, true};
+    named_target.value = named_over_two;
+    report.add_target(named_target);
     Target raw_target{"kjit_cold_over_raw", "cold kjit_compile vs raw NVRTC (median per-kernel ratio)", 1.05, true};
     raw_target.value = median(ratio);
     report.add_target(raw_target);

@@ -52,7 +52,7 @@ __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
+    "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
@@ -260,6 +260,12 @@ PCH_DEFAULT, PCH_ON, PCH_OFF = 0, 1, 2
 WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES, WORKERS_AUTOMATIC = 0, 1, 2, 3
 
 
+class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
+    """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
+    mangled name in it (both str)."""
+    __slots__ = ()
+
+
 class _CompileRequest(ctypes.Structure):
     """kjit_compile_request."""
     _fields_ = [("struct_size", ctypes.c_size_t), ("source", ctypes.c_char_p), ("keyword", ctypes.c_char_p),
@@ -289,8 +295,14 @@ class _BatchOptions(ctypes.Structure):
 class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
     """One item of :meth:`Library.compile_batch`: ``status`` (a :class:`Status`), ``cubin_path``
     (str, None unless OK) and ``error`` (the text kjit_last_error() would give for it: the NVRTC
-    log of a compile error; "" when OK). ``ok`` is True on success."""
-    __slots__ = ()
+    log of a compile error; "" when OK). ``ok`` is True on success. ``kernel_name`` is the
+    kernel's mangled name in the cubin (None unless OK; from libkjit 0.5 on, else None): an
+    attribute, not a fourth field, so ``status, path, error = item`` still works."""
+
+    def __new__(cls, status, cubin_path, error, kernel_name=None):
+        self = super().__new__(cls, status, cubin_path, error)
+        self.kernel_name = kernel_name
+        return self
 
     @property
     def ok(self):
@@ -413,6 +425,9 @@ _OPTIONAL_PROTOTYPES = {
     "kjit_batch_result_error": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
     "kjit_batch_result_release": (None, [_P]),
     "kjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.4
+    "kjit_compile_named": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
+                                          _BUF, ctypes.c_size_t, _SIZE_P, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.5
+    "kjit_batch_result_kernel_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),  # 0.5
     "kjit_cache_summarize": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_CacheSummary), ctypes.POINTER(_P)]),
     "kjit_cache_arches_count": (ctypes.c_size_t, [_P]),
     "kjit_cache_arches_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
@@ -677,6 +692,35 @@ class Library:
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
 
+    def compile_named(self, source, keyword, **options):
+        """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
+        name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
+        :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
+        :meth:`compile`. With an older libkjit, it calls those two."""
+        fn = self._fn.get("kjit_compile_named")
+        if fn is None:
+            path = self.compile(source, keyword, **options)
+            return Compiled(path, self.resolve_name(path, keyword))
+        for name in options:
+            if name not in self._COMPILE_KEYWORDS:
+                raise TypeError(f"compile_named() got an unexpected keyword argument {name!r}")
+        src = _text_bytes(source, "source", allow_bytes=True)
+        kw = _text_bytes(keyword, "keyword")
+        keep = []
+        opts = _compile_options(keep, **options)
+        path_size, name_size = self.path_buffer_size, 256
+        for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
+            path, name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
+            path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            status = fn(src, kw, ctypes.byref(opts), path, path_size, ctypes.byref(path_len), name, name_size,
+                        ctypes.byref(name_len))
+            if status == Status.OK:
+                return Compiled(os.fsdecode(path.raw[:path_len.value]), name.raw[:name_len.value].decode("ascii"))
+            if status != Status.ERROR_BUFFER_TOO_SMALL:
+                raise self._error(status, "kjit_compile_named")
+            path_size, name_size = max(path_len.value + 1, path_size), max(name_len.value + 1, name_size)
+        raise self._error(status, "kjit_compile_named")
+
     _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                          "max_cache_size")
 
@@ -819,8 +863,10 @@ class Library:
                     pass
                 path = self._fn["kjit_batch_result_cubin_path"](result, i)
                 error = self._fn["kjit_batch_result_error"](result, i) or b""
+                name_of = self._fn.get("kjit_batch_result_kernel_name")
+                name = name_of(result, i) if name_of is not None else None
                 items.append(BatchItem(item_status, os.fsdecode(path) if path else None,
-                                       error.decode("utf-8", "replace")))
+                                       error.decode("utf-8", "replace"), name.decode("ascii") if name else None))
         finally:
             self._fn["kjit_batch_result_release"](result)
         return items
@@ -1130,6 +1176,11 @@ def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # 
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size)
+
+
+def compile_named(source, keyword, **options):
+    """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
+    return _lib().compile_named(source, keyword, **options)
 
 
 def compile_batch(requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT, **options):

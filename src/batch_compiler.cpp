@@ -34,7 +34,7 @@ namespace {
 struct Job {
     cache::KeyedRequest keyed;
     std::vector<std::size_t> items;
-    std::optional<Result<std::string>> result;
+    std::optional<Result<cache::Found>> result;
 };
 
 Error cancelled_error() {
@@ -43,7 +43,7 @@ Error cancelled_error() {
 
 // cache.build() with exceptions as errors, so a worker thread never lets one escape. NVRTC
 // runs on `runner` (a worker process), or on this thread when it is null.
-Result<std::string> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
                                   compile_job::Runner *runner = nullptr) {
     try {
         return cache.build(keyed, runner);
@@ -138,7 +138,7 @@ private:
                 if (stopped_ || taken_ == jobs_.size()) break;
                 j = taken_++;
             }
-            Result<std::string> result = build_guarded(cache_, jobs_[j].keyed, process ? &*process : nullptr);
+            Result<cache::Found> result = build_guarded(cache_, jobs_[j].keyed, process ? &*process : nullptr);
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 jobs_[j].result = std::move(result);
@@ -239,11 +239,11 @@ public:
     void compile_misses();
     // 4. and 5.: every entry handed out stays in use for the in-use window after the batch
     //    returns; whatever did not start (after a cancel) has no result.
-    std::vector<Result<std::string>> results();
+    std::vector<Result<cache::Found>> results();
 
 private:
     // Records an item's result and reports it; on the calling thread only.
-    void finish(std::size_t item, Result<std::string> result);
+    void finish(std::size_t item, Result<cache::Found> result);
     // Looks item `i` up: answered (finish) or made a job, or merged with one.
     void look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen);
     // The worker helper's path when the misses compile in worker processes, empty for threads;
@@ -258,17 +258,17 @@ private:
     cache::Cache &cache_;
     const Options &options_;
     const std::size_t total_;
-    std::vector<std::optional<Result<std::string>>> results_;
+    std::vector<std::optional<Result<cache::Found>>> results_;
     std::size_t done_ = 0;
     bool cancelled_ = false;
     HandedOut handed_out_;
     std::vector<Job> jobs_;
     std::unordered_map<std::string, std::size_t> job_of_entry_;
-    std::unordered_map<std::string, std::string> hit_of_entry_;
+    std::unordered_map<std::string, cache::Found> hit_of_entry_;
 };
 
-void Batch::finish(std::size_t item, Result<std::string> result) {
-    if (result) handed_out_.add(*result);
+void Batch::finish(std::size_t item, Result<cache::Found> result) {
+    if (result) handed_out_.add(result->cubin);
     handed_out_.refresh_when_due();
     results_[item] = std::move(result);
     ++done_;
@@ -350,7 +350,7 @@ void Batch::choose_pch() {
 void Batch::finish_here(std::vector<bool> &reported) {
     for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
         if (reported[j]) continue;
-        const Result<std::string> result = build_guarded(cache_, jobs_[j].keyed);
+        const Result<cache::Found> result = build_guarded(cache_, jobs_[j].keyed);
         reported[j] = true;
         for (std::size_t item : jobs_[j].items) finish(item, result);
     }
@@ -433,9 +433,9 @@ void Batch::compile_misses() {
     }
 }
 
-std::vector<Result<std::string>> Batch::results() {
+std::vector<Result<cache::Found>> Batch::results() {
     handed_out_.refresh();
-    std::vector<Result<std::string>> out;
+    std::vector<Result<cache::Found>> out;
     out.reserve(total_);
     for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
     return out;
@@ -443,7 +443,7 @@ std::vector<Result<std::string>> Batch::results() {
 
 }  // namespace
 
-std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
+std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
     Batch batch(options, items.size());
     batch.look_up_all(items);
     batch.choose_pch();

@@ -24,7 +24,7 @@ namespace kjit::batch_compiler {
 // thread that called compile(), never concurrently. Returns true to cancel the items not yet
 // started. Items compiling when it cancels still finish and are reported.
 using Progress =
-    std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<std::string> &result)>;
+    std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<cache::Found> &result)>;
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
@@ -53,11 +53,11 @@ struct Options {
 // any request.
 constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 
-// One result per item, in order: the cached cubin's path, or the item's error: the one it came
+// One result per item, in order: the cached cubin's path and kernel name, or the item's error: the one it came
 // with (items the caller could not turn into a request), the cache's, or Errc::cancelled for
 // items not started after the progress callback asked to stop. Thread safe; batches and single
 // compiles in other threads or processes may work on the same keys at once. If the progress
 // callback throws, the workers finish what they started and the exception propagates.
-std::vector<Result<std::string>> compile(std::vector<Result<cache::Request>> items, const Options &options);
+std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options);
 
 }  // namespace kjit::batch_compiler

@@ -35,6 +35,7 @@ struct kjit_kernel {
 struct kjit_batch_result {
     std::vector<kjit_status> statuses;
     std::vector<std::string> cubin_paths;  // "" for failed items
+    std::vector<std::string> kernel_names; // "" for failed items
     std::vector<std::string> errors;       // "" for items that succeeded
 };
 
@@ -416,11 +417,12 @@ struct ProgressBridge {
     std::string thrown;  // what it threw, for the message
 
     kjit::batch_compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
-        return [this, progress, user_data](size_t done, size_t total, size_t item, const kjit::Result<std::string> &r) {
+        return [this, progress, user_data](size_t done, size_t total, size_t item,
+                                           const kjit::Result<kjit::cache::Found> &r) {
             if (threw) return true;
             const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
             try {
-                return progress(user_data, done, total, item, status, r ? r->c_str() : nullptr) != 0;
+                return progress(user_data, done, total, item, status, r ? r->cubin.c_str() : nullptr) != 0;
             } catch (const std::exception &e) {
                 threw = true;
                 thrown = std::string("a C++ exception (") + e.what() + ")";
@@ -460,21 +462,25 @@ struct BatchTally {
 };
 
 // The caller's result handle for a batch's results (moved out of `done`); counts each failure.
-std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<std::string>> &done, BatchTally &tally) {
+std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit::cache::Found>> &done,
+                                                   BatchTally &tally) {
     auto out = std::make_unique<kjit_batch_result>();
     out->statuses.reserve(done.size());
     out->cubin_paths.reserve(done.size());
+    out->kernel_names.reserve(done.size());
     out->errors.reserve(done.size());
     for (size_t i = 0; i < done.size(); ++i) {
         if (done[i]) {
             out->statuses.push_back(KJIT_OK);
-            out->cubin_paths.push_back(std::move(*done[i]));
+            out->cubin_paths.push_back(std::move(done[i]->cubin));
+            out->kernel_names.push_back(std::move(done[i]->name));
             out->errors.emplace_back();
             continue;
         }
         const auto status = static_cast<kjit_status>(done[i].error().code);
         out->statuses.push_back(status);
         out->cubin_paths.emplace_back();
+        out->kernel_names.emplace_back();
         out->errors.push_back(std::move(done[i]).error().message);
         if (status == KJIT_ERROR_CANCELLED) {
             ++tally.not_started;
@@ -541,21 +547,58 @@ KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keywo
     });
 }
 
+namespace {
+
+// kjit_compile and kjit_compile_named: the request checked and compiled (or found).
+kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
+                                                 const kjit_compile_options *options) {
+    const std::string f(function);
+    if (!source) return invalid(f + ": source is NULL");
+    if (!keyword) return invalid(f + ": keyword is NULL");
+    kjit::cache::Request request;
+    request.source = source;
+    request.keyword = keyword;
+    if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
+    return kjit::cache::Cache::instance().compile(std::move(request));
+}
+
+}  // namespace
+
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len) {
     return guarded("kjit_compile", [&]() -> kjit_status {
-        if (!source) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: source is NULL");
-        if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: keyword is NULL");
         if (!cubin_path && cubin_path_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: cubin_path is NULL but cubin_path_size is not 0");
         }
-        kjit::cache::Request request;
-        request.source = source;
-        request.keyword = keyword;
-        if (auto s = request_from(options, request, "kjit_compile: options"); !s) return fail(s.error());
-        auto path = kjit::cache::Cache::instance().compile(std::move(request));
-        if (!path) return fail(path.error());
-        return copy_out(*path, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
+        auto found = compile_request("kjit_compile", source, keyword, options);
+        if (!found) return fail(found.error());
+        return copy_out(found->cubin, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
+    });
+}
+
+KJIT_API kjit_status kjit_compile_named(const char *source, const char *keyword, const kjit_compile_options *options,
+                                        char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len, char *name,
+                                        size_t name_size, size_t *name_len) {
+    return guarded("kjit_compile_named", [&]() -> kjit_status {
+        if (!cubin_path && cubin_path_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        "kjit_compile_named: cubin_path is NULL but cubin_path_size is not 0");
+        }
+        if (!name && name_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_named: name is NULL but name_size is not 0");
+        }
+        auto found = compile_request("kjit_compile_named", source, keyword, options);
+        if (!found) return fail(found.error());
+        // Both lengths first, then both strings or neither: a caller retrying with bigger
+        // buffers learns everything it needs from one failure.
+        if (cubin_path_len) *cubin_path_len = found->cubin.size();
+        if (name_len) *name_len = found->name.size();
+        const bool path_fits = (!cubin_path && cubin_path_size == 0) || cubin_path_size > found->cubin.size();
+        const bool name_fits = (!name && name_size == 0) || name_size > found->name.size();
+        if (!path_fits) return copy_out(found->cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
+        if (!name_fits) return copy_out(found->name, name, name_size, nullptr, "name");
+        (void)copy_out(found->cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
+        return copy_out(found->name, name, name_size, nullptr, "name");
     });
 }
 
@@ -589,7 +632,7 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         std::vector<kjit::Result<kjit::cache::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<std::string>> done = kjit::batch_compiler::compile(std::move(items), *batch);
+        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch_compiler::compile(std::move(items), *batch);
         BatchTally tally;
         auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.
@@ -635,6 +678,11 @@ KJIT_API kjit_status kjit_batch_result_status(const kjit_batch_result *result, s
 KJIT_API const char *kjit_batch_result_cubin_path(const kjit_batch_result *result, size_t index) {
     if (!result || index >= result->statuses.size() || result->statuses[index] != KJIT_OK) return nullptr;
     return result->cubin_paths[index].c_str();
+}
+
+KJIT_API const char *kjit_batch_result_kernel_name(const kjit_batch_result *result, size_t index) {
+    if (!result || index >= result->statuses.size() || result->statuses[index] != KJIT_OK) return nullptr;
+    return result->kernel_names[index].c_str();
 }
 
 KJIT_API const char *kjit_batch_result_error(const kjit_batch_result *result, size_t index) {

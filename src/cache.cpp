@@ -67,7 +67,7 @@ void Cache::renew_in_forked_child() {
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 
-Result<std::string> Cache::compile(Request request) {
+Result<Found> Cache::compile(Request request) {
     auto keyed = key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
     auto found = find(*keyed);
@@ -85,22 +85,22 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
     }
 }
 
-Result<std::optional<std::string>> Cache::find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+Result<std::optional<Found>> Cache::find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
                                                          std::string *why) {
     for (EntryStore *store : stores_) {
         auto found = store->find(keyed, memo, why);
         if (!found || *found) return found;
     }
-    return std::optional<std::string>();
+    return std::optional<Found>();
 }
 
-Result<std::optional<std::string>> Cache::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo) {
+Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo) {
     std::string why;
     auto found = find_in_stores(keyed, memo, &why);
     if (!found) return found;
     if (*found) {
         counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
-        log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, **found);
+        log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, (*found)->cubin);
         return found;
     }
     counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
@@ -109,7 +109,7 @@ Result<std::optional<std::string>> Cache::find(const KeyedRequest &keyed, includ
     return found;
 }
 
-Result<std::string> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
+Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -130,7 +130,7 @@ Result<std::string> Cache::build(const KeyedRequest &keyed, compile_job::Runner 
         flight->done_cv.wait(lock, [&] { return flight->done; });
         return *flight->result;
     }
-    Result<std::string> result = [&]() -> Result<std::string> {
+    Result<Found> result = [&]() -> Result<Found> {
         try {
             return compile_and_publish(keyed, runner);
         } catch (const std::bad_alloc &) {
@@ -152,7 +152,7 @@ Result<std::string> Cache::build(const KeyedRequest &keyed, compile_job::Runner 
     return result;
 }
 
-Result<std::string> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner) {
+Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner) {
     const Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -229,7 +229,7 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
     return compiled;
 }
 
-Result<std::string> Cache::publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
+Result<Found> Cache::publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
     auto local = local_.publish(keyed, entry);
     if (!local) return std::move(local).error();
     for (EntryStore *store : stores_) {
@@ -240,7 +240,7 @@ Result<std::string> Cache::publish_everywhere(const KeyedRequest &keyed, const c
                        st.error().message);
         }
     }
-    return std::move(**local);
+    return Found{std::move(**local), entry.manifest.name};
 }
 
 }  // namespace kjit::cache

@@ -43,23 +43,24 @@ public:
     Cache(const Cache &) = delete;
     Cache &operator=(const Cache &) = delete;
 
-    // The cached cubin's absolute path for `request` (taken by value: its folders are made
-    // absolute in place), compiling it on a miss: key_request, find, then build. Thread safe.
-    Result<std::string> compile(Request request);
+    // The cached cubin's absolute path for `request` and the kernel's name in it (taken by
+    // value: its folders are made absolute in place), compiling it on a miss: key_request, find,
+    // then build. Thread safe.
+    Result<Found> compile(Request request);
 
     // The steps of compile(), for callers that look many requests up before compiling any
     // (batch_compiler); the first is cache::key_request. Each is thread safe.
     //
-    // The cubin path when a store has an entry that answers the request (counted as a hit), else
+    // The entry (cubin path and name) when a store has one that answers the request (counted as a hit), else
     // nothing (counted as a miss). Errors: the cache folder is unusable (world-writable, not a
     // folder) or an entry is someone else's. `memo`: a FileMemo for every lookup of one call (a
     // batch), so each dependency file is stat'ed once per call; or null.
-    Result<std::optional<std::string>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo = nullptr);
+    Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
     // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
-    Result<std::string> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
+    Result<Found> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
     void count_merged(bool hit, std::uint64_t n);
@@ -76,21 +77,21 @@ private:
         std::mutex mutex;
         std::condition_variable done_cv;
         bool done = false;
-        std::optional<Result<std::string>> result;
+        std::optional<Result<Found>> result;
     };
 
     // The stores, in lookup order; the local one first.
-    Result<std::optional<std::string>> find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+    Result<std::optional<Found>> find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
                                                       std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
-    Result<std::string> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner);
+    Result<Found> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
     Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,
                                        compile_job::Runner *runner, double *seconds);
     // Publishes `entry` to every store; the local store's path is the answer.
-    Result<std::string> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
+    Result<Found> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
 
     // In a forked child: the instance's in-flight table and its lock made anew (the parent's
     // flights, and any thread that held the lock, are not in the child), no compile in flight.

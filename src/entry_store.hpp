@@ -15,6 +15,14 @@
 
 namespace kjit::cache {
 
+// An entry that answers a request: its cubin's path on this machine, and the kernel's mangled
+// name in it, as kjit_resolve_name gives it for the request's keyword (found by the same look-up
+// that proved the entry, so a caller that wants both reads nothing twice).
+struct Found {
+    std::string cubin;
+    std::string name;
+};
+
 class EntryStore {
 public:
     virtual ~EntryStore() = default;
@@ -22,20 +30,20 @@ public:
     // For logs: "local", ...
     virtual const char *name() const = 0;
 
-    // The cubin path of an entry that answers `keyed` (a hit), else nullopt, with *why saying
+    // The entry that answers `keyed` (a hit: its cubin path and kernel name), else nullopt, with *why saying
     // why an entry that was there could not serve (empty when there was none). A request that
     // reads files is looked up by its source key (its variants). `memo`: the FileMemo of one
     // call (a batch's), so each dependency file is stat'ed once per call; or null. Errors: the
     // store refuses to serve the request (its folder or an entry belongs to someone untrusted):
     // the cache stops there, it never compiles over someone else's entry.
-    virtual Result<std::optional<std::string>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
-                                                    std::string *why) = 0;
+    virtual Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                              std::string *why) = 0;
 
-    // For a request that reads files: the cubin path of its entry `variant_key` (the state of
+    // For a request that reads files: its entry `variant_key` (the state of
     // the files now), when that entry answers it, found without its variants file (built before,
     // but no longer listed); the store lists it again. Else nullopt. Errors as find().
-    virtual Result<std::optional<std::string>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
-                                                            std::string *why) = 0;
+    virtual Result<std::optional<Found>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+                                                      std::string *why) = 0;
 
     // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
     // returns its cubin path in this store (nullopt from a store that keeps no local copy).

@@ -57,7 +57,7 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // FileMemo (a batch's), or null.
 Lookup look_up(const Request &request, const std::string &entry, std::string_view source_key,
                const folder_trust::CacheFolder &folder, Counters &counters, include_scanner::FileMemo *memo,
-               std::string *why) {
+               std::string *why, std::string *name = nullptr) {
     const std::string cubin = entry + "/" + cache_entry::kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
@@ -116,29 +116,30 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
         // show, still raises an event. They are settled by the next full check once old.
         if (watched) dependency_watch::remember(entry, st, source_key, *watched);
     }
-    auto name = NameResolver::instance().resolve(cubin, request.keyword);
-    if (!name) {
-        *why = name.error().message;
+    auto resolved = NameResolver::instance().resolve(cubin, request.keyword);
+    if (!resolved) {
+        *why = resolved.error().message;
         return Lookup::unusable;
     }
+    if (name) *name = std::move(*resolved);
     return Lookup::hit;
 }
 
 // The first variant of `source_key` that its variants file lists and that answers `request`
-// (look_up): hit, with the cubin's path in *cubin; foreign when one belongs to someone `folder`
+// (look_up): hit, with the cubin's path in *cubin and its kernel's name in *name; foreign when one belongs to someone `folder`
 // does not trust (*why says who); else absent (none listed) or unusable (*why: the first's
 // reason). The one found goes first in the list, so the next lookup of this state of the files
 // tries it first: a write only when the files changed back to an earlier state.
 Lookup look_up_variants(const Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
                         Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
-                        std::string *why) {
+                        std::string *name, std::string *why) {
     const std::string list = cache_entry::variants_file_for(request.cache_dir, source_key);
     // The entry this process found last, tried first: proven by the header watch, a hit reads
     // no variants file and no deps.txt.
     const std::string last = dependency_watch::last_variant(list);
     if (!last.empty()) {
         std::string reason;
-        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason);
+        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason, name);
         if (found == Lookup::hit) {
             *cubin = last + "/" + cache_entry::kCubinFile;
             return found;
@@ -150,7 +151,7 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
         const std::string entry = cache_entry::folder_for(request.cache_dir, keys[i]);
         if (entry == last) continue;  // not a hit just now
         std::string reason;
-        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason);
+        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason, name);
         if (found == Lookup::foreign) {
             *why = std::move(reason);
             return found;
@@ -170,12 +171,12 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
 }
 
 
-// A lookup's answer as the store's: a hit's path, a miss, or the refusal to serve.
-Result<std::optional<std::string>> answer(Lookup found, std::string cubin, std::string *why) {
+// A lookup's answer as the store's: a hit's path and name, a miss, or the refusal to serve.
+Result<std::optional<Found>> answer(Lookup found, std::string cubin, std::string name, std::string *why) {
     if (found == Lookup::foreign) return Error{Errc::io, *why};
-    if (found == Lookup::hit) return std::optional<std::string>(std::move(cubin));
+    if (found == Lookup::hit) return std::optional<Found>(Found{std::move(cubin), std::move(name)});
     if (found == Lookup::absent) why->clear();
-    return std::optional<std::string>();
+    return std::optional<Found>();
 }
 
 // Whether a publish that failed with `e` may succeed once room is made under the size limit.
@@ -183,27 +184,29 @@ bool out_of_room(const Error &e) { return e.sys_errno == ENOSPC || e.sys_errno =
 
 }  // namespace
 
-Result<std::optional<std::string>> LocalStore::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
-                                                    std::string *why) {
+Result<std::optional<Found>> LocalStore::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                              std::string *why) {
     const Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     std::string cubin = keyed.cubin;
+    std::string name;
     const Lookup found = request.reads_files
-                             ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, why)
-                             : look_up(request, keyed.entry, {}, *folder, counters_, memo, why);
-    return answer(found, std::move(cubin), why);
+                             ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, why)
+                             : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name);
+    return answer(found, std::move(cubin), std::move(name), why);
 }
 
-Result<std::optional<std::string>> LocalStore::find_variant(const KeyedRequest &keyed, const std::string &variant_key,
-                                                            std::string *why) {
+Result<std::optional<Found>> LocalStore::find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+                                                      std::string *why) {
     const Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     const std::string entry = cache_entry::folder_for(request.cache_dir, variant_key);
-    const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why);
+    std::string name;
+    const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name);
     if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
-    return answer(found, entry + "/" + cache_entry::kCubinFile, why);
+    return answer(found, entry + "/" + cache_entry::kCubinFile, std::move(name), why);
 }
 
 Status LocalStore::can_publish(const KeyedRequest &keyed) {

@@ -17,9 +17,9 @@ public:
     explicit LocalStore(Counters &counters) : counters_(counters) {}
 
     const char *name() const override { return "local"; }
-    Result<std::optional<std::string>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+    Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
                                             std::string *why) override;
-    Result<std::optional<std::string>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+    Result<std::optional<Found>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
                                                     std::string *why) override;
     Result<std::optional<std::string>> publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) override;
 

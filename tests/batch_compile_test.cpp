@@ -165,9 +165,22 @@ TEST(CompileBatch, MixedHitsMissesDuplicatesAndFailures) {
                                                                     << kjit_batch_result_error(result.r, ok);
         ASSERT_NE(kjit_batch_result_cubin_path(result.r, ok), nullptr);
         EXPECT_STREQ(kjit_batch_result_error(result.r, ok), "");
-        // Each path is what a single kjit_compile now answers (a hit).
+        // Each path is what a single kjit_compile now answers (a hit), and each name what
+        // kjit_resolve_name reads from it: hits, compiles and merged duplicates alike.
         EXPECT_EQ(kjit_batch_result_cubin_path(result.r, ok), batch.compile_one(ok));
+        ASSERT_NE(kjit_batch_result_kernel_name(result.r, ok), nullptr);
+        char name[256];
+        ASSERT_EQ(kjit_resolve_name(kjit_batch_result_cubin_path(result.r, ok), "gemm", name, sizeof name, nullptr),
+                  KJIT_OK);
+        EXPECT_STREQ(kjit_batch_result_kernel_name(result.r, ok), name);
+        EXPECT_STREQ(name, sources::numbered_gemm_name(ok == hit || ok == dup_of_hit ? 0
+                                                       : ok == miss2                 ? 3
+                                                                                     : 1)
+                               .c_str());
     }
+    EXPECT_EQ(kjit_batch_result_kernel_name(result.r, broken), nullptr);
+    EXPECT_EQ(kjit_batch_result_kernel_name(result.r, batch.size()), nullptr);
+    EXPECT_EQ(kjit_batch_result_kernel_name(nullptr, 0), nullptr);
     EXPECT_EQ(kjit_batch_result_cubin_path(result.r, hit), hit_path);
     EXPECT_STREQ(kjit_batch_result_cubin_path(result.r, miss), kjit_batch_result_cubin_path(result.r, dup_of_miss));
 

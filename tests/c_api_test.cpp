@@ -1,6 +1,7 @@
 // The public C ABI, through libkjit.so, as a user links it.
 #include "kjit/kjit.h"
 
+#include "c_api_support.hpp"
 #include "sidecar_store.hpp"
 #include "test_support.hpp"
 
@@ -414,15 +415,109 @@ template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N * SCALE + O
     EXPECT_NE(std::string(kjit_last_error()).find("NOT_DEFINED"), std::string::npos);
 }
 
-namespace {
-
-kjit_stats snapshot() {
-    kjit_stats s = KJIT_STATS_INIT;
-    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK) << kjit_last_error();
-    return s;
+// kjit_compile_named: the path kjit_compile gives and the name kjit_resolve_name gives, from one
+// look-up (one sidecar read on a hit, where kjit_compile + kjit_resolve_name read it twice), on a
+// miss and on a hit, by keyword and by name expression, for a request that reads files too.
+TEST(CApiCompile, CompileNamedGivesPathAndNameFromOneLookUp) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/scale.h"), "#define SCALE 3\n");
+    const std::string inc = dir.file("inc");
+    const char *includes[] = {inc.c_str()};
+    struct Case {
+        const char *source;
+        const char *name_expression;
+        bool reads_files;
+        const char *name;
+    };
+    const Case cases[] = {
+        {kCompileSource, nullptr, false, "_Z4gemmILi128EEvPf"},
+        {"template <int N> __global__ void gemm(float *p) { p[0] = N; }\n", "gemm<7>", false, "_Z4gemmILi7EEvPf"},
+        {"#include \"scale.h\"\n__global__ void gemm(float *p) { p[0] = SCALE; }\n", nullptr, true, "_Z4gemmPf"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.name);
+        kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+        o.cache_dir = cache.c_str();
+        o.arch = "sm_90";
+        o.name_expression = c.name_expression;
+        if (c.reads_files) {
+            o.include_paths = includes;
+            o.include_path_count = 1;
+        }
+        for (const char *round : {"miss", "hit"}) {
+            SCOPED_TRACE(round);
+            char path[4096], name[512];
+            size_t path_len = 0, name_len = 0;
+            const kjit_stats before = stats_now();
+            ASSERT_EQ(kjit_compile_named(c.source, "gemm", &o, path, sizeof path, &path_len, name, sizeof name, &name_len),
+                      KJIT_OK)
+                << kjit_last_error();
+            const kjit_stats after = stats_now();
+            EXPECT_STREQ(name, c.name);
+            EXPECT_EQ(name_len, std::strlen(c.name));
+            EXPECT_EQ(path_len, std::strlen(path));
+            char plain[4096];
+            ASSERT_EQ(kjit_compile(c.source, "gemm", &o, plain, sizeof plain, nullptr), KJIT_OK);
+            EXPECT_STREQ(path, plain);
+            EXPECT_EQ(resolve(path, "gemm"), c.name);
+            if (std::string(round) == "hit") {
+                EXPECT_EQ(after.compile_hits - before.compile_hits, 1u);
+                EXPECT_EQ(after.sidecar_hits - before.sidecar_hits, 1u);  // one read of the sidecar
+                EXPECT_EQ(after.scans - before.scans, 0u);
+            }
+        }
+    }
 }
 
-}  // namespace
+TEST(CApiCompile, CompileNamedBuffersAndArguments) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    size_t path_len = 0, name_len = 0;
+    // Lengths only.
+    ASSERT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, nullptr, 0, &path_len, nullptr, 0, &name_len), KJIT_OK)
+        << kjit_last_error();
+    EXPECT_EQ(name_len, std::strlen("_Z4gemmILi128EEvPf"));
+    EXPECT_GT(path_len, cache.size());
+    // Either buffer short: neither string written, both lengths are.
+    std::string path(path_len + 1, 'x'), name(name_len, 'x');
+    const std::string untouched_path = path, untouched_name = name;
+    size_t got_path = 0, got_name = 0;
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, path.data(), path.size(), &got_path, name.data(),
+                                 name.size(), &got_name),
+              KJIT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_NE(std::string(kjit_last_error()).find("name buffer holds"), std::string::npos) << kjit_last_error();
+    EXPECT_EQ(got_path, path_len);
+    EXPECT_EQ(got_name, name_len);
+    EXPECT_EQ(path, untouched_path);
+    EXPECT_EQ(name, untouched_name);
+    std::string short_path(path_len, 'x'), long_name(name_len + 1, 'x');
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, short_path.data(), short_path.size(), nullptr,
+                                 long_name.data(), long_name.size(), nullptr),
+              KJIT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_EQ(long_name, std::string(name_len + 1, 'x'));
+    // Exactly enough.
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, path.data(), path.size(), nullptr, long_name.data(),
+                                 long_name.size(), nullptr),
+              KJIT_OK);
+    EXPECT_STREQ(long_name.c_str(), "_Z4gemmILi128EEvPf");
+    // Bad arguments.
+    char buf[64];
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, nullptr, 0, nullptr, nullptr, 8, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("name is NULL but name_size is not 0"), std::string::npos);
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm", &o, nullptr, 8, nullptr, buf, sizeof buf, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile_named(nullptr, "gemm", &o, nullptr, 0, nullptr, nullptr, 0, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("kjit_compile_named: source is NULL"), std::string::npos);
+    EXPECT_EQ(kjit_compile_named(kCompileSource, "gemm.*", &o, nullptr, 0, nullptr, nullptr, 0, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+}
 
 TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
     TempDir dir;
@@ -430,7 +525,7 @@ TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
     const std::string cache = dir.file("cache");
     o.cache_dir = cache.c_str();
     o.arch = "sm_90";
-    const kjit_stats before = snapshot();
+    const kjit_stats before = stats_now();
     char path[4096];
     ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
     ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK);
@@ -444,7 +539,7 @@ TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
     EXPECT_EQ(resolve(path, "gemm"), "_Z4gemmILi128EEvPf");
     resolve(path, "nosuch", KJIT_ERROR_NOT_FOUND);
     EXPECT_EQ(kjit_compile(nullptr, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
-    const kjit_stats after = snapshot();
+    const kjit_stats after = stats_now();
     EXPECT_EQ(after.compile_misses - before.compile_misses, 1u);
     EXPECT_EQ(after.compile_hits - before.compile_hits, 2u);
     EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 1u);
@@ -493,13 +588,13 @@ TEST(CApiStats, SizeLimitOptionAndEnvironment) {
     EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
     ::setenv("KJIT_CACHE_MAX_SIZE", "1G", 1);
     o.max_cache_size = 0;
-    const kjit_stats before = snapshot();
+    const kjit_stats before = stats_now();
     const std::string other = std::string(kCompileSource) + "\n// another entry\n";
     EXPECT_EQ(kjit_compile(other.c_str(), "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
     // Under a limit, a publish measures the cache (the first time: no usage record yet).
-    EXPECT_EQ(snapshot().eviction_runs - before.eviction_runs, 1u);
-    EXPECT_EQ(snapshot().evicted_entries - before.evicted_entries, 0u);
+    EXPECT_EQ(stats_now().eviction_runs - before.eviction_runs, 1u);
+    EXPECT_EQ(stats_now().evicted_entries - before.evicted_entries, 0u);
     struct stat st {};
     EXPECT_EQ(::stat((cache + "/.kjit-usage").c_str(), &st), 0);
 }
@@ -518,13 +613,13 @@ TEST(CApiStats, SizeLimitZeroInTheEnvironmentMeansNoLimit) {
     const struct timespec hour_ago[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
     ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), hour_ago, AT_SYMLINK_NOFOLLOW), 0);  // idle
     ::setenv("KJIT_CACHE_MAX_SIZE", "0", 1);
-    const kjit_stats before = snapshot();
+    const kjit_stats before = stats_now();
     const std::string other = std::string(kCompileSource) + "\n// another entry, under KJIT_CACHE_MAX_SIZE=0\n";
     char path[4096];
     EXPECT_EQ(kjit_compile(other.c_str(), "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
-    EXPECT_EQ(snapshot().eviction_runs - before.eviction_runs, 0u);
-    EXPECT_EQ(snapshot().evicted_entries - before.evicted_entries, 0u);
+    EXPECT_EQ(stats_now().eviction_runs - before.eviction_runs, 0u);
+    EXPECT_EQ(stats_now().evicted_entries - before.evicted_entries, 0u);
     struct stat st {};
     EXPECT_EQ(::stat(first, &st), 0) << "the idle entry was evicted under KJIT_CACHE_MAX_SIZE=0";
 }

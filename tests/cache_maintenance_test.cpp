@@ -79,7 +79,7 @@ Cubins compile_entries(Cache &cache, const std::string &dir, int n) {
     for (int i = 0; i < n; ++i) {
         auto path = cache.compile(request_for(dir, i));
         EXPECT_TRUE(path.ok()) << path.error().message;
-        cubins.push_back(path.ok() ? *path : std::string());
+        cubins.push_back(path.ok() ? path->cubin : std::string());
     }
     return cubins;
 }
@@ -511,7 +511,7 @@ TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
         r.max_cache_bytes = limit;
         auto path = cache.compile(r);
         ASSERT_TRUE(path.ok()) << path.error().message;
-        cubins.push_back(*path);
+        cubins.push_back(path->cubin);
         // Older entries were last used longer ago; none is in use at the next publish.
         for (int j = 0; j <= i; ++j) {
             if (exists(cubins[j])) age(folder_of(cubins[j]), 3600 * (i - j + 1));
@@ -814,7 +814,7 @@ TEST(CacheIntegrity, VerifyFixNeverTrustsADamagedManifest) {
     r.arch = "sm_90";
     auto path = cache.compile(r);
     ASSERT_TRUE(path.ok()) << path.error().message;
-    const std::string manifest_path = folder_of(*path) + "/manifest.txt";
+    const std::string manifest_path = folder_of(path->cubin) + "/manifest.txt";
     std::string manifest = read_file(manifest_path);
     const std::size_t at = manifest.find("name: _Z4tmplILi2EEvPf\n");
     ASSERT_NE(at, std::string::npos) << manifest;
@@ -826,13 +826,13 @@ TEST(CacheIntegrity, VerifyFixNeverTrustsADamagedManifest) {
     EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_manifest) << report.findings[0].detail;
     report = verify_ok(c, true);
     EXPECT_TRUE(report.clean());
-    const std::string sidecar = read_file(kjit::sidecar::path_for(*path));
+    const std::string sidecar = read_file(kjit::sidecar::path_for(path->cubin));
     EXPECT_EQ(sidecar.find("_Z4tmplILi3EEvPf"), std::string::npos) << "--fix wrote the damaged manifest's name";
-    EXPECT_FALSE(exists(folder_of(*path))) << "a damaged manifest must retire the entry";
+    EXPECT_FALSE(exists(folder_of(path->cubin))) << "a damaged manifest must retire the entry";
     // Rebuilt by the next compile, with the right name.
     auto again = cache.compile(r);
     ASSERT_TRUE(again.ok()) << again.error().message;
-    auto name = kjit::NameResolver::instance().resolve(*again, "tmpl");
+    auto name = kjit::NameResolver::instance().resolve(again->cubin, "tmpl");
     ASSERT_TRUE(name.ok()) << name.error().message;
     EXPECT_EQ(*name, "_Z4tmplILi2EEvPf");
 }
@@ -872,7 +872,7 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
     Cache other;
     auto compiled = [&](int i) {
         auto path = other.compile(request_for(c, i));
-        return path.ok() ? *path : "error: " + path.error().message;
+        return path.ok() ? path->cubin : "error: " + path.error().message;
     };
     const auto scans = kjit::NameResolver::instance().counters().scans.load();
     for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
@@ -912,13 +912,13 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     TempDir dir;
     const std::string c = dir.file("c");
     Cache &cache = Cache::instance();  // the one batches use
-    const std::string hit = *cache.compile(request_for(c, 200));
+    const std::string hit = cache.compile(request_for(c, 200))->cubin;
     const std::uint64_t one = entry_bytes(folder_of(hit));
     kjit::batch_compiler::Options options;
     options.workers = 1;
     options.pch = kjit::batch_compiler::Pch::off;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
-        if (r) age(folder_of(*r), 3600);
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
+        if (r) age(folder_of(r->cubin), 3600);
         return false;
     };
     // Room for one and a half entries; item 0 is a hit, the others compile and publish.
@@ -927,15 +927,15 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     ASSERT_EQ(results.size(), 4u);
     for (std::size_t i = 0; i < results.size(); ++i) {
         ASSERT_TRUE(results[i].ok()) << results[i].error().message;
-        EXPECT_TRUE(exists(*results[i])) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
-        auto loaded = kjit::KernelLoader::instance().read_and_resolve(*results[i], "gemm");
+        EXPECT_TRUE(exists(results[i]->cubin)) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
+        auto loaded = kjit::KernelLoader::instance().read_and_resolve(results[i]->cubin, "gemm");
         EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
         // Other processes see it in use until two minutes after the batch returned.
-        EXPECT_TRUE(entry::in_use(mtime_of(folder_of(*results[i])), returned + 120 * kSecond - kSecond))
+        EXPECT_TRUE(entry::in_use(mtime_of(folder_of(results[i]->cubin)), returned + 120 * kSecond - kSecond))
             << "item " << i << ": its recency record lets another process evict it as soon as the batch returns";
     }
     // Once it has returned (and two more minutes went by: set, not waited for), the limit holds again.
-    for (const auto &r : results) age(folder_of(*r), 3600);
+    for (const auto &r : results) age(folder_of(r->cubin), 3600);
     Request next = request_for(c, 210);
     next.max_cache_bytes = one * 3 / 2;
     ASSERT_TRUE(cache.compile(next).ok());
@@ -957,15 +957,15 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
     options.pch = kjit::batch_compiler::Pch::off;
     options.recency_refresh_ns = 0;
     std::vector<std::string> reported;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &r) {
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
         const std::int64_t now = now_ns();
         for (const std::string &earlier : reported) {
             EXPECT_TRUE(entry::in_use(mtime_of(folder_of(earlier)), now))
                 << earlier << " was handed out by this running batch, and another process may evict it";
         }
         if (r) {
-            reported.push_back(*r);
-            age(folder_of(*r), 3600);  // as if the batch had run an hour since
+            reported.push_back(r->cubin);
+            age(folder_of(r->cubin), 3600);  // as if the batch had run an hour since
         }
         return false;
     };
@@ -986,7 +986,7 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     options.workers = 1;
     options.pch = kjit::batch_compiler::Pch::off;
     std::size_t calls = 0;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<std::string> &) {
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &) {
         if (++calls == 2) {
             for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
             maintenance::PruneOptions all;
@@ -1029,7 +1029,7 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
         write_file(dir.file("inc/v.h"), std::string("#define V ") + v + "\n");
         auto path = cache.compile(r);
         ASSERT_TRUE(path.ok()) << path.error().message;
-        cubins.push_back(*path);
+        cubins.push_back(path->cubin);
     }
     auto prepared = kjit::cache::key_request(r);
     ASSERT_TRUE(prepared.ok());

@@ -54,7 +54,7 @@ Request base_request(const std::string &cache_dir) {
 std::string compile_ok(Cache &cache, const Request &r) {
     auto path = cache.compile(r);
     EXPECT_TRUE(path.ok()) << path.error().message;
-    return path.ok() ? *path : std::string();
+    return path.ok() ? path->cubin : std::string();
 }
 
 // A search of these include folders only (no working directory).
@@ -338,7 +338,7 @@ TEST(Cache, ReadOnlyCacheStillHits) {
         if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
         Cache child;
         auto hit = child.compile(r);
-        if (!hit.ok() || *hit != path || child.counters().nvrtc_compiles != 0) ::_exit(11);
+        if (!hit.ok() || hit->cubin != path || child.counters().nvrtc_compiles != 0) ::_exit(11);
         Request other = r;
         other.source += "\n// another key";
         auto miss = child.compile(other);
@@ -364,7 +364,7 @@ TEST(Cache, EightThreadsOnOneKeyRunNvrtcOnce) {
             while (ready.load() < 8) {
             }
             auto p = cache.compile(r);
-            paths[static_cast<std::size_t>(t)] = p.ok() ? *p : p.error().message;
+            paths[static_cast<std::size_t>(t)] = p.ok() ? p->cubin : p.error().message;
         });
     }
     for (auto &th : threads) th.join();
@@ -391,7 +391,7 @@ TEST(Cache, SingleFlightIsPerCacheFolder) {
                 while (ready.load() < 2) {
                 }
                 auto p = cache.compile(r);
-                paths[t] = p.ok() ? *p : p.error().message;
+                paths[t] = p.ok() ? p->cubin : p.error().message;
             });
         }
         for (auto &th : threads) th.join();
@@ -436,7 +436,7 @@ TEST(Cache, TwoProcessesOnOneKeyBothGetACompleteEntry) {
         if (pid == 0) {
             Cache child;
             auto path = child.compile(r);
-            ::_exit(path.ok() && exists(*path) && exists(*path + ".name") ? 0 : 1);
+            ::_exit(path.ok() && exists(path->cubin) && exists(path->cubin + ".name") ? 0 : 1);
         }
         pids.push_back(pid);
     }
@@ -1280,7 +1280,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     std::vector<std::string> cubins;
     for (auto &result : kjit::batch_compiler::compile(items(), options)) {
         ASSERT_TRUE(result.ok()) << result.error().message;
-        cubins.push_back(*result);
+        cubins.push_back(result->cubin);
     }
     const std::string deps = read_file(entry_of(cubins[0]) + "/deps.txt");
     const auto files = static_cast<std::uint64_t>(std::count(deps.begin(), deps.end(), '\n') - 1);
@@ -1291,7 +1291,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     const auto again = kjit::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < again.size(); ++i) {
         ASSERT_TRUE(again[i].ok()) << again[i].error().message;
-        EXPECT_EQ(*again[i], cubins[i]);
+        EXPECT_EQ(again[i]->cubin, cubins[i]);
     }
     EXPECT_EQ(counters.compile_hits.load(), hits_before + 6);
     EXPECT_EQ(counters.dependency_stats.load() - stats_before, files) << deps;
@@ -1301,7 +1301,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     const auto edited = kjit::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < edited.size(); ++i) {
         ASSERT_TRUE(edited[i].ok()) << edited[i].error().message;
-        EXPECT_NE(*edited[i], cubins[i]);
+        EXPECT_NE(edited[i]->cubin, cubins[i]);
     }
     EXPECT_EQ(counters.nvrtc_compiles.load(), runs_before + 6);
 }
@@ -1316,15 +1316,15 @@ namespace {
 class RecordingStore final : public kjit::cache::EntryStore {
 public:
     const char *name() const override { return "recording"; }
-    kjit::Result<std::optional<std::string>> find(const kjit::cache::KeyedRequest &keyed,
-                                                  kjit::include_scanner::FileMemo *, std::string *) override {
+    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::cache::KeyedRequest &keyed,
+                                                         kjit::include_scanner::FileMemo *, std::string *) override {
         ++finds;
-        if (auto it = answers.find(keyed.key); it != answers.end()) return std::optional<std::string>(it->second);
-        return std::optional<std::string>();
+        if (auto it = answers.find(keyed.key); it != answers.end()) return std::optional<kjit::cache::Found>(it->second);
+        return std::optional<kjit::cache::Found>();
     }
-    kjit::Result<std::optional<std::string>> find_variant(const kjit::cache::KeyedRequest &, const std::string &,
-                                                          std::string *) override {
-        return std::optional<std::string>();
+    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::cache::KeyedRequest &, const std::string &,
+                                                                 std::string *) override {
+        return std::optional<kjit::cache::Found>();
     }
     kjit::Result<std::optional<std::string>> publish(const kjit::cache::KeyedRequest &keyed,
                                                      const kjit::cache_entry::NewEntry &entry) override {
@@ -1334,7 +1334,7 @@ public:
         return std::optional<std::string>();
     }
 
-    std::map<std::string, std::string> answers;
+    std::map<std::string, kjit::cache::Found> answers;
     std::vector<std::pair<std::string, std::string>> offered;  // (key, kernel name)
     std::vector<std::size_t> cubin_sizes;
     int finds = 0;
@@ -1370,7 +1370,7 @@ TEST(Cache, ALaterStoreAnswersWhatTheLocalOneMisses) {
     const std::string elsewhere = compile_ok(first, base_request(dir.file("other")));
     Cache cache;
     RecordingStore tier;
-    tier.answers[kjit::cache::key_request(r)->key] = elsewhere;
+    tier.answers[kjit::cache::key_request(r)->key] = kjit::cache::Found{elsewhere, "_Z4gemmILi128EEvPf"};
     cache.add_store(tier);
     EXPECT_EQ(compile_ok(cache, r), elsewhere);
     EXPECT_EQ(cache.counters().compile_hits, 1u);

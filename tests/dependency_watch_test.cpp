@@ -64,7 +64,7 @@ protected:
         auto path = cache_.compile(r);
         EXPECT_TRUE(path.ok()) << path.error().message;
         if (!path.ok()) return {};
-        return kernel_name(*path);
+        return kernel_name(path->cubin);
     }
 
     // Compiles `r` until a hit is proven by the watch; the name it holds must be `cfg`'s.

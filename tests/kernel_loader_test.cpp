@@ -85,15 +85,15 @@ TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {
 
     const auto loads0 = loads(), reads0 = reads(), unloads0 = loader().counters().library_unloads.load();
     {
-        KernelHandle a = load_ok(*path, "tmpl");
+        KernelHandle a = load_ok(path->cubin, "tmpl");
         EXPECT_EQ(a.name(), "_Z4tmplILi4EEvPf");
-        EXPECT_EQ(a.cubin_path(), *path);
+        EXPECT_EQ(a.cubin_path(), path->cubin);
         expect_consistent(a);
         EXPECT_EQ(loads(), loads0 + 1);
         EXPECT_EQ(reads(), reads0 + 1);
 
         const auto hits0 = loader().counters().load_reuses.load();
-        KernelHandle b = load_ok(*path, "tmpl");  // same version: no read, no new library
+        KernelHandle b = load_ok(path->cubin, "tmpl");  // same version: no read, no new library
         EXPECT_EQ(loader().counters().load_reuses.load(), hits0 + 1);
         EXPECT_EQ(reads(), reads0 + 1);
         EXPECT_EQ(loads(), loads0 + 1);
@@ -102,7 +102,7 @@ TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {
     }
     EXPECT_EQ(loader().counters().library_unloads.load(), unloads0 + 1);  // with the last handle
     EXPECT_EQ(fake_cuda().counters().bad_handles, 0u);
-    KernelHandle again = load_ok(*path, "tmpl");  // unloaded, so read and loaded anew
+    KernelHandle again = load_ok(path->cubin, "tmpl");  // unloaded, so read and loaded anew
     EXPECT_EQ(loads(), loads0 + 2);
     EXPECT_EQ(reads(), reads0 + 2);
 }
@@ -303,7 +303,7 @@ TEST(KernelLoader, EightThreadsLoad300CachedKernels) {
                     r.keyword = "sweep";
                     auto p = cache.compile(r);
                     ASSERT_TRUE(p) << p.error().message;
-                    paths[static_cast<std::size_t>(i)] = *p;
+                    paths[static_cast<std::size_t>(i)] = p->cubin;
                 }
             });
         }
@@ -381,7 +381,7 @@ std::string compile_entry(const std::string &cache_dir, const char *source, cons
     kjit::cache::Cache cache;
     auto path = cache.compile(r);
     EXPECT_TRUE(path.ok()) << path.error().message;
-    return path.ok() ? *path : std::string();
+    return path.ok() ? path->cubin : std::string();
 }
 
 }  // namespace

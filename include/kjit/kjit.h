@@ -368,11 +368,38 @@ typedef struct kjit_compile_options {
  * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
  * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
  * @note Thread safe. Within a process at most one NVRTC run per key happens at a time (other
- *       callers wait for it and share its result); across processes, concurrent misses on one
- *       key may each compile, and every one returns a complete entry. Hits take no lock.
+ *       callers wait for it and share its result); across processes on one node, the first to
+ *       miss a key takes its compile lock in the cache folder and the others wait for its entry
+ *       (at most $KJIT_COMPILE_WAIT seconds, then they compile too); every one returns a
+ *       complete entry. Hits take no lock.
  */
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len);
+
+/**
+ * @brief kjit_compile() that also gives the kernel's name: the cached cubin's path and the
+ *        mangled name kjit_resolve_name() would give for `keyword` (or the lowered name
+ *        expression), both from the one look-up that proves the entry (since 0.5).
+ *
+ * What a caller about to load the kernel needs, without a second look-up: kjit_compile()
+ * followed by kjit_resolve_name() stats the cubin and reads its sidecar twice.
+ *
+ * @param[in]  source, keyword, options, cubin_path, cubin_path_size, cubin_path_len
+ *                       As for kjit_compile().
+ * @param[out] name      Caller buffer for the NUL-terminated mangled name; may be NULL only when
+ *                       name_size is 0.
+ * @param[in]  name_size Size of `name` in bytes, including room for the NUL.
+ * @param[out] name_len  If not NULL, receives strlen of the name, also on
+ *                       #KJIT_ERROR_BUFFER_TOO_SMALL.
+ * @return As kjit_compile(), and:
+ * @retval KJIT_ERROR_INVALID_ARGUMENT Also for a NULL `name` with a non-zero name_size.
+ * @retval KJIT_ERROR_BUFFER_TOO_SMALL Either buffer is too small: neither string is written, both
+ *                                     lengths are (where their pointers are not NULL).
+ * @note Thread safe, as kjit_compile().
+ */
+KJIT_API kjit_status kjit_compile_named(const char *source, const char *keyword, const kjit_compile_options *options,
+                                        char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len, char *name,
+                                        size_t name_size, size_t *name_len);
 
 /**
  * @name Batch compile (since 0.3)
@@ -598,6 +625,17 @@ KJIT_API kjit_status kjit_batch_result_status(const kjit_batch_result *result, s
  * @note Thread safe.
  */
 KJIT_API const char *kjit_batch_result_cubin_path(const kjit_batch_result *result, size_t index);
+
+/**
+ * @brief The kernel's mangled name in one item's cubin, as kjit_compile_named() gives it (since
+ *        0.5).
+ * @param[in] result A result from kjit_compile_batch().
+ * @param[in] index  The item's index in the request array.
+ * @return NUL-terminated, owned by the result, valid until it is released; NULL for an item that
+ *         failed, for a NULL result or an index out of range.
+ * @note Thread safe.
+ */
+KJIT_API const char *kjit_batch_result_kernel_name(const kjit_batch_result *result, size_t index);
 
 /**
  * @brief One item's error text: what kjit_last_error() would say after kjit_compile() failed

@@ -599,6 +599,30 @@ def test_compile_batch_cancel_and_callback_exception(tmp_path):
         f"_Z4gemmILi{111 + i}EEvPf" for i in range(5)]
 
 
+def test_compile_named_gives_path_and_name(tmp_path):
+    src = "template <int N> __global__ void gemm(float *p) { p[0] = N; }\n"
+    for _ in range(2):  # a miss, then a hit
+        before = kjit.stats()
+        got = kjit.compile_named(src, "gemm", name_expression="gemm<5>", cache_dir=tmp_path, arch="sm_90")
+        after = kjit.stats()
+        assert isinstance(got, kjit.Compiled)
+        assert got.name == "_Z4gemmILi5EEvPf" == kjit.resolve_name(got.cubin_path, "gemm")
+        assert got.cubin_path == kjit.compile(src, "gemm", name_expression="gemm<5>", cache_dir=tmp_path, arch="sm_90")
+    assert after["sidecar_hits"] - before["sidecar_hits"] == 1  # the hit read the sidecar once
+    path, name = got
+    assert path.endswith("kernel.cubin") and name
+    with pytest.raises(TypeError):
+        kjit.compile_named(src, "gemm", no_such_option=1)
+    with pytest.raises(kjit.CompileError):
+        kjit.compile_named("__global__ void gemm(float *p) { p[0] = nope; }", "gemm", cache_dir=tmp_path,
+                           arch="sm_90")
+    items = kjit.compile_batch([(_numbered(140), "gemm"), ("bad source", "gemm")], cache_dir=tmp_path, arch="sm_90")
+    assert items[0].kernel_name == "_Z4gemmILi141EEvPf" == kjit.resolve_name(items[0].cubin_path, "gemm")
+    assert items[1].kernel_name is None
+    status, cubin_path, error = items[0]  # still three fields
+    assert status == kjit.Status.OK and error == ""
+
+
 def test_compile_batch_on_worker_processes(tmp_path):
     requests = [(_numbered(130 + i), "gemm") for i in range(3)]
     before = kjit.stats()
