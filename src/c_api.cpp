@@ -493,6 +493,20 @@ std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit
     return out;
 }
 
+
+// kjit_compile and kjit_compile_named: the request checked and compiled (or found).
+kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
+                                                 const kjit_compile_options *options) {
+    const std::string f(function);
+    if (!source) return invalid(f + ": source is NULL");
+    if (!keyword) return invalid(f + ": keyword is NULL");
+    kjit::cache::Request request;
+    request.source = source;
+    request.keyword = keyword;
+    if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
+    return kjit::cache::Cache::instance().compile(std::move(request));
+}
+
 }  // namespace
 
 extern "C" {
@@ -547,22 +561,6 @@ KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keywo
     });
 }
 
-namespace {
-
-// kjit_compile and kjit_compile_named: the request checked and compiled (or found).
-kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
-                                                 const kjit_compile_options *options) {
-    const std::string f(function);
-    if (!source) return invalid(f + ": source is NULL");
-    if (!keyword) return invalid(f + ": keyword is NULL");
-    kjit::cache::Request request;
-    request.source = source;
-    request.keyword = keyword;
-    if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
-    return kjit::cache::Cache::instance().compile(std::move(request));
-}
-
-}  // namespace
 
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len) {
