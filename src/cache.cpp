@@ -7,6 +7,7 @@
 #include "log.hpp"
 #include "name_resolver.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <new>
@@ -64,16 +65,33 @@ void Cache::renew_in_forked_child() {
     if (!cache) return;
     fork_guard::renew(cache->flights_mutex_);
     fork_guard::renew(cache->flights_);
+    cache->memo_.renew_in_forked_child();
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 
 Result<Found> Cache::compile(Request request) {
+    const bool memo_on = HitMemo::enabled();
+    const HitMemo::Digest digest = memo_on ? HitMemo::digest(request) : HitMemo::Digest{};
+    bool by_watch = false;
+    if (auto remembered = memo_on ? memo_.recall(digest, &by_watch) : std::nullopt) {
+        counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
+        counters_.memo_answers.fetch_add(1, std::memory_order_relaxed);
+        if (by_watch) counters_.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
+        log().debug("cache hit [{}] from the hit memo: {}", request.keyword, remembered->cubin);
+        return std::move(*remembered);
+    }
+    const bool relative_folders =
+        request.cache_dir.empty() || request.cache_dir[0] != '/' ||
+        std::any_of(request.include_paths.begin(), request.include_paths.end(),
+                    [](const std::string &p) { return p.empty() || p[0] != '/'; });
+    const HitMemo::Proof proof = HitMemo::before_look_up();
     auto keyed = key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
     auto found = find(*keyed);
     if (!found) return std::move(found).error();
-    if (*found) return std::move(**found);
-    return build(*keyed);
+    Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
+    if (answer && memo_on) memo_.remember(digest, *keyed, relative_folders, *answer, proof);
+    return answer;
 }
 
 void Cache::count_merged(bool hit, std::uint64_t n) {

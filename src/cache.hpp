@@ -18,6 +18,7 @@
 #include "cache_counters.hpp"
 #include "cache_key.hpp"
 #include "compile_job.hpp"
+#include "hit_memo.hpp"
 #include "include_scanner.hpp"
 #include "local_store.hpp"
 #include "status.hpp"
@@ -45,7 +46,8 @@ public:
 
     // The cached cubin's absolute path for `request` and the kernel's name in it (taken by
     // value: its folders are made absolute in place), compiling it on a miss: key_request, find,
-    // then build. Thread safe.
+    // then build. A repeat of a request this cache answered is answered by its hit memo when
+    // nothing can have changed the answer (hit_memo.hpp), counted as a hit. Thread safe.
     Result<Found> compile(Request request);
 
     // The steps of compile(), for callers that look many requests up before compiling any
@@ -66,6 +68,7 @@ public:
     void count_merged(bool hit, std::uint64_t n);
 
     const Counters &counters() const { return counters_; }
+    HitMemo &hit_memo() { return memo_; }
 
     // Adds a tier after the stores already there (the local one first): looked up when they
     // miss, and offered every entry this cache compiles. `store` must outlive the cache. Not
@@ -99,6 +102,7 @@ private:
     static const bool fork_handler_registered_;
 
     Counters counters_;
+    HitMemo memo_;
     LocalStore local_;
     std::vector<EntryStore *> stores_;  // lookup order; &local_ first
     std::mutex flights_mutex_;

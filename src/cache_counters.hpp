@@ -10,6 +10,8 @@ namespace kjit::cache {
 
 struct Counters {
     std::atomic<std::uint64_t> compile_hits{0};
+    // Of those, hits the hit memo answered from memory (hit_memo.hpp); not in kjit_stats yet.
+    std::atomic<std::uint64_t> memo_answers{0};
     std::atomic<std::uint64_t> compile_misses{0};
     std::atomic<std::uint64_t> nvrtc_compiles{0};
     std::atomic<std::uint64_t> nvrtc_nanoseconds{0};  // wall time inside compiler::compile

@@ -177,7 +177,15 @@ bool pinned(const std::string &key) {
     return p.counts.count(key) != 0;
 }
 
+namespace {
+std::atomic<std::uint64_t> retirements_begun{0};
+}  // namespace
+
+std::uint64_t retirements() { return retirements_begun.load(std::memory_order_acquire); }
+
 Result<Retired> retire(const std::string &entry, InUse in_use_entries) {
+    // Before the entry goes: a memo that reads the count after this sees it moved.
+    retirements_begun.fetch_add(1, std::memory_order_acq_rel);
     const bool spare_in_use = in_use_entries == InUse::spare;
     const std::size_t slash = entry.find_last_of('/');
     const std::string shard = slash == std::string::npos ? std::string(".") : entry.substr(0, slash);

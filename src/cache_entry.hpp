@@ -100,6 +100,9 @@ enum class InUse { spare, remove };
 // found in use or pinned (after the rename too, which closes the race with a reader recording
 // its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
 Result<Retired> retire(const std::string &entry, InUse in_use_entries);
+// How many times this process has begun to retire an entry: what remembers entries in memory
+// (the cache's hit memo) looks again at disk when it moved on. Relaxed atomic; thread safe.
+std::uint64_t retirements();
 
 // Several results per source key (docs/cache-layout.md, "Several results per source key"): a
 // request that reads files from disk has one entry per state of those files, each under its own

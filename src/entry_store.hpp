@@ -6,6 +6,7 @@
 #pragma once
 
 #include "cache_entry.hpp"
+#include "filesystem.hpp"
 #include "cache_key.hpp"
 #include "include_scanner.hpp"
 #include "status.hpp"
@@ -21,6 +22,9 @@ namespace kjit::cache {
 struct Found {
     std::string cubin;
     std::string name;
+    // The cubin file the look-up proved the name for (the hit memo compares it later); zero
+    // when the answer comes from a compile or a store that does not say.
+    FileIdentity cubin_identity{};
 };
 
 class EntryStore {

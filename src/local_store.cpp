@@ -57,7 +57,7 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // FileMemo (a batch's), or null.
 Lookup look_up(const Request &request, const std::string &entry, std::string_view source_key,
                const folder_trust::CacheFolder &folder, Counters &counters, include_scanner::FileMemo *memo,
-               std::string *why, std::string *name = nullptr) {
+               std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
     const std::string cubin = entry + "/" + cache_entry::kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
@@ -116,7 +116,7 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
         // show, still raises an event. They are settled by the next full check once old.
         if (watched) dependency_watch::remember(entry, st, source_key, *watched);
     }
-    auto resolved = NameResolver::instance().resolve(cubin, request.keyword);
+    auto resolved = NameResolver::instance().resolve(cubin, request.keyword, proven);
     if (!resolved) {
         *why = resolved.error().message;
         return Lookup::unusable;
@@ -132,14 +132,14 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
 // tries it first: a write only when the files changed back to an earlier state.
 Lookup look_up_variants(const Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
                         Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
-                        std::string *name, std::string *why) {
+                        std::string *name, FileIdentity *proven, std::string *why) {
     const std::string list = cache_entry::variants_file_for(request.cache_dir, source_key);
     // The entry this process found last, tried first: proven by the header watch, a hit reads
     // no variants file and no deps.txt.
     const std::string last = dependency_watch::last_variant(list);
     if (!last.empty()) {
         std::string reason;
-        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason, name);
+        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason, name, proven);
         if (found == Lookup::hit) {
             *cubin = last + "/" + cache_entry::kCubinFile;
             return found;
@@ -151,7 +151,7 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
         const std::string entry = cache_entry::folder_for(request.cache_dir, keys[i]);
         if (entry == last) continue;  // not a hit just now
         std::string reason;
-        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason, name);
+        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason, name, proven);
         if (found == Lookup::foreign) {
             *why = std::move(reason);
             return found;
@@ -172,9 +172,10 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
 
 
 // A lookup's answer as the store's: a hit's path and name, a miss, or the refusal to serve.
-Result<std::optional<Found>> answer(Lookup found, std::string cubin, std::string name, std::string *why) {
+Result<std::optional<Found>> answer(Lookup found, std::string cubin, std::string name, const FileIdentity &proven,
+                                    std::string *why) {
     if (found == Lookup::foreign) return Error{Errc::io, *why};
-    if (found == Lookup::hit) return std::optional<Found>(Found{std::move(cubin), std::move(name)});
+    if (found == Lookup::hit) return std::optional<Found>(Found{std::move(cubin), std::move(name), proven});
     if (found == Lookup::absent) why->clear();
     return std::optional<Found>();
 }
@@ -191,10 +192,11 @@ Result<std::optional<Found>> LocalStore::find(const KeyedRequest &keyed, include
     if (!folder) return std::move(folder).error();
     std::string cubin = keyed.cubin;
     std::string name;
-    const Lookup found = request.reads_files
-                             ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, why)
-                             : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name);
-    return answer(found, std::move(cubin), std::move(name), why);
+    FileIdentity proven;
+    const Lookup found =
+        request.reads_files ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, &proven, why)
+                            : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name, &proven);
+    return answer(found, std::move(cubin), std::move(name), proven, why);
 }
 
 Result<std::optional<Found>> LocalStore::find_variant(const KeyedRequest &keyed, const std::string &variant_key,
@@ -204,9 +206,10 @@ Result<std::optional<Found>> LocalStore::find_variant(const KeyedRequest &keyed,
     if (!folder) return std::move(folder).error();
     const std::string entry = cache_entry::folder_for(request.cache_dir, variant_key);
     std::string name;
-    const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name);
+    FileIdentity proven;
+    const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name, &proven);
     if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
-    return answer(found, entry + "/" + cache_entry::kCubinFile, std::move(name), why);
+    return answer(found, entry + "/" + cache_entry::kCubinFile, std::move(name), proven, why);
 }
 
 Status LocalStore::can_publish(const KeyedRequest &keyed) {

@@ -258,13 +258,15 @@ bool NameResolver::Version::has_content(std::uint64_t hash) const {
     return content_verified(path, identity, hash);
 }
 
-Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword) {
+Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword,
+                                          FileIdentity *proven) {
     if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
 
     auto current = stat_cubin(cubin_path);
     if (!current) return std::move(current).error();
     auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
     if (!resolved) return std::move(resolved).error();
+    if (proven) *proven = *current;
     return std::move(resolved->name);
 }
 

@@ -83,8 +83,11 @@ public:
 
     // Resolves `keyword` in the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
     // io (cubin missing or unreadable), bad_cubin, not_found, ambiguous. Messages name the file.
-    // Thread safe; the hit path takes no lock.
-    Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword);
+    // Thread safe; the hit path takes no lock. `proven` (when given) receives the identity of the
+    // cubin file the name was resolved for (its stat, taken before the sidecar was checked
+    // against it): what a caller remembering the answer compares later.
+    Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword,
+                                FileIdentity *proven = nullptr);
 
     struct Resolution {
         std::string name;

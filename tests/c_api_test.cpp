@@ -463,8 +463,9 @@ TEST(CApiCompile, CompileNamedGivesPathAndNameFromOneLookUp) {
             EXPECT_STREQ(path, plain);
             EXPECT_EQ(resolve(path, "gemm"), c.name);
             if (std::string(round) == "hit") {
+                // One read of the sidecar at most: none when the hit memo answers (a repeat).
                 EXPECT_EQ(after.compile_hits - before.compile_hits, 1u);
-                EXPECT_EQ(after.sidecar_hits - before.sidecar_hits, 1u);  // one read of the sidecar
+                EXPECT_LE(after.sidecar_hits - before.sidecar_hits, 1u);
                 EXPECT_EQ(after.scans - before.scans, 0u);
             }
         }
@@ -545,8 +546,9 @@ TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
     EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 1u);
     EXPECT_GT(after.nvrtc_nanoseconds - before.nvrtc_nanoseconds, 1'000'000u);  // NVRTC takes milliseconds
     EXPECT_EQ(after.entries_published - before.entries_published, 1u);
-    // Hits: 2 compile hits + the first resolve; the rewritten sidecars answer later lookups.
-    EXPECT_GE(after.sidecar_hits - before.sidecar_hits, 3u);
+    // Hits: the first compile hit + the first resolve (the second compile hit is the hit memo's,
+    // which reads no sidecar); the rewritten sidecars answer later lookups.
+    EXPECT_GE(after.sidecar_hits - before.sidecar_hits, 2u);
     EXPECT_EQ(after.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER] - before.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER], 1u);
     EXPECT_EQ(after.sidecar_missing - before.sidecar_missing, 1u);
     EXPECT_GE(after.scans - before.scans, 3u);  // garbage, missing, not found

@@ -1,5 +1,6 @@
 #include "cache.hpp"
 #include "defaults.hpp"
+#include "dependency_watch.hpp"
 
 #include "batch_compiler.hpp"
 #include "cache_entry.hpp"
@@ -26,6 +27,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -1516,4 +1518,162 @@ TEST(CompileLock, ReleasingTheLockDoesNotWaitForOtherCopiesOfItsDescriptor) {
     ForeignHolder after(dir.file("cache"), key);
     EXPECT_TRUE(after.locked) << "the lock lived on in another copy of its descriptor";
     ::close(copy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hit memo (hit_memo.hpp): a repeat answered from memory, never past a change that could
+// alter the answer. Each test gives its cache a long revalidation interval, so that what it
+// checks never depends on the machine's speed: only the checks at each repeat can stop the memo.
+
+namespace {
+
+// A cache whose memo serves for a minute.
+struct MemoCache {
+    Cache cache;
+    MemoCache() { cache.hit_memo().set_revalidate_ns(60'000'000'000); }
+    std::uint64_t answers() const { return cache.counters().memo_answers.load(); }
+};
+
+// Compiles `r` (a miss) and hits it once (the full look-up the memo remembers); its path.
+std::string miss_then_hit(Cache &cache, const Request &r) {
+    const std::string path = compile_ok(cache, r);
+    EXPECT_EQ(compile_ok(cache, r), path);
+    return path;
+}
+
+}  // namespace
+
+TEST(HitMemo, ARepeatIsAnsweredFromMemoryWithoutReadingTheDisk) {
+    TempDir dir;
+    MemoCache m;
+    Request r = base_request(dir.file("cache"));
+    r.name_expression = "gemm<128>";
+    const std::string path = miss_then_hit(m.cache, r);
+    const auto sidecar_hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
+    const auto hits = m.cache.counters().compile_hits.load();
+    for (int i = 0; i < 5; ++i) {
+        auto again = m.cache.compile(r);
+        ASSERT_TRUE(again.ok()) << again.error().message;
+        EXPECT_EQ(again->cubin, path);
+        EXPECT_EQ(again->name, "_Z4gemmILi128EEvPf");
+    }
+    EXPECT_EQ(m.answers(), 5u);
+    EXPECT_EQ(m.cache.counters().compile_hits.load(), hits + 5);  // counted as hits
+    EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), sidecar_hits);  // no sidecar read
+    // Another request (another keyword's expression, another arch) is not the same answer.
+    Request other = r;
+    other.arch = "sm_80";
+    EXPECT_NE(compile_ok(m.cache, other), path);
+    EXPECT_EQ(m.answers(), 5u);
+}
+
+TEST(HitMemo, AnyChangeToTheCubinIsLookedUpInFull) {
+    struct Change {
+        const char *what;
+        std::function<void(const std::string &cubin)> make;
+        // Whether the full look-up itself puts a good cubin back: a flip that keeps size and
+        // mtime passes its sidecar check, as documented; the loader's hash check and verify
+        // catch that one (KernelLoaderIntegrity, CacheIntegrity). The memo must not answer
+        // either way.
+        bool look_up_heals = true;
+    };
+    const std::vector<Change> changes = {
+        {"a byte flipped in place, mtime kept (only ctime shows it)",
+         [](const std::string &c) { ASSERT_TRUE(flip_text_byte(c, /*keep_mtime=*/true)); }, false},
+        {"a byte flipped in place", [](const std::string &c) { ASSERT_TRUE(flip_text_byte(c, /*keep_mtime=*/false)); }},
+        {"touched", [](const std::string &c) { ASSERT_EQ(::utimensat(AT_FDCWD, c.c_str(), nullptr, 0), 0); }},
+        {"the entry removed", [](const std::string &c) { kjit::remove_tree(c.substr(0, c.rfind('/'))); }},
+        {"the cubin replaced by a copy (another inode)",
+         [](const std::string &c) {
+             write_file(c + ".copy", read_file(c));
+             ASSERT_EQ(::rename((c + ".copy").c_str(), c.c_str()), 0);
+         }},
+    };
+    for (const Change &change : changes) {
+        SCOPED_TRACE(change.what);
+        TempDir dir;
+        MemoCache m;
+        const Request r = base_request(dir.file("cache"));
+        const std::string path = miss_then_hit(m.cache, r);
+        const std::string good = read_file(path);
+        change.make(path);
+        const auto answers = m.answers();
+        EXPECT_EQ(compile_ok(m.cache, r), path);
+        EXPECT_EQ(m.answers(), answers) << "the memo answered after the change";
+        // Whatever the full look-up did (a hit, or a rebuild), the cubin there is a good one.
+        if (change.look_up_heals) {
+            EXPECT_TRUE(read_file(path) == good) << "the cubin there is not the good one";
+        }
+        EXPECT_EQ(compile_ok(m.cache, r), path);
+    }
+}
+
+TEST(HitMemo, AHeaderEditIsSeenAtTheNextRepeat) {
+    TempDir dir;
+    MemoCache m;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/v.h"), "#define V 1\n");
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include \"v.h\"\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = miss_then_hit(m.cache, r);
+    ASSERT_EQ(compile_ok(m.cache, r), path);
+    const auto answers = m.answers();
+    if (kjit::dependency_watch::stats().usable) {
+        EXPECT_EQ(answers, 1u);  // the watch proved the repeat
+    }
+    write_file(dir.file("inc/v.h"), "#define V 2\n");
+    const auto runs = m.cache.counters().nvrtc_compiles.load();
+    const std::string edited = compile_ok(m.cache, r);
+    EXPECT_NE(edited, path);  // the variant of the new text
+    EXPECT_EQ(m.cache.counters().nvrtc_compiles.load(), runs + 1);
+    EXPECT_EQ(m.answers(), answers);
+}
+
+TEST(HitMemo, ARelativeCacheFolderFollowsTheWorkingDirectory) {
+    TempDir dir;
+    MemoCache m;
+    ::mkdir(dir.file("a").c_str(), 0755);
+    ::mkdir(dir.file("b").c_str(), 0755);
+    char cwd[4096];
+    ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+    const Request r = base_request("rel-cache");
+    ASSERT_EQ(::chdir(dir.file("a").c_str()), 0);
+    const std::string in_a = miss_then_hit(m.cache, r);
+    EXPECT_EQ(compile_ok(m.cache, r), in_a);
+    EXPECT_EQ(m.answers(), 1u);
+    ASSERT_EQ(::chdir(dir.file("b").c_str()), 0);
+    const std::string in_b = compile_ok(m.cache, r);
+    ASSERT_EQ(::chdir(cwd), 0);
+    EXPECT_EQ(in_b.rfind(dir.file("b") + "/rel-cache/", 0), 0u) << in_b;
+    EXPECT_EQ(m.answers(), 1u);
+}
+
+TEST(HitMemo, ARemovalByThisProcessForgetsEveryAnswer) {
+    TempDir dir;
+    MemoCache m;
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = miss_then_hit(m.cache, r);
+    Request other = r;
+    other.arch = "sm_80";
+    const std::string other_path = compile_ok(m.cache, other);
+    // Another entry retired (as eviction, prune, clear or verify --fix would): the unrelated
+    // answer is looked up in full too.
+    ASSERT_TRUE(kjit::cache_entry::retire(other_path.substr(0, other_path.rfind('/')),
+                                          kjit::cache_entry::InUse::remove)
+                    .ok());
+    EXPECT_EQ(compile_ok(m.cache, r), path);
+    EXPECT_EQ(m.answers(), 0u);
+    EXPECT_EQ(compile_ok(m.cache, r), path);
+    EXPECT_EQ(m.answers(), 1u);
+}
+
+TEST(HitMemo, OffWhenKjitHitMemoIsZero) {
+    TempDir dir;
+    MemoCache m;
+    ScopedEnv off("KJIT_HIT_MEMO", "0");
+    const Request r = base_request(dir.file("cache"));
+    const std::string path = miss_then_hit(m.cache, r);
+    EXPECT_EQ(compile_ok(m.cache, r), path);
+    EXPECT_EQ(m.answers(), 0u);
 }

@@ -1,0 +1,154 @@
+#include "hit_memo.hpp"
+
+#include "cache_entry.hpp"
+#include "dependency_watch.hpp"
+#include "filesystem.hpp"
+#include "fork_guard.hpp"
+
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace kjit::cache {
+
+namespace {
+
+// Whether `now` is the very file `then` identifies: same inode, size, and times to the
+// nanosecond.
+bool same_file(const struct stat &now, const FileIdentity &then) {
+    const FileIdentity id = FileIdentity::from_stat(now);
+    return id.dev == then.dev && id.ino == then.ino && id.size == then.size && id.mtime_sec == then.mtime_sec &&
+           id.mtime_nsec == then.mtime_nsec && id.ctime_sec == then.ctime_sec && id.ctime_nsec == then.ctime_nsec;
+}
+
+std::int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// The working directory, or "" when it cannot be told (then nothing that depends on it is
+// served from memory).
+std::string working_dir_now() {
+    char buf[PATH_MAX];
+    return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+// Each field with its length first, so that no two requests hash the same bytes.
+class FieldHasher {
+public:
+    FieldHasher() { XXH3_128bits_reset(&state_); }
+    void field(std::string_view s) {
+        const std::uint64_t n = s.size();
+        XXH3_128bits_update(&state_, &n, sizeof n);
+        XXH3_128bits_update(&state_, s.data(), s.size());
+    }
+    void count(std::size_t n) {
+        const std::uint64_t v = n;
+        XXH3_128bits_update(&state_, &v, sizeof v);
+    }
+    HitMemo::Digest digest() {
+        const XXH128_hash_t h = XXH3_128bits_digest(&state_);
+        return HitMemo::Digest{h.low64, h.high64};
+    }
+
+private:
+    XXH3_state_t state_;
+};
+
+}  // namespace
+
+HitMemo::Digest HitMemo::digest(const Request &request) {
+    FieldHasher h;
+    h.field(request.source);
+    h.field(request.keyword);
+    h.field(request.cache_dir);
+    h.field(request.arch);
+    h.count(request.nvrtc_options.size());
+    for (const std::string &o : request.nvrtc_options) h.field(o);
+    h.count(request.include_paths.size());
+    for (const std::string &p : request.include_paths) h.field(p);
+    h.count(request.headers.size());
+    for (const auto &[name, text] : request.headers) {
+        h.field(name);
+        h.field(text);
+    }
+    h.count(request.name_expression ? 1 : 0);
+    if (request.name_expression) h.field(*request.name_expression);
+    return h.digest();
+}
+
+HitMemo::Proof HitMemo::before_look_up() { return Proof{cache_entry::retirements()}; }
+
+bool HitMemo::enabled() {
+    const char *v = std::getenv("KJIT_HIT_MEMO");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const {
+    *by_watch = false;
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const auto it = answers_.find(digest);
+    if (it == answers_.end()) return std::nullopt;
+    const Answer &a = it->second;
+    if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
+    if (cache_entry::retirements() != a.retirements) return std::nullopt;
+    struct stat now {};
+    if (::lstat(a.found.cubin.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || !same_file(now, a.cubin)) {
+        return std::nullopt;
+    }
+    if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
+    if (a.reads_files) {
+        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
+        *by_watch = true;
+    }
+    return a.found;
+}
+
+void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, bool relative_folders, const Found &found,
+                       const Proof &proof) {
+    Answer a;
+    a.found = found;
+    // The very file the look-up proved the name for; an answer from a compile (no identity)
+    // is remembered from its next look-up on.
+    a.cubin = found.cubin_identity;
+    if (a.cubin.ino == 0 && a.cubin.dev == 0) return;
+    if (a.cubin.mtime_nsec == 0) return;  // whole-second times: an edit may not show
+    a.entry = found.cubin.substr(0, found.cubin.find_last_of('/'));
+    a.reads_files = keyed.request.reads_files;
+    if (a.reads_files) {
+        // Served again only while the header watch proves the files unchanged, which it does
+        // for an entry it remembered at this look-up (by the folder's identity).
+        if (::lstat(a.entry.c_str(), &a.entry_st) != 0) return;
+        a.source_key = keyed.key;
+        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
+    }
+    if (relative_folders || !keyed.request.search.working_dir.empty()) {
+        a.working_dir = working_dir_now();
+        if (a.working_dir.empty()) return;
+    }
+    a.proven_ns = steady_ns();
+    a.retirements = proof.retirements_before;
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    if (answers_.size() >= kMaxAnswers && !answers_.count(digest)) answers_.clear();
+    answers_[digest] = std::move(a);
+}
+
+void HitMemo::clear() {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    answers_.clear();
+}
+
+void HitMemo::renew_in_forked_child() { fork_guard::renew(mutex_); }
+
+std::size_t HitMemo::size() const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return answers_.size();
+}
+
+}  // namespace kjit::cache
