@@ -221,6 +221,28 @@ class _CompileOptions(ctypes.Structure):
         self.struct_size = ctypes.sizeof(_CompileOptions)
 
 
+# Argument types that are their own memo key (hashing a tuple hashes its items: a list inside
+# one raises TypeError, and the arguments are then frozen).
+_PLAIN_TYPES = (str, bytes, int, float, type(None), tuple)
+
+
+def _frozen(value):
+    """A hashable stand-in for one of compile's keyword arguments, equal for arguments that
+    encode to the same C struct (a list and a tuple of the same strings, say). TypeError for
+    what it cannot freeze."""
+    if value is None or isinstance(value, (str, bytes, int, float)):
+        return value
+    if isinstance(value, tuple):
+        return ("seq",) + tuple(_frozen(v) for v in value)
+    if isinstance(value, os.PathLike):
+        return ("path", os.fspath(value))
+    if hasattr(value, "items"):
+        return ("map",) + tuple((_frozen(k), _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ("seq",) + tuple(_frozen(v) for v in value)
+    raise TypeError(f"cannot freeze {type(value).__name__}")
+
+
 def _compile_options(keep, *, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
                      name_expression=None, max_cache_size=None):
     """kjit_compile's keyword arguments -> a _CompileOptions; what it points at goes in ``keep``."""
@@ -594,10 +616,14 @@ class Library:
 
     # First buffer sizes for out strings; a longer result is retried with the reported length.
     name_buffer_size = 512
-    path_buffer_size = 4096
+    path_buffer_size = 512
+    # Compile options encoded once per distinct set of keyword arguments (libkjit only reads
+    # them), so a hit does not build the C struct again; emptied when it holds this many.
+    _OPTIONS_MEMO_MAX = 256
 
     def __init__(self, path=None):
         cdll, self.path = _open_cdll(path)
+        self._options_memo = {}
         self._fn = {}
         for name, (restype, argtypes) in _PROTOTYPES.items():
             try:
@@ -685,12 +711,36 @@ class Library:
         """
         src = _text_bytes(source, "source", allow_bytes=True)
         kw = _text_bytes(keyword, "keyword")
-        keep = []  # everything the struct points at, alive until the call returns
+        opts = self._options_for(cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                                 include_paths=include_paths, headers=headers, name_expression=name_expression,
+                                 max_cache_size=max_cache_size)
+        path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
+        return os.fsdecode(path)
+
+    def _options_for(self, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
+                     name_expression=None, max_cache_size=None):
+        """The _CompileOptions for compile's keyword arguments: made once per distinct set and
+        kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
+        tuples of them) are the key as they are; lists, mappings and paths are frozen first;
+        what cannot be frozen (a generator, say) is encoded anew each time."""
+        key = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size)
+        try:
+            if not all(type(v) in _PLAIN_TYPES for v in key):
+                key = tuple(_frozen(v) for v in key)
+            made = self._options_memo.get(key)
+        except TypeError:
+            key, made = None, None
+        if made is not None:
+            return made[0]
+        keep = []  # everything the struct points at, alive as long as the struct is used
         opts = _compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                                 include_paths=include_paths, headers=headers, name_expression=name_expression,
                                 max_cache_size=max_cache_size)
-        path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
-        return os.fsdecode(path)
+        if key is not None:
+            if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
+                self._options_memo.clear()
+            self._options_memo[key] = (opts, keep)
+        return opts
 
     def compile_named(self, source, keyword, **options):
         """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
@@ -706,8 +756,7 @@ class Library:
                 raise TypeError(f"compile_named() got an unexpected keyword argument {name!r}")
         src = _text_bytes(source, "source", allow_bytes=True)
         kw = _text_bytes(keyword, "keyword")
-        keep = []
-        opts = _compile_options(keep, **options)
+        opts = self._options_for(**options)
         path_size, name_size = self.path_buffer_size, 256
         for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
             path, name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)

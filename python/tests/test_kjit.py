@@ -623,6 +623,26 @@ def test_compile_named_gives_path_and_name(tmp_path):
     assert status == kjit.Status.OK and error == ""
 
 
+def test_compile_options_are_encoded_once_per_distinct_set(tmp_path):
+    lib = kjit._lib()
+    options = ["-DX=1"]
+    first = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
+    assert lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=["-DX=1"]) is first
+    options.append("-DY=2")  # the same list, changed: another struct
+    second = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
+    assert second is not first and second.nvrtc_option_count == 2
+    # Through compile: a mapping of headers changed between calls compiles its new text.
+    src = '#include "v.h"\n__global__ void gemm(float *p) { p[0] = V; }\n'
+    headers = {"v.h": "#define V 1\n"}
+    one = kjit.compile(src, "gemm", headers=headers, cache_dir=tmp_path, arch="sm_90")
+    headers["v.h"] = "#define V 2\n"
+    two = kjit.compile(src, "gemm", headers=headers, cache_dir=tmp_path, arch="sm_90")
+    assert one != two
+    assert kjit.compile(src, "gemm", headers={"v.h": "#define V 1\n"}, cache_dir=tmp_path, arch="sm_90") == one
+    # Arguments that cannot be frozen still work (encoded each time).
+    assert kjit.compile(src, "gemm", headers=iter([("v.h", "#define V 2\n")]), cache_dir=tmp_path, arch="sm_90") == two
+
+
 def test_compile_batch_on_worker_processes(tmp_path):
     requests = [(_numbered(130 + i), "gemm") for i in range(3)]
     before = kjit.stats()
