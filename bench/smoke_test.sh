@@ -77,6 +77,10 @@ grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_
 leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
+# The trust scenario runs this program over 0.3.0's libkjit (bench/run.sh): it may need no symbol
+# version newer than 0.3.0's (KJIT_1.2), or the loader refuses it before main().
+newer=$(readelf --dyn-syms -W "$bin/kjit-bench" | grep -oE 'KJIT_1\.([3-9]|[1-9][0-9])' | sort -u || true)
+[ -z "$newer" ] || { echo "kjit-bench needs $newer, which 0.3.0's libkjit lacks: look such functions up with dlsym"; exit 1; }
 # Bad input: a clear message and a non-zero exit, never a crash.
 if "$bin/kjit-bench" --only nosuch > "$work/bad.txt" 2>&1; then echo "--only nosuch was accepted"; exit 1; fi
 grep -q 'nosuch' "$work/bad.txt"

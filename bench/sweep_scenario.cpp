@@ -30,6 +30,7 @@
 #include "kernel_loader.hpp"
 #include "kjit/kjit.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,6 +46,20 @@
 #include <thread>
 
 namespace kjit_bench {
+
+namespace {
+
+// kjit_compile_named (0.5), looked up at run time rather than linked: the trust scenario runs
+// this same program over 0.3.0's libkjit.so, whose loader would refuse a program that needs
+// version KJIT_1.4 before main() ran.
+using CompileNamedFn = decltype(&kjit_compile_named);
+CompileNamedFn compile_named_fn() {
+    static const CompileNamedFn fn = reinterpret_cast<CompileNamedFn>(::dlsym(RTLD_DEFAULT, "kjit_compile_named"));
+    if (!fn) fail("this libkjit has no kjit_compile_named (older than 0.5)");
+    return fn;
+}
+
+}  // namespace
 
 namespace {
 
@@ -259,7 +274,7 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                 });
                 measure(named, threads, [&](std::size_t u) {
                     char name[512];
-                    const kjit_status st = kjit_compile_named(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path,
+                    const kjit_status st = compile_named_fn()(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path,
                                                               nullptr, name, sizeof name, nullptr);
                     if (st != KJIT_OK) fail_kjit("kjit_compile_named (hit)", st);
                 });
