@@ -54,7 +54,7 @@ __all__ = [
     "load_library", "version", "version_string", "status_string", "last_error",
     "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
-    "load_cached", "stats", "SIDECAR_REJECTIONS",
+    "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
 ]
 
@@ -450,6 +450,8 @@ _OPTIONAL_PROTOTYPES = {
     "kjit_compile_named": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
                                           _BUF, ctypes.c_size_t, _SIZE_P, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.5
     "kjit_batch_result_kernel_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),  # 0.5
+    "kjit_compile_and_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
+                                             ctypes.POINTER(_P)]),  # 0.5
     "kjit_cache_summarize": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_CacheSummary), ctypes.POINTER(_P)]),
     "kjit_cache_arches_count": (ctypes.c_size_t, [_P]),
     "kjit_cache_arches_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
@@ -1076,6 +1078,28 @@ class Library:
             raise self._error(status, "kjit_load_cached")
         return Kernel(self, handle.value)
 
+    def compile_and_load(self, source, keyword, **options):
+        """:meth:`compile` then :meth:`load_cached` in one call (kjit_compile_and_load, libkjit
+        0.5): a :class:`Kernel` for ``source``, for code that asks for its kernel at every
+        launch. A repeat costs an ``lstat`` of the cubin and the loader's reuse of the loaded
+        library (while a Kernel of it is alive). Same keyword arguments as :meth:`compile`;
+        raises what :meth:`compile` and :meth:`load_cached` raise. With an older libkjit, it
+        calls those two."""
+        fn = self._fn.get("kjit_compile_and_load")
+        if fn is None:
+            return self.load_cached(self.compile(source, keyword, **options), keyword)
+        for name in options:
+            if name not in self._COMPILE_KEYWORDS:
+                raise TypeError(f"compile_and_load() got an unexpected keyword argument {name!r}")
+        src = _text_bytes(source, "source", allow_bytes=True)
+        kw = _text_bytes(keyword, "keyword")
+        opts = self._options_for(**options)
+        handle = _P()
+        status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
+        if status != Status.OK:
+            raise self._error(status, "kjit_compile_and_load")
+        return Kernel(self, handle.value)
+
 
 # --------------------------------------------------------------------------------------------
 # Kernel: an owned kjit_kernel* handle
@@ -1246,6 +1270,11 @@ def stats():
 def load_cached(cubin_path, keyword):
     """See :meth:`Library.load_cached`."""
     return _lib().load_cached(cubin_path, keyword)
+
+
+def compile_and_load(source, keyword, **options):
+    """See :meth:`Library.compile_and_load`; returns a :class:`Kernel`."""
+    return _lib().compile_and_load(source, keyword, **options)
 
 
 def cache_dir(cache_dir=None):

@@ -705,6 +705,21 @@ KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keywor
     });
 }
 
+KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keyword, const kjit_compile_options *options,
+                                           kjit_kernel **kernel) {
+    if (kernel) *kernel = nullptr;
+    return guarded("kjit_compile_and_load", [&]() -> kjit_status {
+        if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_and_load: kernel (the out handle) is NULL");
+        auto found = compile_request("kjit_compile_and_load", source, keyword, options);
+        if (!found) return fail(found.error());
+        auto loaded = kjit::KernelLoader::instance().load(found->cubin, keyword);
+        if (!loaded) return fail(loaded.error());
+        *kernel = new kjit_kernel(std::move(*loaded));
+        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
+        return KJIT_OK;
+    });
+}
+
 KJIT_API const char *kjit_kernel_name(const kjit_kernel *kernel) {
     return kernel ? kernel->handle.name().c_str() : nullptr;
 }

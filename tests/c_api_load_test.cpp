@@ -79,3 +79,50 @@ TEST(CApiLoad, ArgumentsAndErrors) {
     void *function = nullptr;
     EXPECT_EQ(kjit_kernel_cufunction(nullptr, &function), KJIT_ERROR_INVALID_ARGUMENT);
 }
+
+// kjit_compile_and_load: compile (or find) and load in one call; a repeat reuses the loaded
+// library (no driver load) while a handle to it is alive; each call's failure is its part's.
+TEST(CApiLoad, CompileAndLoadInOneCall) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    const auto driver_loads0 = fake_cuda().counters().library_loads;
+    kjit_kernel *first = nullptr;
+    ASSERT_EQ(kjit_compile_and_load(sources::kTemplateOne, "tmpl", &o, &first), KJIT_OK) << kjit_last_error();
+    ASSERT_NE(first, nullptr);
+    EXPECT_STREQ(kjit_kernel_name(first), "_Z4tmplILi4EEvPf");
+    EXPECT_STREQ(fake_cuda().kernel_name(kjit_kernel_cukernel(first)), "_Z4tmplILi4EEvPf");
+    char path[4096];
+    ASSERT_EQ(kjit_compile(sources::kTemplateOne, "tmpl", &o, path, sizeof path, nullptr), KJIT_OK);
+    EXPECT_STREQ(kjit_kernel_cubin_path(first), path);
+
+    const kjit_stats before = stats_now();
+    for (int i = 0; i < 3; ++i) {
+        kjit_kernel *again = nullptr;
+        ASSERT_EQ(kjit_compile_and_load(sources::kTemplateOne, "tmpl", &o, &again), KJIT_OK) << kjit_last_error();
+        EXPECT_NE(again, first);  // a handle per call
+        EXPECT_EQ(kjit_kernel_cukernel(again), kjit_kernel_cukernel(first));
+        kjit_kernel_release(again);
+    }
+    const kjit_stats after = stats_now();
+    EXPECT_EQ(after.load_reuses - before.load_reuses, 3u);
+    EXPECT_EQ(after.compile_hits - before.compile_hits, 3u);
+    EXPECT_EQ(after.nvrtc_compiles - before.nvrtc_compiles, 0u);
+    EXPECT_EQ(fake_cuda().counters().library_loads, driver_loads0 + 1);
+    kjit_kernel_release(first);
+
+    kjit_kernel *k = reinterpret_cast<kjit_kernel *>(1);
+    EXPECT_EQ(kjit_compile_and_load("__global__ void tmpl(float *p) { p[0] = nope; }\n", "tmpl", &o, &k),
+              KJIT_ERROR_COMPILE);
+    EXPECT_EQ(k, nullptr);
+    EXPECT_NE(std::string(kjit_last_error()).find("nope"), std::string::npos) << kjit_last_error();
+    EXPECT_EQ(kjit_compile_and_load(sources::kTemplateOne, "tmpl", &o, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_compile_and_load(nullptr, "tmpl", &o, &k), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("kjit_compile_and_load: source is NULL"), std::string::npos);
+    fake_cuda().set_device_sm(80);  // compiled for sm_90: the load's error
+    EXPECT_EQ(kjit_compile_and_load(sources::kTemplateOne, "tmpl", &o, &k), KJIT_ERROR_DRIVER);
+    fake_cuda().set_device_sm(90);
+    EXPECT_EQ(k, nullptr);
+}

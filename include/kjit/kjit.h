@@ -718,6 +718,27 @@ typedef struct kjit_kernel kjit_kernel;
 KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keyword, kjit_kernel **kernel);
 
 /**
+ * @brief kjit_compile() then kjit_load_cached() in one call: the kernel of `source`, found in the
+ *        cache (or compiled into it) and loaded, for callers that ask for their kernel at every
+ *        launch (since 0.5).
+ *
+ * A repeat costs the hit memo's check (one `lstat` of the cubin: docs/cache-layout.md, "The hit
+ * memo") and the loader's reuse of the library it already loaded (one `stat`, while a handle to
+ * it is alive): no sidecar read, no cubin read, no driver call.
+ *
+ * @param[in]  source, keyword, options As for kjit_compile().
+ * @param[out] kernel Receives a new handle on success, NULL on failure. Release each handle with
+ *                    kjit_kernel_release(); holding one keeps the library loaded, so that the
+ *                    next call reuses it.
+ * @return #KJIT_OK, or a failure's status as kjit_compile() gives it for the compile (e.g.
+ *         #KJIT_ERROR_COMPILE with the NVRTC log) and kjit_load_cached() for the load (e.g.
+ *         #KJIT_ERROR_DRIVER_UNAVAILABLE); #KJIT_ERROR_INVALID_ARGUMENT for a NULL `kernel`.
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keyword, const kjit_compile_options *options,
+                                           kjit_kernel **kernel);
+
+/**
  * @brief The mangled name of a loaded kernel.
  * @param[in] kernel A handle from kjit_load_cached(), or NULL.
  * @return NUL-terminated, owned by the handle, valid until it is released; NULL for a NULL handle.

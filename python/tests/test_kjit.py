@@ -623,6 +623,22 @@ def test_compile_named_gives_path_and_name(tmp_path):
     assert status == kjit.Status.OK and error == ""
 
 
+def test_compile_and_load_in_one_call(tmp_path):
+    src = "template <int N> __global__ void gemm(float *p) { p[0] = N; }\n"
+    with kjit.compile_and_load(src, "gemm", name_expression="gemm<9>", cache_dir=tmp_path, arch="sm_90") as k:
+        assert k.name == "_Z4gemmILi9EEvPf"
+        assert k.cubin_path == kjit.compile(src, "gemm", name_expression="gemm<9>", cache_dir=tmp_path, arch="sm_90")
+        before = kjit.stats()
+        with kjit.compile_and_load(src, "gemm", name_expression="gemm<9>", cache_dir=tmp_path, arch="sm_90") as again:
+            assert again.cukernel == k.cukernel
+        assert kjit.stats()["load_reuses"] - before["load_reuses"] == 1
+    with pytest.raises(kjit.CompileError):
+        kjit.compile_and_load("__global__ void gemm(float *p) { p[0] = nope; }", "gemm", cache_dir=tmp_path,
+                              arch="sm_90")
+    with pytest.raises(TypeError):
+        kjit.compile_and_load(src, "gemm", no_such_option=1)
+
+
 def test_compile_options_are_encoded_once_per_distinct_set(tmp_path):
     lib = kjit._lib()
     options = ["-DX=1"]
