@@ -92,6 +92,18 @@ Result<Root> open_root(const std::string &cache_dir) {
     return root;
 }
 
+void CacheLock::unlock() noexcept {
+    if (fd_.valid()) (void)::flock(fd_.get(), LOCK_UN);
+}
+
+CacheLock &CacheLock::operator=(CacheLock &&other) noexcept {
+    if (this != &other) {
+        unlock();
+        fd_ = std::move(other.fd_);
+    }
+    return *this;
+}
+
 Result<std::optional<CacheLock>> CacheLock::acquire(const Root &root, Wait wait) {
     const std::string path = root.path + "/" + kLockFile;
     const bool shared = folder_trust::shared(root.folder);

@@ -129,9 +129,20 @@ public:
     // Errors: io. With Wait::not_at_all, nullopt when another holds it.
     static Result<std::optional<CacheLock>> acquire(const Root &root, Wait wait);
 
+    CacheLock(CacheLock &&) noexcept = default;
+    CacheLock &operator=(CacheLock &&other) noexcept;
+    CacheLock(const CacheLock &) = delete;
+    CacheLock &operator=(const CacheLock &) = delete;
+    // Unlocks before the descriptor closes: a flock lives as long as any copy of its open file
+    // description, and a child forked between the open and the descriptor's registration
+    // (LockFd) keeps one the fork handler cannot close. Closing alone would leave the lock to
+    // that child, for its whole life.
+    ~CacheLock() { unlock(); }
+
 private:
     explicit CacheLock(LockFd fd) : fd_(std::move(fd)) {}
-    LockFd fd_;  // closing it releases the lock
+    void unlock() noexcept;
+    LockFd fd_;  // the locked lock file; empty once moved from
 };
 
 }  // namespace kjit::cache_maintenance

@@ -18,12 +18,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -1087,4 +1089,44 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     inv = maintenance::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     EXPECT_EQ(inv->entry_bytes, 0u);
+}
+
+// A child forked between the cache lock's open and the descriptor's registration keeps a copy of
+// it that the fork handler does not close; the lock was let go only when every copy closed, so
+// such a child held it for its whole life (and its own eviction waited on it for ever). The
+// release must not depend on other copies: here one is a dup() of the held descriptor.
+TEST(CacheLock, ReleasingItDoesNotWaitForOtherCopiesOfItsDescriptor) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
+    auto root = maintenance::open_root(cache);
+    ASSERT_TRUE(root.ok()) << root.error().message;
+    auto held = maintenance::CacheLock::acquire(*root, maintenance::CacheLock::Wait::until_free);
+    ASSERT_TRUE(held.ok() && held->has_value());
+    const std::string lock_path = root->path + "/.kjit-lock";
+    int copy = -1;
+    for (const std::string &name : list_dir("/proc/self/fd")) {
+        char target[4096] = {};
+        const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof target - 1);
+        if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == lock_path) copy = ::dup(std::stoi(name));
+    }
+    ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
+    auto try_lock = [&] {
+        const int fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+        const bool got = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+        if (fd >= 0) ::close(fd);
+        return got;
+    };
+    EXPECT_FALSE(try_lock()) << "the lock was not held";
+    held->reset();
+    EXPECT_TRUE(try_lock()) << "the lock lived on in another copy of its descriptor";
+    ::close(copy);
+    // Moved, it is released once, by its last owner.
+    auto again = maintenance::CacheLock::acquire(*root, maintenance::CacheLock::Wait::not_at_all);
+    ASSERT_TRUE(again.ok() && again->has_value());
+    std::optional<maintenance::CacheLock> moved = std::move(*again);
+    again->reset();
+    EXPECT_FALSE(try_lock()) << "a moved-from lock let go of the lock";
+    moved.reset();
+    EXPECT_TRUE(try_lock());
 }
