@@ -753,12 +753,7 @@ class Library:
         if fn is None:
             path = self.compile(source, keyword, **options)
             return Compiled(path, self.resolve_name(path, keyword))
-        for name in options:
-            if name not in self._COMPILE_KEYWORDS:
-                raise TypeError(f"compile_named() got an unexpected keyword argument {name!r}")
-        src = _text_bytes(source, "source", allow_bytes=True)
-        kw = _text_bytes(keyword, "keyword")
-        opts = self._options_for(**options)
+        src, kw, opts = self._compile_arguments("compile_named", source, keyword, options)
         path_size, name_size = self.path_buffer_size, 256
         for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
             path, name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
@@ -774,6 +769,15 @@ class Library:
 
     _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                          "max_cache_size")
+
+    def _compile_arguments(self, method, source, keyword, options):
+        """(source, keyword, options struct) for the C call of ``method``, which takes
+        :meth:`compile`'s keyword arguments as ``**options``. TypeError for an unknown one."""
+        for name in options:
+            if name not in self._COMPILE_KEYWORDS:
+                raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+        return (_text_bytes(source, "source", allow_bytes=True), _text_bytes(keyword, "keyword"),
+                self._options_for(**options))
 
     def compile_batch(self, requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT,
                       **options):
@@ -1088,12 +1092,7 @@ class Library:
         fn = self._fn.get("kjit_compile_and_load")
         if fn is None:
             return self.load_cached(self.compile(source, keyword, **options), keyword)
-        for name in options:
-            if name not in self._COMPILE_KEYWORDS:
-                raise TypeError(f"compile_and_load() got an unexpected keyword argument {name!r}")
-        src = _text_bytes(source, "source", allow_bytes=True)
-        kw = _text_bytes(keyword, "keyword")
-        opts = self._options_for(**options)
+        src, kw, opts = self._compile_arguments("compile_and_load", source, keyword, options)
         handle = _P()
         status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
         if status != Status.OK:

@@ -1104,12 +1104,7 @@ TEST(CacheLock, ReleasingItDoesNotWaitForOtherCopiesOfItsDescriptor) {
     auto held = maintenance::CacheLock::acquire(*root, maintenance::CacheLock::Wait::until_free);
     ASSERT_TRUE(held.ok() && held->has_value());
     const std::string lock_path = root->path + "/.kjit-lock";
-    int copy = -1;
-    for (const std::string &name : list_dir("/proc/self/fd")) {
-        char target[4096] = {};
-        const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof target - 1);
-        if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == lock_path) copy = ::dup(std::stoi(name));
-    }
+    const int copy = dup_of_descriptor_on(lock_path);
     ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
     auto try_lock = [&] {
         const int fd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);

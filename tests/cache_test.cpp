@@ -1505,12 +1505,7 @@ TEST(CompileLock, ReleasingTheLockDoesNotWaitForOtherCopiesOfItsDescriptor) {
     kjit::compile_lock::Waited waited;
     auto held = kjit::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
     ASSERT_TRUE(held.has_value());
-    int copy = -1;
-    for (const std::string &name : list_dir("/proc/self/fd")) {
-        char target[4096] = {};
-        const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof target - 1);
-        if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == lock_path) copy = ::dup(std::stoi(name));
-    }
+    const int copy = dup_of_descriptor_on(lock_path);
     ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
     ForeignHolder blocked(dir.file("cache"), key);
     EXPECT_FALSE(blocked.locked) << "the lock was not held";

@@ -204,4 +204,13 @@ std::vector<std::string> temp_files_in(const std::string &dir) {
     return temps;
 }
 
+int dup_of_descriptor_on(const std::string &path) {
+    for (const std::string &name : list_dir("/proc/self/fd")) {
+        char target[4096] = {};
+        const ssize_t n = ::readlink(("/proc/self/fd/" + name).c_str(), target, sizeof target - 1);
+        if (n > 0 && std::string(target, static_cast<std::size_t>(n)) == path) return ::dup(std::stoi(name));
+    }
+    return -1;
+}
+
 }  // namespace kjit_test

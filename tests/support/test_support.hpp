@@ -111,5 +111,8 @@ bool exists(const std::string &path);
 std::vector<std::string> list_dir(const std::string &dir);
 // Entry names in `dir` that are sidecar temp files (nothing should ever leave one behind).
 std::vector<std::string> temp_files_in(const std::string &dir);
+// A dup() of a descriptor this process has open on `path` (found in /proc/self/fd), as a child
+// forked at the wrong instant would hold one; -1 when none is open.
+int dup_of_descriptor_on(const std::string &path);
 
 }  // namespace kjit_test
