@@ -493,7 +493,6 @@ std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit
     return out;
 }
 
-
 // kjit_compile and kjit_compile_named: the request checked and compiled (or found).
 kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
                                                  const kjit_compile_options *options) {
@@ -560,7 +559,6 @@ KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keywo
         return copy_out(*resolved, name, name_size, name_len, "name");
     });
 }
-
 
 KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const kjit_compile_options *options,
                                   char *cubin_path, size_t cubin_path_size, size_t *cubin_path_len) {

@@ -7,7 +7,6 @@
 #include "log.hpp"
 #include "name_resolver.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <new>
@@ -80,17 +79,13 @@ Result<Found> Cache::compile(Request request) {
         log().debug("cache hit [{}] from the hit memo: {}", request.keyword, remembered->cubin);
         return std::move(*remembered);
     }
-    const bool relative_folders =
-        request.cache_dir.empty() || request.cache_dir[0] != '/' ||
-        std::any_of(request.include_paths.begin(), request.include_paths.end(),
-                    [](const std::string &p) { return p.empty() || p[0] != '/'; });
     const HitMemo::Proof proof = HitMemo::before_look_up();
     auto keyed = key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
     auto found = find(*keyed);
     if (!found) return std::move(found).error();
     Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
-    if (answer && memo_on) memo_.remember(digest, *keyed, relative_folders, *answer, proof);
+    if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
     return answer;
 }
 

@@ -8,6 +8,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -173,6 +174,9 @@ Result<KeyedRequest> key_request(Request request) {
     }
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
+    const auto relative = [](const std::string &p) { return p.empty() || p[0] != '/'; };
+    const bool relative_folders = relative(request.cache_dir) ||
+                                  std::any_of(request.include_paths.begin(), request.include_paths.end(), relative);
     auto cache_dir = absolute_folder(request.cache_dir);
     if (!cache_dir) return std::move(cache_dir).error();
     request.cache_dir = std::move(*cache_dir);
@@ -215,6 +219,7 @@ Result<KeyedRequest> key_request(Request request) {
     keyed.key = key_of(request);
     keyed.entry = cache_entry::folder_for(request.cache_dir, keyed.key);
     keyed.cubin = keyed.entry + "/" + cache_entry::kCubinFile;
+    keyed.uses_working_dir = relative_folders || !request.search.working_dir.empty();
     keyed.request = std::move(request);
     return keyed;
 }

@@ -72,6 +72,9 @@ struct KeyedRequest {
     std::string key;
     std::string entry;  // <cache>/<k0k1>/<key>
     std::string cubin;  // <entry>/kernel.cubin
+    // Whether the answer depends on the working directory: the request named a relative cache
+    // folder or include path (made absolute against it), or NVRTC may look files up in it.
+    bool uses_working_dir = false;
 };
 
 // Checks `request` and keys it: NVRTC's PCH options taken out (compiler::take_pch_options), no

@@ -19,14 +19,6 @@ namespace kjit::cache {
 
 namespace {
 
-// Whether `now` is the very file `then` identifies: same inode, size, and times to the
-// nanosecond.
-bool same_file(const struct stat &now, const FileIdentity &then) {
-    const FileIdentity id = FileIdentity::from_stat(now);
-    return id.dev == then.dev && id.ino == then.ino && id.size == then.size && id.mtime_sec == then.mtime_sec &&
-           id.mtime_nsec == then.mtime_nsec && id.ctime_sec == then.ctime_sec && id.ctime_nsec == then.ctime_nsec;
-}
-
 std::int64_t steady_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
@@ -99,7 +91,7 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
     if (cache_entry::retirements() != a.retirements) return std::nullopt;
     struct stat now {};
-    if (::lstat(a.found.cubin.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || !same_file(now, a.cubin)) {
+    if (::lstat(a.found.cubin.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || FileIdentity::from_stat(now) != a.cubin) {
         return std::nullopt;
     }
     if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
@@ -110,14 +102,13 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     return a.found;
 }
 
-void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, bool relative_folders, const Found &found,
-                       const Proof &proof) {
+void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof) {
     Answer a;
     a.found = found;
     // The very file the look-up proved the name for; an answer from a compile (no identity)
     // is remembered from its next look-up on.
     a.cubin = found.cubin_identity;
-    if (a.cubin.ino == 0 && a.cubin.dev == 0) return;
+    if (a.cubin == FileIdentity{}) return;
     if (a.cubin.mtime_nsec == 0) return;  // whole-second times: an edit may not show
     a.entry = found.cubin.substr(0, found.cubin.find_last_of('/'));
     a.reads_files = keyed.request.reads_files;
@@ -128,7 +119,7 @@ void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, bool rel
         a.source_key = keyed.key;
         if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
     }
-    if (relative_folders || !keyed.request.search.working_dir.empty()) {
+    if (keyed.uses_working_dir) {
         a.working_dir = working_dir_now();
         if (a.working_dir.empty()) return;
     }

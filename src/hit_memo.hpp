@@ -73,8 +73,7 @@ public:
     // Remembers `found`, the answer a full look-up of `keyed` just gave (raw request `digest`).
     // Nothing is remembered where it could not be served right later (the header watch cannot
     // vouch for the files the request reads). Thread safe.
-    void remember(const Digest &digest, const KeyedRequest &keyed, bool relative_folders, const Found &found,
-                  const Proof &proof);
+    void remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof);
 
     // Forgets everything (tests; a forked child renews the memo instead).
     void clear();
