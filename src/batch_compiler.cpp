@@ -37,6 +37,10 @@ struct Job {
     std::optional<Result<cache::Found>> result;
 };
 
+// Whether a miss's source includes anything (a `#include` in it): what NVRTC's PCH could
+// precompile, and what makes NVRTC compile one at a time within a process.
+bool includes_headers(const cache::Request &r) { return r.source.find("#include") != std::string::npos; }
+
 Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
 }
@@ -337,7 +341,7 @@ void Batch::choose_pch() {
     std::unordered_map<std::string, std::size_t> misses_of;
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         const cache::Request &r = jobs_[j].keyed.request;
-        if (r.source.find("#include") == std::string::npos) continue;
+        if (!includes_headers(r)) continue;
         texts[j] = cache::pch_texts(r);
         ++misses_of[texts[j]];
     }
@@ -390,7 +394,7 @@ Result<std::string> Batch::worker_helper(unsigned wanted) const {
         // no process start.
         const bool any_headers = std::any_of(jobs_.begin(), jobs_.end(), [](const Job &job) {
             const cache::Request &r = job.keyed.request;
-            return !r.headers.empty() || r.source.find("#include") != std::string::npos;
+            return !r.headers.empty() || includes_headers(r);
         });
         if (wanted < 2 || !any_headers) return std::string();
     }

@@ -126,10 +126,11 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
 }
 
 // The first variant of `source_key` that its variants file lists and that answers `request`
-// (look_up): hit, with the cubin's path in *cubin and its kernel's name in *name; foreign when one belongs to someone `folder`
-// does not trust (*why says who); else absent (none listed) or unusable (*why: the first's
-// reason). The one found goes first in the list, so the next lookup of this state of the files
-// tries it first: a write only when the files changed back to an earlier state.
+// (look_up): hit, with the cubin's path in *cubin, its kernel's name in *name and the cubin file
+// proved in *proven; foreign when one belongs to someone `folder` does not trust (*why says who);
+// else absent (none listed) or unusable (*why: the first's reason). The one found goes first in
+// the list, so the next lookup of this state of the files tries it first: a write only when the
+// files changed back to an earlier state.
 Lookup look_up_variants(const Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
                         Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
                         std::string *name, FileIdentity *proven, std::string *why) {
