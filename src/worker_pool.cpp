@@ -22,6 +22,7 @@
 #include <cstring>
 #include <thread>
 #include <utility>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -43,22 +44,20 @@ bool is_executable_file(const std::string &path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// The folder of the file that holds this code, made absolute.
+// The folder of the file that holds this code, made absolute: libkjit.so, else (linked
+// statically) the executable.
 std::string own_folder() {
+    const auto folder_of_real = [](const char *path) -> std::optional<std::string> {
+        std::unique_ptr<char, decltype(&std::free)> real(::realpath(path, nullptr), &std::free);
+        if (!real) return std::nullopt;
+        const std::string p(real.get());
+        return p.substr(0, p.rfind('/'));
+    };
     Dl_info info{};
     if (::dladdr(reinterpret_cast<void *>(&helper_path), &info) && info.dli_fname && *info.dli_fname) {
-        if (char *real = ::realpath(info.dli_fname, nullptr)) {
-            std::string path(real);
-            std::free(real);
-            return path.substr(0, path.rfind('/'));
-        }
+        if (auto folder = folder_of_real(info.dli_fname)) return *folder;
     }
-    if (char *real = ::realpath("/proc/self/exe", nullptr)) {
-        std::string path(real);
-        std::free(real);
-        return path.substr(0, path.rfind('/'));
-    }
-    return ".";
+    return folder_of_real("/proc/self/exe").value_or(".");
 }
 
 // How a reaped worker ended, from its wait status.
