@@ -4,6 +4,7 @@
 #include "defaults.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
+#include "nvrtc_probe.hpp"
 #include "filesystem.hpp"
 #include "worker_pool.hpp"
 
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -232,7 +234,7 @@ class Batch {
 public:
     Batch(const Options &options, std::size_t total)
         : cache_(cache::Cache::instance()), options_(options), total_(total), results_(total),
-          handed_out_(options.recency_refresh_ns) {}
+          handed_out_(options.recency_refresh_ns), cache_dir_of_item_(total) {}
 
     // 1. Looks every request up before compiling any: hits are answered at once, and identical
     //    requests (same entry: same cache folder and key) become one job.
@@ -269,6 +271,7 @@ private:
     std::vector<Job> jobs_;
     std::unordered_map<std::string, std::size_t> job_of_entry_;
     std::unordered_map<std::string, cache::Found> hit_of_entry_;
+    std::vector<std::string> cache_dir_of_item_;  // for the NVRTC records (results())
 };
 
 void Batch::finish(std::size_t item, Result<cache::Found> result) {
@@ -297,6 +300,7 @@ void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
             finish(i, std::move(keyed).error());
             continue;
         }
+        cache_dir_of_item_[i] = keyed->request.cache_dir;
         look_up(i, std::move(*keyed), files_seen);
     }
 }
@@ -441,7 +445,12 @@ std::vector<Result<cache::Found>> Batch::results() {
     handed_out_.refresh();
     std::vector<Result<cache::Found>> out;
     out.reserve(total_);
-    for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
+    std::set<std::string> answered_in;  // folders that passed the trust checks
+    for (std::size_t i = 0; i < total_; ++i) {
+        if (results_[i] && *results_[i]) answered_in.insert(cache_dir_of_item_[i]);
+        out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
+    }
+    for (const std::string &cache_dir : answered_in) nvrtc_probe::record(cache_dir);
     return out;
 }
 

@@ -6,6 +6,7 @@
 #include "include_scanner.hpp"
 #include "log.hpp"
 #include "name_resolver.hpp"
+#include "nvrtc_probe.hpp"
 
 #include <chrono>
 #include <exception>
@@ -86,6 +87,7 @@ Result<Found> Cache::compile(Request request) {
     if (!found) return std::move(found).error();
     Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
     if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
+    if (answer) nvrtc_probe::record(keyed->request.cache_dir);
     return answer;
 }
 
@@ -218,6 +220,10 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
                                           const std::vector<include_scanner::Dependency> &deps,
                                           compile_job::Runner *runner, double *seconds) {
     const Request &request = keyed.request;
+    // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
+    if (auto st = nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
+        return std::move(st).error();
+    }
     compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
     if (request.use_pch) {
         job.pch_identity = pch_identity(request, deps);

@@ -230,7 +230,7 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
     if (!root) return 0;
     for (const DirEntry &r : *root) {
         const std::string path = cache_dir + "/" + r.name;
-        if (starts_with(r.name, kUsageTempPrefix) && mtime_ns(r.st) < now_ns - kStaleTempNs) {
+        if (is_root_temp(r.name) && mtime_ns(r.st) < now_ns - kStaleTempNs) {
             if (::unlink(path.c_str()) == 0) ++removed;
             continue;
         }

@@ -1,6 +1,7 @@
 #include "cache_inventory.hpp"
 
 #include "compile_lock.hpp"
+#include "nvrtc_probe.hpp"
 
 #include "cache_entry.hpp"
 #include "fork_guard.hpp"
@@ -74,10 +75,15 @@ std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
 
 bool is_own_root_file(std::string_view name) {
     return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
-           name == compile_lock::kFileName;
+           name == compile_lock::kFileName || starts_with(name, nvrtc_probe::kRecordPrefix);
 }
 
 }  // namespace
+
+bool is_root_temp(std::string_view name) {
+    return starts_with(name, kUsageTempPrefix) ||
+           (starts_with(name, nvrtc_probe::kRecordPrefix) && name.find(".tmp-") != std::string_view::npos);
+}
 
 bool is_transit_name(std::string_view name) {
     return starts_with(name, cache_entry::kTempPrefix) || starts_with(name, cache_entry::kTrashPrefix);

@@ -5,6 +5,7 @@
 #include "filesystem.hpp"
 #include "hashing.hpp"
 #include "name_matcher.hpp"
+#include "nvrtc_probe.hpp"
 
 #include <xxhash.h>
 
@@ -209,9 +210,10 @@ Result<KeyedRequest> key_request(Request request) {
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
 
-    // NVRTC's build is in the key, so a lookup loads NVRTC too; checked last, so that a bad
-    // request says what is wrong with it even where there is no NVRTC.
-    auto nvrtc = compiler::nvrtc_identity();
+    // NVRTC's build is in the key: from the library loaded, or from the record of it in the
+    // cache folder, so that a look-up need not load NVRTC (nvrtc_probe.hpp). Checked last, so
+    // that a bad request says what is wrong with it even where there is no NVRTC.
+    auto nvrtc = nvrtc_probe::identity(request.cache_dir);
     if (!nvrtc) return std::move(nvrtc).error();
     request.nvrtc_identity = std::move(*nvrtc);
 

@@ -305,8 +305,8 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     if (!root) return std::move(root).error();
     for (const DirEntry &r : *root) {
         const std::string root_path = cache_dir + "/" + r.name;
-        if (starts_with(r.name, kUsageTempPrefix) && mtime_ns(r.st) < now - kStaleTempNs) {
-            Finding f = finding(root_path, Damage::stale_temp, "a usage record temp file left by a killed process");
+        if (is_root_temp(r.name) && mtime_ns(r.st) < now - kStaleTempNs) {
+            Finding f = finding(root_path, Damage::stale_temp, "a record's temp file left by a killed process");
             if (fix) {
                 f.fixed = ::unlink(root_path.c_str()) == 0 || errno == ENOENT;
                 f.action = "removed it";

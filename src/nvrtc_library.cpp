@@ -32,16 +32,17 @@ struct Loaded {
 // NVRTC change code generation, so the cache key needs more than major.minor. The folder is left
 // out, so the same toolkit installed elsewhere gives the same identity. (The text libkjit has
 // always put in keys and manifests: caches made while it linked NVRTC keep their keys.)
-std::string identity_of(const std::string &version, void *symbol) {
+// `*file` receives the library's path, links resolved (empty where dladdr cannot tell).
+std::string identity_of(const std::string &version, void *symbol, std::string *file) {
     std::string id = version;
     Dl_info info{};
     if (::dladdr(symbol, &info) == 0 || !info.dli_fname) return id + " unknown-build";
     char resolved[PATH_MAX];
-    const char *file = ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+    const std::string path(::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname);
     struct stat st {};
-    const std::string path(file);
     id += " " + path.substr(path.rfind('/') + 1);
-    if (::stat(file, &st) == 0) id += " " + std::to_string(st.st_size);
+    if (::stat(path.c_str(), &st) == 0) id += " " + std::to_string(st.st_size);
+    *file = path;
     return id;
 }
 
@@ -85,6 +86,10 @@ bool bind(void *handle, Fn &fn, const char *symbol, std::string &why) {
 // that was opened stays open even then: closing runs the library's destructors, and it may be
 // a library the process uses for something else.
 bool open_one(const std::string &file, Api &a, std::string &why) {
+    if (void *mapped = ::dlopen(file.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+        a.preexisting = true;
+        ::dlclose(mapped);
+    }
     void *handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *e = ::dlerror();
@@ -110,7 +115,7 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
         return false;
     }
     a.library = file;
-    a.identity = identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion));
+    a.identity = identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion), &a.file);
     preload_builtins(a);
     return true;
 }
@@ -118,19 +123,12 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
 #undef KJIT_BIND
 
 Loaded open_library() {
-    const std::string name = "libnvrtc.so." + std::to_string(kMajor);
+    const std::string name = library_name();
     const char *env = std::getenv("KJIT_LIBNVRTC");
     const bool from_env = env && *env;
-    std::vector<std::string> candidates;
-    if (from_env) {
-        candidates.emplace_back(env);  // pinned: nothing else, so a test or deployment can rule NVRTC out
-    } else {
-        candidates.push_back(name);                            // LD_LIBRARY_PATH, ldconfig's cache, ...
-        candidates.push_back(std::string(KJIT_NVRTC_DIR) + "/" + name);  // the toolkit the build used
-    }
     Loaded loaded;
     std::string tried;
-    for (const std::string &file : candidates) {
+    for (const std::string &file : candidates()) {
         Api a;
         std::string why;
         if (open_one(file, a, why)) {
@@ -142,7 +140,7 @@ Loaded open_library() {
         tried += "dlopen(\"" + file + "\")" + (from_env ? " (from KJIT_LIBNVRTC) " : " ") + why;
     }
     loaded.error = "no usable NVRTC: " + tried + ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
-                   ", also for a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
+                   ", also to key a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
                    "NVRTC (" + name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
                    "-<minor> package, or the nvidia-cuda-nvrtc wheel for Python) or set KJIT_LIBNVRTC to the path "
                    "of its " + name;
@@ -166,6 +164,21 @@ void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
 [[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_open_mutex_in_forked_child);
 
 }  // namespace
+
+std::string library_name() { return "libnvrtc.so." + std::to_string(kMajor); }
+
+std::vector<std::string> candidates() {
+    const char *env = std::getenv("KJIT_LIBNVRTC");
+    if (env && *env) return {env};  // pinned: nothing else, so a test or deployment can rule NVRTC out
+    const std::string name = library_name();
+    // LD_LIBRARY_PATH, ldconfig's cache, ...; then the toolkit the build used.
+    return {name, std::string(KJIT_NVRTC_DIR) + "/" + name};
+}
+
+const Api *opened() {
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    return published && published->error.empty() ? &published->api : nullptr;
+}
 
 Result<const Api *> api() {
     const Loaded *published = loaded_slot.load(std::memory_order_acquire);

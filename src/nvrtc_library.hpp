@@ -21,6 +21,7 @@
 #include <nvrtc.h>
 
 #include <string>
+#include <vector>
 
 namespace kjit::nvrtc_library {
 
@@ -39,6 +40,8 @@ struct Api {
     decltype(&::nvrtcGetLoweredName) nvrtcGetLoweredName = nullptr;
 
     std::string library;   // what dlopen was given, as the messages name it
+    std::string file;      // the file it opened, links resolved (realpath)
+    bool preexisting = false;  // dlopen returned a library something else had mapped already
     std::string version;   // "13.0", from nvrtcVersion
     std::string identity;  // compiler::nvrtc_identity()'s text for this library
 };
@@ -48,5 +51,16 @@ struct Api {
 // own error, a missing entry point, another major version) and what to do: install the CUDA
 // toolkit's NVRTC or point KJIT_LIBNVRTC at a libnvrtc.so.<major>.
 Result<const Api *> api();
+
+// The API when api() has already opened one in this process, else nullptr; never opens
+// anything (the NVRTC probe asks whether the identity can be had without loading). Thread safe.
+const Api *opened();
+
+// What api() hands dlopen, in order: `$KJIT_LIBNVRTC` alone when set, else the bare name
+// (the dynamic linker's search) and the path in the build's toolkit folder.
+std::vector<std::string> candidates();
+
+// The bare name api() looks for by the dynamic linker's search: "libnvrtc.so.<major>".
+std::string library_name();
 
 }  // namespace kjit::nvrtc_library

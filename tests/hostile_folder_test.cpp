@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 using namespace kjit_test;
@@ -96,7 +97,12 @@ TEST(HostileFolders, CacheFolderThatIsALinkToOurOwnFolderWorks) {
     std::string cubin;
     ASSERT_EQ(compile_into(dir.file("link"), &cubin), KJIT_OK) << kjit_last_error();
     EXPECT_EQ(resolved(cubin), kName);
-    EXPECT_EQ(list_dir(real).size(), 3u);  // the shard, the cache lock and the compile lock, nothing else
+    // The shard, the cache lock, the compile lock and the NVRTC record, nothing else.
+    const std::vector<std::string> names = list_dir(real);
+    ASSERT_EQ(names.size(), 4u);
+    EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                            [](const std::string &n) { return n.rfind(".kjit-nvrtc-", 0) == 0; }),
+              1);
 }
 
 TEST(HostileFolders, WorldWritableCacheFolderIsRefused) {

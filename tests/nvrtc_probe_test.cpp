@@ -1,0 +1,212 @@
+// The NVRTC probe (src/nvrtc_probe.hpp): a process that only hits takes NVRTC's identity from
+// the record a process that loaded NVRTC left in the cache folder, and never maps NVRTC; any
+// change to what the dynamic linker would find, and any record that is not this user's or not
+// whole, makes it load NVRTC; a record that was wrong all the same costs one failed compile,
+// never a cubin under another NVRTC's key. Each step runs in a fresh process (probe_worker),
+// since libkjit keeps NVRTC, once loaded, for the life of the process.
+#include "kjit/kjit.h"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace kjit_test;
+
+namespace {
+
+// What a probe_worker run printed: "status" (the last one), "path", "name", "error", "nvrtc";
+// "status1" holds the first status when the worker was asked to retry.
+using Lines = std::map<std::string, std::string>;
+const std::string kOk = std::to_string(KJIT_OK);
+
+// Runs probe_worker CACHE N [retry] with `env` ("NAME=value ...", may be empty) in front.
+Lines run_worker(const std::string &cache, int n, const std::string &env = "", bool retry = false) {
+    const char *worker = std::getenv("KJIT_PROBE_WORKER");
+    if (!worker) ADD_FAILURE() << "KJIT_PROBE_WORKER is not set";
+    const std::string command = "env " + env + " '" + (worker ? worker : "") + "' '" + cache + "' " +
+                                std::to_string(n) + (retry ? " retry" : "") + " 2>&1";
+    Lines lines;
+    FILE *out = ::popen(command.c_str(), "r");
+    if (!out) {
+        ADD_FAILURE() << "cannot run " << command;
+        return lines;
+    }
+    char buffer[8192];
+    std::string all;
+    while (std::fgets(buffer, sizeof buffer, out)) {
+        std::string line(buffer);
+        all += line;
+        if (!line.empty() && line.back() == '\n') line.pop_back();
+        const std::size_t space = line.find(' ');
+        const std::string key = line.substr(0, space);
+        const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+        if (key == "status" && lines.count("status")) lines["status1"] = lines["status"];
+        lines[key] = value;
+    }
+    lines["all"] = all;
+    EXPECT_EQ(::pclose(out), 0) << all;
+    return lines;
+}
+
+// The NVRTC records in `cache` (file names).
+std::vector<std::string> records_in(const std::string &cache) {
+    std::vector<std::string> records;
+    for (const std::string &name : list_dir(cache)) {
+        if (name.rfind(".kjit-nvrtc-", 0) == 0 && name.find(".tmp-") == std::string::npos) records.push_back(name);
+    }
+    return records;
+}
+
+std::string only_record(const std::string &cache) {
+    const std::vector<std::string> records = records_in(cache);
+    EXPECT_EQ(records.size(), 1u);
+    return records.empty() ? "" : cache + "/" + records.front();
+}
+
+class NvrtcProbe : public ::testing::Test {
+protected:
+    TempDir dir;
+    std::string cache = dir.file("cache");
+};
+
+TEST_F(NvrtcProbe, AProcessThatOnlyHitsNeverMapsNvrtc) {
+    const Lines first = run_worker(cache, 1);
+    ASSERT_EQ(first.at("status"), kOk) << first.at("all");
+    EXPECT_EQ(first.at("nvrtc"), "mapped");
+    const std::string record = only_record(cache);
+    const std::string text = read_file(record);
+    EXPECT_NE(text.find("\nidentity "), std::string::npos) << text;
+    EXPECT_NE(text.find("/libnvrtc."), std::string::npos) << text;
+
+    const Lines hit = run_worker(cache, 1);
+    ASSERT_EQ(hit.at("status"), kOk) << hit.at("all");
+    EXPECT_EQ(hit.at("path"), first.at("path"));
+    EXPECT_EQ(hit.at("name"), "_Z4gemmILi1EEvPf");
+    EXPECT_EQ(hit.at("nvrtc"), "absent") << "a process that only hits loaded NVRTC";
+    EXPECT_EQ(read_file(record), text) << "a valid record was rewritten";
+
+    // A miss in such a process loads NVRTC then, and compiles under the same identity.
+    const Lines miss = run_worker(cache, 2);
+    ASSERT_EQ(miss.at("status"), kOk) << miss.at("all");
+    EXPECT_EQ(miss.at("nvrtc"), "mapped");
+    EXPECT_EQ(miss.at("name"), "_Z4gemmILi2EEvPf");
+}
+
+TEST_F(NvrtcProbe, AChangeInAFolderTheLinkerSearchesLoadsNvrtc) {
+    const std::string libs = dir.file("libs");
+    ASSERT_EQ(::mkdir(libs.c_str(), 0755), 0);
+    const std::string env = "LD_LIBRARY_PATH=" + libs;
+    ASSERT_EQ(run_worker(cache, 1, env).at("status"), kOk);
+    ASSERT_EQ(run_worker(cache, 1, env).at("nvrtc"), "absent");
+
+    // Another library appearing there could be a libnvrtc.so that the search now finds first.
+    write_file(libs + "/libother.so", "not a library");
+    const Lines after = run_worker(cache, 1, env);
+    ASSERT_EQ(after.at("status"), kOk) << after.at("all");
+    EXPECT_EQ(after.at("nvrtc"), "mapped");
+    // ... and that process wrote the record again for the folder as it is now.
+    EXPECT_EQ(run_worker(cache, 1, env).at("nvrtc"), "absent");
+
+    // A glibc-hwcaps subfolder is searched before its folder.
+    ASSERT_EQ(::mkdir((libs + "/glibc-hwcaps").c_str(), 0755), 0);
+    ASSERT_EQ(run_worker(cache, 1, env).at("nvrtc"), "mapped");
+    ASSERT_EQ(run_worker(cache, 1, env).at("nvrtc"), "absent");
+    ASSERT_EQ(::mkdir((libs + "/glibc-hwcaps/x86-64-v3").c_str(), 0755), 0);
+    EXPECT_EQ(run_worker(cache, 1, env).at("nvrtc"), "mapped");
+
+    // Another search path is another context, with a record of its own.
+    EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "mapped");
+    EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "absent");
+    EXPECT_EQ(records_in(cache).size(), 2u);
+}
+
+TEST_F(NvrtcProbe, ARewrittenLibraryLoadsNvrtc) {
+    // A copy of the toolkit's NVRTC with its builtins, pinned by KJIT_LIBNVRTC.
+    const std::string from = KJIT_TOOLKIT_NVRTC;
+    const std::string lib = dir.file(from.substr(from.rfind('/') + 1));
+    const std::string folder = from.substr(0, from.rfind('/'));
+    ASSERT_EQ(std::system(("cp '" + from + "' '" + lib + "' && cp '" + folder + "'/libnvrtc-builtins.so.* '" +
+                           dir.path() + "/'")
+                              .c_str()),
+              0);
+    const std::string env = "KJIT_LIBNVRTC=" + lib;
+    const Lines first = run_worker(cache, 1, env);
+    ASSERT_EQ(first.at("status"), kOk) << first.at("all");
+    ASSERT_EQ(run_worker(cache, 1, env).at("nvrtc"), "absent");
+
+    // The same bytes and size, so the same identity and the same entry; but the file changed.
+    ASSERT_EQ(std::system(("touch '" + lib + "'").c_str()), 0);
+    const Lines after = run_worker(cache, 1, env);
+    ASSERT_EQ(after.at("status"), kOk) << after.at("all");
+    EXPECT_EQ(after.at("nvrtc"), "mapped");
+    EXPECT_EQ(after.at("path"), first.at("path"));
+}
+
+TEST_F(NvrtcProbe, ARecordThatIsNotThisUsersOrNotWholeIsNotUsed) {
+    ASSERT_EQ(run_worker(cache, 1).at("status"), kOk);
+    const std::string record = only_record(cache);
+    const std::string text = read_file(record);
+
+    // Another user's record (a file they made, renamed into place).
+    if (::geteuid() == 0) {
+        ASSERT_EQ(::chown(record.c_str(), 65534, 65534), 0);
+        EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "mapped");
+        EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "absent") << "the user's own record was not written back";
+    }
+    // Cut short, an unknown line, a relative watched path, no identity, text after the end.
+    const std::vector<std::string> damaged = {
+        text.substr(0, text.size() / 2),
+        text + "extra\n",
+        text.substr(0, text.find("\nwatch ") + 1) + "watch absent relative/path\n" +
+            text.substr(text.find("\nwatch ") + 1),
+        text.substr(0, text.find("\nidentity ") + 1) + "end\n",
+        text + "end\n",
+    };
+    for (const std::string &bad : damaged) {
+        write_file(record, bad);
+        const Lines run = run_worker(cache, 1);
+        EXPECT_EQ(run.at("status"), kOk) << run.at("all");
+        EXPECT_EQ(run.at("nvrtc"), "mapped") << "a damaged record was used:\n" << bad;
+        EXPECT_EQ(read_file(record), text) << "the damaged record was not replaced";
+    }
+    // A link in its place is not followed.
+    const std::string elsewhere = dir.file("elsewhere");
+    write_file(elsewhere, text);
+    ASSERT_EQ(::unlink(record.c_str()), 0);
+    ASSERT_EQ(::symlink(elsewhere.c_str(), record.c_str()), 0);
+    EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "mapped");
+}
+
+TEST_F(NvrtcProbe, AWrongRecordFailsOneCompileAndNeverStoresUnderItsKey) {
+    ASSERT_EQ(run_worker(cache, 1).at("status"), kOk);
+    const std::string record = only_record(cache);
+    std::string text = read_file(record);
+    const std::size_t at = text.find("\nidentity ");
+    ASSERT_NE(at, std::string::npos);
+    const std::size_t end = text.find('\n', at + 1);
+    const std::string real = text.substr(at + 10, end - at - 10);
+    text = text.substr(0, at) + "\nidentity 13.0 libnvrtc.so.13 1" + text.substr(end);
+    write_file(record, text);
+
+    // The forged identity keys a miss; the compile loads NVRTC, which says otherwise.
+    const Lines run = run_worker(cache, 3, "", true);
+    EXPECT_EQ(run.at("status1"), std::to_string(KJIT_ERROR_NVRTC)) << run.at("all");
+    EXPECT_NE(run.at("all").find("retry the compile"), std::string::npos) << run.at("all");
+    EXPECT_EQ(run.at("status"), kOk) << "the retry in the same process failed: " << run.at("all");
+    // The record is the real one again, and the retry's cubin is where a fresh process finds it.
+    EXPECT_NE(read_file(only_record(cache)).find("\nidentity " + real + "\n"), std::string::npos);
+    const Lines fresh = run_worker(cache, 3);
+    EXPECT_EQ(fresh.at("path"), run.at("path"));
+    EXPECT_EQ(fresh.at("nvrtc"), "absent");
+}
+
+}  // namespace
