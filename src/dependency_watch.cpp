@@ -256,6 +256,20 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
     return generation;
 }
 
+std::optional<std::uint64_t> arm_file(const std::string &path) {
+    include_scanner::Dependency file;
+    file.path = path;
+    return arm({file});
+}
+
+bool still_at(std::uint64_t generation) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.fd < 0 || turned_off()) return false;
+    drain(s);
+    return s.fd >= 0 && s.generation == generation;
+}
+
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,
               std::uint64_t generation) {
     State &s = *the_state;

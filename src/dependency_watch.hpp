@@ -53,6 +53,17 @@ bool proven(const std::string &entry, const struct stat &entry_st, std::string_v
 // for them (see above), and then nothing is to be remembered.
 std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps);
 
+// Watches the file at `path` (absolute) and every folder on its path, as arm() watches a
+// dependency (the hit memo's cubins). Returns the generation before the watches were placed:
+// the caller then proves the file as it wants it (an lstat) and, while still_at() that
+// generation, knows it unchanged, renamed, replaced or removed by nobody. Nothing where the
+// watch cannot vouch for it.
+std::optional<std::uint64_t> arm_file(const std::string &path);
+
+// Whether no event that matters came since `generation` was current (reads the queue first:
+// one non-blocking read). False where the watch is off or broken.
+bool still_at(std::uint64_t generation);
+
 // After the check passed: the entry is proven until the next event.
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,
               std::uint64_t generation);

@@ -90,14 +90,25 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     const Answer &a = it->second;
     if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
     if (cache_entry::retirements() != a.retirements) return std::nullopt;
-    struct stat now {};
-    if (::lstat(a.found.cubin.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || FileIdentity::from_stat(now) != a.cubin) {
-        return std::nullopt;
-    }
     if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
     if (a.reads_files) {
         if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
         *by_watch = true;
+    }
+    const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
+    if (watched != 0 && dependency_watch::still_at(watched)) {
+        answers_by_watch_.fetch_add(1, std::memory_order_relaxed);
+        return a.found;
+    }
+    const auto unchanged = [&] {
+        struct stat now {};
+        return ::lstat(a.found.cubin.c_str(), &now) == 0 && S_ISREG(now.st_mode) && FileIdentity::from_stat(now) == a.cubin;
+    };
+    if (!unchanged()) return std::nullopt;
+    // Proven by the lstat: watch the cubin for the next repeats. The watch goes first and the
+    // file is proven again after it, so no change slips between the two.
+    if (const std::optional<std::uint64_t> armed = dependency_watch::arm_file(a.found.cubin); armed && unchanged()) {
+        a.cubin_watched.generation.store(*armed, std::memory_order_release);
     }
     return a.found;
 }

@@ -4,12 +4,17 @@
 // keying, no trust checks, no sidecar read. Never where something could have changed the answer
 // (docs/cache-layout.md, "The hit memo"); at every repeat:
 //
-//   - The cubin: one lstat, which must find the very file the full look-up proved (device,
-//     inode, size, mtime and ctime to the nanosecond). A removed entry (eviction, prune, clear,
-//     rm), a replaced or rewritten cubin, even one touched, is looked up in full. A cubin whose
-//     mtime has no sub-second part (a file system or copy that keeps whole seconds, where an
-//     edit within the second cannot show) is never remembered, as the name resolver trusts no
-//     sidecar for it without hashing.
+//   - The cubin: the very file the full look-up proved (device, inode, size, mtime and ctime to
+//     the nanosecond). A removed entry (eviction, prune, clear, rm), a replaced or rewritten
+//     cubin, even one touched, is looked up in full. Proven by one lstat at the first repeat,
+//     which then also watches the cubin and every folder on its path (dependency_watch.hpp's
+//     inotify watch, placed before a second lstat that must agree); later repeats read the
+//     watch's queue instead (one non-blocking read: a change that finished before the call
+//     always shows there), and after any event that matters go back to the lstat. Where the
+//     watch cannot vouch (network or FUSE file systems, KJIT_WATCH_HEADERS=0, no inotify),
+//     every repeat takes the lstat. A cubin whose mtime has no sub-second part (a file system
+//     or copy that keeps whole seconds, where an edit within the second cannot show) is never
+//     remembered, as the name resolver trusts no sidecar for it without hashing.
 //   - The files the request may read (include paths, the working directory): proven unchanged
 //     by the header watch (dependency_watch.hpp), one non-blocking read of the inotify queue;
 //     where the watch cannot vouch for them, the answer is not remembered.
@@ -30,6 +35,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <shared_mutex>
@@ -81,13 +87,27 @@ public:
     void renew_in_forked_child();
 
     std::size_t size() const;
+    // How many answers the cubin's watch proved without an lstat (tests, the bench).
+    std::uint64_t answers_by_watch() const { return answers_by_watch_.load(std::memory_order_relaxed); }
 
 private:
     struct DigestHash {
         std::size_t operator()(const Digest &d) const { return static_cast<std::size_t>(d.low); }
     };
+    // The watch generation that proves an answer's cubin (0: none yet), set by a recall under
+    // the shared lock; copied like a plain number.
+    struct WatchedAt {
+        mutable std::atomic<std::uint64_t> generation{0};
+        WatchedAt() = default;
+        WatchedAt(const WatchedAt &o) : generation(o.generation.load(std::memory_order_relaxed)) {}
+        WatchedAt &operator=(const WatchedAt &o) {
+            generation.store(o.generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
+            return *this;
+        }
+    };
     struct Answer {
         Found found;
+        WatchedAt cubin_watched;   // the cubin's watch, armed at the first repeat
         FileIdentity cubin;        // the cubin as the look-up proved it
         std::string entry;         // the entry folder, for the header watch
         struct stat entry_st {};   // as the look-up saw it
@@ -100,6 +120,7 @@ private:
 
     std::int64_t revalidate_ns_ = kRevalidateNs;
     mutable std::shared_mutex mutex_;
+    mutable std::atomic<std::uint64_t> answers_by_watch_{0};
     std::unordered_map<Digest, Answer, DigestHash> answers_;
 };
 

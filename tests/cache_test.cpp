@@ -1583,14 +1583,35 @@ TEST(HitMemo, AnyChangeToTheCubinIsLookedUpInFull) {
              write_file(c + ".copy", read_file(c));
              ASSERT_EQ(::rename((c + ".copy").c_str(), c.c_str()), 0);
          }},
+        {"the entry folder moved away, as eviction does before deleting it",
+         [](const std::string &c) {
+             const std::string entry = c.substr(0, c.rfind('/'));
+             ASSERT_EQ(::rename(entry.c_str(), (entry + ".gone").c_str()), 0);
+         }},
+        {"the shard folder moved away",
+         [](const std::string &c) {
+             const std::string entry = c.substr(0, c.rfind('/'));
+             const std::string shard = entry.substr(0, entry.rfind('/'));
+             ASSERT_EQ(::rename(shard.c_str(), (shard + ".gone").c_str()), 0);
+         }},
     };
+    // Each change at the first repeat (proven by an lstat), then after repeats the cubin's
+    // watch served (proven by reading the watch's queue).
+    for (const bool watched : {false, true})
     for (const Change &change : changes) {
-        SCOPED_TRACE(change.what);
+        SCOPED_TRACE(std::string(change.what) + (watched ? ", after repeats the watch served" : ", at the first repeat"));
         TempDir dir;
         MemoCache m;
         const Request r = base_request(dir.file("cache"));
         const std::string path = miss_then_hit(m.cache, r);
         const std::string good = read_file(path);
+        if (watched) {
+            const auto by_watch = m.cache.hit_memo().answers_by_watch();
+            for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
+            if (kjit::dependency_watch::stats().usable) {
+                EXPECT_EQ(m.cache.hit_memo().answers_by_watch(), by_watch + 2) << "the watch did not serve";
+            }
+        }
         change.make(path);
         const auto answers = m.answers();
         EXPECT_EQ(compile_ok(m.cache, r), path);
