@@ -262,11 +262,11 @@ std::optional<std::uint64_t> arm_file(const std::string &path) {
     return arm({file});
 }
 
-bool still_at(std::uint64_t generation) {
+bool still_at(std::uint64_t generation, bool read_queue) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.fd < 0 || turned_off()) return false;
-    drain(s);
+    if (s.fd < 0 || (read_queue && turned_off())) return false;  // else proven() just asked
+    if (read_queue) drain(s);
     return s.fd >= 0 && s.generation == generation;
 }
 

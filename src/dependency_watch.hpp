@@ -60,9 +60,10 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
 // watch cannot vouch for it.
 std::optional<std::uint64_t> arm_file(const std::string &path);
 
-// Whether no event that matters came since `generation` was current (reads the queue first:
-// one non-blocking read). False where the watch is off or broken.
-bool still_at(std::uint64_t generation);
+// Whether no event that matters came since `generation` was current (reads the queue first,
+// one non-blocking read, unless the caller just did through proven()). False where the watch
+// is off or broken.
+bool still_at(std::uint64_t generation, bool read_queue = true);
 
 // After the check passed: the entry is proven until the next event.
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,

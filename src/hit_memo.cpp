@@ -6,7 +6,6 @@
 #include "fork_guard.hpp"
 
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
 #include <chrono>
@@ -31,26 +30,33 @@ std::string working_dir_now() {
     return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
 }
 
-// Each field with its length first, so that no two requests hash the same bytes.
+// Each field with its length first, so that no two requests hash the same bytes. The fields
+// are laid end to end in a buffer of the thread's and hashed in one call: XXH3's streaming
+// interface costs more per field than these few bytes do.
 class FieldHasher {
 public:
-    FieldHasher() { XXH3_128bits_reset(&state_); }
+    FieldHasher() : bytes_(buffer()) { bytes_.clear(); }
     void field(std::string_view s) {
-        const std::uint64_t n = s.size();
-        XXH3_128bits_update(&state_, &n, sizeof n);
-        XXH3_128bits_update(&state_, s.data(), s.size());
+        count(s.size());
+        bytes_.append(s.data(), s.size());
     }
     void count(std::size_t n) {
         const std::uint64_t v = n;
-        XXH3_128bits_update(&state_, &v, sizeof v);
+        bytes_.append(reinterpret_cast<const char *>(&v), sizeof v);
     }
     HitMemo::Digest digest() {
-        const XXH128_hash_t h = XXH3_128bits_digest(&state_);
+        const XXH128_hash_t h = XXH3_128bits(bytes_.data(), bytes_.size());
+        if (bytes_.capacity() > kKeptCapacity) std::string().swap(bytes_);  // a huge source's buffer is not kept
         return HitMemo::Digest{h.low64, h.high64};
     }
 
 private:
-    XXH3_state_t state_;
+    static constexpr std::size_t kKeptCapacity = 1 << 20;
+    static std::string &buffer() {
+        thread_local std::string bytes;
+        return bytes;
+    }
+    std::string &bytes_;
 };
 
 }  // namespace
@@ -96,7 +102,8 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
         *by_watch = true;
     }
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
-    if (watched != 0 && dependency_watch::still_at(watched)) {
+    // A request that reads files had the queue read just now, by proven().
+    if (watched != 0 && dependency_watch::still_at(watched, /*read_queue=*/!a.reads_files)) {
         answers_by_watch_.fetch_add(1, std::memory_order_relaxed);
         return a.found;
     }
