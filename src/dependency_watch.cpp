@@ -27,6 +27,7 @@ constexpr std::uint32_t kFolderMask =
     IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD;
 // Bounds on what is remembered (a long-lived process may look up any number of entries).
 constexpr std::size_t kMaxRemembered = 1u << 16;
+constexpr std::size_t kMaxCheckedFiles = 1u << 18;
 
 // File systems whose every change, by any process of this machine, raises inotify events, and
 // that no other machine writes to (statfs f_type; linux/magic.h). NFS, CIFS/SMB, FUSE, Ceph,
@@ -73,6 +74,10 @@ struct State {
         std::unordered_set<std::string> names;
     };
     std::unordered_map<int, Interest> interest;
+    // Folders found missing since the last change (their parent's watch sees them appear).
+    std::unordered_set<std::string> missing;
+    // Files a check found as their record says, since the last change: path -> that record.
+    std::unordered_map<std::string, include_scanner::Dependency> checked;
     std::unordered_map<std::string, Remembered> remembered;   // by entry folder
     std::unordered_map<std::string, std::string> variants;    // variants file -> entry folder
 };
@@ -148,6 +153,8 @@ void drain(State &s) {
         s.watched.clear();
         s.covered.clear();
         s.interest.clear();
+        s.missing.clear();
+        s.checked.clear();
     }
 }
 
@@ -169,9 +176,15 @@ Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_
         *wd = it->second;
         return Watched::yes;
     }
+    if (s.missing.count(path)) return Watched::missing;
     if (check_file_system) {
         struct statfs fs {};
-        if (::statfs(path.c_str(), &fs) != 0) return errno == ENOENT || errno == ENOTDIR ? Watched::missing : Watched::no;
+        if (::statfs(path.c_str(), &fs) != 0) {
+            if (errno != ENOENT && errno != ENOTDIR) return Watched::no;
+            // Only folders are looked up here; one that appears shows in its parent's watch.
+            s.missing.insert(path);
+            return Watched::missing;
+        }
         if (!sees_every_change(static_cast<long>(fs.f_type))) {
             log().debug("header watch: '{}' is on a file system whose changes inotify may not see (type {:#x}): "
                         "hits check its files every time",
@@ -212,6 +225,12 @@ bool watch_folders(State &s, const std::string &folder, std::string name) {
     return true;
 }
 
+// Whether `a` and `b` record the same state of one file.
+bool same_record(const include_scanner::Dependency &a, const include_scanner::Dependency &b) {
+    return a.exists == b.exists && (!a.exists || (a.size == b.size && a.mtime_sec == b.mtime_sec &&
+                                                  a.mtime_nsec == b.mtime_nsec && a.content_hash == b.content_hash));
+}
+
 }  // namespace
 
 bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key) {
@@ -224,7 +243,8 @@ bool proven(const std::string &entry, const struct stat &entry_st, std::string_v
            it->second.ino == entry_st.st_ino && it->second.source_key == source_key;
 }
 
-std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps) {
+std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps,
+                                 include_scanner::FileMemo *proven) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!usable(s)) return std::nullopt;
@@ -234,6 +254,23 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
     const std::uint64_t generation = s.generation;
     for (const include_scanner::Dependency &d : deps) {
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
+        if (proven) {
+            // Checked as recorded since the last change: it and its folders are watched already.
+            const auto it = s.checked.find(d.path);
+            if (it != s.checked.end() && same_record(it->second, d)) {
+                include_scanner::FileMemo::Seen seen;
+                seen.present = d.exists;
+                if (d.exists) {
+                    seen.size = d.size;
+                    seen.mtime_sec = d.mtime_sec;
+                    seen.mtime_nsec = d.mtime_nsec;
+                    seen.hashed = true;  // as the check that passed took it
+                    seen.content_hash = d.content_hash;
+                }
+                proven->assume(d.path, seen);
+                continue;
+            }
+        }
         if (!watch_folders(s, parent_of(d.path), name_of(d.path))) return std::nullopt;
         if (!d.exists) continue;
         // On the file's inode (through a link, the target's): a write through any path counts.
@@ -268,6 +305,16 @@ bool still_at(std::uint64_t generation, bool read_queue) {
     if (s.fd < 0 || (read_queue && turned_off())) return false;  // else proven() just asked
     if (read_queue) drain(s);
     return s.fd >= 0 && s.generation == generation;
+}
+
+void note_checked(const std::vector<include_scanner::Dependency> &deps, std::uint64_t generation) {
+    State &s = *the_state;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.fd < 0) return;
+    drain(s);
+    if (s.fd < 0 || s.generation != generation) return;
+    if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
+    for (const include_scanner::Dependency &d : deps) s.checked[d.path] = d;
 }
 
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,

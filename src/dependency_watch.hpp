@@ -50,8 +50,13 @@ bool proven(const std::string &entry, const struct stat &entry_st, std::string_v
 
 // Before checking the files `deps` lists for the entry at `entry`: watches them. Returns the
 // generation to pass to remember() once the check passed; nothing when the watch cannot vouch
-// for them (see above), and then nothing is to be remembered.
-std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps);
+// for them (see above), and then nothing is to be remembered. With `proven`, the files that
+// another entry's check found as recorded since the last change (note_checked) and that `deps`
+// records the same way go into it instead (watched already): check() finds them there without
+// a stat, so another kernel over the same headers (a tuning sweep's next) costs no stat per
+// header.
+std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps,
+                                 include_scanner::FileMemo *proven = nullptr);
 
 // Watches the file at `path` (absolute) and every folder on its path, as arm() watches a
 // dependency (the hit memo's cubins). Returns the generation before the watches were placed:
@@ -64,6 +69,10 @@ std::optional<std::uint64_t> arm_file(const std::string &path);
 // one non-blocking read, unless the caller just did through proven()). False where the watch
 // is off or broken.
 bool still_at(std::uint64_t generation, bool read_queue = true);
+
+// After a check of `deps` that passed at `generation` (arm()'s): each file is as its record
+// says until the next event that matters (nothing is noted when one came since). Thread safe.
+void note_checked(const std::vector<include_scanner::Dependency> &deps, std::uint64_t generation);
 
 // After the check passed: the entry is proven until the next event.
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,

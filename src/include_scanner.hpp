@@ -112,6 +112,9 @@ public:
     };
     // The file as first seen in this call, stat'ed now when not seen yet (*stated counts it).
     Seen &look(const std::string &path, std::size_t *stated);
+    // Takes `seen` as the file's state, unless the call has seen it already: a state the
+    // header watch proves (dependency_watch::fill_proven), which then costs no stat.
+    void assume(const std::string &path, const Seen &seen) { seen_.try_emplace(path, seen); }
 
 private:
     std::unordered_map<std::string, Seen> seen_;

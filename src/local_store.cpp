@@ -95,9 +95,12 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
             *why = "its header list does not give its key back (damaged, or another request's)";
             return Lookup::unusable;
         }
-        // Watched from before the check: a change during it is seen by the next lookup.
-        const std::optional<std::uint64_t> watched = dependency_watch::arm(*deps);
-        const include_scanner::Check checked = include_scanner::check(*deps, memo);
+        // Watched from before the check: a change during it is seen by the next lookup. Files
+        // another entry's check found as recorded since the last change are not stat'ed again.
+        include_scanner::FileMemo own_memo;
+        include_scanner::FileMemo *files = memo ? memo : &own_memo;
+        const std::optional<std::uint64_t> watched = dependency_watch::arm(*deps, files);
+        const include_scanner::Check checked = include_scanner::check(*deps, files);
         counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
         counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
         if (!checked.current) {
@@ -114,7 +117,10 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
         }
         // Young headers too: an edit within their timestamp tick, which size and mtime cannot
         // show, still raises an event. They are settled by the next full check once old.
-        if (watched) dependency_watch::remember(entry, st, source_key, *watched);
+        if (watched) {
+            dependency_watch::note_checked(*deps, *watched);
+            dependency_watch::remember(entry, st, source_key, *watched);
+        }
     }
     auto resolved = NameResolver::instance().resolve(cubin, request.keyword, proven);
     if (!resolved) {

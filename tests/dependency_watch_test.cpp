@@ -10,6 +10,7 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,6 +202,54 @@ TEST_F(HeaderWatch, TheTargetOfALinkedHeaderReplacedIsSeen) {
     expect_proven(r, 11);
     overwrite_in_place(file("real/cfg.h"), cfg_text(12));
     EXPECT_EQ(compiled_name(r), name_for(12));
+}
+
+// Files proven across entries: another kernel over the same headers (a tuning sweep's next
+// configuration) finds them as the first kernel's check did, without a stat, until an event.
+namespace {
+
+// Another kernel over the same headers: another source, so another entry.
+Request other_kernel(Request r) {
+    r.source = "#include <cfg.h>\n#include <more.h>\n"
+               "template <int V> __global__ void gemm(float *p) { p[1] = V + MORE; }\n"
+               "template __global__ void gemm<CFG>(float *);\n";
+    return r;
+}
+
+}  // namespace
+
+TEST_F(HeaderWatch, AnotherEntryOverTheSameHeadersStatsNone) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    write_file(file("inc/more.h"), "#define MORE 0\n");
+    Request first = request({file("inc")});
+    first.source = std::string("#include <more.h>\n") + kSource;
+    expect_proven(first, 1);  // checked once: its files are proven from then on
+    const Request second = other_kernel(request({file("inc")}));
+    EXPECT_EQ(compiled_name(second), name_for(1));  // a miss
+    const auto stats = cache_.counters().dependency_stats.load();
+    const auto proofs = cache_.counters().dependency_proofs.load();
+    EXPECT_EQ(compiled_name(second), name_for(1));  // its first hit: a check, of proven files
+    EXPECT_EQ(cache_.counters().dependency_proofs.load(), proofs) << "the entry itself was proven already";
+    EXPECT_EQ(cache_.counters().dependency_stats.load(), stats) << "proven files were stat'ed again";
+}
+
+TEST_F(HeaderWatch, AnEditBetweenTwoEntriesIsSeenByTheSecond) {
+    ::mkdir(file("inc").c_str(), 0755);
+    write_file(file("inc/cfg.h"), cfg_text(1));
+    write_file(file("inc/more.h"), "#define MORE 0\n");
+    const Request second = other_kernel(request({file("inc")}));
+    EXPECT_EQ(compiled_name(second), name_for(1));  // the second kernel's entry, of cfg 1
+    Request first = request({file("inc")});
+    first.source = std::string("#include <more.h>\n") + kSource;
+    expect_proven(first, 1);  // the first kernel's files proven
+    // Edited in place, size and mtime kept: only the watch's event (and the content) show it.
+    struct stat before {};
+    ASSERT_EQ(::stat(file("inc/cfg.h").c_str(), &before), 0);
+    overwrite_in_place(file("inc/cfg.h"), cfg_text(4));
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, file("inc/cfg.h").c_str(), times, 0), 0);
+    EXPECT_EQ(compiled_name(second), name_for(4)) << "the second kernel was served from the first's proof";
 }
 
 // A forked child and the watch: tests/fork_test.cpp (label fork), Fork.ChildTakesNoHeaderWatchEventFromItsParent.
