@@ -99,6 +99,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("cub")) run_cub(o, report);
     if (o.wants("scaling")) run_scaling(o, report);
     if (o.wants("trust")) run_trust(o, report);
+    if (o.wants("peers")) run_peers(o, report);
     if (o.wants("headers")) run_headers(o, report);
     if (o.wants("node")) run_node(o, report);
 
@@ -138,13 +139,15 @@ int main(int argc, char **argv) {
 
     BenchOptions o;
     o.pyelftools_script = KJIT_BENCH_SOURCE_DIR "/pyelftools_lookup.py";
+    o.peers_script = KJIT_BENCH_SOURCE_DIR "/peers_python.py";
+    o.python_module_dir = KJIT_BENCH_SOURCE_DIR "/../python";
     o.work_dir = "kjit-bench-data";
     std::string json_path, chart_path;
     bool no_chart = false;
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "headers", "node", "scaling"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -187,6 +190,16 @@ int main(int argc, char **argv) {
     app.add_option("--trust-loads", o.trust_loads, "Timed loads per child and kernel (trust scenario)")
         ->check(CLI::Range(1L, 100'000L))
         ->capture_default_str();
+    app.add_option("--before-lib", o.before_lib,
+                   "Folder with the libkjit.so.0 of before issue 24, timed beside this one in the peers scenario "
+                   "(bench/run.sh builds it)");
+    app.add_option("--before-python", o.before_python_dir, "That build's python/ folder (its kjit.py)");
+    app.add_option("--peers-rounds", o.peers_rounds, "Fresh processes per build, language and kernel (peers scenario)")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    app.add_option("--peers-repeats", o.peers_repeats, "Timed repeats per C child (a quarter in Python; peers scenario)")
+        ->check(CLI::Range(4L, 10'000'000L))
+        ->capture_default_str();
     app.add_option("--header-kernels", o.header_kernels, "Tree kernels in the headers scenario (cold fill, warm starts)")
         ->check(CLI::Range(1, tree_kernel_count()))
         ->capture_default_str();
@@ -213,7 +226,7 @@ int main(int argc, char **argv) {
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "headers", "node"};
+    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node"};
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

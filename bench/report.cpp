@@ -74,6 +74,7 @@ std::string format_target_value(double x, TargetUnit unit) {
     switch (unit) {
         case TargetUnit::ratio: return format_ratio(x);
         case TargetUnit::seconds: std::snprintf(buf, sizeof buf, "%.3f s", x); return buf;
+        case TargetUnit::microseconds: std::snprintf(buf, sizeof buf, "%.2f us", x); return buf;
         case TargetUnit::yes_no: return x >= 0.5 ? "yes" : "no";
     }
     return "-";
@@ -83,6 +84,7 @@ const char *unit_name(TargetUnit unit) {
     switch (unit) {
         case TargetUnit::ratio: return "ratio";
         case TargetUnit::seconds: return "seconds";
+        case TargetUnit::microseconds: return "microseconds";
         case TargetUnit::yes_no: return "yes_no";
     }
     return "ratio";

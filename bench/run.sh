@@ -4,7 +4,8 @@
 # defaults: the tuning sweep of 300 GEMM-like kernels cold and warm with 1 and 2 threads,
 # kjit_compile against raw NVRTC, resolve against the pyelftools loop, and start-up of a fresh
 # process, the price of the trust checks against 0.3.0's libkjit (built once from git
-# history), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
+# history), hits as kernel libraries ask for them (path and name, C and Python) against the code
+# before issue 24 (built the same way), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
 # itself (hits against header-free kernels, a warm start of 300 in a fresh process, cold batches
 # with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
 # headers` runs it alone). Prints a summary table; writes bench.json and bench.png (the chart). Ends with
@@ -41,28 +42,35 @@ else
     echo "bench: using the cached $CUBIN (delete it to generate it again)"
 fi
 
-# The trust scenario times this libkjit beside 0.3.0's, the last release before the trust checks
-# (issue 17), in the same run: its libkjit.so is built once from git history into
-# $BUILD_DIR/baseline-0.3.0 (about two minutes on 2 cores; skipped, and said, where the history
-# is absent, e.g. in a shallow clone).
-KJIT_BASELINE_COMMIT=8fc1a124ffb11018db767bcdae6ece683c8b7121
-BASELINE="$BUILD_DIR/baseline-0.3.0"
-baseline_args=()
-if [ ! -f "$BASELINE/build/src/libkjit.so.0" ]; then
-    if git -C "$ROOT" cat-file -e "$KJIT_BASELINE_COMMIT^{commit}" 2>/dev/null; then
-        echo "bench: building 0.3.0's libkjit (the trust scenario's baseline) into $BASELINE, once"
-        rm -rf "$BASELINE"
-        mkdir -p "$BASELINE/src"
-        git -C "$ROOT" archive "$KJIT_BASELINE_COMMIT" | tar -x -C "$BASELINE/src"
-        cmake -S "$BASELINE/src" -B "$BASELINE/build" -DKJIT_BUILD_TESTS=OFF -DKJIT_BUILD_BENCH=OFF \
-            -DKJIT_BUILD_CLI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BASELINE/configure.log"
-        cmake --build "$BASELINE/build" -j"$(nproc)" --target kjit >"$BASELINE/build.log"
-    else
-        echo "bench: commit $KJIT_BASELINE_COMMIT (0.3.0) is not in this clone's history: the trust scenario runs without its baseline"
+# Earlier libkjits timed beside this one in the same run, each built once from git history into
+# $BUILD_DIR/<folder> (about two minutes each on 2 cores; skipped, and said, where the history is
+# absent, e.g. in a shallow clone): build_baseline COMMIT FOLDER WHAT. Succeeds when it is there.
+build_baseline() {
+    local commit=$1 folder="$BUILD_DIR/$2" what=$3
+    if [ ! -f "$folder/build/src/libkjit.so.0" ]; then
+        if ! git -C "$ROOT" cat-file -e "$commit^{commit}" 2>/dev/null; then
+            echo "bench: commit $commit ($what) is not in this clone's history: it is not timed"
+            return 1
+        fi
+        echo "bench: building the libkjit of $what into $folder, once"
+        rm -rf "$folder"
+        mkdir -p "$folder/src"
+        git -C "$ROOT" archive "$commit" | tar -x -C "$folder/src"
+        cmake -S "$folder/src" -B "$folder/build" -DKJIT_BUILD_TESTS=OFF -DKJIT_BUILD_BENCH=OFF \
+            -DKJIT_BUILD_CLI=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$folder/configure.log"
+        cmake --build "$folder/build" -j"$(nproc)" --target kjit >"$folder/build.log"
     fi
+    [ -f "$folder/build/src/libkjit.so.0" ]
+}
+baseline_args=()
+# The trust scenario: 0.3.0, the last release before the trust checks (issue 17).
+if build_baseline 8fc1a124ffb11018db767bcdae6ece683c8b7121 baseline-0.3.0 "0.3.0 (the trust scenario's baseline)"; then
+    baseline_args+=(--baseline-lib "$BUILD_DIR/baseline-0.3.0/build/src")
 fi
-if [ -f "$BASELINE/build/src/libkjit.so.0" ]; then
-    baseline_args=(--baseline-lib "$BASELINE/build/src")
+# The peers scenario: the code before the fast-hits work (issue 24), with its own kjit.py.
+if build_baseline 05703641158ba962e502a7860d4bd49a02f6628b baseline-before-hits "the code before issue 24 (the peers scenario's baseline)"; then
+    baseline_args+=(--before-lib "$BUILD_DIR/baseline-before-hits/build/src"
+                    --before-python "$BUILD_DIR/baseline-before-hits/src/python")
 fi
 
 if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then

@@ -11,7 +11,7 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "headers", "node"
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -38,6 +38,13 @@ struct BenchOptions {
     int trust_rounds = 5;
     long trust_calls = 20000;  // hits per child and path
     long trust_loads = 300;    // loads per child and kernel
+    // peers
+    std::string before_lib;         // a folder with the libkjit.so.0 of before issue 24 (bench/run.sh builds it)
+    std::string before_python_dir;  // that build's python/ folder (its kjit.py)
+    std::string python_module_dir;  // this build's python/ folder
+    std::string peers_script;       // bench/peers_python.py
+    int peers_rounds = 5;           // fresh processes per build, language and kernel
+    long peers_repeats = 20000;     // timed repeats in each C child (a quarter in Python)
     // headers
     int header_kernels = 300;     // tree kernels: the cold fill and the warm starts
     int header_batch = 32;        // kernels in each cold batch of the PCH comparison
@@ -91,6 +98,10 @@ void run_trust(const BenchOptions &o, Report &report);
 // The spawned trust process (kjit-bench --trust-child CACHE ARCH CALLS LOADS): prints
 // "<metric> <us per call>" lines (trust_scenario.cpp). Returns the exit code.
 int trust_child_main(const std::string &cache, const std::string &arch, long calls, long loads);
+
+// 8: hits as kernel libraries ask for them (path and name), C and Python, first and repeat, and
+// 300 kernels ready in a fresh process, against the code before issue 24 when given.
+void run_peers(const BenchOptions &o, Report &report);
 
 // 7: header-heavy kernels over a generated CuTe/CUTLASS-shaped tree: hits against header-free
 // ones, a warm start of all of them, cold batches with and without PCH (beside humming-style

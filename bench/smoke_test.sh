@@ -14,7 +14,7 @@ KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.c
     --iterations 200 --scan-iterations 5 --pyelftools-repeats 1 --startup-repeats 1 --cub-kernels 2 --split-rounds 1 \
     --trust-rounds 1 --trust-calls 50 --trust-loads 5 \
     --header-kernels 2 --header-batch 2 --header-repeats 1 --header-hit-rounds 2 \
-    --node-processes 2 --node-kernels 2 --node-repeats 1 \
+    --node-processes 2 --node-kernels 2 --node-repeats 1 --peers-rounds 1 --peers-repeats 40 \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
@@ -23,8 +23,10 @@ python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
-assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "headers",
+assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "peers", "headers",
                          "headers_pch", "headers_edit", "node"}, sections.keys()
+assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.python.small.repeat.now",
+        "peers.c.sweep.ready.now", "peers.python.sweep.ready.now"} <= set(sections["peers"]), sections["peers"].keys()
 assert set(sections["pch"]) == {"pch.plain", "pch.create", "pch.use"}, sections["pch"]
 assert set(sections["node"]) == {"node.locked", "node.unlocked"}, sections["node"]
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
@@ -51,7 +53,7 @@ for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", 
             "cub_processes_over_best_threads", "path_name_named_over_2calls",
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
             "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
-            "node_nvrtc_runs_per_key"]:
+            "node_nvrtc_runs_per_key", "peers_c_small_repeat_us", "peers_python_cub_over_c_us"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -74,7 +76,7 @@ fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
 grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_params.hpp" ||
     { echo "the headers scenario left its edit in the header tree"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*' -o -maxdepth 1 -name 'peers-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # The trust scenario runs this program over 0.3.0's libkjit (bench/run.sh): it may need no symbol

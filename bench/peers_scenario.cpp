@@ -1,0 +1,220 @@
+// Scenario "peers": hits as a kernel library's code asks for them ("a loadable cubin and its
+// kernel's name"), this libkjit against the code of before the fast-hits work (issue 24: the
+// commit bench/run.sh builds as --before-lib), in one run, each in fresh processes chosen by
+// LD_LIBRARY_PATH as in the trust scenario (libkjit.so.0 keeps its ABI):
+//   - C, a small kernel and a CUB kernel: a process's first call (one-time set-up: NVRTC's
+//     identity, the trust checks, the header watch), the kernel's first hit in that warm
+//     process, and a repeat (mean over --peers-repeats);
+//   - the same through python/kjit.py (each build's own kjit.py);
+//   - a fresh process that gets the 300 sweep kernels (--kernels) ready (path and name of
+//     each), C and Python, from the start of main() or of the script (the import of kjit
+//     included).
+// Each build uses the best call it has: kjit_compile_named (kjit.compile_named) where it
+// exists, else kjit_compile + kjit_resolve_name. The caches are filled first (untimed), one
+// per build. Rounds alternate the builds; each row is the median over rounds.
+//
+// The children: kjit-peers-child (bench/peers_child.cpp, which links libkjit.so alone) and
+// bench/peers_python.py, each given MODE small | cub | sweep and the requests as JSON; they
+// print "<metric> <value>" lines, said there.
+#include "scenarios.hpp"
+
+#include "cub_kernels.hpp"
+#include "progress.hpp"
+#include "support.hpp"
+#include "sweep_kernels.hpp"
+
+#include <nlohmann/json.hpp>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace kjit_bench {
+
+namespace {
+
+const char *const kSmallKeyword = "peers_scale";
+
+std::string small_source() {
+    return "__global__ void peers_scale(float *p, int n) { for (int i = threadIdx.x; i < n; i += blockDim.x) "
+           "p[i] = p[i] * 2.0f + 1.0f; }\n";
+}
+
+// One request of the scenario: source, keyword, NVRTC options.
+struct Kernel {
+    std::string source, keyword;
+    std::vector<std::string> options;
+};
+
+// MODE small and cub: the measured kernel, then another of its kind (the child's first call, so
+// that the measured kernel's first hit is that of a warm process); sweep: the sweep's first
+// `sweep_kernels` kernels (--kernels, 300).
+std::vector<Kernel> kernels_for(const std::string &mode, int sweep_kernels) {
+    if (mode == "small") {
+        return {{small_source(), kSmallKeyword, {}},
+                {"__global__ void peers_scale(float *p) { p[threadIdx.x] += 1.0f; }\n", kSmallKeyword, {}}};
+    }
+    if (mode == "cub") {
+        const std::vector<CubConfig> configs = cub_configs(2);
+        return {{cub_source(configs[0]), kCubKeyword, cub_nvrtc_options()},
+                {cub_source(configs[1]), kCubKeyword, cub_nvrtc_options()}};
+    }
+    std::vector<Kernel> all;
+    for (const GemmConfig &c : sweep_configs(sweep_kernels)) all.push_back({sweep_source(c), kSweepKeyword, {}});
+    return all;
+}
+
+}  // namespace
+
+void run_peers(const BenchOptions &o, Report &report) {
+    const std::string self = self_executable();
+    struct Build {
+        std::string label, lib_dir, python_dir, cache;
+        std::map<std::string, std::vector<double>> us;  // "<lang>.<mode>.<metric>" -> per round
+        std::map<std::string, std::string> facts;       // "<lang>.<mode>.api" / ".nvrtc"
+    };
+    TempDir caches(o.work_dir, "peers-");
+    // Every kernel of the scenario for the children, with their NVRTC options; kept in the work
+    // folder, to run a child by hand (bench/peers_child.cpp says how).
+    const std::string requests = o.work_dir + "/requests-peers.json";
+    {
+        nlohmann::json j;
+        for (const char *mode : {"small", "cub", "sweep"}) {
+            for (const Kernel &k : kernels_for(mode, o.kernels)) {
+                j[mode].push_back({{"source", k.source}, {"keyword", k.keyword}, {"nvrtc_options", k.options}});
+            }
+        }
+        std::ofstream(requests) << j.dump();
+    }
+    std::vector<Build> builds;
+    builds.push_back({"now", "", o.python_module_dir, caches.path() + "/now", {}, {}});
+    if (!o.before_lib.empty()) {
+        builds.push_back({"before", o.before_lib, o.before_python_dir, caches.path() + "/before", {}, {}});
+    }
+    const char *old_path = std::getenv("LD_LIBRARY_PATH");
+    const std::string saved = old_path ? old_path : "";
+    auto use_build = [&](const Build &b) {
+        if (b.lib_dir.empty()) {
+            if (old_path) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
+        } else {
+            ::setenv("LD_LIBRARY_PATH", (b.lib_dir + (saved.empty() ? "" : ":" + saved)).c_str(), 1);
+        }
+    };
+    const std::string script = o.peers_script;
+    const std::string child = self.substr(0, self.rfind('/')) + "/kjit-peers-child";
+    const std::string lib_name = "libkjit.so.0";
+    auto run = [&](Build &b, const std::string &lang, const std::string &mode, bool record) {
+        use_build(b);
+        const std::string repeats = std::to_string(lang == "c" ? o.peers_repeats : o.peers_repeats / 4);
+        const std::string lib = (b.lib_dir.empty() ? self.substr(0, self.rfind('/')) + "/../src" : b.lib_dir) + "/" +
+                                lib_name;
+        const ChildResult r =
+            lang == "c" ? run_child({child, mode, b.cache, o.arch, repeats, requests})
+                        : run_child({o.python, script, b.python_dir, lib, b.cache, o.arch, mode, repeats, requests});
+        if (!r.started || r.exit_status != 0) {
+            fail("the peers child (" + b.label + ", " + lang + ", " + mode + ") failed, exit " +
+                 std::to_string(r.exit_status) + ": " + r.err + r.out);
+        }
+        if (!record) return;
+        std::istringstream lines(r.out);
+        std::string metric, value;
+        while (lines >> metric >> value) {
+            const std::string key = lang + "." + mode + "." + metric;
+            if (metric == "api" || metric == "nvrtc") b.facts[key] = value;
+            else b.us[key].push_back(std::stod(value));
+        }
+    };
+    const std::vector<std::string> langs = {"c", "python"};
+    const std::vector<std::string> modes = {"small", "cub", "sweep"};
+    {
+        Progress fill("peers: filling a cache per build (untimed)", static_cast<long>(builds.size() * modes.size()),
+                      "caches");
+        for (Build &b : builds) {
+            for (const std::string &mode : modes) {
+                run(b, "c", mode, false);  // compiles; this libkjit also leaves its NVRTC record
+                fill.tick();
+            }
+        }
+    }
+    {
+        Progress progress("peers: hits in fresh processes, C and Python, each build", o.peers_rounds *
+                          static_cast<long>(builds.size() * langs.size() * modes.size()), "processes");
+        for (int round = 0; round < o.peers_rounds; ++round) {
+            for (std::size_t k = 0; k < builds.size(); ++k) {
+                Build &b = builds[(k + static_cast<std::size_t>(round)) % builds.size()];
+                for (const std::string &lang : langs) {
+                    for (const std::string &mode : modes) {
+                        run(b, lang, mode, true);
+                        progress.tick();
+                    }
+                }
+            }
+        }
+    }
+    use_build(builds[0]);
+
+    Section &s = report.section("peers", "hits as kernel libraries ask for them (path and name), in fresh processes: "
+                                         "this libkjit against the code before the fast-hits work, in the same run");
+    const std::vector<std::pair<std::string, std::string>> metrics = {
+        {"c.small.process_first", "C, small kernel: a process's first call"},
+        {"c.small.kernel_first", "C, small kernel: its first hit in a warm process"},
+        {"c.small.repeat", "C, small kernel: repeat"},
+        {"c.cub.process_first", "C, CUB kernel: a process's first call"},
+        {"c.cub.kernel_first", "C, CUB kernel: its first hit in a warm process"},
+        {"c.cub.repeat", "C, CUB kernel: repeat"},
+        {"python.small.process_first", "Python, small kernel: a process's first call"},
+        {"python.small.kernel_first", "Python, small kernel: its first hit in a warm process"},
+        {"python.small.repeat", "Python, small kernel: repeat"},
+        {"python.cub.process_first", "Python, CUB kernel: a process's first call"},
+        {"python.cub.kernel_first", "Python, CUB kernel: its first hit in a warm process"},
+        {"python.cub.repeat", "Python, CUB kernel: repeat"},
+        {"c.sweep.ready", "C, fresh process: " + std::to_string(o.kernels) + " kernels ready (from main)"},
+        {"python.sweep.ready",
+         "Python, fresh process: " + std::to_string(o.kernels) + " kernels ready (from before import kjit)"}};
+    auto med = [&](const Build &b, const std::string &m) { return b.us.count(m) ? median(b.us.at(m)) : 0.0; };
+    for (const auto &[metric, label] : metrics) {
+        for (const Build &b : builds) {
+            const std::string mode_key = metric.substr(0, metric.rfind('.'));
+            const auto api = b.facts.find(mode_key + ".api");
+            const auto nvrtc = b.facts.find(mode_key + ".nvrtc");
+            const std::string how = (api == b.facts.end() ? "" : api->second == "named" ? "one call" : "two calls") +
+                                    std::string(nvrtc != b.facts.end() && nvrtc->second == "mapped" ? ", NVRTC loaded"
+                                                                                                      : ", no NVRTC");
+            s.rows.push_back(summarize("peers." + metric + "." + b.label, label + " [" + b.label + ": " + how + "]",
+                                       b.us.at(metric)));
+        }
+        if (builds.size() > 1) {
+            char note[256];
+            std::snprintf(note, sizeof note, "%s: now / before = %.3fx (%s vs %s)", metric.c_str(),
+                          med(builds[0], metric) / med(builds[1], metric), format_us(med(builds[0], metric)).c_str(),
+                          format_us(med(builds[1], metric)).c_str());
+            s.notes.push_back(note);
+        }
+    }
+    if (builds.size() == 1) {
+        s.notes.push_back("no 'before' build: bench/run.sh builds it from git history (none here), or pass --before-lib");
+    }
+    const Build &now = builds[0];
+    for (const char *mode : {"small", "cub"}) {
+        const std::string m = mode;
+        if (builds.size() > 1) {
+            Target first{"peers_c_" + m + "_first_over_before",
+                         "C, " + m + " kernel, path and name, its first hit in a process: now / before", 1.0 / 3, true};
+            first.value = med(now, "c." + m + ".kernel_first") / med(builds[1], "c." + m + ".kernel_first");
+            report.add_target(first);
+        }
+        Target repeat{"peers_c_" + m + "_repeat_us", "C, " + m + " kernel, path and name, repeat (us)", 1.0, true,
+                      TargetUnit::microseconds};
+        repeat.value = med(now, "c." + m + ".repeat");
+        report.add_target(repeat);
+        Target python{"peers_python_" + m + "_over_c_us",
+                      "Python over C, " + m + " kernel, path and name, repeat (us more)", 5.0, true,
+                      TargetUnit::microseconds};
+        python.value = med(now, "python." + m + ".repeat") - med(now, "c." + m + ".repeat");
+        report.add_target(python);
+    }
+}
+
+}  // namespace kjit_bench
