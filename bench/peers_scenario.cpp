@@ -93,20 +93,12 @@ void run_peers(const BenchOptions &o, Report &report) {
     if (!o.before_lib.empty()) {
         builds.push_back({"before", o.before_lib, o.before_python_dir, caches.path() + "/before", {}, {}});
     }
-    const char *old_path = std::getenv("LD_LIBRARY_PATH");
-    const std::string saved = old_path ? old_path : "";
-    auto use_build = [&](const Build &b) {
-        if (b.lib_dir.empty()) {
-            if (old_path) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
-        } else {
-            ::setenv("LD_LIBRARY_PATH", (b.lib_dir + (saved.empty() ? "" : ":" + saved)).c_str(), 1);
-        }
-    };
+    LibraryPathSwitch library;
     const std::string script = o.peers_script;
     const std::string child = self.substr(0, self.rfind('/')) + "/kjit-peers-child";
     const std::string lib_name = "libkjit.so.0";
     auto run = [&](Build &b, const std::string &lang, const std::string &mode, bool record) {
-        use_build(b);
+        library.use(b.lib_dir);
         const std::string repeats = std::to_string(lang == "c" ? o.peers_repeats : o.peers_repeats / 4);
         const std::string lib = (b.lib_dir.empty() ? self.substr(0, self.rfind('/')) + "/../src" : b.lib_dir) + "/" +
                                 lib_name;
@@ -153,7 +145,7 @@ void run_peers(const BenchOptions &o, Report &report) {
             }
         }
     }
-    use_build(builds[0]);
+    library.use("");
 
     Section &s = report.section("peers", "hits as kernel libraries ask for them (path and name), in fresh processes: "
                                          "this libkjit against the code before the fast-hits work, in the same run");

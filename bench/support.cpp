@@ -33,6 +33,22 @@ TempDir::TempDir(const std::string &parent, const std::string &prefix) {
     path_ = pattern;
 }
 
+LibraryPathSwitch::LibraryPathSwitch() {
+    const char *path = std::getenv("LD_LIBRARY_PATH");
+    had_ = path != nullptr;
+    saved_ = path ? path : "";
+}
+
+void LibraryPathSwitch::use(const std::string &lib_dir) {
+    if (!lib_dir.empty()) {
+        ::setenv("LD_LIBRARY_PATH", (lib_dir + (saved_.empty() ? "" : ":" + saved_)).c_str(), 1);
+    } else if (had_) {
+        ::setenv("LD_LIBRARY_PATH", saved_.c_str(), 1);
+    } else {
+        ::unsetenv("LD_LIBRARY_PATH");
+    }
+}
+
 TempDir::~TempDir() {
     if (path_.empty()) return;
     std::error_code ec;

@@ -18,6 +18,23 @@ struct BenchError : std::runtime_error {
 // "<what> failed: <status name>: <kjit_last_error()>".
 [[noreturn]] void fail_kjit(const std::string &what, int status);
 
+// Which libkjit the children spawned next load: use(dir) puts `dir` first on LD_LIBRARY_PATH
+// (libkjit.so.0 keeps its ABI, and the bench's RUNPATH yields to LD_LIBRARY_PATH), use("") puts
+// the variable back as it was when this object was made (this build's libkjit), as does the
+// destructor. For the scenarios that time earlier builds beside this one.
+class LibraryPathSwitch {
+public:
+    LibraryPathSwitch();
+    ~LibraryPathSwitch() { use(""); }
+    LibraryPathSwitch(const LibraryPathSwitch &) = delete;
+    LibraryPathSwitch &operator=(const LibraryPathSwitch &) = delete;
+    void use(const std::string &lib_dir);
+
+private:
+    bool had_ = false;
+    std::string saved_;
+};
+
 // A folder made with mkdtemp under `parent` and removed, with everything in it, when this
 // object goes away (unless release()d).
 class TempDir {

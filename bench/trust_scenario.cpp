@@ -120,19 +120,14 @@ void run_trust(const BenchOptions &o, Report &report) {
     std::vector<Build> builds;
     builds.push_back({"now", "", caches.path() + "/now", {}, {}});
     if (!o.baseline_lib.empty()) builds.push_back({"0.3.0", o.baseline_lib, caches.path() + "/0.3.0", {}, {}});
-    const char *old_path = std::getenv("LD_LIBRARY_PATH");
-    const std::string saved = old_path ? old_path : "";
     {
+        LibraryPathSwitch library;
         Progress progress("trust: hits and loads, this libkjit" + std::string(builds.size() > 1 ? " and 0.3.0" : ""),
                           o.trust_rounds * static_cast<int>(builds.size()), "runs");
         for (int round = 0; round < o.trust_rounds; ++round) {
             for (std::size_t k = 0; k < builds.size(); ++k) {
                 Build &b = builds[(k + static_cast<std::size_t>(round)) % builds.size()];
-                if (b.lib_dir.empty()) {
-                    if (old_path) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
-                } else {
-                    ::setenv("LD_LIBRARY_PATH", (b.lib_dir + (saved.empty() ? "" : ":" + saved)).c_str(), 1);
-                }
+                library.use(b.lib_dir);
                 const ChildResult r = run_child({self, "--trust-child", b.cache, o.arch, std::to_string(o.trust_calls),
                                                  std::to_string(o.trust_loads)});
                 if (!r.started || r.exit_status != 0) {
@@ -149,8 +144,6 @@ void run_trust(const BenchOptions &o, Report &report) {
             }
         }
     }
-    if (old_path) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
-
     Section &s = report.section("trust", "trust checks: their price on hits and loads (per call; the baseline is 0.3.0, "
                                          "before the checks, in the same run)");
     const std::vector<std::pair<std::string, std::string>> metrics = {
