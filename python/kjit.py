@@ -12,7 +12,8 @@ first of these places that is given:
 1. an explicit path: ``kjit.load_library(path)`` (which also makes it the default for the
    module-level functions) or ``kjit.Library(path)``;
 2. ``$KJIT_LIBRARY``, when set and non-empty;
-3. the usual search: ``ctypes.util.find_library("kjit")``, then ``libkjit.so.0`` and
+3. ``libkjit.so.0`` beside this module: the one an installed wheel (``pip install .``) holds;
+4. the usual search: ``ctypes.util.find_library("kjit")``, then ``libkjit.so.0`` and
    ``libkjit.so`` through dlopen's own search path (``LD_LIBRARY_PATH``, rpath, ldconfig).
 
 An explicit path or ``$KJIT_LIBRARY`` is authoritative: if it cannot be loaded, nothing else
@@ -486,6 +487,11 @@ def _open_cdll(path):
     else:
         tried.append(("$KJIT_LIBRARY", "not set"))
         places = []
+        beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libkjit.so.0")
+        if os.path.exists(beside):
+            places.append((f"beside this module: {beside!r}", beside))
+        else:
+            tried.append((f"beside this module ({beside!r})", "no such file"))
         found = ctypes.util.find_library("kjit")
         if found:
             places.append((f"ctypes.util.find_library('kjit') -> {found!r}", found))

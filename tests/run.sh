@@ -14,8 +14,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 set --
 # clang + its libFuzzer runtime for the fuzzers; abigail-tools (abidiff), doxygen (the API
-# reference) and python3-pytest (the Python module) for tests in the plain build.
-export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen python3-pytest ${KJIT_EXTRA_PACKAGES:-}"
+# reference), python3-pytest (the Python module) and python3-venv (the wheel's test) for
+# tests in the plain build.
+export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen python3-pytest python3-venv ${KJIT_EXTRA_PACKAGES:-}"
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"
@@ -64,6 +65,12 @@ run_suite() {
         fork_count=$(ctest --test-dir "$dir" -N -L '^fork$' | sed -n 's/^Total Tests: //p')
         echo "tests: [$name] excluding the ${fork_count:-0} tests labelled 'fork' under ASan (its stack depot is not fork-safe in GCC 12; they run in the plain and TSan builds)"
         excluded+=(fork)
+    fi
+    if [ "$name" != plain ]; then
+        # The wheel is its own Release build of the library (pip, scikit-build-core), whatever
+        # this suite's build: built and tested once, in the plain suite.
+        echo "tests: [$name] excluding the test labelled 'wheel' (it runs in the plain suite)"
+        excluded+=(wheel)
     fi
     if [ "${#excluded[@]}" -gt 0 ]; then
         label_args=(-LE "^($(IFS='|'; echo "${excluded[*]}"))\$")

@@ -23,7 +23,10 @@ import warnings
 import pytest
 
 PYTHON_DIR = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(PYTHON_DIR))
+# KJIT_TEST_INSTALLED=1 (tests/wheel_test.sh): the package pip installed, not python/kjit.py.
+INSTALLED = os.environ.get("KJIT_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, str(PYTHON_DIR))
 
 import kjit  # noqa: E402
 
@@ -278,8 +281,15 @@ def test_find_library_result_is_used(monkeypatch):
     assert kjit.Library().path == good
 
 
+def _child_env():
+    """This environment, for a child Python that imports the same kjit as this process:
+    python/kjit.py, or the installed package."""
+    path = [] if INSTALLED else [str(PYTHON_DIR)]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path + [os.environ.get("PYTHONPATH")])))
+
+
 def _run_python(code, **env_changes):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")])))
+    env = _child_env()
     for key, value in env_changes.items():
         if value is None:
             env.pop(key, None)
@@ -314,10 +324,31 @@ def test_search_failure_names_every_place():
             print(e)
         """, KJIT_LIBRARY=None, LD_LIBRARY_PATH=None)
     assert r.returncode == 0, r.stderr
+    if INSTALLED:
+        assert "LOADED" in r.stdout, r.stdout  # the package's own, beside the module
+        return
     if "LOADED" in r.stdout:
         pytest.skip("a libkjit is installed on the default search path")
-    for place in ("$KJIT_LIBRARY", "find_library('kjit')", "'libkjit.so.0'", "'libkjit.so'"):
+    for place in ("$KJIT_LIBRARY", "beside this module", "find_library('kjit')", "'libkjit.so.0'", "'libkjit.so'"):
         assert place in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel only (tests/wheel_test.sh)")
+def test_the_installed_package_loads_the_library_beside_it():
+    # Nothing set: no KJIT_LIBRARY, no LD_LIBRARY_PATH; the library and its worker come from
+    # the package folder, and a compile and a batch on worker processes work.
+    package = pathlib.Path(kjit.__file__).resolve().parent
+    assert PYTHON_DIR not in package.parents and package != PYTHON_DIR, package
+    assert "KJIT_LIBRARY" not in os.environ and "LD_LIBRARY_PATH" not in os.environ
+    lib = kjit.Library()
+    assert pathlib.Path(lib.path).resolve() == package / "libkjit.so.0", lib.path
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel only (tests/wheel_test.sh)")
+def test_the_installed_package_compiles_on_its_worker_processes(tmp_path):
+    items = kjit.compile_batch([(_numbered(i), "gemm") for i in range(2)], worker_kind=kjit.WORKERS_PROCESSES,
+                               cache_dir=tmp_path, arch="sm_90")
+    assert [item.kernel_name for item in items] == ["_Z4gemmILi1EEvPf", "_Z4gemmILi2EEvPf"], items
 
 
 # ---------------------------------------------------------------------------------------------
@@ -828,7 +859,7 @@ print(json.dumps({"outcome": outcome, "reported": reported, "handled": handled,
 
 
 def _interrupted_batch(mode, cache, total):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")])))
+    env = _child_env()
     r = subprocess.run([sys.executable, "-c", _INTERRUPT_CHILD, mode, str(cache), str(total)], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Python wheel (pyproject.toml): `pip wheel` of this source tree into a fresh venv, installed
+# there, then checked as a user gets it: libkjit.so.0 and kjit-worker need only the C/C++
+# runtime and the libelf.so.1 the wheel carries (RUNPATH $ORIGIN), and the Python tests pass
+# against the installed package from another folder with nothing set (no KJIT_LIBRARY, no
+# LD_LIBRARY_PATH, no PYTHONPATH). Needs PyPI for the build backend (scikit-build-core).
+# Usage: wheel_test.sh SOURCE_DIR WORK_DIR PYTHON FAKE_LIBCUDA CUDA_INCLUDE
+set -euo pipefail
+src=$1 work=$2 python=$3 libcuda=$4 cuda_include=$5
+mkdir -p "$work"
+rm -rf "$work/venv" "$work/dist"
+# The system's pytest (python3-pytest) is seen from the venv; kjit comes only from the wheel.
+"$python" -m venv --system-site-packages "$work/venv"
+# The CMake build is kept in WORK_DIR/build, so that a rerun rebuilds only what changed.
+"$work/venv/bin/pip" wheel "$src" --no-deps -w "$work/dist" --config-settings=build-dir="$work/build" -q
+wheels=("$work/dist"/kjit-*.whl)
+[ ${#wheels[@]} -eq 1 ] || { echo "FAIL: expected one wheel, found: ${wheels[*]}"; exit 1; }
+echo "wheel: ${wheels[0]##*/}"
+"$work/venv/bin/pip" install --no-deps -q "${wheels[0]}"
+cd /  # not the source tree: `import kjit` must find the installed package
+pkg=$(env -u PYTHONPATH "$work/venv/bin/python" -c 'import kjit, os; print(os.path.dirname(kjit.__file__))')
+case "$pkg" in "$work/venv/"*) ;; *) echo "FAIL: kjit imported from $pkg, not the venv"; exit 1 ;; esac
+allowed=" libelf.so.1 libstdc++.so.6 libgcc_s.so.1 libc.so.6 libm.so.6 ld-linux-x86-64.so.2 "
+for f in libkjit.so.0 kjit-worker libelf.so.1; do
+    [ -f "$pkg/$f" ] || { echo "FAIL: the wheel has no kjit/$f"; exit 1; }
+done
+for f in libkjit.so.0 kjit-worker; do
+    for needed in $(readelf -d "$pkg/$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+        case "$allowed" in *" $needed "*) ;; *) echo "FAIL: kjit/$f needs $needed, which the wheel does not carry"; exit 1 ;; esac
+    done
+done
+readelf -d "$pkg/libkjit.so.0" | grep -q 'RUNPATH.*\[\$ORIGIN\]' || { echo "FAIL: libkjit.so.0 has no RUNPATH \$ORIGIN"; exit 1; }
+echo "wheel: libkjit.so.0 and kjit-worker need only the C/C++ runtime and the wheel's libelf.so.1"
+env -u KJIT_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH KJIT_TEST_INSTALLED=1 KJIT_LIBCUDA="$libcuda" \
+    KJIT_TEST_CUDA_INCLUDE="$cuda_include" PYTHONDONTWRITEBYTECODE=1 \
+    "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$src/python/tests"
