@@ -47,6 +47,7 @@ import ctypes.util
 import enum
 import os
 import signal
+import sys
 import threading
 
 __all__ = [
@@ -475,6 +476,28 @@ _OPTIONAL_PROTOTYPES = {
 }
 
 
+def _nvrtc_from_wheel():
+    """In the installed package, with $KJIT_LIBNVRTC unset: points it at the NVRTC of the
+    ``nvidia-cuda-nvrtc`` wheel, when one of the major libkjit was built against is installed
+    (``nvidia/cu<major>/lib``, or ``nvidia/cuda_nvrtc/lib`` for 12 and older), as cuda-python
+    does; libkjit opens it at the first compile, and the worker processes inherit the variable.
+    Returns the path set, or None (unset: libkjit's own search decides)."""
+    if os.environ.get("KJIT_LIBNVRTC"):
+        return None
+    try:
+        from ._build import NVRTC_MAJOR  # only in the installed package
+    except ImportError:
+        return None
+    name = f"libnvrtc.so.{NVRTC_MAJOR}"
+    for entry in sys.path:
+        for folder in (f"cu{NVRTC_MAJOR}", "cuda_nvrtc"):
+            candidate = os.path.join(entry or os.getcwd(), "nvidia", folder, "lib", name)
+            if os.path.isfile(candidate):
+                os.environ["KJIT_LIBNVRTC"] = candidate
+                return candidate
+    return None
+
+
 def _open_cdll(path):
     """Loads libkjit per the search order in the module docstring -> (CDLL, where)."""
     tried = []
@@ -631,6 +654,7 @@ class Library:
 
     def __init__(self, path=None):
         cdll, self.path = _open_cdll(path)
+        _nvrtc_from_wheel()
         self._options_memo = {}
         self._fn = {}
         for name, (restype, argtypes) in _PROTOTYPES.items():

@@ -31,6 +31,14 @@ for f in libkjit.so.0 kjit-worker; do
 done
 readelf -d "$pkg/libkjit.so.0" | grep -q 'RUNPATH.*\[\$ORIGIN\]' || { echo "FAIL: libkjit.so.0 has no RUNPATH \$ORIGIN"; exit 1; }
 echo "wheel: libkjit.so.0 and kjit-worker need only the C/C++ runtime and the wheel's libelf.so.1"
-env -u KJIT_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH KJIT_TEST_INSTALLED=1 KJIT_LIBCUDA="$libcuda" \
+# An nvidia-cuda-nvrtc wheel's layout in the venv (nvidia/cu<major>/lib), holding a copy of the
+# toolkit's NVRTC and builtins: the package must use it (the test reads /proc/self/maps).
+major=$(sed -n 's/^NVRTC_MAJOR = //p' "$pkg/_build.py")
+site=$(dirname "$pkg")
+toolkit=$(dirname "$(readlink -f "$(ldconfig -p | sed -n "s/.*libnvrtc.so.$major .*=> //p" | head -n 1)" 2>/dev/null || true)")
+[ -f "$toolkit/libnvrtc.so.$major" ] || toolkit=/usr/local/cuda/lib64
+mkdir -p "$site/nvidia/cu$major/lib"
+cp "$toolkit/libnvrtc.so.$major" "$toolkit"/libnvrtc-builtins.so.* "$site/nvidia/cu$major/lib/"
+env -u KJIT_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH -u KJIT_LIBNVRTC KJIT_TEST_INSTALLED=1 KJIT_LIBCUDA="$libcuda" \
     KJIT_TEST_CUDA_INCLUDE="$cuda_include" PYTHONDONTWRITEBYTECODE=1 \
     "$work/venv/bin/python" -m pytest -q -p no:cacheprovider "$src/python/tests"

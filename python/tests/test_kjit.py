@@ -345,6 +345,24 @@ def test_the_installed_package_loads_the_library_beside_it():
 
 
 @pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel only (tests/wheel_test.sh)")
+def test_the_installed_package_uses_the_nvrtc_wheel(tmp_path):
+    # tests/wheel_test.sh put an nvidia-cuda-nvrtc wheel's layout into the venv, and left
+    # KJIT_LIBNVRTC unset: a fresh process compiles with that NVRTC, and says so in its maps.
+    r = _run_python("""
+        import os, sys, kjit
+        kjit.compile_named("__global__ void gemm(float *p) { p[0] = 1; }", "gemm", cache_dir=sys.argv[1],
+                           arch="sm_90")
+        print(os.environ.get("KJIT_LIBNVRTC"))
+        print(open("/proc/self/maps").read())
+        """.replace("sys.argv[1]", repr(str(tmp_path))), KJIT_LIBNVRTC=None)
+    assert r.returncode == 0, r.stderr
+    chosen = r.stdout.splitlines()[0]
+    assert "/nvidia/cu" in chosen and chosen.endswith(".so." + chosen.rsplit(".", 1)[1]), r.stdout[:300]
+    mapped = {line.split()[-1] for line in r.stdout.splitlines()[1:] if "/libnvrtc." in line}
+    assert mapped == {chosen}, mapped
+
+
+@pytest.mark.skipif(not INSTALLED, reason="runs against the installed wheel only (tests/wheel_test.sh)")
 def test_the_installed_package_compiles_on_its_worker_processes(tmp_path):
     items = kjit.compile_batch([(_numbered(i), "gemm") for i in range(2)], worker_kind=kjit.WORKERS_PROCESSES,
                                cache_dir=tmp_path, arch="sm_90")
