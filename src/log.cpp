@@ -6,9 +6,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 namespace kjit {
 
@@ -35,12 +37,30 @@ protected:
     void flush_() override { std::fflush(stderr); }
 };
 
+// KJIT_LOG_LEVEL's level: trace, debug, info, warn(ing), err(or), critical or off, in any case;
+// unset or empty: off. Anything else is said once on stderr (spdlog's own parser would take it
+// for "off" in silence, as it does "DEBUG") and leaves logging off.
+spdlog::level::level_enum level_from_environment() {
+    const char *env = std::getenv("KJIT_LOG_LEVEL");
+    if (!env || !*env) return spdlog::level::off;
+    std::string text(env);
+    for (char &c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (text == "warning") text = "warn";
+    if (text == "error") text = "err";
+    const spdlog::level::level_enum level = spdlog::level::from_str(text);
+    if (level == spdlog::level::off && text != "off") {
+        std::fprintf(stderr,
+                     "[kjit warning] KJIT_LOG_LEVEL='%s' is not a level (trace, debug, info, warn, error, critical, "
+                     "off): logging stays off\n",
+                     env);
+    }
+    return level;
+}
+
 spdlog::logger *make_logger() {
     auto logger = std::make_unique<spdlog::logger>("kjit", std::make_shared<StderrSink>());
     logger->set_pattern("[kjit %L %P:%t] %v");
-    const char *env = std::getenv("KJIT_LOG_LEVEL");
-    // from_str maps unknown text to "off", which is also the default.
-    logger->set_level(env ? spdlog::level::from_str(env) : spdlog::level::off);
+    logger->set_level(level_from_environment());
     logger->flush_on(spdlog::level::trace);
     return logger.release();
 }

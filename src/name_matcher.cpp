@@ -197,9 +197,24 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
             skipped = ", of which " + std::to_string(unusable) +
                       " have a space or control character in their names, which libkjit never uses";
         }
+        // What it does hold, so that a typo or a kernel that was never compiled shows.
+        std::vector<std::string_view> kernels;
+        for (const Candidate &c : candidates) {
+            if (c.is_entry && is_plain_name(c.name)) kernels.push_back(c.name);
+        }
+        std::sort(kernels.begin(), kernels.end());
+        kernels.erase(std::unique(kernels.begin(), kernels.end()), kernels.end());
+        constexpr std::size_t kListed = 8;
+        std::string held = kernels.empty() ? "; it holds no kernel entry" : "; the kernels it holds: ";
+        for (std::size_t i = 0; i < kernels.size() && i < kListed; ++i) {
+            held += (i ? ", " : "") + std::string(kernels[i]);
+        }
+        if (kernels.size() > kListed) held += " and " + std::to_string(kernels.size() - kListed) + " more";
         return Error{Errc::not_found, "no function symbol matches keyword '" + kw + "' (" +
                                           std::to_string(candidates.size()) + " function symbols scanned" +
-                                          skipped + ")"};
+                                          skipped + ")" + held +
+                                          ". A template that is never instantiated (no explicit instantiation, no "
+                                          "name expression) leaves no symbol at all"};
     }
     if (matched.size() == 1) return matched.front().name;
 

@@ -49,6 +49,11 @@ Result<std::string> choose_by_rule(const SymbolTable &table, std::string_view ke
     for (const FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
     auto chosen = name_matcher::select(candidates, keyword);
     if (!chosen) return std::move(chosen).error();
+    // The rule takes the keyword as the start of the name after _Z<len>: `gem` finds `gemm`.
+    // Legitimate (a family's common prefix), but a typo would pass unseen: the debug log says.
+    if (!name_matcher::is_exact_identifier(*chosen, keyword)) {
+        log().debug("keyword '{}' chose '{}', whose identifier only starts with it", keyword, *chosen);
+    }
     return std::string(*chosen);
 }
 

@@ -31,6 +31,34 @@ Error bad(const std::string &label, const std::string &what) {
     return Error{Errc::bad_cubin, "'" + label + "' is not a valid cubin: " + what};
 }
 
+// What a file that is not an ELF cubin looks like, when it is one of the things people pass
+// instead (and what to do), else "".
+std::string what_it_looks_like(std::string_view image) {
+    // A fatbinary (nvcc -fatbin, or a cubin's container in an executable): magic 0xBA55ED50.
+    static constexpr unsigned char kFatbinMagic[4] = {0x50, 0xED, 0x55, 0xBA};
+    if (image.size() >= 4 && std::memcmp(image.data(), kFatbinMagic, 4) == 0) {
+        return "it is a fatbin (nvcc -fatbin), which holds cubins and PTX for several archs: take the cubin "
+               "for your GPU out of it (cuobjdump -xelf all FILE) and pass that";
+    }
+    const std::string_view head = image.substr(0, 4096);
+    if (head.find('\0') != std::string_view::npos) return "";  // binary, and not one we know
+    if (head.find(".version") != std::string_view::npos && head.find(".target") != std::string_view::npos) {
+        return "it is PTX text (the .version and .target of a PTX module), not a cubin: assemble it for your "
+               "GPU (ptxas -arch=sm_XX FILE -o FILE.cubin), or compile the CUDA source with kjit_compile";
+    }
+    if (head.find("__global__") != std::string_view::npos || head.find("#include") != std::string_view::npos) {
+        return "it is CUDA C++ source text, not a cubin: compile it first (kjit_compile, or `kjit compile FILE`), "
+               "which gives the cubin's path";
+    }
+    return "";
+}
+
+// Refuses an image that is not an ELF file: `what`, or what it looks like instead.
+Error not_elf(std::string_view image, const std::string &label, const std::string &what) {
+    const std::string looks = what_it_looks_like(image);
+    return bad(label, looks.empty() ? what : looks);
+}
+
 // Set while libkjit loads: no once-guard a thread could hold at a fork (fork_guard.hpp).
 const bool libelf_ready = elf_version(EV_CURRENT) != EV_NONE;
 
@@ -112,7 +140,7 @@ Result<SymbolTable> SymbolTable::from_view(std::string_view bytes, const std::st
     // ELF64 little-endian image (the only kind a cubin is) is handed to it, so the caller's
     // bytes are never written.
     if (bytes.size() < EI_NIDENT || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) {
-        return bad(label, "not an ELF file (no ELF magic)");
+        return not_elf(bytes, label, "not an ELF file (no ELF magic)");
     }
     if (static_cast<unsigned char>(bytes[EI_CLASS]) != ELFCLASS64 ||
         static_cast<unsigned char>(bytes[EI_DATA]) != ELFDATA2LSB) {
@@ -142,9 +170,9 @@ Result<FileIdentity> stat_cubin(const std::string &path) {
 
 Status check_image_extent(std::string_view image, const std::string &label) {
     if (image.size() < sizeof(Elf64_Ehdr)) {
-        return bad(label, "it is " + std::to_string(image.size()) + " bytes, shorter than an ELF header");
+        return not_elf(image, label, "it is " + std::to_string(image.size()) + " bytes, shorter than an ELF header");
     }
-    if (std::memcmp(image.data(), ELFMAG, SELFMAG) != 0) return bad(label, "not an ELF file (no ELF magic)");
+    if (std::memcmp(image.data(), ELFMAG, SELFMAG) != 0) return not_elf(image, label, "not an ELF file (no ELF magic)");
     if (static_cast<unsigned char>(image[EI_CLASS]) != ELFCLASS64 ||
         static_cast<unsigned char>(image[EI_DATA]) != ELFDATA2LSB) {
         return bad(label, "not a 64-bit little-endian ELF file");
@@ -192,7 +220,11 @@ namespace {
 
 // Refuses an ELF file that is not a cubin: not ELF64 little-endian, or not for EM_CUDA.
 Status check_elf_header(Elf *elf, const std::string &label) {
-    if (elf_kind(elf) != ELF_K_ELF) return bad(label, "not an ELF file (no ELF magic)");
+    if (elf_kind(elf) != ELF_K_ELF) {
+        std::size_t size = 0;
+        const char *raw = elf_rawfile(elf, &size);
+        return not_elf(raw ? std::string_view(raw, size) : std::string_view{}, label, "not an ELF file (no ELF magic)");
+    }
     GElf_Ehdr ehdr;
     if (!gelf_getehdr(elf, &ehdr)) return elf_error(label, "cannot read the ELF header");
     // A cubin is always ELF64 little-endian; the fast loop of add_functions relies on that.

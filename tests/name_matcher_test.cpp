@@ -188,6 +188,29 @@ TEST(NameMatcher, SelectNotFound) {
     EXPECT_EQ(nm::select({}, "gemm").error().code, Errc::not_found);
 }
 
+// No match: the message lists the kernel entries the cubin does hold (device functions and
+// unusable names left out, each once, at most eight), and says that an uninstantiated template
+// leaves no symbol.
+TEST(NameMatcher, NotFoundListsTheKernelsItHolds) {
+    std::vector<nm::Candidate> held = {{"_Z4gemmILi2EEvPf", true}, {"_Z4gemmILi1EEvPf", true},
+                                       {"_Z4gemmILi1EEvPf", true}, {"_Z6helperf", false},
+                                       {"_Z4gemm Pf", true}};
+    auto r = nm::select(held, "gemn");
+    ASSERT_FALSE(r.ok());
+    const std::string &m = r.error().message;
+    EXPECT_NE(m.find("the kernels it holds: _Z4gemmILi1EEvPf, _Z4gemmILi2EEvPf."), std::string::npos) << m;
+    EXPECT_EQ(m.find("_Z6helperf"), std::string::npos) << m;
+    EXPECT_EQ(m.find("_Z4gemm Pf"), std::string::npos) << m;
+    EXPECT_NE(m.find("never instantiated"), std::string::npos) << m;
+    static const std::vector<std::string> more = {"_Z2kav", "_Z2kbv", "_Z2kcv", "_Z2kdv", "_Z2kev",
+                                                  "_Z2kfv", "_Z2kgv", "_Z2khv", "_Z2kiv", "_Z2kjv"};
+    for (const std::string &name : more) held.push_back({name, true});  // Candidate holds a view
+    const std::string many = nm::select(held, "gemn").error().message;
+    EXPECT_NE(many.find("and 4 more"), std::string::npos) << many;
+    EXPECT_NE(nm::select({{"_Z6helperf", false}}, "gemn").error().message.find("it holds no kernel entry"),
+              std::string::npos);
+}
+
 // Property test: matches() agrees with std::regex("^_Z\d+" + escaped keyword) or equality, on
 // generated names and keywords built to collide often (shared prefixes, digit runs).
 TEST(NameMatcher, AgreesWithStdRegexOnGeneratedNames) {
