@@ -257,10 +257,13 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
     }
     if (arch && *arch) {
         r.arch = arch;
+        r.arch_origin = "the arch option";
     } else {
         auto detected = kjit::defaults::arch();
         if (!detected) return std::move(detected).error();
         r.arch = *detected;
+        const char *env = std::getenv("KJIT_ARCH");
+        r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
     }
     return kjit::Ok{};
 }

@@ -242,6 +242,20 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
     if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
     if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
     Result<compiler::Output> compiled = std::move(outcome.output);
+    if (!compiled && compiled.error().code == Errc::nvrtc &&
+        compiled.error().message.find("--gpu-architecture") != std::string::npos) {
+        // NVRTC's own words are "invalid value for --gpu-architecture (-arch)": say which value,
+        // where it came from and what this NVRTC takes.
+        std::string supported;
+        for (const std::string &a : compiler::supported_archs()) supported += (supported.empty() ? "" : ", ") + a;
+        Error e = compiled.error();
+        e.message = "NVRTC " + request.nvrtc_identity.substr(0, request.nvrtc_identity.find(' ')) +
+                    " does not compile for arch '" + request.arch + "'" +
+                    (request.arch_origin.empty() ? "" : " (from " + request.arch_origin + ")") +
+                    (supported.empty() ? "" : "; it compiles for " + supported) +
+                    " (an 'a' or 'f' suffix, e.g. sm_90a, on an arch it lists): " + e.message;
+        return e;
+    }
     if (!compiled) return compiled;
     if (*seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", keyed.key, request.keyword, *seconds);
     log().debug("compiled {} [{}] in {:.3f} s", keyed.key, request.keyword, *seconds);

@@ -32,6 +32,7 @@ struct Request {
     std::string keyword;
     std::string cache_dir;  // resolved (see defaults::cache_dir)
     std::string arch;       // resolved, e.g. "sm_90a" (see defaults::arch)
+    std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;

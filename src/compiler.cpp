@@ -218,6 +218,44 @@ Result<PchOptions> take_pch_options(const std::vector<std::string> &options) {
     return out;
 }
 
+namespace {
+
+// What a compile that failed was most likely missing, from NVRTC's log: a line to put before
+// the log (empty when nothing is recognised).
+std::string hint_for(const Request &request, const std::string &log) {
+    if (log.find("__nv_name_map") != std::string::npos && !request.name_expressions.empty()) {
+        std::string names;
+        for (const std::string &e : request.name_expressions) names += (names.empty() ? "'" : ", '") + e + "'";
+        return "the name expression " + names +
+               " names no instantiation of a template in the source (check the template's name and arguments: "
+               "NVRTC reads it as C++ in a file of its own, __nv_name_map below)";
+    }
+    if (log.find("cannot open source file") != std::string::npos) {
+        std::string searched;
+        for (const std::string &o : request.options) {
+            if (o.compare(0, 2, "-I") == 0 && o.size() > 2) searched += (searched.empty() ? "" : ", ") + o.substr(2);
+        }
+        return "a header was not found; folders searched for includes: " +
+               (searched.empty() ? std::string("none besides NVRTC's own") : searched) +
+               "; add the header's folder to the include paths, or pass the header in memory";
+    }
+    return {};
+}
+
+}  // namespace
+
+std::vector<std::string> supported_archs() {
+    auto loaded = nvrtc_library::api();
+    std::vector<std::string> out;
+    if (!loaded || !(*loaded)->nvrtcGetNumSupportedArchs || !(*loaded)->nvrtcGetSupportedArchs) return out;
+    int n = 0;
+    if ((*loaded)->nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 1024) return out;
+    std::vector<int> archs(static_cast<std::size_t>(n));
+    if ((*loaded)->nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return out;
+    for (int a : archs) out.push_back("sm_" + std::to_string(a));
+    return out;
+}
+
 Result<Output> compile(const Request &request) {
     // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
     // gets the error without waiting for a fork.
@@ -258,7 +296,9 @@ Result<Output> compile(const Request &request) {
     Output out;
     out.log = program_log(api, prog.get());
     if (compiled == NVRTC_ERROR_COMPILATION) {
-        return Error{Errc::compile, "NVRTC could not compile '" + request.program_name + "':\n" + out.log};
+        const std::string hint = hint_for(request, out.log);
+        return Error{Errc::compile, "NVRTC could not compile '" + request.program_name + "'" +
+                                        (hint.empty() ? "" : ": " + hint) + ":\n" + out.log};
     }
     if (compiled != NVRTC_SUCCESS) {
         std::string msg = std::string("nvrtcCompileProgram failed for '") + request.program_name +

@@ -19,6 +19,9 @@ struct Request {
     std::vector<std::string> name_expressions;     // e.g. "gemm<128, 64>"
 };
 
+// The archs this NVRTC compiles for ("sm_75", ...), for messages; empty when it cannot say.
+std::vector<std::string> supported_archs();
+
 struct Output {
     std::string cubin;
     std::string log;

@@ -102,6 +102,10 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
         !KJIT_BIND(nvrtcGetCUBIN) || !KJIT_BIND(nvrtcGetLoweredName)) {
         return false;
     }
+    a.nvrtcGetNumSupportedArchs =
+        reinterpret_cast<decltype(a.nvrtcGetNumSupportedArchs)>(::dlsym(handle, "nvrtcGetNumSupportedArchs"));
+    a.nvrtcGetSupportedArchs =
+        reinterpret_cast<decltype(a.nvrtcGetSupportedArchs)>(::dlsym(handle, "nvrtcGetSupportedArchs"));
     int major = 0, minor = 0;
     if (const nvrtcResult r = a.nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS) {
         why = std::string("opened, but its nvrtcVersion failed: ") + a.nvrtcGetErrorString(r);

@@ -38,6 +38,9 @@ struct Api {
     decltype(&::nvrtcGetCUBINSize) nvrtcGetCUBINSize = nullptr;
     decltype(&::nvrtcGetCUBIN) nvrtcGetCUBIN = nullptr;
     decltype(&::nvrtcGetLoweredName) nvrtcGetLoweredName = nullptr;
+    // Optional (nullptr where absent): only for messages.
+    decltype(&::nvrtcGetNumSupportedArchs) nvrtcGetNumSupportedArchs = nullptr;
+    decltype(&::nvrtcGetSupportedArchs) nvrtcGetSupportedArchs = nullptr;
 
     std::string library;   // what dlopen was given, as the messages name it
     std::string file;      // the file it opened, links resolved (realpath)

@@ -338,6 +338,42 @@ template __global__ void gemm<128>(float *);
 
 }  // namespace
 
+// The compile errors a new user meets first say what was wrong and what to do, not only NVRTC's
+// words: an arch NVRTC does not take (which value, from where, which it takes), a header not
+// found (the folders searched), a name expression that names nothing (that it is the name
+// expression).
+TEST(CApiCompile, AWrongArchAMissingHeaderAndAWrongNameExpressionSayWhatToDo) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    char path[4096];
+    {
+        ScopedEnv arch("KJIT_ARCH", "sm_30");
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_NVRTC);
+        const std::string e = kjit_last_error();
+        EXPECT_NE(e.find("does not compile for arch 'sm_30' (from KJIT_ARCH); it compiles for sm_"), std::string::npos) << e;
+        EXPECT_NE(e.find("sm_90"), std::string::npos) << e;
+    }
+    o.arch = "sm_90";
+    const std::string inc = dir.file("inc");
+    const char *paths[] = {inc.c_str()};
+    o.include_paths = paths;
+    o.include_path_count = 1;
+    EXPECT_EQ(kjit_compile("#include \"absent.h\"\n__global__ void gemm(float *p) {}\n", "gemm", &o, path,
+                           sizeof path, nullptr),
+              KJIT_ERROR_COMPILE);
+    std::string e = kjit_last_error();
+    EXPECT_NE(e.find("a header was not found; folders searched for includes: " + inc), std::string::npos) << e;
+    EXPECT_NE(e.find("cannot open source file"), std::string::npos) << e;  // NVRTC's log follows
+    o.include_paths = nullptr;
+    o.include_path_count = 0;
+    o.name_expression = "gemm<1, 2>";
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_COMPILE);
+    e = kjit_last_error();
+    EXPECT_NE(e.find("the name expression 'gemm<1, 2>' names no instantiation"), std::string::npos) << e;
+}
+
 TEST(CApiCompile, CompilesThenHitsAndTheNameIsWarm) {
     TempDir dir;
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
