@@ -42,8 +42,28 @@ struct Global {
     std::string cache_dir;
 };
 
+// libkjit's message with the C fields it names as this command's options: a user of `kjit`
+// set no kjit_compile_options.arch, but --arch.
+std::string in_command_terms(std::string message) {
+    static const std::pair<const char *, const char *> kFields[] = {
+        {"kjit_compile_options.arch", "--arch"},
+        {"kjit_compile_options.cache_dir", "--cache-dir"},
+        {"kjit_compile_options.name_expression", "--name-expr"},
+        {"kjit_compile_options.include_paths", "-I"},
+        {"kjit_compile_options.nvrtc_options", "the options after --"},
+    };
+    for (const auto &[field, option] : kFields) {
+        for (std::size_t at = message.find(field); at != std::string::npos; at = message.find(field, at)) {
+            message.replace(at, std::strlen(field), option);
+            at += std::strlen(option);
+        }
+    }
+    return message;
+}
+
 // Prints a failure and returns its exit status: the status number.
-int report_failure(const Global &g, int status, const std::string &status_text, const std::string &message) {
+int report_failure(const Global &g, int status, const std::string &status_text, const std::string &raw_message) {
+    const std::string message = in_command_terms(raw_message);
     if (g.json) {
         std::cout << json{{"status", status_text}, {"code", status}, {"error", message}}.dump(2) << "\n";
     }

@@ -46,6 +46,7 @@ import ctypes
 import ctypes.util
 import enum
 import os
+import re
 import signal
 import sys
 import threading
@@ -476,6 +477,15 @@ _OPTIONAL_PROTOTYPES = {
 }
 
 
+_C_FIELD = re.compile(r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)")
+
+
+def _in_python_terms(message):
+    """libkjit's message with the C struct fields it names as this module's keyword arguments:
+    ``kjit_compile_options.arch`` reads ``arch=``."""
+    return _C_FIELD.sub(lambda m: m.group(1) + "=", message)
+
+
 def _nvrtc_from_wheel():
     """In the installed package, with $KJIT_LIBNVRTC unset: points it at the NVRTC of the
     ``nvidia-cuda-nvrtc`` wheel, when one of the major libkjit was built against is installed
@@ -676,7 +686,7 @@ class Library:
 
     def _error(self, status, function):
         """The KjitError for a failed call; reads kjit_last_error() first, before anything else."""
-        message = self._fn["kjit_last_error"]().decode("utf-8", "replace")
+        message = _in_python_terms(self._fn["kjit_last_error"]().decode("utf-8", "replace"))
         name = self.status_string(status)
         return _ERROR_CLASSES.get(status, KjitError)(status, name, message, function)
 

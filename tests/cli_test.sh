@@ -47,6 +47,10 @@ contains ambiguous "$WORK/err"
 expect_rc 6 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --json
 json_check 'd["code"] == 6 and d["status"] == "compile error" and "X" in d["error"]'
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir "$C"
+# libkjit's messages name the C fields; the command names its own options instead.
+expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
+contains "use --arch instead" "$WORK/err"
+if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90

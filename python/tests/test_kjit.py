@@ -113,6 +113,14 @@ def test_compile_hit_returns_same_path(built):
     assert path2 != built.path and os.path.isfile(path2)
 
 
+def test_messages_name_keyword_arguments_not_c_fields(tmp_path):
+    # libkjit's text says "use kjit_compile_options.arch instead"; Python code passes arch=.
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.compile("__global__ void gemm(float *p) {}", "gemm", cache_dir=tmp_path, arch="sm_90",
+                     nvrtc_options=["-arch=sm_80"])
+    assert "use arch= instead" in str(info.value) and "kjit_compile_options" not in str(info.value), str(info.value)
+
+
 def test_compile_error_carries_nvrtc_log(tmp_path):
     src = "__global__ void broken(float *p) { p[0] = undeclared_thing_xyz; }\n"
     with pytest.raises(kjit.CompileError) as info:
