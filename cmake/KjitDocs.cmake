@@ -17,5 +17,12 @@ if(DOXYGEN_FOUND)
     COMMENT "doxygen: API reference in ${KJIT_DOXYGEN_OUTPUT}/html (fails on any warning)"
     VERBATIM)
 else()
-  message(STATUS "doxygen 1.9.0 or newer not found: no `docs` target (Debian: apt-get install doxygen)")
+  # A target all the same, that says what to do: doxygen installed after this build was
+  # configured is only found by configuring again.
+  message(STATUS "doxygen 1.9.0 or newer not found: the `docs` target says so (Debian: apt-get install doxygen)")
+  add_custom_target(docs
+    COMMAND "${CMAKE_COMMAND}" -E echo
+      "docs: doxygen 1.9.0 or newer was not found when this build was configured; install it (Debian: apt-get install doxygen), then configure again (cmake -S ${PROJECT_SOURCE_DIR} -B ${PROJECT_BINARY_DIR}) and build the docs target"
+    COMMAND "${CMAKE_COMMAND}" -E false
+    VERBATIM)
 endif()
