@@ -73,6 +73,19 @@ int report_failure(const Global &g, int status, const std::string &status_text, 
 
 int fail_with(const Global &g, kjit_status s) { return report_failure(g, s, kjit_status_string(s), kjit_last_error()); }
 
+// A compile's message with the name NVRTC knew the source by (the cache's `source.cu`: every
+// entry's source has that name) replaced by the file the user gave, where NVRTC's log names it
+// ('source.cu', "source.cu", source.cu(12)), so that "k.cu(12): error" points at their file.
+std::string with_file_name(std::string message, const std::string &file) {
+    for (const std::string from : {"'source.cu'", "\"source.cu\"", "source.cu("}) {
+        const std::string to = from[0] == '\'' ? "'" + file + "'" : from[0] == '"' ? "\"" + file + "\"" : file + "(";
+        for (std::size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
+            message.replace(at, from.size(), to);
+        }
+    }
+    return message;
+}
+
 std::string utc_text(std::int64_t ns) {
     if (ns == 0) return "";
     const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
@@ -203,7 +216,7 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
         return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
     });
-    if (s != KJIT_OK) return fail_with(g, s);
+    if (s != KJIT_OK) return report_failure(g, s, kjit_status_string(s), with_file_name(kjit_last_error(), a.files.front()));
     std::string name;
     s = resolve_into(cubin, a.keyword, name);
     if (s != KJIT_OK) return fail_with(g, s);
@@ -272,7 +285,7 @@ int run_compile_many(const Global &g, const CompileArgs &a) {
         const std::size_t i = file_of_item[k];
         item_code[i] = kjit_batch_result_status(result.get(), k);
         if (item_code[i] == KJIT_OK) item_cubin[i] = kjit_batch_result_cubin_path(result.get(), k);
-        else item_error[i] = kjit_batch_result_error(result.get(), k);
+        else item_error[i] = with_file_name(kjit_batch_result_error(result.get(), k), a.files[i]);
     }
     for (std::size_t i = 0; i < n; ++i) {
         std::string name;

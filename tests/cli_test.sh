@@ -46,6 +46,8 @@ expect_rc 3 "$KJIT" compile "$WORK/k.cu" -k scale --arch sm_90 --cache-dir "$C" 
 contains ambiguous "$WORK/err"
 expect_rc 6 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --json
 json_check 'd["code"] == 6 and d["status"] == "compile error" and "X" in d["error"]'
+# NVRTC's log points at the user's file, not at the cache's name for every source.
+json_check '"k.cu(" in d["error"] and "source.cu" not in d["error"]'
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir "$C"
 # libkjit's messages name the C fields; the command names its own options instead.
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
