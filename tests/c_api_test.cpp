@@ -127,6 +127,28 @@ TEST(CApi, NullAndMalformedArguments) {
     EXPECT_NE(std::string(kjit_last_error()).find("keyword"), std::string::npos);
 }
 
+namespace {
+
+// Runs resolve_worker once on `cubin` with `keyword` (it expects plain_kernel's name) behind
+// `env` (a shell prefix: assignments, or `env -u NAME`); its stdout and stderr.
+std::string resolve_in_worker(const std::string &env, const std::string &cubin, const std::string &keyword) {
+    const char *worker = std::getenv("KJIT_RESOLVE_WORKER");
+    if (!worker) {
+        ADD_FAILURE() << "KJIT_RESOLVE_WORKER is set by ctest";
+        return {};
+    }
+    const std::string cmd = env + " '" + worker + "' 1 '" + cubin + "' " + keyword + " _Z12plain_kernelPf 2>&1";
+    std::string out;
+    if (FILE *p = ::popen(cmd.c_str(), "r")) {
+        char buf[4096];
+        while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+        EXPECT_EQ(::pclose(p), 0) << out;
+    }
+    return out;
+}
+
+}  // namespace
+
 TEST(CApi, BadFilesGetAStatusAndAMessageNamingTheFile) {
     TempDir dir;
     write_file(dir.file("empty.cubin"), "");
@@ -154,19 +176,9 @@ TEST(CApi, BadFilesGetAStatusAndAMessageNamingTheFile) {
 // KJIT_LOG_LEVEL in any case; anything else is said, not taken for "off" in silence. And a
 // keyword that is only the start of the identifier it chose is said in the debug log.
 TEST(CApi, LogLevelInAnyCaseAndAPrefixKeywordInTheDebugLog) {
-    const char *worker = std::getenv("KJIT_RESOLVE_WORKER");
-    ASSERT_NE(worker, nullptr) << "KJIT_RESOLVE_WORKER is set by ctest";
     Cubin c(sources::kPlain);
     auto run = [&](const std::string &level, const char *keyword) {
-        const std::string cmd = "KJIT_LOG_LEVEL='" + level + "' '" + worker + "' 1 '" + c.path + "' " + keyword +
-                                " _Z12plain_kernelPf 2>&1";
-        std::string out;
-        if (FILE *p = ::popen(cmd.c_str(), "r")) {
-            char buf[4096];
-            while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-            EXPECT_EQ(::pclose(p), 0) << out;
-        }
-        return out;
+        return resolve_in_worker("KJIT_LOG_LEVEL='" + level + "'", c.path, keyword);
     };
     const std::string upper = run("DEBUG", "plain_ker");
     EXPECT_NE(upper.find("[kjit D"), std::string::npos) << upper;
@@ -304,20 +316,11 @@ TEST(CApi, FourProcessesOnFreshCubins) {
 
 // KJIT_LOG_LEVEL=debug shows the scan and rewrite, then the hit; unset, the library is silent.
 TEST(CApi, DebugLogShowsSidecarDecisions) {
-    const char *worker = std::getenv("KJIT_RESOLVE_WORKER");
-    ASSERT_NE(worker, nullptr) << "KJIT_RESOLVE_WORKER is set by ctest";
     Cubin c(sources::kPlain);
     write_file(c.path + ".name", "_Z12plain_kernelPf\n");  // a bare name: rejected, rewritten
     auto run = [&](const char *level) {
-        const std::string cmd = std::string(level ? std::string("KJIT_LOG_LEVEL=") + level + " " : "env -u KJIT_LOG_LEVEL ") +
-                                "'" + worker + "' 1 '" + c.path + "' plain_kernel _Z12plain_kernelPf 2>&1";
-        std::string out;
-        if (FILE *p = ::popen(cmd.c_str(), "r")) {
-            char buf[4096];
-            while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-            EXPECT_EQ(::pclose(p), 0) << out;
-        }
-        return out;
+        return resolve_in_worker(level ? std::string("KJIT_LOG_LEVEL=") + level : "env -u KJIT_LOG_LEVEL", c.path,
+                                 "plain_kernel");
     };
     const std::string first = run("debug");
     EXPECT_NE(first.find("bare name"), std::string::npos) << first;
