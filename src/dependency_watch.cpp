@@ -6,9 +6,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +61,12 @@ struct State {
     std::mutex mutex;
     int fd = -2;  // -2: not opened yet; -1: unusable (no inotify, turned off, or broken)
     std::uint64_t generation = 1;
+    // For still_at()'s check without the lock (the hit memo's every repeat, on every thread):
+    // the descriptor while usable (else -1), the generation as last published, and how many
+    // drains are under way (between taking events off the queue and publishing what they did).
+    std::atomic<int> quick_fd{-1};
+    std::atomic<std::uint64_t> published_generation{1};
+    std::atomic<int> draining{0};
     std::uint64_t watches = 0;
     // Paths watched since the last change, with their watch descriptors. Cleared by every
     // change: a path may then lead to another inode (a folder renamed away and another put in
@@ -110,6 +118,7 @@ bool usable(State &s) {
             log().debug("no header watch (inotify_init1: {}): every hit checks its files", std::strerror(errno));
             s.fd = -1;
         }
+        s.quick_fd.store(s.fd);
     }
     return s.fd >= 0;
 }
@@ -126,9 +135,13 @@ bool relevant(const State &s, const struct inotify_event *ev) {
 }
 
 // With the lock held: reads every queued event; one that matters moves the generation on.
+// Marked as draining from before the first read until the generation is published, so that a
+// check without the lock that finds the queue empty knows whether events it did not see are
+// still being looked at (still_at).
 void drain(State &s) {
     alignas(struct inotify_event) char buf[16384];
     bool changed = false;
+    s.draining.fetch_add(1);
     for (;;) {
         const ssize_t n = ::read(s.fd, buf, sizeof buf);
         if (n > 0) {
@@ -144,6 +157,7 @@ void drain(State &s) {
             // Not ours any more (closed by someone else?): prove nothing from now on.
             log().debug("header watch stopped (read: {}): every hit checks its files", std::strerror(errno));
             s.fd = -1;
+            s.quick_fd.store(-1);
             changed = true;
         }
         break;
@@ -156,6 +170,8 @@ void drain(State &s) {
         s.missing.clear();
         s.checked.clear();
     }
+    s.published_generation.store(s.generation);
+    s.draining.fetch_sub(1);
 }
 
 std::string name_of(const std::string &path) { return path.substr(path.find_last_of('/') + 1); }
@@ -301,6 +317,20 @@ std::optional<std::uint64_t> arm_file(const std::string &path) {
 
 bool still_at(std::uint64_t generation, bool read_queue) {
     State &s = *the_state;
+    if (read_queue) {
+        // Without the lock, so that repeats on many threads do not queue for it: nothing is
+        // queued (FIONREAD, one ioctl), no drain is under way before or after that look, and
+        // the published generation is the one asked about. An event queued before this call
+        // is then either still queued (seen here) or was taken by a drain that, done, has
+        // published the generation it moved (seen here), or, not done, is seen under way.
+        const int fd = s.quick_fd.load();
+        if (fd >= 0 && s.draining.load() == 0 && !turned_off()) {
+            int queued = 0;
+            if (::ioctl(fd, FIONREAD, &queued) == 0 && queued == 0 && s.draining.load() == 0) {
+                return s.published_generation.load() == generation;
+            }
+        }
+    }
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.fd < 0 || (read_queue && turned_off())) return false;  // else proven() just asked
     if (read_queue) drain(s);

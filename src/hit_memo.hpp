@@ -8,9 +8,10 @@
 //     the nanosecond). A removed entry (eviction, prune, clear, rm), a replaced or rewritten
 //     cubin, even one touched, is looked up in full. Proven by one lstat at the first repeat,
 //     which then also watches the cubin and every folder on its path (dependency_watch.hpp's
-//     inotify watch, placed before a second lstat that must agree); later repeats read the
-//     watch's queue instead (one non-blocking read: a change that finished before the call
-//     always shows there), and after any event that matters go back to the lstat. Where the
+//     inotify watch, placed before a second lstat that must agree); later repeats ask the
+//     watch's queue instead (dependency_watch::still_at: one ioctl without a lock, while
+//     nothing is queued; a change that finished before the call always shows there), and after
+//     any event that matters go back to the lstat. Where the
 //     watch cannot vouch (network or FUSE file systems, KJIT_WATCH_HEADERS=0, no inotify),
 //     every repeat takes the lstat. A cubin whose mtime has no sub-second part (a file system
 //     or copy that keeps whole seconds, where an edit within the second cannot show) is never
