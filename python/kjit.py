@@ -50,6 +50,7 @@ import re
 import signal
 import sys
 import threading
+import weakref
 
 __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
@@ -475,6 +476,77 @@ _OPTIONAL_PROTOTYPES = {
     "kjit_verify_report_action": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
     "kjit_verify_report_release": (None, [_P]),
 }
+
+
+# Launching (Kernel.launch): the driver, as libkjit finds it, and the argument conventions.
+_CORE_OWNERS = {}
+_driver_lib = None
+_driver_lock = threading.Lock()
+
+
+def _driver():
+    """The CUDA driver library (``$KJIT_LIBCUDA``, else ``libcuda.so.1``: the one libkjit
+    loads), with cuLaunchKernel and cuGetErrorName declared."""
+    global _driver_lib
+    with _driver_lock:
+        if _driver_lib is None:
+            name = os.environ.get("KJIT_LIBCUDA") or "libcuda.so.1"
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError as e:
+                raise DriverError(Status.ERROR_DRIVER_UNAVAILABLE, "driver unavailable",
+                                  f"cannot load the CUDA driver {name!r} to launch: {e}", "Kernel.launch") from None
+            lib.cuLaunchKernel.restype = ctypes.c_int
+            lib.cuLaunchKernel.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7 +
+                                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
+            lib.cuGetErrorName.restype = ctypes.c_int
+            lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+            _driver_lib = lib
+        return _driver_lib
+
+
+def _driver_error(driver, result, what):
+    text = ctypes.c_char_p()
+    name = (text.value.decode() if driver.cuGetErrorName(result, ctypes.byref(text)) == 0 and text.value
+            else f"CUresult {result}")
+    return DriverError(Status.ERROR_DRIVER, "driver error", f"{what} failed: {name}", "Kernel.launch")
+
+
+def _dims(value, what):
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+        raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 of them, not {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+def _kernel_arg(value, index):
+    """One kernel argument as a ctypes value whose address goes into kernelParams."""
+    if isinstance(value, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return value
+    if hasattr(value, "data_ptr") and callable(value.data_ptr):  # a PyTorch tensor
+        return ctypes.c_void_p(value.data_ptr())
+    interface = getattr(value, "__cuda_array_interface__", None)  # CuPy, Numba, cuda.core
+    if interface is not None:
+        return ctypes.c_void_p(interface["data"][0])
+    if isinstance(getattr(value, "ptr", None), int):  # a CuPy MemoryPointer
+        return ctypes.c_void_p(value.ptr)
+    raise TypeError(f"kernel argument {index}: {type(value).__name__} {value!r} has no C type: pass a ctypes value "
+                    "(ctypes.c_int(n), ctypes.c_float(x), ctypes.c_void_p(pointer)) or a device array")
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):  # cuda.core's protocol: (version, handle)
+        return int(stream.__cuda_stream__()[1])
+    for attribute in ("cuda_stream", "ptr", "handle"):  # PyTorch, CuPy, others
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int):
+            return handle
+    raise TypeError(f"stream: {type(stream).__name__} is not a CUDA stream (an int CUstream, "
+                    "torch.cuda.current_stream(), a CuPy or cuda.core stream)")
 
 
 _C_FIELD = re.compile(r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)")
@@ -1187,6 +1259,58 @@ class Kernel:
     def culibrary(self):
         """The ``CUlibrary`` the kernel belongs to, as an int (shared per cubin version)."""
         return self._fn["kjit_kernel_culibrary"](self._live()) or 0
+
+    def launch(self, grid, block, args, *, shared_mem=0, stream=None):
+        """Launches the kernel with ``cuLaunchKernel`` on the current CUDA context (PyTorch and
+        CuPy make one current on their device; with none, the driver says
+        ``CUDA_ERROR_INVALID_CONTEXT``).
+
+        - ``grid``, ``block``: an int or a tuple of up to three ints.
+        - ``args``: one value per kernel parameter, in order: a ``ctypes`` value of the
+          parameter's C type (``ctypes.c_int(n)``, ``ctypes.c_float(x)``,
+          ``ctypes.c_void_p(ptr)``), or an array object, passed as its device pointer: a PyTorch
+          tensor (``data_ptr()``), a CuPy or Numba array (``__cuda_array_interface__``), a
+          CuPy memory pointer (``.ptr``). A bare Python int or float is refused: its C type
+          cannot be known.
+        - ``stream``: None (the default stream), an int ``CUstream``, or an object that has one:
+          ``torch.cuda.current_stream()`` (``cuda_stream``), a CuPy stream (``ptr``), a
+          cuda.core stream (``__cuda_stream__()``).
+
+        Raises :class:`DriverError` with the driver's error name when the launch fails, and
+        ValueError after :meth:`release`. The launch is asynchronous, as in C.
+        """
+        grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
+        values = [_kernel_arg(a, i) for i, a in enumerate(args)]
+        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
+                                                           for v in values])
+        driver = _driver()
+        with self._lock:
+            function = ctypes.c_void_p(self._fn["kjit_kernel_cukernel"](self._live()))
+            result = driver.cuLaunchKernel(function, *grid3, *block3, int(shared_mem),
+                                           ctypes.c_void_p(_stream_handle(stream)),
+                                           params if values else None, None)
+        if result != 0:
+            raise _driver_error(driver, result, f"cuLaunchKernel of {self._name}")
+
+    def as_cuda_core(self):
+        """This kernel as a ``cuda.core`` ``Kernel`` (``Kernel.from_handle`` of its CUkernel), to
+        launch with cuda.core's ``launch()``. The returned object keeps this one alive, so the
+        library stays loaded while it is in use; release this one only after it is gone.
+        Needs cuda.core (``pip install cuda-core``); ImportError saying so otherwise."""
+        try:
+            from cuda.core import Kernel as CoreKernel
+        except ImportError:
+            try:
+                from cuda.core.experimental import Kernel as CoreKernel
+            except ImportError as e:
+                raise ImportError("Kernel.as_cuda_core needs cuda.core (pip install cuda-core)") from e
+        core = CoreKernel.from_handle(self.cukernel)
+        try:
+            core._kjit_kernel = self
+        except AttributeError:  # a class with __slots__: keep it alive beside it
+            _CORE_OWNERS[id(core)] = self
+            weakref.finalize(core, _CORE_OWNERS.pop, id(core), None)
+        return core
 
     @property
     def released(self):

@@ -518,6 +518,78 @@ def test_cufunction_needs_a_context(built, fake):
             fake.cuCtxSetCurrent(None)
 
 
+class _Launch(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_char_p), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p), ("first_param", ctypes.c_ulonglong),
+                ("launches", ctypes.c_ulonglong)]
+
+
+@needs_driver
+def test_launch_through_the_driver(built, fake):
+    # What kjit hands cuLaunchKernel, as the driver test double records it: the kernel, the
+    # dimensions, the stream, and each argument's address in kernelParams, from the kinds of
+    # arguments and streams users have (ctypes, a PyTorch-like tensor, a CUDA array interface,
+    # a cuda.core-like stream).
+    fake.fake_cuda_last_launch.argtypes = [ctypes.POINTER(_Launch)]
+    fake.fake_cuda_last_launch.restype = ctypes.c_int
+
+    class Tensor:  # PyTorch's shape of it
+        def data_ptr(self):
+            return 0x7000_1000
+
+    class Array:  # CuPy's, Numba's
+        __cuda_array_interface__ = {"data": (0x7000_2000, False), "shape": (4,), "typestr": "<f4", "version": 3}
+
+    class Stream:  # cuda.core's protocol
+        def __cuda_stream__(self):
+            return (0, 0x5000)
+
+    last = _Launch()
+    with kjit.load_cached(built.path, "scale") as k:
+        with pytest.raises(kjit.DriverError, match="CUDA_ERROR_INVALID_CONTEXT"):
+            k.launch(1, 32, [ctypes.c_void_p(0x1000)])
+        assert fake.cuInit(0) == 0
+        ctx = ctypes.c_void_p()
+        assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert fake.cuCtxSetCurrent(ctx) == 0
+        try:
+            k.launch((4, 2), (128,), [ctypes.c_void_p(0x1234_5678)], shared_mem=256, stream=0x4000)
+            assert fake.fake_cuda_last_launch(ctypes.byref(last)) == 1
+            assert last.kernel.decode() == built.name == k.name
+            assert list(last.grid) == [4, 2, 1] and list(last.block) == [128, 1, 1]
+            assert last.shared_mem == 256 and last.stream == 0x4000 and last.first_param == 0x1234_5678
+            for arg, pointer in ((Tensor(), 0x7000_1000), (Array(), 0x7000_2000)):
+                k.launch(1, 32, [arg], stream=Stream())
+                fake.fake_cuda_last_launch(ctypes.byref(last))
+                assert last.first_param == pointer and last.stream == 0x5000
+            launches = last.launches
+            with pytest.raises(TypeError, match="argument 0"):
+                k.launch(1, 32, [5])  # an int has no C type
+            with pytest.raises(ValueError, match="grid"):
+                k.launch(0, 32, [Tensor()])
+            with pytest.raises(TypeError, match="stream"):
+                k.launch(1, 32, [Tensor()], stream="default")
+            fake.fake_cuda_last_launch(ctypes.byref(last))
+            assert last.launches == launches  # none of those reached the driver
+        finally:
+            fake.cuCtxSetCurrent(None)
+    with pytest.raises(ValueError, match="released"):
+        k.launch(1, 32, [Tensor()])
+
+
+def test_as_cuda_core_says_what_it_needs(built):
+    try:
+        import cuda.core  # noqa: F401
+        pytest.skip("cuda.core is installed: this checks the message without it")
+    except ImportError:
+        pass
+    if not LIBCUDA:
+        pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
+    with kjit.load_cached(built.path, "scale") as k:
+        with pytest.raises(ImportError, match="pip install cuda-core"):
+            k.as_cuda_core()
+
+
 @needs_driver
 def test_load_errors(built, fake, tmp_path):
     with pytest.raises(kjit.KjitIOError) as info:

@@ -42,6 +42,7 @@ struct State {
     std::set<const CUkern_st *> kernels;  // of live libraries
     std::set<const CUfunc_st *> functions;
     fake_cuda_counters counters{};
+    fake_cuda_launch last_launch{};
     bool initialised = false;
     CUresult init_result = CUDA_SUCCESS;
     int child_init_result = -1;  // >= 0: cuInit's answer in forked children
@@ -338,6 +339,38 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
     return CUDA_SUCCESS;
 }
 
+// Launches nothing: checks the handle (a CUfunction, or a CUkernel used as one, as CUDA 12+
+// allows) and the context, and records what it was asked (fake_cuda_last_launch).
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shared, CUstream stream, void **params,
+                        void **extra) {
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || (params && extra)) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto *as_function = reinterpret_cast<const CUfunc_st *>(f);
+    const auto *as_kernel = reinterpret_cast<const CUkern_st *>(f);
+    const char *name = s.functions.count(as_function) ? as_function->kernel->name.c_str()
+                       : s.kernels.count(as_kernel)   ? as_kernel->name.c_str()
+                                                      : nullptr;
+    if (!name) {
+        ++s.counters.bad_handles;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fake_cuda_launch &l = s.last_launch;
+    l.kernel = name;
+    l.grid[0] = gx, l.grid[1] = gy, l.grid[2] = gz;
+    l.block[0] = bx, l.block[1] = by, l.block[2] = bz;
+    l.shared_mem = shared;
+    l.stream = stream;
+    l.first_param = 0;
+    if (params && params[0]) std::memcpy(&l.first_param, params[0], sizeof l.first_param);
+    ++l.launches;
+    return CUDA_SUCCESS;
+}
+
 // What cuGetProcAddress hands out: each entry point with the CUDA version its ABI came in.
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                           CUdriverProcAddressQueryResult *symbolStatus) {
@@ -361,6 +394,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
         {"cuLibraryUnload", 12000, reinterpret_cast<void *>(&cuLibraryUnload)},
         {"cuLibraryGetKernel", 12000, reinterpret_cast<void *>(&cuLibraryGetKernel)},
         {"cuKernelGetFunction", 12000, reinterpret_cast<void *>(&cuKernelGetFunction)},
+        {"cuLaunchKernel", 4000, reinterpret_cast<void *>(&cuLaunchKernel)},
     };
     if (!symbol || !pfn || flags != CU_GET_PROC_ADDRESS_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
     *pfn = nullptr;
@@ -386,6 +420,13 @@ void fake_cuda_get_counters(fake_cuda_counters *out) {
     State &s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     *out = s.counters;
+}
+
+int fake_cuda_last_launch(fake_cuda_launch *out) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    *out = s.last_launch;
+    return s.last_launch.launches > 0;
 }
 
 void fake_cuda_set_device_sm(unsigned sm) { state().device_sm = sm; }
