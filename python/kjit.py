@@ -1307,9 +1307,9 @@ class Kernel:
         core = CoreKernel.from_handle(self.cukernel)
         try:
             core._kjit_kernel = self
-        except AttributeError:  # a class with __slots__: keep it alive beside it
-            _CORE_OWNERS[id(core)] = self
+        except AttributeError:  # a class with no __dict__ (cuda.core's is a cdef class): beside it
             weakref.finalize(core, _CORE_OWNERS.pop, id(core), None)
+            _CORE_OWNERS[id(core)] = self
         return core
 
     @property

@@ -577,6 +577,38 @@ def test_launch_through_the_driver(built, fake):
         k.launch(1, 32, [Tensor()])
 
 
+@needs_driver
+def test_as_cuda_core_keeps_the_kjit_kernel_alive(built, fake):
+    # A stand-in for cuda.core (the real one needs a GPU): Kernel.from_handle of the CUkernel,
+    # a class with no __dict__ but weak references, as cuda.core's cdef class. The kjit kernel
+    # lives as long as the cuda.core object, and is released with it.
+    r = _run_python("""
+        import gc, sys, types, weakref, kjit
+        class Kernel:
+            __slots__ = ("handle", "__weakref__")
+            @staticmethod
+            def from_handle(handle):
+                k = Kernel()
+                k.handle = handle
+                return k
+        core_pkg, core = types.ModuleType("cuda"), types.ModuleType("cuda.core")
+        core.Kernel = Kernel
+        core_pkg.core = core
+        sys.modules.update({"cuda": core_pkg, "cuda.core": core})
+        k = kjit.load_cached(sys.argv[1], "scale")
+        handle, watch = k.cukernel, weakref.ref(k)
+        c = k.as_cuda_core()
+        del k
+        gc.collect()
+        print(type(c).__name__, c.handle == handle, watch() is not None)
+        del c
+        gc.collect()
+        print(watch() is None)
+        """.replace("sys.argv[1]", repr(str(built.path))))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["Kernel", "True", "True", "True"], r.stdout
+
+
 def test_as_cuda_core_says_what_it_needs(built):
     try:
         import cuda.core  # noqa: F401
