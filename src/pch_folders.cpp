@@ -26,7 +26,6 @@ struct Root {
     pid_t pid = 0;          // the process that made `path` (a forked child makes its own)
     std::string path;       // "" until first use
     std::set<std::string> made;  // identities whose folder exists
-    bool cleanup_registered = false;
 };
 
 std::atomic<Root *> root_slot{nullptr};
@@ -74,10 +73,17 @@ void sweep_stale_roots(const std::string &base) {
 }
 
 void remove_root_at_exit() {
-    Root &r = root();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    if (!r.path.empty() && r.pid == ::getpid()) remove_tree(r.path);
+    Root *r = root_slot.load(std::memory_order_acquire);
+    if (!r) return;
+    std::lock_guard<std::mutex> lock(r->mutex);
+    if (!r->path.empty() && r->pid == ::getpid()) remove_tree(r->path);
 }
+
+// Registered while libkjit loads, not at the first PCH: atexit takes a lock of its own (the C
+// library's; ThreadSanitizer's interceptor's), and a child forked while a batch thread of the
+// parent was inside it waited for ever at its own first PCH (Fork.ChildBatchWorksAfterAForkDuring
+// AParentBatch, under TSan). A child inherits the registration.
+[[maybe_unused]] const bool exit_handler_registered = std::atexit(remove_root_at_exit) == 0;
 
 }  // namespace
 
@@ -99,10 +105,6 @@ Result<std::string> folder_for(const std::string &identity, bool *made_now) {
         r.path = buf.data();
         r.pid = ::getpid();
         r.made.clear();
-        if (!r.cleanup_registered) {
-            std::atexit(remove_root_at_exit);
-            r.cleanup_registered = true;
-        }
     }
     const std::string folder = r.path + "/" + identity;
     if (r.made.count(identity) == 0) {
