@@ -4,7 +4,6 @@
 #include "defaults.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
-#include "nvrtc_probe.hpp"
 #include "filesystem.hpp"
 #include "worker_pool.hpp"
 
@@ -21,7 +20,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -234,7 +232,7 @@ class Batch {
 public:
     Batch(const Options &options, std::size_t total)
         : cache_(cache::Cache::instance()), options_(options), total_(total), results_(total),
-          handed_out_(options.recency_refresh_ns), cache_dir_of_item_(total) {}
+          handed_out_(options.recency_refresh_ns) {}
 
     // 1. Looks every request up before compiling any: hits are answered at once, and identical
     //    requests (same entry: same cache folder and key) become one job.
@@ -271,7 +269,6 @@ private:
     std::vector<Job> jobs_;
     std::unordered_map<std::string, std::size_t> job_of_entry_;
     std::unordered_map<std::string, cache::Found> hit_of_entry_;
-    std::vector<std::string> cache_dir_of_item_;  // for the NVRTC records (results())
 };
 
 void Batch::finish(std::size_t item, Result<cache::Found> result) {
@@ -300,7 +297,6 @@ void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
             finish(i, std::move(keyed).error());
             continue;
         }
-        cache_dir_of_item_[i] = keyed->request.cache_dir;
         look_up(i, std::move(*keyed), files_seen);
     }
 }
@@ -445,12 +441,7 @@ std::vector<Result<cache::Found>> Batch::results() {
     handed_out_.refresh();
     std::vector<Result<cache::Found>> out;
     out.reserve(total_);
-    std::set<std::string> answered_in;  // folders that passed the trust checks
-    for (std::size_t i = 0; i < total_; ++i) {
-        if (results_[i] && *results_[i]) answered_in.insert(cache_dir_of_item_[i]);
-        out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
-    }
-    for (const std::string &cache_dir : answered_in) nvrtc_probe::record(cache_dir);
+    for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
     return out;
 }
 

@@ -87,7 +87,6 @@ Result<Found> Cache::compile(Request request) {
     if (!found) return std::move(found).error();
     Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
     if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
-    if (answer) nvrtc_probe::record(keyed->request.cache_dir);
     return answer;
 }
 
@@ -116,6 +115,9 @@ Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scan
     if (*found) {
         counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, (*found)->cubin);
+        // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
+        // record that spares the next processes loading it (once per folder).
+        nvrtc_probe::record(keyed.request.cache_dir);
         return found;
     }
     counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
@@ -154,6 +156,7 @@ Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runne
             return Error{Errc::internal, std::string("internal error while compiling: ") + e.what()};
         }
     }();
+    if (result) nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
         flight->result = result;

@@ -60,11 +60,7 @@ std::optional<std::string> state_of(const std::string &path) {
 
 void anchor() {}
 
-std::string hex_of(std::uint64_t v) {
-    char text[17];
-    std::snprintf(text, sizeof text, "%016" PRIx64, v);
-    return text;
-}
+
 
 // The folders the dynamic linker searches for a bare name dlopened from libkjit, in order
 // (RPATH, LD_LIBRARY_PATH, RUNPATH, the system folders), from dlinfo. nullopt when it cannot say.
@@ -139,7 +135,7 @@ std::optional<Context> context() {
         }
         c.watch.push_back(kLdCache);
     }
-    c.record_name = std::string(kRecordPrefix) + std::to_string(::geteuid()) + "-" + hex_of(hash64(c.lines));
+    c.record_name = std::string(kRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
     return c;
 }
 
@@ -252,7 +248,7 @@ Result<std::string> identity(const std::string &cache_dir) {
         if (auto c = context()) {
             if (auto proven = proven_identity(cache_dir, *c)) {
                 log().debug("nvrtc probe: NVRTC {} proven by the record in '{}', not loaded", *proven, cache_dir);
-                return *&fork_guard::lazy(probed_slot, [&] { return new std::string(*proven); });
+                return fork_guard::lazy(probed_slot, [&] { return new std::string(*proven); });
             }
         }
     }

@@ -27,7 +27,7 @@
 
 namespace kjit::nvrtc_probe {
 
-// The record's file name in a cache folder: "<prefix><euid>-<16 hex digits of the context>".
+// The record's file name in a cache folder: "<prefix><euid>-<XXH3-128 of the context, in hex>".
 constexpr std::string_view kRecordPrefix = ".kjit-nvrtc-";
 
 // compiler::nvrtc_identity()'s text for the NVRTC this process uses or would load: from the
@@ -36,7 +36,7 @@ constexpr std::string_view kRecordPrefix = ".kjit-nvrtc-";
 // kept for the process (like api()'s outcome). Thread safe.
 Result<std::string> identity(const std::string &cache_dir);
 
-// Called after a look-up or compile in `cache_dir` succeeded (its folder passed the trust
+// Called by the cache after a hit or a compile in `cache_dir` (its folder passed the trust
 // checks): where this process has loaded NVRTC and found no valid record of it there, writes
 // one (best effort: a read-only cache gets none; failures are logged at debug). At most once per
 // folder and process. Thread safe.
