@@ -42,6 +42,13 @@ struct Global {
     std::string cache_dir;
 };
 
+// Every `from` in `text` replaced by `to` (what was put in is not looked at again).
+void replace_all(std::string &text, const std::string &from, const std::string &to) {
+    for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+        text.replace(at, from.size(), to);
+    }
+}
+
 // libkjit's message with the C fields it names as this command's options: a user of `kjit`
 // set no kjit_compile_options.arch, but --arch.
 std::string in_command_terms(std::string message) {
@@ -52,12 +59,7 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.include_paths", "-I"},
         {"kjit_compile_options.nvrtc_options", "the options after --"},
     };
-    for (const auto &[field, option] : kFields) {
-        for (std::size_t at = message.find(field); at != std::string::npos; at = message.find(field, at)) {
-            message.replace(at, std::strlen(field), option);
-            at += std::strlen(option);
-        }
-    }
+    for (const auto &[field, option] : kFields) replace_all(message, field, option);
     return message;
 }
 
@@ -77,12 +79,9 @@ int fail_with(const Global &g, kjit_status s) { return report_failure(g, s, kjit
 // entry's source has that name) replaced by the file the user gave, where NVRTC's log names it
 // ('source.cu', "source.cu", source.cu(12)), so that "k.cu(12): error" points at their file.
 std::string with_file_name(std::string message, const std::string &file) {
-    for (const std::string from : {"'source.cu'", "\"source.cu\"", "source.cu("}) {
-        const std::string to = from[0] == '\'' ? "'" + file + "'" : from[0] == '"' ? "\"" + file + "\"" : file + "(";
-        for (std::size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
-            message.replace(at, from.size(), to);
-        }
-    }
+    replace_all(message, "'source.cu'", "'" + file + "'");
+    replace_all(message, "\"source.cu\"", "\"" + file + "\"");
+    replace_all(message, "source.cu(", file + "(");
     return message;
 }
 
