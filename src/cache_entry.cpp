@@ -426,6 +426,17 @@ std::string utc_now() {
     return created;
 }
 
+}  // namespace
+
+Manifest complete_manifest(Manifest manifest, std::string_view cubin) {
+    manifest.cubin_bytes = cubin.size();
+    manifest.cubin_hash = hash128_hex(cubin);
+    manifest.created = utc_now();
+    return manifest;
+}
+
+namespace {
+
 // Writes every file of `entry` into the new folder `temp`; returns the bytes written.
 Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry &entry, unsigned team) {
     // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
@@ -446,10 +457,7 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     // A filesystem that keeps whole seconds only gives size and mtime that cannot tell versions
     // apart: bind the line to the content (docs/sidecar-format.md).
     if (line.mtime_nsec == 0) line.content_hash = hash64(entry.cubin);
-    Manifest manifest = entry.manifest;
-    manifest.cubin_bytes = entry.cubin.size();
-    manifest.cubin_hash = hash128_hex(entry.cubin);
-    manifest.created = utc_now();
+    const Manifest manifest = complete_manifest(entry.manifest, entry.cubin);
     std::vector<std::pair<std::string, std::string>> files = {
         {sidecar::path_for(temp_cubin), sidecar::format({line})},
         {temp + "/" + kSourceFile, std::string(entry.source)},

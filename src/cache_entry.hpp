@@ -187,6 +187,9 @@ Result<Manifest> read_manifest(const std::string &entry, int entry_fd = AT_FDCWD
 Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const std::string &cubin_path,
                                    std::string_view bytes);
 
+// `manifest` as publish() writes it for `cubin`: its size, XXH3-128 and the time (now) filled in.
+Manifest complete_manifest(Manifest manifest, std::string_view cubin);
+
 // A freshly compiled entry, as publish() writes it.
 struct NewEntry {
     std::string_view cubin;

@@ -1,0 +1,388 @@
+#include "remote_store.hpp"
+
+#include "fork_guard.hpp"
+#include "hashing.hpp"
+#include "log.hpp"
+
+#include <hiredis/hiredis.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+
+namespace kjit::remote {
+
+namespace {
+
+// KEYS: entry, lease, failure. ARGV: token, lease length in ms. One atomic step: the entry is
+// there: "hit"; a shared failure: "failed" and its text; the lease was free and is now ours:
+// "owner"; else "wait".
+constexpr const char *kClaimScript =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return {'hit'} end "
+    "local f = redis.call('GET', KEYS[3]) "
+    "if f then return {'failed', f} end "
+    "if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'owner'} end "
+    "return {'wait'}";
+// Compare-and-PEXPIRE, compare-and-DEL: only the lease's own holder renews or releases it.
+constexpr const char *kRenewScript =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+constexpr const char *kReleaseScript =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+constexpr std::size_t kMaxFailureText = 64 * 1024;
+constexpr int kFailureSeconds = 60;
+constexpr auto kFirstPoll = std::chrono::milliseconds(50);
+constexpr auto kLongestPoll = std::chrono::milliseconds(1000);
+
+std::int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// "host:pid:tid:random": unique per lease, and says who holds it to an operator reading it.
+std::string new_token() {
+    static std::atomic<std::uint64_t> sequence{0};
+    thread_local std::mt19937_64 random{std::random_device{}() ^ static_cast<std::uint64_t>(steady_ns())};
+    return host_name() + ":" + std::to_string(::getpid()) + ":" + std::to_string(::syscall(SYS_gettid)) + ":" +
+           std::to_string(random() ^ sequence.fetch_add(1, std::memory_order_relaxed));
+}
+
+// "13.0" of an NVRTC identity "13.0 libnvrtc.so.13.0.88 12345678".
+std::string nvrtc_release(const std::string &identity) { return identity.substr(0, identity.find(' ')); }
+
+std::mutex registry_mutex;
+std::map<std::string, Tier *> *registry = nullptr;  // leaked: tiers live as long as the process
+
+void renew_registry_in_child() { fork_guard::renew(registry_mutex); }
+const bool registry_fork_handler = fork_guard::at_fork_child(&renew_registry_in_child);
+
+}  // namespace
+
+Counters &counters() {
+    static Counters c;
+    return c;
+}
+
+Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) {
+    (void)registry_fork_handler;
+    {
+        std::lock_guard<std::mutex> lock(registry_mutex);
+        if (registry) {
+            auto it = registry->find(spec);
+            if (it != registry->end()) return it->second;
+        }
+    }
+    auto config = parse(spec, origin);
+    if (!config) return std::move(config).error();
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    if (!registry) registry = new std::map<std::string, Tier *>();
+    auto &slot = (*registry)[spec];
+    if (!slot && *config) {
+        slot = new Tier(std::move(**config));
+        log().debug("remote cache: {}", slot->config().canonical);
+    }
+    return slot;
+}
+
+Tier::Tier(Config config) : config_(std::move(config)) {
+    for (const Server &s : config_.servers) links_.push_back(std::make_unique<ServerLink>(s, config_));
+}
+
+std::string Tier::redis_key(const Expected &expected, char kind) const {
+    return "kjit:" + std::to_string(expected.format) + ":" + config_.name_space + ":" +
+           nvrtc_release(expected.nvrtc_identity) + ":" + expected.arch + ":" + kind + ":{" + expected.key + "}";
+}
+
+ServerLink &Tier::link_for(const std::string &key) {
+    // Rendezvous hashing: each key goes to the server with the highest score for it, so adding
+    // or removing a server moves only the keys it wins or held.
+    ServerLink *best = links_.front().get();
+    std::uint64_t best_score = 0;
+    for (const auto &link : links_) {
+        const std::uint64_t score = hash64(link->server().id + "\n" + key);
+        if (score >= best_score) {
+            best_score = score;
+            best = link.get();
+        }
+    }
+    return *best;
+}
+
+Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands,
+                                            std::int64_t timeout_ms) {
+    LinkFailure failure = LinkFailure::broken;
+    auto replies = link.run(commands, &failure, timeout_ms);
+    if (!replies && failure != LinkFailure::open_breaker) {
+        counters().errors.fetch_add(1, std::memory_order_relaxed);
+        if (failure == LinkFailure::timeout) counters().timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
+    return replies;
+}
+
+void Tier::refused(ServerLink &link, const char *what, std::string_view reply_text) {
+    counters().errors.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t now = steady_ns();
+    std::int64_t last = last_refusal_log_ns_.load(std::memory_order_relaxed);
+    if (now - last >= 60'000'000'000 && last_refusal_log_ns_.compare_exchange_strong(last, now)) {
+        log().warn("remote cache {}: {} refused: {} (compiles go on; said once a minute)", link.server().display, what,
+                   reply_text);
+    } else {
+        log().debug("remote cache {}: {} refused: {}", link.server().display, what, reply_text);
+    }
+}
+
+Settled Tier::settle(const Expected &expected) {
+    Settled settled;
+    const std::string entry_key = redis_key(expected, 'b');
+    const std::string lease_key = redis_key(expected, 'l');
+    const std::string failure_key = redis_key(expected, 'f');
+    ServerLink &link = link_for(expected.key);
+    if (!link.usable()) return settled;  // compile_here: the breaker said so once already
+
+    const std::string token = new_token();
+    const std::string lease_ms = std::to_string(config_.lease.count());
+    const std::int64_t deadline = steady_ns() + config_.wait_timeout.count() * 1'000'000;
+    bool counted_miss = false;
+    bool waited = false;
+    auto poll = kFirstPoll;
+    for (int corrupt_values = 0;;) {
+        // The entry, and in the same round trip the claim (or, read-only, what a claim would see).
+        std::vector<Command> first{{"GET", entry_key}};
+        if (config_.read_only) {
+            first.push_back({"EXISTS", lease_key});
+            first.push_back({"GET", failure_key});
+        } else {
+            first.push_back({"EVAL", kClaimScript, "3", entry_key, lease_key, failure_key, token, lease_ms});
+        }
+        auto replies = round_trip(link, first);
+        if (!replies) return settled;
+        const redisReply &value = *(*replies)[0];
+        if (value.type == REDIS_REPLY_STRING) {
+            counters().bytes_in.fetch_add(value.len, std::memory_order_relaxed);
+            auto entry = decode(text_of(value), expected, entry_key);
+            if (entry) {
+                counters().hits.fetch_add(1, std::memory_order_relaxed);
+                log().debug("remote hit {} ({} bytes, made on {})", entry_key, value.len, entry->producer);
+                settled.kind = Settled::Kind::fetched;
+                settled.entry = std::move(*entry);
+                return settled;
+            }
+            counters().corrupt.fetch_add(1, std::memory_order_relaxed);
+            log().warn("remote cache {}: {}; {}", link.server().display, entry.error().message,
+                       config_.read_only ? "not used (read-only: left there)" : "deleted");
+            // Deleted only if it is still the bad value (another node may have put a good one).
+            if (config_.read_only || ++corrupt_values > 2) return settled;
+            auto del = round_trip(link, {{"EVAL", kReleaseScript, "1", entry_key, text_of(value)}});
+            if (!del) return settled;
+            continue;
+        }
+        if (is_error(value)) {
+            refused(link, "GET", text_of(value));
+            return settled;
+        }
+        if (!counted_miss) {
+            counters().misses.fetch_add(1, std::memory_order_relaxed);
+            counted_miss = true;
+        }
+        const redisReply &second = *(*replies)[1];
+        bool lease_held = false;
+        if (config_.read_only) {
+            const redisReply &failure = *(*replies)[2];
+            if (failure.type == REDIS_REPLY_STRING) {
+                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
+                settled.kind = Settled::Kind::failed;
+                settled.failure = Error{Errc::compile, std::string(text_of(failure))};
+                return settled;
+            }
+            lease_held = second.type == REDIS_REPLY_INTEGER && second.integer == 1;
+            // Read-only: never takes a lease; waits on one another node holds.
+            if (!lease_held) return settled;
+        } else {
+            if (is_error(second)) {
+                refused(link, "the lease script", text_of(second));
+                return settled;
+            }
+            if (second.type != REDIS_REPLY_ARRAY || second.elements == 0) {
+                refused(link, "the lease script", "an unexpected reply");
+                return settled;
+            }
+            const std::string_view verdict = text_of(*second.element[0]);
+            if (verdict == "owner") {
+                counters().leases_owned.fetch_add(1, std::memory_order_relaxed);
+                if (waited) counters().lease_takeovers.fetch_add(1, std::memory_order_relaxed);
+                settled.kind = Settled::Kind::owner;
+                settled.lease = std::make_unique<Lease>(*this, link, lease_key, token);
+                return settled;
+            }
+            if (verdict == "failed" && second.elements >= 2) {
+                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
+                settled.kind = Settled::Kind::failed;
+                settled.failure = Error{Errc::compile, std::string(text_of(*second.element[1]))};
+                return settled;
+            }
+            if (verdict == "hit") continue;  // put between the GET and the script: fetch it
+            lease_held = true;
+        }
+        // Another node compiles it: poll until its entry, its failure, or its lease's end.
+        if (!waited) {
+            counters().lease_waits.fetch_add(1, std::memory_order_relaxed);
+            waited = true;
+            log().debug("remote cache: waiting for another node's compile of {}", entry_key);
+        }
+        for (;;) {
+            const std::int64_t now = steady_ns();
+            if (now >= deadline) {
+                log().info("remote cache: waited {} ms for another node's compile of {}; compiling here",
+                           config_.wait_timeout.count(), entry_key);
+                return settled;
+            }
+            const auto sleep_ns = std::min<std::int64_t>(std::chrono::nanoseconds(poll).count(), deadline - now);
+            std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+            poll = std::min<std::chrono::milliseconds>(kLongestPoll, poll * 3 / 2);
+            auto state = round_trip(link, {{"EXISTS", entry_key}, {"EXISTS", lease_key}, {"GET", failure_key}});
+            if (!state) return settled;
+            const redisReply &has_entry = *(*state)[0];
+            const redisReply &has_lease = *(*state)[1];
+            const redisReply &failure = *(*state)[2];
+            if (failure.type == REDIS_REPLY_STRING) {
+                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
+                settled.kind = Settled::Kind::failed;
+                settled.failure = Error{Errc::compile, std::string(text_of(failure))};
+                return settled;
+            }
+            if (has_entry.type == REDIS_REPLY_INTEGER && has_entry.integer == 1) break;  // fetch it
+            if (has_lease.type == REDIS_REPLY_INTEGER && has_lease.integer == 0) {
+                if (config_.read_only) return settled;  // its holder is gone: compile here
+                break;  // its holder is gone: try to take it
+            }
+            if (is_error(has_entry) || is_error(has_lease)) {
+                refused(link, "EXISTS", text_of(is_error(has_entry) ? has_entry : has_lease));
+                return settled;
+            }
+        }
+    }
+}
+
+void Tier::put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin) {
+    if (config_.read_only) return;
+    ServerLink &link = link_for(expected.key);
+    if (!link.usable()) return;
+    const std::string value = encode(manifest, cubin, expected.format, host_name());
+    if (value.size() > config_.max_entry_bytes) {
+        log().info("remote cache: {} not stored: {} bytes, over max-entry-size ({} bytes)", manifest.key, value.size(),
+                   config_.max_entry_bytes);
+        return;
+    }
+    const std::string entry_key = redis_key(expected, 'b');
+    auto replies = round_trip(link, {{"SET", entry_key, value, "NX"}});
+    if (!replies) return;
+    const redisReply &r = *(*replies)[0];
+    if (is_error(r)) {
+        refused(link, "SET", text_of(r));  // e.g. OOM at maxmemory with noeviction
+        return;
+    }
+    if (r.type == REDIS_REPLY_STATUS) {
+        counters().puts.fetch_add(1, std::memory_order_relaxed);
+        counters().bytes_out.fetch_add(value.size(), std::memory_order_relaxed);
+    }
+}
+
+void Tier::put_failure(const Expected &expected, const Error &error) {
+    if (config_.read_only) return;
+    ServerLink &link = link_for(expected.key);
+    if (!link.usable()) return;
+    std::string text = error.message.substr(0, kMaxFailureText);
+    text += "\n(compiled on " + host_name() + "; shared by libkjit's remote cache for " +
+            std::to_string(kFailureSeconds) + " s)";
+    auto replies =
+        round_trip(link, {{"SET", redis_key(expected, 'f'), text, "EX", std::to_string(kFailureSeconds)}});
+    if (replies && is_error(*(*replies)[0])) refused(link, "SET", text_of(*(*replies)[0]));
+}
+
+std::string Tier::describe_servers() {
+    std::string out;
+    for (const auto &link : links_) {
+        out += "server " + link->server().display + "\n";
+        auto info = round_trip(*link, {{"INFO", "server"}, {"INFO", "memory"}, {"INFO", "stats"}, {"DBSIZE"}});
+        if (!info) {
+            out += "  unreachable: " + info.error().message + "\n";
+            continue;
+        }
+        const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
+                                "evicted_keys", "keyspace_hits", "keyspace_misses"};
+        for (std::size_t i = 0; i < 3; ++i) {
+            std::string_view text = text_of(*(*info)[i]);
+            for (std::size_t pos = 0; pos < text.size();) {
+                std::size_t end = text.find('\n', pos);
+                if (end == std::string_view::npos) end = text.size();
+                std::string_view line = text.substr(pos, end - pos);
+                if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+                const auto colon = line.find(':');
+                for (const char *w : wanted) {
+                    if (colon != std::string_view::npos && line.substr(0, colon) == w) {
+                        out += "  " + std::string(line.substr(0, colon)) + ": " + std::string(line.substr(colon + 1)) + "\n";
+                    }
+                }
+                pos = end + 1;
+            }
+        }
+        const redisReply &dbsize = *(*info)[3];
+        if (dbsize.type == REDIS_REPLY_INTEGER) out += "  keys: " + std::to_string(dbsize.integer) + "\n";
+        // libkjit's entries in this namespace, counted by SCAN (bounded: an operator's view).
+        const std::string pattern = "kjit:*:" + config_.name_space + ":*:b:*";
+        std::string cursor = "0";
+        std::uint64_t entries = 0;
+        int rounds = 0;
+        bool complete = false;
+        for (; rounds < 1000; ++rounds) {
+            auto scan = round_trip(*link, {{"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}});
+            if (!scan) break;
+            const redisReply &r = *(*scan)[0];
+            if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) break;
+            cursor = std::string(text_of(*r.element[0]));
+            entries += r.element[1]->elements;
+            if (cursor == "0") {
+                complete = true;
+                break;
+            }
+        }
+        out += "  libkjit entries (namespace " + config_.name_space + "): " + std::to_string(entries) +
+               (complete ? "" : " (at least; the count stopped early)") + "\n";
+    }
+    return out;
+}
+
+Lease::Lease(Tier &tier, ServerLink &link, std::string key, std::string token)
+    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)) {
+    try {
+        renewer_ = std::thread([this] { renew_until_released(); });
+    } catch (const std::system_error &) {
+        // No thread: the lease lapses after its length, costing another node a duplicate compile.
+    }
+}
+
+void Lease::renew_until_released() {
+    const auto every = tier_.config().lease / 3;
+    const std::string lease_ms = std::to_string(tier_.config().lease.count());
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!released_cv_.wait_for(lock, every, [&] { return released_; })) {
+        lock.unlock();
+        (void)tier_.round_trip(link_, {{"EVAL", kRenewScript, "1", key_, token_, lease_ms}});
+        lock.lock();
+    }
+}
+
+Lease::~Lease() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        released_ = true;
+    }
+    released_cv_.notify_all();
+    if (renewer_.joinable()) renewer_.join();
+    if (link_.usable()) (void)tier_.round_trip(link_, {{"EVAL", kReleaseScript, "1", key_, token_}});
+}
+
+}  // namespace kjit::remote

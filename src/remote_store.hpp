@@ -1,0 +1,146 @@
+// Remote store: the cluster tier (docs/remote.md), one compile per key across every node that
+// shares a set of Redis servers, behind the local cache folder. The cache consults it only on a
+// local miss, under the node's own lock of the key (compile_lock.hpp: one process per node goes
+// remote), so a local hit sends no command at all.
+//
+// Keys ("{key}" is a hash tag: the three live on one server, in one Redis Cluster slot):
+//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (remote_entry.hpp)
+//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
+//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
+// Servers are chosen per key by rendezvous hashing over their ids.
+//
+// Cluster single flight (settle): GET the entry; none: take the lease atomically (a script: the
+// entry there: a hit; a shared failure: that error; the lease free: SET NX PX, the caller owns
+// it and compiles, renewing it while it does; else wait). A waiter polls entry, lease and
+// failure in one pipeline, backing off from 50 ms to 1 s: the entry: fetched; the failure:
+// returned; the lease gone without either (its holder died): it tries to take it; after
+// wait-timeout it compiles itself. The lease only saves work: entries are content-addressed and
+// put with SET NX (first writer wins), so a duplicate compile costs CPU, never correctness.
+//
+// Fail open, always: a server that is down, slow, full or read-only makes libkjit slower,
+// never wrong and never failing: every problem ends in "compile here" (counted, and logged once
+// per breaker trip). A value that fails verification counts as corrupt, is deleted (unless
+// read-only) and is a miss. Knows the Redis client, remote entries and the config; nothing of
+// the cache above it.
+#pragma once
+
+#include "redis_client.hpp"
+#include "remote_config.hpp"
+#include "remote_entry.hpp"
+#include "status.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kjit::remote {
+
+// Process-wide counters of the tier (kjit_stats' remote_* fields). Relaxed atomics.
+struct Counters {
+    std::atomic<std::uint64_t> hits{0};            // entries fetched, verified and published locally
+    std::atomic<std::uint64_t> misses{0};          // look-ups that found no entry
+    std::atomic<std::uint64_t> errors{0};          // failed round trips and refused commands
+    std::atomic<std::uint64_t> timeouts{0};        // of the errors, timeouts
+    std::atomic<std::uint64_t> corrupt{0};         // values that failed verification
+    std::atomic<std::uint64_t> puts{0};            // entries stored
+    std::atomic<std::uint64_t> bytes_in{0};        // value bytes fetched
+    std::atomic<std::uint64_t> bytes_out{0};       // value bytes stored
+    std::atomic<std::uint64_t> leases_owned{0};    // leases taken (this process compiled for the cluster)
+    std::atomic<std::uint64_t> lease_waits{0};     // look-ups that waited on another node's lease
+    std::atomic<std::uint64_t> lease_takeovers{0}; // ... and took the lease over when it vanished
+    std::atomic<std::uint64_t> shared_failures{0}; // compile errors returned from another node's compile
+};
+Counters &counters();
+
+class Tier;
+
+// A held lease, renewed in the background (every third of its length) until released
+// (compare-and-delete) by its destructor. Renewal failures are ignored: a lapsed lease costs
+// another node a duplicate compile at worst.
+class Lease {
+public:
+    Lease(Tier &tier, ServerLink &link, std::string key, std::string token);
+    Lease(const Lease &) = delete;
+    Lease &operator=(const Lease &) = delete;
+    ~Lease();
+
+private:
+    void renew_until_released();
+
+    Tier &tier_;
+    ServerLink &link_;
+    std::string key_;
+    std::string token_;
+    std::mutex mutex_;
+    std::condition_variable released_cv_;
+    bool released_ = false;
+    std::thread renewer_;
+};
+
+// What settle() decided.
+struct Settled {
+    enum class Kind {
+        fetched,       // `entry` is the verified entry: publish it locally
+        owner,         // `lease` is held: compile, publish locally, then put()
+        failed,        // `failure` is the error another node's compile of this key gave
+        compile_here,  // no entry and no lease (read-only, a wait that ran out, a server problem)
+    } kind = Kind::compile_here;
+    std::optional<Entry> entry;
+    std::unique_ptr<Lease> lease;
+    std::optional<Error> failure;
+};
+
+class Tier {
+public:
+    // The process's tier for `spec` (KJIT_REMOTE_STORAGE's syntax, from `origin`), made and
+    // kept on first use (one per distinct spec: its servers' breakers and counters are shared
+    // by every thread); nullptr when the spec turns the tier off. Errors: a bad spec
+    // (remote::parse). Thread safe.
+    static Result<Tier *> for_spec(const std::string &spec, std::string_view origin);
+
+    explicit Tier(Config config);
+    Tier(const Tier &) = delete;
+    Tier &operator=(const Tier &) = delete;
+
+    const Config &config() const { return config_; }
+
+    // Looks `expected.key` up on its server and settles who compiles it (see above). Never
+    // fails: every problem is compile_here. Thread safe.
+    Settled settle(const Expected &expected);
+
+    // Stores a freshly compiled entry (SET NX: the first writer wins). Not in read-only mode,
+    // nor over max-entry-size. Failures are counted and logged, never returned.
+    void put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin);
+    // Shares a deterministic compile error for 60 s (its text cut to 64 KiB). Only the lease's
+    // owner calls it.
+    void put_failure(const Expected &expected, const Error &error);
+
+    // What each server says of itself (INFO and the count of libkjit entries), for
+    // `kjit cache stats --remote`: text, one block per server; a server that cannot be reached
+    // says so in its block.
+    std::string describe_servers();
+
+    // The Redis key of `kind` ('b', 'l' or 'f') for `expected`.
+    std::string redis_key(const Expected &expected, char kind) const;
+
+private:
+    friend class Lease;
+    ServerLink &link_for(const std::string &key);
+    // Runs `commands` on `link`, counting failures; errors as ServerLink::run.
+    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands,
+                                          std::int64_t timeout_ms = 0);
+    // Counts and logs (at most once per server per minute) a command the server refused.
+    void refused(ServerLink &link, const char *what, std::string_view reply_text);
+
+    Config config_;
+    std::vector<std::unique_ptr<ServerLink>> links_;
+    std::atomic<std::int64_t> last_refusal_log_ns_{0};
+};
+
+}  // namespace kjit::remote
