@@ -12,6 +12,7 @@
 #include "fork_guard.hpp"
 #include "kernel_loader.hpp"
 #include "name_resolver.hpp"
+#include "remote_store.hpp"
 #include "status.hpp"
 
 #include <array>
@@ -235,7 +236,13 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
             r.name_expression = options->name_expression;
         }
         if (KJIT_OPTION_PRESENT(options, max_cache_size)) max_cache_size = options->max_cache_size;
+        if (KJIT_OPTION_PRESENT(options, remote_storage) && options->remote_storage && *options->remote_storage) {
+            r.remote_spec = options->remote_storage;
+            r.remote_origin = "the remote_storage option";
+        }
     }
+    if (r.remote_spec.empty()) r.remote_spec = kjit::defaults::remote_storage();
+    if (r.remote_spec == "none") r.remote_spec.clear();
     if (max_cache_size == UINT64_MAX) {
         // no limit, whatever the environment says
     } else if (max_cache_size != 0) {
@@ -787,6 +794,19 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
         for (std::size_t i = 0; i < KJIT_STATS_STATUS_SLOTS; ++i) s.errors[i] = api_counters().errors[i].load(relaxed);
         s.swept_temp_folders = eviction.swept_temp_folders.load(relaxed);
+        const auto &remote = kjit::remote::counters();
+        s.remote_hits = remote.hits.load(relaxed);
+        s.remote_misses = remote.misses.load(relaxed);
+        s.remote_errors = remote.errors.load(relaxed);
+        s.remote_timeouts = remote.timeouts.load(relaxed);
+        s.remote_corrupt = remote.corrupt.load(relaxed);
+        s.remote_puts = remote.puts.load(relaxed);
+        s.remote_bytes_in = remote.bytes_in.load(relaxed);
+        s.remote_bytes_out = remote.bytes_out.load(relaxed);
+        s.remote_leases_owned = remote.leases_owned.load(relaxed);
+        s.remote_lease_waits = remote.lease_waits.load(relaxed);
+        s.remote_lease_takeovers = remote.lease_takeovers.load(relaxed);
+        s.remote_shared_failures = remote.shared_failures.load(relaxed);
         std::memcpy(static_cast<void *>(stats), &s, size);
         return KJIT_OK;
     });
@@ -828,6 +848,24 @@ KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t pa
         auto dir = cache_dir_from(cache_dir);
         if (!dir) return fail(dir.error());
         return copy_out(*dir, path, path_size, path_len, "path");
+    });
+}
+
+KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text, size_t text_size, size_t *text_len) {
+    return guarded("kjit_remote_describe", [&]() -> kjit_status {
+        if (!text && text_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_remote_describe: text is NULL but text_size is not 0");
+        }
+        const bool given = remote_storage && *remote_storage;
+        const std::string spec = given ? std::string(remote_storage) : kjit::defaults::remote_storage();
+        const char *origin = given ? "kjit_remote_describe: remote_storage" : "KJIT_REMOTE_STORAGE";
+        auto tier = kjit::remote::Tier::for_spec(spec, origin);
+        if (!tier) return fail(tier.error());
+        if (!*tier) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        (std::string(origin) + " sets no remote cache (e.g. redis://cache-host:6379)").c_str());
+        }
+        return copy_out((*tier)->describe_servers(), text, text_size, text_len, "text");
     });
 }
 

@@ -7,6 +7,7 @@
 #include "log.hpp"
 #include "name_resolver.hpp"
 #include "nvrtc_probe.hpp"
+#include "remote_store.hpp"
 
 #include <chrono>
 #include <exception>
@@ -203,9 +204,44 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
     }
     if (auto st = local_.can_publish(keyed); !st) return std::move(st).error();
 
+    // The cluster tier, when one is set: another node's entry, or this node compiles it for the
+    // cluster (holding the lease), or another node's compile error; else a compile here.
+    remote::Tier *tier = nullptr;
+    if (!request.remote_spec.empty()) {
+        auto found_tier = remote::Tier::for_spec(request.remote_spec, request.remote_origin);
+        if (!found_tier) return std::move(found_tier).error();
+        tier = *found_tier;
+    }
+    const remote::Expected expected{entry_key, kFormatVersion, request.nvrtc_identity, request.arch, request.keyword,
+                                    request.name_expression};
+    std::optional<remote::Settled> settled;
+    if (tier) {
+        settled = tier->settle(expected);
+        if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
+        if (settled->kind == remote::Settled::Kind::fetched) {
+            remote::Entry &fetched = *settled->entry;
+            cache_entry::NewEntry entry;
+            entry.cubin = fetched.cubin;
+            entry.source = request.source;
+            entry.manifest = std::move(fetched.manifest);
+            entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
+            // This node's files: the key says their content is the producer's.
+            if (request.reads_files) entry.deps_text = include_scanner::format(deps);
+            auto local = local_.publish(keyed, entry);
+            if (!local) return std::move(local).error();
+            return Found{std::move(**local), entry.manifest.name};
+        }
+    }
+
     double seconds = 0;
     auto compiled = run_nvrtc(keyed, deps, runner, &seconds);
-    if (!compiled) return std::move(compiled).error();
+    if (!compiled) {
+        // A compile error is the source's: the other nodes waiting on this lease get it too.
+        if (settled && settled->lease && compiled.error().code == Errc::compile) {
+            tier->put_failure(expected, compiled.error());
+        }
+        return std::move(compiled).error();
+    }
     const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
     auto name = name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
                                    request.name_expression, lowered);
@@ -216,7 +252,11 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
     entry.source = request.source;
     entry.manifest = new_manifest(request, entry_key, source_key, *name, seconds);
     if (request.reads_files) entry.deps_text = include_scanner::format(deps);
-    return publish_everywhere(keyed, entry);
+    // Here first, so that this node's other processes, waiting on the node lock, find it; then
+    // for the cluster (the lease is released after, when `settled` goes).
+    auto published = publish_everywhere(keyed, entry);
+    if (published && tier) tier->put(expected, cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin);
+    return published;
 }
 
 Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,

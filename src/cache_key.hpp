@@ -41,6 +41,12 @@ struct Request {
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
     std::chrono::milliseconds compile_wait{600'000};
+    // The cluster tier a miss consults (remote_store.hpp), in KJIT_REMOTE_STORAGE's syntax
+    // (remote_config.hpp), and where it came from, for messages; empty: none. Parsed on a miss
+    // only, so a hit costs nothing for it. Not in the key: where an entry came from does not
+    // change it.
+    std::string remote_spec;
+    const char *remote_origin = "KJIT_REMOTE_STORAGE";
     // Set by key_request, from the texts and options: how the compile looks files up (its
     // working directory only when something may be looked up relative to it; it is then in
     // the key), and whether it may read any file (then the entry records deps.txt and every

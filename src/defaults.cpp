@@ -50,6 +50,8 @@ Result<std::optional<std::uint64_t>> max_cache_bytes() {
     return std::optional<std::uint64_t>(*size);
 }
 
+std::string remote_storage() { return env("KJIT_REMOTE_STORAGE"); }
+
 Result<std::chrono::milliseconds> compile_wait() {
     constexpr long kDefaultSeconds = 600;
     constexpr long kMaxSeconds = 86'400;

@@ -31,6 +31,10 @@ Result<std::optional<std::uint64_t>> max_cache_bytes();
 // than any single compile should take. Errors: invalid_argument naming the variable.
 Result<std::chrono::milliseconds> compile_wait();
 
+// The cluster tier's setting: $KJIT_REMOTE_STORAGE (remote_config.hpp's syntax), or "" for
+// none. Checked where it is used (a local miss), so that hits never parse it.
+std::string remote_storage();
+
 // The most workers a batch starts, whatever is asked.
 constexpr unsigned kMaxWorkers = 256;
 // A batch's worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers; anything

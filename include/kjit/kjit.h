@@ -86,7 +86,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 5
+#define KJIT_VERSION_MINOR 6
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -311,10 +311,24 @@ typedef struct kjit_compile_options {
         fails for a full disk or quota evicts and tries once more. A malformed
         $KJIT_CACHE_MAX_SIZE is #KJIT_ERROR_INVALID_ARGUMENT. */
     uint64_t max_cache_size;
+    /** The cluster tier (since 0.6; docs/remote.md): Redis servers shared by the nodes of a
+        cluster, consulted on a local miss only (a local hit sends no command), so that each
+        kernel is compiled once per cluster and a new node starts warm. NULL or "": the
+        environment's $KJIT_REMOTE_STORAGE, else none; "none": none, whatever the environment
+        says. The syntax is ccache's: one or more servers, `redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]`
+        or `redis+unix:PATH[?db=N]` (keys are sharded over them), and options such as
+        `namespace=NAME`, `read-only=true`, `connect-timeout=100ms`, `operation-timeout=10s`,
+        `lease=30s`, `wait-timeout=10m`, `max-entry-size=64M`, `password-file=PATH`, separated by
+        blanks. A malformed setting is #KJIT_ERROR_INVALID_ARGUMENT naming it (never showing a
+        password), reported by the first call that misses locally. Fail open: a server that is
+        down, slow, full or read-only makes a miss slower, never failing: the call compiles
+        here (docs/remote.md). Where libkjit was built without hiredis, any setting but "none"
+        is #KJIT_ERROR_INVALID_ARGUMENT saying so. */
+    const char *remote_storage;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL }
 
 /**
  * @brief Compiles CUDA C++ with NVRTC into the on-disk cubin cache, or finds it there.
@@ -884,10 +898,40 @@ typedef struct kjit_stats {
     uint64_t errors[KJIT_STATS_STATUS_SLOTS];
     /** Stale temp folders (left by killed processes) swept after publishes. */
     uint64_t swept_temp_folders;
+    /** Cluster tier (since 0.6; kjit_compile_options::remote_storage): local misses answered
+        by an entry another node compiled (fetched, verified and published locally). */
+    uint64_t remote_hits;
+    /** Local misses the cluster tier had no entry for either. */
+    uint64_t remote_misses;
+    /** Round trips to a server that failed (down, reset, timed out) and commands it refused
+        (e.g. a read-only user, a full server with `noeviction`); each call compiled on. */
+    uint64_t remote_errors;
+    /** Of remote_errors, timeouts (connect or operation). */
+    uint64_t remote_timeouts;
+    /** Values that failed verification (damaged, cut short, copied under another key): deleted
+        there (unless read-only) and treated as misses. */
+    uint64_t remote_corrupt;
+    /** Entries this process stored on a server. */
+    uint64_t remote_puts;
+    /** Value bytes fetched from the servers. */
+    uint64_t remote_bytes_in;
+    /** Value bytes stored on the servers. */
+    uint64_t remote_bytes_out;
+    /** Leases this process took: it compiled a kernel for the whole cluster. */
+    uint64_t remote_leases_owned;
+    /** Misses that waited for another node's compile (its lease) instead of compiling. */
+    uint64_t remote_lease_waits;
+    /** Of those, waits whose holder vanished without an entry (it died): this process took
+        the lease over. */
+    uint64_t remote_lease_takeovers;
+    /** Compile errors returned from another node's compile of the same key (shared for a
+        minute), without running NVRTC here. */
+    uint64_t remote_shared_failures;
 } kjit_stats;
 
 /** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
-#define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0 }
+#define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, \
+                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * @brief Takes a snapshot of the process-wide counters (since 0.2).
@@ -985,6 +1029,31 @@ KJIT_API kjit_status kjit_batch_options_init(kjit_batch_options *options, size_t
  * @note Thread safe.
  */
 KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t path_size, size_t *path_len);
+
+/**
+ * @brief What the cluster tier's servers say of themselves (since 0.6), as text for people
+ *        (`kjit cache stats --remote`): per server, its URL (password hidden), whether it can be
+ *        reached, its Redis version, memory used and limit, eviction policy, evicted keys,
+ *        keyspace hits and misses, key count, and the count of libkjit entries in the setting's
+ *        namespace (a bounded SCAN).
+ * @param[in]  remote_storage A setting as kjit_compile_options::remote_storage takes it; NULL or
+ *                            "" for $KJIT_REMOTE_STORAGE.
+ * @param[out] text      Caller buffer for the NUL-terminated text; may be NULL only when
+ *                       `text_size` is 0 (length query).
+ * @param[in]  text_size Size of `text` in bytes.
+ * @param[out] text_len  If not NULL, receives the text's length without the NUL (also on
+ *                       #KJIT_ERROR_BUFFER_TOO_SMALL).
+ * @return #KJIT_OK (an unreachable server is said in the text, not an error), or:
+ * @retval KJIT_ERROR_INVALID_ARGUMENT No setting (none given, $KJIT_REMOTE_STORAGE unset or
+ *                                     "none"), a malformed one, or a libkjit built without
+ *                                     hiredis; a NULL `text` with a non-zero size.
+ * @retval KJIT_ERROR_IO               A password-file that cannot be read.
+ * @retval KJIT_ERROR_BUFFER_TOO_SMALL `text_size` is too small: nothing written, `*text_len` set.
+ * @note Thread safe. Each call asks the servers again (a few round trips each, within the
+ *       setting's timeouts), so two calls may return different lengths: query with a buffer
+ *       large enough (e.g. 64 KiB) rather than length first.
+ */
+KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text, size_t text_size, size_t *text_len);
 
 /**
  * @brief What a cache folder holds, filled by kjit_cache_summarize(). Like ::kjit_stats, it starts
