@@ -1,0 +1,178 @@
+// The cluster tier's settings (remote_config) and values (remote_entry), without a server.
+#include "remote_config.hpp"
+#include "remote_entry.hpp"
+
+#include "cache_key.hpp"
+#include "hashing.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+namespace {
+
+using kjit::remote::parse;
+
+TEST(RemoteConfig, ServersAndOptions) {
+    auto c = parse("redis://cache-a:7000/2  redis://u:p%40ss@[::1] redis+unix:/run/r.sock?db=3|read-only=true "
+                   "namespace=llm lease=5s wait-timeout=2m connect-timeout=50ms operation-timeout=3s max-entry-size=8M",
+                   "KJIT_REMOTE_STORAGE");
+    ASSERT_TRUE(c) << c.error().message;
+    ASSERT_TRUE(*c);
+    const auto &cfg = **c;
+    ASSERT_EQ(cfg.servers.size(), 3u);
+    EXPECT_EQ(cfg.servers[0].host, "cache-a");
+    EXPECT_EQ(cfg.servers[0].port, 7000);
+    EXPECT_EQ(cfg.servers[0].db, 2);
+    EXPECT_EQ(cfg.servers[1].host, "::1");
+    EXPECT_EQ(cfg.servers[1].user, "u");
+    EXPECT_EQ(cfg.servers[1].password, "p@ss");
+    EXPECT_EQ(cfg.servers[1].display, "redis://u:***@[::1]:6379/0");
+    EXPECT_EQ(cfg.servers[2].path, "/run/r.sock");
+    EXPECT_EQ(cfg.servers[2].db, 3);
+    EXPECT_TRUE(cfg.read_only);
+    EXPECT_EQ(cfg.name_space, "llm");
+    EXPECT_EQ(cfg.lease.count(), 5000);
+    EXPECT_EQ(cfg.wait_timeout.count(), 120000);
+    EXPECT_EQ(cfg.connect_timeout.count(), 50);
+    EXPECT_EQ(cfg.operation_timeout.count(), 3000);
+    EXPECT_EQ(cfg.max_entry_bytes, 8u << 20);
+    EXPECT_EQ(cfg.canonical.find("p@ss"), std::string::npos);
+}
+
+TEST(RemoteConfig, OffAndDefaults) {
+    for (const char *off : {"", "  ", "none"}) {
+        auto c = parse(off, "x");
+        ASSERT_TRUE(c);
+        EXPECT_FALSE(*c) << off;
+    }
+    auto c = parse("redis://h", "x");
+    ASSERT_TRUE(c && *c);
+    EXPECT_EQ((*c)->servers[0].port, 6379);
+    EXPECT_EQ((*c)->connect_timeout.count(), 100);
+    EXPECT_EQ((*c)->operation_timeout.count(), 10000);
+    EXPECT_EQ((*c)->lease.count(), 30000);
+    EXPECT_EQ((*c)->wait_timeout.count(), 600000);
+    EXPECT_FALSE((*c)->read_only);
+}
+
+TEST(RemoteConfig, BadSettingsNameWhatIsWrongAndNeverThePassword) {
+    const char *bad[] = {"redis://admin:hunter2@h:99999", "redis://admin:hunter2@:1", "redis://h/x", "lease=5s",
+                         "redis://h lease=forever",       "redis://h colour=blue", "redis://h namespace=a:b",
+                         "redis+unix:relative.sock",      "redis://h none",        "redis://h redis://h",
+                         "memcached://h",                 "redis://h max-entry-size=1G"};
+    for (const char *spec : bad) {
+        auto c = parse(spec, "KJIT_REMOTE_STORAGE");
+        ASSERT_FALSE(c) << spec;
+        EXPECT_EQ(c.error().code, kjit::Errc::invalid_argument);
+        EXPECT_EQ(c.error().message.rfind("KJIT_REMOTE_STORAGE: ", 0), 0u) << c.error().message;
+        EXPECT_EQ(c.error().message.find("hunter2"), std::string::npos) << c.error().message;
+    }
+    auto c = parse("redis://admin:hunter2@h:99999", "KJIT_REMOTE_STORAGE");
+    EXPECT_NE(c.error().message.find("admin:***@h:99999"), std::string::npos) << c.error().message;
+}
+
+TEST(RemoteConfig, PasswordFileMustBePrivate) {
+    kjit_test::TempDir dir;
+    const std::string file = dir.file("pw");
+    kjit_test::write_file(file, "s3cret\n");
+    ::chmod(file.c_str(), 0600);
+    auto c = parse("redis://h password-file=" + file, "x");
+    ASSERT_TRUE(c && *c) << (c ? "" : c.error().message);
+    EXPECT_EQ((*c)->servers[0].password, "s3cret");
+    EXPECT_EQ((*c)->servers[0].display.find("s3cret"), std::string::npos);
+    ::chmod(file.c_str(), 0644);
+    auto open = parse("redis://h password-file=" + file, "x");
+    ASSERT_FALSE(open);
+    EXPECT_NE(open.error().message.find("readable by every user"), std::string::npos) << open.error().message;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class RemoteEntryValue : public ::testing::Test {
+protected:
+    void SetUp() override {
+        cubin = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(4));
+        manifest.key = std::string(32, 'a');
+        manifest.keyword = "gemm";
+        manifest.name = kjit_test::sources::numbered_gemm_name(4);
+        manifest.arch = "sm_90";
+        manifest.nvrtc = "13.0 libnvrtc.so.13 1";
+        manifest.name_expression = std::nullopt;
+        manifest.cubin_bytes = cubin.size();
+        manifest.cubin_hash = kjit::hash128_hex(cubin);
+        manifest.created = "2026-12-04T00:00:00Z";
+        expected = {manifest.key, kjit::cache::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
+        value = kjit::remote::encode(manifest, cubin, kjit::cache::kFormatVersion, "node-7");
+    }
+    kjit::Result<kjit::remote::Entry> decode(const std::string &v) { return kjit::remote::decode(v, expected, "k"); }
+    void expect_refused(const std::string &v, const char *why) {
+        auto e = decode(v);
+        ASSERT_FALSE(e) << why;
+        EXPECT_EQ(e.error().code, kjit::Errc::bad_cubin);
+        EXPECT_NE(e.error().message.find(why), std::string::npos) << e.error().message;
+    }
+
+    std::string cubin;
+    kjit::cache_entry::Manifest manifest;
+    kjit::remote::Expected expected;
+    std::string value;
+};
+
+TEST_F(RemoteEntryValue, RoundTrip) {
+    auto e = decode(value);
+    ASSERT_TRUE(e) << e.error().message;
+    EXPECT_EQ(e->cubin, cubin);
+    EXPECT_EQ(e->manifest.name, manifest.name);
+    EXPECT_EQ(e->producer, "node-7");
+}
+
+TEST_F(RemoteEntryValue, EveryFlippedByteIsRefused) {
+    for (std::size_t i = 0; i < value.size(); i += 1 + value.size() / 200) {
+        std::string v = value;
+        v[i] = static_cast<char>(v[i] ^ 1);
+        EXPECT_FALSE(decode(v)) << "byte " << i;
+    }
+}
+
+TEST_F(RemoteEntryValue, CutShortOrExtended) {
+    for (std::size_t keep : {std::size_t{0}, std::size_t{10}, value.size() / 2, value.size() - 1}) {
+        EXPECT_FALSE(decode(value.substr(0, keep))) << keep;
+    }
+    expect_refused(value + "x", "checksum");
+}
+
+TEST_F(RemoteEntryValue, MadeForAnotherRequest) {
+    expected.key = std::string(32, 'b');
+    expect_refused(value, "made for key");
+    expected.key = manifest.key;
+    expected.arch = "sm_100";
+    expect_refused(value, "made for sm_90");
+    expected.arch = "sm_90";
+    expected.nvrtc_identity = "13.1 other 2";
+    expect_refused(value, "made by NVRTC");
+    expected.nvrtc_identity = manifest.nvrtc;
+    expected.keyword = "gemm_other";
+    expect_refused(value, "does not describe this request");
+}
+
+TEST_F(RemoteEntryValue, WholeButLyingValuesAreRefused) {
+    // Consistent checksums, wrong content: a name the keyword rule would not choose, a cubin that
+    // is not the manifest's, a cubin that is not ELF.
+    kjit::cache_entry::Manifest wrong_name = manifest;
+    wrong_name.name = "_Z4gemmILi99EEvPf";
+    expect_refused(kjit::remote::encode(wrong_name, cubin, kjit::cache::kFormatVersion, "h"), "keyword rule chooses");
+    const std::string other = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(5));
+    expect_refused(kjit::remote::encode(manifest, other, kjit::cache::kFormatVersion, "h"), "not the one its manifest");
+    kjit::cache_entry::Manifest text = manifest;
+    text.cubin_bytes = 8;
+    text.cubin_hash = kjit::hash128_hex("not elf!");
+    expect_refused(kjit::remote::encode(text, "not elf!", kjit::cache::kFormatVersion, "h"), "not an ELF");
+    kjit::cache_entry::Manifest lowered = manifest;
+    lowered.name_expression = "gemm<99>";
+    lowered.name = "_Z4gemmILi99EEvPf";  // matches the keyword, but is not in this cubin
+    expected.name_expression = "gemm<99>";
+    expect_refused(kjit::remote::encode(lowered, cubin, kjit::cache::kFormatVersion, "h"), "not a function of its cubin");
+}
+
+}  // namespace

@@ -1,0 +1,429 @@
+// The cluster tier (docs/remote.md) against a real redis-server, started by each test on
+// 127.0.0.1 and a free port (RedisServer: a server that cannot start fails the test). Nodes of
+// a cluster are processes with cache folders of their own (kjit_remote_node, started together
+// on a barrier), or, where one process is enough, calls of this process with another cache
+// folder each. Counters come from kjit_stats (each node prints its own).
+#include "c_api_support.hpp"
+#include "redis_server.hpp"
+#include "test_support.hpp"
+
+#include <kjit/kjit.h>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char **environ;
+
+namespace {
+
+using kjit_test::RedisServer;
+using kjit_test::TempDir;
+
+const char *node_binary() {
+    const char *p = std::getenv("KJIT_REMOTE_NODE");
+    return p ? p : "kjit_remote_node";
+}
+
+// A node process, started now; finish() waits for it and reads its counters.
+class Node {
+public:
+    Node(const std::string &cache_dir, int first, int count, const std::string &mode, const std::string &barrier,
+         const std::string &out_dir, int index) {
+        out_ = out_dir + "/node-" + std::to_string(index) + ".txt";
+        err_ = out_dir + "/node-" + std::to_string(index) + ".err";
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        std::vector<std::string> args = {node_binary(), cache_dir, std::to_string(first), std::to_string(count), mode};
+        if (!barrier.empty()) args.push_back(barrier);
+        std::vector<char *> argv;
+        for (std::string &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        const int rc = posix_spawnp(&pid_, node_binary(), &actions, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&actions);
+        if (rc != 0) pid_ = -1;
+    }
+    pid_t pid() const { return pid_; }
+    // Waits; the node's exit status (-1 if it did not start or died of a signal).
+    int finish() {
+        if (pid_ <= 0) return -1;
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        std::ifstream in(out_);
+        std::string word;
+        while (in >> word) {
+            const auto eq = word.find('=');
+            if (eq != std::string::npos) counters[word.substr(0, eq)] = std::stoll(word.substr(eq + 1));
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::string errors() const { return kjit_test::read_file(err_); }
+    std::map<std::string, long long> counters;
+
+private:
+    pid_t pid_ = -1;
+    std::string out_, err_;
+};
+
+// Sets $KJIT_REMOTE_STORAGE for this process and the nodes it starts, for one test.
+class RemoteSetting {
+public:
+    explicit RemoteSetting(const std::string &spec) { ::setenv("KJIT_REMOTE_STORAGE", spec.c_str(), 1); }
+    ~RemoteSetting() { ::unsetenv("KJIT_REMOTE_STORAGE"); }
+};
+
+long long sum(std::vector<Node> &nodes, const std::string &counter) {
+    long long total = 0;
+    for (Node &n : nodes) total += n.counters[counter];
+    return total;
+}
+
+// Starts `modes.size()` nodes (node i: cache folder i of `root`, mode modes[i], kernels
+// [first, first + count)) together on a barrier and waits for all; each must exit 0.
+std::vector<Node> run_nodes(const TempDir &root, const std::vector<std::string> &modes, int first, int count,
+                            const std::string &cache_prefix = "node") {
+    const std::string barrier = root.path() + "/go";
+    ::unlink(barrier.c_str());
+    std::vector<Node> nodes;
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+        nodes.emplace_back(root.path() + "/" + cache_prefix + std::to_string(i), first, count, modes[i], barrier,
+                           root.path(), static_cast<int>(i));
+    }
+    kjit_test::write_file(barrier, "go\n");
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        EXPECT_EQ(nodes[i].finish(), 0) << "node " << i << " (" << modes[i] << "): " << nodes[i].errors();
+    }
+    return nodes;
+}
+
+struct Stats {
+    kjit_stats s = KJIT_STATS_INIT;
+    Stats() { kjit_get_stats(&s); }
+};
+
+// kjit_compile of a small kernel numbered `i` into `cache_dir` with `spec` (not NULL: the
+// option field), expecting success; returns the cubin path.
+std::string compile_kernel(const std::string &cache_dir, int i, const char *spec = nullptr) {
+    const std::string source = "__global__ void remote_local_" + std::to_string(i) + "(float *x) { x[0] = " +
+                               std::to_string(i) + "; }\n";
+    const std::string keyword = "remote_local_" + std::to_string(i);
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache_dir.c_str();
+    o.arch = "sm_80";
+    o.remote_storage = spec;
+    char cubin[1024];
+    const kjit_status st = kjit_compile(source.c_str(), keyword.c_str(), &o, cubin, sizeof cubin, nullptr);
+    EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
+    return cubin;
+}
+
+std::string spec_for(const RedisServer &server, const std::string &options = "") {
+    return server.url() + " lease=1s breaker=200ms operation-timeout=500ms " + options;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(RemoteCluster, ColdStartOfEightNodesCompilesEachKernelOnce) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(spec_for(server, "lease=10s"));
+    auto nodes = run_nodes(root, {"single", "batch", "single", "batch", "single", "batch", "single", "batch"}, 0, 64);
+    EXPECT_EQ(sum(nodes, "nvrtc"), 64) << "NVRTC must run once per kernel in the whole cluster";
+    EXPECT_EQ(sum(nodes, "remote_puts"), 64);
+    EXPECT_EQ(sum(nodes, "leases"), 64);
+    EXPECT_EQ(sum(nodes, "remote_hits") + sum(nodes, "leases"), 8 * 64)
+        << "every other kernel of every node is another node's";
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), 64u);
+    EXPECT_TRUE(server.keys("kjit:*:l:*").empty()) << "every lease released";
+}
+
+TEST(RemoteCluster, NewNodeJoinsWarmAndWarmLocalHitsSendNoCommand) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(spec_for(server));
+    auto first = run_nodes(root, {"single"}, 0, 16, "first");
+    EXPECT_EQ(sum(first, "nvrtc"), 16);
+    // A new node: every kernel from the cluster, none compiled.
+    auto joined = run_nodes(root, {"batch"}, 0, 16, "joined");
+    EXPECT_EQ(sum(joined, "nvrtc"), 0);
+    EXPECT_EQ(sum(joined, "remote_hits"), 16);
+    // The same node again, warm: its local cache answers, and the server hears nothing.
+    const long long before = server.calls_except_info();
+    auto again = run_nodes(root, {"single"}, 0, 16, "joined");
+    EXPECT_EQ(sum(again, "nvrtc"), 0);
+    EXPECT_EQ(sum(again, "remote_hits"), 0);
+    EXPECT_EQ(server.calls_except_info(), before) << "a local hit must send no command";
+}
+
+TEST(RemoteCluster, CompileErrorRunsNvrtcOnceAndEveryNodeGetsItsLog) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(spec_for(server, "lease=10s"));
+    auto nodes = run_nodes(root, {"error", "error", "error", "error", "error", "error"}, 0, 1);
+    EXPECT_EQ(sum(nodes, "nvrtc"), 1);
+    EXPECT_EQ(sum(nodes, "shared_failures"), 5);
+}
+
+TEST(RemoteCluster, KilledLeaseHolderCostsOneLeaseNotTheCompile) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(spec_for(server, "lease=1s"));
+    Node holder(root.path() + "/holder", 0, 1, "slow", "", root.path(), 100);
+    ASSERT_GT(holder.pid(), 0);
+    // The holder has the lease (it compiles now).
+    for (int i = 0; i < 30000 && server.keys("kjit:*:l:*").empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(server.keys("kjit:*:l:*").size(), 1u) << "the holder never took the lease";
+    std::vector<Node> waiters;
+    for (int i = 0; i < 3; ++i) waiters.emplace_back(root.path() + "/waiter" + std::to_string(i), 0, 1, "slow", "", root.path(), i);
+    // The waiters poll (EXISTS) before the holder dies.
+    for (int i = 0; i < 30000 && server.calls_of("exists") < 6; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ::kill(holder.pid(), SIGKILL);
+    EXPECT_EQ(holder.finish(), -1);
+    for (Node &w : waiters) EXPECT_EQ(w.finish(), 0) << w.errors();
+    EXPECT_EQ(sum(waiters, "nvrtc"), 1) << "one waiter takes the lease over and compiles; the others fetch";
+    EXPECT_EQ(sum(waiters, "takeovers"), 1);
+    EXPECT_EQ(sum(waiters, "remote_hits"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fail open: every call returns OK, whatever the server does, and the tier recovers.
+
+TEST(RemoteFailOpen, NothingListening) {
+    int port = 0;
+    {
+        RedisServer gone;  // a port that was free, now with nothing on it
+        port = gone.port();
+    }
+    TempDir cache;
+    const Stats before;
+    const std::string spec = "redis://127.0.0.1:" + std::to_string(port) + " breaker=200ms";
+    for (int i = 0; i < 3; ++i) compile_kernel(cache.path(), 100 + i, spec.c_str());
+    const Stats after;
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 3u);
+    EXPECT_GE(after.s.remote_errors - before.s.remote_errors, 1u);
+    EXPECT_EQ(after.s.remote_puts - before.s.remote_puts, 0u);
+}
+
+TEST(RemoteFailOpen, ServerKilledThenBack) {
+    RedisServer server;
+    TempDir cache;
+    const std::string spec = spec_for(server);
+    compile_kernel(cache.path(), 200, spec.c_str());
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), 1u);
+    server.kill();
+    const Stats before;
+    compile_kernel(cache.path(), 201, spec.c_str());
+    compile_kernel(cache.path(), 202, spec.c_str());
+    const Stats down;
+    EXPECT_GE(down.s.remote_errors - before.s.remote_errors, 1u);
+    server.restart();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the breaker's first trip (200 ms) ends
+    compile_kernel(cache.path(), 203, spec.c_str());
+    const Stats back;
+    EXPECT_EQ(back.s.remote_puts - down.s.remote_puts, 1u) << "the tier recovers when the server returns";
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), 1u);
+}
+
+TEST(RemoteFailOpen, ServerStoppedTimesOutThenRecovers) {
+    RedisServer server;
+    TempDir cache;
+    const std::string spec = spec_for(server);
+    compile_kernel(cache.path(), 300, spec.c_str());  // connected
+    server.pause();
+    const Stats before;
+    compile_kernel(cache.path(), 301, spec.c_str());
+    compile_kernel(cache.path(), 302, spec.c_str());
+    const Stats paused;
+    EXPECT_GE(paused.s.remote_timeouts - before.s.remote_timeouts, 1u);
+    EXPECT_EQ(paused.s.nvrtc_compiles - before.s.nvrtc_compiles, 2u);
+    server.resume();
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // the breaker's trips end
+    compile_kernel(cache.path(), 303, spec.c_str());
+    const Stats back;
+    EXPECT_EQ(back.s.remote_puts - paused.s.remote_puts, 1u);
+}
+
+TEST(RemoteFailOpen, ClientPauseTimesOut) {
+    RedisServer server;
+    TempDir cache;
+    const std::string spec = spec_for(server);
+    compile_kernel(cache.path(), 400, spec.c_str());
+    EXPECT_EQ(server.command({"CLIENT", "PAUSE", "1500", "ALL"}), "OK");
+    const Stats before;
+    compile_kernel(cache.path(), 401, spec.c_str());
+    const Stats paused;
+    EXPECT_GE(paused.s.remote_timeouts - before.s.remote_timeouts, 1u);
+    EXPECT_EQ(paused.s.nvrtc_compiles - before.s.nvrtc_compiles, 1u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));  // the pause ends (and the breaker's trip)
+    compile_kernel(cache.path(), 402, spec.c_str());
+    const Stats back;
+    EXPECT_EQ(back.s.remote_puts - paused.s.remote_puts, 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values that are not what they claim: detected, counted, repaired.
+
+class RemoteDamage : public ::testing::Test {
+protected:
+    // Compiles kernel `i` on a node of its own (a cache folder), returning the stats delta.
+    kjit_stats on_new_node(int i) {
+        const Stats before;
+        compile_kernel(root.path() + "/node" + std::to_string(next_node++), i, spec.c_str());
+        const Stats after;
+        kjit_stats d = after.s;
+        d.remote_hits -= before.s.remote_hits;
+        d.remote_corrupt -= before.s.remote_corrupt;
+        d.nvrtc_compiles -= before.s.nvrtc_compiles;
+        d.remote_puts -= before.s.remote_puts;
+        return d;
+    }
+    std::string only_entry_key() {
+        auto keys = server.keys("kjit:*:b:*");
+        EXPECT_EQ(keys.size(), 1u);
+        return keys.empty() ? std::string() : keys[0];
+    }
+    // The damaged value is refused and counted, the node compiles, and the value is repaired:
+    // the next new node fetches it.
+    void expect_detected_and_repaired(int i) {
+        const kjit_stats damaged = on_new_node(i);
+        EXPECT_EQ(damaged.remote_corrupt, 1u);
+        EXPECT_EQ(damaged.remote_hits, 0u);
+        EXPECT_EQ(damaged.nvrtc_compiles, 1u);
+        EXPECT_EQ(damaged.remote_puts, 1u) << "the damaged value is replaced";
+        const kjit_stats repaired = on_new_node(i);
+        EXPECT_EQ(repaired.remote_hits, 1u);
+        EXPECT_EQ(repaired.nvrtc_compiles, 0u);
+        EXPECT_EQ(repaired.remote_corrupt, 0u);
+    }
+
+    RedisServer server;
+    TempDir root;
+    std::string spec = spec_for(server);
+    int next_node = 0;
+};
+
+TEST_F(RemoteDamage, FlippedByte) {
+    on_new_node(500);
+    const std::string key = only_entry_key();
+    const std::string value = server.command({"GET", key});
+    std::string flipped = value;
+    flipped[value.size() / 2] = static_cast<char>(flipped[value.size() / 2] ^ 0x20);
+    server.command({"SET", key, flipped});
+    expect_detected_and_repaired(500);
+}
+
+TEST_F(RemoteDamage, CutShort) {
+    on_new_node(501);
+    const std::string key = only_entry_key();
+    const std::string value = server.command({"GET", key});
+    server.command({"SET", key, value.substr(0, value.size() - 100)});
+    expect_detected_and_repaired(501);
+}
+
+TEST_F(RemoteDamage, ValueCopiedUnderAnotherKey) {
+    on_new_node(502);
+    const std::string first_key = only_entry_key();
+    const std::string value = server.command({"GET", first_key});
+    on_new_node(503);
+    std::string second_key;
+    for (const std::string &k : server.keys("kjit:*:b:*")) {
+        if (k != first_key) second_key = k;
+    }
+    ASSERT_FALSE(second_key.empty());
+    server.command({"SET", second_key, value});  // kernel 502's entry where 503's belongs
+    expect_detected_and_repaired(503);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers that refuse writes: compiles succeed.
+
+TEST(RemoteAccess, ReadOnlyAclUserFetchesButNeverWrites) {
+    RedisServer server;
+    TempDir root;
+    compile_kernel(root.path() + "/writer", 600, spec_for(server).c_str());
+    ASSERT_EQ(server.command({"ACL", "SETUSER", "reader", "on", ">reader-secret", "~*", "-@all", "+get", "+exists",
+                              "+ping"}),
+              "OK");
+    const std::string reader = "redis://reader:reader-secret@127.0.0.1:" + std::to_string(server.port()) +
+                               " lease=1s breaker=200ms operation-timeout=500ms";
+    const Stats before;
+    compile_kernel(root.path() + "/reader1", 600, reader.c_str());  // on the server
+    compile_kernel(root.path() + "/reader2", 601, reader.c_str());  // not: its lease script is refused
+    const Stats after;
+    EXPECT_EQ(after.s.remote_hits - before.s.remote_hits, 1u);
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 1u);
+    EXPECT_EQ(after.s.remote_puts - before.s.remote_puts, 0u);
+    EXPECT_GE(after.s.remote_errors - before.s.remote_errors, 1u);
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), 1u);
+}
+
+TEST(RemoteAccess, ReadOnlyOptionSendsNoWrite) {
+    RedisServer server;
+    TempDir root;
+    compile_kernel(root.path() + "/writer", 610, spec_for(server).c_str());
+    const long long writes = server.calls_of("set") + server.calls_of("eval");
+    const std::string spec = spec_for(server, "read-only=true");
+    const Stats before;
+    compile_kernel(root.path() + "/ro1", 610, spec.c_str());
+    compile_kernel(root.path() + "/ro2", 611, spec.c_str());
+    const Stats after;
+    EXPECT_EQ(after.s.remote_hits - before.s.remote_hits, 1u);
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 1u);
+    EXPECT_EQ(server.calls_of("set") + server.calls_of("eval"), writes);
+}
+
+TEST(RemoteAccess, FullServerWithNoEvictionStillCompiles) {
+    RedisServer server({"--maxmemory", "1", "--maxmemory-policy", "noeviction"});
+    TempDir root;
+    const Stats before;
+    compile_kernel(root.path() + "/a", 700, spec_for(server).c_str());
+    compile_kernel(root.path() + "/b", 701, spec_for(server).c_str());
+    const Stats after;
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 2u);
+    EXPECT_EQ(after.s.remote_puts - before.s.remote_puts, 0u);
+    EXPECT_GE(after.s.remote_errors - before.s.remote_errors, 1u);
+}
+
+TEST(RemoteConfigErrors, BadSettingNamesItWithoutThePassword) {
+    TempDir cache;
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.path().c_str();
+    o.arch = "sm_80";
+    o.remote_storage = "redis://admin:hunter2@cache-host:notaport";
+    char cubin[1024];
+    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin, sizeof cubin,
+                           nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    const std::string error = kjit_last_error();
+    EXPECT_NE(error.find("the remote_storage option"), std::string::npos) << error;
+    EXPECT_NE(error.find("admin:***@cache-host"), std::string::npos) << error;
+    EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+    // "none" turns it off, whatever the environment says.
+    RemoteSetting remote("redis://127.0.0.1:1 bogus-option=1");
+    o.remote_storage = "none";
+    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin, sizeof cubin,
+                           nullptr),
+              KJIT_OK)
+        << kjit_last_error();
+}
+
+}  // namespace

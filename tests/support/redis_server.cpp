@@ -1,0 +1,204 @@
+#include "redis_server.hpp"
+
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+namespace kjit_test {
+
+namespace {
+
+// A port nothing listens on now (bound to port 0, then released).
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+        ::close(fd);
+        throw std::runtime_error("cannot find a free port: " + std::string(std::strerror(errno)));
+    }
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+std::string server_binary() {
+    if (const char *p = std::getenv("KJIT_TEST_REDIS_SERVER"); p && *p) return p;
+    for (const char *candidate : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"}) {
+        if (::access(candidate, X_OK) == 0) return candidate;
+    }
+    throw std::runtime_error("redis-server not found (apt-get install redis-server; tests/run.sh installs it)");
+}
+
+struct ContextFree {
+    void operator()(redisContext *c) const { redisFree(c); }
+};
+
+std::string reply_text(const redisReply *r) {
+    switch (r->type) {
+        case REDIS_REPLY_STRING:
+        case REDIS_REPLY_STATUS:
+        case REDIS_REPLY_ERROR:
+            return std::string(r->str, r->len);
+        case REDIS_REPLY_INTEGER:
+            return std::to_string(r->integer);
+        case REDIS_REPLY_NIL:
+            return "(nil)";
+        case REDIS_REPLY_ARRAY: {
+            std::string out;
+            for (std::size_t i = 0; i < r->elements; ++i) out += (i ? "\n" : "") + reply_text(r->element[i]);
+            return out;
+        }
+        default:
+            return "?";
+    }
+}
+
+}  // namespace
+
+RedisServer::RedisServer(std::vector<std::string> extra) : extra_(std::move(extra)) {
+    char tmpl[] = "/tmp/kjit-redis-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
+    dir_ = tmpl;
+    // Another process may take the free port before the server binds it: try a few.
+    for (int attempt = 0;; ++attempt) {
+        port_ = free_port();
+        try {
+            start();
+            return;
+        } catch (const std::exception &) {
+            kill();
+            if (attempt == 4) throw;
+        }
+    }
+}
+
+RedisServer::~RedisServer() {
+    resume();
+    kill();
+    std::system(("rm -rf '" + dir_ + "'").c_str());
+}
+
+std::string RedisServer::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+void RedisServer::start() {
+    const std::string binary = server_binary();
+    std::vector<std::string> args = {binary,        "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                     "--save",      "",       "--appendonly",        "no",     "--daemonize",
+                                     "no",          "--dir",  dir_,                  "--logfile", dir_ + "/redis.log",
+                                     "--protected-mode", "no"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
+    if (pid == 0) {
+        std::vector<char *> argv;
+        for (std::string &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(binary.c_str(), argv.data());
+        ::_exit(127);
+    }
+    pid_ = pid;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+        try {
+            if (command({"PING"}) == "PONG") return;
+        } catch (const std::exception &) {
+        }
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error("redis-server exited at start (port " + std::to_string(port_) + "; see " + dir_ +
+                                     "/redis.log)");
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            throw std::runtime_error("redis-server did not answer PING within 10 s on port " + std::to_string(port_));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
+
+void RedisServer::kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+}
+
+void RedisServer::restart() {
+    kill();
+    start();
+}
+
+void RedisServer::pause() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void RedisServer::resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+std::string RedisServer::command(const std::vector<std::string> &args) const {
+    timeval tv{2, 0};
+    std::unique_ptr<redisContext, ContextFree> c(redisConnectWithTimeout("127.0.0.1", port_, tv));
+    if (!c || c->err) throw std::runtime_error("cannot reach the test's redis-server on port " + std::to_string(port_));
+    redisSetTimeout(c.get(), tv);
+    std::vector<const char *> argv;
+    std::vector<std::size_t> lens;
+    for (const std::string &a : args) {
+        argv.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    auto *reply = static_cast<redisReply *>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (!reply) throw std::runtime_error("no reply from the test's redis-server: " + std::string(c->errstr));
+    std::string text = reply_text(reply);
+    freeReplyObject(reply);
+    return text;
+}
+
+long long RedisServer::calls_of(const std::string &name) const {
+    const std::string info = command({"INFO", "commandstats"});
+    const std::string tag = "cmdstat_" + name + ":calls=";
+    const auto at = info.find(tag);
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + tag.size());
+}
+
+long long RedisServer::calls_except_info() const {
+    const std::string info = command({"INFO", "commandstats"});
+    long long total = 0;
+    for (std::size_t at = info.find("cmdstat_"); at != std::string::npos; at = info.find("cmdstat_", at + 1)) {
+        const std::size_t colon = info.find(':', at);
+        if (info.compare(at, colon - at, "cmdstat_info") == 0) continue;
+        const std::size_t calls = info.find("calls=", colon);
+        total += std::atoll(info.c_str() + calls + 6);
+    }
+    return total;
+}
+
+std::vector<std::string> RedisServer::keys(const std::string &pattern) const {
+    const std::string text = command({"KEYS", pattern});
+    std::vector<std::string> out;
+    if (text.empty()) return out;
+    for (std::size_t start = 0;;) {
+        const auto nl = text.find('\n', start);
+        out.push_back(text.substr(start, nl - start));
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+    }
+    return out;
+}
+
+}  // namespace kjit_test

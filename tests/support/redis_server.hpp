@@ -1,0 +1,56 @@
+// A real redis-server for the cluster tier's tests: started by the test on 127.0.0.1 and a free
+// port, in a folder of its own, with no persistence; killed (SIGKILL) when the object goes. A
+// server that cannot start throws: the test fails, it never skips (.ci/run installs
+// redis-server). Commands go through hiredis, as libkjit's own do.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace kjit_test {
+
+class RedisServer {
+public:
+    // Starts redis-server (with `extra` arguments, e.g. {"--maxmemory", "1mb"}) and waits until
+    // it answers PING. Throws std::runtime_error saying why when it does not within 10 s.
+    explicit RedisServer(std::vector<std::string> extra = {});
+    ~RedisServer();
+    RedisServer(const RedisServer &) = delete;
+    RedisServer &operator=(const RedisServer &) = delete;
+
+    int port() const { return port_; }
+    // "redis://127.0.0.1:<port>"
+    std::string url() const;
+
+    // SIGKILL and reap (a server that dies with its clients connected).
+    void kill();
+    // Starts it again on the same port (after kill()), empty.
+    void restart();
+    // SIGSTOP / SIGCONT: a server that accepts connections (the kernel does) but never answers.
+    void pause();
+    void resume();
+
+    // Runs one command (as the default user) and returns its reply as text: a string or status
+    // as is, an integer in decimal, nil as "(nil)", an error as "ERR ...", an array as its
+    // elements' texts joined by '\n'. Throws when the server cannot be reached.
+    std::string command(const std::vector<std::string> &args) const;
+    // The calls `INFO commandstats` counts, for every command but INFO itself (which this helper
+    // sends to ask): how many commands clients have sent.
+    long long calls_except_info() const;
+    // The calls of one command (e.g. "eval", "exists"), 0 when none.
+    long long calls_of(const std::string &name) const;
+    // Keys matching `pattern` (KEYS).
+    std::vector<std::string> keys(const std::string &pattern) const;
+
+private:
+    void start();
+
+    std::vector<std::string> extra_;
+    std::string dir_;
+    int port_ = 0;
+    pid_t pid_ = -1;
+};
+
+}  // namespace kjit_test
