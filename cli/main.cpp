@@ -56,6 +56,7 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.arch", "--arch"},
         {"kjit_compile_options.cache_dir", "--cache-dir"},
         {"kjit_compile_options.name_expression", "--name-expr"},
+        {"the remote_storage option", "--remote-storage"},
         {"kjit_compile_options.include_paths", "-I"},
         {"kjit_compile_options.nvrtc_options", "the options after --"},
     };
@@ -159,6 +160,7 @@ struct CompileArgs {
     std::string keyword;
     std::string arch;
     std::string name_expression;
+    std::string remote_storage;  // "": $KJIT_REMOTE_STORAGE
     std::vector<std::string> include_paths;
     std::vector<std::string> nvrtc_options;
 };
@@ -194,6 +196,7 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.include_paths = includes.data();
     opts.include_path_count = includes.size();
     opts.name_expression = a.name_expression.empty() ? nullptr : a.name_expression.c_str();
+    opts.remote_storage = a.remote_storage.empty() ? nullptr : a.remote_storage.c_str();
     return opts;
 }
 
@@ -349,15 +352,28 @@ void print_stats(const std::string &dir, const kjit_cache_summary &s, const kjit
     }
 }
 
-int run_stats(const Global &g) {
+// `kjit cache stats`; with `remote` (not null: --remote, its setting or "" for the
+// environment's), the cluster tier's servers too.
+int run_stats(const Global &g, const std::string *remote) {
     std::string dir;
     if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
     kjit_cache_summary s = KJIT_CACHE_SUMMARY_INIT;
     kjit_cache_arches *raw = nullptr;
     if (const kjit_status st = kjit_cache_summarize(dir.c_str(), &s, &raw); st != KJIT_OK) return fail_with(g, st);
     const Arches arches(raw, &kjit_cache_arches_release);
+    std::string servers;
+    if (remote) {
+        // A buffer large enough at once: each call asks the servers again.
+        std::vector<char> buf(1 << 20);
+        size_t len = 0;
+        if (const kjit_status st = kjit_remote_describe(remote->c_str(), buf.data(), buf.size(), &len); st != KJIT_OK) {
+            return fail_with(g, st);
+        }
+        servers.assign(buf.data(), len);
+    }
     if (!g.json) {
         print_stats(dir, s, arches.get());
+        if (remote) std::printf("remote cache\n%s", servers.c_str());
         return 0;
     }
     json by_arch = json::object();
@@ -376,6 +392,7 @@ int run_stats(const Global &g) {
                 {"by_arch", by_arch},
                 {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
                 {"foreign", s.foreign}};
+    if (remote) out["remote"] = servers;
     std::cout << out.dump(2) << "\n";
     return 0;
 }
@@ -506,6 +523,9 @@ int main(int argc, char **argv) {
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
     compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
+    compile->add_option("--remote-storage", compile_args.remote_storage,
+                        "The cluster tier, e.g. 'redis://cache-host:6379 namespace=llm' or none (default: "
+                        "$KJIT_REMOTE_STORAGE; docs/remote.md)");
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
@@ -514,6 +534,11 @@ int main(int argc, char **argv) {
     CLI::App *cache = app.add_subcommand("cache", "Look after a cache folder");
     cache->require_subcommand(1);
     CLI::App *stats = cache->add_subcommand("stats", "Entries, bytes, oldest and newest, by arch");
+    bool remote = false;
+    std::string remote_storage;
+    stats->add_flag("--remote", remote,
+                    "Also what the cluster tier's Redis servers say of themselves (memory, eviction, libkjit entries)");
+    stats->add_option("--remote-storage", remote_storage, "The cluster tier for --remote (default: $KJIT_REMOTE_STORAGE)");
     add_common(stats);
     bool fix = false;
     CLI::App *verify = cache->add_subcommand("verify", "Check every entry; --fix repairs what it finds");
@@ -550,7 +575,10 @@ int main(int argc, char **argv) {
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);
-        if (*stats) return run_stats(g);
+        if (*stats) {
+            const int rc = run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
+            return rc;
+        }
         if (*verify) return run_verify(g, fix);
         if (*prune) {
             if (max_size.empty() && older_than.empty()) {

@@ -60,6 +60,7 @@ __all__ = [
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
+    "remote_describe",
 ]
 
 
@@ -218,11 +219,14 @@ class _CompileOptions(ctypes.Structure):
         ("header_count", ctypes.c_size_t),
         ("name_expression", ctypes.c_char_p),
         ("max_cache_size", ctypes.c_uint64),
+        ("remote_storage", ctypes.c_char_p),  # libkjit 0.6
     ]
 
     def __init__(self):
         super().__init__()
-        self.struct_size = ctypes.sizeof(_CompileOptions)
+        # The size of libkjit 0.5's struct unless a 0.6 field is set (below), so that a library
+        # older than this module still takes it (it refuses a struct larger than its own).
+        self.struct_size = _CompileOptions.remote_storage.offset
 
 
 # Argument types that are their own memo key (hashing a tuple hashes its items: a list inside
@@ -248,9 +252,12 @@ def _frozen(value):
 
 
 def _compile_options(keep, *, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
-                     name_expression=None, max_cache_size=None):
+                     name_expression=None, max_cache_size=None, remote_storage=None):
     """kjit_compile's keyword arguments -> a _CompileOptions; what it points at goes in ``keep``."""
     opts = _CompileOptions()
+    if remote_storage is not None:
+        opts.remote_storage = _text_bytes(remote_storage, "remote_storage")
+        opts.struct_size = ctypes.sizeof(_CompileOptions)
     if cache_dir is not None:
         opts.cache_dir = _path_bytes(cache_dir, "cache_dir")
     if arch is not None:
@@ -345,15 +352,23 @@ _STATS_COUNTERS_2 = ("scans", "sidecar_writes", "sidecar_write_failures", "loads
                      "load_self_heals", "eviction_runs", "evicted_entries", "evicted_bytes")
 
 
+# The cluster tier's counters (libkjit 0.6).
+_STATS_REMOTE = ("remote_hits", "remote_misses", "remote_errors", "remote_timeouts", "remote_corrupt", "remote_puts",
+                 "remote_bytes_in", "remote_bytes_out", "remote_leases_owned", "remote_lease_waits",
+                 "remote_lease_takeovers", "remote_shared_failures")
+
+
 class _Stats(ctypes.Structure):
     """kjit_stats, field for field in header order."""
     _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS] +
                 [("sidecar_rejections", ctypes.c_uint64 * 16)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS_2] +
-                [("errors", ctypes.c_uint64 * 32), ("swept_temp_folders", ctypes.c_uint64)])
+                [("errors", ctypes.c_uint64 * 32), ("swept_temp_folders", ctypes.c_uint64)] +
+                [(n, ctypes.c_uint64) for n in _STATS_REMOTE])
 
-    def __init__(self):
+    def __init__(self, with_remote=True):
         super().__init__()
-        self.struct_size = ctypes.sizeof(_Stats)
+        # A library older than 0.6 refuses a struct larger than its own: it gets its own size.
+        self.struct_size = ctypes.sizeof(_Stats) if with_remote else _Stats.remote_hits.offset
 
 
 class _CacheSummary(ctypes.Structure):
@@ -451,6 +466,7 @@ _OPTIONAL_PROTOTYPES = {
     "kjit_batch_result_error": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
     "kjit_batch_result_release": (None, [_P]),
     "kjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.4
+    "kjit_remote_describe": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.6
     "kjit_compile_named": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
                                           _BUF, ctypes.c_size_t, _SIZE_P, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.5
     "kjit_batch_result_kernel_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),  # 0.5
@@ -805,7 +821,7 @@ class Library:
         return self._string_out("kjit_resolve_name", args, self.name_buffer_size).decode("utf-8", "replace")
 
     def compile(self, source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),
-                include_paths=(), headers=None, name_expression=None, max_cache_size=None):
+                include_paths=(), headers=None, name_expression=None, max_cache_size=None, remote_storage=None):
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -819,7 +835,9 @@ class Library:
         - ``headers``: in-memory headers, a mapping {include name: text} or (name, text) pairs;
         - ``name_expression``: e.g. "gemm<128, 64>"; its lowered name must match ``keyword``;
         - ``max_cache_size``: the cache's size limit in bytes (int); default $KJIT_CACHE_MAX_SIZE,
-          else none; ``float("inf")`` for no limit whatever the variable says.
+          else none; ``float("inf")`` for no limit whatever the variable says;
+        - ``remote_storage``: the cluster tier, e.g. "redis://cache-host:6379 namespace=llm", or
+          "none"; default $KJIT_REMOTE_STORAGE (docs/remote.md; libkjit 0.6).
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
@@ -827,17 +845,17 @@ class Library:
         kw = _text_bytes(keyword, "keyword")
         opts = self._options_for(cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                                  include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                 max_cache_size=max_cache_size)
+                                 max_cache_size=max_cache_size, remote_storage=remote_storage)
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
 
     def _options_for(self, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
-                     name_expression=None, max_cache_size=None):
+                     name_expression=None, max_cache_size=None, remote_storage=None):
         """The _CompileOptions for compile's keyword arguments: made once per distinct set and
         kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
         tuples of them) are the key as they are; lists, mappings and paths are frozen first;
         what cannot be frozen (a generator, say) is encoded anew each time."""
-        key = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size)
+        key = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size, remote_storage)
         try:
             if not all(type(v) in _PLAIN_TYPES for v in key):
                 key = tuple(_frozen(v) for v in key)
@@ -849,7 +867,7 @@ class Library:
         keep = []  # everything the struct points at, alive as long as the struct is used
         opts = _compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                                 include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                max_cache_size=max_cache_size)
+                                max_cache_size=max_cache_size, remote_storage=remote_storage)
         if key is not None:
             if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
                 self._options_memo.clear()
@@ -880,7 +898,7 @@ class Library:
         raise self._error(status, "kjit_compile_named")
 
     _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                         "max_cache_size")
+                         "max_cache_size", "remote_storage")
 
     def _compile_arguments(self, method, source, keyword, options):
         """(source, keyword, options struct) for the C call of ``method``, which takes
@@ -1046,11 +1064,13 @@ class Library:
         fn = self._fn.get("kjit_get_stats")
         if fn is None:
             raise LibraryNotFound([(self.path, "loaded, but has no kjit_get_stats (libkjit older than 0.2)")])
-        out = _Stats()
+        with_remote = "kjit_remote_describe" in self._fn
+        out = _Stats(with_remote)
         status = fn(ctypes.byref(out))
         if status != 0:
             raise self._error(status, "kjit_get_stats")
-        result = {n: getattr(out, n) for n in _STATS_COUNTERS + _STATS_COUNTERS_2 + ("swept_temp_folders",)}
+        names = _STATS_COUNTERS + _STATS_COUNTERS_2 + ("swept_temp_folders",) + (_STATS_REMOTE if with_remote else ())
+        result = {n: getattr(out, n) for n in names}
         result["sidecar_rejections"] = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
                                         if out.sidecar_rejections[i]}
         result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, 32) if out.errors[i]}
@@ -1072,6 +1092,16 @@ class Library:
         self._needs("kjit_cache_dir")
         arg = _path_bytes(cache_dir, "cache_dir") if cache_dir is not None else None
         return os.fsdecode(self._string_out("kjit_cache_dir", (arg,), self.path_buffer_size))
+
+    def remote_describe(self, remote_storage=None):
+        """What the cluster tier's Redis servers say of themselves (kjit_remote_describe), as text:
+        per server its URL (password hidden), reachability, memory and its limit, eviction
+        policy, keys and libkjit's entries. ``remote_storage``: a setting as compile() takes it;
+        None for $KJIT_REMOTE_STORAGE. Raises InvalidArgument when there is no setting. Needs
+        libkjit 0.6."""
+        self._needs("kjit_remote_describe")
+        arg = _text_bytes(remote_storage, "remote_storage") if remote_storage is not None else None
+        return self._string_out("kjit_remote_describe", (arg,), 65536).decode("utf-8", "replace")
 
     def cache_stats(self, cache_dir=None):
         """What a cache folder holds (kjit_cache_summarize) as a dict: ``cache_dir`` (absolute),
@@ -1407,11 +1437,11 @@ def resolve_name(cubin_path, keyword):
 
 
 def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # noqa: A001
-            include_paths=(), headers=None, name_expression=None, max_cache_size=None):
+            include_paths=(), headers=None, name_expression=None, max_cache_size=None, remote_storage=None):
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
-                          max_cache_size=max_cache_size)
+                          max_cache_size=max_cache_size, remote_storage=remote_storage)
 
 
 def compile_named(source, keyword, **options):
@@ -1438,6 +1468,11 @@ def load_cached(cubin_path, keyword):
 def compile_and_load(source, keyword, **options):
     """See :meth:`Library.compile_and_load`; returns a :class:`Kernel`."""
     return _lib().compile_and_load(source, keyword, **options)
+
+
+def remote_describe(remote_storage=None):
+    """See :meth:`Library.remote_describe`."""
+    return _lib().remote_describe(remote_storage)
 
 
 def cache_dir(cache_dir=None):

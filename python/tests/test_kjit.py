@@ -1188,3 +1188,66 @@ def test_clear_and_folder_errors(tmp_path):
         assert str(a_file) in info.value.message
     with pytest.raises(TypeError):
         kjit.verify(42)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A redis-server of this test's own on 127.0.0.1 (installed by tests/run.sh: a test that
+    cannot start one fails, it does not skip)."""
+    port = _free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            try:
+                import socket
+                with socket.create_connection(("127.0.0.1", port), timeout=0.1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                time.sleep(0.01)
+        else:
+            pytest.fail(f"redis-server did not start on port {port}")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_remote_storage_shares_a_compile_between_caches(tmp_path, redis_url):
+    src = SIMPLE + "\n// remote test\n"
+    before = kjit.stats()
+    first = kjit.compile_named(src, "scale", cache_dir=tmp_path / "node-a", arch="sm_90", remote_storage=redis_url)
+    second = kjit.compile_named(src, "scale", cache_dir=tmp_path / "node-b", arch="sm_90", remote_storage=redis_url)
+    after = kjit.stats()
+    assert first.name == second.name and first.cubin_path != second.cubin_path
+    assert after["nvrtc_compiles"] - before["nvrtc_compiles"] == 1
+    assert after["remote_puts"] - before["remote_puts"] == 1
+    assert after["remote_hits"] - before["remote_hits"] == 1
+    assert "libkjit entries (namespace default): 1" in kjit.remote_describe(redis_url)
+
+
+def test_remote_storage_errors_name_the_argument_and_hide_the_password(tmp_path):
+    with pytest.raises(kjit.InvalidArgument) as info:
+        kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90",
+                     remote_storage="redis://admin:hunter2@host:notaport")
+    assert "remote_storage" in info.value.message and "hunter2" not in info.value.message
+    with pytest.raises(kjit.InvalidArgument):
+        kjit.remote_describe("none")
+
+
+def test_options_struct_stays_old_sized_without_remote_storage():
+    # A libkjit older than 0.6 refuses a larger struct: the 0.6 field only when it is used.
+    plain = kjit._compile_options([], arch="sm_90")
+    remote = kjit._compile_options([], arch="sm_90", remote_storage="none")
+    assert plain.struct_size == kjit._CompileOptions.remote_storage.offset
+    assert remote.struct_size == ctypes.sizeof(kjit._CompileOptions)
