@@ -237,11 +237,15 @@ public:
     // 1. Looks every request up before compiling any: hits are answered at once, and identical
     //    requests (same entry: same cache folder and key) become one job.
     void look_up_all(std::vector<Result<cache::Request>> &items);
-    // 2. Which misses use NVRTC's PCH (see the definition).
+    // 2. The misses the cluster tier already holds: fetched together, in pipelined round trips
+    //    (cache.hpp's fetch_from_cluster); what is left is compiled (build() settles each with
+    //    the cluster).
+    void fetch_from_cluster();
+    // 3. Which misses use NVRTC's PCH (see the definition).
     void choose_pch();
-    // 3. Compiles the misses on the workers, reporting each as it finishes.
+    // 4. Compiles the misses on the workers, reporting each as it finishes.
     void compile_misses();
-    // 4. and 5.: every entry handed out stays in use for the in-use window after the batch
+    // 5. and 6.: every entry handed out stays in use for the in-use window after the batch
     //    returns; whatever did not start (after a cancel) has no result.
     std::vector<Result<cache::Found>> results();
 
@@ -324,6 +328,22 @@ void Batch::look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::F
         job_of_entry_.emplace(keyed.entry, jobs_.size());
         jobs_.push_back(Job{std::move(keyed), {i}, std::nullopt});
     }
+}
+
+void Batch::fetch_from_cluster() {
+    if (cancelled_ || jobs_.empty()) return;
+    std::vector<const cache::KeyedRequest *> misses;
+    for (const Job &job : jobs_) misses.push_back(&job.keyed);
+    auto fetched = cache_.fetch_from_cluster(misses);
+    std::vector<Job> left;
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        if (!fetched[j]) {
+            left.push_back(std::move(jobs_[j]));
+            continue;
+        }
+        for (std::size_t item : jobs_[j].items) finish(item, *fetched[j]);
+    }
+    jobs_ = std::move(left);
 }
 
 // By default, the misses that share their header identity with another miss of the batch
@@ -450,6 +470,7 @@ std::vector<Result<cache::Found>> Batch::results() {
 std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
     Batch batch(options, items.size());
     batch.look_up_all(items);
+    batch.fetch_from_cluster();
     batch.choose_pch();
     batch.compile_misses();
     return batch.results();

@@ -219,17 +219,7 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
         settled = tier->settle(expected);
         if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
         if (settled->kind == remote::Settled::Kind::fetched) {
-            remote::Entry &fetched = *settled->entry;
-            cache_entry::NewEntry entry;
-            entry.cubin = fetched.cubin;
-            entry.source = request.source;
-            entry.manifest = std::move(fetched.manifest);
-            entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
-            // This node's files: the key says their content is the producer's.
-            if (request.reads_files) entry.deps_text = include_scanner::format(deps);
-            auto local = local_.publish(keyed, entry);
-            if (!local) return std::move(local).error();
-            return Found{std::move(**local), entry.manifest.name};
+            return publish_fetched(keyed, std::move(*settled->entry), source_key, deps);
         }
     }
 
@@ -303,6 +293,50 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
     if (*seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", keyed.key, request.keyword, *seconds);
     log().debug("compiled {} [{}] in {:.3f} s", keyed.key, request.keyword, *seconds);
     return compiled;
+}
+
+Result<Found> Cache::publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                     const std::vector<include_scanner::Dependency> &deps) {
+    cache_entry::NewEntry entry;
+    entry.cubin = fetched.cubin;
+    entry.source = keyed.request.source;
+    entry.manifest = std::move(fetched.manifest);
+    entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
+    // This node's files: the key says their content is the producer's.
+    if (keyed.request.reads_files) entry.deps_text = include_scanner::format(deps);
+    auto local = local_.publish(keyed, entry);
+    if (!local) return std::move(local).error();
+    return Found{std::move(**local), entry.manifest.name};
+}
+
+std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const KeyedRequest *> &misses) {
+    std::vector<std::optional<Found>> found(misses.size());
+    // The misses of each setting (a batch's items normally share one).
+    std::map<std::string, std::vector<std::size_t>> by_spec;
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+        const Request &r = misses[i]->request;
+        if (!r.remote_spec.empty() && !r.reads_files) by_spec[r.remote_spec].push_back(i);
+    }
+    for (const auto &[spec, indexes] : by_spec) {
+        auto tier = remote::Tier::for_spec(spec, misses[indexes.front()]->request.remote_origin);
+        if (!tier || !*tier) continue;  // build() says what is wrong
+        std::vector<std::size_t> asked;
+        std::vector<remote::Expected> wanted;
+        for (std::size_t i : indexes) {
+            const KeyedRequest &keyed = *misses[i];
+            if (!local_.can_publish(keyed)) continue;
+            asked.push_back(i);
+            wanted.push_back({keyed.key, kFormatVersion, keyed.request.nvrtc_identity, keyed.request.arch,
+                              keyed.request.keyword, keyed.request.name_expression});
+        }
+        auto entries = (*tier)->fetch_many(wanted);
+        for (std::size_t k = 0; k < asked.size(); ++k) {
+            if (!entries[k]) continue;
+            auto published = publish_fetched(*misses[asked[k]], std::move(*entries[k]), std::string(), {});
+            if (published) found[asked[k]] = std::move(*published);
+        }
+    }
+    return found;
 }
 
 Result<Found> Cache::publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {

@@ -21,6 +21,7 @@
 #include "hit_memo.hpp"
 #include "include_scanner.hpp"
 #include "local_store.hpp"
+#include "remote_entry.hpp"
 #include "status.hpp"
 
 #include <condition_variable>
@@ -63,6 +64,13 @@ public:
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
     Result<Found> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
+    // For a batch, after its look-ups and before it compiles: the entries the cluster tier
+    // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
+    // pipelined round trips without any lease and published here; nullopt for each that must
+    // still be built (build() then settles it with the cluster). Requests that read files are
+    // left to build(): their key needs their files scanned first. Never fails: a problem leaves
+    // the request to build(), which reports it. Thread safe.
+    std::vector<std::optional<Found>> fetch_from_cluster(const std::vector<const KeyedRequest *> &misses);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
     void count_merged(bool hit, std::uint64_t n);
@@ -93,6 +101,11 @@ private:
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
     Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,
                                        compile_job::Runner *runner, double *seconds);
+    // Publishes an entry fetched from the cluster tier in the local store (only: it is the
+    // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
+    // `source_key` with `deps`, for a request that reads files).
+    Result<Found> publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                  const std::vector<include_scanner::Dependency> &deps);
     // Publishes `entry` to every store; the local store's path is the answer.
     Result<Found> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
 

@@ -161,22 +161,13 @@ Settled Tier::settle(const Expected &expected) {
         if (!replies) return settled;
         const redisReply &value = *(*replies)[0];
         if (value.type == REDIS_REPLY_STRING) {
-            counters().bytes_in.fetch_add(value.len, std::memory_order_relaxed);
-            auto entry = decode(text_of(value), expected, entry_key);
-            if (entry) {
-                counters().hits.fetch_add(1, std::memory_order_relaxed);
-                log().debug("remote hit {} ({} bytes, made on {})", entry_key, value.len, entry->producer);
+            if (auto entry = verify_fetched(link, value, expected, entry_key)) {
                 settled.kind = Settled::Kind::fetched;
                 settled.entry = std::move(*entry);
                 return settled;
             }
-            counters().corrupt.fetch_add(1, std::memory_order_relaxed);
-            log().warn("remote cache {}: {}; {}", link.server().display, entry.error().message,
-                       config_.read_only ? "not used (read-only: left there)" : "deleted");
-            // Deleted only if it is still the bad value (another node may have put a good one).
+            // Deleted (or, read-only, left there): a miss; ask again, at most twice.
             if (config_.read_only || ++corrupt_values > 2) return settled;
-            auto del = round_trip(link, {{"EVAL", kReleaseScript, "1", entry_key, text_of(value)}});
-            if (!del) return settled;
             continue;
         }
         if (is_error(value)) {
@@ -264,6 +255,51 @@ Settled Tier::settle(const Expected &expected) {
             }
         }
     }
+}
+
+std::optional<Entry> Tier::verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
+                                          const std::string &entry_key) {
+    counters().bytes_in.fetch_add(value.len, std::memory_order_relaxed);
+    auto entry = decode(text_of(value), expected, entry_key);
+    if (entry) {
+        counters().hits.fetch_add(1, std::memory_order_relaxed);
+        log().debug("remote hit {} ({} bytes, made on {})", entry_key, value.len, entry->producer);
+        return std::move(*entry);
+    }
+    counters().corrupt.fetch_add(1, std::memory_order_relaxed);
+    log().warn("remote cache {}: {}; {}", link.server().display, entry.error().message,
+               config_.read_only ? "not used (read-only: left there)" : "deleted");
+    // Deleted only if it is still the bad value (another node may have put a good one since).
+    if (!config_.read_only) (void)round_trip(link, {{"EVAL", kReleaseScript, "1", entry_key, text_of(value)}});
+    return std::nullopt;
+}
+
+std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
+    constexpr std::size_t kKeysPerRoundTrip = 64;
+    std::vector<std::optional<Entry>> found(wanted.size());
+    // The keys of each server, in order.
+    std::map<ServerLink *, std::vector<std::size_t>> by_link;
+    for (std::size_t i = 0; i < wanted.size(); ++i) by_link[&link_for(wanted[i].key)].push_back(i);
+    for (auto &[link, indexes] : by_link) {
+        for (std::size_t start = 0; start < indexes.size() && link->usable(); start += kKeysPerRoundTrip) {
+            const std::size_t end = std::min(indexes.size(), start + kKeysPerRoundTrip);
+            std::vector<std::string> entry_keys;
+            std::vector<Command> gets;
+            for (std::size_t k = start; k < end; ++k) entry_keys.push_back(redis_key(wanted[indexes[k]], 'b'));
+            for (const std::string &key : entry_keys) gets.push_back({"GET", key});
+            auto replies = round_trip(*link, gets);
+            if (!replies) break;
+            for (std::size_t k = start; k < end; ++k) {
+                const redisReply &value = *(*replies)[k - start];
+                if (value.type == REDIS_REPLY_STRING) {
+                    found[indexes[k]] = verify_fetched(*link, value, wanted[indexes[k]], entry_keys[k - start]);
+                } else if (is_error(value)) {
+                    refused(*link, "GET", text_of(value));
+                }
+            }
+        }
+    }
+    return found;
 }
 
 void Tier::put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin) {

@@ -114,6 +114,14 @@ public:
     // fails: every problem is compile_here. Thread safe.
     Settled settle(const Expected &expected);
 
+    // The verified entries of `wanted` that the servers hold, fetched in pipelined round trips
+    // (one per server per 64 keys) with no lease: what a batch asks before it compiles
+    // anything, so that a node joining warm pays one round trip for many kernels. nullopt
+    // where a key has no entry (not counted as a miss: settle() asks again and counts), a
+    // value fails verification (counted, deleted unless read-only), or its server fails.
+    // Thread safe.
+    std::vector<std::optional<Entry>> fetch_many(const std::vector<Expected> &wanted);
+
     // Stores a freshly compiled entry (SET NX: the first writer wins). Not in read-only mode,
     // nor over max-entry-size. Failures are counted and logged, never returned.
     void put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin);
@@ -135,6 +143,10 @@ private:
     // Runs `commands` on `link`, counting failures; errors as ServerLink::run.
     Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands,
                                           std::int64_t timeout_ms = 0);
+    // A fetched value (`value`, a GET's reply, under `entry_key`) verified for `expected`:
+    // counted as a hit, or as corrupt (then deleted there unless read-only, if still the same).
+    std::optional<Entry> verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
+                                        const std::string &entry_key);
     // Counts and logs (at most once per server per minute) a command the server refused.
     void refused(ServerLink &link, const char *what, std::string_view reply_text);
 

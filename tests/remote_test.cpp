@@ -158,10 +158,14 @@ TEST(RemoteCluster, NewNodeJoinsWarmAndWarmLocalHitsSendNoCommand) {
     RemoteSetting remote(spec_for(server));
     auto first = run_nodes(root, {"single"}, 0, 16, "first");
     EXPECT_EQ(sum(first, "nvrtc"), 16);
-    // A new node: every kernel from the cluster, none compiled.
+    // A new node: every kernel from the cluster, none compiled; its batch fetches them all
+    // before compiling anything (pipelined GETs), so it never asks for a lease.
+    const long long gets = server.calls_of("get"), evals = server.calls_of("eval");
     auto joined = run_nodes(root, {"batch"}, 0, 16, "joined");
     EXPECT_EQ(sum(joined, "nvrtc"), 0);
     EXPECT_EQ(sum(joined, "remote_hits"), 16);
+    EXPECT_EQ(server.calls_of("get") - gets, 16);
+    EXPECT_EQ(server.calls_of("eval") - evals, 0);
     // The same node again, warm: its local cache answers, and the server hears nothing.
     const long long before = server.calls_except_info();
     auto again = run_nodes(root, {"single"}, 0, 16, "joined");
