@@ -21,6 +21,10 @@
 //            (edit, revert, touch, an edit nothing sees) (header_scenario.cpp, header_tree.cpp)
 //   node     8 processes start at once and ask for the same 20 missing kernels: with the
 //            compile lock against KJIT_COMPILE_WAIT=0, NVRTC runs and wall time (node_scenario.cpp)
+//   cluster  the Redis cluster tier, against a redis-server on 127.0.0.1 it starts itself: 8 node
+//            processes, each with a cache of its own, ask for the same 24 kernels at once, with
+//            the tier and without; a new node joining warm; a warm local hit sends no command
+//            (cluster_scenario.cpp)
 //   scaling  not by default: the CUB sweep with PCH on 1, 2, 4, 8, 16 workers, threads against
 //            worker processes, for machines with many cores (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
@@ -102,6 +106,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("peers")) run_peers(o, report);
     if (o.wants("headers")) run_headers(o, report);
     if (o.wants("node")) run_node(o, report);
+    if (o.wants("cluster")) run_cluster(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -133,6 +138,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--node-child") == 0) {
         return node_child_main(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
     }
+    if (argc == 6 && std::strcmp(argv[1], "--cluster-child") == 0) {
+        return cluster_child_main(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
+    }
     if (argc == 7 && std::strcmp(argv[1], "--headers-child") == 0) {
         return headers_child_main(argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6]);
     }
@@ -147,7 +155,7 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster", "scaling"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -221,12 +229,26 @@ int main(int argc, char **argv) {
     app.add_option("--node-repeats", o.node_repeats, "Rounds of each way in the node scenario")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--cluster-nodes", o.cluster_nodes, "Node processes started at once in the cluster scenario")
+        ->check(CLI::Range(2, 64))
+        ->capture_default_str();
+    app.add_option("--cluster-kernels", o.cluster_kernels, "The same kernels each node asks for (cluster scenario)")
+        ->check(CLI::Range(1, sweep_size()))
+        ->capture_default_str();
+    app.add_option("--cluster-rounds", o.cluster_rounds, "Rounds of each way in the cluster scenario")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
-    if (o.scenarios.empty()) o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node"};
+    if (o.scenarios.empty()) {
+        o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node"};
+#if KJIT_BENCH_CLUSTER
+        o.scenarios.push_back("cluster");
+#endif
+    }
     if (o.wants("startup") && !o.wants("sweep")) {
         std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;

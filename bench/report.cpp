@@ -76,6 +76,9 @@ std::string format_target_value(double x, TargetUnit unit) {
         case TargetUnit::seconds: std::snprintf(buf, sizeof buf, "%.3f s", x); return buf;
         case TargetUnit::microseconds: std::snprintf(buf, sizeof buf, "%.2f us", x); return buf;
         case TargetUnit::yes_no: return x >= 0.5 ? "yes" : "no";
+        case TargetUnit::count:
+            std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0f" : "%.2f", x);
+            return buf;
     }
     return "-";
 }
@@ -86,6 +89,7 @@ const char *unit_name(TargetUnit unit) {
         case TargetUnit::seconds: return "seconds";
         case TargetUnit::microseconds: return "microseconds";
         case TargetUnit::yes_no: return "yes_no";
+        case TargetUnit::count: return "count";
     }
     return "ratio";
 }

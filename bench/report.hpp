@@ -11,9 +11,9 @@
 
 namespace kjit_bench {
 
-// What a target's value is: a ratio ("2.50x"), a time in seconds ("0.312 s"), or whether
-// something happened (1 yes, 0 no; the goal is yes).
-enum class TargetUnit { ratio, seconds, microseconds, yes_no };
+// What a target's value is: a ratio ("2.50x"), a time in seconds ("0.312 s"), a count ("0",
+// "1.25": runs, hits, commands), or whether something happened (1 yes, 0 no; the goal is yes).
+enum class TargetUnit { ratio, seconds, microseconds, yes_no, count };
 
 // A goal from the issue that filed the bench, checked against this run (never asserted).
 struct Target {

@@ -8,7 +8,9 @@
 # before issue 24 (built the same way), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
 # itself (hits against header-free kernels, a warm start of 300 in a fresh process, cold batches
 # with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
-# headers` runs it alone). Prints a summary table; writes bench.json and bench.png (the chart). Ends with
+# headers` runs it alone), one compile per key on the node, and the Redis cluster tier against a
+# redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server).
+# Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
 # and the script says so. docs/bench.md has a current table and chart.

@@ -1,4 +1,4 @@
-// The eight scenarios of kjit-bench, run in one process (one run, so ratios compare like with
+// The scenarios of kjit-bench, run in one process (one run, so ratios compare like with
 // like). Each adds its rows, notes and targets to the Report; each throws BenchError when it
 // cannot go on.
 #pragma once
@@ -54,6 +54,10 @@ struct BenchOptions {
     int node_processes = 8;  // processes started at once
     int node_kernels = 20;   // the same missing kernels each asks for
     int node_repeats = 2;    // rounds of each way
+    // cluster
+    int cluster_nodes = 8;     // node processes started at once, each with a cache of its own
+    int cluster_kernels = 24;  // the same kernels each asks for
+    int cluster_rounds = 2;    // rounds of each way (with the tier, without it)
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -112,6 +116,13 @@ void run_node(const BenchOptions &o, Report &report);
 // The spawned node process (kjit-bench --node-child CACHE N ARCH WAIT_S): kjit_compile of the
 // first N sweep kernels with KJIT_COMPILE_WAIT=WAIT_S; prints its NVRTC runs.
 int node_child_main(const std::string &cache, int n, const std::string &arch, const std::string &wait_s);
+// 10: the cluster tier against a loopback redis-server the scenario starts: N nodes cold with
+// and without it, a new node joining warm, a warm local hit (cluster_scenario.cpp).
+void run_cluster(const BenchOptions &o, Report &report);
+// The spawned cluster node (kjit-bench --cluster-child CACHE N ARCH REMOTE): kjit_compile of the
+// first N sweep kernels with remote_storage REMOTE ("none": off); prints one line of
+// "name=value" counters (kjit_get_stats, and loop_us: its N calls). Returns the exit code.
+int cluster_child_main(const std::string &cache, int n, const std::string &arch, const std::string &remote);
 // The spawned headers process (kjit-bench --headers-child MODE CACHE TREE_ROOT N ARCH): gets the
 // first N tree (or humming-style) kernels the way MODE says and prints "call_us <time>", then
 // the hits, misses and NVRTC runs its calls counted. Returns the exit code.
