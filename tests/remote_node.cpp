@@ -48,7 +48,7 @@ const char *const kSlowSource =
     "template <int T> struct chain<0, T> { __device__ static float v(float x) { return x + T; } };\n"
     "template <int N, int T> struct fan { __device__ static float v(float x) { return chain<N, T>::v(x) + fan<N - 1, T>::v(x); } };\n"
     "template <int T> struct fan<0, T> { __device__ static float v(float x) { return x; } };\n"
-    "__global__ void remote_slow(float *x) { x[0] = fan<120, 0>::v(x[0]) + fan<120, 1>::v(x[1]); }\n";
+    "__global__ void remote_slow(float *x) { x[0] = fan<120, 0>::v(x[0]) + fan<120, 1>::v(x[1]) + fan<120, 2>::v(x[2]); }\n";
 
 bool check(kjit_status st, const std::string &cubin, int i, const std::string &name) {
     if (st != KJIT_OK) {
