@@ -59,6 +59,15 @@ std::map<std::string, Tier *> *registry = nullptr;  // leaked: tiers live as lon
 void renew_registry_in_child() { fork_guard::renew(registry_mutex); }
 const bool registry_fork_handler = fork_guard::at_fork_child(&renew_registry_in_child);
 
+// What settle() returns for the compile error another node stored (its text, with its log).
+Settled shared_failure(std::string_view text) {
+    counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
+    Settled settled;
+    settled.kind = Settled::Kind::failed;
+    settled.failure = Error{Errc::compile, std::string(text)};
+    return settled;
+}
+
 }  // namespace
 
 Counters &counters() {
@@ -182,12 +191,7 @@ Settled Tier::settle(const Expected &expected) {
         bool lease_held = false;
         if (config_.read_only) {
             const redisReply &failure = *(*replies)[2];
-            if (failure.type == REDIS_REPLY_STRING) {
-                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
-                settled.kind = Settled::Kind::failed;
-                settled.failure = Error{Errc::compile, std::string(text_of(failure))};
-                return settled;
-            }
+            if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
             lease_held = second.type == REDIS_REPLY_INTEGER && second.integer == 1;
             // Read-only: never takes a lease; waits on one another node holds.
             if (!lease_held) return settled;
@@ -208,12 +212,7 @@ Settled Tier::settle(const Expected &expected) {
                 settled.lease = std::make_unique<Lease>(*this, link, lease_key, token);
                 return settled;
             }
-            if (verdict == "failed" && second.elements >= 2) {
-                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
-                settled.kind = Settled::Kind::failed;
-                settled.failure = Error{Errc::compile, std::string(text_of(*second.element[1]))};
-                return settled;
-            }
+            if (verdict == "failed" && second.elements >= 2) return shared_failure(text_of(*second.element[1]));
             if (verdict == "hit") continue;  // put between the GET and the script: fetch it
             lease_held = true;
         }
@@ -238,12 +237,7 @@ Settled Tier::settle(const Expected &expected) {
             const redisReply &has_entry = *(*state)[0];
             const redisReply &has_lease = *(*state)[1];
             const redisReply &failure = *(*state)[2];
-            if (failure.type == REDIS_REPLY_STRING) {
-                counters().shared_failures.fetch_add(1, std::memory_order_relaxed);
-                settled.kind = Settled::Kind::failed;
-                settled.failure = Error{Errc::compile, std::string(text_of(failure))};
-                return settled;
-            }
+            if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
             if (has_entry.type == REDIS_REPLY_INTEGER && has_entry.integer == 1) break;  // fetch it
             if (has_lease.type == REDIS_REPLY_INTEGER && has_lease.integer == 0) {
                 if (config_.read_only) return settled;  // its holder is gone: compile here

@@ -210,6 +210,17 @@ TEST(RemoteCluster, KilledLeaseHolderCostsOneLeaseNotTheCompile) {
     EXPECT_EQ(sum(waiters, "remote_hits"), 2);
 }
 
+TEST(RemoteCluster, LeaseIsRenewedWhileACompileOutlastsIt) {
+    RedisServer server;
+    TempDir root;
+    // A lease of 1 s against a compile of seconds: only its renewal keeps the others waiting.
+    RemoteSetting remote(spec_for(server, "lease=1s"));
+    auto nodes = run_nodes(root, {"slow", "slow", "slow"}, 0, 1);
+    EXPECT_EQ(sum(nodes, "nvrtc"), 1);
+    EXPECT_EQ(sum(nodes, "takeovers"), 0);
+    EXPECT_EQ(sum(nodes, "remote_hits"), 2);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fail open: every call returns OK, whatever the server does, and the tier recovers.
 
