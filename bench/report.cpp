@@ -219,7 +219,10 @@ std::string gp_quote(const std::string &s) {
 std::string chart_label(const std::string &row_id) {
     static const std::pair<const char *, const char *> names[] = {
         {"resolve.hit", "sidecar hit"},   {"resolve.floor", "floor"},          {"resolve.syscalls", "hit syscalls"},
-        {"resolve.scan", "scan"},         {"resolve.scan_rewrite", "scan+publish"}, {"resolve.pyelftools", "pyelftools"}};
+        {"resolve.scan", "scan"},         {"resolve.scan_rewrite", "scan+publish"}, {"resolve.pyelftools", "pyelftools"},
+        {"cluster.cold_tier", "cold start, tier"}, {"cluster.cold_none", "cold start, none"},
+        {"cluster.join_hit", "new node: remote hit"}, {"cluster.join_compile", "new node: compile"},
+        {"cluster.warm_local", "local hit"}};
     for (const auto &n : names) {
         if (row_id == n.first) return n.second;
     }
@@ -266,12 +269,29 @@ std::string Report::write_chart(const std::string &png_path) const {
     }
     publish_file(resolve_dat, resolve);
 
+    // The cluster tier's rows, when the scenario ran: a third panel.
+    const std::string cluster_dat = stem + ".cluster.dat";
+    std::string cluster = "# position median_us p10_us p90_us label\n";
+    const Section *cs = find_section("cluster");
+    int cluster_bars = 0;
+    if (cs) {
+        for (const Row &r : cs->rows) {
+            if (r.skipped || r.id == "cluster.join_per_mb") continue;
+            std::snprintf(line, sizeof line, "%d %.3f %.3f %.3f \"", cluster_bars++, r.median_us, r.p10_us, r.p90_us);
+            cluster += line + chart_label(r.id) + "\"\n";
+        }
+        publish_file(cluster_dat, cluster);
+    }
+
     const std::string title = json_string(meta, "machine", "unknown machine");
     const bool have_load = std::any_of(kernels.begin(), kernels.end(), [](const KernelPoint &k) { return !std::isnan(k.load_us); });
     std::string gp;
-    gp += "set terminal pngcairo size 1600,720 font ',10'\n";
+    // The sweep's panel, the resolve rows' and the cluster rows', where there are any.
+    const int panels = 1 + (position > 0 ? 1 : 0) + (cluster_bars > 0 ? 1 : 0);
+    gp += "set terminal pngcairo size " + std::to_string(std::max(panels, 2) * 800) + ",720 font ',10'\n";
     gp += "set output " + gp_quote(png_path) + "\n";
-    gp += "set multiplot layout 1,2 title " + gp_quote("libkjit bench: " + title) + "\n";
+    gp += "set multiplot layout 1," + std::to_string(std::max(panels, 2)) + " title " +
+          gp_quote("libkjit bench: " + title) + "\n";
     gp += "set logscale y\nset grid ytics mytics\nset format y '10^{%L}'\nset key top left box opaque\n";
     gp += "set title 'tuning sweep: cold vs warm, per kernel (sorted by cold time)'\n";
     gp += "set xlabel 'kernel (rank by cold kjit\\_compile time)'\nset ylabel 'microseconds per kernel (log)'\n";
@@ -291,6 +311,15 @@ std::string Report::write_chart(const std::string &png_path) const {
         gp += "plot " + gp_quote(resolve_dat) + " using 1:2:xtic(5) with boxes lc rgb '#1f77b4', \\\n";
         gp += "     '' using 1:2:3:4 with yerrorbars lc rgb 'black' pt 0, \\\n";
         gp += "     '' using 1:($4*1.4):($2 >= 1e5 ? sprintf('%.0f ms', $2 / 1e3) : sprintf('%.3g us', $2)) with labels\n";
+    }
+    if (cluster_bars > 0) {
+        gp += "set title 'cluster tier: all nodes cold at once, then a new node (median, bars p10-p90)'\n";
+        gp += "set ylabel 'microseconds (log): cold start in total, new node per kernel'\n";
+        gp += "set xrange [-0.6:" + std::to_string(cluster_bars) + "-0.4]\nset yrange [1:*]\n";
+        gp += "plot " + gp_quote(cluster_dat) + " using 1:2:xtic(5) with boxes lc rgb '#2ca02c', \\\n";
+        gp += "     '' using 1:2:3:4 with yerrorbars lc rgb 'black' pt 0, \\\n";
+        gp += "     '' using 1:($4*1.4):($2 >= 1e6 ? sprintf('%.2f s', $2 / 1e6) : $2 >= 1e3 ? sprintf('%.1f ms', $2 / 1e3) : "
+              "sprintf('%.3g us', $2)) with labels\n";
     }
     gp += "unset multiplot\n";
     publish_file(script, gp);
