@@ -58,8 +58,25 @@ Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedReques
     }
 }
 
+// build_unless_busy() with exceptions as errors: nullopt when the cluster tier says another node
+// compiles the entry now.
+std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                                              compile_job::Runner *runner) {
+    try {
+        return cache.build_unless_busy(keyed, runner);
+    } catch (const std::bad_alloc &) {
+        return Result<cache::Found>(Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key});
+    } catch (const std::exception &e) {
+        return Result<cache::Found>(
+            Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()});
+    }
+}
+
 // The worker pool of one batch. Workers take jobs in order until there are none or the batch
-// is stopped; the calling thread collects what they finish. With a helper, each worker thread
+// is stopped; the calling thread collects what they finish. A job whose entry another node of
+// the cluster is compiling is put off, once, behind the others (the cluster tier: nodes that
+// run the same sweep then share it out instead of waiting for each other key by key), and
+// built after them, waiting for that node if it still compiles it. With a helper, each worker thread
 // runs NVRTC in a worker process of its own, started at its first job and ended when the
 // thread ends. The destructor stops and joins them, so an exception on the calling thread (a
 // throwing progress callback) never leaves a thread or a worker process running.
@@ -121,7 +138,7 @@ public:
                 ++collected_;
                 return j;
             }
-            if ((stopped_ || taken_ == jobs_.size()) && collected_ == taken_) return std::nullopt;
+            if ((stopped_ || (next_ == jobs_.size() && put_off_.empty())) && collected_ == handed_) return std::nullopt;
             if (finished_cv_.wait_for(lock, idle_every) == std::cv_status::timeout) {
                 lock.unlock();
                 idle();
@@ -137,12 +154,35 @@ private:
         if (!helper_.empty()) process.emplace(helper_);
         for (;;) {
             std::size_t j = 0;
+            bool again = false;  // put off once already
             {
                 std::lock_guard<std::mutex> lock(mutex_);
-                if (stopped_ || taken_ == jobs_.size()) break;
-                j = taken_++;
+                if (stopped_) break;
+                if (next_ < jobs_.size()) {
+                    j = next_++;
+                } else if (!put_off_.empty()) {
+                    j = put_off_.front();
+                    put_off_.pop_front();
+                    again = true;
+                } else {
+                    break;
+                }
+                ++handed_;
             }
-            Result<cache::Found> result = build_guarded(cache_, jobs_[j].keyed, process ? &*process : nullptr);
+            compile_job::Runner *runner = process ? &*process : nullptr;
+            std::optional<Result<cache::Found>> built = again ? std::optional<Result<cache::Found>>(
+                                                                    build_guarded(cache_, jobs_[j].keyed, runner))
+                                                              : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
+            if (!built) {
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    --handed_;
+                    put_off_.push_back(j);
+                }
+                finished_cv_.notify_one();  // the end condition may have changed (a stop)
+                continue;
+            }
+            Result<cache::Found> result = std::move(*built);
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 jobs_[j].result = std::move(result);
@@ -162,7 +202,9 @@ private:
     std::mutex mutex_;
     std::condition_variable finished_cv_;
     std::deque<std::size_t> finished_;
-    std::size_t taken_ = 0;
+    std::deque<std::size_t> put_off_;  // jobs busy on another node when first taken
+    std::size_t next_ = 0;             // the next job not taken yet
+    std::size_t handed_ = 0;           // jobs taken and not put off: each will be collected
     std::size_t collected_ = 0;
     bool stopped_ = false;
 };

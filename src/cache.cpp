@@ -128,6 +128,17 @@ Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scan
 }
 
 Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
+    return build_once(keyed, runner, nullptr);
+}
+
+std::optional<Result<Found>> Cache::build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner) {
+    bool busy = false;
+    Result<Found> result = build_once(keyed, runner, &busy);
+    if (busy) return std::nullopt;
+    return result;
+}
+
+Result<Found> Cache::build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -146,21 +157,28 @@ Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runne
         counters_.compile_shared_waits.fetch_add(1, std::memory_order_relaxed);
         std::unique_lock<std::mutex> lock(flight->mutex);
         flight->done_cv.wait(lock, [&] { return flight->done; });
+        // The leader put it off (busy on another node): this caller builds it, waiting if asked to.
+        if (flight->busy) {
+            lock.unlock();
+            return build_once(keyed, runner, busy);
+        }
         return *flight->result;
     }
     Result<Found> result = [&]() -> Result<Found> {
         try {
-            return compile_and_publish(keyed, runner);
+            return compile_and_publish(keyed, runner, busy);
         } catch (const std::bad_alloc &) {
             return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
         } catch (const std::exception &e) {
             return Error{Errc::internal, std::string("internal error while compiling: ") + e.what()};
         }
     }();
-    if (result) nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
+    const bool put_off = busy && *busy;
+    if (result && !put_off) nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
         flight->result = result;
+        flight->busy = put_off;
         flight->done = true;
     }
     flight->done_cv.notify_all();
@@ -171,7 +189,7 @@ Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runne
     return result;
 }
 
-Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner) {
+Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
     const Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -216,7 +234,11 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
                                     request.name_expression};
     std::optional<remote::Settled> settled;
     if (tier) {
-        settled = tier->settle(expected);
+        settled = tier->settle(expected, busy != nullptr);
+        if (settled->kind == remote::Settled::Kind::busy) {
+            *busy = true;
+            return Error{Errc::internal, "put off: another node compiles " + entry_key};  // never returned to a caller
+        }
         if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
         if (settled->kind == remote::Settled::Kind::fetched) {
             return publish_fetched(keyed, std::move(*settled->entry), source_key, deps);

@@ -64,6 +64,10 @@ public:
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
     Result<Found> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
+    // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
+    // says another node is compiling the entry now (the batch builds it again later, then
+    // waiting for that node if it still is); otherwise build()'s result. Thread safe.
+    std::optional<Result<Found>> build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner);
     // For a batch, after its look-ups and before it compiles: the entries the cluster tier
     // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
     // pipelined round trips without any lease and published here; nullopt for each that must
@@ -88,6 +92,7 @@ private:
         std::mutex mutex;
         std::condition_variable done_cv;
         bool done = false;
+        bool busy = false;  // the leader found the entry busy on another node: no result
         std::optional<Result<Found>> result;
     };
 
@@ -96,7 +101,10 @@ private:
                                                       std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
-    Result<Found> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner);
+    // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
+    Result<Found> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
+    // build() and build_unless_busy(): `busy` as compile_and_publish's.
+    Result<Found> build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
     Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,

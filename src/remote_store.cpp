@@ -143,7 +143,7 @@ void Tier::refused(ServerLink &link, const char *what, std::string_view reply_te
     }
 }
 
-Settled Tier::settle(const Expected &expected) {
+Settled Tier::settle(const Expected &expected, bool defer_waits) {
     Settled settled;
     const std::string entry_key = redis_key(expected, 'b');
     const std::string lease_key = redis_key(expected, 'l');
@@ -216,7 +216,12 @@ Settled Tier::settle(const Expected &expected) {
             if (verdict == "hit") continue;  // put between the GET and the script: fetch it
             lease_held = true;
         }
-        // Another node compiles it: poll until its entry, its failure, or its lease's end.
+        // Another node compiles it: poll until its entry, its failure, or its lease's end; or,
+        // asked not to wait, say so (only before any wait: a key settled again is waited for).
+        if (defer_waits && !waited) {
+            settled.kind = Settled::Kind::busy;
+            return settled;
+        }
         if (!waited) {
             counters().lease_waits.fetch_add(1, std::memory_order_relaxed);
             waited = true;

@@ -90,6 +90,8 @@ struct Settled {
         owner,         // `lease` is held: compile, publish locally, then put()
         failed,        // `failure` is the error another node's compile of this key gave
         compile_here,  // no entry and no lease (read-only, a wait that ran out, a server problem)
+        busy,          // another node holds the lease and the caller asked not to wait (settle's
+                       // `defer_waits`): it may do other work and settle this key later
     } kind = Kind::compile_here;
     std::optional<Entry> entry;
     std::unique_ptr<Lease> lease;
@@ -110,9 +112,11 @@ public:
 
     const Config &config() const { return config_; }
 
-    // Looks `expected.key` up on its server and settles who compiles it (see above). Never
-    // fails: every problem is compile_here. Thread safe.
-    Settled settle(const Expected &expected);
+    // Looks `expected.key` up on its server and settles who compiles it (see above). With
+    // `defer_waits`, a key another node is compiling is `busy` at once instead of waited for (a
+    // batch compiles its other keys meanwhile). Never fails: every problem is compile_here.
+    // Thread safe.
+    Settled settle(const Expected &expected, bool defer_waits = false);
 
     // The verified entries of `wanted` that the servers hold, fetched in pipelined round trips
     // (one per server per 64 keys) with no lease: what a batch asks before it compiles

@@ -21,7 +21,7 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
 }
 
 Tier::Tier(Config config) : config_(std::move(config)) {}
-Settled Tier::settle(const Expected &) { return Settled{}; }
+Settled Tier::settle(const Expected &, bool) { return Settled{}; }
 std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
     return std::vector<std::optional<Entry>>(wanted.size());
 }

@@ -221,6 +221,61 @@ TEST(RemoteCluster, LeaseIsRenewedWhileACompileOutlastsIt) {
     EXPECT_EQ(sum(nodes, "remote_hits"), 2);
 }
 
+int record_order(void *user_data, size_t, size_t, size_t index, kjit_status, const char *) {
+    static_cast<std::vector<size_t> *>(user_data)->push_back(index);
+    return 0;
+}
+
+TEST(RemoteCluster, BatchPutsOffWhatAnotherNodeCompilesAndBuildsItLast) {
+    RedisServer server;
+    TempDir root;
+    const std::string spec = spec_for(server);
+    // Kernel 900's lease, as another node compiling it holds it: its key from a first compile,
+    // whose entry is then removed.
+    compile_kernel(root.path() + "/scratch", 900, spec.c_str());
+    const std::string entry = server.keys("kjit:*:b:*").at(0);
+    server.command({"DEL", entry});
+    std::string lease = entry;
+    lease.replace(lease.find(":b:{"), 4, ":l:{");
+    ASSERT_EQ(server.command({"SET", lease, "another-node:1:1:1", "PX", "1500"}), "OK");
+
+    std::vector<std::string> sources, keywords;
+    for (int i : {900, 901, 902}) {
+        sources.push_back("__global__ void remote_local_" + std::to_string(i) + "(float *x) { x[0] = " +
+                          std::to_string(i) + "; }\n");
+        keywords.push_back("remote_local_" + std::to_string(i));
+    }
+    const std::string cache = root.path() + "/batch";
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_80";
+    o.remote_storage = spec.c_str();
+    std::vector<kjit_compile_request> requests(3);
+    std::vector<const kjit_compile_request *> pointers;
+    for (std::size_t k = 0; k < 3; ++k) {
+        requests[k] = kjit_compile_request KJIT_COMPILE_REQUEST_INIT;
+        requests[k].source = sources[k].c_str();
+        requests[k].keyword = keywords[k].c_str();
+        requests[k].options = &o;
+        pointers.push_back(&requests[k]);
+    }
+    std::vector<size_t> order;
+    kjit_batch_options b = KJIT_BATCH_OPTIONS_INIT;
+    b.workers = 1;
+    b.progress = &record_order;
+    b.progress_user_data = &order;
+    const Stats before;
+    kjit_batch_result *result = nullptr;
+    ASSERT_EQ(kjit_compile_batch(pointers.data(), pointers.size(), &b, &result), KJIT_OK) << kjit_last_error();
+    const Stats after;
+    for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(kjit_batch_result_status(result, k), KJIT_OK) << k;
+    kjit_batch_result_release(result);
+    EXPECT_EQ(order, (std::vector<size_t>{1, 2, 0})) << "the busy kernel is built after the others";
+    EXPECT_EQ(after.s.remote_lease_takeovers - before.s.remote_lease_takeovers, 1u)
+        << "the other node never finished it: its lease ran out and this one compiled it";
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 3u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fail open: every call returns OK, whatever the server does, and the tier recovers.
 
