@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -67,6 +68,9 @@ double per_call_us(long calls, Body &&body) {
 
 int trust_child_main(const std::string &cache, const std::string &arch, long calls, long loads) {
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
+    // The same child runs against 0.3.0's library, which refuses a struct larger than its own:
+    // the fields it knows only, as a program built against its header passes them.
+    opts.struct_size = offsetof(kjit_compile_options, max_cache_size) + sizeof opts.max_cache_size;
     opts.cache_dir = cache.c_str();
     opts.arch = arch.c_str();
     bool can_load = true;  // until the first load says there is no driver
