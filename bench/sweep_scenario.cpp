@@ -255,8 +255,9 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
         };
         for (int round = 0; round < o.rounds; ++round) {
             for (int threads : kThreadCounts) {
-                char path[4096];
+                // Each call writes the path into a buffer of its own: they run on several threads.
                 measure(hit, threads, [&](std::size_t u) {
+                    char path[4096];
                     size_t len = 0;
                     const kjit_status s = kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, &len);
                     if (s != KJIT_OK) fail_kjit("kjit_compile (hit)", s);
@@ -267,12 +268,16 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                     if (s != KJIT_OK) fail_kjit("kjit_resolve_name", s);
                 });
                 measure(two_calls, threads, [&](std::size_t u) {
+                    // (One shared buffer once made this row resolve another thread's half-written
+                    // path: "cannot open cubin", seen once in a bench run.)
+                    char path[4096];
                     char name[512];
                     kjit_status st = kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, nullptr);
                     if (st == KJIT_OK) st = kjit_resolve_name(path, kSweepKeyword, name, sizeof name, nullptr);
                     if (st != KJIT_OK) fail_kjit("kjit_compile + kjit_resolve_name (hit)", st);
                 });
                 measure(named, threads, [&](std::size_t u) {
+                    char path[4096];
                     char name[512];
                     const kjit_status st = compile_named_fn()(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path,
                                                               nullptr, name, sizeof name, nullptr);
