@@ -36,6 +36,41 @@ bool timed_out(const redisContext *ctx, int saved_errno) {
 
 void ReplyFree::operator()(redisReply *reply) const noexcept { freeReplyObject(reply); }
 
+namespace {
+
+// Sends `commands` on `ctx` in one pipeline and reads one reply per command. Errors: the link
+// failed (*failure says how; the connection is then out of step and must be closed), with
+// hiredis's text.
+Result<std::vector<Reply>> exchange(redisContext *ctx, const std::vector<Command> &commands, LinkFailure *failure) {
+    std::vector<const char *> argv;
+    std::vector<std::size_t> lens;
+    for (const Command &cmd : commands) {
+        argv.clear();
+        lens.clear();
+        for (std::string_view w : cmd) {
+            argv.push_back(w.data());
+            lens.push_back(w.size());
+        }
+        if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+            *failure = LinkFailure::broken;
+            return Error{Errc::out_of_memory, ctx->errstr[0] ? ctx->errstr : "out of memory"};
+        }
+    }
+    std::vector<Reply> replies;
+    replies.reserve(commands.size());
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+        void *raw = nullptr;
+        if (redisGetReply(ctx, &raw) != REDIS_OK) {
+            *failure = timed_out(ctx, errno) ? LinkFailure::timeout : LinkFailure::broken;
+            return Error{Errc::io, ctx->errstr[0] ? ctx->errstr : "connection lost"};
+        }
+        replies.emplace_back(static_cast<redisReply *>(raw));
+    }
+    return replies;
+}
+
+}  // namespace
+
 bool is_error(const redisReply &r) { return r.type == REDIS_REPLY_ERROR; }
 bool is_nil(const redisReply &r) { return r.type == REDIS_REPLY_NIL; }
 std::string_view text_of(const redisReply &r) {
@@ -92,15 +127,16 @@ bool ServerLink::usable() const {
     return until == 0 || steady_ns() >= until;
 }
 
-void ServerLink::trip(const std::string &why, LinkFailure failure) {
+Error ServerLink::trip(Error why, LinkFailure failure) {
     const std::int64_t last = backoff_ms_.load(std::memory_order_relaxed);
     const std::int64_t next = last == 0 ? breaker_ms_ : std::min<std::int64_t>(last * 2, kMaxBreaker.count());
     backoff_ms_.store(next, std::memory_order_relaxed);
     open_until_ns_.store(steady_ns() + next * 1'000'000, std::memory_order_relaxed);
-    trips_.fetch_add(1, std::memory_order_relaxed);
     // One warning per trip: a thread that finds the breaker open says nothing.
-    log().warn("remote cache {}: {}{}; compiling and caching locally only for the next {} ms", server_.display, why,
+    log().warn("remote cache {}: {}{}; compiling and caching locally only for the next {} ms", server_.display, why.message,
                failure == LinkFailure::timeout ? " (timed out)" : "", next);
+    why.message = "remote cache " + server_.display + ": " + why.message;
+    return why;
 }
 
 void ServerLink::reset_breaker() {
@@ -148,28 +184,16 @@ Result<ServerLink::Connection *> ServerLink::connection(LinkFailure *failure) {
     }
     if (server_.db != 0) hello.push_back({"SELECT", db_text});
     if (hello.empty()) return mine;
-    for (const Command &cmd : hello) {
-        std::vector<const char *> argv;
-        std::vector<std::size_t> lens;
-        for (std::string_view w : cmd) {
-            argv.push_back(w.data());
-            lens.push_back(w.size());
-        }
-        redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
+    auto replies = exchange(ctx, hello, failure);
+    if (!replies) {
+        close_connection(mine);
+        return std::move(replies).error();
     }
     for (std::size_t i = 0; i < hello.size(); ++i) {
-        void *raw = nullptr;
-        if (redisGetReply(ctx, &raw) != REDIS_OK) {
-            *failure = timed_out(ctx, errno) ? LinkFailure::timeout : LinkFailure::broken;
-            Error e{Errc::io, ctx->errstr[0] ? ctx->errstr : "connection lost"};
-            close_connection(mine);
-            return e;
-        }
-        Reply reply(static_cast<redisReply *>(raw));
-        if (is_error(*reply)) {
+        if (is_error(*(*replies)[i])) {
             *failure = LinkFailure::broken;
             Error e{Errc::io, std::string(i == 0 && !server_.password.empty() ? "AUTH" : "SELECT") +
-                                  " refused: " + std::string(text_of(*reply))};
+                                  " refused: " + std::string(text_of(*(*replies)[i]))};
             close_connection(mine);
             return e;
         }
@@ -177,54 +201,18 @@ Result<ServerLink::Connection *> ServerLink::connection(LinkFailure *failure) {
     return mine;
 }
 
-Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure,
-                                           std::int64_t timeout_ms) {
+Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure) {
     if (!usable()) {
         *failure = LinkFailure::open_breaker;
         return Error{Errc::io, "remote cache " + server_.display + ": not tried (it failed moments ago)"};
     }
     auto conn = connection(failure);
-    if (!conn) {
-        trip(conn.error().message, *failure);
-        Error e = std::move(conn).error();
-        e.message = "remote cache " + server_.display + ": " + e.message;
-        return e;
+    if (!conn) return trip(std::move(conn).error(), *failure);
+    auto replies = exchange((*conn)->context, commands, failure);
+    if (!replies) {
+        close_connection(*conn);  // out of step now: a late reply would answer the next command
+        return trip(std::move(replies).error(), *failure);
     }
-    redisContext *ctx = (*conn)->context;
-    const bool longer = timeout_ms > operation_timeout_ms_;
-    if (longer) redisSetTimeout(ctx, to_timeval(timeout_ms));
-    std::vector<const char *> argv;
-    std::vector<std::size_t> lens;
-    for (const Command &cmd : commands) {
-        argv.clear();
-        lens.clear();
-        for (std::string_view w : cmd) {
-            argv.push_back(w.data());
-            lens.push_back(w.size());
-        }
-        if (redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-            *failure = LinkFailure::broken;
-            Error e{Errc::out_of_memory, "remote cache " + server_.display + ": " + std::string(ctx->errstr)};
-            close_connection(*conn);
-            return e;
-        }
-    }
-    std::vector<Reply> replies;
-    replies.reserve(commands.size());
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-        void *raw = nullptr;
-        if (redisGetReply(ctx, &raw) != REDIS_OK) {
-            const int saved_errno = errno;
-            *failure = timed_out(ctx, saved_errno) ? LinkFailure::timeout : LinkFailure::broken;
-            const std::string why = ctx->errstr[0] ? ctx->errstr : "connection lost";
-            // Out of step now (a late reply would answer the next command): closed.
-            close_connection(*conn);
-            trip(why, *failure);
-            return Error{Errc::io, "remote cache " + server_.display + ": " + why};
-        }
-        replies.emplace_back(static_cast<redisReply *>(raw));
-    }
-    if (longer) redisSetTimeout(ctx, to_timeval(operation_timeout_ms_));
     reset_breaker();
     return replies;
 }

@@ -56,10 +56,8 @@ public:
     // command, in order (a reply may be an error reply: the server refused that command, e.g.
     // NOPERM or OOM; the link is fine). Errors (io, naming the server, never its password): the
     // link failed or its breaker is open, *failure says which; the breaker opens on a failure.
-    // `timeout`: a longer operation timeout for this round trip (a large value), else 0.
     // Thread safe (each thread has its own connection).
-    Result<std::vector<Reply>> run(const std::vector<Command> &commands, LinkFailure *failure,
-                                   std::int64_t timeout_ms = 0);
+    Result<std::vector<Reply>> run(const std::vector<Command> &commands, LinkFailure *failure);
 
     // Whether the breaker lets a round trip through now (cheap: one atomic load).
     bool usable() const;
@@ -69,7 +67,9 @@ public:
 
 private:
     Result<Connection *> connection(LinkFailure *failure);
-    void trip(const std::string &why, LinkFailure failure);
+    // Opens the breaker for `why` (logged once per trip) and returns it as the caller's error,
+    // naming the server.
+    Error trip(Error why, LinkFailure failure);
     void reset_breaker();
 
     Server server_;
@@ -78,7 +78,6 @@ private:
     std::int64_t breaker_ms_;
     std::atomic<std::int64_t> open_until_ns_{0};  // steady clock; 0: closed
     std::atomic<std::int64_t> backoff_ms_{0};      // the last trip's length; 0: not tripped
-    std::atomic<std::uint64_t> trips_{0};
 };
 
 }  // namespace kjit::remote

@@ -120,10 +120,9 @@ ServerLink &Tier::link_for(const std::string &key) {
     return *best;
 }
 
-Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands,
-                                            std::int64_t timeout_ms) {
+Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands) {
     LinkFailure failure = LinkFailure::broken;
-    auto replies = link.run(commands, &failure, timeout_ms);
+    auto replies = link.run(commands, &failure);
     if (!replies && failure != LinkFailure::open_breaker) {
         counters().errors.fetch_add(1, std::memory_order_relaxed);
         if (failure == LinkFailure::timeout) counters().timeouts.fetch_add(1, std::memory_order_relaxed);

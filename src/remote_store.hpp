@@ -145,8 +145,7 @@ private:
     friend class Lease;
     ServerLink &link_for(const std::string &key);
     // Runs `commands` on `link`, counting failures; errors as ServerLink::run.
-    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands,
-                                          std::int64_t timeout_ms = 0);
+    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands);
     // A fetched value (`value`, a GET's reply, under `entry_key`) verified for `expected`:
     // counted as a hit, or as corrupt (then deleted there unless read-only, if still the same).
     std::optional<Entry> verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
