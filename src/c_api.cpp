@@ -242,7 +242,6 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
         }
     }
     if (r.remote_spec.empty()) r.remote_spec = kjit::defaults::remote_storage();
-    if (r.remote_spec == "none") r.remote_spec.clear();
     if (max_cache_size == UINT64_MAX) {
         // no limit, whatever the environment says
     } else if (max_cache_size != 0) {

@@ -51,6 +51,19 @@ cache_entry::Manifest new_manifest(const Request &request, const std::string &ke
     return m;
 }
 
+// The cluster tier `request` asks for (Request::remote_spec), or null for none. Errors: a bad
+// setting (remote::parse).
+Result<remote::Tier *> tier_for(const Request &request) {
+    if (request.remote_spec.empty()) return static_cast<remote::Tier *>(nullptr);
+    return remote::Tier::for_spec(request.remote_spec, request.remote_origin);
+}
+
+// What a value of the cluster tier must have been made for to be `keyed`'s entry `entry_key`.
+remote::Expected expected_for(const KeyedRequest &keyed, const std::string &entry_key) {
+    const Request &r = keyed.request;
+    return remote::Expected{entry_key, kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
+}
+
 }  // namespace
 
 Cache::Cache() : local_(counters_), stores_{&local_} {}
@@ -224,14 +237,10 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
 
     // The cluster tier, when one is set: another node's entry, or this node compiles it for the
     // cluster (holding the lease), or another node's compile error; else a compile here.
-    remote::Tier *tier = nullptr;
-    if (!request.remote_spec.empty()) {
-        auto found_tier = remote::Tier::for_spec(request.remote_spec, request.remote_origin);
-        if (!found_tier) return std::move(found_tier).error();
-        tier = *found_tier;
-    }
-    const remote::Expected expected{entry_key, kFormatVersion, request.nvrtc_identity, request.arch, request.keyword,
-                                    request.name_expression};
+    auto found_tier = tier_for(request);
+    if (!found_tier) return std::move(found_tier).error();
+    remote::Tier *const tier = *found_tier;
+    const remote::Expected expected = expected_for(keyed, entry_key);
     std::optional<remote::Settled> settled;
     if (tier) {
         settled = tier->settle(expected, busy != nullptr);
@@ -340,7 +349,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
         if (!r.remote_spec.empty() && !r.reads_files) by_spec[r.remote_spec].push_back(i);
     }
     for (const auto &[spec, indexes] : by_spec) {
-        auto tier = remote::Tier::for_spec(spec, misses[indexes.front()]->request.remote_origin);
+        auto tier = tier_for(misses[indexes.front()]->request);
         if (!tier || !*tier) continue;  // build() says what is wrong
         std::vector<std::size_t> asked;
         std::vector<remote::Expected> wanted;
@@ -348,8 +357,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
             const KeyedRequest &keyed = *misses[i];
             if (!local_.can_publish(keyed)) continue;
             asked.push_back(i);
-            wanted.push_back({keyed.key, kFormatVersion, keyed.request.nvrtc_identity, keyed.request.arch,
-                              keyed.request.keyword, keyed.request.name_expression});
+            wanted.push_back(expected_for(keyed, keyed.key));
         }
         auto entries = (*tier)->fetch_many(wanted);
         for (std::size_t k = 0; k < asked.size(); ++k) {

@@ -42,7 +42,7 @@ struct Request {
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
     std::chrono::milliseconds compile_wait{600'000};
     // The cluster tier a miss consults (remote_store.hpp), in KJIT_REMOTE_STORAGE's syntax
-    // (remote_config.hpp), and where it came from, for messages; empty: none. Parsed on a miss
+    // (remote_config.hpp), and where it came from, for messages; empty or "none": none. Parsed on a miss
     // only, so a hit costs nothing for it. Not in the key: where an entry came from does not
     // change it.
     std::string remote_spec;
