@@ -45,31 +45,32 @@ Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
 }
 
-// cache.build() with exceptions as errors, so a worker thread never lets one escape. NVRTC
-// runs on `runner` (a worker process), or on this thread when it is null.
-Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
-                                  compile_job::Runner *runner = nullptr) {
+// `build()` (a call of cache.build or cache.build_unless_busy for `keyed`) with exceptions as
+// errors, so a worker thread never lets one escape.
+template <typename Build>
+auto guarded(const cache::KeyedRequest &keyed, Build &&build) -> decltype(build()) {
     try {
-        return cache.build(keyed, runner);
-    } catch (const std::bad_alloc &) {
-        return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
-    } catch (const std::exception &e) {
-        return Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()};
-    }
-}
-
-// build_unless_busy() with exceptions as errors: nullopt when the cluster tier says another node
-// compiles the entry now.
-std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
-                                                              compile_job::Runner *runner) {
-    try {
-        return cache.build_unless_busy(keyed, runner);
+        return build();
     } catch (const std::bad_alloc &) {
         return Result<cache::Found>(Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key});
     } catch (const std::exception &e) {
         return Result<cache::Found>(
             Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()});
     }
+}
+
+// cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
+// is null.
+Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                  compile_job::Runner *runner = nullptr) {
+    return guarded(keyed, [&] { return cache.build(keyed, runner); });
+}
+
+// cache.build_unless_busy() guarded: nullopt when the cluster tier says another node compiles
+// the entry now.
+std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                                              compile_job::Runner *runner) {
+    return guarded(keyed, [&] { return cache.build_unless_busy(keyed, runner); });
 }
 
 // The worker pool of one batch. Workers take jobs in order until there are none or the batch
