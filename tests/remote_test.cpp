@@ -111,6 +111,13 @@ std::vector<Node> run_nodes(const TempDir &root, const std::vector<std::string> 
     return nodes;
 }
 
+// Polls `done` every millisecond until it holds or about 30 s have passed (the caller then
+// asserts what it waited for).
+template <typename Done>
+void wait_until(Done &&done) {
+    for (int i = 0; i < 30000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 struct Stats {
     kjit_stats s = KJIT_STATS_INIT;
     Stats() { kjit_get_stats(&s); }
@@ -190,16 +197,12 @@ TEST(RemoteCluster, KilledLeaseHolderCostsOneLeaseNotTheCompile) {
     Node holder(root.path() + "/holder", 0, 1, "slow", "", root.path(), 100);
     ASSERT_GT(holder.pid(), 0);
     // The holder has the lease (it compiles now).
-    for (int i = 0; i < 30000 && server.keys("kjit:*:l:*").empty(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_until([&] { return !server.keys("kjit:*:l:*").empty(); });
     ASSERT_EQ(server.keys("kjit:*:l:*").size(), 1u) << "the holder never took the lease";
     std::vector<Node> waiters;
     for (int i = 0; i < 3; ++i) waiters.emplace_back(root.path() + "/waiter" + std::to_string(i), 0, 1, "slow", "", root.path(), i);
     // The waiters poll (EXISTS) before the holder dies.
-    for (int i = 0; i < 30000 && server.calls_of("exists") < 6; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_until([&] { return server.calls_of("exists") >= 6; });
     ASSERT_TRUE(server.keys("kjit:*:b:*").empty())
         << "the holder finished its compile before the waiters polled: the test needs a slower kernel";
     ::kill(holder.pid(), SIGKILL);
