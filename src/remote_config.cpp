@@ -62,6 +62,20 @@ bool parse_int(std::string_view text, int low, int high, int &out) {
     return ec == std::errc() && end == text.data() + text.size() && out >= low && out <= high;
 }
 
+// Sets `s.id` (its URL without the password) and `s.display` (the password as "***") from its
+// fields.
+void name_server(Server &s) {
+    if (s.kind == Server::Kind::unix_socket) {
+        s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
+        s.display = s.id;
+        return;
+    }
+    const std::string host_shown = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
+    const std::string place = host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
+    s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + place;
+    s.display = std::string(kTcpScheme) + (s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@") + place;
+}
+
 Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     const std::string shown = hide_password(token);
     auto bad = [&](const std::string &what) {
@@ -104,10 +118,7 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     }
     if (s.host.empty()) return bad("no host");
     if (!port.empty() && !parse_int(port, 1, 65535, s.port)) return bad("port '" + std::string(port) + "' is not 1 to 65535");
-    const std::string host_shown = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
-    const std::string place = host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
-    s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + place;
-    s.display = std::string(kTcpScheme) + (s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@") + place;
+    name_server(s);
     return s;
 }
 
@@ -127,8 +138,7 @@ Result<Server> parse_unix(std::string_view token, std::string_view origin) {
         return invalid(origin, "server '" + std::string(token) + "': the socket path must be absolute (redis+unix:/run/redis.sock)");
     }
     s.path = std::string(rest);
-    s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
-    s.display = s.id;
+    name_server(s);
     return s;
 }
 
@@ -296,10 +306,7 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
         for (Server &s : c.servers) {
             if (!s.password.empty()) continue;  // a URL's own password wins
             s.password = *password;
-            if (s.kind == Server::Kind::tcp) {
-                s.display.insert(kTcpScheme.size(), s.user.empty() ? std::string("***@") : std::string());
-                if (!s.user.empty()) s.display.replace(kTcpScheme.size(), s.user.size(), s.user + ":***");
-            }
+            name_server(s);
         }
     }
     for (const Server &s : c.servers) c.canonical += s.id + " ";
