@@ -85,6 +85,13 @@ inline std::int64_t realtime_ns() {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The monotonic clock in nanoseconds: for intervals and deadlines within a process.
+inline std::int64_t steady_ns() {
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // A file's mtime in nanoseconds.
 inline std::int64_t mtime_ns(const struct stat &st) {
     return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;

@@ -18,11 +18,6 @@ namespace kjit::cache {
 
 namespace {
 
-std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
 // The working directory, or "" when it cannot be told (then nothing that depends on it is
 // served from memory).
 std::string working_dir_now() {

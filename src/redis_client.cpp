@@ -1,5 +1,6 @@
 #include "redis_client.hpp"
 
+#include "filesystem.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
 
@@ -13,11 +14,6 @@
 namespace kjit::remote {
 
 namespace {
-
-std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 timeval to_timeval(std::int64_t ms) {
     timeval tv{};

@@ -1,5 +1,6 @@
 #include "remote_store.hpp"
 
+#include "filesystem.hpp"
 #include "fork_guard.hpp"
 #include "hashing.hpp"
 #include "log.hpp"
@@ -36,11 +37,6 @@ constexpr std::size_t kMaxFailureText = 64 * 1024;
 constexpr int kFailureSeconds = 60;
 constexpr auto kFirstPoll = std::chrono::milliseconds(50);
 constexpr auto kLongestPoll = std::chrono::milliseconds(1000);
-
-std::int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
 
 // "host:pid:tid:random": unique per lease, and says who holds it to an operator reading it.
 std::string new_token() {
