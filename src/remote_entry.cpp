@@ -56,13 +56,12 @@ private:
 
 }  // namespace
 
-const std::string &host_name() {
-    static const std::string name = [] {
-        char host[256] = {};
-        if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return std::string("unknown");
-        return std::string(host);
-    }();
-    return name;
+std::string host_name() {
+    // Asked each time (a miss's lease or put, never a hit): no once-guard that a thread of a
+    // forking parent could hold (fork_guard.hpp), and a renamed host says its new name.
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "unknown";
+    return host;
 }
 
 std::string encode(const cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host) {

@@ -57,6 +57,6 @@ std::string encode(const cache_entry::Manifest &manifest, std::string_view cubin
 Result<Entry> decode(std::string_view value, const Expected &expected, const std::string &where);
 
 // This machine's name, for the producer field and lease tokens ("unknown" when it has none).
-const std::string &host_name();
+std::string host_name();
 
 }  // namespace kjit::remote
