@@ -9,6 +9,7 @@
 // error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
 #include "kjit/kjit.h"
 
+#include "remote_config.hpp"
 #include "size_units.hpp"
 
 #include <fcntl.h>
@@ -571,6 +572,16 @@ int main(int argc, char **argv) {
     } catch (const CLI::ParseError &e) {
         app.exit(e);
         return kExitUsage;
+    }
+    // A password given here would be in /proc/PID/cmdline, which every user of the machine reads.
+    for (const std::string *spec : {&compile_args.remote_storage, &remote_storage}) {
+        if (kjit::remote::names_a_password(*spec)) {
+            return report_failure(g, KJIT_ERROR_INVALID_ARGUMENT, kjit_status_string(KJIT_ERROR_INVALID_ARGUMENT),
+                                  "--remote-storage names a server with a password, which every user of this machine "
+                                  "can read in the command line (/proc/PID/cmdline); give the setting in "
+                                  "$KJIT_REMOTE_STORAGE instead, or the password in a file named by "
+                                  "password-file=PATH (readable by its owner only)");
+        }
     }
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);

@@ -24,9 +24,13 @@ Error invalid(std::string_view origin, const std::string &what) {
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// A server token as it may appear in a message: "user:***@" in place of its credentials.
+// A server token as it may appear in a message: "user:***@" in place of its credentials (and
+// "***@" before the '@' of any other piece: the tail of a password cut at a blank or '|').
 std::string hide_password(std::string_view token) {
-    if (token.substr(0, kTcpScheme.size()) != kTcpScheme) return std::string(token);
+    if (token.substr(0, kTcpScheme.size()) != kTcpScheme) {
+        const auto at = token.rfind('@');
+        return at == std::string_view::npos ? std::string(token) : "***" + std::string(token.substr(at));
+    }
     std::string_view rest = token.substr(kTcpScheme.size());
     const auto at = rest.rfind('@');
     if (at == std::string_view::npos) return std::string(token);
@@ -231,7 +235,73 @@ Status apply_option(Config &c, std::string_view name, std::string_view value, st
 
 std::string format_ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
+// One piece of a setting: the text between blanks and '|'s.
+struct Piece {
+    std::string_view text;
+    bool after_bar = false;  // an attribute of the token before it ("URL|name=value")
+    // Part of a server URL whose user or password holds a blank or '|' and so was cut into
+    // pieces: any of them may be a piece of the password, and no message shows it.
+    bool cut_userinfo = false;
+};
+
+bool starts_server(std::string_view piece) {
+    return piece.substr(0, kTcpScheme.size()) == kTcpScheme || piece.substr(0, kUnixScheme.size()) == kUnixScheme;
+}
+
+// The pieces of `spec`, each marked as above. A redis:// URL's userinfo ends at its last '@':
+// the last piece holding one before the next server (a password-file= path aside) closes it.
+// `*has_userinfo`: some URL has a user or password.
+std::vector<Piece> split_pieces(std::string_view spec, bool *has_userinfo) {
+    std::vector<Piece> pieces;
+    for (std::size_t i = 0; i < spec.size();) {
+        while (i < spec.size() && is_blank(spec[i])) ++i;
+        bool after_bar = false;
+        while (i < spec.size() && !is_blank(spec[i])) {
+            std::size_t j = i;
+            while (j < spec.size() && !is_blank(spec[j]) && spec[j] != '|') ++j;
+            pieces.push_back(Piece{spec.substr(i, j - i), after_bar});
+            after_bar = j < spec.size() && spec[j] == '|';
+            i = after_bar ? j + 1 : j;
+        }
+        if (after_bar) pieces.push_back(Piece{spec.substr(i, 0), true});  // "URL|" ends in an empty attribute
+    }
+    *has_userinfo = false;
+    for (std::size_t first = 0; first < pieces.size(); ++first) {
+        if (pieces[first].text.substr(0, kTcpScheme.size()) != kTcpScheme) continue;
+        std::size_t last_at = pieces.size();
+        for (std::size_t k = first; k < pieces.size() && (k == first || !starts_server(pieces[k].text)); ++k) {
+            if (pieces[k].text.find('@') != std::string_view::npos && pieces[k].text.substr(0, 14) != "password-file=") {
+                last_at = k;
+            }
+        }
+        if (last_at == pieces.size()) continue;
+        *has_userinfo = true;
+        if (last_at == first) continue;  // whole: hide_password masks it
+        for (std::size_t k = first; k <= last_at; ++k) pieces[k].cut_userinfo = true;
+    }
+    return pieces;
+}
+
+// The error for a piece that may hold part of a password (Piece::cut_userinfo): what went wrong
+// with it is not said, since saying it could show that part.
+Error cut_password_error(std::string_view origin, const Piece &piece) {
+    const auto at = piece.text.rfind('@');
+    const std::string shown = (starts_server(piece.text) ? std::string(kTcpScheme) : std::string()) + "***" +
+                              (at == std::string_view::npos ? std::string() : std::string(piece.text.substr(at)));
+    return invalid(origin, "'" + shown +
+                               "' is not understood, and a server's user or password seems to hold a blank or '|', "
+                               "which separate settings (not shown here, as it may be part of a password); write it "
+                               "percent-encoded (%20 for a blank, %7C for '|', %25 for '%') or give the password in "
+                               "a file named by password-file=");
+}
+
 }  // namespace
+
+bool names_a_password(std::string_view spec) {
+    bool has_userinfo = false;
+    (void)split_pieces(spec, &has_userinfo);
+    return has_userinfo;
+}
 
 Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
     std::size_t digits = 0;
@@ -253,50 +323,33 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
 }
 
 Result<std::optional<Config>> parse(std::string_view spec, std::string_view origin) {
-    std::vector<std::string_view> tokens;
-    for (std::size_t i = 0; i < spec.size();) {
-        while (i < spec.size() && is_blank(spec[i])) ++i;
-        std::size_t j = i;
-        while (j < spec.size() && !is_blank(spec[j])) ++j;
-        if (j > i) tokens.push_back(spec.substr(i, j - i));
-        i = j;
-    }
-    if (tokens.empty() || (tokens.size() == 1 && tokens[0] == "none")) return std::optional<Config>();
+    bool has_userinfo = false;
+    const std::vector<Piece> pieces = split_pieces(spec, &has_userinfo);
+    if (pieces.empty() || (pieces.size() == 1 && pieces[0].text == "none")) return std::optional<Config>();
     Config c;
     std::string password_file;
-    for (std::string_view token : tokens) {
-        // ccache's attributes: "URL|name=value|name=value".
-        std::vector<std::string_view> parts;
-        for (std::size_t start = 0;;) {
-            const auto bar = token.find('|', start);
-            parts.push_back(token.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start));
-            if (bar == std::string_view::npos) break;
-            start = bar + 1;
-        }
-        std::size_t first_option = 0;
-        if (parts[0].substr(0, kTcpScheme.size()) == kTcpScheme || parts[0].substr(0, kUnixScheme.size()) == kUnixScheme) {
-            auto server = parts[0].front() == 'r' && parts[0].substr(0, kTcpScheme.size()) == kTcpScheme
-                              ? parse_tcp(parts[0], origin)
-                              : parse_unix(parts[0], origin);
-            if (!server) return std::move(server).error();
+    for (const Piece &piece : pieces) {
+        const std::string_view part = piece.text;
+        // A server starts a blank-separated token; ccache's attributes follow it: "URL|name=value".
+        if (!piece.after_bar && starts_server(part)) {
+            auto server = part.substr(0, kTcpScheme.size()) == kTcpScheme ? parse_tcp(part, origin) : parse_unix(part, origin);
+            if (!server) return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(server).error();
             for (const Server &s : c.servers) {
                 if (s.id == server->id) return invalid(origin, "server '" + server->display + "' is named twice");
             }
             c.servers.push_back(std::move(*server));
-            first_option = 1;
+            continue;
         }
-        for (std::size_t p = first_option; p < parts.size(); ++p) {
-            const std::string_view part = parts[p];
-            const auto eq = part.find('=');
-            if (eq == std::string_view::npos) {
-                if (part == "none") return invalid(origin, "'none' turns the remote tier off and stands alone");
-                return invalid(origin, "'" + hide_password(part) +
-                                           "' is neither a server (redis://HOST[:PORT][/DB], redis+unix:PATH) nor an "
-                                           "option (name=value)");
-            }
-            if (auto st = apply_option(c, part.substr(0, eq), part.substr(eq + 1), origin, password_file); !st) {
-                return std::move(st).error();
-            }
+        const auto eq = part.find('=');
+        if (eq == std::string_view::npos) {
+            if (piece.cut_userinfo) return cut_password_error(origin, piece);
+            if (part == "none") return invalid(origin, "'none' turns the remote tier off and stands alone");
+            return invalid(origin, "'" + hide_password(part) +
+                                       "' is neither a server (redis://HOST[:PORT][/DB], redis+unix:PATH) nor an "
+                                       "option (name=value)");
+        }
+        if (auto st = apply_option(c, part.substr(0, eq), part.substr(eq + 1), origin, password_file); !st) {
+            return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(st).error();
         }
     }
     if (c.servers.empty()) return invalid(origin, "no server (e.g. redis://cache-host:6379; 'none' turns the tier off)");

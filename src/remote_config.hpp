@@ -11,7 +11,10 @@
 // size_units, so that the `kjit` command can show settings as libkjit reads them.
 //
 // Passwords never leave this module in text: every message and Server::display shows a server
-// with its password replaced by "***".
+// with its password replaced by "***". A password that holds a blank or '|' is cut into pieces
+// by the separators before any URL is parsed, and a piece of it may have no '@' to tell it
+// apart: every piece that may be part of such a URL's userinfo is kept out of messages, which
+// say to percent-encode it or to use password-file= instead.
 #pragma once
 
 #include "status.hpp"
@@ -64,6 +67,11 @@ constexpr std::chrono::milliseconds kMaxBreaker{300'000};
 // hidden) and what is accepted; io when password-file cannot be read (it must be a regular file
 // that is not readable by others).
 Result<std::optional<Config>> parse(std::string_view spec, std::string_view origin);
+
+// Whether `spec` names a server with a user or password in its URL (text before an '@' of a
+// redis:// URL). The `kjit` command refuses such a setting on its command line, which every
+// user can read (/proc/PID/cmdline).
+bool names_a_password(std::string_view spec);
 
 // "100ms", "10s", "10m", "1h", or a plain number of milliseconds. Errors: invalid_argument.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);

@@ -56,6 +56,18 @@ if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(c
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90
+# A password on the command line is in /proc/PID/cmdline for every user to read: refused, naming
+# the environment variable and password-file=, never echoing it (nor a piece cut at a blank).
+for spec in 'redis://:Hunter2@127.0.0.1:1' 'redis://:Hunter2 X9@127.0.0.1:1' 'redis://127.0.0.1:1|read-only=true redis://u:Hunter2@h'; do
+    expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --remote-storage "$spec" -- -DX=1
+    contains "KJIT_REMOTE_STORAGE" "$WORK/err"
+    contains "password-file=" "$WORK/err"
+    if grep -q "Hunter2\|X9" "$WORK/err" "$WORK/out"; then fail "the password shown: $(cat "$WORK/err")"; fi
+done
+expect_rc 1 "$KJIT" cache stats --remote-storage 'redis://:Hunter2@127.0.0.1:1' --cache-dir "$C"
+contains "/proc/PID/cmdline" "$WORK/err"
+# The same setting from the environment is taken (here: nothing listens, so it compiles locally).
+KJIT_REMOTE_STORAGE='redis://:Hunter2@127.0.0.1:1 connect-timeout=50ms' expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=1
 # Several files: one batch into a cache of its own, two lines per file in order (k.cu's entry
 # has the single compile's key); a failing file is reported on stderr, the others still compile, and the exit
 # status is the first failure's.
@@ -195,14 +207,16 @@ json_check "d['cache_dir'] == '$(cd "$WORK" && pwd -P)/cache'"
 KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache verify --json
 json_check "d['cache_dir'] == '$C' and d['clean']"
 
-# The command links only libkjit.so: of libkjit's internals it carries the size units alone, with
-# the header-only Error/Result types they return (emitted out of line in sanitizer builds). It
+# The command links only libkjit.so: of libkjit's internals it carries the size units and the
+# remote settings' parser alone (leaves: it refuses a password in --remote-storage by libkjit's
+# own reading), with the Error/Result types they return and errno_text (the types' header-only
+# parts are emitted out of line in sanitizer builds). It
 # used to link the internal static library too, a second copy of libkjit in the process. Matched
 # on mangled names: functions of namespace kjit start _ZN4kjit (or _ZNK4kjit), while standard
 # templates instantiated over kjit's types (std::forward<kjit::Error>) do not.
 if command -v nm >/dev/null; then
     others=$(nm --defined-only "$KJIT" | grep -E ' [TtWw] _ZNK?4kjit' |
-        grep -vE ' _ZNK?4kjit(10size_units|5Error|6ResultI)' | c++filt || true)
+        grep -vE ' _ZNK?4kjit(10size_units|6remote|10errno_text|5Error|6ResultI)' | c++filt || true)
     [ -z "$others" ] || fail "kjit carries libkjit's internals: $(echo "$others" | head -n 3)"
     readelf -d "$KJIT" | grep -q 'NEEDED.*libkjit\.so' || fail "kjit does not link libkjit.so"
 fi

@@ -72,6 +72,56 @@ TEST(RemoteConfig, BadSettingsNameWhatIsWrongAndNeverThePassword) {
     EXPECT_NE(c.error().message.find("admin:***@h:99999"), std::string::npos) << c.error().message;
 }
 
+// A password that holds a blank or '|' (generated passwords often do) is cut by the separators
+// before any URL is parsed; no piece of it may reach a message, wherever it was cut and
+// whatever the piece looks like (no '@', an option's '=', a port's place). 0.6 said
+// "server 'redis://:Hunter2': no host".
+TEST(RemoteConfig, PasswordCutByABlankOrBarIsNeverShown) {
+    const std::vector<std::string> cut = {
+        "redis://:Hunter2 X9@cache-host",        "redis://:Hunter2|X9@cache-host",
+        "redis://admin:Hunter2 X9@cache-host",   "redis://admin:Hunter2|X9@cache-host:6380/2",
+        "redis://Hunter2 X9@cache-host",         "redis://:Hunter2 mid3 X9@cache-host",
+        "redis://:Hunter2|lease=X9@cache-host",  "redis://Hunter2 lease=X9@cache-host",
+        "redis://Hunter2|max=X9@cache-host",
+        "redis://admin:Hunter2 X9@cache-host redis://other",
+        "redis://a:Hunter2\tX9@cache-host",     "redis://:p@Hunter2 X9@cache-host",
+    };
+    for (const std::string &spec : cut) {
+        auto c = parse(spec, "KJIT_REMOTE_STORAGE");
+        ASSERT_FALSE(c) << spec;
+        const std::string &m = c.error().message;
+        EXPECT_EQ(c.error().code, kjit::Errc::invalid_argument) << m;
+        for (const char *secret : {"Hunter2", "X9", "mid3", "unter", "admin:H"}) {
+            EXPECT_EQ(m.find(secret), std::string::npos) << spec << " -> " << m;
+        }
+        EXPECT_NE(m.find("percent-encoded"), std::string::npos) << m;
+        EXPECT_NE(m.find("password-file="), std::string::npos) << m;
+        EXPECT_TRUE(kjit::remote::names_a_password(spec)) << spec;
+    }
+    // Percent-encoded, the same password works.
+    auto encoded = parse("redis://admin:Hunter2%20X9%7Cz@cache-host", "x");
+    ASSERT_TRUE(encoded && *encoded) << (encoded ? "" : encoded.error().message);
+    EXPECT_EQ((*encoded)->servers[0].password, "Hunter2 X9|z");
+    // A piece after the last '@' is a host, not a secret; other settings keep their messages.
+    auto after = parse("redis://:pw@cache-host colour=blue", "x");
+    ASSERT_FALSE(after);
+    EXPECT_NE(after.error().message.find("unknown option 'colour'"), std::string::npos) << after.error().message;
+    // What names a password, for `kjit compile --remote-storage`.
+    EXPECT_TRUE(kjit::remote::names_a_password("redis://:pw@h"));
+    EXPECT_TRUE(kjit::remote::names_a_password("redis://h1 redis://user:pw@h2|read-only=true"));
+    EXPECT_FALSE(kjit::remote::names_a_password("redis://h1:6379/2 redis+unix:/run/r.sock namespace=a"));
+    EXPECT_FALSE(kjit::remote::names_a_password("redis://h password-file=/run/secrets/a@b"));
+    EXPECT_FALSE(kjit::remote::names_a_password(""));
+    // A password-file path with an '@' is no password, and parses.
+    kjit_test::TempDir dir;
+    const std::string file = dir.file("p@ss");
+    kjit_test::write_file(file, "s3cret\n");
+    ::chmod(file.c_str(), 0600);
+    auto with_at = parse("redis://h|password-file=" + file, "x");
+    ASSERT_TRUE(with_at && *with_at) << (with_at ? "" : with_at.error().message);
+    EXPECT_EQ((*with_at)->servers[0].password, "s3cret");
+}
+
 TEST(RemoteConfig, PasswordFileMustBePrivate) {
     kjit_test::TempDir dir;
     const std::string file = dir.file("pw");
