@@ -3,6 +3,7 @@
 #include "fork_guard.hpp"
 #include "log.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -109,6 +110,79 @@ Result<std::string> absolute_folder(const std::string &folder) {
     if (ec || absolute.empty()) return Error{Errc::io, "cannot make '" + folder + "' absolute"};
     while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
     return absolute;
+}
+
+namespace {
+
+// Pushes the names of `path` onto `names` so that the first is at the back.
+void push_names(std::vector<std::string> &names, const std::string &path) {
+    std::vector<std::string> in_order;
+    for (std::size_t at = 0; at <= path.size();) {
+        const std::size_t slash = std::min(path.find('/', at), path.size());
+        if (slash > at) in_order.push_back(path.substr(at, slash - at));
+        at = slash + 1;
+    }
+    names.insert(names.end(), in_order.rbegin(), in_order.rend());
+}
+
+// readlink(2) of `path`, whatever its length; nullopt (errno set) on failure.
+std::optional<std::string> link_text(const std::string &path, const struct stat &st) {
+    // st_size is the text's length for most file systems; 0 for some (procfs): start bigger.
+    std::size_t size = st.st_size > 0 ? static_cast<std::size_t>(st.st_size) + 1 : 256;
+    for (;;) {
+        std::string text(size, '\0');
+        const ssize_t n = ::readlink(path.c_str(), text.data(), size);
+        if (n < 0) return std::nullopt;
+        if (static_cast<std::size_t>(n) < size) {
+            text.resize(static_cast<std::size_t>(n));
+            return text;
+        }
+        size *= 2;  // cut short: it grew since the lstat
+    }
+}
+
+}  // namespace
+
+std::optional<LinkWalk> walk_links(const std::string &path) {
+    if (path.empty() || path[0] != '/') return std::nullopt;
+    LinkWalk walk;
+    std::string done;  // the resolved part, "" for "/"
+    std::vector<std::string> left;  // names still to look up, the next at the back
+    push_names(left, path);
+    int followed = 0;
+    while (!left.empty()) {
+        const std::string name = std::move(left.back());
+        left.pop_back();
+        if (name == ".") continue;
+        if (!walk.found) {
+            done += "/" + name;
+            continue;
+        }
+        if (name == "..") {
+            done.erase(std::min(done.rfind('/'), done.size()));  // "/.." is "/"
+            continue;
+        }
+        const std::string next = done + "/" + name;
+        struct stat st {};
+        if (::lstat(next.c_str(), &st) != 0) {
+            if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
+            walk.found = false;  // its folder's watch, or a stat, sees it appear
+            done = next;
+            continue;
+        }
+        if (!S_ISLNK(st.st_mode)) {
+            done = next;
+            continue;
+        }
+        if (++followed > kMaxLinksOnPath) return std::nullopt;
+        auto target = link_text(next, st);
+        if (!target || target->empty()) return std::nullopt;
+        push_names(left, *target);
+        if ((*target)[0] == '/') done.clear();  // else from the link's folder: `done` as it is
+        walk.links.push_back(LinkWalk::Link{next, std::move(*target)});
+    }
+    walk.resolved = done.empty() ? "/" : done;
+    return walk;
 }
 
 Status make_folders(const std::string &path, mode_t mode, std::string_view what) {

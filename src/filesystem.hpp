@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kjit {
 
@@ -206,6 +207,30 @@ std::optional<std::string> read_small_file(const std::string &path, std::size_t 
 // relative folder means another folder elsewhere), "." and ".." folded, no trailing '/'; links
 // are not resolved. Errors: io naming it.
 Result<std::string> absolute_folder(const std::string &folder);
+
+// A path as the kernel resolves it, one symbolic link at a time (path_resolution(7)). Whoever
+// proves something about what a path leads to (the header watch, the NVRTC probe's record) must
+// prove it about every link on the way: a link reached through another link (`/usr/local/cuda ->
+// /etc/alternatives/cuda -> /usr/local/cuda-13.0`, update-alternatives' layout) is re-pointed in
+// a folder that the path as spelled never names, and realpath() alone hides it.
+struct LinkWalk {
+    struct Link {
+        std::string path;    // the link itself, in a folder reached with no link left in its path
+        std::string target;  // its text, as readlink(2) gives it (a relative one is from its folder)
+    };
+    std::vector<Link> links;  // every link followed, in the order followed (the last name's too)
+    // The path with every link resolved and "." and ".." folded as the kernel does (".." after a
+    // link goes up from where the link led); where a name is missing, or a file stands where a
+    // folder is needed, the names left are appended as spelled, unresolved (found = false).
+    std::string resolved;
+    bool found = true;
+};
+// At most this many links on one path, as Linux's own lookup (ELOOP).
+constexpr int kMaxLinksOnPath = 40;
+// Walks the absolute `path` one name at a time (an lstat each, a readlink per link). nullopt
+// when `path` is relative, holds more than kMaxLinksOnPath links (a loop), or a name cannot be
+// looked up (EACCES, EIO): then nothing may be proven through it.
+std::optional<LinkWalk> walk_links(const std::string &path);
 
 // mkdir -p: creates `path` and its missing parents with `mode` (less the umask). An existing
 // folder is fine, an existing non-folder is an error. Errors: io "cannot create <what>

@@ -180,3 +180,54 @@ TEST(Filesystem, ReadSmallFileRefusesLinksAndFilesOverItsLimit) {
     EXPECT_FALSE(kjit::read_small_file(dir.file("link"), 100).has_value());
     EXPECT_FALSE(kjit::read_small_file(dir.file("missing"), 100).has_value());
 }
+
+TEST(Filesystem, WalkLinksNamesEveryLinkOnTheWay) {
+    TempDir dir;
+    char real_dir[4096];
+    ASSERT_NE(::realpath(dir.path().c_str(), real_dir), nullptr);
+    const std::string w = real_dir;
+    // The update-alternatives layout: cuda -> alternatives/cuda (relative) -> cuda-A (absolute),
+    // and a header inside that is a link to a link.
+    ASSERT_EQ(::mkdir((w + "/alternatives").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((w + "/cuda-A").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((w + "/cuda-A/include").c_str(), 0755), 0);
+    write_file(w + "/cuda-A/include/real.h", "x");
+    ASSERT_EQ(::symlink("alternatives/cuda", (w + "/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink((w + "/cuda-A").c_str(), (w + "/alternatives/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink("middle.h", (w + "/cuda-A/include/cfg.h").c_str()), 0);
+    ASSERT_EQ(::symlink("../include/./real.h", (w + "/cuda-A/include/middle.h").c_str()), 0);
+
+    auto walk = kjit::walk_links(w + "/cuda/include/cfg.h");
+    ASSERT_TRUE(walk.has_value());
+    EXPECT_TRUE(walk->found);
+    EXPECT_EQ(walk->resolved, w + "/cuda-A/include/real.h");
+    ASSERT_EQ(walk->links.size(), 4u);
+    EXPECT_EQ(walk->links[0].path, w + "/cuda");
+    EXPECT_EQ(walk->links[0].target, "alternatives/cuda");
+    EXPECT_EQ(walk->links[1].path, w + "/alternatives/cuda");
+    EXPECT_EQ(walk->links[1].target, w + "/cuda-A");
+    EXPECT_EQ(walk->links[2].path, w + "/cuda-A/include/cfg.h");
+    EXPECT_EQ(walk->links[3].path, w + "/cuda-A/include/middle.h");
+
+    // ".." after a link goes up from where the link led, as the kernel's lookup does.
+    walk = kjit::walk_links(w + "/cuda/../alternatives/cuda/./include");
+    ASSERT_TRUE(walk.has_value());
+    EXPECT_EQ(walk->resolved, w + "/cuda-A/include");  // w/cuda-A/.. is w
+
+    // A missing name: the rest is appended as spelled, and the links before it are named.
+    walk = kjit::walk_links(w + "/cuda/missing/deeper/cfg.h");
+    ASSERT_TRUE(walk.has_value());
+    EXPECT_FALSE(walk->found);
+    EXPECT_EQ(walk->resolved, w + "/cuda-A/missing/deeper/cfg.h");
+    EXPECT_EQ(walk->links.size(), 2u);
+
+    // No link at all; a relative path; a loop.
+    walk = kjit::walk_links(w + "/cuda-A/include/real.h");
+    ASSERT_TRUE(walk.has_value());
+    EXPECT_TRUE(walk->links.empty());
+    EXPECT_EQ(walk->resolved, w + "/cuda-A/include/real.h");
+    EXPECT_FALSE(kjit::walk_links("relative/path").has_value());
+    ASSERT_EQ(::symlink("loop-b", (w + "/loop-a").c_str()), 0);
+    ASSERT_EQ(::symlink("loop-a", (w + "/loop-b").c_str()), 0);
+    EXPECT_FALSE(kjit::walk_links(w + "/loop-a/x").has_value());
+}
