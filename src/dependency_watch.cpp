@@ -1,10 +1,9 @@
 #include "dependency_watch.hpp"
 
+#include "filesystem.hpp"
 #include "fork_guard.hpp"
 #include "log.hpp"
 
-#include <limits.h>
-#include <stdlib.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
@@ -84,6 +83,9 @@ struct State {
     std::unordered_map<int, Interest> interest;
     // Folders found missing since the last change (their parent's watch sees them appear).
     std::unordered_set<std::string> missing;
+    // Dependency folders as spelled -> the folder they lead to, every link on the way watched
+    // (watch_path), since the last change: the next header in the same folder walks nothing.
+    std::unordered_map<std::string, std::string> resolved;
     // Files a check found as their record says, since the last change: path -> that record.
     std::unordered_map<std::string, include_scanner::Dependency> checked;
     std::unordered_map<std::string, Remembered> remembered;   // by entry folder
@@ -168,6 +170,7 @@ void drain(State &s) {
         s.covered.clear();
         s.interest.clear();
         s.missing.clear();
+        s.resolved.clear();
         s.checked.clear();
     }
     s.published_generation.store(s.generation);
@@ -241,6 +244,34 @@ bool watch_folders(State &s, const std::string &folder, std::string name) {
     return true;
 }
 
+// With the lock held: watches everything `path` (absolute) is resolved through, so that a change
+// to what it leads to is an event: every link on the way in its own folder, for its own name
+// (and every folder above that one), and every folder up the path it resolves to. Only paths
+// with no link in them are handed to inotify, which would otherwise follow a link as it points
+// now and watch where it leads, never the folder of a link behind it (`cuda ->
+// alternatives/cuda -> cuda-A`: `alternatives` is on no path as spelled). The path is walked
+// again once the watches are placed: a link re-pointed before its folder was watched shows as
+// another walk, and nothing is proven (the hit checks, and the next one watches anew). Returns
+// the path resolved; nothing when a link cannot be walked (a loop) or a folder watched.
+std::optional<std::string> watch_path(State &s, const std::string &path) {
+    auto walk = walk_links(path);
+    if (!walk) return std::nullopt;
+    for (const LinkWalk::Link &link : walk->links) {
+        if (!watch_folders(s, parent_of(link.path), name_of(link.path))) return std::nullopt;
+    }
+    if (!watch_folders(s, parent_of(walk->resolved), name_of(walk->resolved))) return std::nullopt;
+    // Also where the first walk found no link: a folder replaced by one meanwhile would have had
+    // the watch follow it, and the folder behind it unwatched.
+    const auto again = walk_links(path);
+    if (!again || again->resolved != walk->resolved || again->links.size() != walk->links.size()) return std::nullopt;
+    for (std::size_t i = 0; i < walk->links.size(); ++i) {
+        if (again->links[i].path != walk->links[i].path || again->links[i].target != walk->links[i].target) {
+            return std::nullopt;
+        }
+    }
+    return walk->resolved;
+}
+
 // Whether `a` and `b` record the same state of one file.
 bool same_record(const include_scanner::Dependency &a, const include_scanner::Dependency &b) {
     return a.exists == b.exists && (!a.exists || (a.size == b.size && a.mtime_sec == b.mtime_sec &&
@@ -287,24 +318,36 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
                 continue;
             }
         }
-        if (!watch_folders(s, parent_of(d.path), name_of(d.path))) return std::nullopt;
+        // Its folder, every link on the way to it watched: once per folder since the last change.
+        const std::string spelled = parent_of(d.path);
+        auto folder = s.resolved.find(spelled);
+        if (folder == s.resolved.end()) {
+            auto real = watch_path(s, spelled);
+            if (!real) return std::nullopt;
+            if (s.resolved.size() >= kMaxCheckedFiles) s.resolved.clear();
+            folder = s.resolved.emplace(spelled, std::move(*real)).first;
+        }
+        const std::string path = folder->second == "/" ? "/" + name_of(d.path) : folder->second + "/" + name_of(d.path);
+        if (!watch_folders(s, folder->second, name_of(d.path))) return std::nullopt;
         if (!d.exists) continue;
-        // On the file's inode (through a link, the target's): a write through any path counts.
-        // Watched already since the last change (another entry over the same headers): so is a
-        // link's target folder, below.
-        const bool fresh = s.watched.count(d.path) == 0;
+        // On the file's inode: a write through any path (a hard link elsewhere) counts. A header
+        // that is a link (to a link...) has each link watched in its folder, and the file it
+        // leads to watched. Watched already since the last change (another entry over the same
+        // headers): so is every link on the way.
+        std::string file = path;
+        if (s.watched.count(path) == 0) {
+            struct stat st {};
+            if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+                auto real = watch_path(s, path);
+                if (!real) return std::nullopt;
+                file = *real;
+            }
+        }
         int wd = -1;
-        const Watched w = watch(s, d.path, kFileMask, false, &wd);
+        const Watched w = watch(s, file, kFileMask, false, &wd);
         if (w != Watched::yes) return std::nullopt;  // missing: it changed already, the check will say
         s.interest[wd].any = true;
-        struct stat st {};
-        if (fresh && ::lstat(d.path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-            // The link's target may be replaced in its own folder: watch that one too.
-            char real[PATH_MAX];
-            if (::realpath(d.path.c_str(), real) == nullptr) return std::nullopt;
-            const std::string target(real);
-            if (!watch_folders(s, parent_of(target), name_of(target))) return std::nullopt;
-        }
+        if (file != path) s.watched.emplace(path, wd);  // the link, resolved and watched
     }
     return generation;
 }

@@ -8,8 +8,13 @@
 // IN_DELETE_SELF, IN_MOVE_SELF; on the inode, so a write through a hard link elsewhere counts),
 // and so is every folder on their paths up to `/` (a name created, removed or renamed there:
 // a new header shadowing one, an absent candidate appearing, an include folder or a link on the
-// path swapped). A file reached through a symbolic link also gets the link target's folder
-// watched. After a check that passed, the entry is remembered with the watch's generation; a
+// path swapped). Every symbolic link on a path is watched where it is (kjit::walk_links follows
+// them one at a time): its own folder, for its name, and every folder above that one, then the
+// folders of where it leads, so a link reached through another link (`/usr/local/cuda ->
+// /etc/alternatives/cuda -> /usr/local/cuda-13.0`, a header linked to a link) re-pointed at any
+// level is an event. A path whose links cannot all be watched (a loop, a link re-pointed while
+// its watches were being placed) proves nothing: its hits check, as without the watch. The
+// folders are watched by the paths they resolve to; a hit reads no link. After a check that passed, the entry is remembered with the watch's generation; a
 // later hit first reads the inotify queue (one non-blocking read) and, when no event that
 // matters came since, the entry is proven. An event matters when it is a watched file's, a
 // watched folder's own (removed, moved), or names, in a folder, a dependency or the next folder

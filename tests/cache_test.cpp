@@ -1665,6 +1665,35 @@ TEST(HitMemo, ARelativeCacheFolderFollowsTheWorkingDirectory) {
     EXPECT_EQ(m.answers(), 1u);
 }
 
+TEST(HitMemo, ACacheFolderReachedThroughALinkToALinkFollowsItAtEveryLevel) {
+    // cache -> alternatives/cache -> cache-A, as /usr/local/cuda's layout: re-pointed at either
+    // level to an empty cache, a repeat must not answer the old one's cubin (which is not there).
+    TempDir dir;
+    MemoCache m;
+    for (const char *name : {"alternatives", "cache-A", "cache-B", "cache-C"}) ::mkdir(dir.file(name).c_str(), 0755);
+    ASSERT_EQ(::symlink(dir.file("cache-A").c_str(), dir.file("alternatives/cache").c_str()), 0);
+    ASSERT_EQ(::symlink("alternatives/cache", dir.file("cache").c_str()), 0);
+    const Request r = base_request(dir.file("cache"));
+    const auto repoint = [&](const std::string &link, const std::string &target) {
+        ASSERT_EQ(::symlink(target.c_str(), (link + ".new").c_str()), 0);
+        ASSERT_EQ(::rename((link + ".new").c_str(), link.c_str()), 0);
+    };
+    for (const auto &[link, target] : {std::pair<std::string, std::string>{"alternatives/cache", "../cache-B"},
+                                       {"cache", "cache-C"}}) {
+        SCOPED_TRACE(link + " -> " + target);
+        const std::string path = miss_then_hit(m.cache, r);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
+        const auto answers = m.answers();
+        EXPECT_GT(answers, 0u);
+        repoint(dir.file(link), target);
+        const auto runs = m.cache.counters().nvrtc_compiles.load();
+        EXPECT_EQ(compile_ok(m.cache, r), path);  // the same key: the same path, in the new cache
+        EXPECT_EQ(m.answers(), answers) << "the memo answered for the cache the link no longer leads to";
+        EXPECT_EQ(m.cache.counters().nvrtc_compiles.load(), runs + 1) << "no miss in the new cache";
+        EXPECT_TRUE(exists(path));
+    }
+}
+
 TEST(HitMemo, ARemovalByThisProcessForgetsEveryAnswer) {
     TempDir dir;
     MemoCache m;

@@ -204,6 +204,119 @@ TEST_F(HeaderWatch, TheTargetOfALinkedHeaderReplacedIsSeen) {
     EXPECT_EQ(compiled_name(r), name_for(12));
 }
 
+// Links reached through links (issue 32): every link on the way is watched in its own folder,
+// whichever level is re-pointed, however it is spelled (absolute, relative), wherever the path
+// comes from (include_paths, -I among the NVRTC options, the working directory).
+namespace {
+
+// `ln -sfn target link`, as update-alternatives and installers do it: a new link renamed over.
+void repoint(const std::string &link, const std::string &target) {
+    const std::string temp = link + ".new";
+    ASSERT_EQ(::symlink(target.c_str(), temp.c_str()), 0) << temp;
+    ASSERT_EQ(::rename(temp.c_str(), link.c_str()), 0) << link;
+}
+
+// A toolkit folder `<name>` holding include/cfg.h with `cfg`'s text.
+void make_toolkit(const TempDir &dir, const std::string &name, int cfg) {
+    ASSERT_EQ(::mkdir(dir.file(name).c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(dir.file(name + "/include").c_str(), 0755), 0);
+    write_file(dir.file(name + "/include/cfg.h"), cfg_text(cfg));
+}
+
+}  // namespace
+
+TEST_F(HeaderWatch, AnIncludeFolderReachedThroughALinkToALinkIsSeenAtEveryLevel) {
+    // /usr/local/cuda's layout: cuda -> alternatives/cuda -> cuda-A (relative, then absolute).
+    for (const auto &[name, cfg] : {std::pair<const char *, int>{"cuda-A", 1}, {"cuda-B", 2}, {"cuda-C", 3},
+                                    {"cuda-D", 4}}) {
+        make_toolkit(dir_, name, cfg);
+    }
+    ::mkdir(file("alternatives").c_str(), 0755);
+    ASSERT_EQ(::symlink(file("cuda-A").c_str(), file("alternatives/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink("alternatives/cuda", file("cuda").c_str()), 0);
+    const Request r = request({file("cuda/include")});
+    expect_proven(r, 1);
+    repoint(file("alternatives/cuda"), file("cuda-B"));  // the second level
+    EXPECT_EQ(compiled_name(r), name_for(2)) << "a link re-pointed behind another link was not seen";
+    expect_proven(r, 2);
+    repoint(file("alternatives/cuda"), "../cuda-C");  // the second level, relative
+    EXPECT_EQ(compiled_name(r), name_for(3));
+    expect_proven(r, 3);
+    ::mkdir(file("alternatives2").c_str(), 0755);
+    ASSERT_EQ(::symlink("../cuda-D", file("alternatives2/cuda").c_str()), 0);
+    repoint(file("cuda"), "alternatives2/cuda");  // the first level
+    EXPECT_EQ(compiled_name(r), name_for(4));
+    expect_proven(r, 4);
+    // The folder the last link leads to replaced by a rename, the link itself untouched.
+    ASSERT_EQ(::rename(file("cuda-D").c_str(), file("cuda-D.old").c_str()), 0);
+    ASSERT_EQ(::rename(file("cuda-A").c_str(), file("cuda-D").c_str()), 0);
+    EXPECT_EQ(compiled_name(r), name_for(1));
+    expect_proven(r, 1);
+    // A link on the way to the first link: the include folder's own parent.
+    ::mkdir(file("v2").c_str(), 0755);
+    ASSERT_EQ(::symlink("../cuda-B", file("v2/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink(file(".").c_str(), file("top").c_str()), 0);
+    const Request through_top = request({file("top/cuda/include")});
+    expect_proven(through_top, 1);
+    repoint(file("cuda"), "v2/cuda");
+    EXPECT_EQ(compiled_name(through_top), name_for(2));
+}
+
+TEST_F(HeaderWatch, AHeaderThatIsALinkToALinkIsSeenAtEveryLevel) {
+    ::mkdir(file("inc").c_str(), 0755);
+    ::mkdir(file("mid").c_str(), 0755);
+    for (const auto &[name, cfg] : {std::pair<const char *, int>{"real-A", 1}, {"real-B", 2}, {"real-C", 3}}) {
+        ::mkdir(file(name).c_str(), 0755);
+        write_file(file(std::string(name) + "/cfg.h"), cfg_text(cfg));
+    }
+    ASSERT_EQ(::symlink("../real-A/cfg.h", file("mid/cfg.h").c_str()), 0);
+    ASSERT_EQ(::symlink(file("mid/cfg.h").c_str(), file("inc/cfg.h").c_str()), 0);
+    const Request r = request({file("inc")});
+    expect_proven(r, 1);
+    repoint(file("mid/cfg.h"), "../real-B/cfg.h");  // the second level
+    EXPECT_EQ(compiled_name(r), name_for(2)) << "a header link re-pointed behind another link was not seen";
+    expect_proven(r, 2);
+    ASSERT_EQ(::symlink("../real-C/cfg.h", file("mid/other.h").c_str()), 0);
+    repoint(file("inc/cfg.h"), "../mid/other.h");  // the first level, relative
+    EXPECT_EQ(compiled_name(r), name_for(3));
+    expect_proven(r, 3);
+    write_file(file("real-C/cfg.h"), cfg_text(4));  // the file at the end replaced
+    EXPECT_EQ(compiled_name(r), name_for(4));
+}
+
+TEST_F(HeaderWatch, ALinkToALinkInAnIncludeOption) {
+    make_toolkit(dir_, "cuda-A", 1);
+    make_toolkit(dir_, "cuda-B", 2);
+    ::mkdir(file("alternatives").c_str(), 0755);
+    ASSERT_EQ(::symlink("../cuda-A", file("alternatives/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink(file("alternatives/cuda").c_str(), file("cuda").c_str()), 0);
+    Request r = request({});
+    r.nvrtc_options = {"-I" + file("cuda/include")};
+    expect_proven(r, 1);
+    repoint(file("alternatives/cuda"), "../cuda-B");
+    EXPECT_EQ(compiled_name(r), name_for(2));
+}
+
+TEST_F(HeaderWatch, ALinkToALinkUnderTheWorkingDirectory) {
+    // A relative include folder, made absolute against the working directory, whose path goes
+    // through two links.
+    make_toolkit(dir_, "cuda-A", 1);
+    make_toolkit(dir_, "cuda-B", 2);
+    ::mkdir(file("project").c_str(), 0755);
+    ::mkdir(file("alternatives").c_str(), 0755);
+    ASSERT_EQ(::symlink("../cuda-A", file("alternatives/cuda").c_str()), 0);
+    ASSERT_EQ(::symlink("../alternatives/cuda", file("project/cuda").c_str()), 0);
+    char cwd[4096];
+    ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+    ASSERT_EQ(::chdir(file("project").c_str()), 0);
+    const Request r = request({"cuda/include"});
+    expect_proven(r, 1);
+    repoint(file("alternatives/cuda"), "../cuda-B");
+    const std::string after = compiled_name(r);
+    ASSERT_EQ(::chdir(cwd), 0);
+    EXPECT_EQ(after, name_for(2));
+}
+
 // Files proven across entries: another kernel over the same headers (a tuning sweep's next
 // configuration) finds them as the first kernel's check did, without a stat, until an event.
 namespace {
