@@ -29,7 +29,9 @@ namespace kjit::nvrtc_probe {
 
 namespace {
 
-constexpr std::string_view kHeader = "kjit-nvrtc-record 1";
+// 2: every link on the way to each path is recorded too (a record of 1 could prove an NVRTC
+// reached through a link re-pointed behind another link): a record of 1 is another context.
+constexpr std::string_view kHeader = "kjit-nvrtc-record 2";
 constexpr std::size_t kMaxRecordBytes = 64 * 1024;
 // ldconfig's cache: the dynamic linker consults it between RUNPATH and the system folders.
 constexpr const char *kLdCache = "/etc/ld.so.cache";
@@ -37,7 +39,10 @@ constexpr const char *kLdCache = "/etc/ld.so.cache";
 // What decides which NVRTC api() opens, as text lines, and the paths whose state must not change.
 struct Context {
     std::string lines;               // "context ..." lines, in order
-    std::vector<std::string> watch;  // folders and files whose stat the record holds
+    // Folders and files whose stat the record holds, links followed, and every link on whose
+    // paths it holds too (record_text): the folders searched, and in each the name the search
+    // would open, a path candidate itself.
+    std::vector<std::string> watch;
     std::string record_name;         // kRecordPrefix + euid + "-" + hash of `lines`
 };
 
@@ -56,6 +61,24 @@ std::optional<std::string> state_of(const std::string &path) {
                   static_cast<unsigned>(st.st_mode), static_cast<std::int64_t>(st.st_size), mtime_ns(st),
                   static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
     return std::string(text);
+}
+
+constexpr std::string_view kLinkState = "link:";
+
+// A link's state as the record keeps it: "link:" and a hash of its text, "absent", or
+// "not-link" (something else is there now); nullopt when lstat or readlink fails otherwise.
+std::optional<std::string> link_state_of(const std::string &path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return std::string("absent");
+        return std::nullopt;
+    }
+    if (!S_ISLNK(st.st_mode)) return std::string("not-link");
+    std::string text(PATH_MAX, '\0');
+    const ssize_t n = ::readlink(path.c_str(), text.data(), text.size());
+    if (n < 0 || static_cast<std::size_t>(n) >= text.size()) return std::nullopt;
+    text.resize(static_cast<std::size_t>(n));
+    return std::string(kLinkState) + hash128_hex(text);
 }
 
 void anchor() {}
@@ -105,9 +128,11 @@ std::optional<Context> context() {
     for (const std::string &candidate : candidates) {
         c.lines += "context candidate " + candidate + "\n";
         if (candidate.find('/') != std::string::npos) {
-            // Its folder: the name re-pointed or replaced shows in its mtime (and the file
-            // found, links resolved, is watched itself).
+            // Its folder: the name re-pointed or replaced shows in its mtime; the path itself,
+            // which leads to another file when a link on the way (behind another link, in a
+            // folder that is on no path as spelled) is re-pointed.
             c.watch.push_back(folder_of(candidate));
+            c.watch.push_back(candidate);
         } else {
             searched = true;
         }
@@ -118,6 +143,7 @@ std::optional<Context> context() {
         for (const std::string &folder : *folders) {
             c.lines += "context search " + folder + "\n";
             c.watch.push_back(folder);
+            c.watch.push_back(folder + "/" + nvrtc_library::library_name());  // as a path candidate
             // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
             const std::string hwcaps = folder + "/glibc-hwcaps";
             c.watch.push_back(hwcaps);
@@ -130,6 +156,7 @@ std::optional<Context> context() {
                     if (!entry) return std::nullopt;
                     if (!*entry) break;
                     c.watch.push_back(hwcaps + "/" + (*entry)->d_name);
+                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + nvrtc_library::library_name());
                 }
             }
         }
@@ -139,17 +166,49 @@ std::optional<Context> context() {
     return c;
 }
 
-// The record's text for `identity` found at `file`, or nullopt when a path's state is unknown.
-std::optional<std::string> record_text(const Context &c, const std::string &file, const std::string &identity) {
+// The record's text for `identity` found at `file` (links resolved) after dlopen opened it as
+// `opened_as` (the path the search found, links kept; may be empty), or nullopt when a path's
+// state is unknown. Each path's stat follows its links, so it proves where the path leads now;
+// every link on each path is recorded as well (kjit::walk_links, one link at a time), so that a
+// link re-pointed at any level, behind another link (`/usr/local/cuda -> /etc/alternatives/cuda
+// -> cuda-13.0`, whose middle folder no path names), is a difference even where a stat would not
+// show it. A path whose links cannot be walked (a loop, a relative path) gives no record.
+std::optional<std::string> record_text(const Context &c, const std::string &opened_as, const std::string &file,
+                                       const std::string &identity) {
     std::string text = c.lines;
     std::vector<std::string> watch = c.watch;
-    watch.push_back(file);
+    if (!opened_as.empty()) watch.push_back(opened_as);
+    std::vector<std::string> links;
+    for (const std::string &path : watch) {
+        auto walk = walk_links(path);
+        if (!walk) return std::nullopt;
+        for (const LinkWalk::Link &link : walk->links) {
+            if (std::find(links.begin(), links.end(), link.path) == links.end()) links.push_back(link.path);
+        }
+    }
     for (const std::string &path : watch) {
         auto state = state_of(path);
         if (!state) return std::nullopt;
         text += "watch " + *state + " " + path + "\n";
     }
+    for (const std::string &link : links) {
+        auto state = link_state_of(link);
+        if (!state) return std::nullopt;
+        text += "watch " + *state + " " + link + "\n";
+    }
+    // The library file last (proven_identity: it must exist).
+    auto state = state_of(file);
+    if (!state) return std::nullopt;
+    text += "watch " + *state + " " + file + "\n";
     return text + "identity " + identity + "\nend\n";
+}
+
+// The path dlopen opened the library `api` holds by, links kept (the dynamic linker's name for
+// it); empty when dladdr cannot tell.
+std::string opened_as(const nvrtc_library::Api &api) {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void *>(api.nvrtcVersion), &info) == 0 || !info.dli_fname) return std::string();
+    return info.dli_fname[0] == '/' ? std::string(info.dli_fname) : std::string();
 }
 
 // The identity a record in `cache_dir` proves for context `c`: the file is a regular file of
@@ -194,7 +253,8 @@ std::optional<std::string> proven_identity(const std::string &cache_dir, const C
             const std::string_view state = line.substr(6, space - 6);
             const std::string watched(line.substr(space + 1));
             if (watched.empty() || watched[0] != '/') return rejected("watches a relative path");
-            const auto now = state_of(watched);
+            const auto now = state.compare(0, kLinkState.size(), kLinkState) == 0 ? link_state_of(watched)
+                                                                                   : state_of(watched);
             if (!now || *now != state) {
                 log().debug("nvrtc probe: '{}' changed since the record '{}' was written; NVRTC is loaded", watched,
                             path);
@@ -271,7 +331,7 @@ void record(const std::string &cache_dir) {
     const std::vector<std::string> now = nvrtc_library::candidates();
     if (std::find(now.begin(), now.end(), api->library) == now.end()) return;
     if (auto proven = proven_identity(cache_dir, *c); proven && *proven == api->identity) return;
-    auto text = record_text(*c, api->file, api->identity);
+    auto text = record_text(*c, opened_as(*api), api->file, api->identity);
     if (!text) return;
     const std::string path = cache_dir + "/" + c->record_name;
     if (auto st = replace_file(path, path + ".tmp-", {}, *text); !st) {

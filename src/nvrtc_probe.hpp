@@ -11,6 +11,10 @@
 // ctime to the nanosecond) and the identity. A later process whose context is the same and
 // whose every stat still matches takes the identity from the record: a name added, removed or
 // re-pointed in any of those folders changes that folder's mtime, a rewritten library its own.
+// Every symbolic link on each of those paths, and on the path the library was opened by, is
+// recorded too, one link at a time (its text): a link reached through another link (KJIT_LIBNVRTC
+// or a search folder's libnvrtc -> /etc/alternatives/... -> a toolkit) re-pointed at any level
+// is a difference, though the folder it is in is on no path the record names.
 // Anything else (no record, another user's, a damaged one, a single difference, an NVRTC
 // already mapped into the process) loads NVRTC as before.
 //

@@ -151,6 +151,91 @@ TEST_F(NvrtcProbe, ARewrittenLibraryLoadsNvrtc) {
     EXPECT_EQ(after.at("path"), first.at("path"));
 }
 
+// Links reached through links (issue 32): an NVRTC named through `libnvrtc -> alternatives/nvrtc
+// -> build-A/libnvrtc`, re-pointed at either level to another build, is loaded again.
+namespace {
+
+// `ln -sfn target link`: a new link renamed over.
+void repoint(const std::string &link, const std::string &target) {
+    const std::string temp = link + ".new";
+    ASSERT_EQ(::symlink(target.c_str(), temp.c_str()), 0) << temp;
+    ASSERT_EQ(::rename(temp.c_str(), link.c_str()), 0) << link;
+}
+
+// A copy of the toolkit's NVRTC and its builtins in `folder`, made another build by `extra`
+// bytes at its end (another size: another identity, another key); its path.
+std::string nvrtc_build(const std::string &folder, int extra) {
+    const std::string from = KJIT_TOOLKIT_NVRTC;
+    const std::string name = from.substr(from.rfind('/') + 1);
+    EXPECT_EQ(::mkdir(folder.c_str(), 0755), 0) << folder;
+    EXPECT_EQ(std::system(("cp '" + from + "' '" + folder + "/' && cp '" + from.substr(0, from.rfind('/')) +
+                           "'/libnvrtc-builtins.so.* '" + folder + "/' && head -c " + std::to_string(extra) +
+                           " /dev/zero >> '" + folder + "/" + name + "'")
+                              .c_str()),
+              0);
+    return folder + "/" + name;
+}
+
+// Runs the worker with `env` until a record proves NVRTC (NVRTC not mapped); the cubin's path.
+std::string proven_path(const std::string &cache, const std::string &env) {
+    const Lines first = run_worker(cache, 1, env);
+    EXPECT_EQ(first.at("status"), kOk) << first.at("all");
+    const Lines hit = run_worker(cache, 1, env);
+    EXPECT_EQ(hit.at("status"), kOk) << hit.at("all");
+    EXPECT_EQ(hit.at("nvrtc"), "absent") << "no record proved NVRTC";
+    EXPECT_EQ(hit.at("path"), first.at("path"));
+    return hit.at("path");
+}
+
+// After a link was re-pointed to another build: NVRTC is loaded, and keys another entry.
+void expect_loaded_again(const std::string &cache, const std::string &env, const std::string &before,
+                         const char *what) {
+    const Lines after = run_worker(cache, 1, env);
+    ASSERT_EQ(after.at("status"), kOk) << after.at("all");
+    EXPECT_EQ(after.at("nvrtc"), "mapped") << what << ": the old build's record was used";
+    EXPECT_NE(after.at("path"), before) << what << ": the old build's entry was hit";
+}
+
+}  // namespace
+
+TEST_F(NvrtcProbe, KjitLibnvrtcThroughALinkToALinkIsProvenAtEveryLevel) {
+    const std::string a = nvrtc_build(dir.file("build-A"), 1);
+    const std::string b = nvrtc_build(dir.file("build-B"), 2);
+    const std::string c = nvrtc_build(dir.file("build-C"), 3);
+    const std::string name = a.substr(a.rfind('/') + 1);
+    ASSERT_EQ(::mkdir(dir.file("lib").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(dir.file("alternatives").c_str(), 0755), 0);
+    ASSERT_EQ(::symlink(a.c_str(), dir.file("alternatives/nvrtc").c_str()), 0);
+    ASSERT_EQ(::symlink("../alternatives/nvrtc", dir.file("lib/" + name).c_str()), 0);
+    const std::string env = "KJIT_LIBNVRTC=" + dir.file("lib/" + name);
+
+    std::string before = proven_path(cache, env);
+    repoint(dir.file("alternatives/nvrtc"), "../build-B/" + name);  // the second level
+    expect_loaded_again(cache, env, before, "the second level re-pointed");
+
+    before = proven_path(cache, env);
+    ASSERT_EQ(::symlink(c.c_str(), dir.file("alternatives/nvrtc-c").c_str()), 0);
+    repoint(dir.file("lib/" + name), dir.file("alternatives/nvrtc-c"));  // the first level
+    expect_loaded_again(cache, env, before, "the first level re-pointed");
+    (void)b;
+}
+
+TEST_F(NvrtcProbe, ASearchedLibraryThroughALinkToALinkIsProvenAtEveryLevel) {
+    const std::string a = nvrtc_build(dir.file("build-A"), 1);
+    const std::string b = nvrtc_build(dir.file("build-B"), 2);
+    const std::string name = a.substr(a.rfind('/') + 1);
+    ASSERT_EQ(::mkdir(dir.file("libs").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(dir.file("alternatives").c_str(), 0755), 0);
+    ASSERT_EQ(::symlink("../build-A", dir.file("alternatives/nvrtc").c_str()), 0);
+    ASSERT_EQ(::symlink(dir.file("alternatives/nvrtc/" + name).c_str(), dir.file("libs/" + name).c_str()), 0);
+    const std::string env = "LD_LIBRARY_PATH=" + dir.file("libs");
+
+    const std::string before = proven_path(cache, env);
+    repoint(dir.file("alternatives/nvrtc"), "../build-B");  // a folder link behind the entry's link
+    expect_loaded_again(cache, env, before, "the folder behind the link re-pointed");
+    (void)b;
+}
+
 TEST_F(NvrtcProbe, ARecordThatIsNotThisUsersOrNotWholeIsNotUsed) {
     ASSERT_EQ(run_worker(cache, 1).at("status"), kOk);
     const std::string record = only_record(cache);
