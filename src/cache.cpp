@@ -259,7 +259,7 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
     if (!compiled) {
         // A compile error is the source's: the other nodes waiting on this lease get it too.
         if (settled && settled->lease && compiled.error().code == Errc::compile) {
-            tier->put_failure(expected, compiled.error());
+            tier->put_failure(expected, compiled.error(), *settled->lease);
         }
         return std::move(compiled).error();
     }
@@ -276,7 +276,10 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
     // Here first, so that this node's other processes, waiting on the node lock, find it; then
     // for the cluster (the lease is released after, when `settled` goes).
     auto published = publish_everywhere(keyed, entry);
-    if (published && tier) tier->put(expected, cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin);
+    if (published && tier) {
+        tier->put(expected, cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin,
+                  settled && settled->lease ? settled->lease.get() : nullptr);
+    }
     return published;
 }
 

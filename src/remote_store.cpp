@@ -6,6 +6,8 @@
 #include "log.hpp"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,20 +20,37 @@ namespace kjit::remote {
 
 namespace {
 
+// A lease's value once its holder compiled but could not store the entry (too large, the server
+// full or refusing the key): kUnstored, then who and why. Waiters that see it compile at once,
+// side by side, instead of taking the lease over one after another.
+constexpr std::string_view kUnstored = "unstored:";
+// How long that marker stays: a waiter polling once a second sees it; later comers too.
+constexpr std::chrono::milliseconds kUnstoredAtLeast{5000};
+
 // KEYS: entry, lease, failure. ARGV: token, lease length in ms. One atomic step: the entry is
 // there: "hit"; a shared failure: "failed" and its text; the lease was free and is now ours:
-// "owner"; else "wait".
+// "owner"; its holder could not store the entry: "unstored" and the marker; else "wait".
 constexpr const char *kClaimScript =
     "if redis.call('EXISTS', KEYS[1]) == 1 then return {'hit'} end "
     "local f = redis.call('GET', KEYS[3]) "
     "if f then return {'failed', f} end "
     "if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'owner'} end "
+    "local l = redis.call('GET', KEYS[2]) "
+    "if l and string.sub(l, 1, 9) == 'unstored:' then return {'unstored', l} end "
     "return {'wait'}";
 // Compare-and-PEXPIRE, compare-and-DEL: only the lease's own holder renews or releases it.
 constexpr const char *kRenewScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
 constexpr const char *kReleaseScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+// Compare-and-replace the lease by the kUnstored marker (ARGV[2], for ARGV[3] ms). A server at
+// maxmemory with noeviction refuses the SET (OOM) but not the DEL: then the lease is released
+// plainly, and the waiters' own claims, refused alike, send them to compile at once anyway.
+constexpr const char *kReleaseUnstoredScript =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local ok = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
+    "if type(ok) == 'table' and ok.err then redis.call('DEL', KEYS[1]) end "
+    "return 1";
 
 constexpr std::size_t kMaxFailureText = 64 * 1024;
 constexpr int kFailureSeconds = 60;
@@ -54,6 +73,17 @@ std::map<std::string, Tier *> *registry = nullptr;  // leaked: tiers live as lon
 
 void renew_registry_in_child() { fork_guard::renew(registry_mutex); }
 const bool registry_fork_handler = fork_guard::at_fork_child(&renew_registry_in_child);
+
+bool is_unstored_marker(const redisReply &lease) {
+    return lease.type == REDIS_REPLY_STRING && text_of(lease).substr(0, kUnstored.size()) == kUnstored;
+}
+
+// What settle() returns when the lease's holder compiled but could not store the entry.
+Settled compile_beside_holder(const std::string &entry_key, std::string_view marker) {
+    log().debug("remote cache: {}: its compiler could not store it ({}); compiling here at once", entry_key,
+                marker.substr(kUnstored.size()));
+    return Settled{};
+}
 
 // What settle() returns for the compile error another node stored (its text, with its log).
 Settled shared_failure(std::string_view text) {
@@ -116,10 +146,10 @@ ServerLink &Tier::link_for(const std::string &key) {
     return *best;
 }
 
-Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands) {
+Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd) {
     LinkFailure failure = LinkFailure::broken;
-    auto replies = link.run(commands, &failure);
-    if (!replies && failure != LinkFailure::open_breaker) {
+    auto replies = link.run(commands, &failure, cancel_fd);
+    if (!replies && failure != LinkFailure::open_breaker && failure != LinkFailure::cancelled) {
         counters().errors.fetch_add(1, std::memory_order_relaxed);
         if (failure == LinkFailure::timeout) counters().timeouts.fetch_add(1, std::memory_order_relaxed);
     }
@@ -156,7 +186,7 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
         // The entry, and in the same round trip the claim (or, read-only, what a claim would see).
         std::vector<Command> first{{"GET", entry_key}};
         if (config_.read_only) {
-            first.push_back({"EXISTS", lease_key});
+            first.push_back({"GET", lease_key});
             first.push_back({"GET", failure_key});
         } else {
             first.push_back({"EVAL", kClaimScript, "3", entry_key, lease_key, failure_key, token, lease_ms});
@@ -187,7 +217,8 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
         if (config_.read_only) {
             const redisReply &failure = *(*replies)[2];
             if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
-            lease_held = second.type == REDIS_REPLY_INTEGER && second.integer == 1;
+            if (is_unstored_marker(second)) return compile_beside_holder(entry_key, text_of(second));
+            lease_held = second.type == REDIS_REPLY_STRING;
             // Read-only: never takes a lease; waits on one another node holds.
             if (!lease_held) return settled;
         } else {
@@ -208,6 +239,9 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
                 return settled;
             }
             if (verdict == "failed" && second.elements >= 2) return shared_failure(text_of(*second.element[1]));
+            if (verdict == "unstored" && second.elements >= 2) {
+                return compile_beside_holder(entry_key, text_of(*second.element[1]));
+            }
             if (verdict == "hit") continue;  // put between the GET and the script: fetch it
             lease_held = true;
         }
@@ -232,20 +266,21 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
             const auto sleep_ns = std::min<std::int64_t>(std::chrono::nanoseconds(poll).count(), deadline - now);
             std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
             poll = std::min<std::chrono::milliseconds>(kLongestPoll, poll * 3 / 2);
-            auto state = round_trip(link, {{"EXISTS", entry_key}, {"EXISTS", lease_key}, {"GET", failure_key}});
+            auto state = round_trip(link, {{"EXISTS", entry_key}, {"GET", lease_key}, {"GET", failure_key}});
             if (!state) return settled;
             const redisReply &has_entry = *(*state)[0];
-            const redisReply &has_lease = *(*state)[1];
+            const redisReply &lease = *(*state)[1];
             const redisReply &failure = *(*state)[2];
             if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
             if (has_entry.type == REDIS_REPLY_INTEGER && has_entry.integer == 1) break;  // fetch it
-            if (has_lease.type == REDIS_REPLY_INTEGER && has_lease.integer == 0) {
+            if (is_error(has_entry) || is_error(lease)) {
+                refused(link, "EXISTS", text_of(is_error(has_entry) ? has_entry : lease));
+                return settled;
+            }
+            if (is_unstored_marker(lease)) return compile_beside_holder(entry_key, text_of(lease));
+            if (is_nil(lease)) {
                 if (config_.read_only) return settled;  // its holder is gone: compile here
                 break;  // its holder is gone: try to take it
-            }
-            if (is_error(has_entry) || is_error(has_lease)) {
-                refused(link, "EXISTS", text_of(is_error(has_entry) ? has_entry : has_lease));
-                return settled;
             }
         }
     }
@@ -296,31 +331,35 @@ std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &
     return found;
 }
 
-void Tier::put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin) {
-    if (config_.read_only) return;
+void Tier::put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin, Lease *lease) {
+    auto not_stored = [&](std::string why) {
+        if (lease) lease->not_stored(std::move(why));
+    };
+    if (config_.read_only) return not_stored("read-only");
     ServerLink &link = link_for(expected.key);
-    if (!link.usable()) return;
+    if (!link.usable()) return not_stored("the server failed moments ago");
     const std::string value = encode(manifest, cubin, expected.format, host_name());
     if (value.size() > config_.max_entry_bytes) {
         log().info("remote cache: {} not stored: {} bytes, over max-entry-size ({} bytes)", manifest.key, value.size(),
                    config_.max_entry_bytes);
-        return;
+        return not_stored(std::to_string(value.size()) + " bytes, over max-entry-size");
     }
     const std::string entry_key = redis_key(expected, 'b');
     auto replies = round_trip(link, {{"SET", entry_key, value, "NX"}});
-    if (!replies) return;
+    if (!replies) return not_stored(replies.error().message);
     const redisReply &r = *(*replies)[0];
     if (is_error(r)) {
         refused(link, "SET", text_of(r));  // e.g. OOM at maxmemory with noeviction
-        return;
+        return not_stored("SET refused: " + std::string(text_of(r)));
     }
     if (r.type == REDIS_REPLY_STATUS) {
         counters().puts.fetch_add(1, std::memory_order_relaxed);
         counters().bytes_out.fetch_add(value.size(), std::memory_order_relaxed);
     }
+    if (lease) lease->stored();  // ours, or (NX lost) another writer's: the entry is there
 }
 
-void Tier::put_failure(const Expected &expected, const Error &error) {
+void Tier::put_failure(const Expected &expected, const Error &error, Lease &lease) {
     if (config_.read_only) return;
     ServerLink &link = link_for(expected.key);
     if (!link.usable()) return;
@@ -329,7 +368,9 @@ void Tier::put_failure(const Expected &expected, const Error &error) {
             std::to_string(kFailureSeconds) + " s)";
     auto replies =
         round_trip(link, {{"SET", redis_key(expected, 'f'), text, "EX", std::to_string(kFailureSeconds)}});
-    if (replies && is_error(*(*replies)[0])) refused(link, "SET", text_of(*(*replies)[0]));
+    if (!replies) return;
+    if (is_error(*(*replies)[0])) return refused(link, "SET", text_of(*(*replies)[0]));
+    lease.stored();
 }
 
 std::string Tier::describe_servers() {
@@ -386,33 +427,43 @@ std::string Tier::describe_servers() {
 }
 
 Lease::Lease(Tier &tier, ServerLink &link, std::string key, std::string token)
-    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)) {
+    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    // No descriptor or no thread: the lease lapses after its length, costing another node a
+    // duplicate compile at worst.
+    if (!wake_.valid()) return;
     try {
         renewer_ = std::thread([this] { renew_until_released(); });
     } catch (const std::system_error &) {
-        // No thread: the lease lapses after its length, costing another node a duplicate compile.
     }
 }
 
 void Lease::renew_until_released() {
-    const auto every = tier_.config().lease / 3;
+    const int every_ms = static_cast<int>(std::max<std::int64_t>(tier_.config().lease.count() / 3, 1));
     const std::string lease_ms = std::to_string(tier_.config().lease.count());
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!released_cv_.wait_for(lock, every, [&] { return released_; })) {
-        lock.unlock();
-        (void)tier_.round_trip(link_, {{"EVAL", kRenewScript, "1", key_, token_, lease_ms}});
-        lock.lock();
+    for (;;) {
+        pollfd released{wake_.get(), POLLIN, 0};
+        const int n = ::poll(&released, 1, every_ms);
+        if (n > 0) return;
+        if (n < 0 && errno != EINTR) return;  // cannot wait: let it lapse rather than spin
+        if (n == 0) (void)tier_.round_trip(link_, {{"EVAL", kRenewScript, "1", key_, token_, lease_ms}}, wake_.get());
     }
 }
 
 Lease::~Lease() {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        released_ = true;
+    if (renewer_.joinable()) {
+        const std::uint64_t one = 1;
+        (void)!::write(wake_.get(), &one, sizeof one);  // an eventfd's write of 1 cannot block or fail here
+        renewer_.join();
     }
-    released_cv_.notify_all();
-    if (renewer_.joinable()) renewer_.join();
-    if (link_.usable()) (void)tier_.round_trip(link_, {{"EVAL", kReleaseScript, "1", key_, token_}});
+    if (!link_.usable()) return;  // the server failed moments ago (perhaps this very store): it lapses
+    if (stored_) {
+        (void)tier_.round_trip(link_, {{"EVAL", kReleaseScript, "1", key_, token_}});
+        return;
+    }
+    const std::string marker = std::string(kUnstored) + host_name() + ": " + why_not_stored_;
+    const std::string marker_ms = std::to_string(std::max(tier_.config().lease, kUnstoredAtLeast).count());
+    (void)tier_.round_trip(link_, {{"EVAL", kReleaseUnstoredScript, "1", key_, token_, marker, marker_ms}});
 }
 
 }  // namespace kjit::remote

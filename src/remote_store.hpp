@@ -24,16 +24,15 @@
 // the cache above it.
 #pragma once
 
+#include "filesystem.hpp"
 #include "redis_client.hpp"
 #include "remote_config.hpp"
 #include "remote_entry.hpp"
 #include "status.hpp"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -60,15 +59,28 @@ Counters &counters();
 
 class Tier;
 
-// A held lease, renewed in the background (every third of its length) until released
-// (compare-and-delete) by its destructor. Renewal failures are ignored: a lapsed lease costs
-// another node a duplicate compile at worst.
+// A held lease, renewed in the background (every third of its length) until released by its
+// destructor. Renewal failures are ignored: a lapsed lease costs another node a duplicate
+// compile at worst. The release never waits on a renewal: one under way is abandoned (its
+// round trip polls the lease's wake-up descriptor too), so a server that stalls while the holder
+// stores costs the holder one operation timeout, not two.
+//
+// The release says what the waiters are to do: with the entry (or the compile error) stored
+// (stored()), it deletes the lease (compare-and-delete), and they fetch what is there; without,
+// it leaves a short marker in the lease's place saying why (not_stored()), and each waiter
+// compiles at once, beside the others, rather than waiting for the lease to lapse and taking it
+// over one after another. Used by the thread that took the lease.
 class Lease {
 public:
     Lease(Tier &tier, ServerLink &link, std::string key, std::string token);
     Lease(const Lease &) = delete;
     Lease &operator=(const Lease &) = delete;
     ~Lease();
+
+    // The entry or the compile error is on the server now.
+    void stored() { stored_ = true; }
+    // Why the holder could not store it (the waiters' log says so).
+    void not_stored(std::string why) { why_not_stored_ = std::move(why); }
 
 private:
     void renew_until_released();
@@ -77,9 +89,9 @@ private:
     ServerLink &link_;
     std::string key_;
     std::string token_;
-    std::mutex mutex_;
-    std::condition_variable released_cv_;
-    bool released_ = false;
+    bool stored_ = false;
+    std::string why_not_stored_ = "its compile gave no entry";
+    UniqueFd wake_;  // an eventfd, written once by the release: the renewer stops at once
     std::thread renewer_;
 };
 
@@ -127,11 +139,13 @@ public:
     std::vector<std::optional<Entry>> fetch_many(const std::vector<Expected> &wanted);
 
     // Stores a freshly compiled entry (SET NX: the first writer wins). Not in read-only mode,
-    // nor over max-entry-size. Failures are counted and logged, never returned.
-    void put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin);
+    // nor over max-entry-size. Failures are counted and logged, never returned; with `lease`
+    // (the caller's, when it holds one), it is told whether the entry is there now.
+    void put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin,
+             Lease *lease = nullptr);
     // Shares a deterministic compile error for 60 s (its text cut to 64 KiB). Only the lease's
-    // owner calls it.
-    void put_failure(const Expected &expected, const Error &error);
+    // owner calls it, and `lease` is told whether it is there now.
+    void put_failure(const Expected &expected, const Error &error, Lease &lease);
 
     // What each server says of itself (INFO and the count of libkjit entries), for
     // `kjit cache stats --remote`: text, one block per server; a server that cannot be reached
@@ -144,8 +158,9 @@ public:
 private:
     friend class Lease;
     ServerLink &link_for(const std::string &key);
-    // Runs `commands` on `link`, counting failures; errors as ServerLink::run.
-    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands);
+    // Runs `commands` on `link`, counting failures; errors as ServerLink::run (with its
+    // `cancel_fd`).
+    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd = -1);
     // A fetched value (`value`, a GET's reply, under `entry_key`) verified for `expected`:
     // counted as a hit, or as corrupt (then deleted there unless read-only, if still the same).
     std::optional<Entry> verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,

@@ -3,7 +3,9 @@
 // a cluster are processes with cache folders of their own (kjit_remote_node, started together
 // on a barrier), or, where one process is enough, calls of this process with another cache
 // folder each. Counters come from kjit_stats (each node prints its own).
+#include "batch_support.hpp"
 #include "c_api_support.hpp"
+#include "fake_redis.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
 
@@ -11,15 +13,18 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -499,6 +504,250 @@ TEST(RemoteConfigErrors, BadSettingNamesItWithoutThePassword) {
                            nullptr),
               KJIT_OK)
         << kjit_last_error();
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// No connection outlives an exec (issue 32, 1): hiredis made its socket without SOCK_CLOEXEC, so a
+// program the host started with system()/popen() after one remote miss found a connected,
+// authenticated socket on a low descriptor (a child with no password sent SET to a requirepass
+// server and got +OK).
+
+// The descriptors above 2 that a child of this process holds once it has exec'd (ls, listing
+// its own /proc/self/fd), each as "N -> target"; without the one ls opens to list them.
+std::set<std::string> descriptors_after_exec() {
+    std::set<std::string> out;
+    FILE *child = ::popen("ls -l /proc/self/fd", "r");
+    if (!child) return {"popen failed"};
+    char line[1024];
+    while (std::fgets(line, sizeof line, child)) {
+        std::string l(line);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        const auto arrow = l.find(" -> ");
+        if (arrow == std::string::npos) continue;
+        const auto space = l.rfind(' ', arrow - 1);
+        const std::string fd = l.substr(space + 1, arrow - space - 1);
+        const std::string target = l.substr(arrow + 4);
+        if (std::atoi(fd.c_str()) <= 2) continue;
+        if (target.rfind("/proc/", 0) == 0 && target.size() > 3 && target.compare(target.size() - 3, 3, "/fd") == 0) continue;
+        out.insert(fd + " -> " + target);
+    }
+    ::pclose(child);
+    return out;
+}
+
+// This process's open sockets (what /proc/self/fd shows as socket:[...]).
+int sockets_open_here() {
+    int n = 0;
+    for (int fd = 0; fd < 1024; ++fd) {
+        char target[256];
+        const std::string link = "/proc/self/fd/" + std::to_string(fd);
+        const ssize_t len = ::readlink(link.c_str(), target, sizeof target - 1);
+        if (len > 0 && std::string(target, static_cast<std::size_t>(len)).rfind("socket:", 0) == 0) ++n;
+    }
+    return n;
+}
+
+TEST(RemoteSecurity, NoDescriptorOfAnyFeatureOutlivesAnExec) {
+    RedisServer server;
+    TempDir root;
+    const std::set<std::string> baseline = descriptors_after_exec();
+    const int sockets_before = sockets_open_here();
+    ASSERT_EQ(server.command({"CONFIG", "SET", "requirepass", "Hunter2"}), "OK");
+    const std::string password_file = root.file("redis-password");
+    kjit_test::write_file(password_file, "Hunter2\n");
+    ::chmod(password_file.c_str(), 0600);
+    const std::string spec = spec_for(server, "operation-timeout=5s password-file=" + password_file);
+    RemoteSetting remote(spec);
+    const Stats before;
+
+    // A compile through the remote tier (a miss: the lease, the store), and the compile lock.
+    compile_kernel(root.file("cache"), 700, spec.c_str());
+    // The header watch: a kernel reading a header from disk, compiled then hit.
+    const std::string include = root.file("include");
+    ::mkdir(include.c_str(), 0755);
+    kjit_test::write_file(include + "/cfg.h", "#define CFG 7\n");
+    const char *includes[] = {include.c_str()};
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    const std::string cache = root.file("cache");
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";  // the driver test double's device
+    o.include_paths = includes;
+    o.include_path_count = 1;
+    char path[1024];
+    for (int round = 0; round < 2; ++round) {
+        ASSERT_EQ(kjit_compile("#include \"cfg.h\"\n__global__ void fd_hdr(float *x) { x[0] = CFG; }\n", "fd_hdr", &o,
+                               path, sizeof path, nullptr),
+                  KJIT_OK)
+            << kjit_last_error();
+    }
+    // Batches on threads with the PCH (its folders), and on worker processes.
+    kjit_compile_options b = KJIT_COMPILE_OPTIONS_INIT;
+    b.cache_dir = cache.c_str();
+    b.arch = "sm_80";
+    b.include_paths = includes;
+    b.include_path_count = 1;
+    for (int kind : {KJIT_WORKERS_THREADS, KJIT_WORKERS_PROCESSES}) {
+        std::vector<std::string> sources;
+        for (int i = 0; i < 3; ++i) {
+            sources.push_back("#include \"cfg.h\"\n__global__ void fd_batch(float *x) { x[0] = CFG + " +
+                              std::to_string(kind * 10 + i) + "; }\n");
+        }
+        kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+        batch.workers = 2;
+        batch.worker_kind = kind;
+        batch.pch = KJIT_PCH_ON;
+        const kjit_test::BatchOutcome out = kjit_test::compile_batch(sources, "fd_batch", b, &batch);
+        ASSERT_EQ(out.overall, KJIT_OK) << (out.errors.empty() ? "" : out.errors[0]);
+    }
+    // A load (the driver test double).
+    kjit_kernel *kernel = nullptr;
+    ASSERT_EQ(kjit_load_cached(path, "fd_hdr", &kernel), KJIT_OK) << kjit_last_error();
+    kjit_kernel_release(kernel);
+
+    const Stats after;
+    ASSERT_GE(after.s.remote_puts - before.s.remote_puts, 1u) << "the remote tier was not used";
+    ASSERT_GT(sockets_open_here(), sockets_before) << "no connection kept open to check";
+    EXPECT_EQ(descriptors_after_exec(), baseline) << "a descriptor of libkjit's survived an exec";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every remote wait is bounded (issue 32, 3 and 4), against a fake server on loopback.
+
+using FakeClient = kjit_test::FakeRedis::Client;
+using kjit_test::FakeRedis;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// 0.6 set SO_RCVTIMEO (bounding each read()), so a server that announced a 1 MB reply and sent a
+// byte every 0.5 s held a 1 s operation timeout for days.
+TEST(RemoteBoundedWaits, ReplyTrickledAByteAtATimeEndsAtTheOperationTimeout) {
+    std::atomic<bool> hung_up{false};
+    std::atomic<int> trickled{0};
+    FakeRedis fake([&](FakeClient &c, const std::vector<std::string> &cmd) {
+        if (cmd[0] != "GET") return (void)c.stall(std::chrono::seconds(30));
+        bool sent = c.send("$1048576\r\n");
+        for (int i = 0; sent && i < 100 && !c.stopping(); ++i) {  // 20 s of trickle at most
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            sent = c.send("x");
+            if (sent) ++trickled;
+        }
+        if (!sent) hung_up = true;
+    });
+    TempDir cache;
+    const std::string spec = fake.url() + " operation-timeout=1s breaker=10s";
+    const Stats before;
+    const auto start = Clock::now();
+    compile_kernel(cache.path(), 710, spec.c_str());  // compiled here: KJIT_OK
+    const double took = seconds_since(start);
+    const Stats after;
+    wait_until([&] { return hung_up.load(); });
+    EXPECT_TRUE(hung_up) << "the client was still reading after " << trickled << " bytes";
+    EXPECT_LT(trickled.load(), 100);
+    EXPECT_LT(took, 10.0) << "the call waited for the trickle";
+    EXPECT_EQ(after.s.remote_timeouts - before.s.remote_timeouts, 1u);
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 1u);
+}
+
+// A reply larger than any value libkjit stores (max-entry-size plus its envelope) is a broken
+// link, not memory: 0.6 read all 100 MB of it.
+TEST(RemoteBoundedWaits, ReplyLargerThanAnyEntryIsABrokenLink) {
+    std::atomic<bool> hung_up{false};
+    std::atomic<long long> sent_bytes{0};
+    FakeRedis fake([&](FakeClient &c, const std::vector<std::string> &cmd) {
+        if (cmd[0] != "GET") return (void)c.stall(std::chrono::seconds(30));
+        constexpr long long kAnnounced = 100ll << 20;
+        const std::string block(64 * 1024, 'x');
+        bool sent = c.send("$" + std::to_string(kAnnounced) + "\r\n");
+        while (sent && sent_bytes < kAnnounced && !c.stopping()) {
+            sent = c.send(block);
+            if (sent) sent_bytes += static_cast<long long>(block.size());
+        }
+        if (!sent) hung_up = true;
+    });
+    TempDir cache;
+    const std::string spec = fake.url() + " operation-timeout=5s max-entry-size=1M breaker=10s";
+    const Stats before;
+    compile_kernel(cache.path(), 711, spec.c_str());
+    const Stats after;
+    wait_until([&] { return hung_up.load(); });
+    EXPECT_TRUE(hung_up) << "the client read all " << sent_bytes << " bytes";
+    EXPECT_LT(sent_bytes.load(), 32ll << 20);
+    EXPECT_EQ(after.s.remote_errors - before.s.remote_errors, 1u);
+    EXPECT_EQ(after.s.remote_timeouts - before.s.remote_timeouts, 0u) << "a broken link, not a timeout";
+}
+
+// The server stalls while the lease holder stores its entry, and a renewal of the lease is under
+// way when the store's time runs out: 0.6 joined the renewer and waited out its round trip too
+// (two operation timeouts: 20.1 s with the defaults), and its failure doubled the breaker.
+TEST(RemoteBoundedWaits, StallDuringAStoreCostsOneOperationTimeoutAndOneTrip) {
+    constexpr auto kOperation = std::chrono::milliseconds(2000);
+    std::atomic<bool> stall_all{false}, healthy{false};
+    std::atomic<int> gets{0}, renewals{0};
+    std::atomic<Clock::rep> set_at{0};
+    FakeRedis fake([&](FakeClient &c, const std::vector<std::string> &cmd) {
+        if (stall_all) return (void)c.stall();
+        const std::string &verb = cmd[0];
+        if (verb == "GET") {
+            ++gets;
+            c.send(FakeRedis::nil());
+        } else if (verb == "EVAL" && cmd[1].find("PEXPIRE") != std::string::npos) {
+            ++renewals;
+            c.send(FakeRedis::integer(1));
+        } else if (verb == "EVAL" && cmd[1].find("'NX', 'PX'") != std::string::npos) {
+            c.send(FakeRedis::array({"owner"}));
+        } else if (verb == "SET" && !healthy) {
+            // The store is not answered; near the end of its time, nothing is any more (the
+            // renewal then in flight stalls too).
+            set_at = Clock::now().time_since_epoch().count();
+            std::this_thread::sleep_for(kOperation * 9 / 10);
+            stall_all = true;
+            c.stall();
+        } else {
+            c.send(verb == "SET" ? FakeRedis::ok() : FakeRedis::integer(1));
+        }
+    });
+    TempDir cache;
+    // Renewals every 100 ms (a third of the lease): one is always in flight when the server stalls.
+    const std::string spec = fake.url() + " operation-timeout=2s lease=300ms breaker=1s";
+    compile_kernel(cache.path(), 712, spec.c_str());
+    const auto returned = Clock::now();
+    ASSERT_NE(set_at.load(), 0) << "the store never reached the server";
+    const double after_stall = std::chrono::duration<double>(returned.time_since_epoch() -
+                                                             Clock::duration(set_at.load()))
+                                   .count();
+    EXPECT_GT(renewals.load(), 0);
+    EXPECT_LT(after_stall, 1.5 * std::chrono::duration<double>(kOperation).count())
+        << "the call waited for the renewal's round trip too";
+
+    // One outage, one trip of the breaker's first length (1 s): 1.5 s later the server is asked again.
+    stall_all = false;
+    healthy = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const int gets_before = gets;
+    compile_kernel(cache.path(), 713, spec.c_str());
+    EXPECT_GT(gets.load(), gets_before) << "the breaker was still open: its back-off doubled";
+}
+
+// A holder that compiled but could not store the entry (here: over max-entry-size) says so as it
+// releases the lease: 0.6 made every waiter in turn wait for the lease, take it, compile and fail
+// to store (5 nodes finished at 0.8, 1.8, 3.0, 4.2 and 5.3 s).
+TEST(RemoteCluster, HolderThatCannotStoreLetsTheWaitersCompileAtOnce) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(spec_for(server, "lease=10s max-entry-size=1K"));
+    auto nodes = run_nodes(root, {"single", "single", "single", "single", "single"}, 0, 1);
+    EXPECT_EQ(sum(nodes, "nvrtc"), 5) << "nothing could be stored: every node compiles";
+    EXPECT_EQ(sum(nodes, "remote_puts"), 0);
+    EXPECT_EQ(sum(nodes, "leases"), 1) << "a waiter took the lease over instead of compiling at once";
+    const auto leases = server.keys("kjit:*:l:*");
+    ASSERT_EQ(leases.size(), 1u) << "the holder's marker";
+    const std::string marker = server.command({"GET", leases[0]});
+    EXPECT_EQ(marker.rfind("unstored:", 0), 0u) << marker;
+    EXPECT_NE(marker.find("max-entry-size"), std::string::npos) << marker;
 }
 
 }  // namespace
