@@ -231,6 +231,9 @@ Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Co
             }
         }
     }
+    // Bytes past the last reply answer no command of ours: the link is out of step, and they
+    // would be taken for the next command's reply.
+    if (reader->len > reader->pos) return link_error(failure, LinkFailure::broken, "more replies than commands");
     return replies;
 }
 

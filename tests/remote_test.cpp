@@ -732,6 +732,33 @@ TEST(RemoteBoundedWaits, StallDuringAStoreCostsOneOperationTimeoutAndOneTrip) {
     EXPECT_GT(gets.load(), gets_before) << "the breaker was still open: its back-off doubled";
 }
 
+// A server that answers more than it was asked is out of step: its extra reply would be taken
+// for the next command's. The link is dropped, and nothing more is asked of it.
+TEST(RemoteBoundedWaits, ExtraReplyIsALinkOutOfStep) {
+    std::atomic<int> after_claim{0};
+    std::atomic<bool> claimed{false};
+    FakeRedis fake([&](FakeClient &c, const std::vector<std::string> &cmd) {
+        if (claimed) ++after_claim;
+        if (cmd[0] == "GET") {
+            c.send(FakeRedis::nil());
+        } else if (cmd[0] == "EVAL") {
+            claimed = true;
+            c.send(FakeRedis::array({"wait"}) + FakeRedis::integer(1));  // one reply too many
+        }
+    });
+    TempDir cache;
+    // Believed, the extra reply answers every later command one step late, for as long as the
+    // wait lasts: a short wait keeps that case short.
+    const std::string spec = fake.url() + " operation-timeout=2s breaker=10s wait-timeout=3s";
+    const Stats before;
+    compile_kernel(cache.path(), 714, spec.c_str());
+    const Stats after;
+    EXPECT_TRUE(claimed);
+    EXPECT_EQ(after.s.remote_errors - before.s.remote_errors, 1u);
+    EXPECT_EQ(after.s.remote_lease_waits - before.s.remote_lease_waits, 0u) << "the out-of-step reply was believed";
+    EXPECT_EQ(after_claim.load(), 0) << "the server was asked more after it answered out of step";
+}
+
 // A holder that compiled but could not store the entry (here: over max-entry-size) says so as it
 // releases the lease: 0.6 made every waiter in turn wait for the lease, take it, compile and fail
 // to store (5 nodes finished at 0.8, 1.8, 3.0, 4.2 and 5.3 s).
