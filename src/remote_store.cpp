@@ -169,120 +169,133 @@ void Tier::refused(ServerLink &link, const char *what, std::string_view reply_te
 }
 
 Settled Tier::settle(const Expected &expected, bool defer_waits) {
-    Settled settled;
-    const std::string entry_key = redis_key(expected, 'b');
-    const std::string lease_key = redis_key(expected, 'l');
-    const std::string failure_key = redis_key(expected, 'f');
     ServerLink &link = link_for(expected.key);
-    if (!link.usable()) return settled;  // compile_here: the breaker said so once already
-
-    const std::string token = new_token();
-    const std::string lease_ms = std::to_string(config_.lease.count());
-    const std::int64_t deadline = steady_ns() + config_.wait_timeout.count() * 1'000'000;
-    bool counted_miss = false;
-    bool waited = false;
-    auto poll = kFirstPoll;
-    for (int corrupt_values = 0;;) {
-        // The entry, and in the same round trip the claim (or, read-only, what a claim would see).
-        std::vector<Command> first{{"GET", entry_key}};
-        if (config_.read_only) {
-            first.push_back({"GET", lease_key});
-            first.push_back({"GET", failure_key});
-        } else {
-            first.push_back({"EVAL", kClaimScript, "3", entry_key, lease_key, failure_key, token, lease_ms});
-        }
-        auto replies = round_trip(link, first);
-        if (!replies) return settled;
-        const redisReply &value = *(*replies)[0];
-        if (value.type == REDIS_REPLY_STRING) {
-            if (auto entry = verify_fetched(link, value, expected, entry_key)) {
-                settled.kind = Settled::Kind::fetched;
-                settled.entry = std::move(*entry);
-                return settled;
-            }
-            // Deleted (or, read-only, left there): a miss; ask again, at most twice.
-            if (config_.read_only || ++corrupt_values > 2) return settled;
-            continue;
-        }
-        if (is_error(value)) {
-            refused(link, "GET", text_of(value));
-            return settled;
-        }
-        if (!counted_miss) {
-            counters().misses.fetch_add(1, std::memory_order_relaxed);
-            counted_miss = true;
-        }
-        const redisReply &second = *(*replies)[1];
-        bool lease_held = false;
-        if (config_.read_only) {
-            const redisReply &failure = *(*replies)[2];
-            if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
-            if (is_unstored_marker(second)) return compile_beside_holder(entry_key, text_of(second));
-            lease_held = second.type == REDIS_REPLY_STRING;
-            // Read-only: never takes a lease; waits on one another node holds.
-            if (!lease_held) return settled;
-        } else {
-            if (is_error(second)) {
-                refused(link, "the lease script", text_of(second));
-                return settled;
-            }
-            if (second.type != REDIS_REPLY_ARRAY || second.elements == 0) {
-                refused(link, "the lease script", "an unexpected reply");
-                return settled;
-            }
-            const std::string_view verdict = text_of(*second.element[0]);
-            if (verdict == "owner") {
-                counters().leases_owned.fetch_add(1, std::memory_order_relaxed);
-                if (waited) counters().lease_takeovers.fetch_add(1, std::memory_order_relaxed);
-                settled.kind = Settled::Kind::owner;
-                settled.lease = std::make_unique<Lease>(*this, link, lease_key, token);
-                return settled;
-            }
-            if (verdict == "failed" && second.elements >= 2) return shared_failure(text_of(*second.element[1]));
-            if (verdict == "unstored" && second.elements >= 2) {
-                return compile_beside_holder(entry_key, text_of(*second.element[1]));
-            }
-            if (verdict == "hit") continue;  // put between the GET and the script: fetch it
-            lease_held = true;
-        }
-        // Another node compiles it: poll until its entry, its failure, or its lease's end; or,
-        // asked not to wait, say so (only before any wait: a key settled again is waited for).
-        if (defer_waits && !waited) {
+    if (!link.usable()) return Settled{};  // compile_here: the breaker said so once already
+    Settling s{expected,
+               redis_key(expected, 'b'),
+               redis_key(expected, 'l'),
+               redis_key(expected, 'f'),
+               new_token(),
+               std::to_string(config_.lease.count()),
+               steady_ns() + config_.wait_timeout.count() * 1'000'000};
+    s.poll = kFirstPoll;
+    for (;;) {
+        Settled settled;
+        const Claim claim = look_up_and_claim(link, s, settled);
+        if (claim == Claim::settled) return settled;
+        if (claim == Claim::again) continue;
+        // Another node compiles it: wait for its entry, its failure or its lease's end; or, asked
+        // not to wait, say so (only before any wait: a key settled again is waited for).
+        if (defer_waits && !s.waited) {
             settled.kind = Settled::Kind::busy;
             return settled;
         }
-        if (!waited) {
+        if (!s.waited) {
             counters().lease_waits.fetch_add(1, std::memory_order_relaxed);
-            waited = true;
-            log().debug("remote cache: waiting for another node's compile of {}", entry_key);
+            s.waited = true;
+            log().debug("remote cache: waiting for another node's compile of {}", s.entry_key);
         }
-        for (;;) {
-            const std::int64_t now = steady_ns();
-            if (now >= deadline) {
-                log().info("remote cache: waited {} ms for another node's compile of {}; compiling here",
-                           config_.wait_timeout.count(), entry_key);
-                return settled;
-            }
-            const auto sleep_ns = std::min<std::int64_t>(std::chrono::nanoseconds(poll).count(), deadline - now);
-            std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
-            poll = std::min<std::chrono::milliseconds>(kLongestPoll, poll * 3 / 2);
-            auto state = round_trip(link, {{"EXISTS", entry_key}, {"GET", lease_key}, {"GET", failure_key}});
-            if (!state) return settled;
-            const redisReply &has_entry = *(*state)[0];
-            const redisReply &lease = *(*state)[1];
-            const redisReply &failure = *(*state)[2];
-            if (failure.type == REDIS_REPLY_STRING) return shared_failure(text_of(failure));
-            if (has_entry.type == REDIS_REPLY_INTEGER && has_entry.integer == 1) break;  // fetch it
-            if (is_error(has_entry) || is_error(lease)) {
-                refused(link, "EXISTS", text_of(is_error(has_entry) ? has_entry : lease));
-                return settled;
-            }
-            if (is_unstored_marker(lease)) return compile_beside_holder(entry_key, text_of(lease));
-            if (is_nil(lease)) {
-                if (config_.read_only) return settled;  // its holder is gone: compile here
-                break;  // its holder is gone: try to take it
-            }
+        if (wait_for_holder(link, s, settled)) return settled;
+    }
+}
+
+Tier::Claim Tier::look_up_and_claim(ServerLink &link, Settling &s, Settled &out) {
+    // The entry, and in the same round trip the claim (or, read-only, what a claim would see).
+    std::vector<Command> first{{"GET", s.entry_key}};
+    if (config_.read_only) {
+        first.push_back({"GET", s.lease_key});
+        first.push_back({"GET", s.failure_key});
+    } else {
+        first.push_back({"EVAL", kClaimScript, "3", s.entry_key, s.lease_key, s.failure_key, s.token, s.lease_ms});
+    }
+    auto replies = round_trip(link, first);
+    if (!replies) return Claim::settled;
+    const redisReply &value = *(*replies)[0];
+    if (value.type == REDIS_REPLY_STRING) {
+        if (auto entry = verify_fetched(link, value, s.expected, s.entry_key)) {
+            out.kind = Settled::Kind::fetched;
+            out.entry = std::move(*entry);
+            return Claim::settled;
         }
+        // Deleted (or, read-only, left there): a miss; ask again, at most twice.
+        return config_.read_only || ++s.corrupt_values > 2 ? Claim::settled : Claim::again;
+    }
+    if (is_error(value)) {
+        refused(link, "GET", text_of(value));
+        return Claim::settled;
+    }
+    if (!s.counted_miss) {
+        counters().misses.fetch_add(1, std::memory_order_relaxed);
+        s.counted_miss = true;
+    }
+    const redisReply &second = *(*replies)[1];
+    if (config_.read_only) {
+        const redisReply &failure = *(*replies)[2];
+        if (failure.type == REDIS_REPLY_STRING) {
+            out = shared_failure(text_of(failure));
+        } else if (is_unstored_marker(second)) {
+            out = compile_beside_holder(s.entry_key, text_of(second));
+        } else if (second.type == REDIS_REPLY_STRING) {
+            return Claim::wait;  // read-only never takes a lease; it waits on one another node holds
+        }
+        return Claim::settled;
+    }
+    if (is_error(second) || second.type != REDIS_REPLY_ARRAY || second.elements == 0) {
+        refused(link, "the lease script", is_error(second) ? text_of(second) : "an unexpected reply");
+        return Claim::settled;
+    }
+    const std::string_view verdict = text_of(*second.element[0]);
+    const std::string_view detail = second.elements >= 2 ? text_of(*second.element[1]) : std::string_view();
+    if (verdict == "owner") {
+        counters().leases_owned.fetch_add(1, std::memory_order_relaxed);
+        if (s.waited) counters().lease_takeovers.fetch_add(1, std::memory_order_relaxed);
+        out.kind = Settled::Kind::owner;
+        out.lease = std::make_unique<Lease>(*this, link, s.lease_key, s.token);
+        return Claim::settled;
+    }
+    if (verdict == "failed" && second.elements >= 2) {
+        out = shared_failure(detail);
+        return Claim::settled;
+    }
+    if (verdict == "unstored" && second.elements >= 2) {
+        out = compile_beside_holder(s.entry_key, detail);
+        return Claim::settled;
+    }
+    if (verdict == "hit") return Claim::again;  // put between the GET and the script: fetch it
+    return Claim::wait;
+}
+
+bool Tier::wait_for_holder(ServerLink &link, Settling &s, Settled &out) {
+    for (;;) {
+        const std::int64_t now = steady_ns();
+        if (now >= s.deadline_ns) {
+            log().info("remote cache: waited {} ms for another node's compile of {}; compiling here",
+                       config_.wait_timeout.count(), s.entry_key);
+            return true;
+        }
+        const auto sleep_ns = std::min<std::int64_t>(std::chrono::nanoseconds(s.poll).count(), s.deadline_ns - now);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+        s.poll = std::min<std::chrono::milliseconds>(kLongestPoll, s.poll * 3 / 2);
+        auto state = round_trip(link, {{"EXISTS", s.entry_key}, {"GET", s.lease_key}, {"GET", s.failure_key}});
+        if (!state) return true;
+        const redisReply &has_entry = *(*state)[0];
+        const redisReply &lease = *(*state)[1];
+        const redisReply &failure = *(*state)[2];
+        if (failure.type == REDIS_REPLY_STRING) {
+            out = shared_failure(text_of(failure));
+            return true;
+        }
+        if (has_entry.type == REDIS_REPLY_INTEGER && has_entry.integer == 1) return false;  // fetch it
+        if (is_error(has_entry) || is_error(lease)) {
+            refused(link, "EXISTS", text_of(is_error(has_entry) ? has_entry : lease));
+            return true;
+        }
+        if (is_unstored_marker(lease)) {
+            out = compile_beside_holder(s.entry_key, text_of(lease));
+            return true;
+        }
+        // Its holder is gone: read-only compiles here; else it tries to take the lease.
+        if (is_nil(lease)) return config_.read_only;
     }
 }
 

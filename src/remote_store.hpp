@@ -31,6 +31,7 @@
 #include "status.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -157,6 +158,29 @@ public:
 
 private:
     friend class Lease;
+    // One settle() call's state across its round trips.
+    struct Settling {
+        const Expected &expected;
+        std::string entry_key, lease_key, failure_key;
+        std::string token;     // this call's, should it take the lease
+        std::string lease_ms;  // the lease's length, as the scripts take it
+        std::int64_t deadline_ns = 0;  // steady clock: the end of wait-timeout
+        bool counted_miss = false;
+        bool waited = false;
+        int corrupt_values = 0;
+        std::chrono::milliseconds poll{};  // the next wait between polls (kFirstPoll, growing)
+    };
+    enum class Claim {
+        settled,  // `out` says what to do
+        again,    // the entry appeared, or a bad one was deleted: look it up again
+        wait,     // another node holds the lease
+    };
+    // One round trip: the entry, and the claim of its lease (settle()'s first step).
+    Claim look_up_and_claim(ServerLink &link, Settling &s, Settled &out);
+    // Polls until the lease's holder is done: true when `out` is settled (a shared failure, the
+    // holder's unstored marker, wait-timeout, a server problem); false when the entry is there
+    // or the lease went free without it: look it up and claim it again.
+    bool wait_for_holder(ServerLink &link, Settling &s, Settled &out);
     ServerLink &link_for(const std::string &key);
     // Runs `commands` on `link`, counting failures; errors as ServerLink::run (with its
     // `cancel_fd`).
