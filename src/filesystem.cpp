@@ -125,7 +125,8 @@ void push_names(std::vector<std::string> &names, const std::string &path) {
     names.insert(names.end(), in_order.rbegin(), in_order.rend());
 }
 
-// readlink(2) of `path`, whatever its length; nullopt (errno set) on failure.
+}  // namespace
+
 std::optional<std::string> link_text(const std::string &path, const struct stat &st) {
     // st_size is the text's length for most file systems; 0 for some (procfs): start bigger.
     std::size_t size = st.st_size > 0 ? static_cast<std::size_t>(st.st_size) + 1 : 256;
@@ -140,8 +141,6 @@ std::optional<std::string> link_text(const std::string &path, const struct stat 
         size *= 2;  // cut short: it grew since the lstat
     }
 }
-
-}  // namespace
 
 std::optional<LinkWalk> walk_links(const std::string &path) {
     if (path.empty() || path[0] != '/') return std::nullopt;

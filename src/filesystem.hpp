@@ -225,6 +225,9 @@ struct LinkWalk {
     std::string resolved;
     bool found = true;
 };
+// The text of the symbolic link at `path` (readlink(2), whatever its length), whose lstat is
+// `st`; nullopt (errno set) when it cannot be read.
+std::optional<std::string> link_text(const std::string &path, const struct stat &st);
 // At most this many links on one path, as Linux's own lookup (ELOOP).
 constexpr int kMaxLinksOnPath = 40;
 // Walks the absolute `path` one name at a time (an lstat each, a readlink per link). nullopt

@@ -74,11 +74,9 @@ std::optional<std::string> link_state_of(const std::string &path) {
         return std::nullopt;
     }
     if (!S_ISLNK(st.st_mode)) return std::string("not-link");
-    std::string text(PATH_MAX, '\0');
-    const ssize_t n = ::readlink(path.c_str(), text.data(), text.size());
-    if (n < 0 || static_cast<std::size_t>(n) >= text.size()) return std::nullopt;
-    text.resize(static_cast<std::size_t>(n));
-    return std::string(kLinkState) + hash128_hex(text);
+    auto text = link_text(path, st);
+    if (!text) return std::nullopt;
+    return std::string(kLinkState) + hash128_hex(*text);
 }
 
 void anchor() {}
