@@ -49,7 +49,7 @@ run_suite() {
     shift 2
     echo "tests: [$name] building $dir"
     cmake --build "$dir" -j"$JOBS"
-    local label_args=() excluded=()
+    local label_args=() excluded=() retry_fork=0
     if [ "$HAVE_GPU" = 0 ]; then
         local gpu_count
         gpu_count=$(ctest --test-dir "$dir" -N -L gpu | sed -n 's/^Total Tests: //p')
@@ -66,6 +66,17 @@ run_suite() {
         echo "tests: [$name] excluding the ${fork_count:-0} tests labelled 'fork' under ASan (its stack depot is not fork-safe in GCC 12; they run in the plain and TSan builds)"
         excluded+=(fork)
     fi
+    if [ "$name" = tsan ]; then
+        # GCC 12's TSan does not hold its allocator's locks across fork() (LLVM 15's does): a
+        # child forked while another thread of the parent held the lock of a size class waits on
+        # it for ever at its first malloc of that class (seen in gdb: a child's batch thread in
+        # SizeClassAllocator64::GetFromAllocator, under opendir in pch_folders, in
+        # Fork.ChildBatchWorksAfterAForkDuringAParentBatch: about 1 run in 20). The tool's lock,
+        # not libkjit's: here the fork tests run apart, each retried once if it fails (each must
+        # pass once; a child that hangs twice fails), and with no retry in the plain build.
+        excluded+=(fork)
+        retry_fork=1
+    fi
     if [ "$name" != plain ]; then
         # The wheel is its own Release build of the library (pip, scikit-build-core), whatever
         # this suite's build: built and tested once, in the plain suite.
@@ -80,6 +91,15 @@ run_suite() {
     ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" "$@" 2>&1 | tee "$log"
     count=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)
     [ -n "$count" ] && [ "$count" -gt 0 ] || { echo "tests: [$name] ran no test"; return 1; }
+    if [ "$retry_fork" = 1 ]; then
+        echo "tests: [$name] running the tests labelled 'fork', each retried once if it fails (TSan's allocator is not fork-safe in GCC 12)"
+        local fork_log="$dir/ctest-fork-output.txt" fork_count
+        ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 -L '^fork$' --repeat until-pass:2 2>&1 |
+            tee "$fork_log"
+        fork_count=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9][0-9]*\)$/\1/p' "$fork_log" | tail -n 1)
+        [ -n "$fork_count" ] && [ "$fork_count" -gt 0 ] || { echo "tests: [$name] ran no fork test"; return 1; }
+        count=$((count + fork_count))
+    fi
     TOTAL_PASSED=$((TOTAL_PASSED + count))
 }
 TOTAL_PASSED=0
