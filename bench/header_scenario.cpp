@@ -33,7 +33,7 @@
 #include "support.hpp"
 #include "sweep_kernels.hpp"
 
-#include "include_scanner.hpp"
+#include "key/include_scanner.hpp"
 #include "kjit/kjit.h"
 
 #include <fcntl.h>

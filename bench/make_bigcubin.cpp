@@ -11,9 +11,9 @@
 // The cubin is checked (it must hold the gemm symbol and the keyword rule must select it) and
 // then published atomically: written to a temp file next to OUTPUT and renamed over it, so a
 // reader never sees a partial file.
-#include "compiler.hpp"
-#include "name_matcher.hpp"
-#include "symbol_scanner.hpp"
+#include "compile/compiler.hpp"
+#include "cubin/name_matcher.hpp"
+#include "cubin/symbol_scanner.hpp"
 
 #include <fcntl.h>
 #include <gelf.h>

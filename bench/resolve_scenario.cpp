@@ -17,8 +17,8 @@
 #include "support.hpp"
 
 #include "kjit/kjit.h"
-#include "name_matcher.hpp"
-#include "symbol_scanner.hpp"
+#include "cubin/name_matcher.hpp"
+#include "cubin/symbol_scanner.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

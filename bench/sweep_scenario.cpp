@@ -27,7 +27,7 @@
 #include "support.hpp"
 #include "sweep_kernels.hpp"
 
-#include "kernel_loader.hpp"
+#include "load/kernel_loader.hpp"
 #include "kjit/kjit.h"
 
 #include <dlfcn.h>

@@ -9,8 +9,8 @@
 // error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
 #include "kjit/kjit.h"
 
-#include "remote_config.hpp"
-#include "size_units.hpp"
+#include "remote/remote_config.hpp"
+#include "util/size_units.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

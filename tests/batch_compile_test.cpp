@@ -4,9 +4,9 @@
 #include "c_api_support.hpp"
 #include "kjit/kjit.h"
 
-#include "batch_compiler.hpp"
-#include "cache.hpp"
-#include "cache_verification.hpp"
+#include "batch/batch_compiler.hpp"
+#include "cache/cache.hpp"
+#include "store/cache_verification.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

@@ -3,9 +3,9 @@
 // (Cache::Counters::dependency_proofs moves), then changes what the compile reads one way, and
 // expects a cubin built from the new text: a change the watch did not see would be a stale hit,
 // whose kernel name still carries the old constant.
-#include "cache.hpp"
-#include "dependency_watch.hpp"
-#include "name_resolver.hpp"
+#include "cache/cache.hpp"
+#include "key/dependency_watch.hpp"
+#include "resolve/name_resolver.hpp"
 
 #include "test_support.hpp"
 

@@ -1,5 +1,5 @@
 // The file system module (src/filesystem.hpp): the plumbing every module writes files with.
-#include "filesystem.hpp"
+#include "util/filesystem.hpp"
 
 #include "test_support.hpp"
 

@@ -10,8 +10,8 @@
 
 #include "batch_support.hpp"
 #include "c_api_support.hpp"
-#include "cache_eviction.hpp"
-#include "compiler.hpp"
+#include "store/cache_eviction.hpp"
+#include "compile/compiler.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Content hashes of files: what the cache checks young headers and young cubins with.
-#include "hashing.hpp"
+#include "util/hashing.hpp"
 
 #include "in_place_rewriter.hpp"
 #include "test_support.hpp"

@@ -1,11 +1,11 @@
 // The kernel loader against the CUDA driver test double (KJIT_LIBCUDA points at it).
-#include "kernel_loader.hpp"
+#include "load/kernel_loader.hpp"
 
-#include "cache.hpp"
+#include "cache/cache.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
-#include "name_resolver.hpp"
-#include "sidecar_store.hpp"
+#include "resolve/name_resolver.hpp"
+#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "name_matcher.hpp"
+#include "cubin/name_matcher.hpp"
 
 #include <gtest/gtest.h>
 

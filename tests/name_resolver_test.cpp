@@ -1,9 +1,9 @@
-#include "name_resolver.hpp"
+#include "resolve/name_resolver.hpp"
 
 #include "crafted_elf.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
-#include "sidecar_store.hpp"
+#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>

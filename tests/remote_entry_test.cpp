@@ -1,9 +1,9 @@
 // The cluster tier's settings (remote_config) and values (remote_entry), without a server.
-#include "remote_config.hpp"
-#include "remote_entry.hpp"
+#include "remote/remote_config.hpp"
+#include "remote/remote_entry.hpp"
 
-#include "cache_key.hpp"
-#include "hashing.hpp"
+#include "key/cache_key.hpp"
+#include "util/hashing.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

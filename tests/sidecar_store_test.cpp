@@ -1,5 +1,5 @@
-#include "sidecar_store.hpp"
-#include "filesystem.hpp"
+#include "cubin/sidecar_store.hpp"
+#include "util/filesystem.hpp"
 
 #include "test_support.hpp"
 

@@ -1,4 +1,4 @@
-#include "symbol_scanner.hpp"
+#include "cubin/symbol_scanner.hpp"
 
 #include "crafted_elf.hpp"
 #include "test_support.hpp"

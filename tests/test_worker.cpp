@@ -10,7 +10,7 @@
 //   wrong-nvrtc             says hello with an NVRTC that is not the parent's
 //   old-protocol            says hello with protocol version 0
 // Anything else (or unset): a faithful worker, as kjit-worker.
-#include "worker_protocol.hpp"
+#include "batch/worker_protocol.hpp"
 
 #include <unistd.h>
 

@@ -9,9 +9,9 @@
 // saying why.
 #include "kjit/kjit.h"
 
-#include "cache_eviction.hpp"
-#include "cache_verification.hpp"
-#include "hashing.hpp"
+#include "store/cache_eviction.hpp"
+#include "store/cache_verification.hpp"
+#include "util/hashing.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #include "kjit/kjit.h"
 
 #include "test_support.hpp"
-#include "worker_protocol.hpp"
+#include "batch/worker_protocol.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>

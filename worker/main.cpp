@@ -3,7 +3,7 @@
 // descriptor it is given, and ends when its parent closes it or dies.
 //
 //   kjit-worker --serve-fd=3 --parent=<pid>
-#include "worker_protocol.hpp"
+#include "batch/worker_protocol.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>

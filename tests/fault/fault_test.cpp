@@ -9,7 +9,7 @@
 #include "kjit/kjit.h"
 
 #include "batch_support.hpp"
-#include "sidecar_store.hpp"
+#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <dlfcn.h>

@@ -5,7 +5,7 @@
 // 0x00-separated tokens: source, keyword, arch, name expression ("" none, "=x" for x), then
 // tokens starting with 'o' (an option), 'i' (an include path) or 'h' (a header name, whose
 // source is the next token).
-#include "cache.hpp"
+#include "cache/cache.hpp"
 
 #include <cstdint>
 #include <cstdlib>

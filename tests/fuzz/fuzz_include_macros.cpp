@@ -9,7 +9,7 @@
 // distinct, and none when not followed; the same operand and table give the same answer; and a
 // table with one definition less gives no name the full one does not (each macro may also be
 // left undefined, so a definition only ever adds candidates: a superset, never less).
-#include "include_macros.hpp"
+#include "key/include_macros.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -4,8 +4,8 @@
 // -> format() unchanged. Random bytes almost never carry a valid check line, so each input is
 // also parsed "resealed" (its last check line replaced by a correct one): that reaches the
 // line parser behind the check.
-#include "cache_entry.hpp"
-#include "hashing.hpp"
+#include "store/cache_entry.hpp"
+#include "util/hashing.hpp"
 
 #include <algorithm>
 #include <cinttypes>

@@ -1,7 +1,7 @@
 // libFuzzer target: cubin bytes in, a name or a status out (symbol scanner + name matcher).
 // The first byte picks a keyword, so the selector's ambiguous/not-found paths are exercised too.
-#include "name_matcher.hpp"
-#include "symbol_scanner.hpp"
+#include "cubin/name_matcher.hpp"
+#include "cubin/symbol_scanner.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -19,11 +19,11 @@
 #include "kjit/kjit.h"
 
 #include "batch_support.hpp"
-#include "cache_entry.hpp"
-#include "cache_verification.hpp"
-#include "name_matcher.hpp"
-#include "sidecar_store.hpp"
-#include "symbol_scanner.hpp"
+#include "store/cache_entry.hpp"
+#include "store/cache_verification.hpp"
+#include "cubin/name_matcher.hpp"
+#include "cubin/sidecar_store.hpp"
+#include "cubin/symbol_scanner.hpp"
 #include "test_support.hpp"
 
 #include <CLI/CLI.hpp>

@@ -1,8 +1,8 @@
 #include "test_support.hpp"
 
-#include "compiler.hpp"
+#include "compile/compiler.hpp"
 #include "fake_cuda.h"
-#include "sidecar_store.hpp"
+#include "cubin/sidecar_store.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -1,0 +1,103 @@
+#include "api/defaults.hpp"
+
+#include "util/size_units.hpp"
+#include "load/driver.hpp"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace kjit::defaults {
+
+namespace {
+
+std::string env(const char *name) {
+    const char *v = std::getenv(name);
+    return v ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+Result<std::string> cache_dir() {
+    if (std::string v = env("KJIT_CACHE_DIR"); !v.empty()) return v;
+    if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/kjit";
+    if (std::string v = env("HOME"); !v.empty()) return v + "/.cache/kjit";
+    return Error{Errc::invalid_argument,
+                 "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
+}
+
+Result<std::string> arch() {
+    if (std::string v = env("KJIT_ARCH"); !v.empty()) return v;
+    auto detected = driver::current_device_arch();
+    if (detected) return detected;
+    return Error{Errc::invalid_argument, "no target arch: set kjit_compile_options.arch or $KJIT_ARCH (e.g. sm_90a); "
+                                         "it could not be taken from a GPU either: " +
+                                             detected.error().message};
+}
+
+Result<std::optional<std::uint64_t>> max_cache_bytes() {
+    const std::string v = env("KJIT_CACHE_MAX_SIZE");
+    if (v.empty()) return std::optional<std::uint64_t>{};
+    auto size = size_units::parse_size(v);
+    if (!size) {
+        return Error{Errc::invalid_argument, "$KJIT_CACHE_MAX_SIZE: " + size.error().message + "; 0 means no limit"};
+    }
+    // As in ccache: 0 is no limit (a limit of 0 bytes would evict every idle entry at each publish).
+    if (*size == 0) return std::optional<std::uint64_t>{};
+    return std::optional<std::uint64_t>(*size);
+}
+
+std::string remote_storage() { return env("KJIT_REMOTE_STORAGE"); }
+
+Result<std::chrono::milliseconds> compile_wait() {
+    constexpr long kDefaultSeconds = 600;
+    constexpr long kMaxSeconds = 86'400;
+    const std::string v = env("KJIT_COMPILE_WAIT");
+    if (v.empty()) return std::chrono::milliseconds(kDefaultSeconds * 1000);
+    char *end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || n < 0 || n > kMaxSeconds) {
+        return Error{Errc::invalid_argument, "$KJIT_COMPILE_WAIT is '" + v +
+                                                 "': set it to whole seconds from 0 (never wait for another "
+                                                 "process's compile) to " +
+                                                 std::to_string(kMaxSeconds)};
+    }
+    return std::chrono::milliseconds(n * 1000);
+}
+
+Result<unsigned> workers() {
+    if (const char *jobs = std::getenv("KJIT_JOBS"); jobs && *jobs) {
+        char *end = nullptr;
+        errno = 0;
+        const long n = std::strtol(jobs, &end, 10);
+        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(batch_compiler::kMaxWorkers)) {
+            return Error{Errc::invalid_argument, std::string("$KJIT_JOBS is '") + jobs +
+                                                     "': set it to a worker count from 1 to " +
+                                                     std::to_string(batch_compiler::kMaxWorkers)};
+        }
+        return static_cast<unsigned>(n);
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
+        return static_cast<unsigned>(CPU_COUNT(&set));
+    }
+    const unsigned n = std::thread::hardware_concurrency();
+    return n > 0 ? n : 1u;
+}
+
+Result<batch_compiler::WorkerKind> worker_kind() {
+    using batch_compiler::WorkerKind;
+    const char *v = std::getenv("KJIT_WORKER_KIND");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return WorkerKind::automatic;
+    if (std::strcmp(v, "threads") == 0) return WorkerKind::threads;
+    if (std::strcmp(v, "processes") == 0) return WorkerKind::processes;
+    return Error{Errc::invalid_argument,
+                 std::string("$KJIT_WORKER_KIND is '") + v + "': set it to threads, processes or auto"};
+}
+
+}  // namespace kjit::defaults

@@ -1,0 +1,48 @@
+// Defaults: what a caller that left a setting unset gets, resolved in one place, by the C ABI,
+// before anything below it runs (the cache, the batch compiler and the maintenance functions
+// receive settled values and never read the environment for them). docs/environment.md lists
+// the variables.
+#pragma once
+
+#include "batch/worker_kind.hpp"
+#include "util/status.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kjit::defaults {
+
+// The cache folder: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit (as
+// given, not yet absolute). Errors: invalid_argument saying what to set when none is set.
+Result<std::string> cache_dir();
+
+// The target arch: $KJIT_ARCH, else the current GPU's (through the driver, loaded on first
+// use). Errors: invalid_argument saying how to set it and what the driver said.
+Result<std::string> arch();
+
+// The cache's size limit in bytes: $KJIT_CACHE_MAX_SIZE ("5G", "512M": size_units::parse_size);
+// nullopt when unset, empty or 0 (no limit, as in ccache). Errors: invalid_argument naming the
+// variable and what it accepts.
+Result<std::optional<std::uint64_t>> max_cache_bytes();
+
+// How long a compile waits for another process that compiles the same key (compile_lock.hpp)
+// before it compiles too: $KJIT_COMPILE_WAIT in seconds (0: never wait), else 600 s, longer
+// than any single compile should take. Errors: invalid_argument naming the variable.
+Result<std::chrono::milliseconds> compile_wait();
+
+// The cluster tier's setting: $KJIT_REMOTE_STORAGE (remote_config.hpp's syntax), or "" for
+// none. Checked where it is used (a local miss), so that hits never parse it.
+std::string remote_storage();
+
+// A batch's worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers of
+// batch/worker_kind.hpp; anything else is invalid_argument naming the variable), else the CPUs
+// this process may run on.
+Result<unsigned> workers();
+
+// The kind when the caller leaves it to the library: $KJIT_WORKER_KIND ("threads", "processes"
+// or "auto"), else automatic. Errors: invalid_argument naming the variable and its values.
+Result<batch_compiler::WorkerKind> worker_kind();
+
+}  // namespace kjit::defaults

@@ -1,0 +1,520 @@
+#include "batch/batch_compiler.hpp"
+
+#include "store/cache_entry.hpp"
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
+#include "util/filesystem.hpp"
+#include "batch/worker_pool.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace kjit::batch_compiler {
+
+namespace {
+
+// The misses of one distinct request, and the batch items that asked for it.
+struct Job {
+    cache::KeyedRequest keyed;
+    std::vector<std::size_t> items;
+    std::optional<Result<cache::Found>> result;
+};
+
+// Whether a miss's source includes anything (a `#include` in it): what NVRTC's PCH could
+// precompile, and what makes NVRTC compile one at a time within a process.
+bool includes_headers(const cache::Request &r) { return r.source.find("#include") != std::string::npos; }
+
+Error cancelled_error() {
+    return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
+}
+
+// `build()` (a call of cache.build or cache.build_unless_busy for `keyed`) with exceptions as
+// errors, so a worker thread never lets one escape.
+template <typename Build>
+auto guarded(const cache::KeyedRequest &keyed, Build &&build) -> decltype(build()) {
+    try {
+        return build();
+    } catch (const std::bad_alloc &) {
+        return Result<cache::Found>(Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key});
+    } catch (const std::exception &e) {
+        return Result<cache::Found>(
+            Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()});
+    }
+}
+
+// cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
+// is null.
+Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                  compile_job::Runner *runner = nullptr) {
+    return guarded(keyed, [&] { return cache.build(keyed, runner); });
+}
+
+// cache.build_unless_busy() guarded: nullopt when the cluster tier says another node compiles
+// the entry now.
+std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
+                                                              compile_job::Runner *runner) {
+    return guarded(keyed, [&] { return cache.build_unless_busy(keyed, runner); });
+}
+
+// The worker pool of one batch. Workers take jobs in order until there are none or the batch
+// is stopped; the calling thread collects what they finish. A job whose entry another node of
+// the cluster is compiling is put off, once, behind the others (the cluster tier: nodes that
+// run the same sweep then share it out instead of waiting for each other key by key), and
+// built after them, waiting for that node if it still compiles it. With a helper, each worker thread
+// runs NVRTC in a worker process of its own, started at its first job and ended when the
+// thread ends. The destructor stops and joins them, so an exception on the calling thread (a
+// throwing progress callback) never leaves a thread or a worker process running.
+class Pool {
+public:
+    // `helper`: the worker helper's path when the compiles run in worker processes, else empty.
+    Pool(cache::Cache &cache, std::vector<Job> &jobs, std::string helper)
+        : cache_(cache), jobs_(jobs), helper_(std::move(helper)) {}
+    Pool(const Pool &) = delete;
+    Pool &operator=(const Pool &) = delete;
+    ~Pool() {
+        stop();
+        for (std::thread &t : threads_) t.join();
+    }
+
+    // Starts up to `count` workers; returns how many started (thread creation can fail).
+    unsigned start(unsigned count) {
+        for (unsigned i = 0; i < count; ++i) {
+            try {
+                threads_.emplace_back([this] { work(); });
+            } catch (const std::system_error &e) {
+                log().warn("batch: started {} of {} worker threads: {}", i, count, e.what());
+                break;
+            }
+        }
+        return static_cast<unsigned>(threads_.size());
+    }
+
+    // In a child forked from the progress callback (on the calling thread, the only one the
+    // child has): the workers are the parent's threads, not here, and one may have held the
+    // lock at the fork. The lock and the condition variable are made anew and the workers
+    // forgotten: never joined (nothing would end them) nor detached (glibc recycles their
+    // descriptors for the child's new threads), their std::thread objects leaked. The caller
+    // then finishes the batch on its own thread.
+    void forget_workers_in_forked_child() {
+        fork_guard::renew(mutex_);
+        fork_guard::renew(finished_cv_);
+        new std::vector<std::thread>(std::move(threads_));  // leaked on purpose
+        threads_.clear();
+        stopped_ = true;
+    }
+
+    // No job starts after this.
+    void stop() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopped_ = true;
+    }
+
+    // The next finished job, waiting for one; nothing once every job taken has been collected
+    // and no more will be taken. While it waits, calls `idle` (with no lock held) at least
+    // every `idle_every`.
+    template <typename Idle>
+    std::optional<std::size_t> next_finished(std::chrono::nanoseconds idle_every, Idle &&idle) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            if (!finished_.empty()) {
+                const std::size_t j = finished_.front();
+                finished_.pop_front();
+                ++collected_;
+                return j;
+            }
+            if ((stopped_ || (next_ == jobs_.size() && put_off_.empty())) && collected_ == handed_) return std::nullopt;
+            if (finished_cv_.wait_for(lock, idle_every) == std::cv_status::timeout) {
+                lock.unlock();
+                idle();
+                lock.lock();
+            }
+        }
+    }
+
+private:
+    void work() {
+        pthread_setname_np(pthread_self(), "kjit-batch");
+        std::optional<worker_pool::WorkerProcess> process;
+        if (!helper_.empty()) process.emplace(helper_);
+        for (;;) {
+            std::size_t j = 0;
+            bool again = false;  // put off once already
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                if (stopped_) break;
+                if (next_ < jobs_.size()) {
+                    j = next_++;
+                } else if (!put_off_.empty()) {
+                    j = put_off_.front();
+                    put_off_.pop_front();
+                    again = true;
+                } else {
+                    break;
+                }
+                ++handed_;
+            }
+            compile_job::Runner *runner = process ? &*process : nullptr;
+            std::optional<Result<cache::Found>> built = again ? std::optional<Result<cache::Found>>(
+                                                                    build_guarded(cache_, jobs_[j].keyed, runner))
+                                                              : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
+            if (!built) {
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    --handed_;
+                    put_off_.push_back(j);
+                }
+                finished_cv_.notify_one();  // the end condition may have changed (a stop)
+                continue;
+            }
+            Result<cache::Found> result = std::move(*built);
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                jobs_[j].result = std::move(result);
+                finished_.push_back(j);
+            }
+            finished_cv_.notify_one();
+        }
+        // Wakes the collector for the end condition once this worker takes no more.
+        std::lock_guard<std::mutex> lock(mutex_);
+        finished_cv_.notify_one();
+    }
+
+    cache::Cache &cache_;
+    std::vector<Job> &jobs_;
+    const std::string helper_;
+    std::vector<std::thread> threads_;
+    std::mutex mutex_;
+    std::condition_variable finished_cv_;
+    std::deque<std::size_t> finished_;
+    std::deque<std::size_t> put_off_;  // jobs busy on another node when first taken
+    std::size_t next_ = 0;             // the next job not taken yet
+    std::size_t handed_ = 0;           // jobs taken and not put off: each will be collected
+    std::size_t collected_ = 0;
+    bool stopped_ = false;
+};
+
+// Keeps what a batch hands out in use until it returns (docs/cache-layout.md, "Size limit and
+// eviction"): every entry it looks up is pinned in this process (eviction here never removes
+// it, whatever its record says), and the use of every entry it reported OK is recorded again
+// at most every `refresh_ns` while it runs (for other processes, which see only the records)
+// and once more just before it returns. Calling thread only.
+class HandedOut {
+public:
+    explicit HandedOut(std::int64_t refresh_ns) : refresh_ns_(refresh_ns), last_refresh_ns_(realtime_ns()) {}
+    HandedOut(const HandedOut &) = delete;
+    HandedOut &operator=(const HandedOut &) = delete;
+    ~HandedOut() {
+        for (const std::string &key : pinned_) cache_entry::unpin(key);
+    }
+
+    void pin(const std::string &key) {
+        pinned_.push_back(key);
+        try {
+            cache_entry::pin(key);
+        } catch (...) {
+            pinned_.pop_back();
+            throw;
+        }
+        pinned_keys_.insert(key);
+    }
+    // An entry handed out; pinned too when it is not the one its request's key named (a
+    // variant of a request that reads files, cache.hpp).
+    void add(const std::string &cubin) {
+        if (!cubins_.insert(cubin).second) return;
+        order_.push_back(cubin);
+        const std::string_view entry = cache_entry::entry_of_cubin(cubin);
+        if (entry.size() >= 32) {
+            const std::string key(entry.substr(entry.size() - 32));
+            if (!pinned_keys_.count(key)) pin(key);
+        }
+    }
+    // Records the uses again when `refresh_ns` has passed since the last time.
+    void refresh_when_due() {
+        if (realtime_ns() - last_refresh_ns_ >= refresh_ns_) refresh();
+    }
+    // Records the use of every entry handed out (a stat each; a utimensat for those whose
+    // record is over a minute old).
+    void refresh() {
+        for (const std::string &cubin : order_) cache_entry::note_use_of_cubin(cubin);
+        last_refresh_ns_ = realtime_ns();
+    }
+    std::chrono::nanoseconds refresh_every() const {
+        return std::chrono::nanoseconds(std::max<std::int64_t>(refresh_ns_, 10'000'000));
+    }
+
+private:
+    std::int64_t refresh_ns_;
+    std::int64_t last_refresh_ns_;
+    std::vector<std::string> pinned_;  // in pinning order, once per pin (unpinned as many times)
+    std::unordered_set<std::string> pinned_keys_;  // the same keys, to look one up
+    std::unordered_set<std::string> cubins_;
+    std::vector<std::string> order_;
+};
+
+// One kjit_compile_batch call, on the calling thread: its items' results as they come, the
+// jobs its misses became, and what it handed out. Its steps run in order: look_up_all,
+// choose_pch, compile_misses, then results().
+class Batch {
+public:
+    Batch(const Options &options, std::size_t total)
+        : cache_(cache::Cache::instance()), options_(options), total_(total), results_(total),
+          handed_out_(options.recency_refresh_ns) {}
+
+    // 1. Looks every request up before compiling any: hits are answered at once, and identical
+    //    requests (same entry: same cache folder and key) become one job.
+    void look_up_all(std::vector<Result<cache::Request>> &items);
+    // 2. The misses the cluster tier already holds: fetched together, in pipelined round trips
+    //    (cache.hpp's fetch_from_cluster); what is left is compiled (build() settles each with
+    //    the cluster).
+    void fetch_from_cluster();
+    // 3. Which misses use NVRTC's PCH (see the definition).
+    void choose_pch();
+    // 4. Compiles the misses on the workers, reporting each as it finishes.
+    void compile_misses();
+    // 5. and 6.: every entry handed out stays in use for the in-use window after the batch
+    //    returns; whatever did not start (after a cancel) has no result.
+    std::vector<Result<cache::Found>> results();
+
+private:
+    // Records an item's result and reports it; on the calling thread only.
+    void finish(std::size_t item, Result<cache::Found> result);
+    // Looks item `i` up: answered (finish) or made a job, or merged with one.
+    void look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen);
+    // The worker helper's path when the misses compile in worker processes, empty for threads;
+    // an error when they should and cannot (explicit processes, no helper).
+    Result<std::string> worker_helper(unsigned wanted) const;
+    // Compiles the jobs not reported yet on this thread, in order, until cancelled.
+    void finish_here(std::vector<bool> &reported);
+    // Collects what the pool's workers finish, starting the rest of them after the first
+    // wave; a child forked by the progress callback finishes on this thread.
+    void collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported);
+
+    cache::Cache &cache_;
+    const Options &options_;
+    const std::size_t total_;
+    std::vector<std::optional<Result<cache::Found>>> results_;
+    std::size_t done_ = 0;
+    bool cancelled_ = false;
+    HandedOut handed_out_;
+    std::vector<Job> jobs_;
+    std::unordered_map<std::string, std::size_t> job_of_entry_;
+    std::unordered_map<std::string, cache::Found> hit_of_entry_;
+};
+
+void Batch::finish(std::size_t item, Result<cache::Found> result) {
+    if (result) handed_out_.add(result->cubin);
+    handed_out_.refresh_when_due();
+    results_[item] = std::move(result);
+    ++done_;
+    // After a cancel, items that were already compiling are still reported; what the
+    // callback returns for them no longer matters.
+    if (options_.progress && options_.progress(done_, total_, item, *results_[item]) && !cancelled_) {
+        cancelled_ = true;
+        log().debug("batch: cancelled by the progress callback after {} of {} items", done_, total_);
+    }
+}
+
+void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
+    // Items over one header tree check each of its files once (a stat, maybe a hash) per call.
+    include_scanner::FileMemo files_seen;
+    for (std::size_t i = 0; i < total_ && !cancelled_; ++i) {
+        if (!items[i]) {
+            finish(i, std::move(items[i]).error());
+            continue;
+        }
+        auto keyed = cache::key_request(std::move(*items[i]));
+        if (!keyed) {
+            finish(i, std::move(keyed).error());
+            continue;
+        }
+        look_up(i, std::move(*keyed), files_seen);
+    }
+}
+
+void Batch::look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen) {
+    // From its lookup on, eviction in this process leaves the entry alone.
+    if (!job_of_entry_.count(keyed.entry) && !hit_of_entry_.count(keyed.entry)) handed_out_.pin(keyed.key);
+    if (auto job = job_of_entry_.find(keyed.entry); job != job_of_entry_.end()) {
+        cache_.count_merged(false, 1);
+        jobs_[job->second].items.push_back(i);
+        return;
+    }
+    if (auto hit = hit_of_entry_.find(keyed.entry); hit != hit_of_entry_.end()) {
+        cache_.count_merged(true, 1);
+        finish(i, hit->second);
+        return;
+    }
+    auto found = cache_.find(keyed, &files_seen);
+    if (!found) {
+        finish(i, std::move(found).error());
+    } else if (*found) {
+        hit_of_entry_.emplace(keyed.entry, **found);
+        finish(i, std::move(**found));
+    } else {
+        job_of_entry_.emplace(keyed.entry, jobs_.size());
+        jobs_.push_back(Job{std::move(keyed), {i}, std::nullopt});
+    }
+}
+
+void Batch::fetch_from_cluster() {
+    if (cancelled_ || jobs_.empty()) return;
+    std::vector<const cache::KeyedRequest *> misses;
+    for (const Job &job : jobs_) misses.push_back(&job.keyed);
+    auto fetched = cache_.fetch_from_cluster(misses);
+    std::vector<Job> left;
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        if (!fetched[j]) {
+            left.push_back(std::move(jobs_[j]));
+            continue;
+        }
+        for (std::size_t item : jobs_[j].items) finish(item, *fetched[j]);
+    }
+    jobs_ = std::move(left);
+}
+
+// By default, the misses that share their header identity with another miss of the batch
+// (cache::pch_texts) use NVRTC's PCH: a PCH serves the compiles after the one that makes it, so
+// one used by a single compile only costs its creation (humming's items, each with its
+// configuration before the #include or a header of its own, were about 20% slower with one
+// each). Sources without #include have nothing to precompile. `--pch` among an item's options
+// (key_request took it out) asks for it as KJIT_PCH_ON would, except under KJIT_PCH_OFF.
+void Batch::choose_pch() {
+    if (options_.pch != Pch::automatic) {
+        for (Job &job : jobs_) job.keyed.request.use_pch = options_.pch == Pch::on;
+        return;
+    }
+    std::vector<std::string> texts(jobs_.size());
+    std::unordered_map<std::string, std::size_t> misses_of;
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        const cache::Request &r = jobs_[j].keyed.request;
+        if (!includes_headers(r)) continue;
+        texts[j] = cache::pch_texts(r);
+        ++misses_of[texts[j]];
+    }
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        cache::Request &r = jobs_[j].keyed.request;
+        r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
+    }
+}
+
+void Batch::finish_here(std::vector<bool> &reported) {
+    for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
+        if (reported[j]) continue;
+        const Result<cache::Found> result = build_guarded(cache_, jobs_[j].keyed);
+        reported[j] = true;
+        for (std::size_t item : jobs_[j].items) finish(item, result);
+    }
+}
+
+// The progress callback may fork: a child then returns into this loop without the parent's
+// workers (fork_guard.hpp) and compiles what was not reported yet itself, on this thread
+// (`reported` is this thread's own record, never written by a worker).
+void Batch::collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported) {
+    const std::uint64_t generation = fork_guard::generation();
+    bool all_started = first_wave == wanted;
+    while (auto j = pool.next_finished(handed_out_.refresh_every(), [&] { handed_out_.refresh_when_due(); })) {
+        reported[*j] = true;
+        for (std::size_t item : jobs_[*j].items) finish(item, *jobs_[*j].result);
+        if (fork_guard::generation() != generation) {  // this is a child forked by the callback
+            log().debug("batch: forked from the progress callback; finishing {} jobs on the calling thread",
+                        std::count(reported.begin(), reported.end(), false));
+            pool.forget_workers_in_forked_child();
+            finish_here(reported);
+            return;
+        }
+        if (cancelled_) {
+            pool.stop();
+        } else if (!all_started) {
+            pool.start(wanted - first_wave);
+            all_started = true;
+        }
+    }
+}
+
+Result<std::string> Batch::worker_helper(unsigned wanted) const {
+    if (options_.kind == WorkerKind::threads) return std::string();
+    if (options_.kind == WorkerKind::automatic) {
+        // NVRTC compiles header-heavy sources one at a time within a process (docs/batch.md:
+        // 2 threads 0.86x, 2 processes 1.70x); header-free ones scale on threads, which cost
+        // no process start.
+        const bool any_headers = std::any_of(jobs_.begin(), jobs_.end(), [](const Job &job) {
+            const cache::Request &r = job.keyed.request;
+            return !r.headers.empty() || includes_headers(r);
+        });
+        if (wanted < 2 || !any_headers) return std::string();
+    }
+    auto helper = worker_pool::helper_path();
+    if (helper || options_.kind == WorkerKind::processes) return helper;
+    log().info("batch: compiling on threads, not worker processes: {}", helper.error().message);
+    return std::string();
+}
+
+void Batch::compile_misses() {
+    if (cancelled_ || jobs_.empty()) return;
+    std::vector<bool> reported(jobs_.size(), false);
+    const unsigned wanted = static_cast<unsigned>(std::min<std::size_t>(
+        {jobs_.size(), static_cast<std::size_t>(std::max(1u, options_.workers)), kMaxWorkers}));
+    auto helper = worker_helper(wanted);
+    if (!helper) {
+        for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
+            for (std::size_t item : jobs_[j].items) finish(item, helper.error());
+        }
+        return;
+    }
+    const bool first_uses_pch = jobs_.front().keyed.request.use_pch;
+    const std::size_t with_pch = static_cast<std::size_t>(
+        std::count_if(jobs_.begin(), jobs_.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
+    log().debug("batch: {} items, {} to compile on {} {}, {} with a PCH ({})", total_, jobs_.size(), wanted,
+                helper->empty() ? "threads" : "worker processes", with_pch,
+                options_.pch == Pch::on    ? "on"
+                : options_.pch == Pch::off ? "off"
+                                           : "for misses that share their headers");
+    Pool pool(cache_, jobs_, *helper);
+    // With PCH on threads the first compile runs alone: it creates the precompiled header the
+    // others then use, where workers started together would each parse the headers and make
+    // their own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s). Worker processes
+    // each make their own anyway.
+    const unsigned first_wave = first_uses_pch && helper->empty() ? 1u : wanted;
+    if (pool.start(first_wave) == 0) {
+        finish_here(reported);  // no thread could be started: compile on this one
+    } else {
+        collect(pool, wanted, first_wave, reported);
+    }
+}
+
+std::vector<Result<cache::Found>> Batch::results() {
+    handed_out_.refresh();
+    std::vector<Result<cache::Found>> out;
+    out.reserve(total_);
+    for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
+    return out;
+}
+
+}  // namespace
+
+std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
+    Batch batch(options, items.size());
+    batch.look_up_all(items);
+    batch.fetch_from_cluster();
+    batch.choose_pch();
+    batch.compile_misses();
+    return batch.results();
+}
+
+}  // namespace kjit::batch_compiler

@@ -1,0 +1,389 @@
+#include "cache/cache.hpp"
+
+#include "store/cache_entry.hpp"
+#include "compile/compiler.hpp"
+#include "util/fork_guard.hpp"
+#include "key/include_scanner.hpp"
+#include "util/log.hpp"
+#include "resolve/name_resolver.hpp"
+#include "compile/nvrtc_probe.hpp"
+#include "remote/remote_store.hpp"
+
+#include <chrono>
+#include <exception>
+#include <new>
+
+namespace kjit::cache {
+
+namespace {
+
+std::atomic<Cache *> instance_slot{nullptr};
+
+// NVRTC's request for `keyed`, without libkjit's PCH options.
+compiler::Request nvrtc_request(const Request &request) {
+    compiler::Request nvrtc;
+    nvrtc.source = request.source;
+    nvrtc.program_name = cache_entry::kSourceFile;
+    nvrtc.options.push_back("-arch=" + request.arch);
+    nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
+    for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
+    nvrtc.headers = request.headers;
+    if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);
+    return nvrtc;
+}
+
+// The manifest of a new entry `key` (a variant of `source_key` when not empty) of `request`,
+// its kernel `name`; publish fills in the cubin's size and hash and the time.
+cache_entry::Manifest new_manifest(const Request &request, const std::string &key, const std::string &source_key,
+                                   const std::string &name, double compile_seconds) {
+    cache_entry::Manifest m;
+    m.key = key;
+    m.source_key = source_key;
+    m.keyword = request.keyword;
+    m.name = name;
+    m.arch = request.arch;
+    m.nvrtc = request.nvrtc_identity;
+    m.options = request.nvrtc_options;
+    m.include_paths = request.include_paths;
+    for (const auto &h : request.headers) m.headers.push_back(h.first);
+    m.name_expression = request.name_expression;
+    m.compile_seconds = compile_seconds;
+    return m;
+}
+
+// The cluster tier `request` asks for (Request::remote_spec), or null for none. Errors: a bad
+// setting (remote::parse).
+Result<remote::Tier *> tier_for(const Request &request) {
+    if (request.remote_spec.empty()) return static_cast<remote::Tier *>(nullptr);
+    return remote::Tier::for_spec(request.remote_spec, request.remote_origin);
+}
+
+// What a value of the cluster tier must have been made for to be `keyed`'s entry `entry_key`.
+remote::Expected expected_for(const KeyedRequest &keyed, const std::string &entry_key) {
+    const Request &r = keyed.request;
+    return remote::Expected{entry_key, kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
+}
+
+}  // namespace
+
+Cache::Cache() : local_(counters_), stores_{&local_} {}
+
+Cache &Cache::instance() {
+    return fork_guard::lazy(instance_slot, [] { return new Cache(); });  // leaked: usable during exit
+}
+
+const bool Cache::fork_handler_registered_ = fork_guard::at_fork_child(&Cache::renew_in_forked_child);
+
+void Cache::renew_in_forked_child() {
+    Cache *cache = instance_slot.load(std::memory_order_relaxed);
+    if (!cache) return;
+    fork_guard::renew(cache->flights_mutex_);
+    fork_guard::renew(cache->flights_);
+    cache->memo_.renew_in_forked_child();
+    cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
+}
+
+Result<Found> Cache::compile(Request request) {
+    const bool memo_on = HitMemo::enabled();
+    const HitMemo::Digest digest = memo_on ? HitMemo::digest(request) : HitMemo::Digest{};
+    bool by_watch = false;
+    if (auto remembered = memo_on ? memo_.recall(digest, &by_watch) : std::nullopt) {
+        counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
+        counters_.memo_answers.fetch_add(1, std::memory_order_relaxed);
+        if (by_watch) counters_.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
+        log().debug("cache hit [{}] from the hit memo: {}", request.keyword, remembered->cubin);
+        return std::move(*remembered);
+    }
+    const HitMemo::Proof proof = HitMemo::before_look_up();
+    auto keyed = key_request(std::move(request));
+    if (!keyed) return std::move(keyed).error();
+    auto found = find(*keyed);
+    if (!found) return std::move(found).error();
+    Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
+    if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
+    return answer;
+}
+
+void Cache::count_merged(bool hit, std::uint64_t n) {
+    if (hit) {
+        counters_.compile_hits.fetch_add(n, std::memory_order_relaxed);
+    } else {
+        counters_.compile_misses.fetch_add(n, std::memory_order_relaxed);
+        counters_.compile_shared_waits.fetch_add(n, std::memory_order_relaxed);
+    }
+}
+
+Result<std::optional<Found>> Cache::find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                                         std::string *why) {
+    for (EntryStore *store : stores_) {
+        auto found = store->find(keyed, memo, why);
+        if (!found || *found) return found;
+    }
+    return std::optional<Found>();
+}
+
+Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo) {
+    std::string why;
+    auto found = find_in_stores(keyed, memo, &why);
+    if (!found) return found;
+    if (*found) {
+        counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
+        log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, (*found)->cubin);
+        // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
+        // record that spares the next processes loading it (once per folder).
+        nvrtc_probe::record(keyed.request.cache_dir);
+        return found;
+    }
+    counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
+    log().debug("cache miss {} [{}]: {}", keyed.key, keyed.request.keyword,
+                why.empty() ? std::string("no entry") : "entry unusable: " + why);
+    return found;
+}
+
+Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
+    return build_once(keyed, runner, nullptr);
+}
+
+std::optional<Result<Found>> Cache::build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner) {
+    bool busy = false;
+    Result<Found> result = build_once(keyed, runner, &busy);
+    if (busy) return std::nullopt;
+    return result;
+}
+
+Result<Found> Cache::build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
+    // One compile per entry (cache folder and key) in this process; later callers wait for it
+    // and share its result. Not per key alone: the result is a path in one cache folder, and a
+    // caller of another folder would get that path while its own cache stayed empty.
+    std::shared_ptr<Flight> flight;
+    bool leader = false;
+    {
+        std::lock_guard<std::mutex> lock(flights_mutex_);
+        auto &slot = flights_[keyed.entry];
+        if (!slot) {
+            slot = std::make_shared<Flight>();
+            leader = true;
+        }
+        flight = slot;
+    }
+    if (!leader) {
+        counters_.compile_shared_waits.fetch_add(1, std::memory_order_relaxed);
+        std::unique_lock<std::mutex> lock(flight->mutex);
+        flight->done_cv.wait(lock, [&] { return flight->done; });
+        // The leader put it off (busy on another node): this caller builds it, waiting if asked to.
+        if (flight->busy) {
+            lock.unlock();
+            return build_once(keyed, runner, busy);
+        }
+        return *flight->result;
+    }
+    Result<Found> result = [&]() -> Result<Found> {
+        try {
+            return compile_and_publish(keyed, runner, busy);
+        } catch (const std::bad_alloc &) {
+            return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
+        } catch (const std::exception &e) {
+            return Error{Errc::internal, std::string("internal error while compiling: ") + e.what()};
+        }
+    }();
+    const bool put_off = busy && *busy;
+    if (result && !put_off) nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
+    {
+        std::lock_guard<std::mutex> lock(flight->mutex);
+        flight->result = result;
+        flight->busy = put_off;
+        flight->done = true;
+    }
+    flight->done_cv.notify_all();
+    {
+        std::lock_guard<std::mutex> lock(flights_mutex_);
+        flights_.erase(keyed.entry);
+    }
+    return result;
+}
+
+Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
+    const Request &request = keyed.request;
+    // One compile of this key on the node: another process compiling it is waited for, and its
+    // entry is then found below. Held until this compile is published.
+    const auto node_lock = local_.lock_for_compile(keyed);
+    // Another process may have published while this one waited or looked.
+    std::string why;
+    auto found = find_in_stores(keyed, nullptr, &why);
+    if (!found) return std::move(found).error();
+    if (*found) return std::move(**found);
+
+    // Files are recorded before the compile: one edited during it then misses next time. Their
+    // content chooses the entry (variant_key): one per state of the files, so an edit and its
+    // revert both hit.
+    std::vector<include_scanner::Dependency> deps;
+    std::string entry_key = keyed.key;
+    std::string source_key;
+    if (request.reads_files) {
+        auto scanned = include_scanner::scan(request.source, request.headers, request.search);
+        if (!scanned) return std::move(scanned).error();
+        deps = std::move(*scanned);
+        source_key = keyed.key;
+        entry_key = variant_key(keyed.key, deps);
+        // Built before, but no longer listed (fallen off the variants file, or the file was lost
+        // or rewritten by another process at the same time): no compile, and listed again.
+        for (EntryStore *store : stores_) {
+            auto there = store->find_variant(keyed, entry_key, &why);
+            if (!there) return std::move(there).error();
+            if (*there) return std::move(**there);
+        }
+    }
+    if (auto st = local_.can_publish(keyed); !st) return std::move(st).error();
+
+    // The cluster tier, when one is set: another node's entry, or this node compiles it for the
+    // cluster (holding the lease), or another node's compile error; else a compile here.
+    auto found_tier = tier_for(request);
+    if (!found_tier) return std::move(found_tier).error();
+    remote::Tier *const tier = *found_tier;
+    const remote::Expected expected = expected_for(keyed, entry_key);
+    std::optional<remote::Settled> settled;
+    if (tier) {
+        settled = tier->settle(expected, busy != nullptr);
+        if (settled->kind == remote::Settled::Kind::busy) {
+            *busy = true;
+            return Error{Errc::internal, "put off: another node compiles " + entry_key};  // never returned to a caller
+        }
+        if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
+        if (settled->kind == remote::Settled::Kind::fetched) {
+            return publish_fetched(keyed, std::move(*settled->entry), source_key, deps);
+        }
+    }
+
+    double seconds = 0;
+    auto compiled = run_nvrtc(keyed, deps, runner, &seconds);
+    if (!compiled) {
+        // A compile error is the source's: the other nodes waiting on this lease get it too.
+        if (settled && settled->lease && compiled.error().code == Errc::compile) {
+            tier->put_failure(expected, compiled.error(), *settled->lease);
+        }
+        return std::move(compiled).error();
+    }
+    const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
+    auto name = name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
+                                   request.name_expression, lowered);
+    if (!name) return std::move(name).error();
+
+    cache_entry::NewEntry entry;
+    entry.cubin = compiled->cubin;
+    entry.source = request.source;
+    entry.manifest = new_manifest(request, entry_key, source_key, *name, seconds);
+    if (request.reads_files) entry.deps_text = include_scanner::format(deps);
+    // Here first, so that this node's other processes, waiting on the node lock, find it; then
+    // for the cluster (the lease is released after, when `settled` goes).
+    auto published = publish_everywhere(keyed, entry);
+    if (published && tier) {
+        tier->put(expected, cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin,
+                  settled && settled->lease ? settled->lease.get() : nullptr);
+    }
+    return published;
+}
+
+Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
+                                          const std::vector<include_scanner::Dependency> &deps,
+                                          compile_job::Runner *runner, double *seconds) {
+    const Request &request = keyed.request;
+    // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
+    if (auto st = nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
+        return std::move(st).error();
+    }
+    compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
+    if (request.use_pch) {
+        job.pch_identity = pch_identity(request, deps);
+        job.pch_options = request.pch_options;
+    }
+    counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);
+    const int in_flight = counters_.compiles_in_flight.fetch_add(1) + 1;
+    for (int seen = counters_.max_compiles_in_flight.load();
+         in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
+    }
+    const auto started = std::chrono::steady_clock::now();
+    compile_job::Outcome outcome = runner ? runner->run(job) : compile_job::run_here(job);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    counters_.compiles_in_flight.fetch_sub(1);
+    counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(*seconds * 1e9), std::memory_order_relaxed);
+    if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
+    if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
+    Result<compiler::Output> compiled = std::move(outcome.output);
+    if (!compiled && compiled.error().code == Errc::nvrtc &&
+        compiled.error().message.find("--gpu-architecture") != std::string::npos) {
+        // NVRTC's own words are "invalid value for --gpu-architecture (-arch)": say which value,
+        // where it came from and what this NVRTC takes.
+        std::string supported;
+        for (const std::string &a : compiler::supported_archs()) supported += (supported.empty() ? "" : ", ") + a;
+        Error e = compiled.error();
+        e.message = "NVRTC " + request.nvrtc_identity.substr(0, request.nvrtc_identity.find(' ')) +
+                    " does not compile for arch '" + request.arch + "'" +
+                    (request.arch_origin.empty() ? "" : " (from " + request.arch_origin + ")") +
+                    (supported.empty() ? "" : "; it compiles for " + supported) +
+                    " (an 'a' or 'f' suffix, e.g. sm_90a, on an arch it lists): " + e.message;
+        return e;
+    }
+    if (!compiled) return compiled;
+    if (*seconds >= 1.0) log().info("slow compile: {} [{}] took {:.2f} s", keyed.key, request.keyword, *seconds);
+    log().debug("compiled {} [{}] in {:.3f} s", keyed.key, request.keyword, *seconds);
+    return compiled;
+}
+
+Result<Found> Cache::publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                     const std::vector<include_scanner::Dependency> &deps) {
+    cache_entry::NewEntry entry;
+    entry.cubin = fetched.cubin;
+    entry.source = keyed.request.source;
+    entry.manifest = std::move(fetched.manifest);
+    entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
+    // This node's files: the key says their content is the producer's.
+    if (keyed.request.reads_files) entry.deps_text = include_scanner::format(deps);
+    auto local = local_.publish(keyed, entry);
+    if (!local) return std::move(local).error();
+    return Found{std::move(**local), entry.manifest.name};
+}
+
+std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const KeyedRequest *> &misses) {
+    std::vector<std::optional<Found>> found(misses.size());
+    // The misses of each setting (a batch's items normally share one).
+    std::map<std::string, std::vector<std::size_t>> by_spec;
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+        const Request &r = misses[i]->request;
+        if (!r.remote_spec.empty() && !r.reads_files) by_spec[r.remote_spec].push_back(i);
+    }
+    for (const auto &[spec, indexes] : by_spec) {
+        auto tier = tier_for(misses[indexes.front()]->request);
+        if (!tier || !*tier) continue;  // build() says what is wrong
+        std::vector<std::size_t> asked;
+        std::vector<remote::Expected> wanted;
+        for (std::size_t i : indexes) {
+            const KeyedRequest &keyed = *misses[i];
+            if (!local_.can_publish(keyed)) continue;
+            asked.push_back(i);
+            wanted.push_back(expected_for(keyed, keyed.key));
+        }
+        auto entries = (*tier)->fetch_many(wanted);
+        for (std::size_t k = 0; k < asked.size(); ++k) {
+            if (!entries[k]) continue;
+            auto published = publish_fetched(*misses[asked[k]], std::move(*entries[k]), std::string(), {});
+            if (published) found[asked[k]] = std::move(*published);
+        }
+    }
+    return found;
+}
+
+Result<Found> Cache::publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
+    auto local = local_.publish(keyed, entry);
+    if (!local) return std::move(local).error();
+    for (EntryStore *store : stores_) {
+        if (store == &local_) continue;
+        // Another tier missing the entry costs its users a compile, never this one its result.
+        if (auto st = store->publish(keyed, entry); !st) {
+            log().info("could not publish {} to the {} store: {}", entry.manifest.key, store->name(),
+                       st.error().message);
+        }
+    }
+    return Found{std::move(**local), entry.manifest.name};
+}
+
+}  // namespace kjit::cache

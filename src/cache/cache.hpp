@@ -1,0 +1,133 @@
+// Cache: kjit_compile's content-addressed cubin cache, as an orchestrator of its parts. A
+// request is keyed (cache_key.hpp), looked up in the entry stores in order (entry_store.hpp:
+// today the local cache folder, local_store.hpp), and on a miss compiled once per entry per
+// process at a time (single flight), named (name_resolver.hpp) and published to the stores
+// (cache_entry::publish writes the entry atomically). Layout: docs/cache-layout.md.
+//
+//   <cache>/<k0k1>/<key>/kernel.cubin        the cubin
+//                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
+//                        source.cu           the source, for people debugging a failure
+//                        manifest.txt        options, arch, NVRTC version, name, the cubin's size and
+//                                            XXH3-128, creation time; a check line (cache_entry.hpp)
+//                        deps.txt            the files the compile may read (when it may read any)
+//
+// Knows the key, the stores, the include scanner (a miss's files), the compiler, the PCH
+// folders and the name resolver (the name of a fresh cubin).
+#pragma once
+
+#include "cache/cache_counters.hpp"
+#include "key/cache_key.hpp"
+#include "compile/compile_job.hpp"
+#include "cache/hit_memo.hpp"
+#include "key/include_scanner.hpp"
+#include "cache/local_store.hpp"
+#include "remote/remote_entry.hpp"
+#include "util/status.hpp"
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kjit::cache {
+
+class Cache {
+public:
+    // The cache kjit_compile uses; one per process. In a forked child its in-flight table is
+    // empty (fork_guard.hpp): a compile the parent had in flight has no thread in the child.
+    static Cache &instance();
+
+    // A cache of its own (own counters and single-flight table) over the same folders: tests.
+    Cache();
+    Cache(const Cache &) = delete;
+    Cache &operator=(const Cache &) = delete;
+
+    // The cached cubin's absolute path for `request` and the kernel's name in it (taken by
+    // value: its folders are made absolute in place), compiling it on a miss: key_request, find,
+    // then build. A repeat of a request this cache answered is answered by its hit memo when
+    // nothing can have changed the answer (hit_memo.hpp), counted as a hit. Thread safe.
+    Result<Found> compile(Request request);
+
+    // The steps of compile(), for callers that look many requests up before compiling any
+    // (batch_compiler); the first is cache::key_request. Each is thread safe.
+    //
+    // The entry (cubin path and name) when a store has one that answers the request (counted as a hit), else
+    // nothing (counted as a miss). Errors: the cache folder is unusable (world-writable, not a
+    // folder) or an entry is someone else's. `memo`: a FileMemo for every lookup of one call (a
+    // batch), so each dependency file is stat'ed once per call; or null.
+    Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo = nullptr);
+    // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
+    // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
+    // process of a batch, worker_pool.hpp), or in this process when it is null; everything
+    // else (locks, looking again, naming, publishing, counting) happens here either way.
+    Result<Found> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
+    // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
+    // says another node is compiling the entry now (the batch builds it again later, then
+    // waiting for that node if it still is); otherwise build()'s result. Thread safe.
+    std::optional<Result<Found>> build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner);
+    // For a batch, after its look-ups and before it compiles: the entries the cluster tier
+    // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
+    // pipelined round trips without any lease and published here; nullopt for each that must
+    // still be built (build() then settles it with the cluster). Requests that read files are
+    // left to build(): their key needs their files scanned first. Never fails: a problem leaves
+    // the request to build(), which reports it. Thread safe.
+    std::vector<std::optional<Found>> fetch_from_cluster(const std::vector<const KeyedRequest *> &misses);
+    // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
+    // (its misses also count as shared waits).
+    void count_merged(bool hit, std::uint64_t n);
+
+    const Counters &counters() const { return counters_; }
+    HitMemo &hit_memo() { return memo_; }
+
+    // Adds a tier after the stores already there (the local one first): looked up when they
+    // miss, and offered every entry this cache compiles. `store` must outlive the cache. Not
+    // thread safe: add stores before the cache is used.
+    void add_store(EntryStore &store) { stores_.push_back(&store); }
+
+private:
+    struct Flight {
+        std::mutex mutex;
+        std::condition_variable done_cv;
+        bool done = false;
+        bool busy = false;  // the leader found the entry busy on another node: no result
+        std::optional<Result<Found>> result;
+    };
+
+    // The stores, in lookup order; the local one first.
+    Result<std::optional<Found>> find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                                      std::string *why);
+    // build() without the single flight: looks again (another process may have published
+    // meanwhile), then compiles, names and publishes.
+    // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
+    Result<Found> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
+    // build() and build_unless_busy(): `busy` as compile_and_publish's.
+    Result<Found> build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
+    // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
+    // `deps`) on `runner` (null: here), counted and timed into *seconds.
+    Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,
+                                       compile_job::Runner *runner, double *seconds);
+    // Publishes an entry fetched from the cluster tier in the local store (only: it is the
+    // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
+    // `source_key` with `deps`, for a request that reads files).
+    Result<Found> publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                  const std::vector<include_scanner::Dependency> &deps);
+    // Publishes `entry` to every store; the local store's path is the answer.
+    Result<Found> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
+
+    // In a forked child: the instance's in-flight table and its lock made anew (the parent's
+    // flights, and any thread that held the lock, are not in the child), no compile in flight.
+    static void renew_in_forked_child();
+    static const bool fork_handler_registered_;
+
+    Counters counters_;
+    HitMemo memo_;
+    LocalStore local_;
+    std::vector<EntryStore *> stores_;  // lookup order; &local_ first
+    std::mutex flights_mutex_;
+    std::map<std::string, std::shared_ptr<Flight>> flights_;  // by entry folder
+};
+
+}  // namespace kjit::cache

@@ -1,0 +1,59 @@
+// Entry store: one tier the cache looks entries up in, behind one small interface, so that a
+// new tier is a new file, not edits across the cache. The cache asks its stores in order; a hit
+// anywhere is a cubin path on this machine, and a compile's result is published to every store,
+// the local one first (its path is the answer). The Redis cluster tier (remote_store.hpp) is not
+// one: its look-up also claims a lease that wraps the compile, held under the node's compile
+// lock only, so the cache consults it at that one point of a miss (docs/architecture.md).
+#pragma once
+
+#include "store/cache_entry.hpp"
+#include "util/filesystem.hpp"
+#include "key/cache_key.hpp"
+#include "key/include_scanner.hpp"
+#include "util/status.hpp"
+
+#include <optional>
+#include <string>
+
+namespace kjit::cache {
+
+// An entry that answers a request: its cubin's path on this machine, and the kernel's mangled
+// name in it, as kjit_resolve_name gives it for the request's keyword (found by the same look-up
+// that proved the entry, so a caller that wants both reads nothing twice).
+struct Found {
+    std::string cubin;
+    std::string name;
+    // The cubin file the look-up proved the name for (the hit memo compares it later); zero
+    // when the answer comes from a compile or a store that does not say.
+    FileIdentity cubin_identity{};
+};
+
+class EntryStore {
+public:
+    virtual ~EntryStore() = default;
+
+    // For logs: "local", ...
+    virtual const char *name() const = 0;
+
+    // The entry that answers `keyed` (a hit: its cubin path and kernel name), else nullopt, with *why saying
+    // why an entry that was there could not serve (empty when there was none). A request that
+    // reads files is looked up by its source key (its variants). `memo`: the FileMemo of one
+    // call (a batch's), so each dependency file is stat'ed once per call; or null. Errors: the
+    // store refuses to serve the request (its folder or an entry belongs to someone untrusted):
+    // the cache stops there, it never compiles over someone else's entry.
+    virtual Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+                                              std::string *why) = 0;
+
+    // For a request that reads files: its entry `variant_key` (the state of
+    // the files now), when that entry answers it, found without its variants file (built before,
+    // but no longer listed); the store lists it again. Else nullopt. Errors as find().
+    virtual Result<std::optional<Found>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+                                                      std::string *why) = 0;
+
+    // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
+    // returns its cubin path in this store (nullopt from a store that keeps no local copy).
+    // Errors: io naming what could not be written.
+    virtual Result<std::optional<std::string>> publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) = 0;
+};
+
+}  // namespace kjit::cache

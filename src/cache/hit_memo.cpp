@@ -1,0 +1,158 @@
+#include "cache/hit_memo.hpp"
+
+#include "store/cache_entry.hpp"
+#include "key/dependency_watch.hpp"
+#include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace kjit::cache {
+
+namespace {
+
+// The working directory, or "" when it cannot be told (then nothing that depends on it is
+// served from memory).
+std::string working_dir_now() {
+    char buf[PATH_MAX];
+    return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+// Each field with its length first, so that no two requests hash the same bytes. The fields
+// are laid end to end in a buffer of the thread's and hashed in one call: XXH3's streaming
+// interface costs more per field than these few bytes do.
+class FieldHasher {
+public:
+    FieldHasher() : bytes_(buffer()) { bytes_.clear(); }
+    void field(std::string_view s) {
+        count(s.size());
+        bytes_.append(s.data(), s.size());
+    }
+    void count(std::size_t n) {
+        const std::uint64_t v = n;
+        bytes_.append(reinterpret_cast<const char *>(&v), sizeof v);
+    }
+    HitMemo::Digest digest() {
+        const XXH128_hash_t h = XXH3_128bits(bytes_.data(), bytes_.size());
+        if (bytes_.capacity() > kKeptCapacity) std::string().swap(bytes_);  // a huge source's buffer is not kept
+        return HitMemo::Digest{h.low64, h.high64};
+    }
+
+private:
+    static constexpr std::size_t kKeptCapacity = 1 << 20;
+    static std::string &buffer() {
+        thread_local std::string bytes;
+        return bytes;
+    }
+    std::string &bytes_;
+};
+
+}  // namespace
+
+HitMemo::Digest HitMemo::digest(const Request &request) {
+    FieldHasher h;
+    h.field(request.source);
+    h.field(request.keyword);
+    h.field(request.cache_dir);
+    h.field(request.arch);
+    h.count(request.nvrtc_options.size());
+    for (const std::string &o : request.nvrtc_options) h.field(o);
+    h.count(request.include_paths.size());
+    for (const std::string &p : request.include_paths) h.field(p);
+    h.count(request.headers.size());
+    for (const auto &[name, text] : request.headers) {
+        h.field(name);
+        h.field(text);
+    }
+    h.count(request.name_expression ? 1 : 0);
+    if (request.name_expression) h.field(*request.name_expression);
+    return h.digest();
+}
+
+HitMemo::Proof HitMemo::before_look_up() { return Proof{cache_entry::retirements()}; }
+
+bool HitMemo::enabled() {
+    const char *v = std::getenv("KJIT_HIT_MEMO");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const {
+    *by_watch = false;
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const auto it = answers_.find(digest);
+    if (it == answers_.end()) return std::nullopt;
+    const Answer &a = it->second;
+    if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
+    if (cache_entry::retirements() != a.retirements) return std::nullopt;
+    if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
+    if (a.reads_files) {
+        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
+        *by_watch = true;
+    }
+    const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
+    // A request that reads files had the queue read just now, by proven().
+    if (watched != 0 && dependency_watch::still_at(watched, /*read_queue=*/!a.reads_files)) {
+        answers_by_watch_.fetch_add(1, std::memory_order_relaxed);
+        return a.found;
+    }
+    const auto unchanged = [&] {
+        struct stat now {};
+        return ::lstat(a.found.cubin.c_str(), &now) == 0 && S_ISREG(now.st_mode) && FileIdentity::from_stat(now) == a.cubin;
+    };
+    if (!unchanged()) return std::nullopt;
+    // Proven by the lstat: watch the cubin for the next repeats. The watch goes first and the
+    // file is proven again after it, so no change slips between the two.
+    if (const std::optional<std::uint64_t> armed = dependency_watch::arm_file(a.found.cubin); armed && unchanged()) {
+        a.cubin_watched.generation.store(*armed, std::memory_order_release);
+    }
+    return a.found;
+}
+
+void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof) {
+    Answer a;
+    a.found = found;
+    // The very file the look-up proved the name for; an answer from a compile (no identity)
+    // is remembered from its next look-up on.
+    a.cubin = found.cubin_identity;
+    if (a.cubin == FileIdentity{}) return;
+    if (a.cubin.mtime_nsec == 0) return;  // whole-second times: an edit may not show
+    a.entry = found.cubin.substr(0, found.cubin.find_last_of('/'));
+    a.reads_files = keyed.request.reads_files;
+    if (a.reads_files) {
+        // Served again only while the header watch proves the files unchanged, which it does
+        // for an entry it remembered at this look-up (by the folder's identity).
+        if (::lstat(a.entry.c_str(), &a.entry_st) != 0) return;
+        a.source_key = keyed.key;
+        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
+    }
+    if (keyed.uses_working_dir) {
+        a.working_dir = working_dir_now();
+        if (a.working_dir.empty()) return;
+    }
+    a.proven_ns = steady_ns();
+    a.retirements = proof.retirements_before;
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    if (answers_.size() >= kMaxAnswers && !answers_.count(digest)) answers_.clear();
+    answers_[digest] = std::move(a);
+}
+
+void HitMemo::clear() {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    answers_.clear();
+}
+
+void HitMemo::renew_in_forked_child() { fork_guard::renew(mutex_); }
+
+std::size_t HitMemo::size() const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return answers_.size();
+}
+
+}  // namespace kjit::cache

@@ -1,0 +1,128 @@
+// Hit memo: the in-process layer in front of the entry stores. A repeat of a request this
+// process has answered (the same source, keyword, cache folder, arch, NVRTC options, include
+// paths, in-memory headers and name expression, after defaults) is answered from memory: no
+// keying, no trust checks, no sidecar read. Never where something could have changed the answer
+// (docs/cache-layout.md, "The hit memo"); at every repeat:
+//
+//   - The cubin: the very file the full look-up proved (device, inode, size, mtime and ctime to
+//     the nanosecond). A removed entry (eviction, prune, clear, rm), a replaced or rewritten
+//     cubin, even one touched, is looked up in full. Proven by one lstat at the first repeat,
+//     which then also watches the cubin and every folder on its path (dependency_watch.hpp's
+//     inotify watch, placed before a second lstat that must agree); later repeats ask the
+//     watch's queue instead (dependency_watch::still_at: one ioctl without a lock, while
+//     nothing is queued; a change that finished before the call always shows there), and after
+//     any event that matters go back to the lstat. Where the
+//     watch cannot vouch (network or FUSE file systems, KJIT_WATCH_HEADERS=0, no inotify),
+//     every repeat takes the lstat. A cubin whose mtime has no sub-second part (a file system
+//     or copy that keeps whole seconds, where an edit within the second cannot show) is never
+//     remembered, as the name resolver trusts no sidecar for it without hashing.
+//   - The files the request may read (include paths, the working directory): proven unchanged
+//     by the header watch (dependency_watch.hpp), one non-blocking read of the inotify queue;
+//     where the watch cannot vouch for them, the answer is not remembered.
+//   - The working directory, when the answer depends on it (a relative folder, or NVRTC
+//     searching it): compared.
+//   - Any entry this process began to remove since the look-up: every answer is looked up again.
+//
+// And at most kRevalidateNs after the full look-up that proved it, an answer is proved again in
+// full (the trust checks, the sidecar, recording the entry's use for other processes' eviction).
+//
+// Knows the cache key's Request (its raw fields), the entry stores' Found, the header watch and
+// the cache entry's retirement count.
+#pragma once
+
+#include "key/cache_key.hpp"
+#include "cache/entry_store.hpp"
+#include "util/filesystem.hpp"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+namespace kjit::cache {
+
+class HitMemo {
+public:
+    // How long a remembered answer serves before a full look-up proves it again: 1 s.
+    static constexpr std::int64_t kRevalidateNs = 1'000'000'000;
+    // Another interval for this memo (tests: a long one, so that what they check never depends
+    // on the machine's speed).
+    void set_revalidate_ns(std::int64_t ns) { revalidate_ns_ = ns; }
+    // The most answers remembered; when full, all are forgotten (the next repeats refill it).
+    static constexpr std::size_t kMaxAnswers = 16384;
+
+    // 128 bits over the request's raw fields, as the caller gave them (defaults resolved).
+    struct Digest {
+        std::uint64_t low = 0, high = 0;
+        bool operator==(const Digest &o) const { return low == o.low && high == o.high; }
+    };
+    static Digest digest(const Request &request);
+
+    // What a full look-up proved about an answer, to serve it again from memory.
+    struct Proof {
+        std::uint64_t retirements_before = 0;  // cache_entry::retirements() read before the look-up
+    };
+    static Proof before_look_up();
+
+    // Whether the memo serves at all: not when $KJIT_HIT_MEMO is "0" (read at each call, so
+    // turning it off takes effect at once).
+    static bool enabled();
+
+    // The remembered answer for `digest`, when it may still be served (see above); else none.
+    // `*by_watch` says whether the header watch proved the files it reads. Thread safe (a
+    // shared lock).
+    std::optional<Found> recall(const Digest &digest, bool *by_watch) const;
+
+    // Remembers `found`, the answer a full look-up of `keyed` just gave (raw request `digest`).
+    // Nothing is remembered where it could not be served right later (the header watch cannot
+    // vouch for the files the request reads). Thread safe.
+    void remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof);
+
+    // Forgets everything (tests; a forked child renews the memo instead).
+    void clear();
+    // In a forked child: the lock made anew, the answers kept (the files are the same).
+    void renew_in_forked_child();
+
+    std::size_t size() const;
+    // How many answers the cubin's watch proved without an lstat (tests, the bench).
+    std::uint64_t answers_by_watch() const { return answers_by_watch_.load(std::memory_order_relaxed); }
+
+private:
+    struct DigestHash {
+        std::size_t operator()(const Digest &d) const { return static_cast<std::size_t>(d.low); }
+    };
+    // The watch generation that proves an answer's cubin (0: none yet), set by a recall under
+    // the shared lock; copied like a plain number.
+    struct WatchedAt {
+        mutable std::atomic<std::uint64_t> generation{0};
+        WatchedAt() = default;
+        WatchedAt(const WatchedAt &o) : generation(o.generation.load(std::memory_order_relaxed)) {}
+        WatchedAt &operator=(const WatchedAt &o) {
+            generation.store(o.generation.load(std::memory_order_relaxed), std::memory_order_relaxed);
+            return *this;
+        }
+    };
+    struct Answer {
+        Found found;
+        WatchedAt cubin_watched;   // the cubin's watch, armed at the first repeat
+        FileIdentity cubin;        // the cubin as the look-up proved it
+        std::string entry;         // the entry folder, for the header watch
+        struct stat entry_st {};   // as the look-up saw it
+        std::string source_key;    // the request's key when it reads files (its entries are variants)
+        bool reads_files = false;
+        std::string working_dir;   // when the answer depends on it; else empty
+        std::int64_t proven_ns = 0;  // steady clock
+        std::uint64_t retirements = 0;
+    };
+
+    std::int64_t revalidate_ns_ = kRevalidateNs;
+    mutable std::shared_mutex mutex_;
+    mutable std::atomic<std::uint64_t> answers_by_watch_{0};
+    std::unordered_map<Digest, Answer, DigestHash> answers_;
+};
+
+}  // namespace kjit::cache

@@ -1,0 +1,78 @@
+// Compiler: one NVRTC program -> cubin bytes, the compile log and lowered names. Knows NVRTC
+// only (reached through nvrtc_library, which dlopens it on first need): no files, no cache.
+#pragma once
+
+#include "util/status.hpp"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kjit::compiler {
+
+struct Request {
+    std::string source;
+    std::string program_name = "kjit_program.cu";  // shown in NVRTC's diagnostics
+    std::vector<std::string> options;              // e.g. "-arch=sm_90", "-std=c++17"
+    std::vector<std::pair<std::string, std::string>> headers;  // (include name, source)
+    std::vector<std::string> name_expressions;     // e.g. "gemm<128, 64>"
+};
+
+// The archs this NVRTC compiles for ("sm_75", ...), for messages; empty when it cannot say.
+std::vector<std::string> supported_archs();
+
+struct Output {
+    std::string cubin;
+    std::string log;
+    std::vector<std::pair<std::string, std::string>> lowered_names;  // (expression, mangled name)
+};
+
+// Compiles `request`. Errc::compile with the whole NVRTC log when the source does not compile;
+// Errc::nvrtc with NVRTC's text for other NVRTC failures (unknown option, no cubin for a
+// virtual arch, ...), when NVRTC cannot be loaded (nvrtc_library::api()'s message: what was
+// tried, what to do), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC
+// programs are independent.
+//
+// fork(): NVRTC holds a process-wide lock of its own inside a compile. A child forked while
+// another thread held it would wait for it for ever at its first compile, and that lock is not
+// libkjit's to renew (fork_guard.hpp). So compiles pass a gate, and fork() waits there: a
+// prepare handler closes the gate (compiles that start meanwhile wait in front of it), waits
+// until the compiles inside have left, at most fork_wait(), and the parent's handler opens it
+// again. A fork therefore takes up to one compile longer while this process compiles. A child
+// forked when the wait ran out may not call NVRTC: its compiles fail at once with Errc::nvrtc,
+// saying why, never hang.
+Result<Output> compile(const Request &request);
+
+// NVRTC's precompiled-header options (CUDA 12.8+: -pch, -create-pch, -use-pch, -pch-dir,
+// -pch-verbose, -pch-messages, -instantiate-templates-in-pch; one or two dashes; a value after
+// '=' or as the next option), taken out of a caller's option list. NVRTC reuses a PCH without
+// checking the headers it was made from, so none of them reaches NVRTC as given: the cache maps
+// the automatic PCH onto a folder per header identity (pch_folders.hpp) and refuses the ones
+// that name the caller's own PCH files or folders.
+struct PchOptions {
+    bool automatic = false;          // -pch / --pch: the caller asks for the automatic PCH
+    std::vector<std::string> shape;  // "--instantiate-templates-in-pch=<v>": passed with libkjit's PCH
+    std::vector<std::string> rest;   // every other option, in order
+};
+// Errc::invalid_argument naming the option for -create-pch, -use-pch and -pch-dir (in any
+// spelling), a value on -pch, a value other than true/false where NVRTC wants one, a value
+// missing at the end, or a blank between a PCH option and its value in one string. The notes
+// options (-pch-messages, -pch-verbose) are dropped: libkjit keeps NVRTC's PCH notes out of the
+// log. The values of other options that take one as a separate string (-D, -I, -std, ...) are
+// never read as options.
+Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
+// How long fork() waits for compiles in flight: 120 s unless set (for tests).
+std::chrono::milliseconds fork_wait();
+void set_fork_wait(std::chrono::milliseconds wait);
+
+// NVRTC's version as "major.minor"; loads NVRTC if it is not yet (Errc::nvrtc when it cannot).
+Result<std::string> nvrtc_version();
+
+// What identifies the NVRTC build in use beyond major.minor (patch releases change code
+// generation): "major.minor libnvrtc.so.X.Y.Z <file size>", from the loaded library's file.
+// The folder is left out, so the same toolkit installed elsewhere gives the same identity.
+// Part of every cache key, so a lookup needs NVRTC loaded too; Errc::nvrtc when it cannot be.
+Result<std::string> nvrtc_identity();
+
+}  // namespace kjit::compiler

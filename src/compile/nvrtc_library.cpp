@@ -1,0 +1,198 @@
+#include "compile/nvrtc_library.hpp"
+
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <climits>
+#include <mutex>
+#include <cstdlib>
+#include <vector>
+
+namespace kjit::nvrtc_library {
+
+namespace {
+
+// The NVRTC major version this build was compiled against (the toolkit CMake found), which must
+// be that of the headers the table is typed by.
+constexpr int kMajor = KJIT_NVRTC_MAJOR;
+static_assert(kMajor == CUDA_VERSION / 1000, "KJIT_NVRTC_MAJOR differs from the toolkit headers' CUDA_VERSION");
+
+// What api() publishes: the table, or why there is none.
+struct Loaded {
+    Api api;
+    std::string error;
+};
+
+// "major.minor <file name> <file size>" of the library that holds `symbol`: patch releases of
+// NVRTC change code generation, so the cache key needs more than major.minor. The folder is left
+// out, so the same toolkit installed elsewhere gives the same identity. (The text libkjit has
+// always put in keys and manifests: caches made while it linked NVRTC keep their keys.)
+// `*file` receives the library's path, links resolved (empty where dladdr cannot tell).
+std::string identity_of(const std::string &version, void *symbol, std::string *file) {
+    std::string id = version;
+    Dl_info info{};
+    if (::dladdr(symbol, &info) == 0 || !info.dli_fname) return id + " unknown-build";
+    char resolved[PATH_MAX];
+    const std::string path(::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname);
+    struct stat st {};
+    id += " " + path.substr(path.rfind('/') + 1);
+    if (::stat(path.c_str(), &st) == 0) id += " " + std::to_string(st.st_size);
+    *file = path;
+    return id;
+}
+
+// NVRTC opens its builtins library (libnvrtc-builtins[.alt].so.<major>.<minor>) by name when it
+// first compiles, through the dynamic linker's search from libnvrtc itself (it has no RUNPATH),
+// not from its own folder. An NVRTC that libkjit found by path (the toolkit folder of the build,
+// a wheel named by KJIT_LIBNVRTC) would then fail every compile with "failed to open
+// libnvrtc-builtins.so.13.0" wherever that folder is not searched. So the builtins beside the
+// loaded libnvrtc are opened first: the loader then answers NVRTC's open by name with them (an
+// object already loaded matches by its SONAME), and they are the ones of the same release.
+// Missing there is not an error here: NVRTC may still find them by its own search, and says
+// clearly when it cannot.
+void preload_builtins(const Api &a) {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void *>(a.nvrtcVersion), &info) == 0 || !info.dli_fname) return;
+    const std::string lib(info.dli_fname);
+    const std::size_t slash = lib.rfind('/');
+    if (slash == std::string::npos) return;
+    // libnvrtc.alt.so.* (the toolkit's other build) opens the .alt builtins.
+    const bool alt = lib.find(".alt.", slash) != std::string::npos;
+    const std::string builtins =
+        lib.substr(0, slash + 1) + (alt ? "libnvrtc-builtins.alt.so." : "libnvrtc-builtins.so.") + a.version;
+    if (!::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        const char *e = ::dlerror();
+        log().debug("nvrtc: no builtins preloaded ({}); NVRTC will look for them itself", e ? e : builtins);
+    }
+}
+
+template <typename Fn>
+bool bind(void *handle, Fn &fn, const char *symbol, std::string &why) {
+    fn = reinterpret_cast<Fn>(::dlsym(handle, symbol));
+    if (!fn) {
+        why = std::string("opened, but it has no ") + symbol + " (not NVRTC, or an NVRTC older than libkjit needs)";
+    }
+    return fn != nullptr;
+}
+
+#define KJIT_BIND(name) bind(handle, a.name, #name, why)
+
+// Opens `file` and fills `a` from it; false with `why` when it is not a usable NVRTC. A handle
+// that was opened stays open even then: closing runs the library's destructors, and it may be
+// a library the process uses for something else.
+bool open_one(const std::string &file, Api &a, std::string &why) {
+    if (void *mapped = ::dlopen(file.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+        a.preexisting = true;
+        ::dlclose(mapped);
+    }
+    void *handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *e = ::dlerror();
+        why = std::string("failed: ") + (e ? e : "unknown error");
+        return false;
+    }
+    if (!KJIT_BIND(nvrtcVersion) || !KJIT_BIND(nvrtcGetErrorString) || !KJIT_BIND(nvrtcCreateProgram) ||
+        !KJIT_BIND(nvrtcDestroyProgram) || !KJIT_BIND(nvrtcAddNameExpression) || !KJIT_BIND(nvrtcCompileProgram) ||
+        !KJIT_BIND(nvrtcGetProgramLogSize) || !KJIT_BIND(nvrtcGetProgramLog) || !KJIT_BIND(nvrtcGetCUBINSize) ||
+        !KJIT_BIND(nvrtcGetCUBIN) || !KJIT_BIND(nvrtcGetLoweredName)) {
+        return false;
+    }
+    a.nvrtcGetNumSupportedArchs =
+        reinterpret_cast<decltype(a.nvrtcGetNumSupportedArchs)>(::dlsym(handle, "nvrtcGetNumSupportedArchs"));
+    a.nvrtcGetSupportedArchs =
+        reinterpret_cast<decltype(a.nvrtcGetSupportedArchs)>(::dlsym(handle, "nvrtcGetSupportedArchs"));
+    int major = 0, minor = 0;
+    if (const nvrtcResult r = a.nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS) {
+        why = std::string("opened, but its nvrtcVersion failed: ") + a.nvrtcGetErrorString(r);
+        return false;
+    }
+    a.version = std::to_string(major) + "." + std::to_string(minor);
+    if (major != kMajor) {
+        // Another major version may change these functions' ABI, and its cubins differ anyway.
+        why = "opened, but it is NVRTC " + a.version + " and this libkjit was built against NVRTC " +
+              std::to_string(kMajor);
+        return false;
+    }
+    a.library = file;
+    a.identity = identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion), &a.file);
+    preload_builtins(a);
+    return true;
+}
+
+#undef KJIT_BIND
+
+Loaded open_library() {
+    const std::string name = library_name();
+    const char *env = std::getenv("KJIT_LIBNVRTC");
+    const bool from_env = env && *env;
+    Loaded loaded;
+    std::string tried;
+    for (const std::string &file : candidates()) {
+        Api a;
+        std::string why;
+        if (open_one(file, a, why)) {
+            log().debug("nvrtc: {} (NVRTC {}) loaded{}", file, a.version, from_env ? " from KJIT_LIBNVRTC" : "");
+            loaded.api = std::move(a);
+            return loaded;
+        }
+        if (!tried.empty()) tried += "; ";
+        tried += "dlopen(\"" + file + "\")" + (from_env ? " (from KJIT_LIBNVRTC) " : " ") + why;
+    }
+    loaded.error = "no usable NVRTC: " + tried + ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
+                   ", also to key a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
+                   "NVRTC (" + name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
+                   "-<minor> package, or the nvidia-cuda-nvrtc wheel for Python) or set KJIT_LIBNVRTC to the path "
+                   "of its " + name;
+    return loaded;
+}
+
+// Opened once per process, on first need, and never closed (cubins it compiled may be in use,
+// and NVRTC keeps process-wide state such as its PCH heap). A forked child keeps the parent's
+// outcome: the library stays mapped in it and holds no per-process state that libkjit renews
+// (NVRTC's own lock is the compiler's gate's business).
+std::atomic<const Loaded *> loaded_slot{nullptr};
+
+// Serialises the first open. NVRTC's initialisers run inside dlopen; a second thread whose
+// dlopen of the same library waited for the first (inside the loader's own lock, which no tool
+// sees) and that then compiled at once used NVRTC's globals with no ordering ThreadSanitizer can
+// see against their initialisation (reported in Cache.EightThreadsOnOneKeyRunNvrtcOnce). Held
+// only until the library is published; no once-guard (fork_guard.hpp): a child forked while a
+// parent's thread held it gets it anew.
+std::mutex open_mutex;
+void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_open_mutex_in_forked_child);
+
+}  // namespace
+
+std::string library_name() { return "libnvrtc.so." + std::to_string(kMajor); }
+
+std::vector<std::string> candidates() {
+    const char *env = std::getenv("KJIT_LIBNVRTC");
+    if (env && *env) return {env};  // pinned: nothing else, so a test or deployment can rule NVRTC out
+    const std::string name = library_name();
+    // LD_LIBRARY_PATH, ldconfig's cache, ...; then the toolkit the build used.
+    return {name, std::string(KJIT_NVRTC_DIR) + "/" + name};
+}
+
+const Api *opened() {
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    return published && published->error.empty() ? &published->api : nullptr;
+}
+
+Result<const Api *> api() {
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    if (!published) {
+        std::lock_guard<std::mutex> lock(open_mutex);
+        published = &fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
+    }
+    const Loaded &l = *published;
+    if (!l.error.empty()) return Error{Errc::nvrtc, l.error};
+    return &l.api;
+}
+
+}  // namespace kjit::nvrtc_library

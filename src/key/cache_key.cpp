@@ -1,0 +1,229 @@
+#include "key/cache_key.hpp"
+
+#include "store/cache_entry.hpp"
+#include "compile/compiler.hpp"
+#include "util/filesystem.hpp"
+#include "util/hashing.hpp"
+#include "cubin/name_matcher.hpp"
+#include "compile/nvrtc_probe.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <new>
+
+namespace kjit::cache {
+
+namespace {
+
+// Feeds one labelled, length-prefixed field of the key encoding to the hash: no two
+// different inputs encode alike. Streaming keeps a large source from being copied on a hit.
+void field(XXH3_state_t *state, const char *label, std::string_view value) {
+    XXH3_128bits_update(state, label, std::strlen(label) + 1);  // with its NUL
+    unsigned char len[8];
+    std::uint64_t n = value.size();
+    for (unsigned char &b : len) {
+        b = static_cast<unsigned char>(n & 0xff);
+        n >>= 8;
+    }
+    XXH3_128bits_update(state, len, sizeof len);
+    XXH3_128bits_update(state, value.data(), value.size());
+}
+
+using HashState = std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>;
+
+// A fresh XXH3-128 stream.
+HashState new_hash_state() {
+    HashState state(XXH3_createState(), &XXH3_freeState);
+    if (!state) throw std::bad_alloc();
+    XXH3_128bits_reset(state.get());
+    return state;
+}
+
+// The 32 hex digits of a finished XXH3-128 stream.
+std::string hex_digest(XXH3_state_t *state) {
+    const XXH128_hash_t h = XXH3_128bits_digest(state);
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016" PRIx64 "%016" PRIx64, static_cast<std::uint64_t>(h.high64),
+                  static_cast<std::uint64_t>(h.low64));
+    return hex;
+}
+
+// The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
+// or mtimes, which a touch changes).
+void deps_fields(XXH3_state_t *state, const std::vector<include_scanner::Dependency> &deps) {
+    field(state, "deps", std::to_string(deps.size()));
+    for (const auto &d : deps) {
+        field(state, "dep.path", d.path);
+        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
+    }
+}
+
+}  // namespace
+
+std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-variant", std::to_string(kFormatVersion));
+    field(state, "source_key", source_key);
+    deps_fields(state, deps);
+    return hex_digest(state);
+}
+
+std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-pch", std::to_string(kFormatVersion));
+    field(state, "texts", pch_texts(r));
+    deps_fields(state, deps);
+    return hex_digest(state);
+}
+
+Status check_arch(const std::string &arch) {
+    if (arch.compare(0, 8, "compute_") == 0) {
+        return Error{Errc::invalid_argument, "arch '" + arch +
+                                                 "' is a virtual architecture (NVRTC makes PTX only for it) and "
+                                                 "kjit_compile needs a cubin: use sm_" +
+                                                 arch.substr(8)};
+    }
+    std::size_t digits = 0;
+    while (3 + digits < arch.size() && arch[3 + digits] >= '0' && arch[3 + digits] <= '9') ++digits;
+    const std::size_t rest = arch.size() - 3 - digits;
+    const bool suffix_ok = rest == 0 || (rest == 1 && (arch.back() == 'a' || arch.back() == 'f'));
+    if (arch.compare(0, 3, "sm_") != 0 || digits < 2 || !suffix_ok) {
+        return Error{Errc::invalid_argument,
+                     "arch '" + arch + "' is not a GPU target such as sm_90, sm_90a or sm_100a"};
+    }
+    return Ok{};
+}
+
+std::string key_of(const Request &r) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-cache-key", std::to_string(kFormatVersion));
+    field(state, "nvrtc", r.nvrtc_identity);
+    field(state, "source", r.source);
+    field(state, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
+    }
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    // Empty unless names may be looked up relative to it (include_scanner::reach): then the
+    // same text compiled in another folder may read other files, and must not share the entry.
+    field(state, "working_dir", r.search.working_dir);
+    field(state, "arch", r.arch);
+    field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
+    field(state, "keyword", r.keyword);
+    return hex_digest(state);
+}
+
+std::string pch_texts(const Request &r) {
+    const HashState owned = new_hash_state();
+    XXH3_state_t *state = owned.get();
+    field(state, "kjit-pch-texts", std::to_string(kFormatVersion));
+    field(state, "arch", r.arch);
+    field(state, "options", std::to_string(r.nvrtc_options.size()));
+    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    field(state, "pch_options", std::to_string(r.pch_options.size()));
+    for (const auto &o : r.pch_options) field(state, "pch_option", o);
+    field(state, "include_paths", std::to_string(r.include_paths.size()));
+    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    field(state, "working_dir", r.search.working_dir);
+    field(state, "headers", std::to_string(r.headers.size()));
+    for (const auto &h : r.headers) {
+        field(state, "header.name", h.first);
+        field(state, "header.source", h.second);
+    }
+    const std::size_t last_include = r.source.rfind("#include");
+    std::size_t prefix = 0;
+    if (last_include != std::string::npos) {
+        const std::size_t eol = r.source.find('\n', last_include);
+        prefix = eol == std::string::npos ? r.source.size() : eol + 1;
+    }
+    field(state, "source.prefix", std::string_view(r.source).substr(0, prefix));
+    return hex_digest(state);
+}
+
+Result<KeyedRequest> key_request(Request request) {
+    if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
+    if (auto st = check_arch(request.arch); !st) return std::move(st).error();
+    // NVRTC's PCH options never reach it as given: it would reuse a PCH made from headers since
+    // edited. `--pch` becomes libkjit's PCH, in a folder per header identity; options naming
+    // the caller's PCH files are refused. None of them changes what the cubin does: not in the
+    // key, nor in the manifest.
+    auto pch = compiler::take_pch_options(request.nvrtc_options);
+    if (!pch) return std::move(pch).error();
+    request.nvrtc_options = std::move(pch->rest);
+    request.pch_requested = pch->automatic;
+    request.use_pch = request.use_pch || pch->automatic;
+    request.pch_options = std::move(pch->shape);
+    for (const std::string &o : request.nvrtc_options) {
+        if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
+            o.compare(0, 18, "-gpu-architecture") == 0) {
+            return Error{Errc::invalid_argument,
+                         "NVRTC option '" + o + "' sets the target: use kjit_compile_options.arch instead"};
+        }
+    }
+    // Relative folders mean different things in different working directories: key and
+    // compile with absolute ones.
+    const auto relative = [](const std::string &p) { return p.empty() || p[0] != '/'; };
+    const bool relative_folders = relative(request.cache_dir) ||
+                                  std::any_of(request.include_paths.begin(), request.include_paths.end(), relative);
+    auto cache_dir = absolute_folder(request.cache_dir);
+    if (!cache_dir) return std::move(cache_dir).error();
+    request.cache_dir = std::move(*cache_dir);
+    std::error_code ec;
+    for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
+
+    // Every file NVRTC may read must be in the key by content, however it is reached: find how
+    // it looks files up (docs/cache-layout.md). Relative include folders and pre-included files
+    // among the NVRTC options, like the source's quoted includes, are looked up relative to the
+    // working directory, which then enters the key.
+    auto files = include_scanner::file_options(request.nvrtc_options);
+    if (!files) return std::move(files).error();
+    const include_scanner::Reach reach = include_scanner::reach(request.source, request.headers, *files);
+    request.reads_files = reach.reads_files;
+    request.search = include_scanner::Search{};
+    if (reach.uses_working_dir) {
+        std::error_code cwd_ec;
+        request.search.working_dir = std::filesystem::current_path(cwd_ec).string();
+        if (cwd_ec || request.search.working_dir.empty() || request.search.working_dir[0] != '/') {
+            return Error{Errc::io, "cannot tell the working directory, which the source's includes or the NVRTC "
+                                   "options make NVRTC search: " +
+                                       (cwd_ec ? cwd_ec.message() : "'" + request.search.working_dir + "'")};
+        }
+    }
+    for (const std::string &d : files->include_dirs) {
+        request.search.include_dirs.push_back(d[0] == '/' ? d : request.search.working_dir + "/" + d);
+    }
+    request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
+                                       request.include_paths.end());
+    request.search.pre_includes = std::move(files->pre_includes);
+    request.search.defines = std::move(files->defines);
+
+    // NVRTC's build is in the key: from the library loaded, or from the record of it in the
+    // cache folder, so that a look-up need not load NVRTC (nvrtc_probe.hpp). Checked last, so
+    // that a bad request says what is wrong with it even where there is no NVRTC.
+    auto nvrtc = nvrtc_probe::identity(request.cache_dir);
+    if (!nvrtc) return std::move(nvrtc).error();
+    request.nvrtc_identity = std::move(*nvrtc);
+
+    KeyedRequest keyed;
+    keyed.key = key_of(request);
+    keyed.entry = cache_entry::folder_for(request.cache_dir, keyed.key);
+    keyed.cubin = keyed.entry + "/" + cache_entry::kCubinFile;
+    keyed.uses_working_dir = relative_folders || !request.search.working_dir.empty();
+    keyed.request = std::move(request);
+    return keyed;
+}
+
+}  // namespace kjit::cache

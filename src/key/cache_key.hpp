@@ -1,0 +1,125 @@
+// Cache key: what a kjit_compile request is, checked and keyed. A request becomes a
+// KeyedRequest (its options checked, its folders absolute, how its compile looks files up, and
+// its key); the key is an XXH3-128 of a labelled, length-prefixed encoding of every input that
+// changes the cubin. A request that reads files from disk also has one key per state of those
+// files (its variant key: the key plus each file's content as deps.txt, the include manifest,
+// lists it). Knows the include scanner (how a compile reaches files), the name matcher (the
+// keyword rule) and the compiler (NVRTC's identity and PCH options); nothing on disk.
+#pragma once
+
+#include "key/include_scanner.hpp"
+#include "util/status.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kjit::cache {
+
+// Bumped whenever the entry layout or the key encoding changes: old entries then miss.
+// 2: the working directory in the key when files may be looked up relative to it, and deps.txt
+// for every compile that may read a file (version 1 recorded headers under include_paths only);
+// the manifest records the cubin's XXH3-128 and ends in a check line, which loads and rescans of
+// an entry's cubin confirm (format-1 entries have neither, so they are rebuilt).
+constexpr int kFormatVersion = 2;
+
+struct Request {
+    std::string source;
+    std::string keyword;
+    std::string cache_dir;  // resolved (see defaults::cache_dir)
+    std::string arch;       // resolved, e.g. "sm_90a" (see defaults::arch)
+    std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
+    std::vector<std::string> nvrtc_options;
+    std::vector<std::string> include_paths;
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::optional<std::string> name_expression;
+    // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
+    std::optional<std::uint64_t> max_cache_bytes;
+    // How long a miss waits for another process compiling the same key (compile_lock.hpp).
+    std::chrono::milliseconds compile_wait{600'000};
+    // The cluster tier a miss consults (remote_store.hpp), in KJIT_REMOTE_STORAGE's syntax
+    // (remote_config.hpp), and where it came from, for messages; empty or "none": none. Parsed on a miss
+    // only, so a hit costs nothing for it. Not in the key: where an entry came from does not
+    // change it.
+    std::string remote_spec;
+    const char *remote_origin = "KJIT_REMOTE_STORAGE";
+    // Set by key_request, from the texts and options: how the compile looks files up (its
+    // working directory only when something may be looked up relative to it; it is then in
+    // the key), and whether it may read any file (then the entry records deps.txt and every
+    // hit checks it).
+    include_scanner::Search search;
+    bool reads_files = false;
+    // Set by key_request: the NVRTC build that compiles it (compiler::nvrtc_identity()), in
+    // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
+    // by another NVRTC build must not be served.
+    std::string nvrtc_identity;
+    // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
+    // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
+    // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
+    // per-compile id). Set by key_request when the NVRTC options ask for it (`--pch`), and by
+    // batches (docs/batch.md).
+    bool use_pch = false;
+    // Set by key_request, which takes NVRTC's PCH options out of nvrtc_options (they are not in
+    // the key either; compiler::take_pch_options): whether they asked for the automatic PCH, and
+    // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
+    bool pch_requested = false;
+    std::vector<std::string> pch_options;
+};
+
+// A request checked (keyword, arch, options) with its folders made absolute, and its key and
+// entry: what the cache's steps (find, build) work from.
+struct KeyedRequest {
+    Request request;
+    // The request's key. For a request that reads files, its *source key*: its results lie
+    // under variant keys (variant_key) that its variants file lists (cache_entry.hpp).
+    std::string key;
+    std::string entry;  // <cache>/<k0k1>/<key>
+    std::string cubin;  // <entry>/kernel.cubin
+    // Whether the answer depends on the working directory: the request named a relative cache
+    // folder or include path (made absolute against it), or NVRTC may look files up in it.
+    bool uses_working_dir = false;
+};
+
+// Checks `request` and keys it: NVRTC's PCH options taken out (compiler::take_pch_options), no
+// target among the NVRTC options, the cache folder and include paths made absolute, how the
+// compile looks files up (the working directory enters the key only when names may be looked
+// up relative to it). Errors: invalid_argument (keyword, arch, options), io (no working
+// directory, a folder that cannot be made absolute), nvrtc (no usable NVRTC: its build is in the
+// key, so a lookup needs it too; checked last, so a bad request is told what is wrong first).
+Result<KeyedRequest> key_request(Request request);
+
+// invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
+Status check_arch(const std::string &arch);
+
+// The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
+// changes the cubin (but not the content of files read from disk: see variant_key). Reads
+// `request.search.working_dir` and `request.nvrtc_identity`, which key_request sets.
+std::string key_of(const Request &request);
+
+// The key of one result of a request that reads files (a variant, cache_entry.hpp): its source
+// key and the content of every file its compile may read (path, and XXH3-64 or absent, in the
+// order deps.txt lists them; not their sizes or mtimes, which a touch changes). The same request
+// over the same files gets the same key in every process, so builds of one state meet in one
+// entry; and an entry's deps.txt gives its key back, which a lookup checks: a variants file can
+// only lead to entries of its own request and of the files as they are.
+std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps);
+
+// The header identity of a PCH made while compiling `request` (keyed), less the content of
+// the files it reads: arch, options, include paths, working directory (when names are looked up
+// relative to it), in-memory headers, and the source up to the end of its last line with
+// "#include" (anything before an include can change what it declares: a #define, another
+// include). What follows, typically the instantiations a sweep varies, is left out so those
+// share the PCH. Requests with the same one read the same files, so they share a PCH unless one
+// of those files is edited in between (pch_identity adds their content).
+std::string pch_texts(const Request &request);
+
+// What a PCH made while compiling `request` was made from: its header identity (pch_texts) and
+// every file the compile may read, by content (`deps`, the same list the entry records),
+// however it was reached. Names the PCH's folder (pch_folders.hpp).
+std::string pch_identity(const Request &request, const std::vector<include_scanner::Dependency> &deps);
+
+}  // namespace kjit::cache

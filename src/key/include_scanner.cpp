@@ -1,0 +1,783 @@
+#include "key/include_scanner.hpp"
+
+#include "util/hashing.hpp"
+#include "key/include_macros.hpp"
+#include "util/filesystem.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <set>
+#include <unordered_map>
+
+namespace kjit::include_scanner {
+
+namespace {
+
+constexpr std::string_view kHeader = "kjit-deps 1\n";
+constexpr std::size_t kMaxFilesUnderIncludePaths = 100000;
+
+struct Directive {
+    std::string name;       // for a computed one: the operand as written, to expand
+    bool quoted = false;
+    bool computed = false;  // #include MACRO
+    // #include_next / __has_include_next: NVRTC continues after the folder the includer was
+    // found in, which the scanner does not track, so every candidate counts (a superset).
+    bool next = false;
+};
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+// The name of an include or __has_include operand starting at line[i] ('"' or '<'); false for
+// anything else (a macro: computed) or an unterminated name (malformed; NVRTC will say so).
+bool operand_at(std::string_view line, std::size_t i, Directive &d, bool &malformed) {
+    malformed = false;
+    if (i >= line.size() || (line[i] != '"' && line[i] != '<')) return false;
+    const char close = line[i] == '"' ? '"' : '>';
+    const std::size_t stop = line.find(close, i + 1);
+    if (stop == std::string_view::npos) {
+        malformed = true;
+        return false;
+    }
+    d.name.assign(line.substr(i + 1, stop - i - 1));
+    d.quoted = close == '"';
+    return true;
+}
+
+// Whether `line` ends inside a /* comment (one that a later line closes; the preprocessor
+// removes comments before it reads directives, so the directive goes on after it).
+bool in_block_comment(std::string_view line) {
+    bool open = false;
+    char quote = 0;
+    for (std::size_t k = 0; k < line.size(); ++k) {
+        const char c = line[k];
+        if (open) {
+            if (c == '*' && k + 1 < line.size() && line[k + 1] == '/') {
+                open = false;
+                ++k;
+            }
+        } else if (quote) {
+            if (c == '\\') {
+                ++k;
+            } else if (c == quote) {
+                quote = 0;
+            }
+        } else if (c == '"' || c == '\'') {
+            quote = c;
+        } else if (c == '/' && k + 1 < line.size() && line[k + 1] == '/') {
+            return false;
+        } else if (c == '/' && k + 1 < line.size() && line[k + 1] == '*') {
+            open = true;
+            ++k;
+        }
+    }
+    return open;
+}
+
+// The operand of a __has_include whose '(' ends before `j`: up to its matching ')'.
+std::string_view parenthesized(std::string_view line, std::size_t j) {
+    int depth = 0;
+    for (std::size_t k = j; k < line.size(); ++k) {
+        if (line[k] == '(') ++depth;
+        if (line[k] == ')' && depth-- == 0) return line.substr(j, k - j);
+    }
+    return line.substr(j);
+}
+
+// A directive is one logical line: a backslash before the newline joins the next one.
+bool continues(std::string_view l) {
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    return !l.empty() && l.back() == '\\';
+}
+
+// Joins into `logical` a directive's first line and the lines it goes on to (continuations and
+// a /* comment left open), moving `pos` past them.
+void join_lines(std::string_view text, std::size_t &pos, std::string_view first, std::string &logical) {
+    logical.assign(first);
+    while (pos < text.size()) {
+        std::size_t next_end = std::string_view::npos;
+        if (continues(logical)) {
+            if (logical.back() == '\r') logical.pop_back();
+            logical.pop_back();
+            next_end = text.find('\n', pos);
+        } else if (in_block_comment(logical)) {
+            // Up to the end of the line that closes it (the whole text if none does).
+            logical += ' ';
+            const std::size_t close = text.find("*/", pos);
+            next_end = close == std::string_view::npos ? close : text.find('\n', close + 2);
+        } else {
+            break;
+        }
+        if (next_end == std::string_view::npos) next_end = text.size();
+        logical.append(text.substr(pos, next_end - pos));
+        pos = next_end + 1;
+    }
+}
+
+// Adds to `out` the operand of each __has_include / __has_include_next in an #if or #elif
+// `line` (its directive name starting at `i`).
+void add_has_includes(std::string_view line, std::size_t i, std::vector<Directive> &out) {
+    for (std::size_t at = line.find("__has_include", i); at != std::string_view::npos;
+         at = line.find("__has_include", at + 1)) {
+        std::size_t j = at + 13;
+        const bool next = line.compare(j, 5, "_next") == 0;
+        if (next) j += 5;
+        while (j < line.size() && is_space(line[j])) ++j;
+        if (j >= line.size() || line[j] != '(') continue;
+        ++j;
+        while (j < line.size() && is_space(line[j])) ++j;
+        Directive d;
+        d.next = next;
+        bool malformed = false;
+        if (!operand_at(line, j, d, malformed)) {
+            if (malformed) continue;
+            d.computed = true;
+            d.name.assign(parenthesized(line, j));
+        }
+        out.push_back(std::move(d));
+    }
+}
+
+// Adds to `out` the operand of an #include / #include_next `line` (its directive name starting
+// at `i`); nothing for another directive or a malformed operand.
+void add_include(std::string_view line, std::size_t i, std::vector<Directive> &out) {
+    if (line.compare(i, 7, "include") != 0) return;
+    i += 7;
+    const bool next = line.compare(i, 5, "_next") == 0;
+    if (next) i += 5;
+    if (i < line.size() && !is_space(line[i]) && line[i] != '"' && line[i] != '<') return;  // #includex
+    while (i < line.size() && is_space(line[i])) ++i;
+    if (i >= line.size()) return;
+    Directive d;
+    d.next = next;
+    bool malformed = false;
+    if (!operand_at(line, i, d, malformed)) {
+        if (malformed) return;
+        d.computed = true;
+        d.name.assign(line.substr(i));
+    }
+    out.push_back(std::move(d));
+}
+
+// The files `text` names for the preprocessor, in order (conditionals ignored: a superset):
+// each #include / #include_next, and each __has_include / __has_include_next in an #if or
+// #elif (a file that appears later changes what such a test answers). With `defines`, also
+// adds every #define to it (continuation lines joined), for computed includes.
+std::vector<Directive> directives(std::string_view text, include_macros::Table *defines = nullptr) {
+    std::vector<Directive> out;
+    std::size_t pos = 0;
+    std::string logical;
+    while (pos < text.size()) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view line = text.substr(pos, end - pos);
+        pos = end + 1;
+        std::size_t i = 0;
+        while (i < line.size() && is_space(line[i])) ++i;
+        if (i >= line.size() || line[i] != '#') continue;
+        // A directive is one logical line (continues()); so is a /* comment that goes on to later
+        // lines: what follows it belongs to the directive (a comment stands for one blank).
+        if (continues(line) || in_block_comment(line)) {
+            join_lines(text, pos, line, logical);
+            line = logical;
+        }
+        ++i;
+        while (i < line.size() && is_space(line[i])) ++i;
+        if (defines && line.compare(i, 6, "define") == 0 && (i + 6 == line.size() || is_space(line[i + 6]))) {
+            defines->add_directive(line.substr(i + 6));
+            continue;
+        }
+        if (line.compare(i, 2, "if") == 0 || line.compare(i, 4, "elif") == 0) {
+            add_has_includes(line, i, out);
+            continue;
+        }
+        add_include(line, i, out);
+    }
+    return out;
+}
+
+// Stats, reads (when `content` is wanted) and hashes one header, from one open descriptor.
+Result<Dependency> describe(const std::string &path, std::string *content) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+        return io_error("cannot read header", path, errno);
+    }
+    std::string local;
+    std::string &text = content ? *content : local;
+    text.clear();
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return io_error("cannot read header", path, errno);
+        if (n == 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+    }
+    Dependency d;
+    d.path = path;
+    const FileIdentity id = FileIdentity::from_stat(st);
+    d.size = id.size;
+    d.mtime_sec = id.mtime_sec;
+    d.mtime_nsec = id.mtime_nsec;
+    d.content_hash = hash64(text);
+    return d;
+}
+
+bool is_regular(const std::string &path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// `path` (absolute) with "." components and empty ones dropped, and "X/.." folded where X is a
+// real folder (lstat: a folder, not a link). Either spelling opens the same file, so a header
+// is recorded, and scanned, once: headers that include each other with "../" would otherwise
+// give each file more spellings from header to header (the bench's first tree had 16,596 lines
+// for 505 files). Through a link, ".." is its target's parent, which the text does not say: kept
+// as written, as is a ".." after a missing name (the candidate does not exist however the rest
+// is spelled). `real_folders` caches the lstats for one scan.
+std::string fold_dots(const std::string &path, std::unordered_map<std::string, bool> &real_folders) {
+    if (path.empty() || path[0] != '/' || (path.find("/.") == std::string::npos && path.find("//") == std::string::npos)) {
+        return path;
+    }
+    std::string out;
+    std::vector<std::pair<std::size_t, bool>> parts;  // where each kept component starts; foldable
+    std::size_t pos = 1;
+    while (pos <= path.size()) {
+        std::size_t end = path.find('/', pos);
+        if (end == std::string::npos) end = path.size();
+        const std::string_view part(path.data() + pos, end - pos);
+        pos = end + 1;
+        if (part.empty() || part == ".") continue;
+        if (part == "..") {
+            if (parts.empty()) continue;  // "/.." is "/"
+            if (parts.back().second) {
+                out.resize(parts.back().first);
+                parts.pop_back();
+                continue;
+            }
+        }
+        const std::size_t start = out.size();
+        out += '/';
+        out.append(part);
+        bool foldable = false;
+        if (part != ".." && pos <= path.size()) {  // a folder on the way (not the last name)
+            auto [it, fresh] = real_folders.try_emplace(out, false);
+            if (fresh) {
+                struct stat st {};
+                it->second = ::lstat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+            }
+            foldable = it->second;
+        }
+        parts.emplace_back(start, foldable);
+    }
+    return out.empty() ? std::string("/") : out;
+}
+
+std::string folder_of(const std::string &path) {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+Error unclear_value(const std::string &option, const char *why) {
+    return Error{Errc::invalid_argument,
+                 "NVRTC option '" + option + "': " + why +
+                     ", so libkjit cannot tell which file NVRTC reads; write the path without surrounding blanks"};
+}
+
+// An include folder's value as NVRTC 13 takes it: spaces around it are dropped (measured for
+// "-I dir", "-I dir ", "--include-path=dir " and " dir" as a separate option), except right after
+// an '=' ("-I= dir" and "--include-path= dir" do not find dir). Other blanks (tabs, newlines) at
+// either end: refused, as is an empty value (NVRTC then searches the working directory).
+Result<std::string> include_dir_value(const std::string &option, std::string_view value, bool after_equals) {
+    if (after_equals && !value.empty() && is_blank(value.front())) {
+        return unclear_value(option, "it has blanks right after '='");
+    }
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no folder"};
+    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its folder has blanks around it");
+    return std::string(value);
+}
+
+// A pre-included file's value: NVRTC trims it in some spellings and not in others, so any
+// blank at either end is refused.
+Result<std::string> pre_include_value(const std::string &option, std::string_view value) {
+    if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no file"};
+    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its file has blanks around it");
+    return std::string(value);
+}
+
+bool names_memory_header(const std::string &name, const MemoryHeaders &memory_headers) {
+    for (const auto &h : memory_headers) {
+        if (h.first == name) return true;
+    }
+    return false;
+}
+
+// One scan's state: the dependencies found so far, the texts still to read and the computed
+// includes that wait for their macros. scan() runs its steps in order.
+class Scanner {
+public:
+    Scanner(const MemoryHeaders &memory_headers, const Search &search);
+    Status queue_inputs(std::string_view source);
+    Status follow_includes();
+    bool every_file() const { return every_file_; }
+    Status record_every_file();
+    std::vector<Dependency> take_deps() { return std::move(deps_); }
+
+private:
+    struct Pending {
+        std::string text;
+        std::string folder;  // absolute, searched first for quoted names; "" for none
+    };
+    // Computed includes wait until every text reachable without them has been read, so that
+    // the macros they use are defined (in any order: the scan does not follow #if either).
+    struct Computed {
+        std::string operand;
+        std::string folder;
+        bool next = false;
+    };
+
+    void mark_young(Dependency &d) const;
+    Status look_up(const std::string &name, bool quoted, const std::string &folder, bool every);
+    Status read_pending();
+    Status expand_computed();
+
+    const MemoryHeaders &memory_headers_;
+    const Search &search_;
+    std::vector<Dependency> deps_;
+    const std::int64_t scan_started_ = realtime_ns();
+    std::deque<Pending> work_;
+    std::set<std::string> seen_files_, seen_missing_;
+    std::unordered_map<std::string, bool> real_folders_;  // fold_dots' lstats
+    std::vector<Computed> computed_includes_;
+    include_macros::Table macros_;
+    bool every_file_ = false;  // a computed include that cannot be followed
+};
+
+// Starts a scan with the macros of the -D options defined.
+Scanner::Scanner(const MemoryHeaders &memory_headers, const Search &search)
+    : memory_headers_(memory_headers), search_(search) {
+    for (const std::string &def : search_.defines) macros_.add_option(def);
+}
+
+// Marks a header read by this scan as young when it was modified just before the scan began.
+void Scanner::mark_young(Dependency &d) const {
+    d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started_);
+}
+
+// Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
+// the first found (creating it later would shadow the found one), then the found one by
+// content, whose own includes are followed from its folder. `every`: all candidates, found
+// or not (for #include_next, whose starting point is not tracked).
+Status Scanner::look_up(const std::string &name, bool quoted, const std::string &folder, bool every) {
+    std::vector<std::string> candidates;
+    if (name[0] == '/') {
+        candidates.push_back(fold_dots(name, real_folders_));
+    } else {
+        if (quoted && !folder.empty()) candidates.push_back(fold_dots(folder + "/" + name, real_folders_));
+        for (const std::string &dir : search_.include_dirs) candidates.push_back(fold_dots(dir + "/" + name, real_folders_));
+    }
+    // A bound on what one compile may read, whatever the spellings (a header tree whose
+    // "../" includes go through links can still give a file several): an error, not the
+    // whole memory.
+    if (deps_.size() > kMaxFilesUnderIncludePaths) {
+        return Error{Errc::io, "the includes reach more than " + std::to_string(kMaxFilesUnderIncludePaths) +
+                                   " files and candidates (the last: '" + name +
+                                   "'): libkjit cannot track them"};
+    }
+    for (const std::string &candidate : candidates) {
+        if (!is_regular(candidate)) {
+            if (seen_missing_.insert(candidate).second) {
+                Dependency absent;
+                absent.path = candidate;
+                absent.exists = false;
+                deps_.push_back(std::move(absent));
+            }
+            continue;
+        }
+        if (seen_files_.insert(candidate).second) {
+            std::string content;
+            auto dep = describe(candidate, &content);
+            if (!dep) return std::move(dep).error();
+            mark_young(*dep);
+            deps_.push_back(std::move(*dep));
+            work_.push_back({std::move(content), folder_of(candidate)});
+        }
+        if (!every) break;
+    }
+    return Ok{};
+}
+
+// Queues what the compile starts from: the pre-included files (looked up), the source, and
+// every in-memory header.
+Status Scanner::queue_inputs(std::string_view source) {
+    // Pre-included files first, as NVRTC reads them: the working directory, then the include
+    // folders (a pre-include is looked up like a quoted name of the source).
+    for (const std::string &file : search_.pre_includes) {
+        if (auto st = look_up(file, true, search_.working_dir, false); !st) return std::move(st).error();
+    }
+    work_.push_back({std::string(source), search_.working_dir});
+    // Every in-memory header, included or not (a superset): its quoted names are looked up in
+    // the working directory joined with the folder part of its own name.
+    for (const auto &h : memory_headers_) {
+        const std::size_t slash = h.first.rfind('/');
+        std::string folder;
+        if (!h.first.empty() && h.first[0] == '/') {
+            folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
+        } else if (!search_.working_dir.empty()) {
+            folder = slash == std::string::npos ? search_.working_dir : search_.working_dir + "/" + h.first.substr(0, slash);
+        }
+        work_.push_back({h.second, std::move(folder)});
+    }
+    return Ok{};
+}
+
+// Rounds: read every text reachable by plain names, then expand every computed include with
+// the macros defined so far and look up what they name; the files found may define more
+// macros or hold more computed includes, so repeat until a round finds nothing new.
+Status Scanner::follow_includes() {
+    std::size_t expanded_with = 0, expanded_count = 0;
+    for (bool first_round = true;; first_round = false) {
+        if (auto st = read_pending(); !st) return std::move(st).error();
+        if (every_file_ || computed_includes_.empty()) break;
+        if (!first_round && macros_.size() == expanded_with && computed_includes_.size() == expanded_count) break;
+        expanded_with = macros_.size();
+        expanded_count = computed_includes_.size();
+        if (auto st = expand_computed(); !st) return std::move(st).error();
+    }
+    return Ok{};
+}
+
+// Reads every queued text: looks up the files its plain names give (queueing those found) and
+// keeps its computed includes for expand_computed().
+Status Scanner::read_pending() {
+    while (!work_.empty()) {
+        Pending item = std::move(work_.front());
+        work_.pop_front();
+        for (Directive &d : directives(item.text, &macros_)) {
+            if (d.computed) {
+                computed_includes_.push_back(Computed{std::move(d.name), item.folder, d.next});
+                continue;
+            }
+            // An in-memory header of that name wins over any file (measured, quoted and angle).
+            if (d.name.empty() || names_memory_header(d.name, memory_headers_)) continue;
+            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
+        }
+    }
+    return Ok{};
+}
+
+// Expands every computed include with the macros defined so far and looks up what it names;
+// at the first that cannot be followed, sets every_file_ instead.
+Status Scanner::expand_computed() {
+    for (const Computed &c : computed_includes_) {
+        const include_macros::Expansion e = include_macros::header_names(c.operand, macros_);
+        if (!e.followed) {
+            every_file_ = true;
+            break;
+        }
+        for (const include_macros::HeaderName &h : e.names) {
+            if (h.name.empty() || names_memory_header(h.name, memory_headers_)) continue;
+            if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
+        }
+    }
+    return Ok{};
+}
+
+// A computed include could name any file: record every file under the include folders.
+Status Scanner::record_every_file() {
+    std::error_code ec;
+    for (const std::string &dir : search_.include_dirs) {
+        for (auto it = std::filesystem::recursive_directory_iterator(
+                 dir, std::filesystem::directory_options::skip_permission_denied, ec);
+             !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+            if (!it->is_regular_file(ec)) continue;
+            const std::string path = it->path().string();
+            if (!seen_files_.insert(path).second) continue;
+            if (seen_files_.size() > kMaxFilesUnderIncludePaths) {
+                return Error{Errc::io, "a computed #include makes every file under the include folders a "
+                                       "dependency, and there are over " +
+                                           std::to_string(kMaxFilesUnderIncludePaths)};
+            }
+            auto dep = describe(path, nullptr);
+            if (!dep) return std::move(dep).error();
+            mark_young(*dep);
+            deps_.push_back(std::move(*dep));
+        }
+        ec.clear();
+    }
+    return Ok{};
+}
+
+}  // namespace
+
+Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) {
+    FileOptions out;
+    const std::size_t n = nvrtc_options.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string &o = nvrtc_options[i];
+        auto next = [&]() -> Result<std::string> {
+            if (i + 1 >= n) {
+                return Error{Errc::invalid_argument, "NVRTC option '" + o +
+                                                         "' has no value after it (it would take the next option "
+                                                         "libkjit passes as its value)"};
+            }
+            return nvrtc_options[++i];
+        };
+        if (o == "-I" || o == "--include-path") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            auto dir = include_dir_value(o + " " + *value, *value, false);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o.compare(0, 15, "--include-path=") == 0) {
+            auto dir = include_dir_value(o, std::string_view(o).substr(15), true);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o.compare(0, 2, "-I") == 0) {
+            std::string_view value = std::string_view(o).substr(2);
+            const bool equals = !value.empty() && value.front() == '=';
+            if (equals) value.remove_prefix(1);
+            auto dir = include_dir_value(o, value, equals);
+            if (!dir) return std::move(dir).error();
+            out.include_dirs.push_back(std::move(*dir));
+        } else if (o == "-include" || o == "--pre-include") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            auto file = pre_include_value(o + " " + *value, *value);
+            if (!file) return std::move(file).error();
+            out.pre_includes.push_back(std::move(*file));
+        } else if (o.compare(0, 9, "-include=") == 0 || o.compare(0, 14, "--pre-include=") == 0) {
+            auto file = pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
+            if (!file) return std::move(file).error();
+            out.pre_includes.push_back(std::move(*file));
+        } else if (o == "-D" || o == "--define-macro") {
+            auto value = next();
+            if (!value) return std::move(value).error();
+            std::string_view def = *value;
+            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+            out.defines.emplace_back(def);
+        } else if (o.compare(0, 15, "--define-macro=") == 0) {
+            out.defines.push_back(o.substr(15));
+        } else if (o.compare(0, 2, "-D") == 0) {
+            std::string_view def = std::string_view(o).substr(2);
+            if (!def.empty() && def.front() == '=') def.remove_prefix(1);
+            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+            out.defines.emplace_back(def);
+        }
+    }
+    return out;
+}
+
+Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options) {
+    Reach r;
+    // A quoted relative name is looked up in the includer's folder first: the working directory
+    // for the source and (joined with their names' folders) for the in-memory headers. A
+    // computed name may be such a name.
+    auto visit = [&](std::string_view text) {
+        for (const Directive &d : directives(text)) {
+            r.reads_files = true;
+            if (d.computed) {
+                r.uses_working_dir = true;
+            } else if (d.quoted && !d.name.empty() && d.name[0] != '/' && !names_memory_header(d.name, memory_headers)) {
+                r.uses_working_dir = true;
+            }
+        }
+    };
+    visit(source);
+    for (const auto &h : memory_headers) visit(h.second);
+    for (const std::string &dir : options.include_dirs) {
+        if (dir[0] != '/') r.uses_working_dir = true;
+    }
+    for (const std::string &file : options.pre_includes) {
+        r.reads_files = true;
+        if (file[0] != '/') r.uses_working_dir = true;
+    }
+    return r;
+}
+
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
+                                     const Search &search) {
+    Scanner scanner(memory_headers, search);
+    if (auto st = scanner.queue_inputs(source); !st) return std::move(st).error();
+    if (auto st = scanner.follow_includes(); !st) return std::move(st).error();
+    if (scanner.every_file()) {
+        if (auto st = scanner.record_every_file(); !st) return std::move(st).error();
+    }
+    return scanner.take_deps();
+}
+
+namespace {
+
+// A file as one stat sees it (FileMemo::Seen, not hashed yet).
+FileMemo::Seen observe(const std::string &path) {
+    FileMemo::Seen s;
+    struct stat st {};
+    s.present = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    if (s.present) {
+        s.size = static_cast<std::uint64_t>(st.st_size);
+        s.mtime_sec = st.st_mtim.tv_sec;
+        s.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+    }
+    return s;
+}
+
+}  // namespace
+
+FileMemo::Seen &FileMemo::look(const std::string &path, std::size_t *stated) {
+    auto [it, fresh] = seen_.try_emplace(path);
+    if (fresh) {
+        ++*stated;
+        it->second = observe(path);
+    }
+    return it->second;
+}
+
+Check check(std::vector<Dependency> &deps, FileMemo *memo) {
+    Check out;
+    std::int64_t now = 0;
+    for (Dependency &d : deps) {
+        FileMemo::Seen here;
+        if (!memo) {
+            ++out.stated;
+            here = observe(d.path);
+        }
+        FileMemo::Seen &seen = memo ? memo->look(d.path, &out.stated) : here;
+        if (seen.present != d.exists) return out;
+        if (!seen.present) continue;
+        if (!d.verify_content && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
+            seen.mtime_nsec == d.mtime_nsec) {
+            continue;
+        }
+        if (!seen.hashed) {
+            ++out.hashed;
+            FileIdentity id;
+            auto h = hash_file64(d.path, &id);
+            if (!h) return out;
+            // Remembered under the identity it was hashed under (the file may have changed since
+            // the stat): a later dependency on it in this call compares with that.
+            seen.size = id.size;
+            seen.mtime_sec = id.mtime_sec;
+            seen.mtime_nsec = id.mtime_nsec;
+            seen.hashed = true;
+            seen.content_hash = *h;
+        }
+        if (seen.content_hash != d.content_hash) return out;
+        // The same text under another size or mtime (a touch, a reinstall, a checkout): record
+        // the identity it was hashed under, so later lookups stat it only. Young, it stays
+        // marked (an edit within its timestamp tick would keep that identity) until settle().
+        if (seen.size != d.size || seen.mtime_sec != d.mtime_sec || seen.mtime_nsec != d.mtime_nsec) {
+            if (now == 0) now = realtime_ns();
+            d.size = seen.size;
+            d.mtime_sec = seen.mtime_sec;
+            d.mtime_nsec = seen.mtime_nsec;
+            d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, now);
+            out.refreshed = true;
+        }
+    }
+    out.current = true;
+    return out;
+}
+
+bool still_current(const std::vector<Dependency> &deps) {
+    std::vector<Dependency> copy = deps;
+    return check(copy).current;
+}
+
+bool settle(std::vector<Dependency> &deps) {
+    const std::int64_t now = realtime_ns();
+    bool changed = false;
+    for (Dependency &d : deps) {
+        if (d.verify_content && !young_at(d.mtime_sec, d.mtime_nsec, now)) {
+            d.verify_content = false;
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+std::string format(const std::vector<Dependency> &deps) {
+    std::string out(kHeader);
+    for (const Dependency &d : deps) {
+        char fields[128];
+        if (d.exists) {
+            // '*' marks a young header, whose content is checked on every lookup.
+            std::snprintf(fields, sizeof fields, "%c %" PRIu64 " %" PRId64 ".%09" PRIu32 " %016" PRIx64 " %zu ",
+                          d.verify_content ? '*' : '+', d.size, d.mtime_sec, d.mtime_nsec, d.content_hash,
+                          d.path.size());
+        } else {
+            std::snprintf(fields, sizeof fields, "- %zu ", d.path.size());
+        }
+        out += fields;
+        out += d.path;  // length-prefixed: any byte may appear in a path
+        out += '\n';
+    }
+    return out;
+}
+
+namespace {
+
+// Reads the number at the front of `text` (base 10 or 16, at most `max_digits` digits, no sign
+// unless T is signed) and the one separator after it; false when either is not there. Exactly
+// what format() writes: a hit parses 700 lines for a CUTLASS kernel, so no sscanf.
+template <typename T>
+bool take(std::string_view &text, T &value, char separator, int base = 10, std::size_t max_digits = 20) {
+    const char *first = text.data();
+    const char *last = text.data() + text.size();
+    const auto [end, ec] = std::from_chars(first, last, value, base);
+    if (ec != std::errc() || end == last || *end != separator) return false;
+    const std::size_t digits = static_cast<std::size_t>(end - first) - (first[0] == '-' ? 1 : 0);
+    if (digits == 0 || digits > max_digits) return false;
+    text.remove_prefix(static_cast<std::size_t>(end - first) + 1);
+    return true;
+}
+
+}  // namespace
+
+Result<std::vector<Dependency>> parse(std::string_view text) {
+    const Error bad{Errc::io, "malformed dependency list"};
+    if (text.compare(0, kHeader.size(), kHeader) != 0) return bad;
+    text.remove_prefix(kHeader.size());
+    std::vector<Dependency> deps;
+    while (!text.empty()) {
+        Dependency d;
+        std::size_t len = 0;
+        if (text.size() < 2 || text[1] != ' ') return bad;
+        const char flag = text[0];
+        text.remove_prefix(2);
+        if (flag == '+' || flag == '*') {
+            std::uint32_t nsec = 0;
+            if (!take(text, d.size, ' ') || !take(text, d.mtime_sec, '.') || !take(text, nsec, ' ', 10, 9) ||
+                !take(text, d.content_hash, ' ', 16, 16) || !take(text, len, ' ')) {
+                return bad;
+            }
+            d.verify_content = flag == '*';
+            d.mtime_nsec = nsec;
+        } else if (flag == '-') {
+            if (!take(text, len, ' ')) return bad;
+            d.exists = false;
+        } else {
+            return bad;
+        }
+        // Exactly one space separated the length from the path (which may start with spaces).
+        if (len >= text.size() || text[len] != '\n') return bad;
+        d.path.assign(text.substr(0, len));
+        text.remove_prefix(len + 1);
+        deps.push_back(std::move(d));
+    }
+    return deps;
+}
+
+}  // namespace kjit::include_scanner

@@ -1,0 +1,142 @@
+// Include scanner: which files on disk can a compile read, however NVRTC reaches them? NVRTC
+// reports no dependencies, so this follows `#include` directives (and `__has_include`) itself,
+// from the source, the in-memory headers and the pre-included files through every header found,
+// without evaluating conditionals: the result is a superset of what NVRTC reads, which can only
+// cost a needless miss, never a stale hit. It searches as NVRTC 13 does (measured; see
+// docs/cache-layout.md): an in-memory header of that name first; an absolute name as is; a
+// quoted name in the including file's folder (the working directory for the source, whose
+// program is named "source.cu", and for an in-memory header the working directory joined with
+// the folder part of its name), then the include folders (-I among the NVRTC options, then
+// include_paths, in that order); an angle name in the include folders only. A pre-included
+// file: the working directory, then the include folders. It also records the candidates probed
+// before the one found (they did not exist): creating one later would shadow the header, so it
+// must give a miss too. A computed `#include MACRO` is followed through every definition of its
+// macros in the scanned texts and the -D options (include_macros.hpp); only when that cannot
+// tell what it names is every file under the include folders recorded. Knows the filesystem.
+#pragma once
+
+#include "util/filesystem.hpp"
+#include "util/status.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kjit::include_scanner {
+
+struct Dependency {
+    std::string path;
+    bool exists = true;  // false: a probed candidate that must stay absent
+    std::uint64_t size = 0;
+    std::int64_t mtime_sec = 0;
+    std::uint32_t mtime_nsec = 0;
+    std::uint64_t content_hash = 0;  // XXH3-64 of the file as read
+    // Modified less than kRacyWindowNs before it was read: size and mtime cannot prove it
+    // unchanged (an edit within the same timestamp tick keeps both), so every check hashes it.
+    bool verify_content = false;
+};
+
+
+using MemoryHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// The NVRTC options that make it read files: include folders and pre-included files, as given
+// (relative ones are relative to the working directory), in order; and the macros defined on
+// the command line, which a computed include may expand.
+struct FileOptions {
+    std::vector<std::string> include_dirs;
+    std::vector<std::string> pre_includes;
+    std::vector<std::string> defines;  // "NAME", "NAME=VALUE", "NAME(a)=VALUE"
+};
+
+// The file options among `nvrtc_options`, in every spelling NVRTC 13 accepts: -I<dir>, -I=<dir>,
+// -I <dir> (one option), -I and <dir> as two, --include-path=<dir>, --include-path and <dir>;
+// -include <file>, -include=<file>, --pre-include=<file>, --pre-include <file> (two options);
+// -D<def>, -D=<def>, -D <def>, -D and <def>, --define-macro=<def>, --define-macro and <def>.
+// Errc::invalid_argument, naming the option, for one without its value (it would take the next
+// option, one libkjit adds, as its value) and for values whose surrounding blanks NVRTC treats
+// in ways libkjit cannot tell apart (e.g. "-I= dir", which NVRTC does not trim).
+Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options);
+
+// What a compile may look up, decided from the texts and options alone (no file system access),
+// so that a lookup can put it in the key.
+struct Reach {
+    bool reads_files = false;        // any #include, __has_include or pre-included file
+    bool uses_working_dir = false;   // something may be looked up relative to the working directory
+};
+Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options);
+
+// How a compile looks files up.
+struct Search {
+    // Absolute; empty when nothing is looked up relative to it (Reach::uses_working_dir false).
+    std::string working_dir;
+    // Absolute, in NVRTC's order: those among the NVRTC options, then include_paths.
+    std::vector<std::string> include_dirs;
+    // As given to -include / --pre-include.
+    std::vector<std::string> pre_includes;
+    // As given to -D / --define-macro (FileOptions::defines).
+    std::vector<std::string> defines;
+};
+
+// Files that compiling `source` may read from disk. Errc::io when a found header cannot be read.
+// A computed include is looked up as every header name its macros may expand to (as a quoted or
+// angle name, from the including file's folder); what cannot be followed records every file
+// under the include folders (over 100,000: Errc::io).
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
+                                     const Search &search);
+
+// What check() found.
+struct Check {
+    bool current = false;     // every dependency is as recorded
+    bool refreshed = false;   // a record was brought up to date: store the list again
+    std::size_t hashed = 0;   // files whose content was read and hashed
+    std::size_t stated = 0;   // files stat'ed (not answered by a FileMemo)
+};
+
+// What one call (a kjit_compile_batch) saw of the files it checked, so that each file is
+// stat'ed, and hashed, at most once per call however many of its items depend on it: 300
+// kernels over one header tree share their 700 headers. A file edited during the call may be
+// seen as it was when the call first looked, as if the call had looked at it a moment earlier.
+// One thread at a time.
+class FileMemo {
+public:
+    struct Seen {
+        bool present = false;  // a regular file
+        std::uint64_t size = 0;
+        std::int64_t mtime_sec = 0;
+        std::uint32_t mtime_nsec = 0;
+        bool hashed = false;  // content_hash holds its XXH3-64 at this size and mtime
+        std::uint64_t content_hash = 0;
+    };
+    // The file as first seen in this call, stat'ed now when not seen yet (*stated counts it).
+    Seen &look(const std::string &path, std::size_t *stated);
+    // Takes `seen` as the file's state, unless the call has seen it already: a state the
+    // header watch proves (dependency_watch::fill_proven), which then costs no stat.
+    void assume(const std::string &path, const Seen &seen) { seen_.try_emplace(path, seen); }
+
+private:
+    std::unordered_map<std::string, Seen> seen_;
+};
+
+// Whether every dependency is as recorded: absent ones still absent; present ones of the same
+// size and mtime (and, for young ones, content), or else of the same content (a `touch` alone
+// is not a change). Stops at the first that is not. A file found with the same content under
+// another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
+// says to store the list: later lookups then stat it only, instead of hashing it forever.
+// With `memo`, each file is stat'ed and hashed at most once per memo (FileMemo).
+Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr);
+// check() of a copy: whether every dependency is as recorded.
+bool still_current(const std::vector<Dependency> &deps);
+
+// After still_current() passed: clears verify_content on the headers that are no longer young
+// (their content was just checked and their mtime is now outside the window). True if any
+// changed, so the caller can store the list again and later hits stat only.
+bool settle(std::vector<Dependency> &deps);
+
+// Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io.
+std::string format(const std::vector<Dependency> &deps);
+Result<std::vector<Dependency>> parse(std::string_view text);
+
+}  // namespace kjit::include_scanner

@@ -1,0 +1,374 @@
+#include "remote/redis_client.hpp"
+
+#include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
+
+#include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace kjit::remote {
+
+namespace {
+
+// What a reply may hold beyond the largest stored value: the RESP framing, a shared compile
+// error (64 KiB of log), a SCAN page or INFO text. More than that is no answer libkjit asked for.
+constexpr std::uint64_t kReplyEnvelopeBytes = 1ull << 20;
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+// Milliseconds left until `deadline_ns` for poll(), rounded up; 0 when it has passed.
+int ms_left(std::int64_t deadline_ns) {
+    const std::int64_t left = deadline_ns - steady_ns();
+    if (left <= 0) return 0;
+    return static_cast<int>(std::min<std::int64_t>((left + 999'999) / 1'000'000, 1 << 30));
+}
+
+enum class Ready { yes, timeout, cancelled, error };
+
+// Waits until `fd` has one of `events` (or an error or hang-up, which the next call on it
+// reports), `cancel_fd` (when >= 0) is readable, or `deadline_ns` passes.
+Ready wait_for(int fd, short events, std::int64_t deadline_ns, int cancel_fd, short *revents) {
+    for (;;) {
+        const int timeout = ms_left(deadline_ns);
+        if (timeout == 0) return Ready::timeout;
+        pollfd fds[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+        const int n = ::poll(fds, cancel_fd >= 0 ? 2 : 1, timeout);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return Ready::error;
+        }
+        if (n == 0) continue;  // rounding: the loop's ms_left says whether time is up
+        if (cancel_fd >= 0 && fds[1].revents != 0) return Ready::cancelled;
+        *revents = fds[0].revents;
+        return Ready::yes;
+    }
+}
+
+Error link_error(LinkFailure *failure, LinkFailure why, std::string text) {
+    *failure = why;
+    return Error{Errc::io, std::move(text)};
+}
+
+// A socket for `address`, connected by `deadline_ns`: close-on-exec and non-blocking from the
+// call that makes it. Errors: why not (*failure: timeout or broken).
+Result<UniqueFd> connect_to(const sockaddr *address, socklen_t length, std::int64_t deadline_ns, int cancel_fd,
+                            LinkFailure *failure) {
+    UniqueFd fd(::socket(address->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return link_error(failure, LinkFailure::broken, "socket: " + errno_text(errno));
+    if (::connect(fd.get(), address, length) != 0) {
+        // A Unix socket whose backlog is full says EAGAIN; TCP says EINPROGRESS.
+        if (errno != EINPROGRESS && errno != EAGAIN && errno != EINTR) {
+            return link_error(failure, LinkFailure::broken, errno_text(errno));
+        }
+        short revents = 0;
+        switch (wait_for(fd.get(), POLLOUT, deadline_ns, cancel_fd, &revents)) {
+        case Ready::yes: break;
+        case Ready::timeout: return link_error(failure, LinkFailure::timeout, "no connection within connect-timeout");
+        case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+        case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+        }
+        int err = 0;
+        socklen_t err_length = sizeof err;
+        if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &err_length) != 0) err = errno;
+        if (err != 0) return link_error(failure, LinkFailure::broken, errno_text(err));
+    }
+    if (address->sa_family == AF_INET || address->sa_family == AF_INET6) {
+        const int on = 1;
+        (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);  // pipelines are small writes
+    }
+    return Result<UniqueFd>(std::move(fd));
+}
+
+// A connected socket to `server` by `deadline_ns` (every address of a name tried in turn).
+Result<UniqueFd> open_socket(const Server &server, std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
+    if (server.kind == Server::Kind::unix_socket) {
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        if (server.path.size() >= sizeof address.sun_path) {
+            return link_error(failure, LinkFailure::broken, "socket path longer than " +
+                                                                std::to_string(sizeof address.sun_path - 1) + " bytes");
+        }
+        std::memcpy(address.sun_path, server.path.c_str(), server.path.size() + 1);
+        return connect_to(reinterpret_cast<const sockaddr *>(&address), sizeof address, deadline_ns, cancel_fd, failure);
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo *found = nullptr;
+    const std::string port = std::to_string(server.port);
+    if (const int rc = ::getaddrinfo(server.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+        return link_error(failure, LinkFailure::broken, std::string("cannot resolve the host: ") + ::gai_strerror(rc));
+    }
+    Error last{Errc::io, "no address"};
+    for (const addrinfo *a = found; a; a = a->ai_next) {
+        auto fd = connect_to(a->ai_addr, a->ai_addrlen, deadline_ns, cancel_fd, failure);
+        if (fd) {
+            ::freeaddrinfo(found);
+            return fd;
+        }
+        last = std::move(fd).error();
+        if (*failure != LinkFailure::broken) break;  // out of time, or abandoned
+    }
+    ::freeaddrinfo(found);
+    return last;
+}
+
+// `commands` in the Redis protocol, one after another (a pipeline).
+Result<std::string> format_pipeline(const std::vector<Command> &commands) {
+    std::string out;
+    std::vector<const char *> argv;
+    std::vector<std::size_t> lens;
+    for (const Command &cmd : commands) {
+        argv.clear();
+        lens.clear();
+        for (std::string_view w : cmd) {
+            argv.push_back(w.data());
+            lens.push_back(w.size());
+        }
+        char *formatted = nullptr;
+        const int n = redisFormatCommandArgv(&formatted, static_cast<int>(argv.size()), argv.data(), lens.data());
+        if (n < 0) return Error{Errc::out_of_memory, "out of memory formatting a command"};
+        out.append(formatted, static_cast<std::size_t>(n));
+        redisFreeCommand(formatted);
+    }
+    return out;
+}
+
+}  // namespace
+
+void ReplyFree::operator()(redisReply *reply) const noexcept { freeReplyObject(reply); }
+
+bool is_error(const redisReply &r) { return r.type == REDIS_REPLY_ERROR; }
+bool is_nil(const redisReply &r) { return r.type == REDIS_REPLY_NIL; }
+std::string_view text_of(const redisReply &r) {
+    if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS || r.type == REDIS_REPLY_ERROR) {
+        return std::string_view(r.str, r.len);
+    }
+    return {};
+}
+
+// This thread's connection to one server; the thread's table frees them when it ends.
+struct ServerLink::Connection {
+    const ServerLink *link = nullptr;
+    UniqueFd socket;
+    redisReader *reader = nullptr;  // hiredis's parser of this connection's replies
+    std::uint64_t fork_generation = 0;
+
+    // Sends `commands` and reads one reply per command, all by `deadline_ns`. Errors: the link
+    // failed (*failure says how; the connection is then out of step and must be closed).
+    Result<std::vector<Reply>> exchange(const std::vector<Command> &commands, std::int64_t deadline_ns,
+                                        std::uint64_t max_reply_bytes, int cancel_fd, LinkFailure *failure);
+};
+
+Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Command> &commands,
+                                                            std::int64_t deadline_ns, std::uint64_t max_reply_bytes,
+                                                            int cancel_fd, LinkFailure *failure) {
+    auto out = format_pipeline(commands);
+    if (!out) {
+        *failure = LinkFailure::broken;
+        return std::move(out).error();
+    }
+    std::vector<Reply> replies;
+    replies.reserve(commands.size());
+    std::size_t sent = 0;
+    std::uint64_t reply_bytes = 0;  // read since the last whole reply
+    char chunk[kReadChunk];
+    while (replies.size() < commands.size()) {
+        void *raw = nullptr;
+        if (redisReaderGetReply(reader, &raw) != REDIS_OK) {
+            return link_error(failure, LinkFailure::broken, std::string("a malformed reply: ") + reader->errstr);
+        }
+        if (raw) {
+            replies.emplace_back(static_cast<redisReply *>(raw));
+            reply_bytes = 0;
+            continue;
+        }
+        // Reads while it writes: a long pipeline's first replies must not wait for its last command.
+        short revents = 0;
+        const short events = static_cast<short>(POLLIN | (sent < out->size() ? POLLOUT : 0));
+        switch (wait_for(socket.get(), events, deadline_ns, cancel_fd, &revents)) {
+        case Ready::yes: break;
+        case Ready::timeout:
+            return link_error(failure, LinkFailure::timeout,
+                              "no whole reply within operation-timeout (" + std::to_string(replies.size()) + " of " +
+                                  std::to_string(commands.size()) + " replies, " + std::to_string(reply_bytes) +
+                                  " bytes of the next)");
+        case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+        case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+        }
+        if ((revents & POLLOUT) && sent < out->size()) {
+            const ssize_t n = ::send(socket.get(), out->data() + sent, out->size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) sent += static_cast<std::size_t>(n);
+            else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return link_error(failure, LinkFailure::broken, "send: " + errno_text(errno));
+            }
+        }
+        if (revents & (POLLIN | POLLHUP | POLLERR)) {
+            const ssize_t n = ::recv(socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
+            if (n == 0) return link_error(failure, LinkFailure::broken, "the server closed the connection");
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+                return link_error(failure, LinkFailure::broken, "recv: " + errno_text(errno));
+            }
+            reply_bytes += static_cast<std::uint64_t>(n);
+            if (reply_bytes > max_reply_bytes) {
+                return link_error(failure, LinkFailure::broken,
+                                  "a reply of more than " + std::to_string(max_reply_bytes) +
+                                      " bytes (max-entry-size and its envelope)");
+            }
+            if (redisReaderFeed(reader, chunk, static_cast<std::size_t>(n)) != REDIS_OK) {
+                return link_error(failure, LinkFailure::broken, "out of memory reading a reply");
+            }
+        }
+    }
+    // Bytes past the last reply answer no command of ours: the link is out of step, and they
+    // would be taken for the next command's reply.
+    if (reader->len > reader->pos) return link_error(failure, LinkFailure::broken, "more replies than commands");
+    return replies;
+}
+
+namespace {
+
+struct ThreadConnections {
+    std::vector<ServerLink::Connection *> open;
+    ThreadConnections() = default;
+    ThreadConnections(const ThreadConnections &) = delete;
+    ThreadConnections &operator=(const ThreadConnections &) = delete;
+    ~ThreadConnections();
+};
+
+thread_local ThreadConnections thread_connections;
+
+void close_connection(ServerLink::Connection *c) {
+    // In a forked child the socket is a copy of the parent's: closing this copy is all that is
+    // safe, and all this does (nothing is sent).
+    c->socket.reset();
+    if (c->reader) redisReaderFree(c->reader);
+    c->reader = nullptr;
+}
+
+ThreadConnections::~ThreadConnections() {
+    for (ServerLink::Connection *c : open) {
+        close_connection(c);
+        delete c;
+    }
+}
+
+}  // namespace
+
+ServerLink::ServerLink(Server server, const Config &config)
+    : server_(std::move(server)),
+      connect_timeout_ms_(config.connect_timeout.count()),
+      operation_timeout_ms_(config.operation_timeout.count()),
+      breaker_ms_(config.breaker.count()),
+      max_reply_bytes_(config.max_entry_bytes + kReplyEnvelopeBytes) {}
+
+bool ServerLink::usable() const {
+    const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
+    return until == 0 || steady_ns() >= until;
+}
+
+Error ServerLink::trip(Error why, LinkFailure failure) {
+    why.message = "remote cache " + server_.display + ": " + why.message;
+    const std::int64_t now = steady_ns();
+    std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
+    if (until != 0 && now < until) return why;  // open already: this failure is the same outage's
+    const std::int64_t last = backoff_ms_.load(std::memory_order_relaxed);
+    const std::int64_t next = last == 0 ? breaker_ms_ : std::min<std::int64_t>(last * 2, kMaxBreaker.count());
+    // Of threads failing at once, one opens it: the others' failures are the same outage's.
+    if (!open_until_ns_.compare_exchange_strong(until, now + next * 1'000'000, std::memory_order_relaxed)) return why;
+    backoff_ms_.store(next, std::memory_order_relaxed);
+    // One warning per trip: a thread that finds the breaker open says nothing.
+    log().warn("{}{}; compiling and caching locally only for the next {} ms", why.message,
+               failure == LinkFailure::timeout ? " (timed out)" : "", next);
+    return why;
+}
+
+void ServerLink::reset_breaker() {
+    if (backoff_ms_.load(std::memory_order_relaxed) == 0) return;
+    backoff_ms_.store(0, std::memory_order_relaxed);
+    open_until_ns_.store(0, std::memory_order_relaxed);
+    log().info("remote cache {}: reachable again", server_.display);
+}
+
+Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
+    Connection *mine = nullptr;
+    for (Connection *c : thread_connections.open) {
+        if (c->link == this) mine = c;
+    }
+    if (!mine) {
+        mine = new Connection{this, UniqueFd(), nullptr, 0};
+        thread_connections.open.push_back(mine);
+    }
+    if (mine->socket.valid() && mine->fork_generation != fork_guard::generation()) close_connection(mine);
+    if (mine->socket.valid()) return mine;
+
+    const std::int64_t connect_deadline = std::min(deadline_ns, steady_ns() + connect_timeout_ms_ * 1'000'000);
+    auto socket = open_socket(server_, connect_deadline, cancel_fd, failure);
+    if (!socket) {
+        Error e = std::move(socket).error();
+        if (*failure != LinkFailure::cancelled) e.message = "cannot connect: " + e.message;
+        return e;
+    }
+    mine->reader = redisReaderCreate();
+    if (!mine->reader) return link_error(failure, LinkFailure::broken, "no memory for a connection");
+    mine->socket = std::move(*socket);
+    mine->fork_generation = fork_guard::generation();
+    // AUTH and SELECT before anything else, in one round trip.
+    const std::string db_text = std::to_string(server_.db);
+    std::vector<Command> hello;
+    if (!server_.password.empty()) {
+        if (server_.user.empty()) hello.push_back({"AUTH", server_.password});
+        else hello.push_back({"AUTH", server_.user, server_.password});
+    }
+    if (server_.db != 0) hello.push_back({"SELECT", db_text});
+    if (hello.empty()) return mine;
+    auto replies = mine->exchange(hello, deadline_ns, max_reply_bytes_, cancel_fd, failure);
+    if (!replies) {
+        close_connection(mine);
+        return std::move(replies).error();
+    }
+    for (std::size_t i = 0; i < hello.size(); ++i) {
+        if (is_error(*(*replies)[i])) {
+            Error e = link_error(failure, LinkFailure::broken,
+                                 std::string(i == 0 && !server_.password.empty() ? "AUTH" : "SELECT") +
+                                     " refused: " + std::string(text_of(*(*replies)[i])));
+            close_connection(mine);
+            return e;
+        }
+    }
+    return mine;
+}
+
+Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure, int cancel_fd) {
+    if (!usable()) {
+        *failure = LinkFailure::open_breaker;
+        return Error{Errc::io, "remote cache " + server_.display + ": not tried (it failed moments ago)"};
+    }
+    const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
+    auto conn = connection(deadline, cancel_fd, failure);
+    if (!conn) {
+        if (*failure == LinkFailure::cancelled) return std::move(conn).error();
+        return trip(std::move(conn).error(), *failure);
+    }
+    auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
+    if (!replies) {
+        close_connection(*conn);  // out of step now: a late reply would answer the next command
+        if (*failure == LinkFailure::cancelled) return std::move(replies).error();
+        return trip(std::move(replies).error(), *failure);
+    }
+    reset_breaker();
+    return replies;
+}
+
+}  // namespace kjit::remote

@@ -1,0 +1,79 @@
+// Remote config: the cluster tier's settings (docs/remote.md), parsed from ccache's syntax as
+// KJIT_REMOTE_STORAGE or kjit_compile_options::remote_storage gives them:
+//
+//   redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]  redis+unix:PATH[?db=N]   (one or more servers)
+//   namespace=NAME connect-timeout=100ms operation-timeout=10s lease=30s wait-timeout=10m
+//   read-only=true|false max-entry-size=64M password-file=PATH breaker=10s
+//
+// Tokens are separated by blanks; an option may also follow a server after '|' (ccache's
+// attribute syntax, "redis://cache-a|read-only=true"); every option applies to every server.
+// "none" (or nothing) turns the tier off. A leaf: no dependency but the Error type and
+// size_units, so that the `kjit` command can show settings as libkjit reads them.
+//
+// Passwords never leave this module in text: every message and Server::display shows a server
+// with its password replaced by "***". A password that holds a blank or '|' is cut into pieces
+// by the separators before any URL is parsed, and a piece of it may have no '@' to tell it
+// apart: every piece that may be part of such a URL's userinfo is kept out of messages, which
+// say to percent-encode it or to use password-file= instead.
+#pragma once
+
+#include "util/status.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kjit::remote {
+
+struct Server {
+    enum class Kind { tcp, unix_socket } kind = Kind::tcp;
+    std::string host;  // tcp: a name or an address (IPv6 without its brackets)
+    int port = 6379;
+    std::string path;  // unix_socket: the socket's path
+    int db = 0;
+    std::string user;      // empty: the default user (AUTH with the password alone)
+    std::string password;  // empty: no AUTH. Never logged (display hides it)
+    // The server as messages name it: its URL with the password as "***".
+    std::string display;
+    // The server's identity for sharding (rendezvous hashing) and for the per-server state
+    // shared by the process: its URL without the password.
+    std::string id;
+};
+
+struct Config {
+    std::vector<Server> servers;  // at least one
+    std::string name_space = "default";  // [A-Za-z0-9_.-], at most 64 characters
+    std::chrono::milliseconds connect_timeout{100};
+    std::chrono::milliseconds operation_timeout{10'000};
+    std::chrono::milliseconds lease{30'000};
+    std::chrono::milliseconds wait_timeout{600'000};
+    // How long a server stays unused after a failure (the circuit breaker), doubling with each
+    // failure in a row up to kMaxBreaker.
+    std::chrono::milliseconds breaker{10'000};
+    bool read_only = false;
+    std::uint64_t max_entry_bytes = 64ull << 20;
+    // The settings as text, passwords hidden, in a canonical order: names a config in logs and
+    // tells two configs apart (the process keeps one tier per distinct config).
+    std::string canonical;
+};
+
+constexpr std::chrono::milliseconds kMaxBreaker{300'000};
+
+// Parses `spec` (from `origin`, e.g. "KJIT_REMOTE_STORAGE", for messages). nullopt: the tier is
+// off ("none", or only blanks). Errors: invalid_argument naming the origin, the token (password
+// hidden) and what is accepted; io when password-file cannot be read (it must be a regular file
+// that is not readable by others).
+Result<std::optional<Config>> parse(std::string_view spec, std::string_view origin);
+
+// Whether `spec` names a server with a user or password in its URL (text before an '@' of a
+// redis:// URL). The `kjit` command refuses such a setting on its command line, which every
+// user can read (/proc/PID/cmdline).
+bool names_a_password(std::string_view spec);
+
+// "100ms", "10s", "10m", "1h", or a plain number of milliseconds. Errors: invalid_argument.
+Result<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+}  // namespace kjit::remote

@@ -1,0 +1,37 @@
+// The cluster tier in a libkjit built without hiredis (KJIT_REMOTE=OFF): a setting that asks
+// for a tier is checked as usual, then refused with what to do; "none" (and no setting) is
+// fine. No Tier is ever made, so the cache never reaches the members below, which only keep
+// the build whole.
+#include "remote/remote_store.hpp"
+
+namespace kjit::remote {
+
+Counters &counters() {
+    static Counters c;
+    return c;
+}
+
+Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) {
+    auto config = parse(spec, origin);
+    if (!config) return std::move(config).error();
+    if (!*config) return static_cast<Tier *>(nullptr);
+    return Error{Errc::invalid_argument, std::string(origin) +
+                                             " asks for a remote cache, but this libkjit was built without hiredis "
+                                             "(KJIT_REMOTE=OFF); build it with libhiredis-dev installed, or set it to none"};
+}
+
+Tier::Tier(Config config) : config_(std::move(config)) {}
+Settled Tier::settle(const Expected &, bool) { return Settled{}; }
+std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
+    return std::vector<std::optional<Entry>>(wanted.size());
+}
+void Tier::put(const Expected &, const cache_entry::Manifest &, std::string_view, Lease *) {}
+void Tier::put_failure(const Expected &, const Error &, Lease &) {}
+std::string Tier::describe_servers() { return std::string(); }
+std::string Tier::redis_key(const Expected &, char) const { return std::string(); }
+
+Lease::Lease(Tier &tier, ServerLink &link, std::string key, std::string token)
+    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)) {}
+Lease::~Lease() = default;
+
+}  // namespace kjit::remote
