@@ -1,4 +1,4 @@
-# `cmake --install`: libkjit.so.X.Y.Z with its SONAME links, the public header, a CMake package
+# `cmake --install`: libkjit.so.X.Y.Z with its SONAME links, the public headers, a CMake package
 # (kjitConfig.cmake + kjitConfigVersion.cmake, target kjit::kjit) and kjit.pc for pkg-config.
 # Only the product is installed: kjit_internal, the tests and the bench stay in the build tree.
 include(GNUInstallDirs)
@@ -10,7 +10,7 @@ set(KJIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/kjit" CACHE STRING
 install(TARGETS kjit EXPORT kjitTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT runtime NAMELINK_COMPONENT development
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(FILES "${PROJECT_SOURCE_DIR}/include/kjit/kjit.h"
+install(FILES ${KJIT_PUBLIC_HEADERS}
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/kjit" COMPONENT development)
 install(EXPORT kjitTargets NAMESPACE kjit:: DESTINATION "${KJIT_INSTALL_CMAKEDIR}" COMPONENT development)
 

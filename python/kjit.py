@@ -2,7 +2,8 @@ r"""Python bindings for libkjit (ctypes only, no compiled extension).
 
 libkjit JIT-compiles CUDA C++ with NVRTC into an on-disk cubin cache, finds a cubin's mangled
 kernel name through a ``<cubin>.name`` sidecar, and loads cached kernels through the CUDA
-driver. This module wraps its C ABI (``include/kjit/kjit.h``) one function at a time.
+driver. This module wraps its C ABI (``include/kjit/kjit.h`` and the ``kjit_batch.h`` and
+``kjit_cache.h`` it includes) one function at a time.
 
 Finding libkjit.so
 ------------------

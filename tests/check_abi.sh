@@ -48,6 +48,27 @@ if (( rc & 3 )) || (( (rc & 12) == 0 )); then
     cat "$work/broken.txt"; exit 1
 fi
 
+# --update reads which types are public from --headers-dir, the folder include/kjit: a header
+# missing there (kjit_batch.h, kjit_cache.h) turns the structs only it defines into opaque
+# declarations in the baseline, which abidiff does not report. So the folder's view of this build
+# must define every kjit_ type the baseline defines.
+abidw --exported-interfaces-only --headers-dir "$src/include/kjit" --drop-private-types --no-corpus-path \
+    --no-comp-dir-path --no-show-locs --no-elf-needed --suppressions "$suppressions" "$lib" > "$work/now.abi" ||
+    { echo "FAIL: abidw --headers-dir $src/include/kjit failed"; exit 1; }
+python3 - "$baseline" "$work/now.abi" "$src/include/kjit" <<'PY' || exit 1
+import re, sys
+def defined(path):
+    text = open(path).read()
+    return {(m.group(1), m.group(2)) for m in re.finditer(r"<(class-decl|enum-decl|typedef-decl) name='(kjit_[^']+)'([^>]*)>", text)
+            if "is-declaration-only='yes'" not in m.group(3)}
+base, now = defined(sys.argv[1]), defined(sys.argv[2])
+missing = sorted(f"{kind} {name}" for kind, name in base - now)
+if missing:
+    sys.exit(f"FAIL: with --headers-dir {sys.argv[3]}, abidw no longer defines: {', '.join(missing)} "
+             "(is a public header missing from that folder?)")
+print(f"headers: {sys.argv[3]} defines all {len(base)} kjit_ types of the baseline")
+PY
+
 abidiff "${opts[@]}" "$baseline" "$lib" > "$work/report.txt" 2>&1
 rc=$?
 if (( rc & 3 )); then echo "FAIL: abidiff failed (exit $rc):"; cat "$work/report.txt"; exit 1; fi

@@ -1,5 +1,5 @@
-/* The public header as a strict C99 consumer sees it (built with -std=c99 -pedantic -Wall
-   -Wextra -Werror -Wstrict-prototypes), linked against libkjit.so and run. */
+/* The public headers, through kjit.h, as a strict C99 consumer sees them (built with -std=c99
+   -pedantic -Wall -Wextra -Werror -Wstrict-prototypes), linked against libkjit.so and run. */
 #include "kjit/kjit.h"
 
 #include <stdio.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree into a fresh prefix and builds tests/consumer against it both ways a
 # user would: CMake (find_package(kjit 0.1 REQUIRED), kjit::kjit) and pkg-config, each in C and
-# C++; runs all four. Also checks the installed layout (the SONAME links, the header, the
+# C++; runs all four. Also checks the installed layout (the SONAME links, the three headers, the
 # package files), that find_package refuses an incompatible version, and that nothing but the
 # product is installed (libkjit.so's worker helper, lib/kjit-worker, is part of it).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR FAKE_LIBCUDA
@@ -21,11 +21,11 @@ real="$prefix/lib/libkjit.so.$version"
 [ "$(readlink "$prefix/lib/libkjit.so")" = "libkjit.so.${version%%.*}" ] || fail "libkjit.so is not a link to the SONAME"
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libkjit.so.${version%%.*}" ] || fail "SONAME is $soname"
-for f in bin/kjit lib/kjit-worker include/kjit/kjit.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
+for f in bin/kjit lib/kjit-worker include/kjit/kjit.h include/kjit/kjit_batch.h include/kjit/kjit_cache.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
          lib/cmake/kjit/kjitTargets.cmake lib/pkgconfig/kjit.pc; do
     [ -f "$prefix/$f" ] || fail "$f is not installed"
 done
-extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|lib/kjit-worker|include/kjit/kjit\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
+extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|lib/kjit-worker|include/kjit/kjit(_batch|_cache)?\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
 [ -z "$extra" ] || fail "installed beyond the product: $extra"
 
 # CMake, C and C++.
@@ -57,6 +57,16 @@ cc -std=c99 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.c" $f
 # shellcheck disable=SC2086
 c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror "$src/tests/consumer/consumer.cpp" $flags -Wl,-rpath,"$prefix/lib" -o "$work/pc_cpp"
 "$work/pc_c" "$work/cache-pc-c"
+# Each installed sub-header compiles alone, finding kjit.h beside itself, as C99 and C++17.
+for h in kjit_batch.h kjit_cache.h; do
+    printf '#include <kjit/%s>\nint kjit_use(void);\nint kjit_use(void) { return KJIT_VERSION_NUMBER; }\n' "$h" > "$work/alone.c"
+    # shellcheck disable=SC2086
+    cc -std=c99 -Wall -Wextra -Wpedantic -Werror $flags -c "$work/alone.c" -o "$work/alone.o" ||
+        fail "the installed $h does not compile alone (C99)"
+    # shellcheck disable=SC2086
+    c++ -x c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror $flags -c "$work/alone.c" -o "$work/alone.o" ||
+        fail "the installed $h does not compile alone (C++17)"
+done
 "$work/pc_cpp" "$work/cache-pc-cpp"
 # The installed command finds the installed libkjit.so (its RPATH), not the build tree's.
 cli_libs=$(ldd "$prefix/bin/kjit")
