@@ -12,7 +12,7 @@
 //                  on 2 header-free kernels of the sweep (a cache of their own), alternating
 //                  blocks of calls, --header-hit-rounds rounds; beside them, what a tree hit
 //                  checks: deps.txt read and parsed, and its files stat'ed (libkjit's
-//                  include_scanner::check on the parsed list, and a bare stat loop as the floor)
+//                  key::include_scanner::check on the parsed list, and a bare stat loop as the floor)
 //   cold batches   fresh processes on empty caches, 2 workers: the first --header-batch tree
 //                  kernels (they share their headers) with the default PCH policy and with
 //                  KJIT_PCH_OFF, and as many humming-style kernels (each defines its
@@ -348,9 +348,9 @@ void run_headers(const BenchOptions &o, Report &report) {
                 }));
             }
             // What a tree hit checks, piece by piece, on the first kernel's entry.
-            std::vector<kjit::include_scanner::Dependency> deps;
+            std::vector<kjit::key::include_scanner::Dependency> deps;
             parse_us.push_back(time_once([&] {
-                auto parsed = kjit::include_scanner::parse(read_file(deps_file));
+                auto parsed = kjit::key::include_scanner::parse(read_file(deps_file));
                 if (!parsed) fail("cannot parse '" + deps_file + "'");
                 deps = std::move(*parsed);
             }));
@@ -358,7 +358,7 @@ void run_headers(const BenchOptions &o, Report &report) {
             dep_absent = 0;
             for (const auto &d : deps) dep_absent += d.exists ? 0 : 1;
             check_us.push_back(time_once([&] {
-                if (!kjit::include_scanner::still_current(deps)) fail("the tree changed under the hit rounds");
+                if (!kjit::key::include_scanner::still_current(deps)) fail("the tree changed under the hit rounds");
             }));
             stat_us.push_back(time_once([&] {
                 struct stat st {};

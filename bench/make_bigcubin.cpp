@@ -170,13 +170,13 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    kjit::compiler::Request request;
+    kjit::compile::compiler::Request request;
     request.source = make_source(instances);
     request.program_name = "bigcubin.cu";
     request.options = {"-arch=sm_90", "-std=c++17"};
     request.name_expressions = {"gemm_fp8_kernel<128, 256, 64>"};
 
-    const auto version = kjit::compiler::nvrtc_version();
+    const auto version = kjit::compile::compiler::nvrtc_version();
     if (!version) {
         std::fprintf(stderr, "kjit-make-bigcubin: %s\n", version.error().message.c_str());
         return 1;
@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
                 instances, version->c_str(), request.source.size());
     std::fflush(stdout);
     const auto started = std::chrono::steady_clock::now();
-    auto compiled = kjit::compiler::compile(request);
+    auto compiled = kjit::compile::compiler::compile(request);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!compiled) {
         std::fprintf(stderr, "kjit-make-bigcubin: %s\n", compiled.error().message.c_str());
@@ -202,15 +202,15 @@ int main(int argc, char **argv) {
     }
 
     // The symbol table must hold the gemm kernel, and the keyword rule must pick it.
-    auto table = kjit::SymbolTable::from_bytes(cubin, "generated cubin");
+    auto table = kjit::cubin::SymbolTable::from_bytes(cubin, "generated cubin");
     if (!table) {
         std::fprintf(stderr, "kjit-make-bigcubin: %s\n", table.error().message.c_str());
         return 1;
     }
     bool has_gemm = false;
-    std::vector<kjit::name_matcher::Candidate> candidates;
+    std::vector<kjit::cubin::name_matcher::Candidate> candidates;
     candidates.reserve(table->functions().size());
-    for (const kjit::FunctionSymbol &f : table->functions()) {
+    for (const kjit::cubin::FunctionSymbol &f : table->functions()) {
         if (f.name == kGemmName && f.is_entry) has_gemm = true;
         candidates.push_back({f.name, f.is_entry});
     }
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "kjit-make-bigcubin: the cubin has no kernel entry '%s'\n", kGemmName);
         return 1;
     }
-    auto chosen = kjit::name_matcher::select(candidates, kGemmKeyword);
+    auto chosen = kjit::cubin::name_matcher::select(candidates, kGemmKeyword);
     if (!chosen || *chosen != kGemmName) {
         std::fprintf(stderr, "kjit-make-bigcubin: keyword '%s' does not select '%s': %s\n", kGemmKeyword, kGemmName,
                      chosen ? std::string(*chosen).c_str() : chosen.error().message.c_str());

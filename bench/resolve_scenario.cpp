@@ -3,7 +3,7 @@
 //   hit          kjit_resolve_name with a settled sidecar next to the cubin
 //   scan+write   kjit_resolve_name with the sidecar removed before each call (the unlink is not
 //                timed): libelf scan, keyword rule, sidecar publish
-//   scan         kjit::SymbolTable::open_file + kjit::name_matcher::select, no sidecar I/O
+//   scan         kjit::cubin::SymbolTable::open_file + kjit::cubin::name_matcher::select, no sidecar I/O
 //   floor        open + read + close of a file as large as the sidecar, in the cubin's folder:
 //                what any file-based answer must pay
 //   syscalls     (information) the system calls a hit makes (stat the cubin; open, one read and
@@ -150,7 +150,7 @@ void run_resolve(const BenchOptions &o, Report &report) {
 
     std::size_t function_symbols = 0;
     {
-        auto table = kjit::SymbolTable::open_file(o.cubin);
+        auto table = kjit::cubin::SymbolTable::open_file(o.cubin);
         if (!table) fail(table.error().message);
         function_symbols = table->functions().size();
     }
@@ -229,12 +229,12 @@ void run_resolve(const BenchOptions &o, Report &report) {
 
     std::string scanned;
     auto scan_call = [&] {
-        auto table = kjit::SymbolTable::open_file(o.cubin);
+        auto table = kjit::cubin::SymbolTable::open_file(o.cubin);
         if (!table) fail(table.error().message);
-        std::vector<kjit::name_matcher::Candidate> candidates;
+        std::vector<kjit::cubin::name_matcher::Candidate> candidates;
         candidates.reserve(table->functions().size());
-        for (const kjit::FunctionSymbol &f : table->functions()) candidates.push_back({f.name, f.is_entry});
-        auto chosen = kjit::name_matcher::select(candidates, o.keyword);
+        for (const kjit::cubin::FunctionSymbol &f : table->functions()) candidates.push_back({f.name, f.is_entry});
+        auto chosen = kjit::cubin::name_matcher::select(candidates, o.keyword);
         if (!chosen) fail(chosen.error().message);
         scanned.assign(*chosen);
     };

@@ -284,7 +284,7 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                     if (st != KJIT_OK) fail_kjit("kjit_compile_named (hit)", st);
                 });
                 measure(prepare, threads, [&](std::size_t u) {
-                    auto prepared = kjit::KernelLoader::instance().read_and_resolve(paths[u], kSweepKeyword);
+                    auto prepared = kjit::load::KernelLoader::instance().read_and_resolve(paths[u], kSweepKeyword);
                     if (!prepared) fail(prepared.error().message);
                 });
                 if (outcome.driver_usable) {

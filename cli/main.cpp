@@ -2,7 +2,7 @@
 // prune, clear), all through libkjit.so's public C ABI, as any program linking it would. It links
 // nothing else of libkjit: a second copy of the library's internals in the process would keep
 // state of its own (the cache lock's registry, the eviction throttle, the logger). Only the
-// size and age units ("5G", "30d") are compiled in from src/size_units.cpp, the same source the
+// size and age units ("5G", "30d") are compiled in from src/util/size_units.cpp, the same source the
 // library parses $KJIT_CACHE_MAX_SIZE with.
 //
 // Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5 I/O

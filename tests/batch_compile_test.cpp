@@ -239,7 +239,7 @@ TEST(CompileBatch, MixedHitsMissesDuplicatesAndFailures) {
     EXPECT_EQ(progress.calls[hit].resolved, sources::numbered_gemm_name(0));
 
     // Nothing of the failed items reached the cache, and what did is sound.
-    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok()) << report.error().message;
     EXPECT_EQ(report->entries_checked, 3u);
     EXPECT_TRUE(report->clean());
@@ -271,7 +271,7 @@ TEST(CompileBatch, CancelFromTheFirstReportStartsNoCompile) {
     EXPECT_EQ(progress.calls.size(), 1u);
     EXPECT_EQ(after.nvrtc_compiles, before.nvrtc_compiles);
     EXPECT_EQ(after.errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);  // the batch, once
-    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, 1u);
 }
@@ -295,7 +295,7 @@ TEST(CompileBatch, CancelMidwayStopsUnstartedItemsAndARerunFinishesThem) {
     EXPECT_GE(ok, 1u);
     EXPECT_LE(ok, 2u);
     EXPECT_EQ(progress.calls.size(), ok);
-    auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, ok);
     EXPECT_TRUE(report->clean());
@@ -377,7 +377,7 @@ TEST(CompileBatch, ThrowingCallbackCancelsTheBatchAndKeepsTheResult) {
         EXPECT_EQ(stats_now().errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);
         EXPECT_EQ(stats_now().errors[KJIT_ERROR_INTERNAL], before.errors[KJIT_ERROR_INTERNAL]);
         // What finished is published and sound.
-        auto report = kjit::cache_maintenance::verify(dir.file("cache"), false);
+        auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
         ASSERT_TRUE(report.ok());
         EXPECT_EQ(report->entries_checked, ok);
         EXPECT_TRUE(report->clean());
@@ -496,7 +496,7 @@ TEST(CompileBatch, WorkerCountsAndPchModesGiveTheSameCache) {
             ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
             EXPECT_EQ(name, sources::numbered_gemm_name(n));
         }
-        auto report = kjit::cache_maintenance::verify(cache, false);
+        auto report = kjit::store::cache_maintenance::verify(cache, false);
         ASSERT_TRUE(report.ok());
         EXPECT_EQ(report->entries_checked, 10u);
         EXPECT_TRUE(report->clean());
@@ -581,7 +581,7 @@ TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
         ASSERT_EQ(kjit_resolve_name(kjit_batch_result_cubin_path(result.r, static_cast<std::size_t>(i)), "gemm", name, sizeof name, nullptr), KJIT_OK);
         EXPECT_EQ(name, sources::numbered_gemm_name(40 + i));
     }
-    auto report = kjit::cache_maintenance::verify(cache, false);
+    auto report = kjit::store::cache_maintenance::verify(cache, false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, static_cast<std::size_t>(kKernels));
     EXPECT_TRUE(report->clean());
@@ -682,10 +682,10 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
         return Count{cache.counters().nvrtc_compiles.load(), cache.counters().pch_compiles.load(),
                      cache.counters().pch_identities.load()};
     };
-    auto run = [&](const std::vector<std::string> &sources, kjit::batch_compiler::Pch pch, const std::string &cache_dir) {
-        std::vector<kjit::Result<kjit::cache::Request>> items;
+    auto run = [&](const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch, const std::string &cache_dir) {
+        std::vector<kjit::Result<kjit::key::Request>> items;
         for (const std::string &source : sources) {
-            kjit::cache::Request r;
+            kjit::key::Request r;
             r.source = source;
             r.keyword = "gemm";
             r.cache_dir = cache_dir;
@@ -693,11 +693,11 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
             r.include_paths = {include};
             items.emplace_back(std::move(r));
         }
-        kjit::batch_compiler::Options options;
+        kjit::batch::batch_compiler::Options options;
         options.workers = 2;
         options.pch = pch;
         const Count before = count();
-        for (const auto &result : kjit::batch_compiler::compile(std::move(items), options)) {
+        for (const auto &result : kjit::batch::batch_compiler::compile(std::move(items), options)) {
             EXPECT_TRUE(result.ok()) << result.error().message;
         }
         const Count after = count();
@@ -711,14 +711,14 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
         own.push_back("#define CFG " + std::to_string(i) + "\n#include <kernel" + std::to_string(i) + ".h>\n" +
                       instantiate(i));
     }
-    Count c = run(own, kjit::batch_compiler::Pch::automatic, dir.file("cache-own"));
+    Count c = run(own, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-own"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 0u) << "items that share no header each paid for a PCH";
     EXPECT_EQ(c.pch_identities, 0u);
     // The same configuration before the same header, three instantiations after it: one PCH.
     std::vector<std::string> same;
     for (int i = 0; i < 3; ++i) same.push_back("#include <shared.h>\n" + instantiate(10 + i));
-    c = run(same, kjit::batch_compiler::Pch::automatic, dir.file("cache-same"));
+    c = run(same, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-same"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 3u);
     EXPECT_EQ(c.pch_identities, 1u);
@@ -727,20 +727,20 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
     const std::string pair = "// the pair\n#include <shared.h>\n";
     std::vector<std::string> mixed = {pair + instantiate(20), pair + instantiate(21),
                                       "#define CFG 5\n#include <kernel0.h>\n" + instantiate(22)};
-    c = run(mixed, kjit::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
+    c = run(mixed, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 2u);
     EXPECT_EQ(c.pch_identities, 1u);
     // Hits and merged duplicates are not misses that share: one miss alone gets no PCH.
     std::vector<std::string> one = {pair + instantiate(20), pair + instantiate(30), pair + instantiate(30)};
-    c = run(one, kjit::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
+    c = run(one, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
     EXPECT_EQ(c.compiles, 1u);
     EXPECT_EQ(c.pch_compiles, 0u);
     // KJIT_PCH_ON: every miss, shared or not (each of humming's a PCH of its own).
-    c = run(own, kjit::batch_compiler::Pch::on, dir.file("cache-own-on"));
+    c = run(own, kjit::batch::batch_compiler::Pch::on, dir.file("cache-own-on"));
     EXPECT_EQ(c.pch_compiles, 3u);
     EXPECT_EQ(c.pch_identities, 3u);
-    c = run(same, kjit::batch_compiler::Pch::off, dir.file("cache-same-off"));
+    c = run(same, kjit::batch::batch_compiler::Pch::off, dir.file("cache-same-off"));
     EXPECT_EQ(c.pch_compiles, 0u);
 }
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 using namespace kjit_test;
-namespace sc = kjit::sidecar;
+namespace sc = kjit::cubin::sidecar;
 
 namespace {
 

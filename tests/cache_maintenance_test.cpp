@@ -34,9 +34,9 @@
 extern char **environ;
 
 using kjit::cache::Cache;
-using kjit::cache::Request;
-namespace entry = kjit::cache_entry;
-namespace maintenance = kjit::cache_maintenance;
+using kjit::key::Request;
+namespace entry = kjit::store::cache_entry;
+namespace maintenance = kjit::store::cache_maintenance;
 namespace units = kjit::size_units;
 using namespace kjit_test;
 
@@ -149,11 +149,11 @@ TEST(CacheMaintenance, ParsesSizesAndAges) {
 
 TEST(CacheMaintenance, MaxSizeFromTheEnvironment) {
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
-    EXPECT_FALSE(kjit::defaults::max_cache_bytes()->has_value());
+    EXPECT_FALSE(kjit::api::defaults::max_cache_bytes()->has_value());
     ::setenv("KJIT_CACHE_MAX_SIZE", "5G", 1);
-    EXPECT_EQ(**kjit::defaults::max_cache_bytes(), 5ull << 30);
+    EXPECT_EQ(**kjit::api::defaults::max_cache_bytes(), 5ull << 30);
     ::setenv("KJIT_CACHE_MAX_SIZE", "lots", 1);
-    auto bad = kjit::defaults::max_cache_bytes();
+    auto bad = kjit::api::defaults::max_cache_bytes();
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.error().message.find("KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
     ::unsetenv("KJIT_CACHE_MAX_SIZE");
@@ -214,12 +214,12 @@ TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
 TEST(CacheMaintenance, MaxSizeZeroInTheEnvironmentMeansNoLimit) {
     for (const char *zero : {"0", "0G", "0.0K"}) {
         ::setenv("KJIT_CACHE_MAX_SIZE", zero, 1);
-        auto limit = kjit::defaults::max_cache_bytes();
+        auto limit = kjit::api::defaults::max_cache_bytes();
         ASSERT_TRUE(limit.ok()) << zero << ": " << limit.error().message;
         EXPECT_FALSE(limit->has_value()) << zero << " gave a limit of " << **limit;
     }
     ::setenv("KJIT_CACHE_MAX_SIZE", "0x10", 1);
-    auto bad = kjit::defaults::max_cache_bytes();
+    auto bad = kjit::api::defaults::max_cache_bytes();
     ASSERT_FALSE(bad.ok()) << "0x10 gave " << (bad->has_value() ? **bad : 0);
     EXPECT_EQ(bad.error().code, kjit::Errc::invalid_argument);
     EXPECT_NE(bad.error().message.find("$KJIT_CACHE_MAX_SIZE"), std::string::npos) << bad.error().message;
@@ -299,12 +299,12 @@ TEST(CacheMaintenance, HitsAndLoadsRecordRecencyAtMostOncePerStep) {
     EXPECT_EQ(mtime_of(folder), recent);
     // A load (its file read) records the use too; a cubin outside a cache costs nothing.
     age(folder, 7200);
-    ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
+    ASSERT_TRUE(kjit::load::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
     EXPECT_GT(mtime_of(folder), now_ns() - 10 * kSecond);
     // The cubin's own identity is untouched: its sidecar still hits.
-    const auto hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
-    ASSERT_TRUE(kjit::NameResolver::instance().resolve(cubin, "gemm").ok());
-    EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), hits + 1);
+    const auto hits = kjit::resolve::NameResolver::instance().counters().sidecar_hits.load();
+    ASSERT_TRUE(kjit::resolve::NameResolver::instance().resolve(cubin, "gemm").ok());
+    EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().sidecar_hits.load(), hits + 1);
 }
 
 // The documented promise: an entry used in the last two minutes is never evicted. A hit records
@@ -323,7 +323,7 @@ TEST(CacheMaintenance, AUseIsProtectedForTheWholeDocumentedWindow) {
         if (use == 0) {
             ASSERT_TRUE(cache.compile(request_for(dir.file("c"), 0)).ok());
         } else {
-            ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
+            ASSERT_TRUE(kjit::load::KernelLoader::instance().read_and_resolve(cubin, "gemm").ok());
         }
         const std::int64_t record = mtime_of(folder);
         // Any process's eviction until two minutes after the use spares it.
@@ -647,7 +647,7 @@ TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
     ASSERT_TRUE(cache.compile(request_for(c, 2)).ok());
     EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a hit left its record in the future";
     age(folder_of(cubins[2]), -kYear);
-    ASSERT_TRUE(kjit::KernelLoader::instance().read_and_resolve(cubins[2], "gemm").ok());
+    ASSERT_TRUE(kjit::load::KernelLoader::instance().read_and_resolve(cubins[2], "gemm").ok());
     EXPECT_LE(mtime_of(folder_of(cubins[2])), now_ns()) << "a load left its record in the future";
     // Eviction after a publish, under a 1-byte limit: the same.
     age(folder_of(cubins[2]), -kYear);
@@ -687,7 +687,7 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     Cache cache;
     const std::string c = dir.file("c");
     const auto cubins = compile_entries(cache, c, 9);
-    auto sidecar_of = [&](int i) { return kjit::sidecar::path_for(cubins[i]); };
+    auto sidecar_of = [&](int i) { return kjit::cubin::sidecar::path_for(cubins[i]); };
     // 0: intact. Damage the others, one kind each.
     ASSERT_EQ(::unlink(cubins[1].c_str()), 0);                                      // missing cubin
     ASSERT_EQ(::truncate(cubins[2].c_str(), 64), 0);                                // truncated cubin
@@ -700,10 +700,10 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
         ASSERT_EQ(::utimensat(AT_FDCWD, cubins[5].c_str(), times, 0), 0);
     }
     {                                                                               // wrong name
-        auto lines = kjit::sidecar::read(sidecar_of(6)).lines;
+        auto lines = kjit::cubin::sidecar::read(sidecar_of(6)).lines;
         ASSERT_EQ(lines.size(), 1u);
         lines[0].name = "_Z4gemmILi99EEvPf";
-        write_file(sidecar_of(6), kjit::sidecar::format(lines));
+        write_file(sidecar_of(6), kjit::cubin::sidecar::format(lines));
     }
     ASSERT_EQ(::unlink((folder_of(cubins[7]) + "/manifest.txt").c_str()), 0);     // missing manifest
     write_file(folder_of(cubins[8]) + "/manifest.txt", "kjit-manifest 1\nkey: nope\n");  // bad manifest
@@ -737,7 +737,7 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     // Repairable ones keep their entry with a good sidecar; broken ones are gone; so are temps.
     for (int i : {0, 3, 4, 5, 6}) {
         EXPECT_TRUE(exists(cubins[i])) << i;
-        const auto lines = kjit::sidecar::read(sidecar_of(i)).lines;
+        const auto lines = kjit::cubin::sidecar::read(sidecar_of(i)).lines;
         ASSERT_EQ(lines.size(), 1u) << i;
         EXPECT_EQ(lines[0].name, sources::numbered_gemm_name(i)) << i;
     }
@@ -748,9 +748,9 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     EXPECT_TRUE(report.findings.empty());
     EXPECT_EQ(report.entries_ok, 5u);
     // Rebuilt sidecars are hits; removed entries compile again.
-    const auto scans = kjit::NameResolver::instance().counters().scans.load();
-    for (int i : {3, 4, 5, 6}) ASSERT_TRUE(kjit::NameResolver::instance().resolve(cubins[i], "gemm").ok());
-    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans);
+    const auto scans = kjit::resolve::NameResolver::instance().counters().scans.load();
+    for (int i : {3, 4, 5, 6}) ASSERT_TRUE(kjit::resolve::NameResolver::instance().resolve(cubins[i], "gemm").ok());
+    EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().scans.load(), scans);
     for (int i = 0; i < 9; ++i) ASSERT_TRUE(cache.compile(request_for(c, i)).ok());
     EXPECT_TRUE(verify_ok(c, false).findings.empty());
 }
@@ -832,13 +832,13 @@ TEST(CacheIntegrity, VerifyFixNeverTrustsADamagedManifest) {
     EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_manifest) << report.findings[0].detail;
     report = verify_ok(c, true);
     EXPECT_TRUE(report.clean());
-    const std::string sidecar = read_file(kjit::sidecar::path_for(path->cubin));
+    const std::string sidecar = read_file(kjit::cubin::sidecar::path_for(path->cubin));
     EXPECT_EQ(sidecar.find("_Z4tmplILi3EEvPf"), std::string::npos) << "--fix wrote the damaged manifest's name";
     EXPECT_FALSE(exists(folder_of(path->cubin))) << "a damaged manifest must retire the entry";
     // Rebuilt by the next compile, with the right name.
     auto again = cache.compile(r);
     ASSERT_TRUE(again.ok()) << again.error().message;
-    auto name = kjit::NameResolver::instance().resolve(again->cubin, "tmpl");
+    auto name = kjit::resolve::NameResolver::instance().resolve(again->cubin, "tmpl");
     ASSERT_TRUE(name.ok()) << name.error().message;
     EXPECT_EQ(*name, "_Z4tmplILi2EEvPf");
 }
@@ -880,14 +880,14 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
         auto path = other.compile(request_for(c, i));
         return path.ok() ? path->cubin : "error: " + path.error().message;
     };
-    const auto scans = kjit::NameResolver::instance().counters().scans.load();
+    const auto scans = kjit::resolve::NameResolver::instance().counters().scans.load();
     for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
-    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);
+    EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().scans.load(), scans + 2);
     for (int i = 0; i < 2; ++i) ASSERT_EQ(compiled(i), cubins[i]);
-    EXPECT_EQ(kjit::NameResolver::instance().counters().scans.load(), scans + 2);  // hits now
+    EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().scans.load(), scans + 2);  // hits now
     EXPECT_EQ(other.counters().nvrtc_compiles, 0u);
     for (int i = 0; i < 2; ++i) {
-        const auto lines = kjit::sidecar::read(kjit::sidecar::path_for(cubins[i])).lines;
+        const auto lines = kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(cubins[i])).lines;
         ASSERT_EQ(lines.size(), 1u);
         EXPECT_TRUE(lines[0].content_hash.has_value());
     }
@@ -920,21 +920,21 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     Cache &cache = Cache::instance();  // the one batches use
     const std::string hit = cache.compile(request_for(c, 200))->cubin;
     const std::uint64_t one = entry_bytes(folder_of(hit));
-    kjit::batch_compiler::Options options;
+    kjit::batch::batch_compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch_compiler::Pch::off;
+    options.pch = kjit::batch::batch_compiler::Pch::off;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
         if (r) age(folder_of(r->cubin), 3600);
         return false;
     };
     // Room for one and a half entries; item 0 is a hit, the others compile and publish.
-    const auto results = kjit::batch_compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
+    const auto results = kjit::batch::batch_compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
     const std::int64_t returned = now_ns();
     ASSERT_EQ(results.size(), 4u);
     for (std::size_t i = 0; i < results.size(); ++i) {
         ASSERT_TRUE(results[i].ok()) << results[i].error().message;
         EXPECT_TRUE(exists(results[i]->cubin)) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
-        auto loaded = kjit::KernelLoader::instance().read_and_resolve(results[i]->cubin, "gemm");
+        auto loaded = kjit::load::KernelLoader::instance().read_and_resolve(results[i]->cubin, "gemm");
         EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
         // Other processes see it in use until two minutes after the batch returned.
         EXPECT_TRUE(entry::in_use(mtime_of(folder_of(results[i]->cubin)), returned + 120 * kSecond - kSecond))
@@ -958,9 +958,9 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
     const std::string c = dir.file("c");
     Cache &cache = Cache::instance();
     ASSERT_TRUE(cache.compile(request_for(c, 220)).ok());
-    kjit::batch_compiler::Options options;
+    kjit::batch::batch_compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch_compiler::Pch::off;
+    options.pch = kjit::batch::batch_compiler::Pch::off;
     options.recency_refresh_ns = 0;
     std::vector<std::string> reported;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
@@ -975,7 +975,7 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
         }
         return false;
     };
-    const auto results = kjit::batch_compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
+    const auto results = kjit::batch::batch_compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
     ASSERT_EQ(reported.size(), 3u);
     for (const auto &r : results) EXPECT_TRUE(r.ok());
 }
@@ -988,9 +988,9 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     const std::string c = dir.file("c");
     Cache &cache = Cache::instance();
     const auto cubins = compile_entries(cache, c, 3);  // sources 0, 1, 2
-    kjit::batch_compiler::Options options;
+    kjit::batch::batch_compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch_compiler::Pch::off;
+    options.pch = kjit::batch::batch_compiler::Pch::off;
     std::size_t calls = 0;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &) {
         if (++calls == 2) {
@@ -1009,7 +1009,7 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     std::vector<kjit::Result<Request>> items;
     items.emplace_back(request_for(c, 0));
     items.emplace_back(request_for(c, 1));
-    const auto results = kjit::batch_compiler::compile(std::move(items), options);
+    const auto results = kjit::batch::batch_compiler::compile(std::move(items), options);
     EXPECT_EQ(calls, 2u);
     for (const auto &cubin : {cubins[0], cubins[1]}) age(folder_of(cubin), 3600);
     maintenance::PruneOptions all;
@@ -1037,7 +1037,7 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
         ASSERT_TRUE(path.ok()) << path.error().message;
         cubins.push_back(path->cubin);
     }
-    auto prepared = kjit::cache::key_request(r);
+    auto prepared = kjit::key::key_request(r);
     ASSERT_TRUE(prepared.ok());
     const std::string list = entry::variants_file_for(prepared->request.cache_dir, prepared->key);
     ASSERT_TRUE(exists(list));

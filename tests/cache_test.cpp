@@ -34,7 +34,7 @@
 
 using kjit::Errc;
 using kjit::cache::Cache;
-using kjit::cache::Request;
+using kjit::key::Request;
 using namespace kjit_test;
 
 namespace {
@@ -60,8 +60,8 @@ std::string compile_ok(Cache &cache, const Request &r) {
 }
 
 // A search of these include folders only (no working directory).
-kjit::include_scanner::Search in_folders(std::vector<std::string> dirs) {
-    kjit::include_scanner::Search s;
+kjit::key::include_scanner::Search in_folders(std::vector<std::string> dirs) {
+    kjit::key::include_scanner::Search s;
     s.include_dirs = std::move(dirs);
     return s;
 }
@@ -70,8 +70,8 @@ std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rf
 
 // The key of `r` as prepare() computes it: with the NVRTC build in use, which prepare() sets.
 std::string key_with_nvrtc(Request r) {
-    r.nvrtc_identity = *kjit::compiler::nvrtc_identity();
-    return kjit::cache::key_of(r);
+    r.nvrtc_identity = *kjit::compile::compiler::nvrtc_identity();
+    return kjit::key::key_of(r);
 }
 
 // Every folder below `cache` named like an entry is complete; returns how many there are.
@@ -80,7 +80,7 @@ int complete_entries(const std::string &cache) {
     for (const std::string &shard : list_dir(cache)) {
         for (const std::string &e : list_dir(cache + "/" + shard)) {
             if (e[0] == '.') continue;  // a temp folder left by a killed writer
-            if (kjit::cache_entry::is_variants_name(e)) continue;  // a source key's list of entries
+            if (kjit::store::cache_entry::is_variants_name(e)) continue;  // a source key's list of entries
             const std::string dir = cache + "/" + shard + "/" + e;
             EXPECT_TRUE(exists(dir + "/kernel.cubin")) << dir;
             EXPECT_TRUE(exists(dir + "/kernel.cubin.name")) << dir;
@@ -108,7 +108,7 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
     EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
     EXPECT_EQ(cache.counters().compile_hits, 3u);
     // The sidecar was published with the entry: the name is there without a scan.
-    const auto sc = kjit::sidecar::read(kjit::sidecar::path_for(path));
+    const auto sc = kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(path));
     ASSERT_EQ(sc.lines.size(), 1u);
     EXPECT_EQ(sc.lines[0].name, "_Z4gemmILi128EEvPf");
     EXPECT_FALSE(sc.lines[0].content_hash.has_value());
@@ -139,20 +139,20 @@ TEST(Cache, KeyChangesWithEachInputAlone) {
     variants[9].name_expression = "gemm<128>";
     variants[10].keyword = "gem";
     variants[11].nvrtc_identity = "13.0 libnvrtc.so.13 1";  // another NVRTC build
-    std::set<std::string> keys = {kjit::cache::key_of(base)};
-    for (const Request &v : variants) keys.insert(kjit::cache::key_of(v));
+    std::set<std::string> keys = {kjit::key::key_of(base)};
+    for (const Request &v : variants) keys.insert(kjit::key::key_of(v));
     EXPECT_EQ(keys.size(), variants.size() + 1);
     // The cache folder is not an input: a copied cache keeps its keys.
     Request elsewhere = base;
     elsewhere.cache_dir = "/elsewhere";
-    EXPECT_EQ(kjit::cache::key_of(elsewhere), kjit::cache::key_of(base));
+    EXPECT_EQ(kjit::key::key_of(elsewhere), kjit::key::key_of(base));
     // An empty name expression differs from none; option boundaries are not ambiguous.
     Request empty_expr = base, joined = base, split = base;
     empty_expr.name_expression = "";
     joined.nvrtc_options = {"-DX=1 -DY=1"};
     split.nvrtc_options = {"-DX=1", "-DY=1"};
-    EXPECT_NE(kjit::cache::key_of(empty_expr), kjit::cache::key_of(base));
-    EXPECT_NE(kjit::cache::key_of(joined), kjit::cache::key_of(split));
+    EXPECT_NE(kjit::key::key_of(empty_expr), kjit::key::key_of(base));
+    EXPECT_NE(kjit::key::key_of(joined), kjit::key::key_of(split));
 }
 
 TEST(Cache, KeyIsTheSameInAnotherProcess) {
@@ -162,7 +162,7 @@ TEST(Cache, KeyIsTheSameInAnotherProcess) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        const std::string k = kjit::cache::key_of(r);
+        const std::string k = kjit::key::key_of(r);
         ::_exit(::write(fds[1], k.data(), k.size()) == static_cast<ssize_t>(k.size()) ? 0 : 1);
     }
     ::close(fds[1]);
@@ -171,8 +171,8 @@ TEST(Cache, KeyIsTheSameInAnotherProcess) {
     ::close(fds[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), kjit::cache::key_of(r));
-    EXPECT_EQ(kjit::cache::key_of(r).size(), 32u);
+    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), kjit::key::key_of(r));
+    EXPECT_EQ(kjit::key::key_of(r).size(), 32u);
 }
 
 TEST(Cache, CompileErrorCarriesTheLogAndPublishesNothing) {
@@ -186,7 +186,7 @@ TEST(Cache, CompileErrorCarriesTheLogAndPublishesNothing) {
     EXPECT_NE(path.error().message.find("source.cu(2)"), std::string::npos) << path.error().message;
     EXPECT_NE(path.error().message.find("undefined_thing"), std::string::npos);
     // No entry and no shard: only the compile lock the miss took (compile_lock.hpp).
-    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::compile_lock::kFileName});
+    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::store::cache_layout::kCompileLockFile});
 }
 
 TEST(Cache, BadArchOptionsAndNameExpressions) {
@@ -222,7 +222,7 @@ TEST(Cache, BadArchOptionsAndNameExpressions) {
     EXPECT_EQ(m.error().code, Errc::invalid_argument);
     EXPECT_NE(m.error().message.find("gemm<128>"), std::string::npos);
     EXPECT_NE(m.error().message.find("attention"), std::string::npos);
-    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::compile_lock::kFileName});
+    EXPECT_EQ(list_dir(dir.file("cache")), std::vector<std::string>{kjit::store::cache_layout::kCompileLockFile});
     EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);  // only the two that reached NVRTC
 }
 
@@ -233,7 +233,7 @@ TEST(Cache, NameExpressionGivesTheLoweredName) {
     r.source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n";
     r.name_expression = "gemm<64>";
     const std::string path = compile_ok(cache, r);
-    EXPECT_EQ(kjit::sidecar::read(kjit::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi64EEvPf");
+    EXPECT_EQ(kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi64EEvPf");
 }
 
 TEST(Cache, AmbiguousKeywordInTheFreshCubin) {
@@ -311,7 +311,7 @@ TEST(Cache, DamagedEntriesAreRebuilt) {
     EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
     EXPECT_EQ(read_file(path), cubin);
     // A damaged sidecar alone costs a rescan, not a compile.
-    write_file(kjit::sidecar::path_for(path), "garbage");
+    write_file(kjit::cubin::sidecar::path_for(path), "garbage");
     EXPECT_EQ(compile_ok(cache, r), path);
     EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
 }
@@ -476,7 +476,7 @@ TEST(Cache, WriterKilledMidCompileLeavesAUsableCache) {
     }
     Cache cache;
     const std::string path = compile_ok(cache, slow);
-    EXPECT_EQ(kjit::sidecar::read(kjit::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi7EEvPf");
+    EXPECT_EQ(kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(path)).lines.at(0).name, "_Z4gemmILi7EEvPf");
     const auto runs = cache.counters().nvrtc_compiles.load();
     compile_ok(cache, slow);
     EXPECT_EQ(cache.counters().nvrtc_compiles.load(), runs);
@@ -491,18 +491,18 @@ TEST(Cache, DefaultsFromTheEnvironment) {
     ::setenv("KJIT_CACHE_DIR", "/k", 1);
     ::setenv("XDG_CACHE_HOME", "/x", 1);
     ::setenv("HOME", "/h", 1);
-    EXPECT_EQ(*kjit::defaults::cache_dir(), "/k");
+    EXPECT_EQ(*kjit::api::defaults::cache_dir(), "/k");
     ::unsetenv("KJIT_CACHE_DIR");
-    EXPECT_EQ(*kjit::defaults::cache_dir(), "/x/kjit");
+    EXPECT_EQ(*kjit::api::defaults::cache_dir(), "/x/kjit");
     ::setenv("XDG_CACHE_HOME", "", 1);
-    EXPECT_EQ(*kjit::defaults::cache_dir(), "/h/.cache/kjit");
+    EXPECT_EQ(*kjit::api::defaults::cache_dir(), "/h/.cache/kjit");
     ::unsetenv("HOME");
-    EXPECT_EQ(kjit::defaults::cache_dir().error().code, Errc::invalid_argument);
+    EXPECT_EQ(kjit::api::defaults::cache_dir().error().code, Errc::invalid_argument);
     ::setenv("KJIT_ARCH", "sm_100a", 1);
-    EXPECT_EQ(*kjit::defaults::arch(), "sm_100a");
+    EXPECT_EQ(*kjit::api::defaults::arch(), "sm_100a");
     ::unsetenv("KJIT_ARCH");
     // No GPU here (CI has none): the error says how to set the arch and what the driver said.
-    auto arch = kjit::defaults::arch();
+    auto arch = kjit::api::defaults::arch();
     if (!arch.ok()) {
         EXPECT_EQ(arch.error().code, Errc::invalid_argument);
         EXPECT_NE(arch.error().message.find("KJIT_ARCH"), std::string::npos);
@@ -526,7 +526,7 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     write_file(dir.file("b/top.h"), "#include \"sub/inner.h\"\n#include <cuda_fp16.h>\n");
     write_file(dir.file("b/sub/inner.h"), "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
     write_file(dir.file("b/sub/sibling.h"), "#define S 1\n");
-    const auto deps = kjit::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
+    const auto deps = kjit::key::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
                                                   in_folders({dir.file("a"), dir.file("b")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
@@ -534,13 +534,13 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     EXPECT_EQ(present, (std::set<std::string>{dir.file("b/top.h"), dir.file("b/sub/inner.h"), dir.file("b/sub/sibling.h")}));
     EXPECT_TRUE(absent.count(dir.file("a/top.h")));
     EXPECT_FALSE(absent.count(dir.file("a/sub/inner.h")));  // quoted: the includer's folder comes first
-    EXPECT_TRUE(kjit::include_scanner::still_current(*deps));
-    const auto round = kjit::include_scanner::parse(kjit::include_scanner::format(*deps));
+    EXPECT_TRUE(kjit::key::include_scanner::still_current(*deps));
+    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps));
     ASSERT_TRUE(round.ok());
     EXPECT_EQ(round->size(), deps->size());
-    EXPECT_TRUE(kjit::include_scanner::still_current(*round));
+    EXPECT_TRUE(kjit::key::include_scanner::still_current(*round));
     write_file(dir.file("a/top.h"), "");
-    EXPECT_FALSE(kjit::include_scanner::still_current(*deps));
+    EXPECT_FALSE(kjit::key::include_scanner::still_current(*deps));
 }
 
 // Headers that include each other with "../" (as some libraries do) are each recorded once:
@@ -553,7 +553,7 @@ TEST(IncludeScanner, DotDotIsFoldedThroughRealFoldersOnly) {
     write_file(dir.file("inc/a/x.h"), "#pragma once\n#include \"../b/y.h\"\n#include \"./../c/./z.h\"\n");
     write_file(dir.file("inc/b/y.h"), "#pragma once\n#include \"../a/x.h\"\n#include \"../c/z.h\"\n");
     write_file(dir.file("inc/c/z.h"), "#pragma once\n#include \"../a/x.h\"\n#include \"../b/y.h\"\n");
-    const auto deps = kjit::include_scanner::scan("#include <a/x.h>\n", {}, in_folders({dir.file("inc")}));
+    const auto deps = kjit::key::include_scanner::scan("#include <a/x.h>\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present;
     for (const auto &d : *deps) {
@@ -566,7 +566,7 @@ TEST(IncludeScanner, DotDotIsFoldedThroughRealFoldersOnly) {
     ASSERT_EQ(::symlink(dir.file("elsewhere/real").c_str(), dir.file("inc/link").c_str()), 0);
     ::mkdir(dir.file("elsewhere/c").c_str(), 0755);
     write_file(dir.file("elsewhere/c/z.h"), "#define FROM_ELSEWHERE 1\n");
-    const auto linked = kjit::include_scanner::scan("#include \"link/../c/z.h\"\n", {}, in_folders({dir.file("inc")}));
+    const auto linked = kjit::key::include_scanner::scan("#include \"link/../c/z.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(linked.ok()) << linked.error().message;
     std::set<std::string> found;
     for (const auto &d : *linked) {
@@ -584,7 +584,7 @@ TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
     write_file(dir.file("inc/y.h"), "");
     for (const char *source : {"#include __KJIT_NOWHERE_DEFINED\n", "#define H(x) <__kjit_nowhere/x>\n#include H(x.h)\n",
                                "#if __has_include(__KJIT_NOWHERE_DEFINED)\n#endif\n"}) {
-        const auto deps = kjit::include_scanner::scan(source, {}, in_folders({dir.file("inc")}));
+        const auto deps = kjit::key::include_scanner::scan(source, {}, in_folders({dir.file("inc")}));
         ASSERT_TRUE(deps.ok());
         EXPECT_EQ(deps->size(), 2u) << source;
     }
@@ -598,7 +598,7 @@ TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
 // `#if 0` whose macro is defined nowhere (NVRTC would fail on it if it were reached). Files no
 // expansion names are not dependencies.
 TEST(IncludeScanner, ComputedIncludesAreFollowedThroughTheirMacros) {
-    namespace is = kjit::include_scanner;
+    namespace is = kjit::key::include_scanner;
     TempDir dir;
     for (const char *d : {"inc", "inc/cuda", "inc/cuda/std", "inc/sub", "inc/cutlass"}) ::mkdir(dir.file(d).c_str(), 0755);
     for (const char *f : {"inc/cuda/std/cstdint", "inc/cuda/std/type_traits", "inc/cfg.h", "inc/unused.h", "inc/sub/deep.h",
@@ -655,7 +655,7 @@ TEST(IncludeScanner, ComputedIncludesAreFollowedThroughTheirMacros) {
 // for a closing parenthesis from outside the expansion, and too many combinations of
 // definitions (past the budget: not followed, so the scanner records everything).
 TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
-    namespace im = kjit::include_macros;
+    namespace im = kjit::key::include_macros;
     auto names = [](const std::string &defines, const std::string &operand) {
         im::Table t;
         std::size_t pos = 0;
@@ -700,7 +700,7 @@ TEST(IncludeMacros, ExpansionsTerminateAndGiveUpPastTheirBudget) {
 // alternatives of each (8 macros that may or may not be defined) made 65536 copies of a long
 // replacement list (over 500 MB) before the budget said no.
 TEST(IncludeMacros, ArgumentCombinationsStayWithinTheBudgetInMemory) {
-    namespace im = kjit::include_macros;
+    namespace im = kjit::key::include_macros;
     auto table = [](int macros, int filler) {
         im::Table t;
         for (int i = 0; i < macros; ++i) t.add_directive(" M" + std::to_string(i) + " a");
@@ -732,7 +732,7 @@ TEST(IncludeMacros, ArgumentCombinationsStayWithinTheBudgetInMemory) {
 // every one of its 100000 steps copy a state of about 1800 tokens (6.6 s at -O2); now it gives
 // up within a small part of that.
 TEST(IncludeMacros, ExpansionsStayWithinTheBudgetInTime) {
-    namespace im = kjit::include_macros;
+    namespace im = kjit::key::include_macros;
     im::Table t;
     std::string c = " C", a = " A";
     for (int i = 0; i < 1000; ++i) c += " B";
@@ -754,7 +754,7 @@ TEST(IncludeMacros, ExpansionsStayWithinTheBudgetInTime) {
 // The include and pre-include options in every spelling NVRTC 13 accepts (measured; see
 // docs/cache-layout.md), and the ones it treats ambiguously, refused with the option named.
 TEST(IncludeScanner, FileOptionsInEverySpelling) {
-    namespace is = kjit::include_scanner;
+    namespace is = kjit::key::include_scanner;
     const auto files = is::file_options({"-Ia", "-I=b", "-I c ", "-I", " d", "--include-path=e ", "--include-path", "f",
                                          "-include", "p.h", "-include=q.h", "--pre-include=r.h", "--pre-include",
                                          "s.h", "-DX=1", "-std=c++17"});
@@ -774,7 +774,7 @@ TEST(IncludeScanner, FileOptionsInEverySpelling) {
 
 // What puts the working directory in the key, from the texts and options alone.
 TEST(IncludeScanner, ReachDecidesOnTheWorkingDirectory) {
-    namespace is = kjit::include_scanner;
+    namespace is = kjit::key::include_scanner;
     auto reach = [&](const std::string &src, const is::MemoryHeaders &mem = {}, const is::FileOptions &o = {}) {
         return is::reach(src, mem, o);
     };
@@ -803,11 +803,11 @@ TEST(IncludeScanner, PreIncludesHasIncludeAndMemoryHeaderFolders) {
     for (const char *p : {"cwd", "cwd/sub", "inc"}) ::mkdir(dir.file(p).c_str(), 0755);
     write_file(dir.file("inc/p.h"), "#define P 1\n");
     write_file(dir.file("cwd/sub/near.h"), "");
-    kjit::include_scanner::Search s;
+    kjit::key::include_scanner::Search s;
     s.working_dir = dir.file("cwd");
     s.include_dirs = {dir.file("inc")};
     s.pre_includes = {"p.h"};
-    const auto deps = kjit::include_scanner::scan("#if __has_include(\"probe.h\")\n#endif\n",
+    const auto deps = kjit::key::include_scanner::scan("#if __has_include(\"probe.h\")\n#endif\n",
                                                   {{"sub/m.h", "#include \"near.h\"\n"}}, s);
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
@@ -825,7 +825,7 @@ TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
     for (const char *p : {"a", "b", "c"}) ::mkdir(dir.file(p).c_str(), 0755);
     write_file(dir.file("a/w.h"), "#include_next <w.h>\n");
     write_file(dir.file("c/w.h"), "#define W 1\n");
-    const auto deps = kjit::include_scanner::scan("#include <w.h>\n", {},
+    const auto deps = kjit::key::include_scanner::scan("#include <w.h>\n", {},
                                                   in_folders({dir.file("a"), dir.file("b"), dir.file("c")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present;
@@ -838,12 +838,12 @@ TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
 TEST(IncludeScanner, ParseRejectsDamage) {
     for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
                             "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
-        EXPECT_FALSE(kjit::include_scanner::parse(bad).ok()) << bad;
+        EXPECT_FALSE(kjit::key::include_scanner::parse(bad).ok()) << bad;
     }
-    kjit::include_scanner::Dependency odd;
+    kjit::key::include_scanner::Dependency odd;
     odd.path = " /path with\nnewline";
     odd.exists = false;
-    const auto back = kjit::include_scanner::parse(kjit::include_scanner::format({odd}));
+    const auto back = kjit::key::include_scanner::parse(kjit::key::include_scanner::format({odd}));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->at(0).path, odd.path);
 }
@@ -880,11 +880,11 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     TempDir dir;
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/v.h"), "#define V 1\n");
-    const auto deps = kjit::include_scanner::scan("#include \"v.h\"\n", {}, in_folders({dir.file("inc")}));
+    const auto deps = kjit::key::include_scanner::scan("#include \"v.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(deps.ok());
     ASSERT_EQ(deps->size(), 1u);
     EXPECT_TRUE(deps->at(0).verify_content);
-    const auto round = kjit::include_scanner::parse(kjit::include_scanner::format(*deps));
+    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps));
     ASSERT_TRUE(round.ok());
     EXPECT_TRUE(round->at(0).verify_content);
     struct stat st {};
@@ -892,14 +892,14 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     write_file(dir.file("inc/v.h"), "#define V 2\n");
     const struct timespec times[2] = {st.st_atim, st.st_mtim};
     ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/v.h").c_str(), times, 0), 0);
-    EXPECT_FALSE(kjit::include_scanner::still_current(*round));
+    EXPECT_FALSE(kjit::key::include_scanner::still_current(*round));
     // An old header is trusted on size and mtime alone.
     write_file(dir.file("inc/old.h"), "#define O 1\n");
     struct timespec past[2];
     past[0].tv_sec = past[1].tv_sec = st.st_mtim.tv_sec - 3600;
     past[0].tv_nsec = past[1].tv_nsec = 0;
     ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("inc/old.h").c_str(), past, 0), 0);
-    const auto old = kjit::include_scanner::scan("#include \"old.h\"\n", {}, in_folders({dir.file("inc")}));
+    const auto old = kjit::key::include_scanner::scan("#include \"old.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(old.ok());
     EXPECT_FALSE(old->at(0).verify_content);
 }
@@ -1058,7 +1058,7 @@ template __global__ void gemm_big<2>(float *);
 constexpr const char *kGemmBig = "_Z8gemm_bigILi2EEvPf";
 
 // The name, or the error text (so a failure shows it instead of reading an empty result).
-std::string resolved(kjit::NameResolver &r, const std::string &cubin, const char *keyword) {
+std::string resolved(kjit::resolve::NameResolver &r, const std::string &cubin, const char *keyword) {
     auto name = r.resolve(cubin, keyword);
     return name.ok() ? *name : "error: " + name.error().message;
 }
@@ -1094,15 +1094,15 @@ TEST(CacheIntegrity, ResolvingADamagedEntryIsBadCubinAndWritesNoSidecar) {
     TempDir dir;
     Cache cache;
     const std::string path = compile_ok(cache, base_request(dir.file("cache")));
-    const std::string sidecar_before = read_file(kjit::sidecar::path_for(path));
+    const std::string sidecar_before = read_file(kjit::cubin::sidecar::path_for(path));
     ASSERT_TRUE(flip_text_byte(path, /*keep_mtime=*/false));
-    kjit::NameResolver resolver;
+    kjit::resolve::NameResolver resolver;
     auto name = resolver.resolve(path, "gemm");
     ASSERT_FALSE(name.ok()) << "resolved a damaged cache entry";
     EXPECT_EQ(name.error().code, Errc::bad_cubin);
     EXPECT_NE(name.error().message.find(path), std::string::npos) << name.error().message;
     EXPECT_NE(name.error().message.find("kjit cache verify --fix"), std::string::npos) << name.error().message;
-    EXPECT_EQ(read_file(kjit::sidecar::path_for(path)), sidecar_before);
+    EXPECT_EQ(read_file(kjit::cubin::sidecar::path_for(path)), sidecar_before);
 }
 
 // Item 7: an entry built with a name expression keeps answering the recorded kernel after
@@ -1111,14 +1111,14 @@ TEST(CacheIntegrity, NameExpressionEntrySurvivesCpR) {
     TempDir dir;
     Cache cache;
     const std::string path = compile_ok(cache, two_gemms_request(dir.file("cache")));
-    kjit::NameResolver resolver;
+    kjit::resolve::NameResolver resolver;
     auto name = resolver.resolve(path, "gemm");
     ASSERT_TRUE(name.ok()) << name.error().message;
     ASSERT_EQ(*name, kGemmBig);
     const std::string script = "cp -r '" + dir.file("cache") + "' '" + dir.file("copy") + "'";
     ASSERT_EQ(std::system(script.c_str()), 0);
     const std::string copied = dir.file("copy") + path.substr(dir.file("cache").size());
-    kjit::NameResolver fresh;
+    kjit::resolve::NameResolver fresh;
     auto copied_name = fresh.resolve(copied, "gemm");
     ASSERT_TRUE(copied_name.ok()) << copied_name.error().message;
     EXPECT_EQ(*copied_name, kGemmBig) << "the rescan re-chose by the keyword rule";
@@ -1138,17 +1138,17 @@ TEST(CacheIntegrity, NameExpressionEntryRescansToTheRecordedName) {
     TempDir dir;
     Cache cache;
     const std::string path = compile_ok(cache, two_gemms_request(dir.file("cache")));
-    const std::string sidecar = kjit::sidecar::path_for(path);
+    const std::string sidecar = kjit::cubin::sidecar::path_for(path);
     for (const char *damage : {"", "kjit-sidecar 1\ngemm 1 2.000000000 - _Z4gemmPf 0000", "garbage\n"}) {
         SCOPED_TRACE(damage);
         write_file(sidecar, damage);
-        kjit::NameResolver resolver;
+        kjit::resolve::NameResolver resolver;
         auto name = resolver.resolve(path, "gemm");
         ASSERT_TRUE(name.ok()) << name.error().message;
         EXPECT_EQ(*name, kGemmBig);
     }
     ASSERT_EQ(::unlink(sidecar.c_str()), 0);
-    kjit::NameResolver resolver;
+    kjit::resolve::NameResolver resolver;
     EXPECT_EQ(resolved(resolver, path, "gemm"), kGemmBig);
 }
 
@@ -1170,14 +1170,14 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     ASSERT_NE(first, second);
     ASSERT_EQ(cache.counters().nvrtc_compiles, 2u);
 
-    auto prepared = kjit::cache::key_request(r);
+    auto prepared = kjit::key::key_request(r);
     ASSERT_TRUE(prepared.ok());
-    const std::string list = kjit::cache_entry::variants_file_for(prepared->request.cache_dir, prepared->key);
+    const std::string list = kjit::store::cache_entry::variants_file_for(prepared->request.cache_dir, prepared->key);
     const std::string first_key = entry_of(first).substr(entry_of(first).size() - 32);
     const std::string second_key = entry_of(second).substr(entry_of(second).size() - 32);
-    EXPECT_EQ(kjit::cache_entry::read_variants(list), (std::vector<std::string>{second_key, first_key}));
+    EXPECT_EQ(kjit::store::cache_entry::read_variants(list), (std::vector<std::string>{second_key, first_key}));
     // The manifest says whose result it is.
-    auto manifest = kjit::cache_entry::read_manifest(entry_of(first));
+    auto manifest = kjit::store::cache_entry::read_manifest(entry_of(first));
     ASSERT_TRUE(manifest.ok()) << manifest.error().message;
     EXPECT_EQ(manifest->key, first_key);
     EXPECT_EQ(manifest->source_key, prepared->key);
@@ -1187,7 +1187,7 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
     EXPECT_EQ(compile_ok(cache, r), first);
     EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
-    EXPECT_EQ(kjit::cache_entry::read_variants(list), (std::vector<std::string>{first_key}));
+    EXPECT_EQ(kjit::store::cache_entry::read_variants(list), (std::vector<std::string>{first_key}));
     // A damaged list: the same.
     write_file(list, "kjit-variants 1\nnot a key\n\x01\x02garbage");
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
@@ -1212,11 +1212,11 @@ TEST(Cache, AVariantsFileLeadsOnlyToEntriesOfItsOwnRequest) {
     const std::string one_cubin = compile_ok(cache, one);
     const std::string two_cubin = compile_ok(cache, two);
     ASSERT_NE(one_cubin, two_cubin);
-    auto p1 = kjit::cache::key_request(one);
-    auto p2 = kjit::cache::key_request(two);
+    auto p1 = kjit::key::key_request(one);
+    auto p2 = kjit::key::key_request(two);
     ASSERT_TRUE(p1.ok() && p2.ok());
-    const std::string list1 = kjit::cache_entry::variants_file_for(p1->request.cache_dir, p1->key);
-    const std::string list2 = kjit::cache_entry::variants_file_for(p2->request.cache_dir, p2->key);
+    const std::string list1 = kjit::store::cache_entry::variants_file_for(p1->request.cache_dir, p1->key);
+    const std::string list2 = kjit::store::cache_entry::variants_file_for(p2->request.cache_dir, p2->key);
     write_file(list2, read_file(list1));
     EXPECT_EQ(compile_ok(cache, two), two_cubin);
     EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
@@ -1242,22 +1242,22 @@ TEST(Cache, VariantsFileKeepsTheMostRecentKeys) {
         std::snprintf(k, sizeof k, "%032x", i);
         return std::string(k);
     };
-    EXPECT_TRUE(kjit::cache_entry::read_variants(list).empty());
-    for (int i = 0; i < 20; ++i) ASSERT_TRUE(kjit::cache_entry::record_variant(list, key(i), false));
+    EXPECT_TRUE(kjit::store::cache_entry::read_variants(list).empty());
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(kjit::store::cache_entry::record_variant(list, key(i), false));
     std::vector<std::string> expected;
-    for (int i = 19; i > 19 - static_cast<int>(kjit::cache_entry::kMaxVariants); --i) expected.push_back(key(i));
-    EXPECT_EQ(kjit::cache_entry::read_variants(list), expected);
+    for (int i = 19; i > 19 - static_cast<int>(kjit::store::cache_entry::kMaxVariants); --i) expected.push_back(key(i));
+    EXPECT_EQ(kjit::store::cache_entry::read_variants(list), expected);
     // Found again: first, once.
-    ASSERT_TRUE(kjit::cache_entry::record_variant(list, key(10), false));
-    EXPECT_EQ(kjit::cache_entry::read_variants(list).front(), key(10));
-    EXPECT_EQ(kjit::cache_entry::read_variants(list).size(), kjit::cache_entry::kMaxVariants);
+    ASSERT_TRUE(kjit::store::cache_entry::record_variant(list, key(10), false));
+    EXPECT_EQ(kjit::store::cache_entry::read_variants(list).front(), key(10));
+    EXPECT_EQ(kjit::store::cache_entry::read_variants(list).size(), kjit::store::cache_entry::kMaxVariants);
     for (const std::string &n : list_dir(dir.file("00"))) EXPECT_EQ(n.find(".tmp-"), std::string::npos) << n;
     // Not through a link.
     ASSERT_EQ(::symlink(list.c_str(), dir.file("00/11111111111111111111111111111111.variants").c_str()), 0);
-    EXPECT_TRUE(kjit::cache_entry::read_variants(dir.file("00/11111111111111111111111111111111.variants")).empty());
-    EXPECT_TRUE(kjit::cache_entry::is_variants_name("00000000000000000000000000000000.variants"));
-    EXPECT_FALSE(kjit::cache_entry::is_variants_name("0000000000000000000000000000000.variants"));
-    EXPECT_FALSE(kjit::cache_entry::is_variants_name("00000000000000000000000000000000.variant"));
+    EXPECT_TRUE(kjit::store::cache_entry::read_variants(dir.file("00/11111111111111111111111111111111.variants")).empty());
+    EXPECT_TRUE(kjit::store::cache_entry::is_variants_name("00000000000000000000000000000000.variants"));
+    EXPECT_FALSE(kjit::store::cache_entry::is_variants_name("0000000000000000000000000000000.variants"));
+    EXPECT_FALSE(kjit::store::cache_entry::is_variants_name("00000000000000000000000000000000.variant"));
 }
 
 // "Check each dependency file once per call, not once per item" (issue 19): the items of a batch
@@ -1277,10 +1277,10 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
         }
         return out;
     };
-    kjit::batch_compiler::Options options;
+    kjit::batch::batch_compiler::Options options;
     options.workers = 2;
     std::vector<std::string> cubins;
-    for (auto &result : kjit::batch_compiler::compile(items(), options)) {
+    for (auto &result : kjit::batch::batch_compiler::compile(items(), options)) {
         ASSERT_TRUE(result.ok()) << result.error().message;
         cubins.push_back(result->cubin);
     }
@@ -1290,7 +1290,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     auto &counters = Cache::instance().counters();
     const std::uint64_t stats_before = counters.dependency_stats.load();
     const std::uint64_t hits_before = counters.compile_hits.load();
-    const auto again = kjit::batch_compiler::compile(items(), options);
+    const auto again = kjit::batch::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < again.size(); ++i) {
         ASSERT_TRUE(again[i].ok()) << again[i].error().message;
         EXPECT_EQ(again[i]->cubin, cubins[i]);
@@ -1300,7 +1300,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     // An edit between two calls is seen by the next call.
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     const std::uint64_t runs_before = counters.nvrtc_compiles.load();
-    const auto edited = kjit::batch_compiler::compile(items(), options);
+    const auto edited = kjit::batch::batch_compiler::compile(items(), options);
     for (std::size_t i = 0; i < edited.size(); ++i) {
         ASSERT_TRUE(edited[i].ok()) << edited[i].error().message;
         EXPECT_NE(edited[i]->cubin, cubins[i]);
@@ -1318,18 +1318,18 @@ namespace {
 class RecordingStore final : public kjit::cache::EntryStore {
 public:
     const char *name() const override { return "recording"; }
-    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::cache::KeyedRequest &keyed,
-                                                         kjit::include_scanner::FileMemo *, std::string *) override {
+    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::key::KeyedRequest &keyed,
+                                                         kjit::key::include_scanner::FileMemo *, std::string *) override {
         ++finds;
         if (auto it = answers.find(keyed.key); it != answers.end()) return std::optional<kjit::cache::Found>(it->second);
         return std::optional<kjit::cache::Found>();
     }
-    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::cache::KeyedRequest &, const std::string &,
+    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::key::KeyedRequest &, const std::string &,
                                                                  std::string *) override {
         return std::optional<kjit::cache::Found>();
     }
-    kjit::Result<std::optional<std::string>> publish(const kjit::cache::KeyedRequest &keyed,
-                                                     const kjit::cache_entry::NewEntry &entry) override {
+    kjit::Result<std::optional<std::string>> publish(const kjit::key::KeyedRequest &keyed,
+                                                     const kjit::store::cache_entry::NewEntry &entry) override {
         offered.emplace_back(keyed.key, entry.manifest.name);
         cubin_sizes.push_back(entry.cubin.size());
         if (fail_publish) return kjit::Error{kjit::Errc::io, "the recording store is full"};
@@ -1355,7 +1355,7 @@ TEST(Cache, AMissIsAskedOfEveryStoreAndItsResultOfferedToEach) {
     // Asked once by the lookup and once more by the build (another process may have published).
     EXPECT_EQ(tier.finds, 2);
     ASSERT_EQ(tier.offered.size(), 1u);
-    EXPECT_EQ(tier.offered[0].first, kjit::cache::key_request(r)->key);
+    EXPECT_EQ(tier.offered[0].first, kjit::key::key_request(r)->key);
     EXPECT_EQ(tier.offered[0].second, "_Z4gemmILi128EEvPf");
     struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
@@ -1372,7 +1372,7 @@ TEST(Cache, ALaterStoreAnswersWhatTheLocalOneMisses) {
     const std::string elsewhere = compile_ok(first, base_request(dir.file("other")));
     Cache cache;
     RecordingStore tier;
-    tier.answers[kjit::cache::key_request(r)->key] = kjit::cache::Found{elsewhere, "_Z4gemmILi128EEvPf"};
+    tier.answers[kjit::key::key_request(r)->key] = kjit::cache::Found{elsewhere, "_Z4gemmILi128EEvPf"};
     cache.add_store(tier);
     EXPECT_EQ(compile_ok(cache, r), elsewhere);
     EXPECT_EQ(cache.counters().compile_hits, 1u);
@@ -1444,7 +1444,7 @@ namespace {
 struct ForeignHolder {
     kjit::LockFd fd;
     ForeignHolder(const std::string &cache_dir, const std::string &key)
-        : fd(::open((cache_dir + "/" + kjit::compile_lock::kFileName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+        : fd(::open((cache_dir + "/" + kjit::store::cache_layout::kCompileLockFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
         struct flock fl {};
         fl.l_type = F_WRLCK;
         fl.l_whence = SEEK_SET;
@@ -1462,7 +1462,7 @@ TEST(CompileLock, AHolderThatTakesTooLongIsNotWaitedOnForEver) {
     ASSERT_EQ(::mkdir(dir.file("cache").c_str(), 0700), 0);
     Request r = base_request(dir.file("cache"));
     r.compile_wait = std::chrono::milliseconds(200);
-    ForeignHolder holder(dir.file("cache"), kjit::cache::key_request(r)->key);
+    ForeignHolder holder(dir.file("cache"), kjit::key::key_request(r)->key);
     ASSERT_TRUE(holder.locked);
     Cache cache;
     const std::string path = compile_ok(cache, r);
@@ -1480,7 +1480,7 @@ TEST(CompileLock, OtherKeysAndAReleasedLockAreNotWaitedFor) {
     Request other = r;
     other.source += "\n// another key\n";
     {
-        ForeignHolder holder(dir.file("cache"), kjit::cache::key_request(other)->key);
+        ForeignHolder holder(dir.file("cache"), kjit::key::key_request(other)->key);
         ASSERT_TRUE(holder.locked);
         Cache cache;
         compile_ok(cache, r);
@@ -1501,9 +1501,9 @@ TEST(CompileLock, ReleasingTheLockDoesNotWaitForOtherCopiesOfItsDescriptor) {
     auto folder = kjit::folder_trust::check_cache_folder_now(dir.file("cache"));
     ASSERT_TRUE(folder.ok()) << folder.error().message;
     const std::string key(32, 'a');
-    const std::string lock_path = dir.file("cache") + "/" + kjit::compile_lock::kFileName;
-    kjit::compile_lock::Waited waited;
-    auto held = kjit::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
+    const std::string lock_path = dir.file("cache") + "/" + kjit::store::cache_layout::kCompileLockFile;
+    kjit::store::compile_lock::Waited waited;
+    auto held = kjit::store::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
     ASSERT_TRUE(held.has_value());
     const int copy = dup_of_descriptor_on(lock_path);
     ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
@@ -1544,7 +1544,7 @@ TEST(HitMemo, ARepeatIsAnsweredFromMemoryWithoutReadingTheDisk) {
     Request r = base_request(dir.file("cache"));
     r.name_expression = "gemm<128>";
     const std::string path = miss_then_hit(m.cache, r);
-    const auto sidecar_hits = kjit::NameResolver::instance().counters().sidecar_hits.load();
+    const auto sidecar_hits = kjit::resolve::NameResolver::instance().counters().sidecar_hits.load();
     const auto hits = m.cache.counters().compile_hits.load();
     for (int i = 0; i < 5; ++i) {
         auto again = m.cache.compile(r);
@@ -1554,7 +1554,7 @@ TEST(HitMemo, ARepeatIsAnsweredFromMemoryWithoutReadingTheDisk) {
     }
     EXPECT_EQ(m.answers(), 5u);
     EXPECT_EQ(m.cache.counters().compile_hits.load(), hits + 5);  // counted as hits
-    EXPECT_EQ(kjit::NameResolver::instance().counters().sidecar_hits.load(), sidecar_hits);  // no sidecar read
+    EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().sidecar_hits.load(), sidecar_hits);  // no sidecar read
     // Another request (another keyword's expression, another arch) is not the same answer.
     Request other = r;
     other.arch = "sm_80";
@@ -1608,7 +1608,7 @@ TEST(HitMemo, AnyChangeToTheCubinIsLookedUpInFull) {
         if (watched) {
             const auto by_watch = m.cache.hit_memo().answers_by_watch();
             for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
-            if (kjit::dependency_watch::stats().usable) {
+            if (kjit::key::dependency_watch::stats().usable) {
                 EXPECT_EQ(m.cache.hit_memo().answers_by_watch(), by_watch + 2) << "the watch did not serve";
             }
         }
@@ -1635,7 +1635,7 @@ TEST(HitMemo, AHeaderEditIsSeenAtTheNextRepeat) {
     const std::string path = miss_then_hit(m.cache, r);
     ASSERT_EQ(compile_ok(m.cache, r), path);
     const auto answers = m.answers();
-    if (kjit::dependency_watch::stats().usable) {
+    if (kjit::key::dependency_watch::stats().usable) {
         EXPECT_EQ(answers, 1u);  // the watch proved the repeat
     }
     write_file(dir.file("inc/v.h"), "#define V 2\n");
@@ -1704,8 +1704,8 @@ TEST(HitMemo, ARemovalByThisProcessForgetsEveryAnswer) {
     const std::string other_path = compile_ok(m.cache, other);
     // Another entry retired (as eviction, prune, clear or verify --fix would): the unrelated
     // answer is looked up in full too.
-    ASSERT_TRUE(kjit::cache_entry::retire(other_path.substr(0, other_path.rfind('/')),
-                                          kjit::cache_entry::InUse::remove)
+    ASSERT_TRUE(kjit::store::cache_entry::retire(other_path.substr(0, other_path.rfind('/')),
+                                          kjit::store::cache_entry::InUse::remove)
                     .ok());
     EXPECT_EQ(compile_ok(m.cache, r), path);
     EXPECT_EQ(m.answers(), 0u);

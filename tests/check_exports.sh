@@ -22,7 +22,7 @@ if ! diff -u "$src/abi/libkjit.symbols" <(printf '%s\n' "$exported") > /dev/null
 fi
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 case "$soname" in libkjit.so.[0-9]*) ;; *) echo "FAIL: SONAME is '$soname'"; exit 1 ;; esac
-# Both are dlopened when first needed (src/driver.cpp, src/nvrtc_library.cpp), so that libkjit
+# Both are dlopened when first needed (src/load/driver.cpp, src/compile/nvrtc_library.cpp), so that libkjit
 # loads, resolves and loads shipped caches where neither is installed.
 needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*Shared library: \[\(.*\)\]/\1/p')
 [ -n "$needed" ] || { echo "FAIL: readelf lists no NEEDED entry for $lib"; exit 1; }

@@ -1,4 +1,4 @@
-// The header watch (src/dependency_watch.hpp): a hit on an entry checked earlier in this process
+// The header watch (src/key/dependency_watch.hpp): a hit on an entry checked earlier in this process
 // skips its deps.txt when inotify proves nothing changed since. Each test proves a hit first
 // (Cache::Counters::dependency_proofs moves), then changes what the compile reads one way, and
 // expects a cubin built from the new text: a change the watch did not see would be a stale hit,
@@ -21,7 +21,7 @@
 #include <vector>
 
 using kjit::cache::Cache;
-using kjit::cache::Request;
+using kjit::key::Request;
 using namespace kjit_test;
 
 namespace {
@@ -44,7 +44,7 @@ void overwrite_in_place(const std::string &path, const std::string &bytes) {
 
 // The kernel the keyword rule picks in `cubin` ("" when none).
 std::string kernel_name(const std::string &cubin) {
-    auto name = kjit::NameResolver::instance().resolve(cubin, "gemm");
+    auto name = kjit::resolve::NameResolver::instance().resolve(cubin, "gemm");
     return name.ok() ? *name : std::string();
 }
 
@@ -92,8 +92,8 @@ TEST_F(HeaderWatch, ASecondHitIsProvenWithoutReadingItsFiles) {
     write_file(file("inc/cfg.h"), cfg_text(1));
     const Request r = request({file("inc")});
     expect_proven(r, 1);
-    EXPECT_TRUE(kjit::dependency_watch::stats().usable);
-    EXPECT_GT(kjit::dependency_watch::stats().watches, 0u);
+    EXPECT_TRUE(kjit::key::dependency_watch::stats().usable);
+    EXPECT_GT(kjit::key::dependency_watch::stats().watches, 0u);
     for (int i = 0; i < 5; ++i) EXPECT_EQ(compiled_name(r), name_for(1));
     EXPECT_EQ(cache_.counters().nvrtc_compiles.load(), 1u);
 
@@ -381,6 +381,6 @@ TEST(HeaderWatchOff, TurnedOffEveryHitChecksItsFiles) {
     r.include_paths = {dir.file("inc")};
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(cache.compile(r).ok());
     EXPECT_EQ(cache.counters().dependency_proofs.load(), 0u);
-    EXPECT_FALSE(kjit::dependency_watch::stats().usable);
+    EXPECT_FALSE(kjit::key::dependency_watch::stats().usable);
     EXPECT_EQ(cache.counters().dependency_stats.load(), 3u);  // the three hits each stat cfg.h
 }

@@ -1,4 +1,4 @@
-// The file system module (src/filesystem.hpp): the plumbing every module writes files with.
+// The file system module (src/util/filesystem.hpp): the plumbing every module writes files with.
 #include "util/filesystem.hpp"
 
 #include "test_support.hpp"

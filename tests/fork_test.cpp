@@ -228,24 +228,24 @@ TEST(Fork, ChildCompilesTheKeyAParentThreadIsCompiling) {
 // instead of waiting for a lock no thread of its own will let go. Internal library: its own
 // compiler module, with a short wait.
 TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
-    kjit::compiler::set_fork_wait(std::chrono::milliseconds(100));
-    kjit::compiler::Request slow;
+    kjit::compile::compiler::set_fork_wait(std::chrono::milliseconds(100));
+    kjit::compile::compiler::Request slow;
     slow.source = slow_source(2, 2000);
     slow.options = {"-arch=sm_90"};
     std::atomic<bool> started{false}, finished{false};
     std::thread compiling([&] {
         started = true;
-        (void)kjit::compiler::compile(slow);
+        (void)kjit::compile::compiler::compile(slow);
         finished = true;
     });
     ASSERT_TRUE(wait_until([&] { return started.load(); }));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside NVRTC by now
     const ChildEnd end = run_forked([&]() -> int {
-        kjit::compiler::Request quick;
+        kjit::compile::compiler::Request quick;
         quick.source = sources::kPlain;
         quick.options = {"-arch=sm_90"};
         const auto t0 = Clock::now();
-        auto r = kjit::compiler::compile(quick);
+        auto r = kjit::compile::compiler::compile(quick);
         CHILD_CHECK(!r, "NVRTC used in a child forked while it was busy");
         CHILD_CHECK(r.error().code == kjit::Errc::nvrtc, r.error().message);
         CHILD_CHECK(r.error().message.find("forked") != std::string::npos, r.error().message);
@@ -254,14 +254,14 @@ TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
     });
     const bool compile_outlived_the_fork = !finished.load();
     compiling.join();
-    kjit::compiler::set_fork_wait(std::chrono::seconds(120));
+    kjit::compile::compiler::set_fork_wait(std::chrono::seconds(120));
     if (!compile_outlived_the_fork) GTEST_SKIP() << "the compile was over before the child was: no telling";
     EXPECT_TRUE(end.ok()) << describe(end);
     // The parent compiles on.
-    kjit::compiler::Request quick;
+    kjit::compile::compiler::Request quick;
     quick.source = sources::kPlain;
     quick.options = {"-arch=sm_90"};
-    EXPECT_TRUE(kjit::compiler::compile(quick).ok());
+    EXPECT_TRUE(kjit::compile::compiler::compile(quick).ok());
 }
 
 // (b) The parent loaded a cubin; the child loads the same path. Its load must go to the driver
@@ -522,7 +522,7 @@ TEST(Fork, ChildDoesNotKeepTheCacheLockOpen) {
     ASSERT_EQ(::read(held[0], &byte, 1), 1);
     ASSERT_EQ(fds_open_on("/.kjit-lock"), 0);
 
-    std::thread pruning([&] { (void)kjit::cache_maintenance::prune(cache, {}); });
+    std::thread pruning([&] { (void)kjit::store::cache_maintenance::prune(cache, {}); });
     ASSERT_TRUE(wait_until([&] { return fds_open_on("/.kjit-lock") == 1; }));  // opened, waiting in flock
     int go[2], report[2];
     ASSERT_EQ(::pipe(go), 0);

@@ -24,8 +24,8 @@
 
 using namespace kjit_test;
 using kjit::Errc;
-using kjit::KernelHandle;
-using kjit::KernelLoader;
+using kjit::load::KernelHandle;
+using kjit::load::KernelLoader;
 
 namespace {
 
@@ -54,17 +54,17 @@ void expect_consistent(const KernelHandle &h) {
 void forge_sidecar(const std::string &cubin, const std::string &keyword, const std::string &name) {
     struct stat st {};
     ASSERT_EQ(::stat(cubin.c_str(), &st), 0);
-    kjit::sidecar::Line line;
+    kjit::cubin::sidecar::Line line;
     line.keyword = keyword;
     line.name = name;
     line.cubin_size = static_cast<std::uint64_t>(st.st_size);
     line.mtime_sec = st.st_mtim.tv_sec;
     line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
-    ASSERT_TRUE(kjit::sidecar::write(kjit::sidecar::path_for(cubin), {line}).ok());
+    ASSERT_TRUE(kjit::cubin::sidecar::write(kjit::cubin::sidecar::path_for(cubin), {line}).ok());
 }
 
 std::string sidecar_name(const std::string &cubin, const std::string &keyword) {
-    for (const auto &l : kjit::sidecar::read(kjit::sidecar::path_for(cubin)).lines) {
+    for (const auto &l : kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(cubin)).lines) {
         if (l.keyword == keyword) return l.name;
     }
     return {};
@@ -74,7 +74,7 @@ std::string sidecar_name(const std::string &cubin, const std::string &keyword) {
 
 TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {
     TempDir dir;
-    kjit::cache::Request r;
+    kjit::key::Request r;
     r.cache_dir = dir.file("cache");
     r.arch = "sm_90";
     r.source = sources::kTemplateOne;
@@ -109,13 +109,13 @@ TEST(KernelLoader, CompileThenLoadThenReuseThenRelease) {
 
 TEST(KernelLoader, MissingGarbageAndStaleSidecarsAreRepaired) {
     Cubin c(sources::kPlain);
-    const std::string sidecar = kjit::sidecar::path_for(c.path);
+    const std::string sidecar = kjit::cubin::sidecar::path_for(c.path);
     for (int variant = 0; variant < 3; ++variant) {
         if (variant == 0) ::unlink(sidecar.c_str());
         if (variant == 1) write_file(sidecar, "\x7f garbage \n\n not a sidecar");
         if (variant == 2) {
-            kjit::sidecar::Line stale{"plain_kernel", 1, 1, 0, std::nullopt, "_Z12plain_kernelPi"};
-            ASSERT_TRUE(kjit::sidecar::write(sidecar, {stale}).ok());
+            kjit::cubin::sidecar::Line stale{"plain_kernel", 1, 1, 0, std::nullopt, "_Z12plain_kernelPi"};
+            ASSERT_TRUE(kjit::cubin::sidecar::write(sidecar, {stale}).ok());
         }
         KernelHandle h = load_ok(c.path, "plain_kernel");
         EXPECT_EQ(h.name(), "_Z12plain_kernelPf") << variant;
@@ -295,7 +295,7 @@ TEST(KernelLoader, EightThreadsLoad300CachedKernels) {
         for (int t = 0; t < 2; ++t) {
             compilers.emplace_back([&, t] {
                 for (int i = t; i < kKernels; i += 2) {
-                    kjit::cache::Request r;
+                    kjit::key::Request r;
                     r.cache_dir = dir.file("cache");
                     r.arch = "sm_90";
                     r.source = "template <int N> __global__ void sweep(float *p) { p[threadIdx.x] = N * 0.5f; }\n"
@@ -372,7 +372,7 @@ namespace {
 
 std::string compile_entry(const std::string &cache_dir, const char *source, const char *keyword,
                           const char *name_expression = nullptr) {
-    kjit::cache::Request r;
+    kjit::key::Request r;
     r.cache_dir = cache_dir;
     r.arch = "sm_90";
     r.source = source;
@@ -458,7 +458,7 @@ TEST(KernelLoaderIntegrity, EntryReplacedWholeWhileReadIsNeverCalledDamaged) {
         auto h = loader().load(a, "gemm");
         if (h) ++ok;
         if (!h && h.error().code == Errc::bad_cubin) ++damaged, last_error = h.error().message;
-        kjit::NameResolver resolver;
+        kjit::resolve::NameResolver resolver;
         auto name = resolver.resolve(a, "gemm");
         if (!name && name.error().code == Errc::bad_cubin) ++damaged, last_error = name.error().message;
     }

@@ -8,7 +8,7 @@
 #include <vector>
 
 using kjit::Errc;
-namespace nm = kjit::name_matcher;
+namespace nm = kjit::cubin::name_matcher;
 
 namespace {
 

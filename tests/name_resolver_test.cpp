@@ -19,9 +19,9 @@
 #include <vector>
 
 using kjit::Errc;
-using kjit::NameResolver;
+using kjit::resolve::NameResolver;
 using namespace kjit_test;
-namespace sc = kjit::sidecar;
+namespace sc = kjit::cubin::sidecar;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// NVRTC is dlopened on first need, never linked (src/nvrtc_library.hpp). ctest runs this binary
+// NVRTC is dlopened on first need, never linked (src/compile/nvrtc_library.hpp). ctest runs this binary
 // once per case, each with its own KJIT_LIBNVRTC (libkjit keeps the outcome for the process):
 //  - NvrtcUnavailable.*, with KJIT_LIBNVRTC naming something that is not a usable NVRTC 13 (a
 //    missing file, a library without NVRTC's entry points, an NVRTC of another major) and

@@ -1,4 +1,4 @@
-// The NVRTC probe (src/nvrtc_probe.hpp): a process that only hits takes NVRTC's identity from
+// The NVRTC probe (src/compile/nvrtc_probe.hpp): a process that only hits takes NVRTC's identity from
 // the record a process that loaded NVRTC left in the cache folder, and never maps NVRTC; any
 // change to what the dynamic linker would find, and any record that is not this user's or not
 // whole, makes it load NVRTC; a record that was wrong all the same costs one failed compile,

@@ -152,8 +152,8 @@ protected:
         manifest.cubin_bytes = cubin.size();
         manifest.cubin_hash = kjit::hash128_hex(cubin);
         manifest.created = "2026-12-04T00:00:00Z";
-        expected = {manifest.key, kjit::cache::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
-        value = kjit::remote::encode(manifest, cubin, kjit::cache::kFormatVersion, "node-7");
+        expected = {manifest.key, kjit::key::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
+        value = kjit::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "node-7");
     }
     kjit::Result<kjit::remote::Entry> decode(const std::string &v) { return kjit::remote::decode(v, expected, "k"); }
     void expect_refused(const std::string &v, const char *why) {
@@ -164,7 +164,7 @@ protected:
     }
 
     std::string cubin;
-    kjit::cache_entry::Manifest manifest;
+    kjit::store::cache_entry::Manifest manifest;
     kjit::remote::Expected expected;
     std::string value;
 };
@@ -209,20 +209,20 @@ TEST_F(RemoteEntryValue, MadeForAnotherRequest) {
 TEST_F(RemoteEntryValue, WholeButLyingValuesAreRefused) {
     // Consistent checksums, wrong content: a name the keyword rule would not choose, a cubin that
     // is not the manifest's, a cubin that is not ELF.
-    kjit::cache_entry::Manifest wrong_name = manifest;
+    kjit::store::cache_entry::Manifest wrong_name = manifest;
     wrong_name.name = "_Z4gemmILi99EEvPf";
-    expect_refused(kjit::remote::encode(wrong_name, cubin, kjit::cache::kFormatVersion, "h"), "keyword rule chooses");
+    expect_refused(kjit::remote::encode(wrong_name, cubin, kjit::key::kFormatVersion, "h"), "keyword rule chooses");
     const std::string other = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(5));
-    expect_refused(kjit::remote::encode(manifest, other, kjit::cache::kFormatVersion, "h"), "not the one its manifest");
-    kjit::cache_entry::Manifest text = manifest;
+    expect_refused(kjit::remote::encode(manifest, other, kjit::key::kFormatVersion, "h"), "not the one its manifest");
+    kjit::store::cache_entry::Manifest text = manifest;
     text.cubin_bytes = 8;
     text.cubin_hash = kjit::hash128_hex("not elf!");
-    expect_refused(kjit::remote::encode(text, "not elf!", kjit::cache::kFormatVersion, "h"), "not an ELF");
-    kjit::cache_entry::Manifest lowered = manifest;
+    expect_refused(kjit::remote::encode(text, "not elf!", kjit::key::kFormatVersion, "h"), "not an ELF");
+    kjit::store::cache_entry::Manifest lowered = manifest;
     lowered.name_expression = "gemm<99>";
     lowered.name = "_Z4gemmILi99EEvPf";  // matches the keyword, but is not in this cubin
     expected.name_expression = "gemm<99>";
-    expect_refused(kjit::remote::encode(lowered, cubin, kjit::cache::kFormatVersion, "h"), "not a function of its cubin");
+    expect_refused(kjit::remote::encode(lowered, cubin, kjit::key::kFormatVersion, "h"), "not a function of its cubin");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 using namespace kjit_test;
-namespace sc = kjit::sidecar;
+namespace sc = kjit::cubin::sidecar;
 
 namespace {
 

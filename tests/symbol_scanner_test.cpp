@@ -13,7 +13,7 @@
 #include <set>
 
 using kjit::Errc;
-using kjit::SymbolTable;
+using kjit::cubin::SymbolTable;
 using namespace kjit_test;
 
 namespace {

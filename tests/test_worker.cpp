@@ -4,7 +4,7 @@
 //   crash-once:<marker>:<f> aborts on the first such job, creating file <f> (a fresh worker,
 //                           finding it, compiles)
 //   hang:<marker>           sleeps for ever on such a job (the parent's death must end it:
-//                           worker_protocol::serve's PR_SET_PDEATHSIG, as in kjit-worker)
+//                           batch::worker_protocol::serve's PR_SET_PDEATHSIG, as in kjit-worker)
 //   exit-on-job             exits at its first job without answering
 //   garbage                 answers its first job with a frame that is not the protocol
 //   wrong-nvrtc             says hello with an NVRTC that is not the parent's
@@ -29,7 +29,7 @@ std::string mode() {
 
 bool starts_with(const std::string &s, const char *prefix) { return s.rfind(prefix, 0) == 0; }
 
-void before_job(const kjit::compile_job::Job &job) {
+void before_job(const kjit::compile::compile_job::Job &job) {
     const std::string m = mode();
     if (starts_with(m, "crash:") && job.request.source.find(m.substr(6)) != std::string::npos) std::abort();
     if (starts_with(m, "crash-once:")) {
@@ -49,14 +49,14 @@ void before_job(const kjit::compile_job::Job &job) {
 
 // Says a hello of its own making, then answers jobs as `mode` says.
 int lie(int fd, const std::string &m) {
-    kjit::worker_protocol::Hello hello;
+    kjit::batch::worker_protocol::Hello hello;
     hello.nvrtc_identity = std::string("0.0 libnvrtc.so.0.0.0 1");
     if (m == "old-protocol") {
         hello.version = 0;
-        hello.nvrtc_identity = kjit::compiler::nvrtc_identity();
+        hello.nvrtc_identity = kjit::compile::compiler::nvrtc_identity();
     }
-    if (!kjit::worker_protocol::send_frame(fd, kjit::worker_protocol::Type::hello,
-                                           kjit::worker_protocol::encode_hello(hello), "parent")) {
+    if (!kjit::batch::worker_protocol::send_frame(fd, kjit::batch::worker_protocol::Type::hello,
+                                           kjit::batch::worker_protocol::encode_hello(hello), "parent")) {
         return 1;
     }
     char buf[4096];
@@ -76,15 +76,15 @@ int main(int argc, char **argv) {
     const std::string m = mode();
     if (m == "wrong-nvrtc" || m == "old-protocol") return lie(fd, m);
     if (m == "garbage") {
-        kjit::worker_protocol::Hello hello;
-        hello.nvrtc_identity = kjit::compiler::nvrtc_identity();
-        (void)kjit::worker_protocol::send_frame(fd, kjit::worker_protocol::Type::hello,
-                                                kjit::worker_protocol::encode_hello(hello), "parent");
+        kjit::batch::worker_protocol::Hello hello;
+        hello.nvrtc_identity = kjit::compile::compiler::nvrtc_identity();
+        (void)kjit::batch::worker_protocol::send_frame(fd, kjit::batch::worker_protocol::Type::hello,
+                                                kjit::batch::worker_protocol::encode_hello(hello), "parent");
         char buf[65536];
         (void)::read(fd, buf, sizeof buf);
         const char junk[] = "this is not a KJW1 frame at all....";
         (void)::write(fd, junk, sizeof junk);
         return 0;
     }
-    return kjit::worker_protocol::serve(fd, parent, &before_job);
+    return kjit::batch::worker_protocol::serve(fd, parent, &before_job);
 }

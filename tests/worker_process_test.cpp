@@ -360,40 +360,40 @@ TEST(WorkerProcesses, NoPchFolderOutlivesTheBatch) {
 // The protocol's decoders take any bytes: a truncated or garbled message is an error naming
 // the field, never a read past its end.
 TEST(WorkerProtocol, TruncatedAndGarbledMessagesAreErrors) {
-    kjit::compile_job::Job job;
+    kjit::compile::compile_job::Job job;
     job.request.source = "__global__ void k() {}";
     job.request.options = {"-arch=sm_90", "-DX=1"};
     job.request.headers = {{"a.h", "int a;"}};
     job.request.name_expressions = {"k"};
     job.pch_identity = "abc";
-    const std::string whole = kjit::worker_protocol::encode_job(job);
-    auto back = kjit::worker_protocol::decode_job(whole);
+    const std::string whole = kjit::batch::worker_protocol::encode_job(job);
+    auto back = kjit::batch::worker_protocol::decode_job(whole);
     ASSERT_TRUE(back);
     EXPECT_EQ(back->request.source, job.request.source);
     EXPECT_EQ(back->request.options, job.request.options);
     EXPECT_EQ(back->request.headers, job.request.headers);
     EXPECT_EQ(back->pch_identity, "abc");
     for (std::size_t cut = 0; cut < whole.size(); ++cut) {
-        auto partial = kjit::worker_protocol::decode_job(whole.substr(0, cut));
+        auto partial = kjit::batch::worker_protocol::decode_job(whole.substr(0, cut));
         ASSERT_FALSE(partial) << cut;
         EXPECT_NE(partial.error().message.find("a job message's"), std::string::npos) << partial.error().message;
     }
-    EXPECT_FALSE(kjit::worker_protocol::decode_job(whole + "x"));
+    EXPECT_FALSE(kjit::batch::worker_protocol::decode_job(whole + "x"));
     // A list count larger than the message could hold is refused before anything is allocated.
     std::string huge = whole.substr(0, 8 + job.request.source.size() + 8 + job.request.program_name.size());
     huge += std::string("\xff\xff\xff\xff\xff\xff\xff\x0f", 8);
-    EXPECT_FALSE(kjit::worker_protocol::decode_job(huge));
+    EXPECT_FALSE(kjit::batch::worker_protocol::decode_job(huge));
 
-    kjit::compile_job::Outcome failed{kjit::Error{kjit::Errc::compile, "log text", 0}, true, false};
-    auto outcome = kjit::worker_protocol::decode_outcome(kjit::worker_protocol::encode_outcome(failed));
+    kjit::compile::compile_job::Outcome failed{kjit::Error{kjit::Errc::compile, "log text", 0}, true, false};
+    auto outcome = kjit::batch::worker_protocol::decode_outcome(kjit::batch::worker_protocol::encode_outcome(failed));
     ASSERT_TRUE(outcome);
     ASSERT_FALSE(outcome->output);
     EXPECT_EQ(outcome->output.error().code, kjit::Errc::compile);
     EXPECT_EQ(outcome->output.error().message, "log text");
     EXPECT_TRUE(outcome->used_pch);
-    std::string bad_flag = kjit::worker_protocol::encode_outcome(failed);
+    std::string bad_flag = kjit::batch::worker_protocol::encode_outcome(failed);
     bad_flag[0] = 2;  // neither 0 nor 1
-    EXPECT_FALSE(kjit::worker_protocol::decode_outcome(bad_flag));
+    EXPECT_FALSE(kjit::batch::worker_protocol::decode_outcome(bad_flag));
 }
 
 }  // namespace

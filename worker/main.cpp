@@ -58,5 +58,5 @@ int main(int argc, char **argv) {
     }
     if (fd < 0 || parent <= 0) return usage("--serve-fd and --parent are both needed");
     close_descriptors_from(static_cast<int>(fd) + 1);
-    return kjit::worker_protocol::serve(static_cast<int>(fd), static_cast<pid_t>(parent));
+    return kjit::batch::worker_protocol::serve(static_cast<int>(fd), static_cast<pid_t>(parent));
 }

@@ -28,8 +28,8 @@
 
 // The C handle: a loader reference plus nothing else (the accessors read through it).
 struct kjit_kernel {
-    explicit kjit_kernel(kjit::KernelHandle h) : handle(std::move(h)) {}
-    kjit::KernelHandle handle;
+    explicit kjit_kernel(kjit::load::KernelHandle h) : handle(std::move(h)) {}
+    kjit::load::KernelHandle handle;
 };
 
 // A batch's per-item results, immutable once returned.
@@ -49,7 +49,7 @@ struct kjit_cache_arches {
 
 // What kjit_cache_verify found, immutable once returned.
 struct kjit_verify_report {
-    kjit::cache_maintenance::VerifyReport report;
+    kjit::store::cache_maintenance::VerifyReport report;
 };
 
 namespace {
@@ -73,17 +73,17 @@ KJIT_SAME_VALUE(internal, KJIT_ERROR_INTERNAL);
 KJIT_SAME_VALUE(cancelled, KJIT_ERROR_CANCELLED);
 #undef KJIT_SAME_VALUE
 
-static_assert(static_cast<int>(kjit::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
+static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
               "kjit_stats.sidecar_rejections is too small");
-static_assert(static_cast<int>(kjit::NameResolver::Rejection::distrusted) == KJIT_SIDECAR_DISTRUSTED &&
-                  static_cast<int>(kjit::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
-                  static_cast<int>(kjit::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
-              "NameResolver::Rejection and kjit_sidecar_rejection differ");
+static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::distrusted) == KJIT_SIDECAR_DISTRUSTED &&
+                  static_cast<int>(kjit::resolve::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
+                  static_cast<int>(kjit::resolve::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
+              "resolve::NameResolver::Rejection and kjit_sidecar_rejection differ");
 static_assert(KJIT_ERROR_CANCELLED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
 #define KJIT_SAME_PROBLEM(damage, problem)                                                        \
-    static_assert(static_cast<int>(kjit::cache_maintenance::Damage::damage) == static_cast<int>(problem), \
+    static_assert(static_cast<int>(kjit::store::cache_maintenance::Damage::damage) == static_cast<int>(problem), \
                   "Damage and kjit_cache_problem differ")
 KJIT_SAME_PROBLEM(misplaced, KJIT_CACHE_MISPLACED);
 KJIT_SAME_PROBLEM(missing_file, KJIT_CACHE_MISSING_FILE);
@@ -198,7 +198,7 @@ kjit::Status take_strings(const char *const *items, size_t count, const std::str
 }
 
 // The C options (any struct_size from the first release on) as a cache request.
-kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Request &r, const std::string &where) {
+kjit::Status request_from(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
@@ -241,23 +241,23 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
             r.remote_origin = "the remote_storage option";
         }
     }
-    if (r.remote_spec.empty()) r.remote_spec = kjit::defaults::remote_storage();
+    if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
     if (max_cache_size == UINT64_MAX) {
         // no limit, whatever the environment says
     } else if (max_cache_size != 0) {
         r.max_cache_bytes = max_cache_size;
     } else {
-        auto from_env = kjit::defaults::max_cache_bytes();
+        auto from_env = kjit::api::defaults::max_cache_bytes();
         if (!from_env) return std::move(from_env).error();
         r.max_cache_bytes = *from_env;
     }
-    auto wait = kjit::defaults::compile_wait();
+    auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
     r.compile_wait = *wait;
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
     } else {
-        auto dir = kjit::defaults::cache_dir();
+        auto dir = kjit::api::defaults::cache_dir();
         if (!dir) return std::move(dir).error();
         r.cache_dir = *dir;
     }
@@ -265,7 +265,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
         r.arch = arch;
         r.arch_origin = "the arch option";
     } else {
-        auto detected = kjit::defaults::arch();
+        auto detected = kjit::api::defaults::arch();
         if (!detected) return std::move(detected).error();
         r.arch = *detected;
         const char *env = std::getenv("KJIT_ARCH");
@@ -275,7 +275,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::cache::Requ
 }
 
 // One batch item's C request as a cache request, or why it is not one.
-kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *item, size_t index) {
+kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *item, size_t index) {
     const std::string where = "kjit_compile_batch: requests[" + std::to_string(index) + "]";
     if (!item) return invalid(where + " is NULL");
     // Every field of the first version is needed: a request has no defaults.
@@ -286,7 +286,7 @@ kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *i
     }
     if (!item->source) return invalid(where + "->source is NULL");
     if (!item->keyword) return invalid(where + "->keyword is NULL");
-    kjit::cache::Request r;
+    kjit::key::Request r;
     r.source = item->source;
     r.keyword = item->keyword;
     if (auto s = request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
@@ -294,13 +294,13 @@ kjit::Result<kjit::cache::Request> batch_item_from(const kjit_compile_request *i
 }
 
 // The cache folder a maintenance call works on: `given`, else the default, made absolute:
-// what kjit_compile works on for the same cache_dir (request_from, then cache::key_request).
+// what kjit_compile works on for the same cache_dir (request_from, then key_request).
 kjit::Result<std::string> cache_dir_from(const char *given) {
     std::string dir;
     if (given && *given) {
         dir = given;
     } else {
-        auto found = kjit::defaults::cache_dir();
+        auto found = kjit::api::defaults::cache_dir();
         if (!found) return found;
         dir = std::move(*found);
     }
@@ -319,8 +319,8 @@ kjit_status init_struct(T *out, size_t struct_size, T defaults, const char *func
 }
 
 // A caller's kjit_prune_options (any struct_size from the first release on) as prune options.
-kjit::Result<kjit::cache_maintenance::PruneOptions> prune_options_from(const kjit_prune_options *options) {
-    kjit::cache_maintenance::PruneOptions out;
+kjit::Result<kjit::store::cache_maintenance::PruneOptions> prune_options_from(const kjit_prune_options *options) {
+    kjit::store::cache_maintenance::PruneOptions out;
     if (!options) return out;
     if (auto st = check_struct_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
         return std::move(st).error();
@@ -343,7 +343,7 @@ kjit::Result<kjit::cache_maintenance::PruneOptions> prune_options_from(const kji
 }
 
 // Copies a prune report into the caller's struct (its struct_size already checked).
-void fill_prune_report(const kjit::cache_maintenance::PruneReport &r, kjit_prune_report *out) {
+void fill_prune_report(const kjit::store::cache_maintenance::PruneReport &r, kjit_prune_report *out) {
     if (!out) return;
     kjit_prune_report c{};
     c.struct_size = out->struct_size;
@@ -358,7 +358,7 @@ void fill_prune_report(const kjit::cache_maintenance::PruneReport &r, kjit_prune
 }
 
 // The finding at `index` of a verify report, or NULL.
-const kjit::cache_maintenance::Finding *finding_at(const kjit_verify_report *report, size_t index) {
+const kjit::store::cache_maintenance::Finding *finding_at(const kjit_verify_report *report, size_t index) {
     if (!report || index >= report->report.findings.size()) return nullptr;
     return &report->report.findings[index];
 }
@@ -366,8 +366,8 @@ const kjit::cache_maintenance::Finding *finding_at(const kjit_verify_report *rep
 
 // A batch's options from the caller's (NULL: the defaults), with the worker count resolved.
 // Errors: invalid_argument (struct size, pch), or the defaults' ($KJIT_JOBS).
-kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_options *options) {
-    kjit::batch_compiler::Options batch;
+kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit_batch_options *options) {
+    kjit::batch::batch_compiler::Options batch;
     unsigned workers = 0;
     int pch = KJIT_PCH_DEFAULT;
     int kind = KJIT_WORKERS_DEFAULT;
@@ -388,20 +388,20 @@ kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_
                                                              "; use KJIT_PCH_DEFAULT, KJIT_PCH_ON or KJIT_PCH_OFF"};
     }
     if (workers == 0) {
-        auto detected = kjit::defaults::workers();
+        auto detected = kjit::api::defaults::workers();
         if (!detected) return std::move(detected).error();
         workers = *detected;
     }
     switch (kind) {
     case KJIT_WORKERS_DEFAULT: {
-        auto from_env = kjit::defaults::worker_kind();
+        auto from_env = kjit::api::defaults::worker_kind();
         if (!from_env) return std::move(from_env).error();
         batch.kind = *from_env;
         break;
     }
-    case KJIT_WORKERS_THREADS: batch.kind = kjit::batch_compiler::WorkerKind::threads; break;
-    case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch_compiler::WorkerKind::processes; break;
-    case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch_compiler::WorkerKind::automatic; break;
+    case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::batch_compiler::WorkerKind::threads; break;
+    case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch::batch_compiler::WorkerKind::processes; break;
+    case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch::batch_compiler::WorkerKind::automatic; break;
     default:
         return kjit::Error{kjit::Errc::invalid_argument,
                            "kjit_compile_batch: options->worker_kind is " + std::to_string(kind) +
@@ -409,9 +409,9 @@ kjit::Result<kjit::batch_compiler::Options> batch_options_from(const kjit_batch_
                                "KJIT_WORKERS_AUTOMATIC"};
     }
     batch.workers = workers;
-    batch.pch = pch == KJIT_PCH_ON    ? kjit::batch_compiler::Pch::on
-                : pch == KJIT_PCH_OFF ? kjit::batch_compiler::Pch::off
-                                      : kjit::batch_compiler::Pch::automatic;
+    batch.pch = pch == KJIT_PCH_ON    ? kjit::batch::batch_compiler::Pch::on
+                : pch == KJIT_PCH_OFF ? kjit::batch::batch_compiler::Pch::off
+                                      : kjit::batch::batch_compiler::Pch::automatic;
     return batch;
 }
 
@@ -425,7 +425,7 @@ struct ProgressBridge {
     size_t at = 0;       // the item reported when it threw
     std::string thrown;  // what it threw, for the message
 
-    kjit::batch_compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
+    kjit::batch::batch_compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
         return [this, progress, user_data](size_t done, size_t total, size_t item,
                                            const kjit::Result<kjit::cache::Found> &r) {
             if (threw) return true;
@@ -508,7 +508,7 @@ kjit::Result<kjit::cache::Found> compile_request(const char *function, const cha
     const std::string f(function);
     if (!source) return invalid(f + ": source is NULL");
     if (!keyword) return invalid(f + ": keyword is NULL");
-    kjit::cache::Request request;
+    kjit::key::Request request;
     request.source = source;
     request.keyword = keyword;
     if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
@@ -563,7 +563,7 @@ KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keywo
         if (!name && name_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_resolve_name: name is NULL but name_size is not 0");
         }
-        auto resolved = kjit::NameResolver::instance().resolve(cubin_path, keyword);
+        auto resolved = kjit::resolve::NameResolver::instance().resolve(cubin_path, keyword);
         if (!resolved) return fail(resolved.error());
         return copy_out(*resolved, name, name_size, name_len, "name");
     });
@@ -618,10 +618,10 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         }
         // SIZE_MAX made reserve() throw (KJIT_ERROR_INTERNAL "vector::reserve"), and a count
         // past the caller's array would be read past its end.
-        if (count > kjit::batch_compiler::kMaxItems) {
+        if (count > kjit::batch::batch_compiler::kMaxItems) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
                         ("kjit_compile_batch: count is " + std::to_string(count) + "; a batch takes at most " +
-                         std::to_string(kjit::batch_compiler::kMaxItems) + " requests (split it)")
+                         std::to_string(kjit::batch::batch_compiler::kMaxItems) + " requests (split it)")
                             .c_str());
         }
         auto batch = batch_options_from(options);
@@ -634,10 +634,10 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
             batch->progress = bridge.callback(options->progress, user_data);
         }
 
-        std::vector<kjit::Result<kjit::cache::Request>> items;
+        std::vector<kjit::Result<kjit::key::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch_compiler::compile(std::move(items), *batch);
+        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch::batch_compiler::compile(std::move(items), *batch);
         BatchTally tally;
         auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.
@@ -704,7 +704,7 @@ KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keywor
         if (!cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is NULL");
         if (!*cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is empty");
         if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: keyword is NULL");
-        auto loaded = kjit::KernelLoader::instance().load(cubin_path, keyword);
+        auto loaded = kjit::load::KernelLoader::instance().load(cubin_path, keyword);
         if (!loaded) return fail(loaded.error());
         *kernel = new kjit_kernel(std::move(*loaded));
         api_counters().loads.fetch_add(1, std::memory_order_relaxed);
@@ -719,7 +719,7 @@ KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keywo
         if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_and_load: kernel (the out handle) is NULL");
         auto found = compile_request("kjit_compile_and_load", source, keyword, options);
         if (!found) return fail(found.error());
-        auto loaded = kjit::KernelLoader::instance().load(found->cubin, keyword);
+        auto loaded = kjit::load::KernelLoader::instance().load(found->cubin, keyword);
         if (!loaded) return fail(loaded.error());
         *kernel = new kjit_kernel(std::move(*loaded));
         api_counters().loads.fetch_add(1, std::memory_order_relaxed);
@@ -773,7 +773,7 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.nvrtc_nanoseconds = cache.nvrtc_nanoseconds.load(relaxed);
         s.entries_published = cache.entries_published.load(relaxed);
         s.entries_rebuilt = cache.entries_rebuilt.load(relaxed);
-        const auto &resolver = kjit::NameResolver::instance().counters();
+        const auto &resolver = kjit::resolve::NameResolver::instance().counters();
         s.sidecar_hits = resolver.sidecar_hits.load(relaxed) + resolver.racy_sidecar_hits.load(relaxed);
         s.sidecar_content_checks = resolver.sidecar_content_checks.load(relaxed);
         s.memo_hits = resolver.memo_hits.load(relaxed);
@@ -782,12 +782,12 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.scans = resolver.scans.load(relaxed);
         s.sidecar_writes = resolver.sidecar_writes.load(relaxed);
         s.sidecar_write_failures = resolver.sidecar_write_failures.load(relaxed);
-        const auto &loader = kjit::KernelLoader::instance().counters();
+        const auto &loader = kjit::load::KernelLoader::instance().counters();
         s.loads = api_counters().loads.load(relaxed);
         s.load_reuses = loader.load_reuses.load(relaxed);
         s.driver_loads = loader.driver_loads.load(relaxed);
         s.load_self_heals = loader.load_self_heals.load(relaxed);
-        const auto &eviction = kjit::cache_maintenance::counters();
+        const auto &eviction = kjit::store::cache_maintenance::counters();
         s.eviction_runs = eviction.eviction_runs.load(relaxed);
         s.evicted_entries = eviction.evicted_entries.load(relaxed);
         s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
@@ -856,7 +856,7 @@ KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_remote_describe: text is NULL but text_size is not 0");
         }
         const bool given = remote_storage && *remote_storage;
-        const std::string spec = given ? std::string(remote_storage) : kjit::defaults::remote_storage();
+        const std::string spec = given ? std::string(remote_storage) : kjit::api::defaults::remote_storage();
         const char *origin = given ? "kjit_remote_describe: remote_storage" : "KJIT_REMOTE_STORAGE";
         auto tier = kjit::remote::Tier::for_spec(spec, origin);
         if (!tier) return fail(tier.error());
@@ -878,11 +878,11 @@ KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summ
         }
         auto dir = cache_dir_from(cache_dir);
         if (!dir) return fail(dir.error());
-        auto found = kjit::cache_maintenance::summarize(*dir);
+        auto found = kjit::store::cache_maintenance::summarize(*dir);
         if (!found) return fail(found.error());
-        auto limit = kjit::defaults::max_cache_bytes();
+        auto limit = kjit::api::defaults::max_cache_bytes();
         if (!limit) return fail(limit.error());
-        const kjit::cache_maintenance::Summary &from = *found;
+        const kjit::store::cache_maintenance::Summary &from = *found;
         std::unique_ptr<kjit_cache_arches> by_arch;
         if (arches) {
             by_arch = std::make_unique<kjit_cache_arches>();
@@ -934,8 +934,8 @@ KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_op
     return guarded("kjit_cache_prune", [&]() -> kjit_status {
         return remove_and_report("kjit_cache_prune", cache_dir, report, [&](const std::string &dir) {
             auto prune_options = prune_options_from(options);
-            if (!prune_options) return kjit::Result<kjit::cache_maintenance::PruneReport>(prune_options.error());
-            return kjit::cache_maintenance::prune(dir, *prune_options);
+            if (!prune_options) return kjit::Result<kjit::store::cache_maintenance::PruneReport>(prune_options.error());
+            return kjit::store::cache_maintenance::prune(dir, *prune_options);
         });
     });
 }
@@ -943,13 +943,13 @@ KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_op
 KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *report) {
     return guarded("kjit_cache_clear", [&]() -> kjit_status {
         return remove_and_report("kjit_cache_clear", cache_dir, report,
-                                 [](const std::string &dir) { return kjit::cache_maintenance::clear(dir); });
+                                 [](const std::string &dir) { return kjit::store::cache_maintenance::clear(dir); });
     });
 }
 
 KJIT_API const char *kjit_cache_problem_string(int problem) {
     if (problem < KJIT_CACHE_MISPLACED || problem > KJIT_CACHE_STALE_TEMP) return "unknown";
-    return kjit::cache_maintenance::to_string(static_cast<kjit::cache_maintenance::Damage>(problem));
+    return kjit::store::cache_maintenance::to_string(static_cast<kjit::store::cache_maintenance::Damage>(problem));
 }
 
 KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_verify_report **report) {
@@ -958,7 +958,7 @@ KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_veri
         if (!report) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_verify: report (the out handle) is NULL");
         auto dir = cache_dir_from(cache_dir);
         if (!dir) return fail(dir.error());
-        auto found = kjit::cache_maintenance::verify(*dir, fix != 0);
+        auto found = kjit::store::cache_maintenance::verify(*dir, fix != 0);
         if (!found) return fail(found.error());
         auto out = std::make_unique<kjit_verify_report>();
         out->report = std::move(*found);

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-namespace kjit::defaults {
+namespace kjit::api::defaults {
 
 namespace {
 
@@ -31,7 +31,7 @@ Result<std::string> cache_dir() {
 
 Result<std::string> arch() {
     if (std::string v = env("KJIT_ARCH"); !v.empty()) return v;
-    auto detected = driver::current_device_arch();
+    auto detected = load::driver::current_device_arch();
     if (detected) return detected;
     return Error{Errc::invalid_argument, "no target arch: set kjit_compile_options.arch or $KJIT_ARCH (e.g. sm_90a); "
                                          "it could not be taken from a GPU either: " +
@@ -74,10 +74,10 @@ Result<unsigned> workers() {
         char *end = nullptr;
         errno = 0;
         const long n = std::strtol(jobs, &end, 10);
-        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(batch_compiler::kMaxWorkers)) {
+        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(batch::batch_compiler::kMaxWorkers)) {
             return Error{Errc::invalid_argument, std::string("$KJIT_JOBS is '") + jobs +
                                                      "': set it to a worker count from 1 to " +
-                                                     std::to_string(batch_compiler::kMaxWorkers)};
+                                                     std::to_string(batch::batch_compiler::kMaxWorkers)};
         }
         return static_cast<unsigned>(n);
     }
@@ -90,8 +90,8 @@ Result<unsigned> workers() {
     return n > 0 ? n : 1u;
 }
 
-Result<batch_compiler::WorkerKind> worker_kind() {
-    using batch_compiler::WorkerKind;
+Result<batch::batch_compiler::WorkerKind> worker_kind() {
+    using batch::batch_compiler::WorkerKind;
     const char *v = std::getenv("KJIT_WORKER_KIND");
     if (!v || !*v || std::strcmp(v, "auto") == 0) return WorkerKind::automatic;
     if (std::strcmp(v, "threads") == 0) return WorkerKind::threads;
@@ -100,4 +100,4 @@ Result<batch_compiler::WorkerKind> worker_kind() {
                  std::string("$KJIT_WORKER_KIND is '") + v + "': set it to threads, processes or auto"};
 }
 
-}  // namespace kjit::defaults
+}  // namespace kjit::api::defaults

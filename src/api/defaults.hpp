@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-namespace kjit::defaults {
+namespace kjit::api::defaults {
 
 // The cache folder: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit (as
 // given, not yet absolute). Errors: invalid_argument saying what to set when none is set.
@@ -43,6 +43,6 @@ Result<unsigned> workers();
 
 // The kind when the caller leaves it to the library: $KJIT_WORKER_KIND ("threads", "processes"
 // or "auto"), else automatic. Errors: invalid_argument naming the variable and its values.
-Result<batch_compiler::WorkerKind> worker_kind();
+Result<batch::batch_compiler::WorkerKind> worker_kind();
 
-}  // namespace kjit::defaults
+}  // namespace kjit::api::defaults

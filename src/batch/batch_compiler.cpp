@@ -25,20 +25,20 @@
 #include <unordered_set>
 #include <utility>
 
-namespace kjit::batch_compiler {
+namespace kjit::batch::batch_compiler {
 
 namespace {
 
 // The misses of one distinct request, and the batch items that asked for it.
 struct Job {
-    cache::KeyedRequest keyed;
+    key::KeyedRequest keyed;
     std::vector<std::size_t> items;
     std::optional<Result<cache::Found>> result;
 };
 
 // Whether a miss's source includes anything (a `#include` in it): what NVRTC's PCH could
 // precompile, and what makes NVRTC compile one at a time within a process.
-bool includes_headers(const cache::Request &r) { return r.source.find("#include") != std::string::npos; }
+bool includes_headers(const key::Request &r) { return r.source.find("#include") != std::string::npos; }
 
 Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
@@ -47,7 +47,7 @@ Error cancelled_error() {
 // `build()` (a call of cache.build or cache.build_unless_busy for `keyed`) with exceptions as
 // errors, so a worker thread never lets one escape.
 template <typename Build>
-auto guarded(const cache::KeyedRequest &keyed, Build &&build) -> decltype(build()) {
+auto guarded(const key::KeyedRequest &keyed, Build &&build) -> decltype(build()) {
     try {
         return build();
     } catch (const std::bad_alloc &) {
@@ -60,15 +60,15 @@ auto guarded(const cache::KeyedRequest &keyed, Build &&build) -> decltype(build(
 
 // cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
 // is null.
-Result<cache::Found> build_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
-                                  compile_job::Runner *runner = nullptr) {
+Result<cache::Found> build_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
+                                  compile::compile_job::Runner *runner = nullptr) {
     return guarded(keyed, [&] { return cache.build(keyed, runner); });
 }
 
 // cache.build_unless_busy() guarded: nullopt when the cluster tier says another node compiles
 // the entry now.
-std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const cache::KeyedRequest &keyed,
-                                                              compile_job::Runner *runner) {
+std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
+                                                              compile::compile_job::Runner *runner) {
     return guarded(keyed, [&] { return cache.build_unless_busy(keyed, runner); });
 }
 
@@ -150,7 +150,7 @@ public:
 private:
     void work() {
         pthread_setname_np(pthread_self(), "kjit-batch");
-        std::optional<worker_pool::WorkerProcess> process;
+        std::optional<batch::worker_pool::WorkerProcess> process;
         if (!helper_.empty()) process.emplace(helper_);
         for (;;) {
             std::size_t j = 0;
@@ -169,7 +169,7 @@ private:
                 }
                 ++handed_;
             }
-            compile_job::Runner *runner = process ? &*process : nullptr;
+            compile::compile_job::Runner *runner = process ? &*process : nullptr;
             std::optional<Result<cache::Found>> built = again ? std::optional<Result<cache::Found>>(
                                                                     build_guarded(cache_, jobs_[j].keyed, runner))
                                                               : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
@@ -220,13 +220,13 @@ public:
     HandedOut(const HandedOut &) = delete;
     HandedOut &operator=(const HandedOut &) = delete;
     ~HandedOut() {
-        for (const std::string &key : pinned_) cache_entry::unpin(key);
+        for (const std::string &key : pinned_) store::cache_entry::unpin(key);
     }
 
     void pin(const std::string &key) {
         pinned_.push_back(key);
         try {
-            cache_entry::pin(key);
+            store::cache_entry::pin(key);
         } catch (...) {
             pinned_.pop_back();
             throw;
@@ -238,7 +238,7 @@ public:
     void add(const std::string &cubin) {
         if (!cubins_.insert(cubin).second) return;
         order_.push_back(cubin);
-        const std::string_view entry = cache_entry::entry_of_cubin(cubin);
+        const std::string_view entry = store::cache_entry::entry_of_cubin(cubin);
         if (entry.size() >= 32) {
             const std::string key(entry.substr(entry.size() - 32));
             if (!pinned_keys_.count(key)) pin(key);
@@ -251,7 +251,7 @@ public:
     // Records the use of every entry handed out (a stat each; a utimensat for those whose
     // record is over a minute old).
     void refresh() {
-        for (const std::string &cubin : order_) cache_entry::note_use_of_cubin(cubin);
+        for (const std::string &cubin : order_) store::cache_entry::note_use_of_cubin(cubin);
         last_refresh_ns_ = realtime_ns();
     }
     std::chrono::nanoseconds refresh_every() const {
@@ -278,7 +278,7 @@ public:
 
     // 1. Looks every request up before compiling any: hits are answered at once, and identical
     //    requests (same entry: same cache folder and key) become one job.
-    void look_up_all(std::vector<Result<cache::Request>> &items);
+    void look_up_all(std::vector<Result<key::Request>> &items);
     // 2. The misses the cluster tier already holds: fetched together, in pipelined round trips
     //    (cache.hpp's fetch_from_cluster); what is left is compiled (build() settles each with
     //    the cluster).
@@ -295,7 +295,7 @@ private:
     // Records an item's result and reports it; on the calling thread only.
     void finish(std::size_t item, Result<cache::Found> result);
     // Looks item `i` up: answered (finish) or made a job, or merged with one.
-    void look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen);
+    void look_up(std::size_t i, key::KeyedRequest keyed, key::include_scanner::FileMemo &files_seen);
     // The worker helper's path when the misses compile in worker processes, empty for threads;
     // an error when they should and cannot (explicit processes, no helper).
     Result<std::string> worker_helper(unsigned wanted) const;
@@ -330,15 +330,15 @@ void Batch::finish(std::size_t item, Result<cache::Found> result) {
     }
 }
 
-void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
+void Batch::look_up_all(std::vector<Result<key::Request>> &items) {
     // Items over one header tree check each of its files once (a stat, maybe a hash) per call.
-    include_scanner::FileMemo files_seen;
+    key::include_scanner::FileMemo files_seen;
     for (std::size_t i = 0; i < total_ && !cancelled_; ++i) {
         if (!items[i]) {
             finish(i, std::move(items[i]).error());
             continue;
         }
-        auto keyed = cache::key_request(std::move(*items[i]));
+        auto keyed = key::key_request(std::move(*items[i]));
         if (!keyed) {
             finish(i, std::move(keyed).error());
             continue;
@@ -347,7 +347,7 @@ void Batch::look_up_all(std::vector<Result<cache::Request>> &items) {
     }
 }
 
-void Batch::look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::FileMemo &files_seen) {
+void Batch::look_up(std::size_t i, key::KeyedRequest keyed, key::include_scanner::FileMemo &files_seen) {
     // From its lookup on, eviction in this process leaves the entry alone.
     if (!job_of_entry_.count(keyed.entry) && !hit_of_entry_.count(keyed.entry)) handed_out_.pin(keyed.key);
     if (auto job = job_of_entry_.find(keyed.entry); job != job_of_entry_.end()) {
@@ -374,7 +374,7 @@ void Batch::look_up(std::size_t i, cache::KeyedRequest keyed, include_scanner::F
 
 void Batch::fetch_from_cluster() {
     if (cancelled_ || jobs_.empty()) return;
-    std::vector<const cache::KeyedRequest *> misses;
+    std::vector<const key::KeyedRequest *> misses;
     for (const Job &job : jobs_) misses.push_back(&job.keyed);
     auto fetched = cache_.fetch_from_cluster(misses);
     std::vector<Job> left;
@@ -389,7 +389,7 @@ void Batch::fetch_from_cluster() {
 }
 
 // By default, the misses that share their header identity with another miss of the batch
-// (cache::pch_texts) use NVRTC's PCH: a PCH serves the compiles after the one that makes it, so
+// (pch_texts) use NVRTC's PCH: a PCH serves the compiles after the one that makes it, so
 // one used by a single compile only costs its creation (humming's items, each with its
 // configuration before the #include or a header of its own, were about 20% slower with one
 // each). Sources without #include have nothing to precompile. `--pch` among an item's options
@@ -402,13 +402,13 @@ void Batch::choose_pch() {
     std::vector<std::string> texts(jobs_.size());
     std::unordered_map<std::string, std::size_t> misses_of;
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
-        const cache::Request &r = jobs_[j].keyed.request;
+        const key::Request &r = jobs_[j].keyed.request;
         if (!includes_headers(r)) continue;
-        texts[j] = cache::pch_texts(r);
+        texts[j] = key::pch_texts(r);
         ++misses_of[texts[j]];
     }
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
-        cache::Request &r = jobs_[j].keyed.request;
+        key::Request &r = jobs_[j].keyed.request;
         r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
     }
 }
@@ -454,12 +454,12 @@ Result<std::string> Batch::worker_helper(unsigned wanted) const {
         // 2 threads 0.86x, 2 processes 1.70x); header-free ones scale on threads, which cost
         // no process start.
         const bool any_headers = std::any_of(jobs_.begin(), jobs_.end(), [](const Job &job) {
-            const cache::Request &r = job.keyed.request;
+            const key::Request &r = job.keyed.request;
             return !r.headers.empty() || includes_headers(r);
         });
         if (wanted < 2 || !any_headers) return std::string();
     }
-    auto helper = worker_pool::helper_path();
+    auto helper = batch::worker_pool::helper_path();
     if (helper || options_.kind == WorkerKind::processes) return helper;
     log().info("batch: compiling on threads, not worker processes: {}", helper.error().message);
     return std::string();
@@ -508,7 +508,7 @@ std::vector<Result<cache::Found>> Batch::results() {
 
 }  // namespace
 
-std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options) {
+std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> items, const Options &options) {
     Batch batch(options, items.size());
     batch.look_up_all(items);
     batch.fetch_from_cluster();
@@ -517,4 +517,4 @@ std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> it
     return batch.results();
 }
 
-}  // namespace kjit::batch_compiler
+}  // namespace kjit::batch::batch_compiler

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::batch_compiler {
+namespace kjit::batch::batch_compiler {
 
 // Called once per finished item (a hit, a compile, a merged duplicate, a failure), on the
 // thread that called compile(), never concurrently. Returns true to cancel the items not yet
@@ -28,7 +28,7 @@ using Progress =
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
-    automatic,  // for misses of the batch that share their header identity (cache::pch_texts)
+    automatic,  // for misses of the batch that share their header identity (pch_texts)
                 // with another miss: a PCH used by one compile only costs its creation, and a
                 // header-free source has nothing to precompile (-pch cost it 10-15% on 2
                 // workers); and for items whose NVRTC options hold --pch
@@ -38,7 +38,7 @@ enum class Pch {
 
 struct Options {
     unsigned workers = 1;  // workers at most; fewer are started when there are fewer misses
-    // Threads or worker processes. Explicit processes without the helper (worker_pool::
+    // Threads or worker processes. Explicit processes without the helper (batch::worker_pool::
     // helper_path) fail every miss with its error; automatic ones then compile on threads.
     WorkerKind kind = WorkerKind::automatic;
     Pch pch = Pch::automatic;
@@ -58,6 +58,6 @@ constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 // items not started after the progress callback asked to stop. Thread safe; batches and single
 // compiles in other threads or processes may work on the same keys at once. If the progress
 // callback throws, the workers finish what they started and the exception propagates.
-std::vector<Result<cache::Found>> compile(std::vector<Result<cache::Request>> items, const Options &options);
+std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> items, const Options &options);
 
-}  // namespace kjit::batch_compiler
+}  // namespace kjit::batch::batch_compiler

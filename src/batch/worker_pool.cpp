@@ -28,7 +28,7 @@
 
 extern char **environ;
 
-namespace kjit::worker_pool {
+namespace kjit::batch::worker_pool {
 
 namespace {
 
@@ -179,19 +179,19 @@ Status WorkerProcess::start() {
         const std::string how = stop();
         return Error{Errc::io, peer_ + " did not say hello within 30 s and " + how};
     }
-    auto frame = worker_protocol::read_frame(fd_, worker_protocol::Type::hello, peer_);
-    Result<worker_protocol::Hello> hello = !frame   ? Result<worker_protocol::Hello>(std::move(frame).error())
+    auto frame = batch::worker_protocol::read_frame(fd_, batch::worker_protocol::Type::hello, peer_);
+    Result<batch::worker_protocol::Hello> hello = !frame   ? Result<batch::worker_protocol::Hello>(std::move(frame).error())
                                            : !*frame ? Error{Errc::io, "it closed the connection first"}
-                                                     : worker_protocol::decode_hello(**frame);
+                                                     : batch::worker_protocol::decode_hello(**frame);
     std::string problem;
     if (!hello) {
         problem = "did not start: " + hello.error().message;
-    } else if (hello->version != worker_protocol::kVersion) {
+    } else if (hello->version != batch::worker_protocol::kVersion) {
         problem = "speaks protocol version " + std::to_string(hello->version) + ", not this libkjit's " +
-                  std::to_string(worker_protocol::kVersion) + ": it belongs to another libkjit release";
+                  std::to_string(batch::worker_protocol::kVersion) + ": it belongs to another libkjit release";
     } else if (!hello->nvrtc_identity) {
         problem = "cannot compile: " + hello->nvrtc_identity.error().message;
-    } else if (auto mine = compiler::nvrtc_identity(); !mine || *mine != *hello->nvrtc_identity) {
+    } else if (auto mine = compile::compiler::nvrtc_identity(); !mine || *mine != *hello->nvrtc_identity) {
         problem = "loaded NVRTC '" + *hello->nvrtc_identity + "', not this process's '" + (mine ? *mine : "") +
                   "' (its cubins would be cached under this NVRTC's keys): make both find the same libnvrtc "
                   "($KJIT_LIBNVRTC)";
@@ -221,22 +221,22 @@ std::string WorkerProcess::stop() {
     return *status == -1 ? "ended" : ending_of(*status);
 }
 
-Result<compile_job::Outcome> WorkerProcess::exchange(const compile_job::Job &job) {
-    if (auto st = worker_protocol::send_frame(fd_, worker_protocol::Type::job, worker_protocol::encode_job(job), peer_);
+Result<compile::compile_job::Outcome> WorkerProcess::exchange(const compile::compile_job::Job &job) {
+    if (auto st = batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job, batch::worker_protocol::encode_job(job), peer_);
         !st) {
         return std::move(st).error();
     }
-    auto frame = worker_protocol::read_frame(fd_, worker_protocol::Type::outcome, peer_);
+    auto frame = batch::worker_protocol::read_frame(fd_, batch::worker_protocol::Type::outcome, peer_);
     if (!frame) return std::move(frame).error();
     if (!*frame) return Error{Errc::io, peer_ + " closed the connection during the compile"};
-    return worker_protocol::decode_outcome(**frame);
+    return batch::worker_protocol::decode_outcome(**frame);
 }
 
-compile_job::Outcome WorkerProcess::run(const compile_job::Job &job) {
+compile::compile_job::Outcome WorkerProcess::run(const compile::compile_job::Job &job) {
     std::string first_failure;
     for (int attempt = 0; attempt < 2; ++attempt) {
         if (pid_ == 0) {
-            if (auto st = start(); !st) return compile_job::Outcome{std::move(st).error()};
+            if (auto st = start(); !st) return compile::compile_job::Outcome{std::move(st).error()};
         }
         auto outcome = exchange(job);
         if (outcome) return std::move(*outcome);
@@ -248,11 +248,11 @@ compile_job::Outcome WorkerProcess::run(const compile_job::Job &job) {
             first_failure = failure;
             continue;
         }
-        return compile_job::Outcome{Error{
+        return compile::compile_job::Outcome{Error{
             Errc::nvrtc, "compiling in a worker process failed twice: " + first_failure + "; then, on a fresh worker, " +
                              failure + ". Nothing was cached for it; KJIT_WORKER_KIND=threads compiles in this process"}};
     }
-    return compile_job::Outcome{Error{Errc::internal, "unreachable"}};
+    return compile::compile_job::Outcome{Error{Errc::internal, "unreachable"}};
 }
 
-}  // namespace kjit::worker_pool
+}  // namespace kjit::batch::worker_pool

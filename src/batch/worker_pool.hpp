@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kjit::worker_pool {
+namespace kjit::batch::worker_pool {
 
 // The helper's name, beside the library.
 constexpr const char *kHelperName = "kjit-worker";
@@ -30,7 +30,7 @@ Result<std::string> helper_path();
 // one. Started on the first run(); it keeps NVRTC loaded and its automatic PCHs across jobs.
 // Ends with this object (its socket closed, the process waited for), and with the thread that
 // started it if that thread ends first, or with this process if it dies (PR_SET_PDEATHSIG).
-class WorkerProcess final : public compile_job::Runner {
+class WorkerProcess final : public compile::compile_job::Runner {
 public:
     explicit WorkerProcess(std::string helper);
     WorkerProcess(const WorkerProcess &) = delete;
@@ -44,7 +44,7 @@ public:
     // that cannot be started, says no hello within 30 s, speaks another protocol version or has
     // another NVRTC than this process (its cubins would be filed under this NVRTC's keys) fails
     // the job with that reason (Errc::io, not_found or nvrtc), and is not retried.
-    compile_job::Outcome run(const compile_job::Job &job) override;
+    compile::compile_job::Outcome run(const compile::compile_job::Job &job) override;
 
     // The running worker's pid, or 0 (tests).
     pid_t pid() const { return pid_; }
@@ -54,7 +54,7 @@ private:
     // Ends the worker (closing its socket first) and says how it ended.
     std::string stop();
     // One try of `job` on a running worker: its outcome, or why the worker failed.
-    Result<compile_job::Outcome> exchange(const compile_job::Job &job);
+    Result<compile::compile_job::Outcome> exchange(const compile::compile_job::Job &job);
 
     std::string helper_;
     std::string peer_;  // "kjit-worker (pid N)", for messages
@@ -65,4 +65,4 @@ private:
 // Worker processes started by this process so far (tests, the bench).
 std::uint64_t workers_started();
 
-}  // namespace kjit::worker_pool
+}  // namespace kjit::batch::worker_pool

@@ -15,7 +15,7 @@
 #include <optional>
 #include <utility>
 
-namespace kjit::worker_protocol {
+namespace kjit::batch::worker_protocol {
 
 namespace {
 
@@ -163,7 +163,7 @@ Result<Hello> decode_hello(std::string_view payload) {
     return hello;
 }
 
-std::string encode_job(const compile_job::Job &job) {
+std::string encode_job(const compile::compile_job::Job &job) {
     Writer w;
     w.text(job.request.source)
         .text(job.request.program_name)
@@ -175,9 +175,9 @@ std::string encode_job(const compile_job::Job &job) {
     return w.take();
 }
 
-Result<compile_job::Job> decode_job(std::string_view payload) {
+Result<compile::compile_job::Job> decode_job(std::string_view payload) {
     Reader r(payload, "job");
-    compile_job::Job job;
+    compile::compile_job::Job job;
     r.text(job.request.source, "source") && r.text(job.request.program_name, "program name") &&
         r.texts(job.request.options, "options") && r.pairs(job.request.headers, "headers") &&
         r.texts(job.request.name_expressions, "name expressions") && r.text(job.pch_identity, "PCH identity") &&
@@ -186,7 +186,7 @@ Result<compile_job::Job> decode_job(std::string_view payload) {
     return job;
 }
 
-std::string encode_outcome(const compile_job::Outcome &outcome) {
+std::string encode_outcome(const compile::compile_job::Outcome &outcome) {
     Writer w;
     w.number(outcome.used_pch ? 1 : 0).number(outcome.made_pch ? 1 : 0).number(outcome.output ? 1 : 0);
     if (outcome.output) {
@@ -198,10 +198,10 @@ std::string encode_outcome(const compile_job::Outcome &outcome) {
     return w.take();
 }
 
-Result<compile_job::Outcome> decode_outcome(std::string_view payload) {
+Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload) {
     Reader r(payload, "outcome");
     bool used = false, made = false, ok = false;
-    compiler::Output out;
+    compile::compiler::Output out;
     Error error{Errc::internal, {}};
     std::uint64_t code = 0, sys_errno = 0;
     if (r.flag(used, "PCH use") && r.flag(made, "PCH creation") && r.flag(ok, "status")) {
@@ -214,7 +214,7 @@ Result<compile_job::Outcome> decode_outcome(std::string_view payload) {
         }
     }
     if (auto bad = r.finish()) return std::move(*bad);
-    compile_job::Outcome outcome{ok ? Result<compiler::Output>(std::move(out)) : std::move(error), used, made};
+    compile::compile_job::Outcome outcome{ok ? Result<compile::compiler::Output>(std::move(out)) : std::move(error), used, made};
     return outcome;
 }
 
@@ -284,14 +284,14 @@ Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::
     return std::optional<std::string>(std::move(payload));
 }
 
-int serve(int fd, pid_t parent, void (*before_job)(const compile_job::Job &)) {
+int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::Job &)) {
     // The parent thread that started this worker may die at any time, even before the prctl:
     // then the parent is no longer `parent`, and this worker ends at once.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) return 1;
     const std::string peer = "the parent process";
     Hello hello;
-    hello.nvrtc_identity = compiler::nvrtc_identity();
+    hello.nvrtc_identity = compile::compiler::nvrtc_identity();
     if (auto st = send_frame(fd, Type::hello, encode_hello(hello), peer); !st) {
         std::fprintf(stderr, "kjit-worker: %s\n", st.error().message.c_str());
         return 1;
@@ -307,15 +307,15 @@ int serve(int fd, pid_t parent, void (*before_job)(const compile_job::Job &)) {
         try {
             auto job = decode_job(**frame);
             if (!job) {
-                reply = encode_outcome(compile_job::Outcome{std::move(job).error()});
+                reply = encode_outcome(compile::compile_job::Outcome{std::move(job).error()});
             } else {
                 if (before_job) before_job(*job);
-                reply = encode_outcome(compile_job::run_here(*job));
+                reply = encode_outcome(compile::compile_job::run_here(*job));
             }
         } catch (const std::bad_alloc &) {
-            reply = encode_outcome(compile_job::Outcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
+            reply = encode_outcome(compile::compile_job::Outcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
         } catch (const std::exception &e) {
-            reply = encode_outcome(compile_job::Outcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
+            reply = encode_outcome(compile::compile_job::Outcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
         }
         if (auto st = send_frame(fd, Type::outcome, reply, peer); !st) {
             std::fprintf(stderr, "kjit-worker: %s\n", st.error().message.c_str());
@@ -324,4 +324,4 @@ int serve(int fd, pid_t parent, void (*before_job)(const compile_job::Job &)) {
     }
 }
 
-}  // namespace kjit::worker_protocol
+}  // namespace kjit::batch::worker_protocol

@@ -4,9 +4,9 @@
 // of length-prefixed fields:
 //
 //   worker -> parent   Hello    protocol version, the worker's NVRTC identity (or why it has none)
-//   parent -> worker   Job      compile_job::Job: source, program name, options, in-memory
+//   parent -> worker   Job      compile::compile_job::Job: source, program name, options, in-memory
 //                               headers, name expressions, PCH identity and options
-//   worker -> parent   Outcome  compile_job::Outcome: status (code, message) or cubin, log and
+//   worker -> parent   Outcome  compile::compile_job::Outcome: status (code, message) or cubin, log and
 //                               lowered names; whether it used and made a PCH
 //
 // The worker says Hello once, then answers each Job with one Outcome, and exits when the
@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-namespace kjit::worker_protocol {
+namespace kjit::batch::worker_protocol {
 
 // Raised whenever a message's layout changes; the parent refuses a worker of another version.
 constexpr std::uint32_t kVersion = 1;
@@ -35,16 +35,16 @@ enum class Type : std::uint32_t { hello = 1, job = 2, outcome = 3 };
 
 struct Hello {
     std::uint32_t version = kVersion;
-    Result<std::string> nvrtc_identity = std::string();  // compiler::nvrtc_identity() in the worker
+    Result<std::string> nvrtc_identity = std::string();  // compile::compiler::nvrtc_identity() in the worker
 };
 
 std::string encode_hello(const Hello &hello);
-std::string encode_job(const compile_job::Job &job);
-std::string encode_outcome(const compile_job::Outcome &outcome);
+std::string encode_job(const compile::compile_job::Job &job);
+std::string encode_outcome(const compile::compile_job::Outcome &outcome);
 // Errc::internal naming the message and the field when `payload` is not a well-formed message.
 Result<Hello> decode_hello(std::string_view payload);
-Result<compile_job::Job> decode_job(std::string_view payload);
-Result<compile_job::Outcome> decode_outcome(std::string_view payload);
+Result<compile::compile_job::Job> decode_job(std::string_view payload);
+Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload);
 
 // Writes one frame (without SIGPIPE: a peer gone is an error, not a signal). Errc::io with the
 // errno when the write fails. `peer` names the other side in messages.
@@ -56,9 +56,9 @@ Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::
 
 // The worker's side, in kjit-worker: first ties the worker's life to `parent` (PR_SET_PDEATHSIG:
 // killed when the parent dies; returns 1 at once if it already has), then Hello, then one
-// Outcome per Job (compile_job::run_here), until the parent closes the socket (returns 0) or it
+// Outcome per Job (compile::compile_job::run_here), until the parent closes the socket (returns 0) or it
 // breaks (returns 1, said on stderr). `before_job` (may be null) is called before each job
 // runs: tests use it to crash or hang a worker.
-int serve(int fd, pid_t parent, void (*before_job)(const compile_job::Job &) = nullptr);
+int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::Job &) = nullptr);
 
-}  // namespace kjit::worker_protocol
+}  // namespace kjit::batch::worker_protocol

@@ -20,10 +20,10 @@ namespace {
 std::atomic<Cache *> instance_slot{nullptr};
 
 // NVRTC's request for `keyed`, without libkjit's PCH options.
-compiler::Request nvrtc_request(const Request &request) {
-    compiler::Request nvrtc;
+compile::compiler::Request nvrtc_request(const key::Request &request) {
+    compile::compiler::Request nvrtc;
     nvrtc.source = request.source;
-    nvrtc.program_name = cache_entry::kSourceFile;
+    nvrtc.program_name = store::cache_entry::kSourceFile;
     nvrtc.options.push_back("-arch=" + request.arch);
     nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
     for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
@@ -34,9 +34,9 @@ compiler::Request nvrtc_request(const Request &request) {
 
 // The manifest of a new entry `key` (a variant of `source_key` when not empty) of `request`,
 // its kernel `name`; publish fills in the cubin's size and hash and the time.
-cache_entry::Manifest new_manifest(const Request &request, const std::string &key, const std::string &source_key,
+store::cache_entry::Manifest new_manifest(const key::Request &request, const std::string &key, const std::string &source_key,
                                    const std::string &name, double compile_seconds) {
-    cache_entry::Manifest m;
+    store::cache_entry::Manifest m;
     m.key = key;
     m.source_key = source_key;
     m.keyword = request.keyword;
@@ -53,15 +53,15 @@ cache_entry::Manifest new_manifest(const Request &request, const std::string &ke
 
 // The cluster tier `request` asks for (Request::remote_spec), or null for none. Errors: a bad
 // setting (remote::parse).
-Result<remote::Tier *> tier_for(const Request &request) {
+Result<remote::Tier *> tier_for(const key::Request &request) {
     if (request.remote_spec.empty()) return static_cast<remote::Tier *>(nullptr);
     return remote::Tier::for_spec(request.remote_spec, request.remote_origin);
 }
 
 // What a value of the cluster tier must have been made for to be `keyed`'s entry `entry_key`.
-remote::Expected expected_for(const KeyedRequest &keyed, const std::string &entry_key) {
-    const Request &r = keyed.request;
-    return remote::Expected{entry_key, kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
+remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string &entry_key) {
+    const key::Request &r = keyed.request;
+    return remote::Expected{entry_key, key::kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
 }
 
 }  // namespace
@@ -83,7 +83,7 @@ void Cache::renew_in_forked_child() {
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 
-Result<Found> Cache::compile(Request request) {
+Result<Found> Cache::compile(key::Request request) {
     const bool memo_on = HitMemo::enabled();
     const HitMemo::Digest digest = memo_on ? HitMemo::digest(request) : HitMemo::Digest{};
     bool by_watch = false;
@@ -95,7 +95,7 @@ Result<Found> Cache::compile(Request request) {
         return std::move(*remembered);
     }
     const HitMemo::Proof proof = HitMemo::before_look_up();
-    auto keyed = key_request(std::move(request));
+    auto keyed = key::key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
     auto found = find(*keyed);
     if (!found) return std::move(found).error();
@@ -113,7 +113,7 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
     }
 }
 
-Result<std::optional<Found>> Cache::find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+Result<std::optional<Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
                                                          std::string *why) {
     for (EntryStore *store : stores_) {
         auto found = store->find(keyed, memo, why);
@@ -122,7 +122,7 @@ Result<std::optional<Found>> Cache::find_in_stores(const KeyedRequest &keyed, in
     return std::optional<Found>();
 }
 
-Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo) {
+Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo) {
     std::string why;
     auto found = find_in_stores(keyed, memo, &why);
     if (!found) return found;
@@ -131,7 +131,7 @@ Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scan
         log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, (*found)->cubin);
         // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
         // record that spares the next processes loading it (once per folder).
-        nvrtc_probe::record(keyed.request.cache_dir);
+        compile::nvrtc_probe::record(keyed.request.cache_dir);
         return found;
     }
     counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
@@ -140,18 +140,18 @@ Result<std::optional<Found>> Cache::find(const KeyedRequest &keyed, include_scan
     return found;
 }
 
-Result<Found> Cache::build(const KeyedRequest &keyed, compile_job::Runner *runner) {
+Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner) {
     return build_once(keyed, runner, nullptr);
 }
 
-std::optional<Result<Found>> Cache::build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner) {
+std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner) {
     bool busy = false;
     Result<Found> result = build_once(keyed, runner, &busy);
     if (busy) return std::nullopt;
     return result;
 }
 
-Result<Found> Cache::build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
+Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -187,7 +187,7 @@ Result<Found> Cache::build_once(const KeyedRequest &keyed, compile_job::Runner *
         }
     }();
     const bool put_off = busy && *busy;
-    if (result && !put_off) nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
+    if (result && !put_off) compile::nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
         flight->result = result;
@@ -202,8 +202,8 @@ Result<Found> Cache::build_once(const KeyedRequest &keyed, compile_job::Runner *
     return result;
 }
 
-Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy) {
-    const Request &request = keyed.request;
+Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy) {
+    const key::Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
     const auto node_lock = local_.lock_for_compile(keyed);
@@ -216,15 +216,15 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
     // Files are recorded before the compile: one edited during it then misses next time. Their
     // content chooses the entry (variant_key): one per state of the files, so an edit and its
     // revert both hit.
-    std::vector<include_scanner::Dependency> deps;
+    std::vector<key::include_scanner::Dependency> deps;
     std::string entry_key = keyed.key;
     std::string source_key;
     if (request.reads_files) {
-        auto scanned = include_scanner::scan(request.source, request.headers, request.search);
+        auto scanned = key::include_scanner::scan(request.source, request.headers, request.search);
         if (!scanned) return std::move(scanned).error();
         deps = std::move(*scanned);
         source_key = keyed.key;
-        entry_key = variant_key(keyed.key, deps);
+        entry_key = key::variant_key(keyed.key, deps);
         // Built before, but no longer listed (fallen off the variants file, or the file was lost
         // or rewritten by another process at the same time): no compile, and listed again.
         for (EntryStore *store : stores_) {
@@ -264,36 +264,36 @@ Result<Found> Cache::compile_and_publish(const KeyedRequest &keyed, compile_job:
         return std::move(compiled).error();
     }
     const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
-    auto name = name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
+    auto name = resolve::name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
                                    request.name_expression, lowered);
     if (!name) return std::move(name).error();
 
-    cache_entry::NewEntry entry;
+    store::cache_entry::NewEntry entry;
     entry.cubin = compiled->cubin;
     entry.source = request.source;
     entry.manifest = new_manifest(request, entry_key, source_key, *name, seconds);
-    if (request.reads_files) entry.deps_text = include_scanner::format(deps);
+    if (request.reads_files) entry.deps_text = key::include_scanner::format(deps);
     // Here first, so that this node's other processes, waiting on the node lock, find it; then
     // for the cluster (the lease is released after, when `settled` goes).
     auto published = publish_everywhere(keyed, entry);
     if (published && tier) {
-        tier->put(expected, cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin,
+        tier->put(expected, store::cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin,
                   settled && settled->lease ? settled->lease.get() : nullptr);
     }
     return published;
 }
 
-Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
-                                          const std::vector<include_scanner::Dependency> &deps,
-                                          compile_job::Runner *runner, double *seconds) {
-    const Request &request = keyed.request;
+Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,
+                                          const std::vector<key::include_scanner::Dependency> &deps,
+                                          compile::compile_job::Runner *runner, double *seconds) {
+    const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
-    if (auto st = nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
+    if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
         return std::move(st).error();
     }
-    compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
+    compile::compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
     if (request.use_pch) {
-        job.pch_identity = pch_identity(request, deps);
+        job.pch_identity = key::pch_identity(request, deps);
         job.pch_options = request.pch_options;
     }
     counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);
@@ -302,19 +302,19 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
          in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
     }
     const auto started = std::chrono::steady_clock::now();
-    compile_job::Outcome outcome = runner ? runner->run(job) : compile_job::run_here(job);
+    compile::compile_job::Outcome outcome = runner ? runner->run(job) : compile::compile_job::run_here(job);
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     counters_.compiles_in_flight.fetch_sub(1);
     counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(*seconds * 1e9), std::memory_order_relaxed);
     if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
     if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
-    Result<compiler::Output> compiled = std::move(outcome.output);
+    Result<compile::compiler::Output> compiled = std::move(outcome.output);
     if (!compiled && compiled.error().code == Errc::nvrtc &&
         compiled.error().message.find("--gpu-architecture") != std::string::npos) {
         // NVRTC's own words are "invalid value for --gpu-architecture (-arch)": say which value,
         // where it came from and what this NVRTC takes.
         std::string supported;
-        for (const std::string &a : compiler::supported_archs()) supported += (supported.empty() ? "" : ", ") + a;
+        for (const std::string &a : compile::compiler::supported_archs()) supported += (supported.empty() ? "" : ", ") + a;
         Error e = compiled.error();
         e.message = "NVRTC " + request.nvrtc_identity.substr(0, request.nvrtc_identity.find(' ')) +
                     " does not compile for arch '" + request.arch + "'" +
@@ -329,26 +329,26 @@ Result<compiler::Output> Cache::run_nvrtc(const KeyedRequest &keyed,
     return compiled;
 }
 
-Result<Found> Cache::publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
-                                     const std::vector<include_scanner::Dependency> &deps) {
-    cache_entry::NewEntry entry;
+Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                     const std::vector<key::include_scanner::Dependency> &deps) {
+    store::cache_entry::NewEntry entry;
     entry.cubin = fetched.cubin;
     entry.source = keyed.request.source;
     entry.manifest = std::move(fetched.manifest);
     entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
     // This node's files: the key says their content is the producer's.
-    if (keyed.request.reads_files) entry.deps_text = include_scanner::format(deps);
+    if (keyed.request.reads_files) entry.deps_text = key::include_scanner::format(deps);
     auto local = local_.publish(keyed, entry);
     if (!local) return std::move(local).error();
     return Found{std::move(**local), entry.manifest.name};
 }
 
-std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const KeyedRequest *> &misses) {
+std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses) {
     std::vector<std::optional<Found>> found(misses.size());
     // The misses of each setting (a batch's items normally share one).
     std::map<std::string, std::vector<std::size_t>> by_spec;
     for (std::size_t i = 0; i < misses.size(); ++i) {
-        const Request &r = misses[i]->request;
+        const key::Request &r = misses[i]->request;
         if (!r.remote_spec.empty() && !r.reads_files) by_spec[r.remote_spec].push_back(i);
     }
     for (const auto &[spec, indexes] : by_spec) {
@@ -357,7 +357,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
         std::vector<std::size_t> asked;
         std::vector<remote::Expected> wanted;
         for (std::size_t i : indexes) {
-            const KeyedRequest &keyed = *misses[i];
+            const key::KeyedRequest &keyed = *misses[i];
             if (!local_.can_publish(keyed)) continue;
             asked.push_back(i);
             wanted.push_back(expected_for(keyed, keyed.key));
@@ -372,7 +372,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
     return found;
 }
 
-Result<Found> Cache::publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
+Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) {
     auto local = local_.publish(keyed, entry);
     if (!local) return std::move(local).error();
     for (EntryStore *store : stores_) {

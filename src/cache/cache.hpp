@@ -2,7 +2,7 @@
 // request is keyed (cache_key.hpp), looked up in the entry stores in order (entry_store.hpp:
 // today the local cache folder, local_store.hpp), and on a miss compiled once per entry per
 // process at a time (single flight), named (name_resolver.hpp) and published to the stores
-// (cache_entry::publish writes the entry atomically). Layout: docs/cache-layout.md.
+// (store::cache_entry::publish writes the entry atomically). Layout: docs/cache-layout.md.
 //
 //   <cache>/<k0k1>/<key>/kernel.cubin        the cubin
 //                        kernel.cubin.name   its sidecar, written at publish: the first load is warm
@@ -49,32 +49,32 @@ public:
     // value: its folders are made absolute in place), compiling it on a miss: key_request, find,
     // then build. A repeat of a request this cache answered is answered by its hit memo when
     // nothing can have changed the answer (hit_memo.hpp), counted as a hit. Thread safe.
-    Result<Found> compile(Request request);
+    Result<Found> compile(key::Request request);
 
     // The steps of compile(), for callers that look many requests up before compiling any
-    // (batch_compiler); the first is cache::key_request. Each is thread safe.
+    // (batch_compiler); the first is key_request. Each is thread safe.
     //
     // The entry (cubin path and name) when a store has one that answers the request (counted as a hit), else
     // nothing (counted as a miss). Errors: the cache folder is unusable (world-writable, not a
     // folder) or an entry is someone else's. `memo`: a FileMemo for every lookup of one call (a
     // batch), so each dependency file is stat'ed once per call; or null.
-    Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo = nullptr);
+    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
     // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
-    Result<Found> build(const KeyedRequest &keyed, compile_job::Runner *runner = nullptr);
+    Result<Found> build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner = nullptr);
     // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
     // says another node is compiling the entry now (the batch builds it again later, then
     // waiting for that node if it still is); otherwise build()'s result. Thread safe.
-    std::optional<Result<Found>> build_unless_busy(const KeyedRequest &keyed, compile_job::Runner *runner);
+    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner);
     // For a batch, after its look-ups and before it compiles: the entries the cluster tier
     // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
     // pipelined round trips without any lease and published here; nullopt for each that must
     // still be built (build() then settles it with the cluster). Requests that read files are
     // left to build(): their key needs their files scanned first. Never fails: a problem leaves
     // the request to build(), which reports it. Thread safe.
-    std::vector<std::optional<Found>> fetch_from_cluster(const std::vector<const KeyedRequest *> &misses);
+    std::vector<std::optional<Found>> fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
     void count_merged(bool hit, std::uint64_t n);
@@ -97,25 +97,25 @@ private:
     };
 
     // The stores, in lookup order; the local one first.
-    Result<std::optional<Found>> find_in_stores(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+    Result<std::optional<Found>> find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
                                                       std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
     // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
-    Result<Found> compile_and_publish(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
+    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy);
     // build() and build_unless_busy(): `busy` as compile_and_publish's.
-    Result<Found> build_once(const KeyedRequest &keyed, compile_job::Runner *runner, bool *busy);
+    Result<Found> build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
-    Result<compiler::Output> run_nvrtc(const KeyedRequest &keyed, const std::vector<include_scanner::Dependency> &deps,
-                                       compile_job::Runner *runner, double *seconds);
+    Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed, const std::vector<key::include_scanner::Dependency> &deps,
+                                       compile::compile_job::Runner *runner, double *seconds);
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).
-    Result<Found> publish_fetched(const KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
-                                  const std::vector<include_scanner::Dependency> &deps);
+    Result<Found> publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+                                  const std::vector<key::include_scanner::Dependency> &deps);
     // Publishes `entry` to every store; the local store's path is the answer.
-    Result<Found> publish_everywhere(const KeyedRequest &keyed, const cache_entry::NewEntry &entry);
+    Result<Found> publish_everywhere(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry);
 
     // In a forked child: the instance's in-flight table and its lock made anew (the parent's
     // flights, and any thread that held the lock, are not in the child), no compile in flight.

@@ -41,19 +41,19 @@ public:
     // call (a batch's), so each dependency file is stat'ed once per call; or null. Errors: the
     // store refuses to serve the request (its folder or an entry belongs to someone untrusted):
     // the cache stops there, it never compiles over someone else's entry.
-    virtual Result<std::optional<Found>> find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+    virtual Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
                                               std::string *why) = 0;
 
     // For a request that reads files: its entry `variant_key` (the state of
     // the files now), when that entry answers it, found without its variants file (built before,
     // but no longer listed); the store lists it again. Else nullopt. Errors as find().
-    virtual Result<std::optional<Found>> find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+    virtual Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
                                                       std::string *why) = 0;
 
     // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
     // returns its cubin path in this store (nullopt from a store that keeps no local copy).
     // Errors: io naming what could not be written.
-    virtual Result<std::optional<std::string>> publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) = 0;
+    virtual Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) = 0;
 };
 
 }  // namespace kjit::cache

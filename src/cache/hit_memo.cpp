@@ -56,7 +56,7 @@ private:
 
 }  // namespace
 
-HitMemo::Digest HitMemo::digest(const Request &request) {
+HitMemo::Digest HitMemo::digest(const key::Request &request) {
     FieldHasher h;
     h.field(request.source);
     h.field(request.keyword);
@@ -76,7 +76,7 @@ HitMemo::Digest HitMemo::digest(const Request &request) {
     return h.digest();
 }
 
-HitMemo::Proof HitMemo::before_look_up() { return Proof{cache_entry::retirements()}; }
+HitMemo::Proof HitMemo::before_look_up() { return Proof{store::cache_entry::retirements()}; }
 
 bool HitMemo::enabled() {
     const char *v = std::getenv("KJIT_HIT_MEMO");
@@ -90,15 +90,15 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     if (it == answers_.end()) return std::nullopt;
     const Answer &a = it->second;
     if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
-    if (cache_entry::retirements() != a.retirements) return std::nullopt;
+    if (store::cache_entry::retirements() != a.retirements) return std::nullopt;
     if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
     if (a.reads_files) {
-        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
+        if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
         *by_watch = true;
     }
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
     // A request that reads files had the queue read just now, by proven().
-    if (watched != 0 && dependency_watch::still_at(watched, /*read_queue=*/!a.reads_files)) {
+    if (watched != 0 && key::dependency_watch::still_at(watched, /*read_queue=*/!a.reads_files)) {
         answers_by_watch_.fetch_add(1, std::memory_order_relaxed);
         return a.found;
     }
@@ -109,13 +109,13 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     if (!unchanged()) return std::nullopt;
     // Proven by the lstat: watch the cubin for the next repeats. The watch goes first and the
     // file is proven again after it, so no change slips between the two.
-    if (const std::optional<std::uint64_t> armed = dependency_watch::arm_file(a.found.cubin); armed && unchanged()) {
+    if (const std::optional<std::uint64_t> armed = key::dependency_watch::arm_file(a.found.cubin); armed && unchanged()) {
         a.cubin_watched.generation.store(*armed, std::memory_order_release);
     }
     return a.found;
 }
 
-void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof) {
+void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof) {
     Answer a;
     a.found = found;
     // The very file the look-up proved the name for; an answer from a compile (no identity)
@@ -130,7 +130,7 @@ void HitMemo::remember(const Digest &digest, const KeyedRequest &keyed, const Fo
         // for an entry it remembered at this look-up (by the folder's identity).
         if (::lstat(a.entry.c_str(), &a.entry_st) != 0) return;
         a.source_key = keyed.key;
-        if (!dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
+        if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
     }
     if (keyed.uses_working_dir) {
         a.working_dir = working_dir_now();

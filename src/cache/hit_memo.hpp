@@ -9,7 +9,7 @@
 //     cubin, even one touched, is looked up in full. Proven by one lstat at the first repeat,
 //     which then also watches the cubin and every folder on its path (dependency_watch.hpp's
 //     inotify watch, placed before a second lstat that must agree); later repeats ask the
-//     watch's queue instead (dependency_watch::still_at: one ioctl without a lock, while
+//     watch's queue instead (key::dependency_watch::still_at: one ioctl without a lock, while
 //     nothing is queued; a change that finished before the call always shows there), and after
 //     any event that matters go back to the lstat. Where the
 //     watch cannot vouch (network or FUSE file systems, KJIT_WATCH_HEADERS=0, no inotify),
@@ -60,11 +60,11 @@ public:
         std::uint64_t low = 0, high = 0;
         bool operator==(const Digest &o) const { return low == o.low && high == o.high; }
     };
-    static Digest digest(const Request &request);
+    static Digest digest(const key::Request &request);
 
     // What a full look-up proved about an answer, to serve it again from memory.
     struct Proof {
-        std::uint64_t retirements_before = 0;  // cache_entry::retirements() read before the look-up
+        std::uint64_t retirements_before = 0;  // store::cache_entry::retirements() read before the look-up
     };
     static Proof before_look_up();
 
@@ -80,7 +80,7 @@ public:
     // Remembers `found`, the answer a full look-up of `keyed` just gave (raw request `digest`).
     // Nothing is remembered where it could not be served right later (the header watch cannot
     // vouch for the files the request reads). Thread safe.
-    void remember(const Digest &digest, const KeyedRequest &keyed, const Found &found, const Proof &proof);
+    void remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof);
 
     // Forgets everything (tests; a forked child renews the memo instead).
     void clear();

@@ -25,13 +25,13 @@ constexpr std::size_t kMaxDepsFileSize = 64u << 20;
 
 enum class Lookup { hit, absent, unusable, foreign };
 
-void list_variant(const Request &request, const std::string &source_key, const std::string &entry_key,
+void list_variant(const key::Request &request, const std::string &source_key, const std::string &entry_key,
                   folder_trust::CacheFolder &folder) {
     const std::string shard = request.cache_dir + "/" + source_key.substr(0, 2);
-    const std::string variants = cache_entry::variants_file_for(request.cache_dir, source_key);
-    if (auto ready = cache_entry::ready_shard(request.cache_dir, shard, folder); !ready) {
+    const std::string variants = store::cache_entry::variants_file_for(request.cache_dir, source_key);
+    if (auto ready = store::cache_entry::ready_shard(request.cache_dir, shard, folder); !ready) {
         log().debug("variant {} of {} not listed: {}", entry_key, source_key, ready.error().message);
-    } else if (!cache_entry::record_variant(variants, entry_key, folder_trust::shared(folder))) {
+    } else if (!store::cache_entry::record_variant(variants, entry_key, folder_trust::shared(folder))) {
         log().debug("variant {} of {} not listed: cannot write '{}'", entry_key, source_key, variants);
     }
 }
@@ -55,10 +55,10 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
 // the recorded files it hashes in `counters`. `source_key`: the entry is a variant of that source
 // key (then its deps.txt must give its key back: variant_key), else empty. `memo`: the call's
 // FileMemo (a batch's), or null.
-Lookup look_up(const Request &request, const std::string &entry, std::string_view source_key,
-               const folder_trust::CacheFolder &folder, Counters &counters, include_scanner::FileMemo *memo,
+Lookup look_up(const key::Request &request, const std::string &entry, std::string_view source_key,
+               const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
                std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
-    const std::string cubin = entry + "/" + cache_entry::kCubinFile;
+    const std::string cubin = entry + "/" + store::cache_entry::kCubinFile;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
     if (!S_ISDIR(st.st_mode)) {  // a link or file planted where the entry goes: never followed
@@ -77,52 +77,52 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
         return Lookup::foreign;
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
-    cache_entry::note_use(entry, st, realtime_ns());
+    store::cache_entry::note_use(entry, st, realtime_ns());
     // Checked earlier in this process, and nothing it depends on changed since (inotify,
     // dependency_watch.hpp): no deps.txt to read, no file to stat.
-    if (request.reads_files && dependency_watch::proven(entry, st, source_key)) {
+    if (request.reads_files && key::dependency_watch::proven(entry, st, source_key)) {
         counters.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
     } else if (request.reads_files) {
-        const auto text = read_small_file(entry + "/" + cache_entry::kDepsFile, kMaxDepsFileSize);
-        auto deps = text ? include_scanner::parse(*text) : Result<std::vector<include_scanner::Dependency>>(
+        const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
+        auto deps = text ? key::include_scanner::parse(*text) : Result<std::vector<key::include_scanner::Dependency>>(
                                                                  Error{Errc::io, "missing"});
         if (!deps) {
             *why = "its header list is missing or damaged";
             return Lookup::unusable;
         }
         if (!source_key.empty() &&
-            variant_key(source_key, *deps) != std::string_view(entry).substr(entry.size() - 32)) {
+            key::variant_key(source_key, *deps) != std::string_view(entry).substr(entry.size() - 32)) {
             *why = "its header list does not give its key back (damaged, or another request's)";
             return Lookup::unusable;
         }
         // Watched from before the check: a change during it is seen by the next lookup. Files
         // another entry's check found as recorded since the last change are not stat'ed again.
-        include_scanner::FileMemo own_memo;
-        include_scanner::FileMemo *files = memo ? memo : &own_memo;
-        const std::optional<std::uint64_t> watched = dependency_watch::arm(*deps, files);
-        const include_scanner::Check checked = include_scanner::check(*deps, files);
+        key::include_scanner::FileMemo own_memo;
+        key::include_scanner::FileMemo *files = memo ? memo : &own_memo;
+        const std::optional<std::uint64_t> watched = key::dependency_watch::arm(*deps, files);
+        const key::include_scanner::Check checked = key::include_scanner::check(*deps, files);
         counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
         counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
         if (!checked.current) {
             *why = "a file it may read changed, appeared or went away (deps.txt)";
             return Lookup::unusable;
         }
-        if (include_scanner::settle(*deps) || checked.refreshed) {
+        if (key::include_scanner::settle(*deps) || checked.refreshed) {
             // Headers that were young when recorded are verified and old now, or were found
             // with the same content under a new mtime (a touch, a reinstall): store the list
             // again (temp file and rename in the entry) so later hits only stat them. Best
             // effort: a read-only cache keeps checking their content.
-            (void)replace_file(entry + "/" + cache_entry::kDepsFile, entry + "/.deps.tmp-", {}, include_scanner::format(*deps),
+            (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {}, key::include_scanner::format(*deps),
                                folder_trust::shared(folder) ? kGroupWritable : 0);
         }
         // Young headers too: an edit within their timestamp tick, which size and mtime cannot
         // show, still raises an event. They are settled by the next full check once old.
         if (watched) {
-            dependency_watch::note_checked(*deps, *watched);
-            dependency_watch::remember(entry, st, source_key, *watched);
+            key::dependency_watch::note_checked(*deps, *watched);
+            key::dependency_watch::remember(entry, st, source_key, *watched);
         }
     }
-    auto resolved = NameResolver::instance().resolve(cubin, request.keyword, proven);
+    auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, proven);
     if (!resolved) {
         *why = resolved.error().message;
         return Lookup::unusable;
@@ -137,25 +137,25 @@ Lookup look_up(const Request &request, const std::string &entry, std::string_vie
 // else absent (none listed) or unusable (*why: the first's reason). The one found goes first in
 // the list, so the next lookup of this state of the files tries it first: a write only when the
 // files changed back to an earlier state.
-Lookup look_up_variants(const Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
-                        Counters &counters, include_scanner::FileMemo *memo, std::string *cubin,
+Lookup look_up_variants(const key::Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
+                        Counters &counters, key::include_scanner::FileMemo *memo, std::string *cubin,
                         std::string *name, FileIdentity *proven, std::string *why) {
-    const std::string list = cache_entry::variants_file_for(request.cache_dir, source_key);
+    const std::string list = store::cache_entry::variants_file_for(request.cache_dir, source_key);
     // The entry this process found last, tried first: proven by the header watch, a hit reads
     // no variants file and no deps.txt.
-    const std::string last = dependency_watch::last_variant(list);
+    const std::string last = key::dependency_watch::last_variant(list);
     if (!last.empty()) {
         std::string reason;
         const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason, name, proven);
         if (found == Lookup::hit) {
-            *cubin = last + "/" + cache_entry::kCubinFile;
+            *cubin = last + "/" + store::cache_entry::kCubinFile;
             return found;
         }
     }
-    const std::vector<std::string> keys = cache_entry::read_variants(list);
+    const std::vector<std::string> keys = store::cache_entry::read_variants(list);
     Lookup result = Lookup::absent;
     for (std::size_t i = 0; i < keys.size(); ++i) {
-        const std::string entry = cache_entry::folder_for(request.cache_dir, keys[i]);
+        const std::string entry = store::cache_entry::folder_for(request.cache_dir, keys[i]);
         if (entry == last) continue;  // not a hit just now
         std::string reason;
         const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason, name, proven);
@@ -164,9 +164,9 @@ Lookup look_up_variants(const Request &request, const std::string &source_key, c
             return found;
         }
         if (found == Lookup::hit) {
-            *cubin = entry + "/" + cache_entry::kCubinFile;
-            if (i > 0 && folder.writable) cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
-            dependency_watch::note_variant(list, entry);
+            *cubin = entry + "/" + store::cache_entry::kCubinFile;
+            if (i > 0 && folder.writable) store::cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
+            key::dependency_watch::note_variant(list, entry);
             return found;
         }
         if (result == Lookup::absent && found == Lookup::unusable) {
@@ -192,9 +192,9 @@ bool out_of_room(const Error &e) { return e.sys_errno == ENOSPC || e.sys_errno =
 
 }  // namespace
 
-Result<std::optional<Found>> LocalStore::find(const KeyedRequest &keyed, include_scanner::FileMemo *memo,
+Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
                                               std::string *why) {
-    const Request &request = keyed.request;
+    const key::Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     std::string cubin = keyed.cubin;
@@ -206,20 +206,20 @@ Result<std::optional<Found>> LocalStore::find(const KeyedRequest &keyed, include
     return answer(found, std::move(cubin), std::move(name), proven, why);
 }
 
-Result<std::optional<Found>> LocalStore::find_variant(const KeyedRequest &keyed, const std::string &variant_key,
+Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
                                                       std::string *why) {
-    const Request &request = keyed.request;
+    const key::Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
-    const std::string entry = cache_entry::folder_for(request.cache_dir, variant_key);
+    const std::string entry = store::cache_entry::folder_for(request.cache_dir, variant_key);
     std::string name;
     FileIdentity proven;
     const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name, &proven);
     if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
-    return answer(found, entry + "/" + cache_entry::kCubinFile, std::move(name), proven, why);
+    return answer(found, entry + "/" + store::cache_entry::kCubinFile, std::move(name), proven, why);
 }
 
-Status LocalStore::can_publish(const KeyedRequest &keyed) {
+Status LocalStore::can_publish(const key::KeyedRequest &keyed) {
     auto folder = folder_trust::check_cache_folder(keyed.request.cache_dir);
     if (!folder) return std::move(folder).error();
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
@@ -227,8 +227,8 @@ Status LocalStore::can_publish(const KeyedRequest &keyed) {
     return Ok{};
 }
 
-std::optional<compile_lock::Held> LocalStore::lock_for_compile(const KeyedRequest &keyed) {
-    const Request &request = keyed.request;
+std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key::KeyedRequest &keyed) {
+    const key::Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder || (folder->exists && !folder->writable)) return std::nullopt;
     if (!folder->exists) {
@@ -236,37 +236,37 @@ std::optional<compile_lock::Held> LocalStore::lock_for_compile(const KeyedReques
         folder = folder_trust::check_cache_folder_now(request.cache_dir);
         if (!folder || !folder->writable) return std::nullopt;
     }
-    compile_lock::Waited waited;
-    auto held = compile_lock::acquire(request.cache_dir, *folder, keyed.key, request.compile_wait, &waited);
+    store::compile_lock::Waited waited;
+    auto held = store::compile_lock::acquire(request.cache_dir, *folder, keyed.key, request.compile_wait, &waited);
     if (waited.waited) counters_.compile_lock_waits.fetch_add(1, std::memory_order_relaxed);
     if (waited.timed_out) counters_.compile_lock_timeouts.fetch_add(1, std::memory_order_relaxed);
     return held;
 }
 
-Result<std::optional<std::string>> LocalStore::publish(const KeyedRequest &keyed, const cache_entry::NewEntry &entry) {
-    const Request &request = keyed.request;
+Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) {
+    const key::Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();
     const std::string &source_key = entry.manifest.source_key;
     // An entry already in place: another process won the race (it serves), or it is stale or
     // damaged (replaced).
-    const std::string place = cache_entry::folder_for(request.cache_dir, entry.manifest.key);
+    const std::string place = store::cache_entry::folder_for(request.cache_dir, entry.manifest.key);
     const auto existing_serves = [&](std::string *why) -> Result<bool> {
         const Lookup there = look_up(request, place, source_key, *folder, counters_, nullptr, why);
         if (there == Lookup::foreign) return Error{Errc::io, *why};
         return there == Lookup::hit;
     };
-    auto published = cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
+    auto published = store::cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
     // Under a size limit, a full disk (or quota) is room to make: eviction runs only after a
     // publish, so on a full disk it would never run. Evict least recently used entries and try
     // once more; the second failure is the error.
     if (!published && request.max_cache_bytes && out_of_room(published.error())) {
         const std::uint64_t needed = entry.cubin.size() + entry.source.size() + 32 * 1024;
-        const cache_maintenance::Freed freed =
-            cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
+        const store::cache_maintenance::Freed freed =
+            store::cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
         log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", entry.manifest.key,
                    published.error().message, freed.entries, size_units::format_size(freed.bytes));
-        published = cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
+        published = store::cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
         if (!published) {
             Error e = std::move(published).error();
             e.message += " (the disk was full: libkjit evicted " + std::to_string(freed.entries) +
@@ -276,7 +276,7 @@ Result<std::optional<std::string>> LocalStore::publish(const KeyedRequest &keyed
         }
     }
     if (!published) return std::move(published).error();
-    using Outcome = cache_entry::Published::Outcome;
+    using Outcome = store::cache_entry::Published::Outcome;
     if (published->outcome != Outcome::found) {
         counters_.entries_published.fetch_add(1, std::memory_order_relaxed);
         log().debug("published {} [{}] -> {}", entry.manifest.key, entry.manifest.keyword, entry.manifest.name);
@@ -286,9 +286,9 @@ Result<std::optional<std::string>> LocalStore::publish(const KeyedRequest &keyed
     if (request.reads_files) list_variant(request, source_key, entry.manifest.key, *folder);
     if (published->bytes_written > 0) {
         // What the limit counts: disk space, as du does (the bytes written round up to blocks).
-        const std::uint64_t bytes = std::max(published->bytes_written, cache_maintenance::disk_usage(place));
+        const std::uint64_t bytes = std::max(published->bytes_written, store::cache_maintenance::disk_usage(place));
         // Sweeping and eviction run after a publish, never on a hit, and are throttled.
-        cache_maintenance::after_publish(request.cache_dir, request.max_cache_bytes, bytes);
+        store::cache_maintenance::after_publish(request.cache_dir, request.max_cache_bytes, bytes);
     }
     return std::optional<std::string>(std::move(published->cubin_path));
 }

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace kjit::compile_job {
+namespace kjit::compile::compile_job {
 
 struct Job {
-    compiler::Request request;  // without any PCH option
-    // The header identity (cache::pch_identity) when the compile uses libkjit's PCH, else empty.
+    compile::compiler::Request request;  // without any PCH option
+    // The header identity (pch_identity) when the compile uses libkjit's PCH, else empty.
     std::string pch_identity;
     // Passed with libkjit's PCH options (e.g. "--instantiate-templates-in-pch=true").
     std::vector<std::string> pch_options;
@@ -25,13 +25,13 @@ struct Job {
 };
 
 struct Outcome {
-    Result<compiler::Output> output;
+    Result<compile::compiler::Output> output;
     bool used_pch = false;  // the compile passed -pch (its folder could be made)
     bool made_pch = false;  // ... and was the first of its identity in the process that ran it
 };
 
 // Runs `job` in this process: the PCH folder of its identity (made on first use; none when it
-// cannot be made: a plain compile, said in the debug log), then compiler::compile. Thread safe.
+// cannot be made: a plain compile, said in the debug log), then compile::compiler::compile. Thread safe.
 Outcome run_here(const Job &job);
 
 // Where a job runs. run() is called by one thread at a time per runner.
@@ -41,4 +41,4 @@ public:
     virtual Outcome run(const Job &job) = 0;
 };
 
-}  // namespace kjit::compile_job
+}  // namespace kjit::compile::compile_job

@@ -12,11 +12,11 @@
 #include <optional>
 #include <string_view>
 
-namespace kjit::compiler {
+namespace kjit::compile::compiler {
 
 namespace {
 
-using nvrtc_library::Api;
+using compile::nvrtc_library::Api;
 
 // Owns an nvrtcProgram.
 class Program {
@@ -245,7 +245,7 @@ std::string hint_for(const Request &request, const std::string &log) {
 }  // namespace
 
 std::vector<std::string> supported_archs() {
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     std::vector<std::string> out;
     if (!loaded || !(*loaded)->nvrtcGetNumSupportedArchs || !(*loaded)->nvrtcGetSupportedArchs) return out;
     int n = 0;
@@ -259,7 +259,7 @@ std::vector<std::string> supported_archs() {
 Result<Output> compile(const Request &request) {
     // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
     // gets the error without waiting for a fork.
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     if (!loaded) return std::move(loaded).error();
     const Api &api = **loaded;
     std::vector<const char *> header_sources, header_names, options;
@@ -334,15 +334,15 @@ std::chrono::milliseconds fork_wait() { return std::chrono::milliseconds(fork_wa
 void set_fork_wait(std::chrono::milliseconds wait) { fork_wait_ms.store(wait.count()); }
 
 Result<std::string> nvrtc_version() {
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     if (!loaded) return std::move(loaded).error();
     return (*loaded)->version;
 }
 
 Result<std::string> nvrtc_identity() {
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     if (!loaded) return std::move(loaded).error();
     return (*loaded)->identity;
 }
 
-}  // namespace kjit::compiler
+}  // namespace kjit::compile::compiler

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::compiler {
+namespace kjit::compile::compiler {
 
 struct Request {
     std::string source;
@@ -30,7 +30,7 @@ struct Output {
 
 // Compiles `request`. Errc::compile with the whole NVRTC log when the source does not compile;
 // Errc::nvrtc with NVRTC's text for other NVRTC failures (unknown option, no cubin for a
-// virtual arch, ...), when NVRTC cannot be loaded (nvrtc_library::api()'s message: what was
+// virtual arch, ...), when NVRTC cannot be loaded (compile::nvrtc_library::api()'s message: what was
 // tried, what to do), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC
 // programs are independent.
 //
@@ -75,4 +75,4 @@ Result<std::string> nvrtc_version();
 // Part of every cache key, so a lookup needs NVRTC loaded too; Errc::nvrtc when it cannot be.
 Result<std::string> nvrtc_identity();
 
-}  // namespace kjit::compiler
+}  // namespace kjit::compile::compiler

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-namespace kjit::nvrtc_library {
+namespace kjit::compile::nvrtc_library {
 
 namespace {
 
@@ -195,4 +195,4 @@ Result<const Api *> api() {
     return &l.api;
 }
 
-}  // namespace kjit::nvrtc_library
+}  // namespace kjit::compile::nvrtc_library

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::nvrtc_library {
+namespace kjit::compile::nvrtc_library {
 
 // Every NVRTC entry point libkjit calls.
 struct Api {
@@ -46,7 +46,7 @@ struct Api {
     std::string file;      // the file it opened, links resolved (realpath)
     bool preexisting = false;  // dlopen returned a library something else had mapped already
     std::string version;   // "13.0", from nvrtcVersion
-    std::string identity;  // compiler::nvrtc_identity()'s text for this library
+    std::string identity;  // compile::compiler::nvrtc_identity()'s text for this library
 };
 
 // The API, opened on the first call in the process (thread safe; the library is never closed).
@@ -66,4 +66,4 @@ std::vector<std::string> candidates();
 // The bare name api() looks for by the dynamic linker's search: "libnvrtc.so.<major>".
 std::string library_name();
 
-}  // namespace kjit::nvrtc_library
+}  // namespace kjit::compile::nvrtc_library

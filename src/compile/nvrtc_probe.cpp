@@ -1,5 +1,6 @@
 #include "compile/nvrtc_probe.hpp"
 
+#include "store/cache_layout.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
@@ -25,7 +26,7 @@
 #include <set>
 #include <vector>
 
-namespace kjit::nvrtc_probe {
+namespace kjit::compile::nvrtc_probe {
 
 namespace {
 
@@ -43,7 +44,7 @@ struct Context {
     // paths it holds too (record_text): the folders searched, and in each the name the search
     // would open, a path candidate itself.
     std::vector<std::string> watch;
-    std::string record_name;         // kRecordPrefix + euid + "-" + hash of `lines`
+    std::string record_name;         // store::cache_layout::kNvrtcRecordPrefix + euid + "-" + hash of `lines`
 };
 
 // A path's state as the record keeps it: "absent" for a missing one, else device, inode, mode,
@@ -119,8 +120,8 @@ std::optional<Context> context() {
     Context c;
     char host[HOST_NAME_MAX + 1] = {};
     if (::gethostname(host, sizeof host - 1) != 0) return std::nullopt;
-    const std::vector<std::string> candidates = nvrtc_library::candidates();
-    c.lines = std::string(kHeader) + "\ncontext library " + nvrtc_library::library_name() + "\ncontext host " + host +
+    const std::vector<std::string> candidates = compile::nvrtc_library::candidates();
+    c.lines = std::string(kHeader) + "\ncontext library " + compile::nvrtc_library::library_name() + "\ncontext host " + host +
               "\ncontext euid " + std::to_string(::geteuid()) + "\n";
     bool searched = false;
     for (const std::string &candidate : candidates) {
@@ -141,7 +142,7 @@ std::optional<Context> context() {
         for (const std::string &folder : *folders) {
             c.lines += "context search " + folder + "\n";
             c.watch.push_back(folder);
-            c.watch.push_back(folder + "/" + nvrtc_library::library_name());  // as a path candidate
+            c.watch.push_back(folder + "/" + compile::nvrtc_library::library_name());  // as a path candidate
             // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
             const std::string hwcaps = folder + "/glibc-hwcaps";
             c.watch.push_back(hwcaps);
@@ -154,13 +155,13 @@ std::optional<Context> context() {
                     if (!entry) return std::nullopt;
                     if (!*entry) break;
                     c.watch.push_back(hwcaps + "/" + (*entry)->d_name);
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + nvrtc_library::library_name());
+                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + compile::nvrtc_library::library_name());
                 }
             }
         }
         c.watch.push_back(kLdCache);
     }
-    c.record_name = std::string(kRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
+    c.record_name = std::string(store::cache_layout::kNvrtcRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
     return c;
 }
 
@@ -203,7 +204,7 @@ std::optional<std::string> record_text(const Context &c, const std::string &open
 
 // The path dlopen opened the library `api` holds by, links kept (the dynamic linker's name for
 // it); empty when dladdr cannot tell.
-std::string opened_as(const nvrtc_library::Api &api) {
+std::string opened_as(const compile::nvrtc_library::Api &api) {
     Dl_info info{};
     if (::dladdr(reinterpret_cast<void *>(api.nvrtcVersion), &info) == 0 || !info.dli_fname) return std::string();
     return info.dli_fname[0] == '/' ? std::string(info.dli_fname) : std::string();
@@ -276,7 +277,7 @@ std::optional<std::string> proven_identity(const std::string &cache_dir, const C
 // Whether dlopen of a candidate would return a library something else already mapped: then
 // the probe cannot tell which file it is, but api() is cheap.
 bool already_mapped() {
-    for (const std::string &candidate : nvrtc_library::candidates()) {
+    for (const std::string &candidate : compile::nvrtc_library::candidates()) {
         if (void *handle = ::dlopen(candidate.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
             ::dlclose(handle);
             return true;
@@ -300,7 +301,7 @@ void renew_in_forked_child() {
 }  // namespace
 
 Result<std::string> identity(const std::string &cache_dir) {
-    if (const nvrtc_library::Api *api = nvrtc_library::opened()) return api->identity;
+    if (const compile::nvrtc_library::Api *api = compile::nvrtc_library::opened()) return api->identity;
     if (const std::string *probed = probed_slot.load(std::memory_order_acquire)) return *probed;
     if (!already_mapped()) {
         if (auto c = context()) {
@@ -310,13 +311,13 @@ Result<std::string> identity(const std::string &cache_dir) {
             }
         }
     }
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     if (!loaded) return std::move(loaded).error();
     return (*loaded)->identity;
 }
 
 void record(const std::string &cache_dir) {
-    const nvrtc_library::Api *api = nvrtc_library::opened();
+    const compile::nvrtc_library::Api *api = compile::nvrtc_library::opened();
     // A library something else had mapped first says nothing about what the search finds.
     if (!api || api->preexisting || api->file.empty()) return;
     {
@@ -326,19 +327,19 @@ void record(const std::string &cache_dir) {
     auto c = context();
     if (!c) return;
     // The library must be what api() would open now (KJIT_LIBNVRTC may have changed since).
-    const std::vector<std::string> now = nvrtc_library::candidates();
+    const std::vector<std::string> now = compile::nvrtc_library::candidates();
     if (std::find(now.begin(), now.end(), api->library) == now.end()) return;
     if (auto proven = proven_identity(cache_dir, *c); proven && *proven == api->identity) return;
     auto text = record_text(*c, opened_as(*api), api->file, api->identity);
     if (!text) return;
     const std::string path = cache_dir + "/" + c->record_name;
-    if (auto st = replace_file(path, path + ".tmp-", {}, *text); !st) {
+    if (auto st = replace_file(path, path + std::string(store::cache_layout::kNvrtcRecordTempInfix), {}, *text); !st) {
         log().debug("nvrtc probe: no record written: {}", st.error().message);
     }
 }
 
 Status confirm(const std::string &keyed_identity, const std::string &cache_dir) {
-    auto loaded = nvrtc_library::api();
+    auto loaded = compile::nvrtc_library::api();
     if (!loaded) return std::move(loaded).error();
     if ((*loaded)->identity == keyed_identity) return Ok{};
     std::string record = "a record";
@@ -352,6 +353,6 @@ Status confirm(const std::string &keyed_identity, const std::string &cache_dir) 
                                   "this process keys with the NVRTC it loaded from now on: retry the compile"};
 }
 
-bool nvrtc_loaded() { return nvrtc_library::opened() != nullptr; }
+bool nvrtc_loaded() { return compile::nvrtc_library::opened() != nullptr; }
 
-}  // namespace kjit::nvrtc_probe
+}  // namespace kjit::compile::nvrtc_probe

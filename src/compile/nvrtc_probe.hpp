@@ -29,12 +29,9 @@
 #include <string>
 #include <string_view>
 
-namespace kjit::nvrtc_probe {
+namespace kjit::compile::nvrtc_probe {
 
-// The record's file name in a cache folder: "<prefix><euid>-<XXH3-128 of the context, in hex>".
-constexpr std::string_view kRecordPrefix = ".kjit-nvrtc-";
-
-// compiler::nvrtc_identity()'s text for the NVRTC this process uses or would load: from the
+// compile::compiler::nvrtc_identity()'s text for the NVRTC this process uses or would load: from the
 // loaded library when there is one, else from a valid record in `cache_dir` (an absolute
 // folder), else by loading NVRTC (its error when there is none). The answer a record gave is
 // kept for the process (like api()'s outcome). Thread safe.
@@ -54,4 +51,4 @@ Status confirm(const std::string &keyed_identity, const std::string &cache_dir);
 // Whether NVRTC is mapped into this process by libkjit (tests, the bench).
 bool nvrtc_loaded();
 
-}  // namespace kjit::nvrtc_probe
+}  // namespace kjit::compile::nvrtc_probe

@@ -17,7 +17,7 @@
 #include <set>
 #include <vector>
 
-namespace kjit::pch_folders {
+namespace kjit::compile::pch_folders {
 
 namespace {
 
@@ -117,4 +117,4 @@ Result<std::string> folder_for(const std::string &identity, bool *made_now) {
     return folder;
 }
 
-}  // namespace kjit::pch_folders
+}  // namespace kjit::compile::pch_folders

@@ -13,7 +13,7 @@
 
 #include <string>
 
-namespace kjit::pch_folders {
+namespace kjit::compile::pch_folders {
 
 // The folder for PCHs of `identity` (hex digits), created on first use (mode 0700) under
 // "$TMPDIR/kjit-pch-<pid>-XXXXXX" (else /tmp), which is removed when the process exits
@@ -25,4 +25,4 @@ namespace kjit::pch_folders {
 // identity in this process, which makes the PCH.
 Result<std::string> folder_for(const std::string &identity, bool *made_now = nullptr);
 
-}  // namespace kjit::pch_folders
+}  // namespace kjit::compile::pch_folders

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace kjit::name_matcher {
+namespace kjit::cubin::name_matcher {
 
 namespace {
 
@@ -252,4 +252,4 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
     return Error{Errc::ambiguous, std::move(message)};
 }
 
-}  // namespace kjit::name_matcher
+}  // namespace kjit::cubin::name_matcher

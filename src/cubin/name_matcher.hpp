@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::name_matcher {
+namespace kjit::cubin::name_matcher {
 
 // A function symbol offered to the selector.
 struct Candidate {
@@ -42,4 +42,4 @@ bool is_exact_identifier(std::string_view name, std::string_view keyword);
 // listed in the message.
 Result<std::string_view> select(const std::vector<Candidate> &candidates, std::string_view keyword);
 
-}  // namespace kjit::name_matcher
+}  // namespace kjit::cubin::name_matcher

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <unordered_map>
 
-namespace kjit::sidecar {
+namespace kjit::cubin::sidecar {
 
 namespace {
 
@@ -112,7 +112,7 @@ std::optional<LineView> parse_line(std::string_view line) {
 
     LineView out;
     if (!all_of(f[0], is_keyword_char) || !parse_u64(f[1], out.cubin_size) ||
-        !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !name_matcher::is_plain_name(f[4])) {
+        !parse_mtime(f[2], out.mtime_sec, out.mtime_nsec) || !cubin::name_matcher::is_plain_name(f[4])) {
         return std::nullopt;
     }
     if (f[3] != "-") {
@@ -282,7 +282,7 @@ Contents read(const std::string &path) {
 
 // Whether the format can hold `line`: its keyword and name are single space-free tokens.
 bool can_hold(const Line &line) {
-    return name_matcher::is_plain_name(line.keyword) && name_matcher::is_plain_name(line.name);
+    return cubin::name_matcher::is_plain_name(line.keyword) && cubin::name_matcher::is_plain_name(line.name);
 }
 
 std::string format(const std::vector<Line> &lines) {
@@ -384,4 +384,4 @@ std::size_t sweep_stale_temp_files(const std::string &folder) {
     return removed;
 }
 
-}  // namespace kjit::sidecar
+}  // namespace kjit::cubin::sidecar

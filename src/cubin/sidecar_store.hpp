@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::sidecar {
+namespace kjit::cubin::sidecar {
 
 // A sidecar larger than this is not read (it cannot be ours; reading it would be unbounded).
 constexpr std::size_t kMaxFileSize = 64 * 1024;
@@ -113,7 +113,7 @@ Contents parse(std::string_view text);
 // read_into() then parse().
 Contents read(const std::string &path);
 
-// Whether the format can hold `line`: keyword and name are name_matcher::is_plain_name (no
+// Whether the format can hold `line`: keyword and name are cubin::name_matcher::is_plain_name (no
 // space, no control byte), since fields are space-separated and lines end in '\n'.
 bool can_hold(const Line &line);
 
@@ -140,4 +140,4 @@ constexpr std::int64_t kTempSweepIntervalNs = 600'000'000'000;
 // rewrite; a live temp file of another process is never that old. Returns how many went.
 std::size_t sweep_stale_temp_files(const std::string &folder);
 
-}  // namespace kjit::sidecar
+}  // namespace kjit::cubin::sidecar

@@ -14,7 +14,7 @@
 #define EM_CUDA 190
 #endif
 
-namespace kjit {
+namespace kjit::cubin {
 
 namespace {
 
@@ -343,4 +343,4 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
     return table;
 }
 
-}  // namespace kjit
+}  // namespace kjit::cubin

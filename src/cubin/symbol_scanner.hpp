@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit {
+namespace kjit::cubin {
 
 struct FunctionSymbol {
     std::string_view name;  // view into the string table of the scanned bytes
@@ -88,4 +88,4 @@ Status check_image_extent(std::string_view image, const std::string &label);
 // 100 for sm_100...), or 0 when `image` is too short to say. For error messages only.
 unsigned cubin_sm_version(std::string_view image);
 
-}  // namespace kjit
+}  // namespace kjit::cubin

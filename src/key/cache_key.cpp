@@ -17,7 +17,7 @@
 #include <memory>
 #include <new>
 
-namespace kjit::cache {
+namespace kjit::key {
 
 namespace {
 
@@ -56,7 +56,7 @@ std::string hex_digest(XXH3_state_t *state) {
 
 // The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
 // or mtimes, which a touch changes).
-void deps_fields(XXH3_state_t *state, const std::vector<include_scanner::Dependency> &deps) {
+void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::Dependency> &deps) {
     field(state, "deps", std::to_string(deps.size()));
     for (const auto &d : deps) {
         field(state, "dep.path", d.path);
@@ -66,7 +66,7 @@ void deps_fields(XXH3_state_t *state, const std::vector<include_scanner::Depende
 
 }  // namespace
 
-std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps) {
+std::string variant_key(std::string_view source_key, const std::vector<key::include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-variant", std::to_string(kFormatVersion));
@@ -75,7 +75,7 @@ std::string variant_key(std::string_view source_key, const std::vector<include_s
     return hex_digest(state);
 }
 
-std::string pch_identity(const Request &r, const std::vector<include_scanner::Dependency> &deps) {
+std::string pch_identity(const Request &r, const std::vector<key::include_scanner::Dependency> &deps) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-pch", std::to_string(kFormatVersion));
@@ -117,7 +117,7 @@ std::string key_of(const Request &r) {
     for (const auto &o : r.nvrtc_options) field(state, "option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
-    // Empty unless names may be looked up relative to it (include_scanner::reach): then the
+    // Empty unless names may be looked up relative to it (key::include_scanner::reach): then the
     // same text compiled in another folder may read other files, and must not share the entry.
     field(state, "working_dir", r.search.working_dir);
     field(state, "arch", r.arch);
@@ -154,13 +154,13 @@ std::string pch_texts(const Request &r) {
 }
 
 Result<KeyedRequest> key_request(Request request) {
-    if (auto st = name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
+    if (auto st = cubin::name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
     if (auto st = check_arch(request.arch); !st) return std::move(st).error();
     // NVRTC's PCH options never reach it as given: it would reuse a PCH made from headers since
     // edited. `--pch` becomes libkjit's PCH, in a folder per header identity; options naming
     // the caller's PCH files are refused. None of them changes what the cubin does: not in the
     // key, nor in the manifest.
-    auto pch = compiler::take_pch_options(request.nvrtc_options);
+    auto pch = compile::compiler::take_pch_options(request.nvrtc_options);
     if (!pch) return std::move(pch).error();
     request.nvrtc_options = std::move(pch->rest);
     request.pch_requested = pch->automatic;
@@ -188,11 +188,11 @@ Result<KeyedRequest> key_request(Request request) {
     // it looks files up (docs/cache-layout.md). Relative include folders and pre-included files
     // among the NVRTC options, like the source's quoted includes, are looked up relative to the
     // working directory, which then enters the key.
-    auto files = include_scanner::file_options(request.nvrtc_options);
+    auto files = key::include_scanner::file_options(request.nvrtc_options);
     if (!files) return std::move(files).error();
-    const include_scanner::Reach reach = include_scanner::reach(request.source, request.headers, *files);
+    const key::include_scanner::Reach reach = key::include_scanner::reach(request.source, request.headers, *files);
     request.reads_files = reach.reads_files;
-    request.search = include_scanner::Search{};
+    request.search = key::include_scanner::Search{};
     if (reach.uses_working_dir) {
         std::error_code cwd_ec;
         request.search.working_dir = std::filesystem::current_path(cwd_ec).string();
@@ -213,17 +213,17 @@ Result<KeyedRequest> key_request(Request request) {
     // NVRTC's build is in the key: from the library loaded, or from the record of it in the
     // cache folder, so that a look-up need not load NVRTC (nvrtc_probe.hpp). Checked last, so
     // that a bad request says what is wrong with it even where there is no NVRTC.
-    auto nvrtc = nvrtc_probe::identity(request.cache_dir);
+    auto nvrtc = compile::nvrtc_probe::identity(request.cache_dir);
     if (!nvrtc) return std::move(nvrtc).error();
     request.nvrtc_identity = std::move(*nvrtc);
 
     KeyedRequest keyed;
     keyed.key = key_of(request);
-    keyed.entry = cache_entry::folder_for(request.cache_dir, keyed.key);
-    keyed.cubin = keyed.entry + "/" + cache_entry::kCubinFile;
+    keyed.entry = store::cache_entry::folder_for(request.cache_dir, keyed.key);
+    keyed.cubin = keyed.entry + "/" + store::cache_entry::kCubinFile;
     keyed.uses_working_dir = relative_folders || !request.search.working_dir.empty();
     keyed.request = std::move(request);
     return keyed;
 }
 
-}  // namespace kjit::cache
+}  // namespace kjit::key

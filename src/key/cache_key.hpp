@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::cache {
+namespace kjit::key {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
 // 2: the working directory in the key when files may be looked up relative to it, and deps.txt
@@ -30,14 +30,14 @@ constexpr int kFormatVersion = 2;
 struct Request {
     std::string source;
     std::string keyword;
-    std::string cache_dir;  // resolved (see defaults::cache_dir)
-    std::string arch;       // resolved, e.g. "sm_90a" (see defaults::arch)
+    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
+    std::string arch;       // resolved, e.g. "sm_90a" (see api::defaults::arch)
     std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;
     std::optional<std::string> name_expression;
-    // The cache's size limit in bytes (see cache_maintenance::after_publish); none: unbounded.
+    // The cache's size limit in bytes (see store::cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
     std::chrono::milliseconds compile_wait{600'000};
@@ -51,9 +51,9 @@ struct Request {
     // working directory only when something may be looked up relative to it; it is then in
     // the key), and whether it may read any file (then the entry records deps.txt and every
     // hit checks it).
-    include_scanner::Search search;
+    key::include_scanner::Search search;
     bool reads_files = false;
-    // Set by key_request: the NVRTC build that compiles it (compiler::nvrtc_identity()), in
+    // Set by key_request: the NVRTC build that compiles it (compile::compiler::nvrtc_identity()), in
     // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
     // by another NVRTC build must not be served.
     std::string nvrtc_identity;
@@ -64,7 +64,7 @@ struct Request {
     // batches (docs/batch.md).
     bool use_pch = false;
     // Set by key_request, which takes NVRTC's PCH options out of nvrtc_options (they are not in
-    // the key either; compiler::take_pch_options): whether they asked for the automatic PCH, and
+    // the key either; compile::compiler::take_pch_options): whether they asked for the automatic PCH, and
     // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
     bool pch_requested = false;
     std::vector<std::string> pch_options;
@@ -84,7 +84,7 @@ struct KeyedRequest {
     bool uses_working_dir = false;
 };
 
-// Checks `request` and keys it: NVRTC's PCH options taken out (compiler::take_pch_options), no
+// Checks `request` and keys it: NVRTC's PCH options taken out (compile::compiler::take_pch_options), no
 // target among the NVRTC options, the cache folder and include paths made absolute, how the
 // compile looks files up (the working directory enters the key only when names may be looked
 // up relative to it). Errors: invalid_argument (keyword, arch, options), io (no working
@@ -106,7 +106,7 @@ std::string key_of(const Request &request);
 // over the same files gets the same key in every process, so builds of one state meet in one
 // entry; and an entry's deps.txt gives its key back, which a lookup checks: a variants file can
 // only lead to entries of its own request and of the files as they are.
-std::string variant_key(std::string_view source_key, const std::vector<include_scanner::Dependency> &deps);
+std::string variant_key(std::string_view source_key, const std::vector<key::include_scanner::Dependency> &deps);
 
 // The header identity of a PCH made while compiling `request` (keyed), less the content of
 // the files it reads: arch, options, include paths, working directory (when names are looked up
@@ -120,6 +120,6 @@ std::string pch_texts(const Request &request);
 // What a PCH made while compiling `request` was made from: its header identity (pch_texts) and
 // every file the compile may read, by content (`deps`, the same list the entry records),
 // however it was reached. Names the PCH's folder (pch_folders.hpp).
-std::string pch_identity(const Request &request, const std::vector<include_scanner::Dependency> &deps);
+std::string pch_identity(const Request &request, const std::vector<key::include_scanner::Dependency> &deps);
 
-}  // namespace kjit::cache
+}  // namespace kjit::key

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-namespace kjit::dependency_watch {
+namespace kjit::key::dependency_watch {
 
 namespace {
 
@@ -87,7 +87,7 @@ struct State {
     // (watch_path), since the last change: the next header in the same folder walks nothing.
     std::unordered_map<std::string, std::string> resolved;
     // Files a check found as their record says, since the last change: path -> that record.
-    std::unordered_map<std::string, include_scanner::Dependency> checked;
+    std::unordered_map<std::string, key::include_scanner::Dependency> checked;
     std::unordered_map<std::string, Remembered> remembered;   // by entry folder
     std::unordered_map<std::string, std::string> variants;    // variants file -> entry folder
 };
@@ -273,7 +273,7 @@ std::optional<std::string> watch_path(State &s, const std::string &path) {
 }
 
 // Whether `a` and `b` record the same state of one file.
-bool same_record(const include_scanner::Dependency &a, const include_scanner::Dependency &b) {
+bool same_record(const key::include_scanner::Dependency &a, const key::include_scanner::Dependency &b) {
     return a.exists == b.exists && (!a.exists || (a.size == b.size && a.mtime_sec == b.mtime_sec &&
                                                   a.mtime_nsec == b.mtime_nsec && a.content_hash == b.content_hash));
 }
@@ -290,8 +290,8 @@ bool proven(const std::string &entry, const struct stat &entry_st, std::string_v
            it->second.ino == entry_st.st_ino && it->second.source_key == source_key;
 }
 
-std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps,
-                                 include_scanner::FileMemo *proven) {
+std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps,
+                                 key::include_scanner::FileMemo *proven) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!usable(s)) return std::nullopt;
@@ -299,13 +299,13 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
     if (s.fd < 0) return std::nullopt;
     // The generation before any watch below is placed: an event from one of them moves it on.
     const std::uint64_t generation = s.generation;
-    for (const include_scanner::Dependency &d : deps) {
+    for (const key::include_scanner::Dependency &d : deps) {
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
         if (proven) {
             // Checked as recorded since the last change: it and its folders are watched already.
             const auto it = s.checked.find(d.path);
             if (it != s.checked.end() && same_record(it->second, d)) {
-                include_scanner::FileMemo::Seen seen;
+                key::include_scanner::FileMemo::Seen seen;
                 seen.present = d.exists;
                 if (d.exists) {
                     seen.size = d.size;
@@ -353,7 +353,7 @@ std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> 
 }
 
 std::optional<std::uint64_t> arm_file(const std::string &path) {
-    include_scanner::Dependency file;
+    key::include_scanner::Dependency file;
     file.path = path;
     return arm({file});
 }
@@ -380,14 +380,14 @@ bool still_at(std::uint64_t generation, bool read_queue) {
     return s.fd >= 0 && s.generation == generation;
 }
 
-void note_checked(const std::vector<include_scanner::Dependency> &deps, std::uint64_t generation) {
+void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.fd < 0) return;
     drain(s);
     if (s.fd < 0 || s.generation != generation) return;
     if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
-    for (const include_scanner::Dependency &d : deps) s.checked[d.path] = d;
+    for (const key::include_scanner::Dependency &d : deps) s.checked[d.path] = d;
 }
 
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,
@@ -424,4 +424,4 @@ Stats stats() {
     return out;
 }
 
-}  // namespace kjit::dependency_watch
+}  // namespace kjit::key::dependency_watch

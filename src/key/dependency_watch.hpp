@@ -45,7 +45,7 @@
 #include <sys/stat.h>
 #include <vector>
 
-namespace kjit::dependency_watch {
+namespace kjit::key::dependency_watch {
 
 // Whether the entry at `entry` (whose folder `entry_st` describes, from the caller's lstat) was
 // checked in this process as a variant of `source_key` (local_store.cpp's look_up: its deps.txt gave
@@ -60,8 +60,8 @@ bool proven(const std::string &entry, const struct stat &entry_st, std::string_v
 // records the same way go into it instead (watched already): check() finds them there without
 // a stat, so another kernel over the same headers (a tuning sweep's next) costs no stat per
 // header.
-std::optional<std::uint64_t> arm(const std::vector<include_scanner::Dependency> &deps,
-                                 include_scanner::FileMemo *proven = nullptr);
+std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps,
+                                 key::include_scanner::FileMemo *proven = nullptr);
 
 // Watches the file at `path` (absolute) and every folder on its path, as arm() watches a
 // dependency (the hit memo's cubins). Returns the generation before the watches were placed:
@@ -77,7 +77,7 @@ bool still_at(std::uint64_t generation, bool read_queue = true);
 
 // After a check of `deps` that passed at `generation` (arm()'s): each file is as its record
 // says until the next event that matters (nothing is noted when one came since). Thread safe.
-void note_checked(const std::vector<include_scanner::Dependency> &deps, std::uint64_t generation);
+void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation);
 
 // After the check passed: the entry is proven until the next event.
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,
@@ -97,4 +97,4 @@ struct Stats {
 };
 Stats stats();
 
-}  // namespace kjit::dependency_watch
+}  // namespace kjit::key::dependency_watch

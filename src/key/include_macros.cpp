@@ -6,7 +6,7 @@
 #include <tuple>
 #include <utility>
 
-namespace kjit::include_macros {
+namespace kjit::key::include_macros {
 
 namespace {
 
@@ -527,4 +527,4 @@ Expansion header_names(std::string_view operand, const Table &table) {
     return out;
 }
 
-}  // namespace kjit::include_macros
+}  // namespace kjit::key::include_macros

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::include_macros {
+namespace kjit::key::include_macros {
 
 // One `#define` (or -D option) of a macro.
 struct Definition {
@@ -62,4 +62,4 @@ struct Expansion {
 // no file through it.
 Expansion header_names(std::string_view operand, const Table &table);
 
-}  // namespace kjit::include_macros
+}  // namespace kjit::key::include_macros

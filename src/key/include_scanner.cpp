@@ -18,7 +18,7 @@
 #include <set>
 #include <unordered_map>
 
-namespace kjit::include_scanner {
+namespace kjit::key::include_scanner {
 
 namespace {
 
@@ -171,7 +171,7 @@ void add_include(std::string_view line, std::size_t i, std::vector<Directive> &o
 // each #include / #include_next, and each __has_include / __has_include_next in an #if or
 // #elif (a file that appears later changes what such a test answers). With `defines`, also
 // adds every #define to it (continuation lines joined), for computed includes.
-std::vector<Directive> directives(std::string_view text, include_macros::Table *defines = nullptr) {
+std::vector<Directive> directives(std::string_view text, key::include_macros::Table *defines = nullptr) {
     std::vector<Directive> out;
     std::size_t pos = 0;
     std::string logical;
@@ -362,7 +362,7 @@ private:
     std::set<std::string> seen_files_, seen_missing_;
     std::unordered_map<std::string, bool> real_folders_;  // fold_dots' lstats
     std::vector<Computed> computed_includes_;
-    include_macros::Table macros_;
+    key::include_macros::Table macros_;
     bool every_file_ = false;  // a computed include that cannot be followed
 };
 
@@ -483,12 +483,12 @@ Status Scanner::read_pending() {
 // at the first that cannot be followed, sets every_file_ instead.
 Status Scanner::expand_computed() {
     for (const Computed &c : computed_includes_) {
-        const include_macros::Expansion e = include_macros::header_names(c.operand, macros_);
+        const key::include_macros::Expansion e = key::include_macros::header_names(c.operand, macros_);
         if (!e.followed) {
             every_file_ = true;
             break;
         }
-        for (const include_macros::HeaderName &h : e.names) {
+        for (const key::include_macros::HeaderName &h : e.names) {
             if (h.name.empty() || names_memory_header(h.name, memory_headers_)) continue;
             if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
         }
@@ -780,4 +780,4 @@ Result<std::vector<Dependency>> parse(std::string_view text) {
     return deps;
 }
 
-}  // namespace kjit::include_scanner
+}  // namespace kjit::key::include_scanner

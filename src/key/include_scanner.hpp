@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::include_scanner {
+namespace kjit::key::include_scanner {
 
 struct Dependency {
     std::string path;
@@ -113,7 +113,7 @@ public:
     // The file as first seen in this call, stat'ed now when not seen yet (*stated counts it).
     Seen &look(const std::string &path, std::size_t *stated);
     // Takes `seen` as the file's state, unless the call has seen it already: a state the
-    // header watch proves (dependency_watch::fill_proven), which then costs no stat.
+    // header watch proves (key::dependency_watch::fill_proven), which then costs no stat.
     void assume(const std::string &path, const Seen &seen) { seen_.try_emplace(path, seen); }
 
 private:
@@ -139,4 +139,4 @@ bool settle(std::vector<Dependency> &deps);
 std::string format(const std::vector<Dependency> &deps);
 Result<std::vector<Dependency>> parse(std::string_view text);
 
-}  // namespace kjit::include_scanner
+}  // namespace kjit::key::include_scanner

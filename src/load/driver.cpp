@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 
-namespace kjit::driver {
+namespace kjit::load::driver {
 
 namespace {
 
@@ -232,4 +232,4 @@ Result<CUfunction> function_in_current_context(CUkernel kernel) {
     return function;
 }
 
-}  // namespace kjit::driver
+}  // namespace kjit::load::driver

@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-namespace kjit::driver {
+namespace kjit::load::driver {
 
 // The oldest driver API the loader can use: the context-free cuLibrary* calls came in 12.0.
 constexpr int kMinDriverVersion = 12000;
@@ -56,4 +56,4 @@ Result<CUkernel> get_kernel(CUlibrary library, const std::string &name, const st
 // Errc::driver when there is no current context or the call fails.
 Result<CUfunction> function_in_current_context(CUkernel kernel);
 
-}  // namespace kjit::driver
+}  // namespace kjit::load::driver

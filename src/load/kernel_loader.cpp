@@ -14,7 +14,7 @@
 #include <chrono>
 #include <deque>
 
-namespace kjit {
+namespace kjit::load {
 
 // One kernel of a loaded library, for one keyword. Never changes once added.
 struct LoadedKernel {
@@ -104,7 +104,7 @@ Result<CUfunction> KernelHandle::function() const {
                                        "belongs to the parent's driver state, which a forked child does not have; load "
                                        "it again in this process"};
     }
-    return driver::function_in_current_context(kernel_->kernel);
+    return load::driver::function_in_current_context(kernel_->kernel);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,8 +145,8 @@ std::size_t KernelLoader::live_libraries() {
 
 Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::string &cubin_path, std::string_view keyword) {
     // The cache entry layer reads it: a cubin of a cache entry has its use recorded and its bytes
-    // confirmed against the entry's manifest (cache_entry::read_cubin); a loose cubin is read.
-    auto read = cache_entry::read_cubin(cubin_path);
+    // confirmed against the entry's manifest (store::cache_entry::read_cubin); a loose cubin is read.
+    auto read = store::cache_entry::read_cubin(cubin_path);
     if (!read) return std::move(read).error();
     ResolvedCubin p;
     p.bytes = std::move(read->bytes);
@@ -155,8 +155,8 @@ Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::st
     counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
     if (p.published) counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
     // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
-    if (auto st = check_image_extent(p.bytes, cubin_path); !st) return st.error();
-    auto resolved = NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
+    if (auto st = cubin::check_image_extent(p.bytes, cubin_path); !st) return st.error();
+    auto resolved = resolve::NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
                                                            p.published ? &*p.published : nullptr);
     if (!resolved) return std::move(resolved).error();
     p.resolution = std::move(*resolved);
@@ -199,7 +199,7 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resol
 
     CUresult result = CUDA_SUCCESS;
     const auto started = Clock::now();
-    auto loaded = driver::load_library(resolved_cubin.bytes, cubin_path, &result);
+    auto loaded = load::driver::load_library(resolved_cubin.bytes, cubin_path, &result);
     const double micros = micros_since(started);
 
     std::lock_guard<std::mutex> lock(shard.mutex);
@@ -209,8 +209,8 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resol
         shard.load_finished.notify_all();
         Error e = std::move(loaded).error();
         if (e.code == Errc::driver && about_the_target(result)) {
-            e.message += ": the cubin targets " + sm_text(cubin_sm_version(resolved_cubin.bytes)) + ", the device is " +
-                         sm_text(driver::device_sm_version());
+            e.message += ": the cubin targets " + sm_text(cubin::cubin_sm_version(resolved_cubin.bytes)) + ", the device is " +
+                         sm_text(load::driver::device_sm_version());
         }
         return e;
     }
@@ -229,17 +229,17 @@ Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std
         if (k.keyword == keyword) return &k;  // another thread added it meanwhile
     }
     std::string name = resolved_cubin.resolution.name;
-    auto kernel = driver::get_kernel(library.library, name, cubin_path);
+    auto kernel = load::driver::get_kernel(library.library, name, cubin_path);
     if (!kernel && kernel.error().code == Errc::not_found && resolved_cubin.resolution.from_sidecar) {
         // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
         counters_.load_self_heals.fetch_add(1, std::memory_order_relaxed);
         log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
-        auto rescanned = NameResolver::instance().resolve_image(
+        auto rescanned = resolve::NameResolver::instance().resolve_image(
             cubin_path, keyword, resolved_cubin.identity, resolved_cubin.bytes, /*trust_sidecar=*/false,
             resolved_cubin.published ? &*resolved_cubin.published : nullptr);
         if (!rescanned) return std::move(rescanned).error();
         name = std::move(rescanned->name);
-        kernel = driver::get_kernel(library.library, name, cubin_path);
+        kernel = load::driver::get_kernel(library.library, name, cubin_path);
     }
     if (!kernel) return std::move(kernel).error();
     library.kernels.push_back(LoadedKernel{std::string(keyword), std::move(name), *kernel});
@@ -248,10 +248,10 @@ Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std
 
 Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::string_view keyword) {
     const auto started = Clock::now();
-    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
-    if (auto st = driver::available(); !st) return st.error();
+    if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
+    if (auto st = load::driver::available(); !st) return st.error();
 
-    auto current = stat_cubin(cubin_path);
+    auto current = cubin::stat_cubin(cubin_path);
     if (!current) return std::move(current).error();
 
     // Reuse: this version is loaded and already has the kernel. No read, no resolve.
@@ -301,10 +301,10 @@ void KernelLoader::release(LoadedLibrary *library) {
         shard.libraries.erase(library->identity);
     }
     // Last reference: no other thread can reach it any more.
-    driver::unload_library(library->library);
+    load::driver::unload_library(library->library);
     counters_.library_unloads.fetch_add(1, std::memory_order_relaxed);
     log().debug("driver unloaded a library (last handle released)");
     delete library;
 }
 
-}  // namespace kjit
+}  // namespace kjit::load

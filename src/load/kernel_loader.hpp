@@ -34,7 +34,7 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace kjit {
+namespace kjit::load {
 
 class KernelLoader;
 struct LoadedLibrary;
@@ -90,10 +90,10 @@ public:
     struct ResolvedCubin {
         std::string bytes;
         FileIdentity identity;  // fstat of the file the bytes were read from
-        NameResolver::Resolution resolution;
+        resolve::NameResolver::Resolution resolution;
         // A cache entry's manifest, read from the same folder as the bytes and confirmed
         // against them (none for a loose cubin).
-        std::optional<cache_entry::Manifest> published;
+        std::optional<store::cache_entry::Manifest> published;
     };
 
     // The loader kjit_load_cached uses; one per process (a forked child's starts empty).
@@ -141,4 +141,4 @@ private:
     std::array<Shard, kShards> shards_;
 };
 
-}  // namespace kjit
+}  // namespace kjit::load

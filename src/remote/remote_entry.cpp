@@ -64,8 +64,8 @@ std::string host_name() {
     return host;
 }
 
-std::string encode(const cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host) {
-    const std::string manifest_text = cache_entry::format_manifest(manifest);
+std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host) {
+    const std::string manifest_text = store::cache_entry::format_manifest(manifest);
     std::string out;
     out.reserve(cubin.size() + manifest_text.size() + 256);
     out.append(kMagic);
@@ -106,9 +106,9 @@ Result<Entry> decode(std::string_view value, const Expected &expected, const std
     if (format != std::to_string(expected.format)) return bad("cache format " + std::string(format));
     if (nvrtc != expected.nvrtc_identity) return bad("made by NVRTC " + std::string(nvrtc));
     if (arch != expected.arch) return bad("made for " + std::string(arch));
-    auto manifest = cache_entry::parse_manifest(manifest_text, where + " (manifest)");
+    auto manifest = store::cache_entry::parse_manifest(manifest_text, where + " (manifest)");
     if (!manifest) return bad(manifest.error().message);
-    const cache_entry::Manifest &m = *manifest;
+    const store::cache_entry::Manifest &m = *manifest;
     if (m.key != expected.key || m.arch != expected.arch || m.nvrtc != expected.nvrtc_identity ||
         m.keyword != expected.keyword || m.name_expression != expected.name_expression) {
         return bad("its manifest does not describe this request");
@@ -121,15 +121,15 @@ Result<Entry> decode(std::string_view value, const Expected &expected, const std
     // function of this cubin and pass the keyword rule).
     const std::string what = "remote entry " + where;
     if (m.name_expression) {
-        if (!name_matcher::matches(m.name, m.keyword)) return bad("name '" + m.name + "' does not match its keyword");
-        auto table = SymbolTable::from_view(cubin, what);
+        if (!cubin::name_matcher::matches(m.name, m.keyword)) return bad("name '" + m.name + "' does not match its keyword");
+        auto table = cubin::SymbolTable::from_view(cubin, what);
         if (!table) return bad(table.error().message);
         const auto &fns = table->functions();
-        if (std::none_of(fns.begin(), fns.end(), [&](const FunctionSymbol &f) { return f.name == m.name; })) {
+        if (std::none_of(fns.begin(), fns.end(), [&](const cubin::FunctionSymbol &f) { return f.name == m.name; })) {
             return bad("name '" + m.name + "' is not a function of its cubin");
         }
     } else {
-        auto name = name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
+        auto name = resolve::name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
         if (!name) return bad(name.error().message);
         if (*name != m.name) return bad("names '" + m.name + "' where the keyword rule chooses '" + *name + "'");
     }

@@ -41,15 +41,15 @@ struct Expected {
 
 // A verified entry: its manifest (parsed and checked), cubin, and where and when it was made.
 struct Entry {
-    cache_entry::Manifest manifest;
+    store::cache_entry::Manifest manifest;
     std::string cubin;
     std::string producer;
     std::int64_t created = 0;
 };
 
 // The value for `manifest` (complete: cubin_bytes, cubin_hash and created filled in, as
-// cache_entry::format_manifest writes it) and `cubin`, made on `host` for `format`.
-std::string encode(const cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host);
+// store::cache_entry::format_manifest writes it) and `cubin`, made on `host` for `format`.
+std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host);
 
 // The entry in `value` when it is whole and made for `expected`. Errors: bad_cubin, saying what
 // is wrong ("checksum mismatch", "made for key ...", "cut short", ...), for `where` (the Redis

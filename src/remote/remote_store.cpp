@@ -344,7 +344,7 @@ std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &
     return found;
 }
 
-void Tier::put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin, Lease *lease) {
+void Tier::put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin, Lease *lease) {
     auto not_stored = [&](std::string why) {
         if (lease) lease->not_stored(std::move(why));
     };

@@ -142,7 +142,7 @@ public:
     // Stores a freshly compiled entry (SET NX: the first writer wins). Not in read-only mode,
     // nor over max-entry-size. Failures are counted and logged, never returned; with `lease`
     // (the caller's, when it holds one), it is told whether the entry is there now.
-    void put(const Expected &expected, const cache_entry::Manifest &manifest, std::string_view cubin,
+    void put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin,
              Lease *lease = nullptr);
     // Shares a deterministic compile error for 60 s (its text cut to 64 KiB). Only the lease's
     // owner calls it, and `lease` is told whether it is there now.

@@ -25,7 +25,7 @@ Settled Tier::settle(const Expected &, bool) { return Settled{}; }
 std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
     return std::vector<std::optional<Entry>>(wanted.size());
 }
-void Tier::put(const Expected &, const cache_entry::Manifest &, std::string_view, Lease *) {}
+void Tier::put(const Expected &, const store::cache_entry::Manifest &, std::string_view, Lease *) {}
 void Tier::put_failure(const Expected &, const Error &, Lease &) {}
 std::string Tier::describe_servers() { return std::string(); }
 std::string Tier::redis_key(const Expected &, char) const { return std::string(); }

@@ -17,7 +17,7 @@
 #include <functional>
 #include <vector>
 
-namespace kjit {
+namespace kjit::resolve {
 
 namespace {
 
@@ -42,16 +42,16 @@ bool needs_content_hash(const FileIdentity &id, std::int64_t when_ns) {
     return id.mtime_nsec == 0 || young_at(id.mtime_sec, id.mtime_nsec, when_ns);
 }
 
-// The keyword rule's choice among the function symbols of `table` (name_matcher::select).
-Result<std::string> choose_by_rule(const SymbolTable &table, std::string_view keyword) {
-    std::vector<name_matcher::Candidate> candidates;
+// The keyword rule's choice among the function symbols of `table` (cubin::name_matcher::select).
+Result<std::string> choose_by_rule(const cubin::SymbolTable &table, std::string_view keyword) {
+    std::vector<cubin::name_matcher::Candidate> candidates;
     candidates.reserve(table.functions().size());
-    for (const FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
-    auto chosen = name_matcher::select(candidates, keyword);
+    for (const cubin::FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
+    auto chosen = cubin::name_matcher::select(candidates, keyword);
     if (!chosen) return std::move(chosen).error();
     // The rule takes the keyword as the start of the name after _Z<len>: `gem` finds `gemm`.
     // Legitimate (a family's common prefix), but a typo would pass unseen: the debug log says.
-    if (!name_matcher::is_exact_identifier(*chosen, keyword)) {
+    if (!cubin::name_matcher::is_exact_identifier(*chosen, keyword)) {
         log().debug("keyword '{}' chose '{}', whose identifier only starts with it", keyword, *chosen);
     }
     return std::string(*chosen);
@@ -65,14 +65,14 @@ Result<std::string> choose_by_rule(const SymbolTable &table, std::string_view ke
 // The name `keyword` denotes in a scanned cubin. For a cache entry's cubin, `published` is its
 // manifest, confirmed against the scanned bytes (null for a loose cubin): its recorded name
 // answers its own keyword, never a fresh choice.
-Result<std::string> name_from_scan(const std::string &cubin_path, const SymbolTable &table, std::string_view keyword,
-                                   const cache_entry::Manifest *published) {
-    std::optional<cache_entry::Manifest> manifest;
+Result<std::string> name_from_scan(const std::string &cubin_path, const cubin::SymbolTable &table, std::string_view keyword,
+                                   const store::cache_entry::Manifest *published) {
+    std::optional<store::cache_entry::Manifest> manifest;
     if (published) manifest = *published;
     if (manifest && manifest->keyword == keyword) {
         const bool present = std::any_of(table.functions().begin(), table.functions().end(),
-                                         [&](const FunctionSymbol &f) { return f.name == manifest->name; });
-        if (!present || !name_matcher::matches(manifest->name, keyword)) {
+                                         [&](const cubin::FunctionSymbol &f) { return f.name == manifest->name; });
+        if (!present || !cubin::name_matcher::matches(manifest->name, keyword)) {
             return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' holds no kernel '" + manifest->name +
                                               "' for keyword '" + std::string(keyword) +
                                               "', the name its cache entry recorded; run `kjit cache verify --fix` "
@@ -93,15 +93,15 @@ bool content_verified(const std::string &cubin_path, const FileIdentity &expecte
            hashed.mtime_nsec == expected.mtime_nsec;
 }
 
-NameResolver::Rejection rejection_of(sidecar::FileProblem problem) {
+NameResolver::Rejection rejection_of(cubin::sidecar::FileProblem problem) {
     switch (problem) {
-        case sidecar::FileProblem::unreadable: return NameResolver::Rejection::unreadable;
-        case sidecar::FileProblem::too_large: return NameResolver::Rejection::too_large;
-        case sidecar::FileProblem::empty: return NameResolver::Rejection::empty;
-        case sidecar::FileProblem::bare_name: return NameResolver::Rejection::bare_name;
-        case sidecar::FileProblem::bad_header: return NameResolver::Rejection::bad_header;
-        case sidecar::FileProblem::none:
-        case sidecar::FileProblem::missing: break;
+        case cubin::sidecar::FileProblem::unreadable: return NameResolver::Rejection::unreadable;
+        case cubin::sidecar::FileProblem::too_large: return NameResolver::Rejection::too_large;
+        case cubin::sidecar::FileProblem::empty: return NameResolver::Rejection::empty;
+        case cubin::sidecar::FileProblem::bare_name: return NameResolver::Rejection::bare_name;
+        case cubin::sidecar::FileProblem::bad_header: return NameResolver::Rejection::bad_header;
+        case cubin::sidecar::FileProblem::none:
+        case cubin::sidecar::FileProblem::missing: break;
     }
     return NameResolver::Rejection::unreadable;  // not reached: missing and none are no rejection
 }
@@ -114,9 +114,9 @@ Error with_path(const std::string &cubin_path, Error e) {
 }
 
 // Publishes the sidecar; a failure is logged and counted, never returned as an error.
-bool write_quietly(const std::string &sidecar_path, const std::vector<sidecar::Line> &lines,
+bool write_quietly(const std::string &sidecar_path, const std::vector<cubin::sidecar::Line> &lines,
                    NameResolver::Counters &counters) {
-    if (auto st = sidecar::write(sidecar_path, lines); !st) {
+    if (auto st = cubin::sidecar::write(sidecar_path, lines); !st) {
         counters.sidecar_write_failures.fetch_add(1, std::memory_order_relaxed);
         log().debug("sidecar write failed, continuing without it: {}", st.error().message);
         return false;
@@ -128,22 +128,22 @@ bool write_quietly(const std::string &sidecar_path, const std::vector<sidecar::L
 
 // Reads the sidecar at `sidecar_path` into `buffer`: what is wrong with it as a whole (none for
 // one of the right form that this user may trust), with `detail` saying more.
-sidecar::FileProblem read_sidecar(const std::string &sidecar_path, sidecar::FileBuffer &buffer, std::string &detail) {
-    sidecar::read_into(sidecar_path, buffer);
+cubin::sidecar::FileProblem read_sidecar(const std::string &sidecar_path, cubin::sidecar::FileBuffer &buffer, std::string &detail) {
+    cubin::sidecar::read_into(sidecar_path, buffer);
     detail = std::move(buffer.detail);
-    sidecar::FileProblem problem = buffer.problem;
+    cubin::sidecar::FileProblem problem = buffer.problem;
     // A sidecar another user wrote (beside a cubin in /tmp, say) names whatever kernel they like
     // that passes the keyword rule: the line's check is a hash anyone can compute. Ignore it,
     // as an unreadable one (kjit_stats has no slot of its own for it): scan, and rewrite it
     // where we may, else answer from the memo.
-    if (problem == sidecar::FileProblem::none &&
+    if (problem == cubin::sidecar::FileProblem::none &&
         !folder_trust::trusted_file(sidecar_path, buffer.owner_uid, buffer.owner_gid)) {
-        problem = sidecar::FileProblem::unreadable;
+        problem = cubin::sidecar::FileProblem::unreadable;
         detail = "owned by " + folder_trust::user_text(buffer.owner_uid) +
                  ", not by you or root (nor by a fellow member of a team folder's group): another user could "
                  "have planted it";
     }
-    if (problem == sidecar::FileProblem::none) problem = sidecar::classify(buffer.text(), &detail);
+    if (problem == cubin::sidecar::FileProblem::none) problem = cubin::sidecar::classify(buffer.text(), &detail);
     return problem;
 }
 
@@ -152,23 +152,23 @@ sidecar::FileProblem read_sidecar(const std::string &sidecar_path, sidecar::File
 struct LineCheck {
     const char *reason = nullptr;
     NameResolver::Rejection why = NameResolver::Rejection::count;
-    std::optional<sidecar::LineView> line;  // set only when no reason was found
+    std::optional<cubin::sidecar::LineView> line;  // set only when no reason was found
 };
 
 // Checks the sidecar bytes `sidecar_text` (whose whole-file problem is `problem`) for a line
 // that may answer `keyword` for the cubin version `current`: one that passes the keyword rule
 // and matches the version's size and mtime (one with a content hash still needs it checked).
-LineCheck check_line(std::string_view sidecar_text, sidecar::FileProblem problem, bool trust_sidecar,
+LineCheck check_line(std::string_view sidecar_text, cubin::sidecar::FileProblem problem, bool trust_sidecar,
                      std::string_view keyword, const FileIdentity &current) {
     LineCheck out;
     if (!trust_sidecar) {
         out.reason = "distrusted (the driver found no symbol of the name it gave)";
         out.why = NameResolver::Rejection::distrusted;
-    } else if (problem != sidecar::FileProblem::none) {
-        out.reason = sidecar::to_string(problem);
+    } else if (problem != cubin::sidecar::FileProblem::none) {
+        out.reason = cubin::sidecar::to_string(problem);
         out.why = rejection_of(problem);
     } else {
-        const std::optional<sidecar::LineView> line = sidecar::find_line(sidecar_text, keyword);
+        const std::optional<cubin::sidecar::LineView> line = cubin::sidecar::find_line(sidecar_text, keyword);
         if (!line) {
             out.reason = "no valid line for this keyword";
             out.why = NameResolver::Rejection::no_line;
@@ -177,7 +177,7 @@ LineCheck check_line(std::string_view sidecar_text, sidecar::FileProblem problem
                              ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
                              : "stale (the cubin's size or mtime changed)";
             out.why = NameResolver::Rejection::stale;
-        } else if (!name_matcher::matches(line->name, keyword)) {
+        } else if (!cubin::name_matcher::matches(line->name, keyword)) {
             out.reason = "its name does not pass the keyword rule";
             out.why = NameResolver::Rejection::fails_rule;
         } else {
@@ -191,23 +191,23 @@ LineCheck check_line(std::string_view sidecar_text, sidecar::FileProblem problem
 // A cache entry's cubin is scanned with its manifest read from the same open folder (a
 // rebuild may swap a whole new entry in at the path meanwhile), and confirmed against it into
 // `confirmed`: a damaged cubin is never given a name.
-Result<SymbolTable> scan_table(const std::string &cubin_path, const std::string_view *image,
-                               const cache_entry::Manifest *published, std::optional<cache_entry::Manifest> &confirmed,
+Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::string_view *image,
+                               const store::cache_entry::Manifest *published, std::optional<store::cache_entry::Manifest> &confirmed,
                                NameResolver::Counters &counters) {
-    const std::string entry(cache_entry::entry_of_cubin(cubin_path));
+    const std::string entry(store::cache_entry::entry_of_cubin(cubin_path));
     UniqueFd entry_fd;
     if (!entry.empty() && !(image && published)) {
-        auto opened = cache_entry::open_entry(entry);
+        auto opened = store::cache_entry::open_entry(entry);
         if (!opened) return std::move(opened).error();
         entry_fd = std::move(*opened);
     }
-    auto table = image              ? SymbolTable::from_view(*image, cubin_path)
-                 : entry_fd.valid() ? SymbolTable::open_file_at(entry_fd.get(), cache_entry::kCubinFile, cubin_path)
-                                    : SymbolTable::open_file(cubin_path);
+    auto table = image              ? cubin::SymbolTable::from_view(*image, cubin_path)
+                 : entry_fd.valid() ? cubin::SymbolTable::open_file_at(entry_fd.get(), store::cache_entry::kCubinFile, cubin_path)
+                                    : cubin::SymbolTable::open_file(cubin_path);
     if (!table) return std::move(table).error();
     counters.scans.fetch_add(1, std::memory_order_relaxed);
     if (entry_fd.valid()) {
-        auto manifest = cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
+        auto manifest = store::cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
         if (!manifest) return std::move(manifest).error();
         confirmed = std::move(*manifest);
     }
@@ -216,9 +216,9 @@ Result<SymbolTable> scan_table(const std::string &cubin_path, const std::string_
 
 // The sidecar line a scan writes: `keyword` -> `name` for the version `scanned` of the cubin in
 // `table`, with a content hash while that version needs one (young, or a whole-second mtime).
-sidecar::Line scanned_line(std::string_view keyword, const std::string &name, const FileIdentity &scanned,
-                           const SymbolTable &table, std::int64_t scan_started) {
-    sidecar::Line line;
+cubin::sidecar::Line scanned_line(std::string_view keyword, const std::string &name, const FileIdentity &scanned,
+                           const cubin::SymbolTable &table, std::int64_t scan_started) {
+    cubin::sidecar::Line line;
     line.keyword.assign(keyword);
     line.name = name;
     line.cubin_size = scanned.size;
@@ -265,9 +265,9 @@ bool NameResolver::Version::has_content(std::uint64_t hash) const {
 
 Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword,
                                           FileIdentity *proven) {
-    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+    if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
 
-    auto current = stat_cubin(cubin_path);
+    auto current = cubin::stat_cubin(cubin_path);
     if (!current) return std::move(current).error();
     auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
     if (!resolved) return std::move(resolved).error();
@@ -277,8 +277,8 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
 
 Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &cubin_path, std::string_view keyword,
                                                              const FileIdentity &identity, std::string_view image,
-                                                             bool trust_sidecar, const cache_entry::Manifest *published) {
-    if (auto st = name_matcher::check_keyword(keyword); !st) return st.error();
+                                                             bool trust_sidecar, const store::cache_entry::Manifest *published) {
+    if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
     return resolve_version(Version{cubin_path, identity, &image, published}, keyword, trust_sidecar);
 }
 
@@ -286,10 +286,10 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
                                                                bool trust_sidecar) {
     const std::string &cubin_path = version.path;
     const FileIdentity &current = version.identity;
-    const std::string sidecar_path = sidecar::path_for(cubin_path);
-    sidecar::FileBuffer buffer;
+    const std::string sidecar_path = cubin::sidecar::path_for(cubin_path);
+    cubin::sidecar::FileBuffer buffer;
     std::string detail;
-    const sidecar::FileProblem problem = read_sidecar(sidecar_path, buffer, detail);
+    const cubin::sidecar::FileProblem problem = read_sidecar(sidecar_path, buffer, detail);
     LineCheck check = check_line(buffer.text(), problem, trust_sidecar, keyword, current);
     if (check.line && !check.line->content_hash) {
         counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
@@ -306,7 +306,7 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
         check.reason = "stale (the cubin's content changed)";
         check.why = Rejection::stale;
     }
-    if (problem == sidecar::FileProblem::missing && trust_sidecar) {
+    if (problem == cubin::sidecar::FileProblem::missing && trust_sidecar) {
         counters_.sidecar_missing.fetch_add(1, std::memory_order_relaxed);
     } else {
         counters_.sidecar_rejections.fetch_add(1, std::memory_order_relaxed);
@@ -339,8 +339,8 @@ std::optional<NameResolver::Resolution> NameResolver::racy_line_hit(const Versio
     log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", version.path,
                 keyword, name);
     if (!needs_content_hash(current, realtime_ns())) {
-        std::vector<sidecar::Line> lines;
-        for (sidecar::Line &l : sidecar::parse(sidecar_text).lines) {
+        std::vector<cubin::sidecar::Line> lines;
+        for (cubin::sidecar::Line &l : cubin::sidecar::parse(sidecar_text).lines) {
             if (!same_version(l, current)) continue;
             if (l.keyword == keyword) l.content_hash.reset();
             lines.push_back(std::move(l));
@@ -354,13 +354,13 @@ std::optional<NameResolver::Resolution> NameResolver::racy_line_hit(const Versio
 
 // Scans the cubin version for `keyword` and rewrites its sidecar line (else memoizes the answer).
 Result<NameResolver::Resolution> NameResolver::scan_version(const Version &version, std::string_view keyword,
-                                                            sidecar::FileProblem problem,
+                                                            cubin::sidecar::FileProblem problem,
                                                             std::string_view sidecar_text,
                                                             const std::string &sidecar_path) {
     const std::string &cubin_path = version.path;
     // Scan. Lines for other keywords that belong to this cubin version are kept.
     const std::int64_t scan_started = realtime_ns();
-    std::optional<cache_entry::Manifest> confirmed;
+    std::optional<store::cache_entry::Manifest> confirmed;
     auto table = scan_table(cubin_path, version.image, version.published, confirmed, counters_);
     if (!table) return std::move(table).error();
     auto scanned_name =
@@ -370,13 +370,13 @@ Result<NameResolver::Resolution> NameResolver::scan_version(const Version &versi
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
     const FileIdentity &scanned = version.image ? version.identity : table->identity();
-    sidecar::Line line = scanned_line(keyword, name, scanned, *table, scan_started);
+    cubin::sidecar::Line line = scanned_line(keyword, name, scanned, *table, scan_started);
     log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
                 table->functions().size(), line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 
-    std::vector<sidecar::Line> lines;
-    if (problem == sidecar::FileProblem::none) {
-        for (sidecar::Line &l : sidecar::parse(sidecar_text).lines) {
+    std::vector<cubin::sidecar::Line> lines;
+    if (problem == cubin::sidecar::FileProblem::none) {
+        for (cubin::sidecar::Line &l : cubin::sidecar::parse(sidecar_text).lines) {
             if (l.keyword != keyword && same_version(l, scanned)) lines.push_back(std::move(l));
         }
     }
@@ -420,13 +420,13 @@ void NameResolver::memo_store(MemoKey key, MemoValue value) {
 Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string &what, std::string_view keyword,
                                        const std::optional<std::string> &name_expression, const std::string &lowered) {
     if (name_expression) {
-        if (!name_matcher::matches(lowered, keyword)) {
+        if (!cubin::name_matcher::matches(lowered, keyword)) {
             return Error{Errc::invalid_argument, "name expression '" + *name_expression + "' lowers to '" + lowered +
                                                      "', which does not match keyword '" + std::string(keyword) + "'"};
         }
         return lowered;
     }
-    auto table = SymbolTable::from_bytes(std::string(cubin), what);
+    auto table = cubin::SymbolTable::from_bytes(std::string(cubin), what);
     if (!table) return std::move(table).error();
     auto chosen = choose_by_rule(*table, keyword);
     if (!chosen) {
@@ -437,4 +437,4 @@ Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string
     return chosen;
 }
 
-}  // namespace kjit
+}  // namespace kjit::resolve

@@ -33,11 +33,11 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace kjit {
-
-namespace sidecar {
-enum class FileProblem;  // sidecar_store.hpp
+namespace kjit::cubin::sidecar {
+enum class FileProblem;  // cubin/sidecar_store.hpp
 }
+
+namespace kjit::resolve {
 
 class NameResolver {
 public:
@@ -106,7 +106,7 @@ public:
     // the same open folder: KernelLoader::prepare); a rescan answers its name for its keyword.
     Result<Resolution> resolve_image(const std::string &cubin_path, std::string_view keyword,
                                      const FileIdentity &identity, std::string_view image,
-                                     bool trust_sidecar = true, const cache_entry::Manifest *published = nullptr);
+                                     bool trust_sidecar = true, const store::cache_entry::Manifest *published = nullptr);
 
     const Counters &counters() const { return counters_; }
 
@@ -130,7 +130,7 @@ private:
         const std::string &path;
         const FileIdentity &identity;
         const std::string_view *image;  // nullptr: read the file
-        const cache_entry::Manifest *published = nullptr;  // confirmed against `image` (entries)
+        const store::cache_entry::Manifest *published = nullptr;  // confirmed against `image` (entries)
         bool has_content(std::uint64_t hash) const;
     };
 
@@ -144,7 +144,7 @@ private:
     // resolve_version's scan: names `keyword` in the cubin version and writes its sidecar line,
     // keeping the other keywords' lines of this version from the sidecar as read (`problem`,
     // `sidecar_text`); the memo keeps the answer where the sidecar cannot be written.
-    Result<Resolution> scan_version(const Version &version, std::string_view keyword, sidecar::FileProblem problem,
+    Result<Resolution> scan_version(const Version &version, std::string_view keyword, cubin::sidecar::FileProblem problem,
                                     std::string_view sidecar_text, const std::string &sidecar_path);
     std::optional<std::string> memo_lookup(const Version &version, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
@@ -166,4 +166,4 @@ private:
 Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string &what, std::string_view keyword,
                                        const std::optional<std::string> &name_expression, const std::string &lowered);
 
-}  // namespace kjit
+}  // namespace kjit::resolve

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <unordered_map>
 
-namespace kjit::cache_entry {
+namespace kjit::store::cache_entry {
 
 namespace {
 
@@ -448,7 +448,7 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     }
     struct stat st {};
     if (::stat(temp_cubin.c_str(), &st) != 0) return io_error("cannot stat", temp_cubin, errno);
-    sidecar::Line line;
+    cubin::sidecar::Line line;
     line.keyword = entry.manifest.keyword;
     line.cubin_size = static_cast<std::uint64_t>(st.st_size);
     line.mtime_sec = st.st_mtim.tv_sec;
@@ -459,7 +459,7 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     if (line.mtime_nsec == 0) line.content_hash = hash64(entry.cubin);
     const Manifest manifest = complete_manifest(entry.manifest, entry.cubin);
     std::vector<std::pair<std::string, std::string>> files = {
-        {sidecar::path_for(temp_cubin), sidecar::format({line})},
+        {cubin::sidecar::path_for(temp_cubin), cubin::sidecar::format({line})},
         {temp + "/" + kSourceFile, std::string(entry.source)},
         {temp + "/" + kManifestFile, format_manifest(manifest)}};
     if (entry.deps_text) files.emplace_back(temp + "/" + kDepsFile, *entry.deps_text);
@@ -545,14 +545,14 @@ Result<CubinBytes> read_cubin(const std::string &cubin_path) {
     const std::string entry(entry_of_cubin(cubin_path));
     CubinBytes read;
     if (entry.empty()) {
-        auto bytes = read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity);
+        auto bytes = cubin::read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity);
         if (!bytes) return std::move(bytes).error();
         read.bytes = std::move(*bytes);
         return read;
     }
     auto entry_fd = open_entry(entry);
     if (!entry_fd) return std::move(entry_fd).error();
-    auto bytes = read_cubin_at(entry_fd->get(), kCubinFile, cubin_path, read.identity);
+    auto bytes = cubin::read_cubin_at(entry_fd->get(), kCubinFile, cubin_path, read.identity);
     if (!bytes) return std::move(bytes).error();
     read.bytes = std::move(*bytes);
     auto confirmed = confirm_published(entry, entry_fd->get(), cubin_path, read.bytes);
@@ -600,4 +600,4 @@ Result<Manifest> confirm_published(const std::string &entry, int entry_fd, const
     return manifest;
 }
 
-}  // namespace kjit::cache_entry
+}  // namespace kjit::store::cache_entry

@@ -7,6 +7,7 @@
 //   <cache>/<k0k1>/.trash-<key>-...  an entry being removed (or left by a killed remover)
 #pragma once
 
+#include "store/cache_layout.hpp"
 #include "util/filesystem.hpp"
 #include "util/folder_trust.hpp"
 #include "util/status.hpp"
@@ -21,17 +22,16 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::cache_entry {
+namespace kjit::store::cache_entry {
 
-// Entry files.
-constexpr const char *kCubinFile = "kernel.cubin";
-constexpr const char *kSourceFile = "source.cu";
-constexpr const char *kManifestFile = "manifest.txt";
-constexpr const char *kDepsFile = "deps.txt";
-
-// Shard-level names of entries in transit; they are never mistaken for entries.
-constexpr std::string_view kTempPrefix = ".tmp-";
-constexpr std::string_view kTrashPrefix = ".trash-";
+// An entry's files, and the shard-level names of entries in transit (never mistaken for
+// entries): named in cache_layout.hpp with every other name in a cache folder.
+using cache_layout::kCubinFile;
+using cache_layout::kDepsFile;
+using cache_layout::kManifestFile;
+using cache_layout::kSourceFile;
+using cache_layout::kTempPrefix;
+using cache_layout::kTrashPrefix;
 
 // Recency is recorded at most this often per entry: a use sets the folder's mtime to now only
 // when it is older than this, so steady-state hits write nothing. Recorded by libkjit itself,
@@ -115,7 +115,7 @@ std::uint64_t retirements();
 // It only makes hits fast: each key it lists is checked as any entry is (its files as recorded,
 // and its key made from them), so a damaged, lost or planted variants file costs a scan or a
 // compile, never a wrong hit; a miss that scans finds an entry the file no longer lists.
-constexpr std::string_view kVariantsSuffix = ".variants";
+using cache_layout::kVariantsSuffix;
 // At most this many keys are listed: toggling between a few header states (a branch switch, an
 // A/B experiment) hits every one of them. Entries that fall off the list stay until evicted and
 // are found again by a miss's scan.
@@ -197,7 +197,7 @@ struct NewEntry {
     // Every field but cubin_bytes, cubin_hash and created, which publish() fills in. Its key,
     // keyword and name say where the entry goes and what its sidecar line says.
     Manifest manifest;
-    // deps.txt (include_scanner::format), for a request that may read files; else none.
+    // deps.txt (key::include_scanner::format), for a request that may read files; else none.
     std::optional<std::string> deps_text;
 };
 
@@ -254,4 +254,4 @@ struct CubinBytes {
 // bad_cubin (confirm_published). Thread safe.
 Result<CubinBytes> read_cubin(const std::string &cubin_path);
 
-}  // namespace kjit::cache_entry
+}  // namespace kjit::store::cache_entry

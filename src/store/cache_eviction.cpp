@@ -21,7 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 using size_units::format_size;
 
@@ -55,10 +55,10 @@ void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared
 
 // Removes entries of `inv` by recency (see prune()); updates `inv` to what is left.
 void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t now_ns, PruneReport &report) {
-    // A record in the future counts as now, and ages from now on (cache_entry::effective_recency).
+    // A record in the future counts as now, and ages from now on (store::cache_entry::effective_recency).
     for (EntryInfo &e : inv.entries) {
         if (e.last_used_ns > now_ns) {
-            cache_entry::rewrite_future_mtime(e.path, e.last_used_ns, now_ns);
+            store::cache_entry::rewrite_future_mtime(e.path, e.last_used_ns, now_ns);
             e.last_used_ns = now_ns;
         }
     }
@@ -74,24 +74,24 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
         if (!too_old && !over) break;  // sorted: every later entry is more recent
         // A running batch of this process handed it out (its record may be old): not this one,
         // but a more recent one may go.
-        if (options.spare_in_use && cache_entry::pinned(e.key)) {
+        if (options.spare_in_use && store::cache_entry::pinned(e.key)) {
             ++report.spared_in_use;
             kept.push_back(e);
             continue;
         }
-        auto retired = cache_entry::retire(e.path, options.spare_in_use ? cache_entry::InUse::spare : cache_entry::InUse::remove);
+        auto retired = store::cache_entry::retire(e.path, options.spare_in_use ? store::cache_entry::InUse::spare : store::cache_entry::InUse::remove);
         if (!retired) {
             log().warn("{}", retired.error().message);
             kept.push_back(e);
             continue;
         }
-        if (*retired == cache_entry::Retired::in_use) {
+        if (*retired == store::cache_entry::Retired::in_use) {
             // Later entries are more recent still: in use too.
             report.spared_in_use += inv.entries.size() - i;
             break;
         }
         inv.entry_bytes -= e.bytes;
-        if (*retired == cache_entry::Retired::removed) {
+        if (*retired == store::cache_entry::Retired::removed) {
             ++report.removed_entries;
             report.removed_bytes += e.bytes;
             log().debug("removed cache entry {} ({} bytes)", e.path, e.bytes);
@@ -111,9 +111,9 @@ void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, bool keep_young
     for (const EntryInfo &e : inv.entries) keys.insert(e.key);
     std::vector<VariantsInfo> kept;
     for (VariantsInfo &v : inv.variants) {
-        bool orphan = !keep_young || v.mtime_ns < now_ns - cache_entry::kRecencyStepNs;
+        bool orphan = !keep_young || v.mtime_ns < now_ns - store::cache_entry::kRecencyStepNs;
         if (orphan) {
-            for (const std::string &k : cache_entry::read_variants(v.path)) {
+            for (const std::string &k : store::cache_entry::read_variants(v.path)) {
                 if (keys.count(k)) {
                     orphan = false;
                     break;
@@ -133,7 +133,7 @@ void remove_orphan_variants(Inventory &inv, std::int64_t now_ns, bool keep_young
 
 void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport &report) {
     for (const TransitInfo &t : inv.in_transit) {
-        cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
+        store::cache_entry::rewrite_future_mtime(t.path, t.mtime_ns, now_ns);  // then it goes stale in time
         if (t.mtime_ns < now_ns - kStaleTempNs) {
             remove_tree(t.path);
             ++report.removed_in_transit;
@@ -234,12 +234,12 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
             if (::unlink(path.c_str()) == 0) ++removed;
             continue;
         }
-        if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
+        if (!store::cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
         auto listing = list_dir(path, IfMissing::empty);
         if (!listing) continue;
         for (const DirEntry &e : *listing) {
             const bool transit = is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode));
-            if (transit) cache_entry::rewrite_future_mtime(path + "/" + e.name, mtime_ns(e.st), now_ns);
+            if (transit) store::cache_entry::rewrite_future_mtime(path + "/" + e.name, mtime_ns(e.st), now_ns);
             if (transit &&
                 mtime_ns(e.st) < now_ns - kStaleTempNs) {
                 remove_tree(path + "/" + e.name);
@@ -371,4 +371,4 @@ Counters &counters() {
     return fork_guard::lazy(counters_slot, [] { return new Counters(); });
 }
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

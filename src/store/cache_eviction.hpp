@@ -4,7 +4,7 @@
 // killed processes. Builds on the inventory (cache_inventory.hpp) and its lock; the cache calls
 // it after publishing.
 //
-// Concurrency: entries are removed whole and atomically (cache_entry::retire), never one that is
+// Concurrency: entries are removed whole and atomically (store::cache_entry::retire), never one that is
 // in use (a recent recency record) unless the caller asks for it (clear), under the exclusive
 // cache lock, so two removers never race each other; hits, loads and publishes take no lock.
 #pragma once
@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 // Eviction after a publish brings the cache down to this share of the limit, so that it does
 // not run again at the very next publish.
@@ -35,7 +35,7 @@ struct PruneOptions {
 struct PruneReport {
     std::size_t removed_entries = 0;
     std::uint64_t removed_bytes = 0;
-    std::size_t spared_in_use = 0;  // would have gone, but in use (see cache_entry::kInUseWindowNs)
+    std::size_t spared_in_use = 0;  // would have gone, but in use (see store::cache_entry::kInUseWindowNs)
     std::size_t removed_in_transit = 0;  // stale .tmp-/.trash- folders swept
     // Variants files none of whose keys is left (written over a minute ago: a publish may be
     // listing a key the inventory did not see yet).
@@ -93,4 +93,4 @@ struct Counters {
 };
 Counters &counters();
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

@@ -1,7 +1,6 @@
 #include "store/cache_inventory.hpp"
 
 #include "store/compile_lock.hpp"
-#include "compile/nvrtc_probe.hpp"
 
 #include "store/cache_entry.hpp"
 #include "util/fork_guard.hpp"
@@ -20,13 +19,12 @@
 #include <cstring>
 #include <ctime>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 namespace {
 
-using cache_entry::kManifestFile;
+using store::cache_entry::kManifestFile;
 
-constexpr const char *kLockFile = ".kjit-lock";
 
 }  // namespace
 
@@ -74,19 +72,20 @@ std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
 }
 
 bool is_own_root_file(std::string_view name) {
-    return name == kLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
-           name == compile_lock::kFileName || starts_with(name, nvrtc_probe::kRecordPrefix);
+    return name == cache_layout::kRemoversLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
+           name == cache_layout::kCompileLockFile || starts_with(name, cache_layout::kNvrtcRecordPrefix);
 }
 
 }  // namespace
 
 bool is_root_temp(std::string_view name) {
     return starts_with(name, kUsageTempPrefix) ||
-           (starts_with(name, nvrtc_probe::kRecordPrefix) && name.find(".tmp-") != std::string_view::npos);
+           (starts_with(name, cache_layout::kNvrtcRecordPrefix) &&
+            name.find(cache_layout::kNvrtcRecordTempInfix) != std::string_view::npos);
 }
 
 bool is_transit_name(std::string_view name) {
-    return starts_with(name, cache_entry::kTempPrefix) || starts_with(name, cache_entry::kTrashPrefix);
+    return starts_with(name, store::cache_entry::kTempPrefix) || starts_with(name, store::cache_entry::kTrashPrefix);
 }
 
 Result<Root> open_root(const std::string &cache_dir) {
@@ -111,7 +110,7 @@ CacheLock &CacheLock::operator=(CacheLock &&other) noexcept {
 }
 
 Result<std::optional<CacheLock>> CacheLock::acquire(const Root &root, Wait wait) {
-    const std::string path = root.path + "/" + kLockFile;
+    const std::string path = root.path + "/" + cache_layout::kRemoversLockFile;
     const bool shared = folder_trust::shared(root.folder);
     LockFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, shared ? 0660 : 0600));
     struct stat st {};
@@ -158,7 +157,7 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
     auto root = list_dir(cache_dir, IfMissing::empty);
     if (!root) return std::move(root).error();
     for (const DirEntry &shard : *root) {
-        if (!cache_entry::is_shard(shard.name) || !S_ISDIR(shard.st.st_mode)) {
+        if (!store::cache_entry::is_shard(shard.name) || !S_ISDIR(shard.st.st_mode)) {
             if (!is_own_root_file(shard.name)) ++inv.foreign;
             continue;
         }
@@ -172,13 +171,13 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
                                           mtime_ns(e.st)});
                 continue;
             }
-            if (cache_entry::is_variants_name(e.name) && e.name.compare(0, 2, shard.name) == 0 &&
+            if (store::cache_entry::is_variants_name(e.name) && e.name.compare(0, 2, shard.name) == 0 &&
                 S_ISREG(e.st.st_mode)) {
                 inv.variants.push_back({path, disk_bytes(e.st), mtime_ns(e.st)});
                 inv.entry_bytes += disk_bytes(e.st);
                 continue;
             }
-            if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
+            if (!store::cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
                 ++inv.foreign;
                 continue;
             }
@@ -202,7 +201,7 @@ std::uint64_t disk_usage(const std::string &folder) {
 
 namespace {
 
-// A manifest's `created` ("2025-01-31T12:00:00Z", as cache_entry::publish writes it) as nanoseconds since
+// A manifest's `created` ("2025-01-31T12:00:00Z", as store::cache_entry::publish writes it) as nanoseconds since
 // the Unix epoch; 0 for text of another shape.
 std::int64_t created_ns(const std::string &text) {
     struct tm utc {};
@@ -228,7 +227,7 @@ Result<Summary> summarize(const std::string &cache_dir) {
         const std::string manifest_path = e.path + "/" + kManifestFile;
         std::string arch = "unknown";
         if (auto text = read_small_file(manifest_path, kMaxManifestBytes)) {
-            if (auto m = cache_entry::parse_manifest(*text, manifest_path)) {
+            if (auto m = store::cache_entry::parse_manifest(*text, manifest_path)) {
                 arch = m->arch;
                 if (!m->created.empty()) {
                     if (s.oldest_created.empty() || m->created < s.oldest_created) s.oldest_created = m->created;
@@ -247,4 +246,4 @@ Result<Summary> summarize(const std::string &cache_dir) {
     return s;
 }
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

@@ -11,6 +11,7 @@
 // lock, so two of them never race each other; hits, loads and publishes take no lock.
 #pragma once
 
+#include "store/cache_layout.hpp"
 #include "util/filesystem.hpp"
 #include "util/folder_trust.hpp"
 #include "util/status.hpp"
@@ -24,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 // Sizes here are disk space as du counts it: st_blocks * 512 of each folder and file (a 4 KB
 // entry of five small files takes 24 KiB with 4 KiB blocks), so a limit bounds the disk.
@@ -88,8 +89,8 @@ Result<Summary> summarize(const std::string &cache_dir);
 // ---- Shared by the maintenance modules (eviction, verification); not for other callers ----
 
 // The usage record in the cache folder (cache_eviction.cpp writes it) and its temp files.
-constexpr const char *kUsageFile = ".kjit-usage";
-constexpr std::string_view kUsageTempPrefix = ".kjit-usage.tmp-";
+using cache_layout::kUsageFile;
+using cache_layout::kUsageTempPrefix;
 // A manifest larger than this is not read (it is damaged).
 constexpr std::size_t kMaxManifestBytes = 1u << 20;
 
@@ -147,4 +148,4 @@ private:
     LockFd fd_;  // the locked lock file; empty once moved from
 };
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

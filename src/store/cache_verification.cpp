@@ -15,14 +15,14 @@
 #include <cerrno>
 #include <optional>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 namespace {
 
-using cache_entry::kCubinFile;
-using cache_entry::kDepsFile;
-using cache_entry::kManifestFile;
-using cache_entry::kSourceFile;
+using store::cache_entry::kCubinFile;
+using store::cache_entry::kDepsFile;
+using store::cache_entry::kManifestFile;
+using store::cache_entry::kSourceFile;
 
 constexpr std::string_view kDepsTempPrefix = ".deps.tmp-";
 
@@ -54,8 +54,8 @@ namespace {
 struct EntryVerdict {
     std::optional<Finding> fatal;    // the entry cannot serve: remove it
     std::optional<Finding> sidecar;  // the sidecar is wrong: rebuild it from `line`
-    sidecar::Line line;              // the correct line for the entry's keyword
-    std::vector<sidecar::Line> other_lines;  // other keywords' lines for this cubin version
+    cubin::sidecar::Line line;              // the correct line for the entry's keyword
+    std::vector<cubin::sidecar::Line> other_lines;  // other keywords' lines for this cubin version
     std::vector<std::string> stale_temps;    // temp files in the entry left by killed writers
 };
 
@@ -69,7 +69,7 @@ Finding finding(const std::string &path, Damage damage, std::string detail) {
 
 // The resolver's rule (name_resolver.cpp): size and mtime, and for a whole-second mtime a
 // content hash that matches (`content` is the cubin's XXH3-64).
-bool same_version(const sidecar::Line &l, const struct stat &st, std::uint64_t content) {
+bool same_version(const cubin::sidecar::Line &l, const struct stat &st, std::uint64_t content) {
     if (l.cubin_size != static_cast<std::uint64_t>(st.st_size) || l.mtime_sec != st.st_mtim.tv_sec) return false;
     if (l.content_hash && *l.content_hash != content) return false;
     if (st.st_mtim.tv_nsec == 0) return l.content_hash.has_value();
@@ -77,7 +77,7 @@ bool same_version(const sidecar::Line &l, const struct stat &st, std::uint64_t c
 }
 
 // The entry's manifest, present, passing its check line and for `key`; else v.fatal says why.
-std::optional<cache_entry::Manifest> check_manifest(const std::string &entry, const std::string &key, EntryVerdict &v) {
+std::optional<store::cache_entry::Manifest> check_manifest(const std::string &entry, const std::string &key, EntryVerdict &v) {
     const std::string manifest_path = entry + "/" + kManifestFile;
     struct stat st {};
     if (::lstat(manifest_path.c_str(), &st) != 0) {
@@ -89,7 +89,7 @@ std::optional<cache_entry::Manifest> check_manifest(const std::string &entry, co
         v.fatal = finding(entry, Damage::bad_manifest, "cannot read '" + manifest_path + "'");
         return std::nullopt;
     }
-    auto manifest = cache_entry::parse_manifest(*text, manifest_path);
+    auto manifest = store::cache_entry::parse_manifest(*text, manifest_path);
     if (!manifest) {
         v.fatal = finding(entry, Damage::bad_manifest, manifest.error().message);
         return std::nullopt;
@@ -105,7 +105,7 @@ std::optional<cache_entry::Manifest> check_manifest(const std::string &entry, co
 // The entry's other files present, and its cubin a regular file of the size and XXH3-128
 // recorded at publish holding the manifest's kernel; else v.fatal says why. Sets `cubin_st` and
 // `content` (the cubin's XXH3-64) for the sidecar's check.
-bool check_cubin(const std::string &entry, const cache_entry::Manifest &manifest, EntryVerdict &v,
+bool check_cubin(const std::string &entry, const store::cache_entry::Manifest &manifest, EntryVerdict &v,
                  struct stat &cubin_st, std::uint64_t &content) {
     const std::string manifest_path = entry + "/" + kManifestFile;
     const std::string cubin_path = entry + "/" + kCubinFile;
@@ -128,7 +128,7 @@ bool check_cubin(const std::string &entry, const cache_entry::Manifest &manifest
                               std::to_string(manifest.cubin_bytes) + " were published");
         return false;
     }
-    auto table = SymbolTable::open_file(cubin_path);
+    auto table = cubin::SymbolTable::open_file(cubin_path);
     if (!table) {
         v.fatal = finding(entry, Damage::bad_cubin, table.error().message);
         return false;
@@ -142,9 +142,9 @@ bool check_cubin(const std::string &entry, const cache_entry::Manifest &manifest
     }
     content = hash64(table->image());
     const bool has_kernel = std::any_of(table->functions().begin(), table->functions().end(),
-                                        [&](const FunctionSymbol &f) { return f.name == manifest.name; });
-    if (!has_kernel || !name_matcher::check_keyword(manifest.keyword).ok() ||
-        !name_matcher::matches(manifest.name, manifest.keyword)) {
+                                        [&](const cubin::FunctionSymbol &f) { return f.name == manifest.name; });
+    if (!has_kernel || !cubin::name_matcher::check_keyword(manifest.keyword).ok() ||
+        !cubin::name_matcher::matches(manifest.name, manifest.keyword)) {
         v.fatal = finding(entry, Damage::bad_cubin,
                           "'" + cubin_path + "' holds no kernel '" + manifest.name + "' for keyword '" +
                               manifest.keyword + "'");
@@ -155,22 +155,22 @@ bool check_cubin(const std::string &entry, const cache_entry::Manifest &manifest
 
 // The sidecar of a sound cubin: v.line is the line it must hold; v.sidecar says what is wrong
 // with it, if anything; v.other_lines keeps other keywords' lines for this cubin version.
-void check_sidecar(const std::string &entry, const cache_entry::Manifest &manifest, const struct stat &cubin_st,
+void check_sidecar(const std::string &entry, const store::cache_entry::Manifest &manifest, const struct stat &cubin_st,
                    std::uint64_t content, EntryVerdict &v) {
-    const std::string sidecar_path = sidecar::path_for(entry + "/" + kCubinFile);
-    const sidecar::Contents contents = sidecar::read(sidecar_path);
-    if (contents.problem == sidecar::FileProblem::missing) {
+    const std::string sidecar_path = cubin::sidecar::path_for(entry + "/" + kCubinFile);
+    const cubin::sidecar::Contents contents = cubin::sidecar::read(sidecar_path);
+    if (contents.problem == cubin::sidecar::FileProblem::missing) {
         v.sidecar = finding(entry, Damage::sidecar_missing, "'" + sidecar_path + "' is missing");
         return;
     }
-    if (contents.problem != sidecar::FileProblem::none) {
+    if (contents.problem != cubin::sidecar::FileProblem::none) {
         v.sidecar = finding(entry, Damage::sidecar_damaged,
-                            "'" + sidecar_path + "': " + sidecar::to_string(contents.problem) +
+                            "'" + sidecar_path + "': " + cubin::sidecar::to_string(contents.problem) +
                                 (contents.detail.empty() ? "" : ": " + contents.detail));
         return;
     }
-    const sidecar::Line *mine = nullptr;
-    for (const sidecar::Line &l : contents.lines) {
+    const cubin::sidecar::Line *mine = nullptr;
+    for (const cubin::sidecar::Line &l : contents.lines) {
         if (l.keyword == manifest.keyword) {
             mine = &l;
         } else if (same_version(l, cubin_st, content)) {
@@ -197,12 +197,12 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
         return v;
     }
     for (const DirEntry &f : *listing) {
-        const bool temp = sidecar::is_temp_file_name(f.name) || starts_with(f.name, kDepsTempPrefix);
+        const bool temp = cubin::sidecar::is_temp_file_name(f.name) || starts_with(f.name, kDepsTempPrefix);
         if (temp && mtime_ns(f.st) < now_ns - kStaleTempNs) {
             v.stale_temps.push_back(entry + "/" + f.name);
         }
     }
-    const std::optional<cache_entry::Manifest> manifest = check_manifest(entry, key, v);
+    const std::optional<store::cache_entry::Manifest> manifest = check_manifest(entry, key, v);
     if (!manifest) return v;
     struct stat cubin_st {};
     std::uint64_t content = 0;
@@ -236,7 +236,7 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
         report.findings.push_back(std::move(f));
         return;
     }
-    if (!cache_entry::is_key(e.name)) return;  // not the cache's: left alone
+    if (!store::cache_entry::is_key(e.name)) return;  // not the cache's: left alone
     ++report.entries_checked;
     if (e.name.compare(0, 2, shard) != 0 || !S_ISDIR(e.st.st_mode)) {
         Finding f = finding(path, Damage::misplaced,
@@ -244,7 +244,7 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
                                                   : "an entry name that is not a folder");
         if (fix) {
             if (S_ISDIR(e.st.st_mode)) {
-                f.fixed = cache_entry::retire(path, cache_entry::InUse::remove).ok();
+                f.fixed = store::cache_entry::retire(path, store::cache_entry::InUse::remove).ok();
             } else {
                 f.fixed = ::unlink(path.c_str()) == 0;
             }
@@ -264,7 +264,7 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
     }
     if (v.fatal) {
         if (fix) {
-            auto retired = cache_entry::retire(path, cache_entry::InUse::remove);
+            auto retired = store::cache_entry::retire(path, store::cache_entry::InUse::remove);
             v.fatal->fixed = retired.ok();
             v.fatal->action = retired ? "removed the entry (the next kjit_compile rebuilds it)"
                                       : "could not remove the entry: " + retired.error().message;
@@ -274,9 +274,9 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
     }
     if (v.sidecar) {
         if (fix) {
-            std::vector<sidecar::Line> lines = std::move(v.other_lines);
+            std::vector<cubin::sidecar::Line> lines = std::move(v.other_lines);
             lines.push_back(v.line);
-            auto written = sidecar::write(sidecar::path_for(path + "/" + kCubinFile), lines);
+            auto written = cubin::sidecar::write(cubin::sidecar::path_for(path + "/" + kCubinFile), lines);
             v.sidecar->fixed = written.ok();
             v.sidecar->action = written ? "rebuilt the sidecar from the cubin and the manifest"
                                         : "could not rebuild the sidecar: " + written.error().message;
@@ -313,7 +313,7 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
             }
             report.findings.push_back(std::move(f));
         }
-        if (!cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
+        if (!store::cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
         auto listing = list_dir(root_path, IfMissing::empty);
         if (!listing) return std::move(listing).error();
         for (const DirEntry &e : *listing) verify_shard_item(r.name, root_path, e, now, fix, report);
@@ -321,4 +321,4 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     return report;
 }
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::cache_maintenance {
+namespace kjit::store::cache_maintenance {
 
 // What is wrong with a path. The public kjit_cache_problem has the same values (checked at
 // compile time in c_api.cpp): one vocabulary, so values are only ever appended. (The sidecar
@@ -56,4 +56,4 @@ struct VerifyReport {
 // stale temps, under the cache lock. Errors: io when the folder cannot be read.
 Result<VerifyReport> verify(const std::string &cache_dir, bool fix);
 
-}  // namespace kjit::cache_maintenance
+}  // namespace kjit::store::cache_maintenance

@@ -1,5 +1,6 @@
 #include "store/compile_lock.hpp"
 
+#include "store/cache_layout.hpp"
 #include "util/log.hpp"
 
 #include <fcntl.h>
@@ -11,7 +12,7 @@
 #include <cstdlib>
 #include <thread>
 
-namespace kjit::compile_lock {
+namespace kjit::store::compile_lock {
 
 namespace {
 
@@ -66,7 +67,7 @@ Held::~Held() {
 std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::CacheFolder &folder,
                             const std::string &key, std::chrono::milliseconds max_wait, Waited *waited) {
     *waited = Waited{};
-    const std::string path = cache_dir + "/" + kFileName;
+    const std::string path = cache_dir + "/" + cache_layout::kCompileLockFile;
     LockFd fd = open_lock_file(path, folder);
     if (!fd.valid()) return std::nullopt;
     const off_t offset = offset_of(key);
@@ -97,4 +98,4 @@ std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::Ca
     }
 }
 
-}  // namespace kjit::compile_lock
+}  // namespace kjit::store::compile_lock

@@ -20,10 +20,7 @@
 #include <optional>
 #include <string>
 
-namespace kjit::compile_lock {
-
-// The lock file's name in the cache folder.
-constexpr const char *kFileName = ".kjit-compile-lock";
+namespace kjit::store::compile_lock {
 
 // What acquire() did.
 struct Waited {
@@ -59,4 +56,4 @@ private:
 std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::CacheFolder &folder,
                             const std::string &key, std::chrono::milliseconds max_wait, Waited *waited);
 
-}  // namespace kjit::compile_lock
+}  // namespace kjit::store::compile_lock

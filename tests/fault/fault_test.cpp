@@ -95,8 +95,8 @@ int check_cache(const std::string &cache, bool allow_transit = false) {
                 EXPECT_TRUE(exists(path + "/" + f)) << path << " lacks " << f;
             }
             for (const std::string &f : list_dir(path)) EXPECT_EQ(f.find(".tmp-"), std::string::npos) << path << "/" << f;
-            const auto sc = kjit::sidecar::read(path + "/kernel.cubin.name");
-            EXPECT_EQ(sc.problem, kjit::sidecar::FileProblem::none) << path;
+            const auto sc = kjit::cubin::sidecar::read(path + "/kernel.cubin.name");
+            EXPECT_EQ(sc.problem, kjit::cubin::sidecar::FileProblem::none) << path;
             EXPECT_EQ(sc.rejected_lines, 0u) << path;
         }
     }
@@ -270,9 +270,9 @@ TEST(FaultInjection, SidecarWriteFaultsNeverFailAResolve) {
                 EXPECT_EQ(st, KJIT_OK) << call << " " << err_name << ": " << kjit_last_error();
                 EXPECT_STREQ(name, "_Z12plain_kernelPf");
                 EXPECT_TRUE(temp_files_in(dir.path()).empty()) << call << " " << err_name;
-                const auto sc = kjit::sidecar::read(cubin + ".name");
-                EXPECT_TRUE(sc.problem == kjit::sidecar::FileProblem::missing ||
-                            (sc.problem == kjit::sidecar::FileProblem::none && sc.rejected_lines == 0))
+                const auto sc = kjit::cubin::sidecar::read(cubin + ".name");
+                EXPECT_TRUE(sc.problem == kjit::cubin::sidecar::FileProblem::missing ||
+                            (sc.problem == kjit::cubin::sidecar::FileProblem::none && sc.rejected_lines == 0))
                     << call << " " << err_name << ": a torn sidecar became visible";
                 if (injected == 0) break;
                 fault_counts()[std::string("sidecar ") + call + " " + err_name] += injected;

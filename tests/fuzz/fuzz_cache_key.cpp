@@ -26,8 +26,8 @@ std::vector<std::string> split(std::string_view s, char sep) {
     }
 }
 
-kjit::cache::Request decode(std::string_view bytes) {
-    kjit::cache::Request r;
+kjit::key::Request decode(std::string_view bytes) {
+    kjit::key::Request r;
     const std::vector<std::string> t = split(bytes, '\0');
     r.source = t[0];
     if (t.size() > 1) r.keyword = t[1];
@@ -44,7 +44,7 @@ kjit::cache::Request decode(std::string_view bytes) {
     return r;
 }
 
-bool same_inputs(const kjit::cache::Request &a, const kjit::cache::Request &b) {
+bool same_inputs(const kjit::key::Request &a, const kjit::key::Request &b) {
     return a.source == b.source && a.keyword == b.keyword && a.arch == b.arch && a.name_expression == b.name_expression &&
            a.nvrtc_options == b.nvrtc_options && a.include_paths == b.include_paths && a.headers == b.headers;
 }
@@ -54,10 +54,10 @@ bool same_inputs(const kjit::cache::Request &a, const kjit::cache::Request &b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
     const std::string_view bytes(reinterpret_cast<const char *>(data), size);
     const std::size_t cut = bytes.find('\x01');
-    const kjit::cache::Request a = decode(bytes.substr(0, cut));
-    const kjit::cache::Request b = cut == std::string_view::npos ? a : decode(bytes.substr(cut + 1));
-    const std::string ka = kjit::cache::key_of(a), kb = kjit::cache::key_of(b);
-    if (ka.size() != 32 || ka != kjit::cache::key_of(a)) std::abort();  // well-formed, deterministic
+    const kjit::key::Request a = decode(bytes.substr(0, cut));
+    const kjit::key::Request b = cut == std::string_view::npos ? a : decode(bytes.substr(cut + 1));
+    const std::string ka = kjit::key::key_of(a), kb = kjit::key::key_of(b);
+    if (ka.size() != 32 || ka != kjit::key::key_of(a)) std::abort();  // well-formed, deterministic
     if ((ka == kb) != same_inputs(a, b)) std::abort();
     return 0;
 }

@@ -19,7 +19,7 @@
 
 namespace {
 
-namespace im = kjit::include_macros;
+namespace im = kjit::key::include_macros;
 
 bool is_blank(char c) { return c == ' ' || c == '\t'; }
 

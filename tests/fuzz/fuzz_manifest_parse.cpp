@@ -18,7 +18,7 @@
 namespace {
 
 void check_one(std::string_view text) {
-    auto m = kjit::cache_entry::parse_manifest(text, "fuzz");
+    auto m = kjit::store::cache_entry::parse_manifest(text, "fuzz");
     if (!m) {
         if (m.error().code != kjit::Errc::io || m.error().message.find("fuzz") == std::string::npos) std::abort();
         return;
@@ -29,9 +29,9 @@ void check_one(std::string_view text) {
     char expected[40];
     std::snprintf(expected, sizeof expected, "check: %016" PRIx64 "\n", kjit::hash64(text.substr(0, check_at)));
     if (check_at == std::string_view::npos || text.substr(check_at) != expected) std::abort();
-    const std::string once = kjit::cache_entry::format_manifest(*m);
-    auto again = kjit::cache_entry::parse_manifest(once, "fuzz");
-    if (!again || kjit::cache_entry::format_manifest(*again) != once) std::abort();
+    const std::string once = kjit::store::cache_entry::format_manifest(*m);
+    auto again = kjit::store::cache_entry::parse_manifest(once, "fuzz");
+    if (!again || kjit::store::cache_entry::format_manifest(*again) != once) std::abort();
 }
 
 }  // namespace

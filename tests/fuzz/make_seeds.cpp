@@ -32,18 +32,18 @@ int main(int argc, char **argv) {
             kjit_test::write_file(scanner_dir + "/seed" + std::to_string(n++), std::string(1, selector) + cubin);
         }
     }
-    kjit::sidecar::Line a;
+    kjit::cubin::sidecar::Line a;
     a.keyword = "gemm";
     a.cubin_size = 3824;
     a.mtime_sec = 1764694000;
     a.mtime_nsec = 5;
     a.name = "_Z4gemmPf";
-    kjit::sidecar::Line b = a;
+    kjit::cubin::sidecar::Line b = a;
     b.keyword = "gemm_fp16";
     b.name = "_Z9gemm_fp16Pf";
     b.content_hash = 0xfeedfacecafebeefULL;
-    const std::vector<std::string> sidecars = {kjit::sidecar::format({a}), kjit::sidecar::format({a, b}),
-                                               kjit::sidecar::format({}), "_Z4gemmPf\n", "kjit-sidecar 2\n", ""};
+    const std::vector<std::string> sidecars = {kjit::cubin::sidecar::format({a}), kjit::cubin::sidecar::format({a, b}),
+                                               kjit::cubin::sidecar::format({}), "_Z4gemmPf\n", "kjit-sidecar 2\n", ""};
     for (std::size_t i = 0; i < sidecars.size(); ++i) {
         kjit_test::write_file(sidecar_dir + "/seed" + std::to_string(i), sidecars[i]);
     }
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
         "src\0gemm\0sm_90a\0=gemm<1>\0ha.h\0#define A\0i/inc\x01src\0gemm\0sm_90a\0\0ha.h\0#define A\0i/inc"s,
         "a\0b\x01" "ab\0"s};
     for (std::size_t i = 0; i < keys.size(); ++i) kjit_test::write_file(key_dir + "/seed" + std::to_string(i), keys[i]);
-    kjit::cache_entry::Manifest m;
+    kjit::store::cache_entry::Manifest m;
     m.key = "27640f140e33ff97cdc7337de4e3fe2a";
     m.keyword = "gemm";
     m.name = "_Z4gemmPf";
@@ -68,10 +68,10 @@ int main(int argc, char **argv) {
     m.cubin_bytes = 5192;
     m.cubin_hash = "0123456789abcdef0123456789abcdef";
     m.created = "2026-12-03T12:00:00Z";
-    const std::string full = kjit::cache_entry::format_manifest(m);
+    const std::string full = kjit::store::cache_entry::format_manifest(m);
     m.name_expression.reset();
     m.options.clear();
-    const std::string plain = kjit::cache_entry::format_manifest(m);
+    const std::string plain = kjit::store::cache_entry::format_manifest(m);
     // Good ones, and the damage verify must refuse: a changed name under an old check line, a
     // missing check line, a bad check, a format-1 manifest, text after the check line.
     std::string renamed = plain;

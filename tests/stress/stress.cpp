@@ -352,11 +352,11 @@ void child_main(const Config &c) {
 
 // The kernel name of a cubin by a scan of its bytes (not libkjit's sidecar path).
 std::string scanned_name(const std::string &cubin) {
-    auto table = kjit::SymbolTable::open_file(cubin);
+    auto table = kjit::cubin::SymbolTable::open_file(cubin);
     if (!table) return "<" + table.error().message + ">";
-    std::vector<kjit::name_matcher::Candidate> candidates;
+    std::vector<kjit::cubin::name_matcher::Candidate> candidates;
     for (const auto &f : table->functions()) candidates.push_back({f.name, f.is_entry});
-    auto chosen = kjit::name_matcher::select(candidates, "gemm");
+    auto chosen = kjit::cubin::name_matcher::select(candidates, "gemm");
     return chosen ? std::string(*chosen) : "<" + chosen.error().message + ">";
 }
 
@@ -455,7 +455,7 @@ int parent_main(Config c, const std::string &self) {
             ++failures;
         }
     }
-    auto verified = kjit::cache_maintenance::verify(cache, false);
+    auto verified = kjit::store::cache_maintenance::verify(cache, false);
     if (!verified || !verified->findings.empty()) {
         std::fprintf(stderr, "stress: kjit cache verify: %s\n",
                      verified ? (std::to_string(verified->findings.size()) + " findings, first: " +
@@ -489,12 +489,12 @@ int parent_main(Config c, const std::string &self) {
                     ++failures;
                 }
             }
-            const auto sc = kjit::sidecar::read(kjit::sidecar::path_for(path));
-            if (sc.problem == kjit::sidecar::FileProblem::missing) continue;  // a dropped loose sidecar
+            const auto sc = kjit::cubin::sidecar::read(kjit::cubin::sidecar::path_for(path));
+            if (sc.problem == kjit::cubin::sidecar::FileProblem::missing) continue;  // a dropped loose sidecar
             ++sidecars;
-            if (sc.problem != kjit::sidecar::FileProblem::none || sc.rejected_lines != 0) {
+            if (sc.problem != kjit::cubin::sidecar::FileProblem::none || sc.rejected_lines != 0) {
                 std::fprintf(stderr, "stress: sidecar of %s is malformed: %s\n", path.c_str(),
-                             kjit::sidecar::to_string(sc.problem));
+                             kjit::cubin::sidecar::to_string(sc.problem));
                 ++failures;
                 continue;
             }

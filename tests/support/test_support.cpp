@@ -67,11 +67,11 @@ const std::string &cubin_for(const std::string &source, const std::vector<std::s
     const auto key = std::make_pair(source, extra_options);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    kjit::compiler::Request request;
+    kjit::compile::compiler::Request request;
     request.source = source;
     request.options = {"-arch=sm_90"};
     request.options.insert(request.options.end(), extra_options.begin(), extra_options.end());
-    auto out = kjit::compiler::compile(request);
+    auto out = kjit::compile::compiler::compile(request);
     if (!out) {
         std::fprintf(stderr, "test cubin failed to compile: %s\n", out.error().message.c_str());
         std::abort();
@@ -199,7 +199,7 @@ std::vector<std::string> list_dir(const std::string &dir) {
 std::vector<std::string> temp_files_in(const std::string &dir) {
     std::vector<std::string> temps;
     for (const std::string &n : list_dir(dir)) {
-        if (kjit::sidecar::is_temp_file_name(n)) temps.push_back(n);
+        if (kjit::cubin::sidecar::is_temp_file_name(n)) temps.push_back(n);
     }
     return temps;
 }
