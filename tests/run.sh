@@ -28,7 +28,7 @@ else
     HAVE_GPU=0
 fi
 
-# The trust tests (tests/trust_test.cpp) run parts of themselves as other Unix users, who load
+# The trust tests (tests/util/trust_test.cpp) run parts of themselves as other Unix users, who load
 # libraries from the build folder: every folder above it must let others through (o+x). A clone
 # in a private folder (mktemp -d makes 0700) failed them with "Permission denied" on the driver
 # test double; say so before building instead.

@@ -540,7 +540,7 @@ TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
 }
 
 TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
-    const char *worker = KJIT_LOAD_WORKER;  // tests/load_worker.cpp, built beside this test
+    const char *worker = KJIT_LOAD_WORKER;  // tests/store/load_worker.cpp, built beside this test
     ASSERT_NE(std::getenv("KJIT_LIBCUDA"), nullptr) << "KJIT_LIBCUDA is not set (ctest sets it)";
     TempDir dir;
     Cache cache;

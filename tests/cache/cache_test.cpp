@@ -959,7 +959,7 @@ std::string mtime_text(std::time_t sec, long nsec) {
 // leaves it young is recorded as young ('*': hashed on every hit) until it has aged.
 TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
     // Every hit checks deps.txt here, as in a new process: without the header watch, which would
-    // prove the later hits without reading it (tests/dependency_watch_test.cpp).
+    // prove the later hits without reading it (tests/key/dependency_watch_test.cpp).
     ScopedEnv no_watch("KJIT_WATCH_HEADERS", "0");
     TempDir dir;
     ::mkdir(dir.file("inc").c_str(), 0755);

@@ -365,7 +365,7 @@ TEST_F(HeaderWatch, AnEditBetweenTwoEntriesIsSeenByTheSecond) {
     EXPECT_EQ(compiled_name(second), name_for(4)) << "the second kernel was served from the first's proof";
 }
 
-// A forked child and the watch: tests/fork_test.cpp (label fork), Fork.ChildTakesNoHeaderWatchEventFromItsParent.
+// A forked child and the watch: tests/api/fork_test.cpp (label fork), Fork.ChildTakesNoHeaderWatchEventFromItsParent.
 
 TEST(HeaderWatchOff, TurnedOffEveryHitChecksItsFiles) {
     ScopedEnv off("KJIT_WATCH_HEADERS", "0");
