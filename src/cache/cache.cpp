@@ -72,7 +72,7 @@ Cache &Cache::instance() {
     return fork_guard::lazy(instance_slot, [] { return new Cache(); });  // leaked: usable during exit
 }
 
-const bool Cache::fork_handler_registered_ = fork_guard::at_fork_child(&Cache::renew_in_forked_child);
+const bool Cache::fork_handler_registered_ = fork_guard::at_fork_child(fork_guard::State::cache_flights, &Cache::renew_in_forked_child);
 
 void Cache::renew_in_forked_child() {
     Cache *cache = instance_slot.load(std::memory_order_relaxed);

@@ -78,7 +78,7 @@ void renew_gate_in_forked_child() {
     if (busy) gate.unusable = true;
 }
 [[maybe_unused]] const bool fork_handlers_registered =
-    fork_guard::at_fork(close_gate_and_wait, open_gate_in_parent, renew_gate_in_forked_child);
+    fork_guard::at_fork(fork_guard::State::nvrtc_gate, close_gate_and_wait, open_gate_in_parent, renew_gate_in_forked_child);
 
 // One compile inside the gate.
 class Passage {

@@ -165,7 +165,7 @@ std::atomic<const Loaded *> loaded_slot{nullptr};
 // parent's thread held it gets it anew.
 std::mutex open_mutex;
 void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_open_mutex_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::nvrtc_open, renew_open_mutex_in_forked_child);
 
 }  // namespace
 

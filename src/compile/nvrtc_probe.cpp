@@ -296,7 +296,7 @@ void renew_in_forked_child() {
     fork_guard::renew(recorded_mutex);
     fork_guard::renew(recorded);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::nvrtc_records, renew_in_forked_child);
 
 }  // namespace
 

@@ -46,7 +46,7 @@ void renew_in_forked_child() {
     fork_guard::renew(r->made);
     r->pid = 0;
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::pch_root, renew_in_forked_child);
 
 // Roots of processes that are gone (killed, or ended by _exit) and untouched for kStaleTempNs:
 // removed when this process makes its own. A pid that is alive again (reused) keeps its

@@ -358,7 +358,7 @@ void renew_sweep_memo_in_forked_child() {
     fork_guard::renew(sweep_mutex);
     fork_guard::renew(last_sweep);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_sweep_memo_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::sidecar_sweep, renew_sweep_memo_in_forked_child);
 
 }  // namespace
 

@@ -102,7 +102,7 @@ void renew_in_forked_child() {
     fork_guard::renew(*the_state);
     if (fd >= 0) ::close(fd);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::header_watch, renew_in_forked_child);
 
 bool turned_off() {
     const char *v = std::getenv("KJIT_WATCH_HEADERS");

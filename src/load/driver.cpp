@@ -133,7 +133,7 @@ const Api &api() {
 // about a forked child. The parent's Api is leaked (its entry points are still good: the same
 // library, which stays mapped).
 void forget_the_parents_driver() { api_slot.store(nullptr, std::memory_order_relaxed); }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(forget_the_parents_driver);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::driver, forget_the_parents_driver);
 
 Error unavailable(const Api &a) { return Error{Errc::driver_unavailable, "no usable CUDA driver: " + a.error}; }
 

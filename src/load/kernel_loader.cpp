@@ -120,7 +120,7 @@ KernelLoader &KernelLoader::instance() {
 }
 
 const bool KernelLoader::fork_handler_registered_ =
-    fork_guard::at_fork_child(&KernelLoader::renew_in_forked_child);
+    fork_guard::at_fork_child(fork_guard::State::loaded_libraries, &KernelLoader::renew_in_forked_child);
 
 void KernelLoader::renew_in_forked_child() {
     KernelLoader *loader = instance_slot.load(std::memory_order_relaxed);

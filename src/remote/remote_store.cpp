@@ -72,7 +72,7 @@ std::mutex registry_mutex;
 std::map<std::string, Tier *> *registry = nullptr;  // leaked: tiers live as long as the process
 
 void renew_registry_in_child() { fork_guard::renew(registry_mutex); }
-const bool registry_fork_handler = fork_guard::at_fork_child(&renew_registry_in_child);
+const bool registry_fork_handler = fork_guard::at_fork_child(fork_guard::State::remote_tiers, &renew_registry_in_child);
 
 bool is_unstored_marker(const redisReply &lease) {
     return lease.type == REDIS_REPLY_STRING && text_of(lease).substr(0, kUnstored.size()) == kUnstored;

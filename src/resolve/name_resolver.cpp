@@ -249,7 +249,7 @@ NameResolver &NameResolver::instance() {
 }
 
 const bool NameResolver::fork_handler_registered_ =
-    fork_guard::at_fork_child(&NameResolver::renew_in_forked_child);
+    fork_guard::at_fork_child(fork_guard::State::resolver_memo, &NameResolver::renew_in_forked_child);
 
 void NameResolver::renew_in_forked_child() {
     NameResolver *resolver = instance_slot.load(std::memory_order_relaxed);

@@ -48,7 +48,7 @@ Pins &pins() { return *the_pins; }
 // A forked child runs none of its parent's batches: it starts with no pins (a batch that goes
 // on in a child forked from its callback keeps its entries in use by their records alone).
 void renew_pins_in_forked_child() { fork_guard::renew(*the_pins); }
-[[maybe_unused]] const bool pins_fork_handler_registered = fork_guard::at_fork_child(renew_pins_in_forked_child);
+[[maybe_unused]] const bool pins_fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::entry_pins, renew_pins_in_forked_child);
 
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 

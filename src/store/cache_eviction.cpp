@@ -200,7 +200,7 @@ void renew_eviction_state_in_forked_child() {
     fork_guard::renew(eviction_states);
 }
 [[maybe_unused]] const bool eviction_fork_handler_registered =
-    fork_guard::at_fork_child(renew_eviction_state_in_forked_child);
+    fork_guard::at_fork_child(fork_guard::State::eviction_throttle, renew_eviction_state_in_forked_child);
 
 }  // namespace
 

@@ -294,7 +294,7 @@ void close_lock_fds_in_forked_child() {
         if (const int v = slot.exchange(0, std::memory_order_relaxed); v > 0) ::close(v - 1);
     }
 }
-[[maybe_unused]] const bool lock_fork_handler_registered = fork_guard::at_fork_child(close_lock_fds_in_forked_child);
+[[maybe_unused]] const bool lock_fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::removers_lock, close_lock_fds_in_forked_child);
 
 }  // namespace
 

@@ -280,7 +280,7 @@ void renew_membership_memo_in_forked_child() {
     fork_guard::renew(membership_mutex);
     fork_guard::renew(membership_memo);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(renew_membership_memo_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::group_membership, renew_membership_memo_in_forked_child);
 
 bool is_member(uid_t uid, gid_t gid) {
     if (uid == ::geteuid()) return self_in_group(gid);

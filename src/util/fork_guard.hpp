@@ -24,7 +24,11 @@
 //
 // Handlers are registered while libkjit loads (a namespace-scope initializer in the module that
 // owns the state), before any thread can use the state, so no fork comes between the state's
-// making and its handler. Lazily made singletons are published with a compare-and-swap (lazy)
+// making and its handler. Every piece of process-wide state is listed below (State, and
+// kPieces in fork_guard.cpp: its owner, what it holds, what a child does with it), and a handler
+// is registered under its piece's name: one place tells a reader, and a test, what a forked
+// child keeps (tests/util/fork_guard_test.cpp checks that each piece that must have a handler has
+// exactly one, and that the pieces kept as they are have none). Lazily made singletons are published with a compare-and-swap (lazy)
 // rather than a function-local static, whose once-guard a thread of the parent could hold at the
 // fork (making the object: the driver's takes dlopen and cuInit) and the child wait on for ever.
 //
@@ -40,19 +44,64 @@
 
 namespace kjit::fork_guard {
 
+// Every piece of process-wide state in libkjit, by the module that owns it. kPieces
+// (fork_guard.cpp) says for each what it holds and what a forked child does with it.
+enum class State : unsigned {
+    // Renewed, forgotten or closed in the child by a handler its owner registers:
+    generation,         // util/fork_guard.cpp
+    logger,             // util/log.cpp
+    removers_lock,      // util/filesystem.cpp
+    group_membership,   // util/folder_trust.cpp
+    sidecar_sweep,      // cubin/sidecar_store.cpp
+    entry_pins,         // store/cache_entry.cpp
+    eviction_throttle,  // store/cache_eviction.cpp
+    nvrtc_open,         // compile/nvrtc_library.cpp
+    nvrtc_gate,         // compile/compiler.cpp (prepare, parent and child handlers)
+    nvrtc_records,      // compile/nvrtc_probe.cpp
+    pch_root,           // compile/pch_folders.cpp
+    driver,             // load/driver.cpp
+    resolver_memo,      // resolve/name_resolver.cpp
+    loaded_libraries,   // load/kernel_loader.cpp
+    header_watch,       // key/dependency_watch.cpp
+    remote_tiers,       // remote/remote_store.cpp
+    cache_flights,      // cache/cache.cpp
+    // Kept as they are, on purpose (no handler):
+    api_counters,       // api/c_api.cpp
+    nvrtc_table,        // compile/nvrtc_library.cpp
+    nvrtc_identity,     // compile/nvrtc_probe.cpp
+    per_thread,         // thread_local state (only the forking thread's copy reaches the child)
+    count
+};
+
+// One row of the list.
+struct Piece {
+    State state;
+    const char *owner;     // the file that holds it
+    const char *holds;     // what it is
+    const char *in_child;  // what a forked child does with it
+    bool has_handler;      // false: kept as it is, on purpose
+};
+// The whole list, one row per State, in its order.
+const Piece (&pieces() noexcept)[static_cast<unsigned>(State::count)];
+
+// How many handlers were registered for `state` (a test: one for a piece with a handler, none
+// for a piece kept as it is).
+unsigned handlers_registered(State state) noexcept;
+
 // 0 in the process that loaded libkjit, one more in each forked child (a grandchild: 2).
 // Objects that belong to a process (a loaded CUDA library) record it, to tell a parent's.
 std::uint64_t generation() noexcept;
 
-// Registers `reset` to run in every child forked from now on (pthread_atfork's child handler):
-// in the child's only thread, before fork() returns there, in registration order. A handler
-// renews state in place; it must not log (the logger may not be renewed yet) nor wait for
-// anything. Returns false when the registration failed (no memory), said on stderr.
-bool at_fork_child(void (*reset)()) noexcept;
+// Registers `reset`, the handler of `state`, to run in every child forked from now on
+// (pthread_atfork's child handler): in the child's only thread, before fork() returns there, in
+// registration order. A handler renews state in place; it must not log (the logger may not be
+// renewed yet) nor wait for anything. Returns false when the registration failed (no memory),
+// said on stderr.
+bool at_fork_child(State state, void (*reset)()) noexcept;
 
 // pthread_atfork with all three handlers, for state that must be quiet at the fork itself (the
 // compiler's NVRTC gate: fork waits there for the NVRTC calls in flight). Same rules.
-bool at_fork(void (*prepare)(), void (*parent)(), void (*child)()) noexcept;
+bool at_fork(State state, void (*prepare)(), void (*parent)(), void (*child)()) noexcept;
 
 // Constructs `object` anew in place, leaking what the old one held (see above).
 template <typename T>
