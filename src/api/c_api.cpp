@@ -197,81 +197,123 @@ kjit::Status take_strings(const char *const *items, size_t count, const std::str
     return kjit::Ok{};
 }
 
-// The C options (any struct_size from the first release on) as a cache request.
-kjit::Status request_from(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
+// What the caller's options set explicitly; the rest comes from the environment's defaults.
+struct GivenSettings {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
-    if (options) {
-        if (auto st = check_struct_size(*options, where, "kjit_compile_options"); !st) return st;
-        if (KJIT_OPTION_PRESENT(options, cache_dir)) cache_dir = options->cache_dir;
-        if (KJIT_OPTION_PRESENT(options, arch)) arch = options->arch;
-        if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
-            if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
-                                      r.nvrtc_options);
-                !s) {
-                return s;
-            }
+};
+
+// options->headers (in-memory headers), checked.
+kjit::Status take_headers(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
+    if (options->header_count > 0 && !options->headers) {
+        return invalid(where + ".headers is NULL but header_count is not 0");
+    }
+    for (size_t i = 0; i < options->header_count; ++i) {
+        const kjit_header &h = options->headers[i];
+        if (!h.name || !h.source) {
+            return invalid(where + ".headers[" + std::to_string(i) + "] has a NULL name or source");
         }
-        if (KJIT_OPTION_PRESENT(options, include_path_count)) {
-            if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
-                                      r.include_paths);
-                !s) {
-                return s;
-            }
-        }
-        if (KJIT_OPTION_PRESENT(options, header_count)) {
-            if (options->header_count > 0 && !options->headers) {
-                return invalid(where + ".headers is NULL but header_count is not 0");
-            }
-            for (size_t i = 0; i < options->header_count; ++i) {
-                const kjit_header &h = options->headers[i];
-                if (!h.name || !h.source) {
-                    return invalid(where + ".headers[" + std::to_string(i) + "] has a NULL name or source");
-                }
-                r.headers.emplace_back(h.name, h.source);
-            }
-        }
-        if (KJIT_OPTION_PRESENT(options, name_expression) && options->name_expression) {
-            r.name_expression = options->name_expression;
-        }
-        if (KJIT_OPTION_PRESENT(options, max_cache_size)) max_cache_size = options->max_cache_size;
-        if (KJIT_OPTION_PRESENT(options, remote_storage) && options->remote_storage && *options->remote_storage) {
-            r.remote_spec = options->remote_storage;
-            r.remote_origin = "the remote_storage option";
+        r.headers.emplace_back(h.name, h.source);
+    }
+    return kjit::Ok{};
+}
+
+// The string arrays of the options (NVRTC options, include paths, in-memory headers), those
+// the caller's struct_size holds, checked.
+kjit::Status take_lists(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
+    if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
+        if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
+                                  r.nvrtc_options);
+            !s) {
+            return s;
         }
     }
-    if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
-    if (max_cache_size == UINT64_MAX) {
-        // no limit, whatever the environment says
-    } else if (max_cache_size != 0) {
+    if (KJIT_OPTION_PRESENT(options, include_path_count)) {
+        if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
+                                  r.include_paths);
+            !s) {
+            return s;
+        }
+    }
+    if (KJIT_OPTION_PRESENT(options, header_count)) return take_headers(options, r, where);
+    return kjit::Ok{};
+}
+
+// The fields of the caller's options (those its struct_size holds): the lists and the name
+// expression into `r`, the settings with defaults into `given`.
+kjit::Status take_options(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where,
+                          GivenSettings &given) {
+    if (auto st = check_struct_size(*options, where, "kjit_compile_options"); !st) return st;
+    if (KJIT_OPTION_PRESENT(options, cache_dir)) given.cache_dir = options->cache_dir;
+    if (KJIT_OPTION_PRESENT(options, arch)) given.arch = options->arch;
+    if (auto s = take_lists(options, r, where); !s) return s;
+    if (KJIT_OPTION_PRESENT(options, name_expression) && options->name_expression) {
+        r.name_expression = options->name_expression;
+    }
+    if (KJIT_OPTION_PRESENT(options, max_cache_size)) given.max_cache_size = options->max_cache_size;
+    if (KJIT_OPTION_PRESENT(options, remote_storage) && options->remote_storage && *options->remote_storage) {
+        r.remote_spec = options->remote_storage;
+        r.remote_origin = "the remote_storage option";
+    }
+    return kjit::Ok{};
+}
+
+// The cache size limit: the option's, else $KJIT_CACHE_MAX_SIZE's. UINT64_MAX is no limit,
+// whatever the environment says; 0 is the default.
+kjit::Status settle_max_cache_size(std::uint64_t max_cache_size, kjit::key::Request &r) {
+    if (max_cache_size == UINT64_MAX) return kjit::Ok{};
+    if (max_cache_size != 0) {
         r.max_cache_bytes = max_cache_size;
-    } else {
-        auto from_env = kjit::api::defaults::max_cache_bytes();
-        if (!from_env) return std::move(from_env).error();
-        r.max_cache_bytes = *from_env;
+        return kjit::Ok{};
     }
-    auto wait = kjit::api::defaults::compile_wait();
-    if (!wait) return std::move(wait).error();
-    r.compile_wait = *wait;
+    auto from_env = kjit::api::defaults::max_cache_bytes();
+    if (!from_env) return std::move(from_env).error();
+    r.max_cache_bytes = *from_env;
+    return kjit::Ok{};
+}
+
+// The cache folder: the option's when set, else the default.
+kjit::Status settle_cache_dir(const char *cache_dir, kjit::key::Request &r) {
     if (cache_dir && *cache_dir) {
         r.cache_dir = cache_dir;
-    } else {
-        auto dir = kjit::api::defaults::cache_dir();
-        if (!dir) return std::move(dir).error();
-        r.cache_dir = *dir;
+        return kjit::Ok{};
     }
+    auto dir = kjit::api::defaults::cache_dir();
+    if (!dir) return std::move(dir).error();
+    r.cache_dir = *dir;
+    return kjit::Ok{};
+}
+
+// The architecture: the option's when set, else $KJIT_ARCH's or the current GPU's; with where it
+// came from, for messages.
+kjit::Status settle_arch(const char *arch, kjit::key::Request &r) {
     if (arch && *arch) {
         r.arch = arch;
         r.arch_origin = "the arch option";
-    } else {
-        auto detected = kjit::api::defaults::arch();
-        if (!detected) return std::move(detected).error();
-        r.arch = *detected;
-        const char *env = std::getenv("KJIT_ARCH");
-        r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
+        return kjit::Ok{};
     }
+    auto detected = kjit::api::defaults::arch();
+    if (!detected) return std::move(detected).error();
+    r.arch = *detected;
+    const char *env = std::getenv("KJIT_ARCH");
+    r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
     return kjit::Ok{};
+}
+
+// The C options (any struct_size from the first release on) as a cache request.
+kjit::Status request_from(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
+    GivenSettings given;
+    if (options) {
+        if (auto st = take_options(options, r, where, given); !st) return st;
+    }
+    if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
+    if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
+    auto wait = kjit::api::defaults::compile_wait();
+    if (!wait) return std::move(wait).error();
+    r.compile_wait = *wait;
+    if (auto st = settle_cache_dir(given.cache_dir, r); !st) return st;
+    return settle_arch(given.arch, r);
 }
 
 // One batch item's C request as a cache request, or why it is not one.

@@ -36,57 +36,84 @@ bool is_ident_start(unsigned char c) {
 bool is_ident_char(unsigned char c) { return is_ident_start(c) || is_digit(c); }
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
 
+// Past the whitespace and comments from `i`, setting `space` when there are any; a "//"
+// comment ends the line (s.size()).
+std::size_t skip_blanks(std::string_view s, std::size_t i, bool &space) {
+    while (i < s.size()) {
+        if (is_blank(s[i])) {
+            space = true;
+            ++i;
+            continue;
+        }
+        if (s[i] != '/' || i + 1 >= s.size()) break;
+        if (s[i + 1] == '/') return s.size();
+        if (s[i + 1] != '*') break;
+        const std::size_t end = s.find("*/", i + 2);
+        i = end == std::string_view::npos ? s.size() : end + 2;
+        space = true;
+    }
+    return i;
+}
+
+// A pp-number starts with a digit, or a '.' before one.
+bool starts_number(std::string_view s, std::size_t i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    return is_digit(c) || (c == '.' && i + 1 < s.size() && is_digit(static_cast<unsigned char>(s[i + 1])));
+}
+
+// Where the pp-number starting at `i` ends: identifier characters, '.', digit separators, and a
+// sign right after an exponent letter (e or p).
+std::size_t number_end(std::string_view s, std::size_t i) {
+    for (++i; i < s.size(); ++i) {
+        const unsigned char d = static_cast<unsigned char>(s[i]);
+        const bool exponent_sign = (d == '+' || d == '-') && ((s[i - 1] | 0x20) == 'e' || (s[i - 1] | 0x20) == 'p');
+        if (!exponent_sign && !is_ident_char(d) && d != '.' && d != '\'') break;
+    }
+    return i;
+}
+
+// Where the string or character literal opened by the quote at `i` ends (past its closing
+// quote, or the line's end when unclosed).
+std::size_t literal_end(std::string_view s, std::size_t i) {
+    const char quote = s[i];
+    ++i;
+    while (i < s.size() && s[i] != quote) i += s[i] == '\\' ? 2u : 1u;
+    return std::min(i + 1, s.size());
+}
+
+// The kind of the token that starts at `i` (not blank), and where it ends.
+std::size_t token_end(std::string_view s, std::size_t i, Kind &kind) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (is_ident_start(c)) {
+        kind = Kind::identifier;
+        ++i;
+        while (i < s.size() && is_ident_char(static_cast<unsigned char>(s[i]))) ++i;
+        return i;
+    }
+    if (starts_number(s, i)) {
+        kind = Kind::number;
+        return number_end(s, i);
+    }
+    if (c == '"' || c == '\'') {
+        kind = Kind::string;
+        return literal_end(s, i);
+    }
+    kind = Kind::punct;  // one character, but ## as one token (the paste operator)
+    return c == '#' && i + 1 < s.size() && s[i + 1] == '#' ? i + 2 : i + 1;
+}
+
 // Preprocessing tokens of one logical line; comments are whitespace.
 Tokens tokenize(std::string_view s) {
     Tokens out;
     bool space = false;
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (is_blank(static_cast<char>(c))) {
-            space = true;
-            ++i;
-            continue;
-        }
-        if (c == '/' && i + 1 < s.size() && s[i + 1] == '/') break;
-        if (c == '/' && i + 1 < s.size() && s[i + 1] == '*') {
-            const std::size_t end = s.find("*/", i + 2);
-            i = end == std::string_view::npos ? s.size() : end + 2;
-            space = true;
-            continue;
-        }
+    for (std::size_t i = skip_blanks(s, 0, space); i < s.size(); i = skip_blanks(s, i, space)) {
         Token t;
         t.space = space;
         space = false;
-        const std::size_t start = i;
-        if (is_ident_start(c)) {
-            while (i < s.size() && is_ident_char(static_cast<unsigned char>(s[i]))) ++i;
-            t.kind = Kind::identifier;
-        } else if (is_digit(c) || (c == '.' && i + 1 < s.size() && is_digit(static_cast<unsigned char>(s[i + 1])))) {
-            ++i;
-            while (i < s.size()) {
-                const unsigned char d = static_cast<unsigned char>(s[i]);
-                if ((d == '+' || d == '-') && ((s[i - 1] | 0x20) == 'e' || (s[i - 1] | 0x20) == 'p')) {
-                    ++i;
-                } else if (is_ident_char(d) || d == '.' || d == '\'') {
-                    ++i;
-                } else {
-                    break;
-                }
-            }
-            t.kind = Kind::number;
-        } else if (c == '"' || c == '\'') {
-            ++i;
-            while (i < s.size() && static_cast<unsigned char>(s[i]) != c) i += s[i] == '\\' ? 2u : 1u;
-            i = std::min(i + 1, s.size());
-            t.kind = Kind::string;
-        } else if (c == '#' && i + 1 < s.size() && s[i + 1] == '#') {
-            i += 2;
-        } else {
-            ++i;
-        }
-        t.text.assign(s.substr(start, i - start));
+        const std::size_t end = token_end(s, i, t.kind);
+        t.text.assign(s.substr(i, end - i));
         out.push_back(std::move(t));
+        i = end;
     }
     return out;
 }
@@ -143,6 +170,114 @@ Tokens glue(const Token &a, const Token &b) {
     joined.front().space = a.space;
     for (Token &t : joined) t.hide = a.hide;
     return joined;
+}
+
+// One place of a replacement list once its parameters are known: a token, or a parameter to be
+// replaced by its fully expanded argument (whose alternatives are only combined at the end).
+struct Slot {
+    Token token;
+    int expanded = -1;  // a parameter replaced by its expanded argument
+    bool leading_space = false;
+};
+using Slots = std::vector<Slot>;
+
+// The index of the parameter of `d` that `t` names, or -1.
+int param_of(const Definition &d, const Token &t) {
+    if (!d.function_like || t.kind != Kind::identifier) return -1;
+    for (std::size_t i = 0; i < d.params.size(); ++i) {
+        if (d.params[i] == t.text) return static_cast<int>(i);
+    }
+    return -1;
+}
+
+// Whether body[i] is an operand of ##: a parameter there takes its argument as written, not
+// expanded.
+bool beside_paste(const Tokens &body, std::size_t i) {
+    return (i > 0 && is_punct(body[i - 1], "##")) || (i + 1 < body.size() && is_punct(body[i + 1], "##"));
+}
+
+// Parameter `p` (written as `t`): its expanded argument, or beside ## the argument as written
+// (a placemarker when empty, so that ## still has an operand).
+void add_parameter(Slots &slots, const Tokens &arg, int p, const Token &t, bool pasted) {
+    if (!pasted) {
+        slots.push_back(Slot{Token{}, p, t.space});
+        return;
+    }
+    if (arg.empty()) {
+        Token mark;
+        mark.kind = Kind::placemarker;
+        slots.push_back(Slot{mark, -1, false});
+        return;
+    }
+    for (std::size_t k = 0; k < arg.size(); ++k) {
+        Token a = arg[k];
+        if (k == 0) a.space = t.space;
+        slots.push_back(Slot{a, -1, false});
+    }
+}
+
+// d's replacement list as slots: # applied, ## operators marked, parameters substituted.
+// False on __VA_OPT__, which is not modelled.
+bool slots_of(const Definition &d, const std::vector<Tokens> &args, Slots &slots) {
+    const Tokens body = tokenize(d.body);
+    for (std::size_t i = 0; i < body.size(); ++i) {
+        const Token &t = body[i];
+        if (t.kind == Kind::identifier && t.text == "__VA_OPT__") return false;
+        if (d.function_like && is_punct(t, "#") && i + 1 < body.size() && param_of(d, body[i + 1]) >= 0) {
+            slots.push_back(Slot{stringize(args[static_cast<std::size_t>(param_of(d, body[i + 1]))], t.space), -1, false});
+            ++i;
+            continue;
+        }
+        if (is_punct(t, "##")) {
+            Token op = t;
+            op.paste = true;
+            slots.push_back(Slot{op, -1, false});
+            continue;
+        }
+        const int p = param_of(d, t);
+        if (p < 0) {
+            slots.push_back(Slot{t, -1, false});
+            continue;
+        }
+        add_parameter(slots, args[static_cast<std::size_t>(p)], p, t, beside_paste(body, i));
+    }
+    return true;
+}
+
+// The ## operators applied to the tokens beside them. False when ill-formed: ## at either end
+// of the list.
+bool apply_pastes(const Slots &slots, Slots &pasted) {
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        if (!slots[i].token.paste) {
+            pasted.push_back(slots[i]);
+            continue;
+        }
+        if (pasted.empty() || i + 1 >= slots.size() || pasted.back().expanded >= 0 || slots[i + 1].expanded >= 0) {
+            return false;
+        }
+        const Token left = pasted.back().token;
+        pasted.pop_back();
+        for (Token &g : glue(left, slots[++i].token)) pasted.push_back(Slot{std::move(g), -1, false});
+    }
+    return true;
+}
+
+// Each of `outs` followed by each of `alternatives` in turn; an alternative's first token takes
+// the spacing of the parameter it replaces.
+std::vector<Tokens> each_followed_by(const std::vector<Tokens> &outs, const std::vector<Tokens> &alternatives,
+                                     bool leading_space) {
+    std::vector<Tokens> next;
+    for (const Tokens &o : outs) {
+        for (const Tokens &alt : alternatives) {
+            Tokens joined = o;
+            for (std::size_t k = 0; k < alt.size(); ++k) {
+                joined.push_back(alt[k]);
+                if (k == 0) joined.back().space = leading_space;
+            }
+            next.push_back(std::move(joined));
+        }
+    }
+    return next;
 }
 
 class Expander {
@@ -275,74 +410,27 @@ private:
     // fully expanded arguments taken in turn, every token given the hide set `hs`.
     std::vector<Tokens> substitute(const Definition &d, const std::vector<Tokens> &args,
                                    const std::vector<std::string> &hs, bool space) {
-        const Tokens body = tokenize(d.body);
-        auto param_of = [&](const Token &t) -> int {
-            if (!d.function_like || t.kind != Kind::identifier) return -1;
-            for (std::size_t i = 0; i < d.params.size(); ++i) {
-                if (d.params[i] == t.text) return static_cast<int>(i);
-            }
-            return -1;
-        };
-        struct Slot {
-            Token token;
-            int expanded = -1;  // a parameter replaced by its expanded argument
-            bool leading_space = false;
-        };
-        std::vector<Slot> slots;
-        for (std::size_t i = 0; i < body.size(); ++i) {
-            const Token &t = body[i];
-            if (t.kind == Kind::identifier && t.text == "__VA_OPT__") {
-                failed_ = true;  // not modelled
-                return {};
-            }
-            if (d.function_like && is_punct(t, "#") && i + 1 < body.size() && param_of(body[i + 1]) >= 0) {
-                slots.push_back(Slot{stringize(args[static_cast<std::size_t>(param_of(body[i + 1]))], t.space), -1, false});
-                ++i;
-                continue;
-            }
-            if (is_punct(t, "##")) {
-                Token op = t;
-                op.paste = true;
-                slots.push_back(Slot{op, -1, false});
-                continue;
-            }
-            const int p = param_of(t);
-            if (p < 0) {
-                slots.push_back(Slot{t, -1, false});
-                continue;
-            }
-            const Tokens &arg = args[static_cast<std::size_t>(p)];
-            const bool pasted = (i > 0 && is_punct(body[i - 1], "##")) || (i + 1 < body.size() && is_punct(body[i + 1], "##"));
-            if (!pasted) {
-                slots.push_back(Slot{Token{}, p, t.space});
-            } else if (arg.empty()) {
-                Token mark;
-                mark.kind = Kind::placemarker;
-                slots.push_back(Slot{mark, -1, false});
-            } else {
-                for (std::size_t k = 0; k < arg.size(); ++k) {
-                    Token a = arg[k];
-                    if (k == 0) a.space = t.space;
-                    slots.push_back(Slot{a, -1, false});
-                }
-            }
+        Slots slots;
+        if (!slots_of(d, args, slots)) {
+            failed_ = true;  // not modelled
+            return {};
         }
-        // The ## operators, on the tokens beside them.
-        std::vector<Slot> pasted;
-        for (std::size_t i = 0; i < slots.size(); ++i) {
-            if (!slots[i].token.paste) {
-                pasted.push_back(slots[i]);
-                continue;
-            }
-            if (pasted.empty() || i + 1 >= slots.size() || pasted.back().expanded >= 0 || slots[i + 1].expanded >= 0) {
-                failed_ = true;  // ill-formed: ## at either end
-                return {};
-            }
-            const Token left = pasted.back().token;
-            pasted.pop_back();
-            for (Token &g : glue(left, slots[++i].token)) pasted.push_back(Slot{std::move(g), -1, false});
+        Slots pasted;
+        if (!apply_pastes(slots, pasted)) {
+            failed_ = true;  // ill-formed: ## at either end
+            return {};
         }
-        // Every combination of the expanded arguments' alternatives.
+        std::vector<Tokens> outs = combine(pasted, args);
+        for (Tokens &o : outs) {
+            if (!o.empty()) o.front().space = space;
+            for (Token &t : o) add_hide(t, hs);
+        }
+        return outs;
+    }
+
+    // Every combination of the expanded arguments' alternatives, with the other slots' tokens
+    // between them. Nothing when past a bound (failed_ is then set).
+    std::vector<Tokens> combine(const Slots &pasted, const std::vector<Tokens> &args) {
         std::map<int, std::vector<Tokens>> expanded;
         std::vector<Tokens> outs(1);
         for (const Slot &slot : pasted) {
@@ -351,39 +439,32 @@ private:
                 for (Tokens &o : outs) o.push_back(slot.token);
                 continue;
             }
-            auto it = expanded.find(slot.expanded);
-            if (it == expanded.end()) {
-                if (++depth_ > kMaxDepth) {
-                    failed_ = true;
-                    return {};
-                }
-                it = expanded.emplace(slot.expanded, expand(args[static_cast<std::size_t>(slot.expanded)])).first;
-                --depth_;
-                if (failed_) return {};
-            }
+            const std::vector<Tokens> *alternatives = expanded_argument(expanded, args, slot.expanded);
+            if (!alternatives) return {};
             // Past the budget as soon as it is: every combination made first could take GBs.
-            if (outs.size() * it->second.size() > kMaxAlternatives) {
+            if (outs.size() * alternatives->size() > kMaxAlternatives) {
                 failed_ = true;
                 return {};
             }
-            std::vector<Tokens> next;
-            for (const Tokens &o : outs) {
-                for (const Tokens &alt : it->second) {
-                    Tokens joined = o;
-                    for (std::size_t k = 0; k < alt.size(); ++k) {
-                        joined.push_back(alt[k]);
-                        if (k == 0) joined.back().space = slot.leading_space;
-                    }
-                    next.push_back(std::move(joined));
-                }
-            }
-            outs = std::move(next);
-        }
-        for (Tokens &o : outs) {
-            if (!o.empty()) o.front().space = space;
-            for (Token &t : o) add_hide(t, hs);
+            outs = each_followed_by(outs, *alternatives, slot.leading_space);
         }
         return outs;
+    }
+
+    // Argument `p` fully expanded (each alternative), once per substitution: kept in `memo`.
+    // Null when past a bound.
+    const std::vector<Tokens> *expanded_argument(std::map<int, std::vector<Tokens>> &memo,
+                                                 const std::vector<Tokens> &args, int p) {
+        auto it = memo.find(p);
+        if (it != memo.end()) return &it->second;
+        if (++depth_ > kMaxDepth) {
+            failed_ = true;
+            return nullptr;
+        }
+        it = memo.emplace(p, expand(args[static_cast<std::size_t>(p)])).first;
+        --depth_;
+        if (failed_) return nullptr;
+        return &it->second;
     }
 
     const Table &table_;
@@ -393,44 +474,66 @@ private:
     bool failed_ = false;
 };
 
-// The text before a definition's name parsed: its parameters when function-like. False when
-// malformed.
-bool parse_definition(std::string_view rest, std::string &name, Definition &d, bool from_option) {
-    std::size_t i = 0;
+// `s` without blanks at either end.
+std::string_view trim_blanks(std::string_view s) {
+    while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+// The macro's name, after any blanks at the start of `rest`; `i` then points past it. False
+// when no identifier starts there.
+bool parse_name(std::string_view rest, std::size_t &i, std::string &name) {
     while (i < rest.size() && is_blank(rest[i])) ++i;
     const std::size_t start = i;
     if (i >= rest.size() || !is_ident_start(static_cast<unsigned char>(rest[i]))) return false;
     while (i < rest.size() && is_ident_char(static_cast<unsigned char>(rest[i]))) ++i;
     name.assign(rest.substr(start, i - start));
+    return true;
+}
+
+// One parameter `p` (trimmed, not empty) added to d: a name, or the variadic one ("...", or
+// "name..." in GCC's spelling). False when malformed.
+bool add_param(std::string_view p, Definition &d) {
+    if (d.variadic) return false;  // ... must be last
+    if (p.size() >= 3 && p.substr(p.size() - 3) == "...") {
+        d.variadic = true;
+        p.remove_suffix(3);
+        while (!p.empty() && is_blank(p.back())) p.remove_suffix(1);
+        d.params.emplace_back(p.empty() ? std::string_view("__VA_ARGS__") : p);
+        return true;
+    }
+    for (char ch : p) {
+        if (!is_ident_char(static_cast<unsigned char>(ch))) return false;
+    }
+    d.params.emplace_back(p);
+    return true;
+}
+
+// The parameter list between the parentheses, into d.params. An empty list is no parameters;
+// an empty parameter beside others is malformed (false).
+bool parse_params(std::string_view list, Definition &d) {
+    while (!list.empty()) {
+        const std::size_t comma = list.find(',');
+        const std::string_view p = trim_blanks(list.substr(0, comma));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+        if (p.empty()) return d.params.empty() && list.empty();
+        if (!add_param(p, d)) return false;
+    }
+    return true;
+}
+
+// The text before a definition's name parsed: its parameters when function-like. False when
+// malformed.
+bool parse_definition(std::string_view rest, std::string &name, Definition &d, bool from_option) {
+    std::size_t i = 0;
+    if (!parse_name(rest, i, name)) return false;
     if (i < rest.size() && rest[i] == '(') {
         d.function_like = true;
         const std::size_t close = rest.find(')', i);
         if (close == std::string_view::npos) return false;
-        std::string_view list = rest.substr(i + 1, close - i - 1);
+        if (!parse_params(rest.substr(i + 1, close - i - 1), d)) return false;
         i = close + 1;
-        while (!list.empty()) {
-            const std::size_t comma = list.find(',');
-            std::string_view p = list.substr(0, comma);
-            list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-            while (!p.empty() && is_blank(p.front())) p.remove_prefix(1);
-            while (!p.empty() && is_blank(p.back())) p.remove_suffix(1);
-            if (p.empty()) {
-                if (!d.params.empty() || !list.empty()) return false;
-                break;
-            }
-            if (d.variadic) return false;  // ... must be last
-            if (p.size() >= 3 && p.substr(p.size() - 3) == "...") {
-                d.variadic = true;
-                p.remove_suffix(3);
-                while (!p.empty() && is_blank(p.back())) p.remove_suffix(1);
-                d.params.emplace_back(p.empty() ? std::string_view("__VA_ARGS__") : p);
-                continue;
-            }
-            for (char ch : p) {
-                if (!is_ident_char(static_cast<unsigned char>(ch))) return false;
-            }
-            d.params.emplace_back(p);
-        }
     }
     if (from_option) {
         // -DNAME=VALUE; -DNAME is NAME 1.
@@ -443,10 +546,7 @@ bool parse_definition(std::string_view rest, std::string &name, Definition &d, b
     }
     // ("#define X+1", a name followed by neither blank nor '(': GCC warns and takes the rest as
     // the replacement list, as this does.)
-    std::string_view body = rest.substr(std::min(i, rest.size()));
-    while (!body.empty() && is_blank(body.front())) body.remove_prefix(1);
-    while (!body.empty() && is_blank(body.back())) body.remove_suffix(1);
-    d.body.assign(body);
+    d.body.assign(trim_blanks(rest.substr(std::min(i, rest.size()))));
     return true;
 }
 

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -523,61 +524,106 @@ Status Scanner::record_every_file() {
 
 }  // namespace
 
+namespace {
+
+// The NVRTC options, read in order: `i` is the one being read.
+struct OptionList {
+    const std::vector<std::string> &all;
+    std::size_t i = 0;
+
+    const std::string &current() const { return all[i]; }
+    // The next option, taken as the current one's value ("-I dir"); then it is the current one.
+    Result<std::string> next_value() {
+        if (i + 1 >= all.size()) {
+            return Error{Errc::invalid_argument, "NVRTC option '" + all[i] +
+                                                     "' has no value after it (it would take the next option "
+                                                     "libkjit passes as its value)"};
+        }
+        return all[++i];
+    }
+};
+
+// An option's value when it is of the kind asked for, checked; nothing for another option.
+using Taken = std::optional<Result<std::string>>;
+
+// The folder of an include-folder option: -I dir, --include-path dir, --include-path=dir,
+// -Idir or -I=dir.
+Taken include_dir_option(OptionList &options) {
+    const std::string &o = options.current();
+    if (o == "-I" || o == "--include-path") {
+        auto value = options.next_value();
+        if (!value) return std::move(value).error();
+        return include_dir_value(o + " " + *value, *value, false);
+    }
+    if (o.compare(0, 15, "--include-path=") == 0) return include_dir_value(o, std::string_view(o).substr(15), true);
+    if (o.compare(0, 2, "-I") != 0) return std::nullopt;
+    std::string_view value = std::string_view(o).substr(2);
+    const bool equals = !value.empty() && value.front() == '=';
+    if (equals) value.remove_prefix(1);
+    return include_dir_value(o, value, equals);
+}
+
+// The file of a pre-include option: -include file, --pre-include file, -include=file or
+// --pre-include=file.
+Taken pre_include_option(OptionList &options) {
+    const std::string &o = options.current();
+    if (o == "-include" || o == "--pre-include") {
+        auto value = options.next_value();
+        if (!value) return std::move(value).error();
+        return pre_include_value(o + " " + *value, *value);
+    }
+    if (o.compare(0, 9, "-include=") == 0 || o.compare(0, 14, "--pre-include=") == 0) {
+        return pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
+    }
+    return std::nullopt;
+}
+
+// The definition of a macro option: -D def, --define-macro def, --define-macro=def, -Ddef or
+// -D=def. Blanks before it are dropped, except after "--define-macro=".
+Taken define_option(OptionList &options) {
+    const std::string &o = options.current();
+    std::string_view def;
+    if (o == "-D" || o == "--define-macro") {
+        auto value = options.next_value();
+        if (!value) return std::move(value).error();
+        def = *value;
+        while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+        return std::string(def);
+    }
+    if (o.compare(0, 15, "--define-macro=") == 0) return o.substr(15);
+    if (o.compare(0, 2, "-D") != 0) return std::nullopt;
+    def = std::string_view(o).substr(2);
+    if (!def.empty() && def.front() == '=') def.remove_prefix(1);
+    while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
+    return std::string(def);
+}
+
+// Adds the value of an option of the kind `read` takes to `list`; true when the option was of
+// that kind (and `status` then says whether its value was good).
+bool take_option(Taken (*read)(OptionList &), OptionList &options, std::vector<std::string> &list, Status &status) {
+    Taken value = read(options);
+    if (!value) return false;
+    if (!*value) {
+        status = std::move(*value).error();
+        return true;
+    }
+    list.push_back(std::move(**value));
+    return true;
+}
+
+}  // namespace
+
 Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) {
     FileOptions out;
-    const std::size_t n = nvrtc_options.size();
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::string &o = nvrtc_options[i];
-        auto next = [&]() -> Result<std::string> {
-            if (i + 1 >= n) {
-                return Error{Errc::invalid_argument, "NVRTC option '" + o +
-                                                         "' has no value after it (it would take the next option "
-                                                         "libkjit passes as its value)"};
-            }
-            return nvrtc_options[++i];
-        };
-        if (o == "-I" || o == "--include-path") {
-            auto value = next();
-            if (!value) return std::move(value).error();
-            auto dir = include_dir_value(o + " " + *value, *value, false);
-            if (!dir) return std::move(dir).error();
-            out.include_dirs.push_back(std::move(*dir));
-        } else if (o.compare(0, 15, "--include-path=") == 0) {
-            auto dir = include_dir_value(o, std::string_view(o).substr(15), true);
-            if (!dir) return std::move(dir).error();
-            out.include_dirs.push_back(std::move(*dir));
-        } else if (o.compare(0, 2, "-I") == 0) {
-            std::string_view value = std::string_view(o).substr(2);
-            const bool equals = !value.empty() && value.front() == '=';
-            if (equals) value.remove_prefix(1);
-            auto dir = include_dir_value(o, value, equals);
-            if (!dir) return std::move(dir).error();
-            out.include_dirs.push_back(std::move(*dir));
-        } else if (o == "-include" || o == "--pre-include") {
-            auto value = next();
-            if (!value) return std::move(value).error();
-            auto file = pre_include_value(o + " " + *value, *value);
-            if (!file) return std::move(file).error();
-            out.pre_includes.push_back(std::move(*file));
-        } else if (o.compare(0, 9, "-include=") == 0 || o.compare(0, 14, "--pre-include=") == 0) {
-            auto file = pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
-            if (!file) return std::move(file).error();
-            out.pre_includes.push_back(std::move(*file));
-        } else if (o == "-D" || o == "--define-macro") {
-            auto value = next();
-            if (!value) return std::move(value).error();
-            std::string_view def = *value;
-            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
-            out.defines.emplace_back(def);
-        } else if (o.compare(0, 15, "--define-macro=") == 0) {
-            out.defines.push_back(o.substr(15));
-        } else if (o.compare(0, 2, "-D") == 0) {
-            std::string_view def = std::string_view(o).substr(2);
-            if (!def.empty() && def.front() == '=') def.remove_prefix(1);
-            while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
-            out.defines.emplace_back(def);
-        }
+    Status status = Ok{};
+    for (OptionList options{nvrtc_options}; options.i < nvrtc_options.size() && status; ++options.i) {
+        // The three kinds are told apart by their spellings: the order they are tried in does
+        // not matter. Other options do not name files.
+        if (take_option(include_dir_option, options, out.include_dirs, status)) continue;
+        if (take_option(pre_include_option, options, out.pre_includes, status)) continue;
+        take_option(define_option, options, out.defines, status);
     }
+    if (!status) return std::move(status).error();
     return out;
 }
 

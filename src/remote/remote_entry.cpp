@@ -54,6 +54,78 @@ private:
     std::size_t pos_ = 0;
 };
 
+// The envelope's fields, as views into the value.
+struct Fields {
+    std::string_view key, format, nvrtc, arch, host, created, manifest_text, cubin;
+};
+
+// The envelope read into `f`: magic, checksum, version and fields, nothing after the last.
+// What is wrong, or "" (no allocation when nothing is).
+std::string read_envelope(std::string_view value, Fields &f) {
+    if (value.size() < kMagic.size() + 4 + kChecksumHex) return "cut short (" + std::to_string(value.size()) + " bytes)";
+    if (value.substr(0, kMagic.size()) != kMagic) return "not a libkjit entry (no magic)";
+    const std::string_view body = value.substr(0, value.size() - kChecksumHex);
+    // The checksum first: a value cut short or with a flipped byte anywhere fails here, whatever
+    // its lengths now say.
+    if (hash128_hex(body) != value.substr(body.size())) return "checksum mismatch (damaged or cut short)";
+    Reader r(body.substr(kMagic.size()));
+    std::uint32_t version = 0;
+    if (!r.u32(version)) return "cut short";
+    if (version != kEnvelopeVersion) {
+        return "envelope version " + std::to_string(version) + ", this libkjit reads " + std::to_string(kEnvelopeVersion);
+    }
+    if (!r.field(f.key) || !r.field(f.format) || !r.field(f.nvrtc) || !r.field(f.arch) || !r.field(f.host) ||
+        !r.field(f.created) || !r.field(f.manifest_text) || !r.field(f.cubin)) {
+        return "a field runs past the end";
+    }
+    if (r.position() != body.size() - kMagic.size()) return "bytes after the last field";
+    return {};
+}
+
+// Whether the envelope was made for this request (key, cache format, NVRTC, architecture):
+// what differs, or "".
+std::string header_mismatch(const Fields &f, const Expected &expected) {
+    if (f.key != expected.key) return "made for key " + std::string(f.key) + " (a value copied under another key)";
+    if (f.format != std::to_string(expected.format)) return "cache format " + std::string(f.format);
+    if (f.nvrtc != expected.nvrtc_identity) return "made by NVRTC " + std::string(f.nvrtc);
+    if (f.arch != expected.arch) return "made for " + std::string(f.arch);
+    return {};
+}
+
+// Whether the manifest describes this request and the cubin beside it is the one it records
+// (size and hash) and an ELF file: what is wrong, or "".
+std::string manifest_mismatch(const store::cache_entry::Manifest &m, std::string_view cubin, const Expected &expected) {
+    if (m.key != expected.key || m.arch != expected.arch || m.nvrtc != expected.nvrtc_identity ||
+        m.keyword != expected.keyword || m.name_expression != expected.name_expression) {
+        return "its manifest does not describe this request";
+    }
+    if (cubin.size() != m.cubin_bytes || hash128_hex(cubin) != m.cubin_hash) {
+        return "the cubin is not the one its manifest records";
+    }
+    if (cubin.size() < 4 || cubin.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) return "the cubin is not an ELF file";
+    return {};
+}
+
+// Whether the manifest's name is the one a fresh compile would choose (the lowered name is
+// NVRTC's: it must be a function of this cubin and pass the keyword rule): why not, or "".
+std::string name_mismatch(const store::cache_entry::Manifest &m, std::string_view cubin, const std::string &where) {
+    const std::string what = "remote entry " + where;
+    if (m.name_expression) {
+        if (!cubin::name_matcher::matches(m.name, m.keyword)) return "name '" + m.name + "' does not match its keyword";
+        auto table = cubin::SymbolTable::from_view(cubin, what);
+        if (!table) return table.error().message;
+        const auto &fns = table->functions();
+        if (std::none_of(fns.begin(), fns.end(), [&](const cubin::FunctionSymbol &f) { return f.name == m.name; })) {
+            return "name '" + m.name + "' is not a function of its cubin";
+        }
+        return {};
+    }
+    auto name = resolve::name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
+    if (!name) return name.error().message;
+    if (*name != m.name) return "names '" + m.name + "' where the keyword rule chooses '" + *name + "'";
+    return {};
+}
+
 }  // namespace
 
 std::string host_name() {
@@ -84,60 +156,18 @@ std::string encode(const store::cache_entry::Manifest &manifest, std::string_vie
 
 Result<Entry> decode(std::string_view value, const Expected &expected, const std::string &where) {
     auto bad = [&](const std::string &what) { return Error{Errc::bad_cubin, "remote entry " + where + ": " + what}; };
-    if (value.size() < kMagic.size() + 4 + kChecksumHex) return bad("cut short (" + std::to_string(value.size()) + " bytes)");
-    if (value.substr(0, kMagic.size()) != kMagic) return bad("not a libkjit entry (no magic)");
-    const std::string_view body = value.substr(0, value.size() - kChecksumHex);
-    // The checksum first: a value cut short or with a flipped byte anywhere fails here, whatever
-    // its lengths now say.
-    if (hash128_hex(body) != value.substr(body.size())) return bad("checksum mismatch (damaged or cut short)");
-    Reader r(body.substr(kMagic.size()));
-    std::uint32_t version = 0;
-    if (!r.u32(version)) return bad("cut short");
-    if (version != kEnvelopeVersion) {
-        return bad("envelope version " + std::to_string(version) + ", this libkjit reads " + std::to_string(kEnvelopeVersion));
-    }
-    std::string_view key, format, nvrtc, arch, host, created, manifest_text, cubin;
-    if (!r.field(key) || !r.field(format) || !r.field(nvrtc) || !r.field(arch) || !r.field(host) || !r.field(created) ||
-        !r.field(manifest_text) || !r.field(cubin)) {
-        return bad("a field runs past the end");
-    }
-    if (r.position() != body.size() - kMagic.size()) return bad("bytes after the last field");
-    if (key != expected.key) return bad("made for key " + std::string(key) + " (a value copied under another key)");
-    if (format != std::to_string(expected.format)) return bad("cache format " + std::string(format));
-    if (nvrtc != expected.nvrtc_identity) return bad("made by NVRTC " + std::string(nvrtc));
-    if (arch != expected.arch) return bad("made for " + std::string(arch));
-    auto manifest = store::cache_entry::parse_manifest(manifest_text, where + " (manifest)");
+    Fields f;
+    if (std::string why = read_envelope(value, f); !why.empty()) return bad(why);
+    if (std::string why = header_mismatch(f, expected); !why.empty()) return bad(why);
+    auto manifest = store::cache_entry::parse_manifest(f.manifest_text, where + " (manifest)");
     if (!manifest) return bad(manifest.error().message);
-    const store::cache_entry::Manifest &m = *manifest;
-    if (m.key != expected.key || m.arch != expected.arch || m.nvrtc != expected.nvrtc_identity ||
-        m.keyword != expected.keyword || m.name_expression != expected.name_expression) {
-        return bad("its manifest does not describe this request");
-    }
-    if (cubin.size() != m.cubin_bytes || hash128_hex(cubin) != m.cubin_hash) {
-        return bad("the cubin is not the one its manifest records");
-    }
-    if (cubin.size() < 4 || cubin.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) return bad("the cubin is not an ELF file");
-    // The name, as a fresh compile would choose it (the lowered name is NVRTC's: it must be a
-    // function of this cubin and pass the keyword rule).
-    const std::string what = "remote entry " + where;
-    if (m.name_expression) {
-        if (!cubin::name_matcher::matches(m.name, m.keyword)) return bad("name '" + m.name + "' does not match its keyword");
-        auto table = cubin::SymbolTable::from_view(cubin, what);
-        if (!table) return bad(table.error().message);
-        const auto &fns = table->functions();
-        if (std::none_of(fns.begin(), fns.end(), [&](const cubin::FunctionSymbol &f) { return f.name == m.name; })) {
-            return bad("name '" + m.name + "' is not a function of its cubin");
-        }
-    } else {
-        auto name = resolve::name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
-        if (!name) return bad(name.error().message);
-        if (*name != m.name) return bad("names '" + m.name + "' where the keyword rule chooses '" + *name + "'");
-    }
+    if (std::string why = manifest_mismatch(*manifest, f.cubin, expected); !why.empty()) return bad(why);
+    if (std::string why = name_mismatch(*manifest, f.cubin, where); !why.empty()) return bad(why);
     Entry e;
     e.manifest = std::move(*manifest);
-    e.cubin = std::string(cubin);
-    e.producer = std::string(host);
-    std::from_chars(created.data(), created.data() + created.size(), e.created);
+    e.cubin = std::string(f.cubin);
+    e.producer = std::string(f.host);
+    std::from_chars(f.created.data(), f.created.data() + f.created.size(), e.created);
     return e;
 }
 

@@ -308,23 +308,98 @@ std::string format_manifest(const Manifest &m) {
     return out;
 }
 
-Result<Manifest> parse_manifest(std::string_view text, const std::string &path) {
-    auto bad = [&](const std::string &why) { return Error{Errc::io, "manifest '" + path + "': " + why}; };
+namespace {
+
+// The manifest's header and check line verified: `body` is then everything the check line
+// covers. What is wrong, or null.
+const char *check_manifest(std::string_view text, std::string_view &body) {
     if (text.substr(0, kManifestHeader.size()) != kManifestHeader) {
         if (text.substr(0, 14) == "kjit-manifest ") {
-            return bad("a manifest of another format (made by another libkjit version), not format 2");
+            return "a manifest of another format (made by another libkjit version), not format 2";
         }
-        return bad("not a kjit manifest of format 2");
+        return "not a kjit manifest of format 2";
     }
     // The check line comes last and covers everything before it: one damaged byte anywhere (a
     // name, the cubin hash) makes the whole manifest untrustworthy, not just that line.
-    if (text.empty() || text.back() != '\n') return bad("its last line is cut short");
+    if (text.empty() || text.back() != '\n') return "its last line is cut short";
     const std::size_t last = text.rfind('\n', text.size() - 2);
-    const std::string_view body = text.substr(0, last + 1);
+    body = text.substr(0, last + 1);
     const std::string_view check = text.substr(last + 1);
-    if (check.substr(0, kCheckLabel.size()) != kCheckLabel) return bad("the check line is missing (truncated?)");
-    if (check != check_line(body)) return bad("damaged: its check line does not match its text");
-    Manifest m;
+    if (check.substr(0, kCheckLabel.size()) != kCheckLabel) return "the check line is missing (truncated?)";
+    if (check != check_line(body)) return "damaged: its check line does not match its text";
+    return nullptr;
+}
+
+// The member a label of one value names, or null.
+std::string *text_field(Manifest &m, std::string_view label) {
+    if (label == "key") return &m.key;
+    if (label == "source_key") return &m.source_key;
+    if (label == "keyword") return &m.keyword;
+    if (label == "name") return &m.name;
+    if (label == "arch") return &m.arch;
+    if (label == "nvrtc") return &m.nvrtc;
+    if (label == "created") return &m.created;
+    return nullptr;
+}
+
+// The list a repeated label adds to, or null.
+std::vector<std::string> *list_field(Manifest &m, std::string_view label) {
+    if (label == "option") return &m.options;
+    if (label == "include_path") return &m.include_paths;
+    if (label == "header") return &m.headers;
+    return nullptr;
+}
+
+std::string read_cubin_bytes(const std::string &value, Manifest &m) {
+    char *endp = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(value.c_str(), &endp, 10);
+    if (value.empty() || *endp != '\0' || errno != 0) return "cubin_bytes '" + value + "' is not a number";
+    m.cubin_bytes = n;
+    return {};
+}
+
+std::string read_cubin_hash(std::string &value, Manifest &m) {
+    if (value.size() != 32 || !all_hex(value)) return "cubin_hash '" + value + "' is not 32 hex digits";
+    m.cubin_hash = std::move(value);
+    return {};
+}
+
+std::string read_compile_seconds(const std::string &value, Manifest &m) {
+    // Written with %.3f; anything else (inf, nan, hex, absurd sizes that %.3f cannot give back
+    // unchanged) is damage, as the fuzzer found.
+    char *endp = nullptr;
+    const double v = std::strtod(value.c_str(), &endp);
+    if (value.empty() || *endp != '\0' || !(v >= 0 && v < 1e9) || value[0] == ' ') {
+        return "compile_seconds '" + value + "' is not a time in seconds";
+    }
+    m.compile_seconds = v;
+    return {};
+}
+
+// One line's value stored where its label says: what is wrong with the value, or "" (no
+// allocation when nothing is). Unknown labels are from a later minor format, informational.
+std::string store_field(Manifest &m, std::string_view label, std::string &value) {
+    if (std::string *field = text_field(m, label)) {
+        *field = std::move(value);
+        return {};
+    }
+    if (std::vector<std::string> *list = list_field(m, label)) {
+        list->push_back(std::move(value));
+        return {};
+    }
+    if (label == "name_expression") {
+        m.name_expression = std::move(value);
+        return {};
+    }
+    if (label == "cubin_bytes") return read_cubin_bytes(value, m);
+    if (label == "cubin_hash") return read_cubin_hash(value, m);
+    if (label == "compile_seconds") return read_compile_seconds(value, m);
+    return {};
+}
+
+// The "label: value" lines of `body` after its header, into `m`: what is wrong, or "".
+std::string read_fields(std::string_view body, Manifest &m) {
     std::size_t pos = kManifestHeader.size();
     int line_no = 1;
     while (pos < body.size()) {
@@ -333,52 +408,22 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
         const std::string_view line = body.substr(pos, end - pos);
         pos = end + 1;
         const std::size_t colon = line.find(": ");
-        if (colon == std::string_view::npos) return bad("line " + std::to_string(line_no) + " has no 'label: value'");
-        const std::string_view label = line.substr(0, colon);
+        if (colon == std::string_view::npos) return "line " + std::to_string(line_no) + " has no 'label: value'";
         auto value = unescape_line(line.substr(colon + 2));
-        if (!value) return bad("line " + std::to_string(line_no) + " has a bad escape");
-        if (label == "key") {
-            m.key = std::move(*value);
-        } else if (label == "source_key") {
-            m.source_key = std::move(*value);
-        } else if (label == "keyword") {
-            m.keyword = std::move(*value);
-        } else if (label == "name") {
-            m.name = std::move(*value);
-        } else if (label == "arch") {
-            m.arch = std::move(*value);
-        } else if (label == "nvrtc") {
-            m.nvrtc = std::move(*value);
-        } else if (label == "option") {
-            m.options.push_back(std::move(*value));
-        } else if (label == "include_path") {
-            m.include_paths.push_back(std::move(*value));
-        } else if (label == "header") {
-            m.headers.push_back(std::move(*value));
-        } else if (label == "name_expression") {
-            m.name_expression = std::move(*value);
-        } else if (label == "cubin_bytes") {
-            char *endp = nullptr;
-            errno = 0;
-            const unsigned long long n = std::strtoull(value->c_str(), &endp, 10);
-            if (value->empty() || *endp != '\0' || errno != 0) return bad("cubin_bytes '" + *value + "' is not a number");
-            m.cubin_bytes = n;
-        } else if (label == "cubin_hash") {
-            if (value->size() != 32 || !all_hex(*value)) return bad("cubin_hash '" + *value + "' is not 32 hex digits");
-            m.cubin_hash = std::move(*value);
-        } else if (label == "compile_seconds") {
-            // Written with %.3f; anything else (inf, nan, hex, absurd sizes that %.3f cannot give
-            // back unchanged) is damage, as the fuzzer found.
-            char *endp = nullptr;
-            const double v = std::strtod(value->c_str(), &endp);
-            if (value->empty() || *endp != '\0' || !(v >= 0 && v < 1e9) || (*value)[0] == ' ') {
-                return bad("compile_seconds '" + *value + "' is not a time in seconds");
-            }
-            m.compile_seconds = v;
-        } else if (label == "created") {
-            m.created = std::move(*value);
-        }  // unknown labels: from a later minor format, informational
+        if (!value) return "line " + std::to_string(line_no) + " has a bad escape";
+        if (std::string why = store_field(m, line.substr(0, colon), *value); !why.empty()) return why;
     }
+    return {};
+}
+
+}  // namespace
+
+Result<Manifest> parse_manifest(std::string_view text, const std::string &path) {
+    auto bad = [&](const std::string &why) { return Error{Errc::io, "manifest '" + path + "': " + why}; };
+    std::string_view body;
+    if (const char *why = check_manifest(text, body)) return bad(why);
+    Manifest m;
+    if (std::string why = read_fields(body, m); !why.empty()) return bad(why);
     if (m.keyword.empty() || m.name.empty() || m.key.empty() || m.cubin_hash.empty()) {
         return bad("key, keyword, name or cubin_hash is missing");
     }

@@ -6,6 +6,71 @@
 
 namespace kjit::size_units {
 
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The digits from `i` as a whole number (`overflow` set when it does not fit in 64 bits); `i`
+// then points past them.
+std::uint64_t read_whole(const std::string &s, std::size_t &i, bool &overflow) {
+    std::uint64_t whole = 0;
+    for (; i < s.size() && is_digit(s[i]); ++i) {
+        overflow = overflow || __builtin_mul_overflow(whole, 10u, &whole) ||
+                   __builtin_add_overflow(whole, static_cast<std::uint64_t>(s[i] - '0'), &whole);
+    }
+    return whole;
+}
+
+// Decimals as fraction / denominator.
+struct Fraction {
+    std::uint64_t fraction = 0;
+    std::uint64_t denominator = 1;
+};
+
+// The decimals after a point at `i`, if there is one; `i` then points past them. False when
+// the point has no digit after it.
+bool read_fraction(const std::string &s, std::size_t &i, Fraction &f) {
+    if (i >= s.size() || s[i] != '.') return true;
+    const std::size_t first = ++i;
+    for (; i < s.size() && is_digit(s[i]); ++i) {
+        // Up to 18 decimals count (the rest cannot change a size below 2^64 by a whole byte).
+        if (i - first < 18) {
+            f.fraction = f.fraction * 10 + static_cast<std::uint64_t>(s[i] - '0');
+            f.denominator *= 10;
+        }
+    }
+    return i != first;
+}
+
+// An exponent ("1e9", "1E+3") at `i`, which is refused rather than read as a unit.
+bool exponent_at(const std::string &s, std::size_t i) {
+    return i < s.size() && (s[i] == 'e' || s[i] == 'E') && i + 1 < s.size() &&
+           (is_digit(s[i + 1]) || s[i + 1] == '+' || s[i + 1] == '-');
+}
+
+// The bytes a unit stands for: K, M, G or T (either case) are powers of 1024, optionally
+// followed by B or iB; B or nothing is 1. False when the unit is none of these.
+bool unit_scale(std::string unit, std::uint64_t &scale) {
+    for (char &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    scale = 1;
+    if (!unit.empty() && std::string_view("KMGT").find(unit[0]) != std::string_view::npos) {
+        scale = std::uint64_t{1} << (10 * (std::string_view("KMGT").find(unit[0]) + 1));
+        unit.erase(0, 1);
+        if (unit == "IB") unit = "B";
+    }
+    return unit.empty() || unit == "B";
+}
+
+// (whole + fraction) * scale in bytes, rounded down. False when it does not fit in 64 bits.
+bool total_bytes(std::uint64_t whole, bool overflow, const Fraction &f, std::uint64_t scale, std::uint64_t &bytes) {
+    __extension__ typedef unsigned __int128 Wide;  // fraction (< 10^18) times scale (<= 2^40)
+    const Wide part = static_cast<Wide>(f.fraction) * scale / f.denominator;
+    return !(overflow || __builtin_mul_overflow(whole, scale, &bytes) ||
+             __builtin_add_overflow(bytes, static_cast<std::uint64_t>(part), &bytes));
+}
+
+}  // namespace
+
 Result<std::uint64_t> parse_size(std::string_view text) {
     const std::string s(text);
     auto bad = [&](const std::string &why) {
@@ -14,50 +79,21 @@ Result<std::uint64_t> parse_size(std::string_view text) {
                                                  "(powers of 1024, optionally followed by B or iB), e.g. 5G, 512M or "
                                                  "1.5G"};
     };
-    auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
     if (s.empty()) return bad("it is empty");
     if (s[0] == '-') return bad("it is negative");
     std::size_t i = 0;
-    std::uint64_t whole = 0;
     bool overflow = false;
-    for (; i < s.size() && is_digit(s[i]); ++i) {
-        overflow = overflow || __builtin_mul_overflow(whole, 10u, &whole) ||
-                   __builtin_add_overflow(whole, static_cast<std::uint64_t>(s[i] - '0'), &whole);
-    }
+    const std::uint64_t whole = read_whole(s, i, overflow);
     if (i == 0) return bad("it does not start with a digit");
     if (i < s.size() && (s[i] == 'x' || s[i] == 'X')) return bad("hexadecimal is not accepted");
-    // Up to 18 decimals count (the rest cannot change a size below 2^64 by a whole byte).
-    std::uint64_t fraction = 0;
-    std::uint64_t denominator = 1;
-    if (i < s.size() && s[i] == '.') {
-        const std::size_t first = ++i;
-        for (; i < s.size() && is_digit(s[i]); ++i) {
-            if (i - first < 18) {
-                fraction = fraction * 10 + static_cast<std::uint64_t>(s[i] - '0');
-                denominator *= 10;
-            }
-        }
-        if (i == first) return bad("no digit after the decimal point");
-    }
-    if (i < s.size() && (s[i] == 'e' || s[i] == 'E') && i + 1 < s.size() &&
-        (is_digit(s[i + 1]) || s[i + 1] == '+' || s[i + 1] == '-')) {
-        return bad("an exponent is not accepted");
-    }
+    Fraction fraction;
+    if (!read_fraction(s, i, fraction)) return bad("no digit after the decimal point");
+    if (exponent_at(s, i)) return bad("an exponent is not accepted");
     const std::string given_unit = s.substr(i);
-    std::string unit = given_unit;
-    for (char &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     std::uint64_t scale = 1;
-    if (!unit.empty() && std::string_view("KMGT").find(unit[0]) != std::string_view::npos) {
-        scale = std::uint64_t{1} << (10 * (std::string_view("KMGT").find(unit[0]) + 1));
-        unit.erase(0, 1);
-        if (unit == "IB") unit = "B";
-    }
-    if (!unit.empty() && unit != "B") return bad("unknown unit '" + given_unit + "'");
+    if (!unit_scale(given_unit, scale)) return bad("unknown unit '" + given_unit + "'");
     std::uint64_t bytes = 0;
-    __extension__ typedef unsigned __int128 Wide;  // fraction (< 10^18) times scale (<= 2^40)
-    const Wide part = static_cast<Wide>(fraction) * scale / denominator;
-    if (overflow || __builtin_mul_overflow(whole, scale, &bytes) ||
-        __builtin_add_overflow(bytes, static_cast<std::uint64_t>(part), &bytes)) {
+    if (!total_bytes(whole, overflow, fraction, scale, bytes)) {
         return bad("it is too large: at most 18446744073709551615 bytes, just under 16 EiB");
     }
     return bytes;
