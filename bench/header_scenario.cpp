@@ -80,6 +80,15 @@ const ChildMode *child_mode(const std::string &id) {
     return nullptr;
 }
 
+// A mode the parent names itself. child_mode() answers null for an id not in kChildModes (the
+// child checks, its id comes from the command line); here such an id is the bench's own bug,
+// said at once instead of a null pointer dereferenced (GCC -O3 saw that path: -Wnull-dereference).
+const ChildMode &known_child_mode(const char *id) {
+    const ChildMode *mode = child_mode(id);
+    if (!mode) fail(std::string("kjit-bench: no headers child mode '") + id + "'");
+    return *mode;
+}
+
 // What a child reports: its calls' wall time and the counters they moved.
 struct ChildOutcome {
     double call_us = 0;   // the batch, or the N kjit_compile calls (child's own clock)
@@ -371,7 +380,8 @@ void run_headers(const BenchOptions &o, Report &report) {
     }
 
     // ---- cold batches: PCH default against off, tree kernels and humming-style ----------------
-    const char *const cold_modes[] = {"tree-batch-default", "tree-batch-off", "hum-batch-default", "hum-batch-off"};
+    const ChildMode *const cold_modes[] = {&known_child_mode("tree-batch-default"), &known_child_mode("tree-batch-off"),
+                                           &known_child_mode("hum-batch-default"), &known_child_mode("hum-batch-off")};
     std::vector<double> cold_us[4];  // per kernel: call / m
     long cold_misses[4] = {};
     {
@@ -383,7 +393,7 @@ void run_headers(const BenchOptions &o, Report &report) {
                 for (int k = 0; k < 2; ++k) {
                     const int index = pair * 2 + (k + r) % 2;
                     TempDir cache(o.work_dir, "headers-cold-");
-                    const ChildOutcome c = child(cold_modes[index], cache.path(), m);
+                    const ChildOutcome c = child(cold_modes[index]->id, cache.path(), m);
                     cold_us[index].push_back(c.call_us / m);
                     cold_misses[index] += c.misses;
                     progress.tick();
@@ -472,7 +482,7 @@ void run_headers(const BenchOptions &o, Report &report) {
                                                    "default PCH policy vs KJIT_PCH_OFF, per kernel (call / N)");
     const char *const cold_ids[] = {"tree_default", "tree_off", "hum_default", "hum_off"};
     for (int k = 0; k < 4; ++k) {
-        c.rows.push_back(summarize(std::string("headers_pch.") + cold_ids[k], child_mode(cold_modes[k])->label, cold_us[k]));
+        c.rows.push_back(summarize(std::string("headers_pch.") + cold_ids[k], cold_modes[k]->label, cold_us[k]));
     }
     const double hum_ratio = median(cold_us[2]) / median(cold_us[3]);
     const double tree_gain = median(cold_us[1]) / median(cold_us[0]);

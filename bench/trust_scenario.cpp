@@ -74,7 +74,11 @@ int trust_child_main(const std::string &cache, const std::string &arch, long cal
     opts.cache_dir = cache.c_str();
     opts.arch = arch.c_str();
     bool can_load = true;  // until the first load says there is no driver
-    for (const auto &[label, source] : {std::make_pair("small", small_source()), std::make_pair("large", large_source())}) {
+    for (const auto &kernel : {std::make_pair("small", small_source()), std::make_pair("large", large_source())}) {
+        // Named, not a structured binding: the lambdas below use them, and a lambda may capture
+        // a structured binding only from C++20 (clang 14 refuses it in C++17; GCC allows it).
+        const char *const label = kernel.first;
+        const std::string &source = kernel.second;
         char path[4096];
         auto compile = [&] {
             const kjit_status s = kjit_compile(source.c_str(), kTrustKeyword, &opts, path, sizeof path, nullptr);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared setup for bench/run.sh and tests/run.sh: installs the Debian packages the build needs
-# (only those missing) and configures the build tree.
+# (only those missing) and configures the build tree, with warnings as errors (-DKJIT_WERROR=ON,
+# off in a plain cmake build; an extra -DKJIT_WERROR=OFF given here wins, coming after it).
 #
 #   bash scripts/setup.sh [extra cmake -D options...]      run it
 #   source scripts/setup.sh [extra cmake -D options...]    the same, and the caller also gets
@@ -70,7 +71,8 @@ _kjit_setup_cuda() {
 
 _kjit_setup_configure() {
     _kjit_setup_say "configuring $BUILD_DIR"
-    cmake -S "$KJIT_ROOT" -B "$BUILD_DIR" "$@" || _kjit_setup_fail "cmake configure failed" || return 1
+    # The project's own builds keep its code free of warnings; the caller's options come last.
+    cmake -S "$KJIT_ROOT" -B "$BUILD_DIR" -DKJIT_WERROR=ON "$@" || _kjit_setup_fail "cmake configure failed" || return 1
 }
 
 _kjit_setup_main() {
