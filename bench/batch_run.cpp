@@ -33,10 +33,11 @@ BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
 }
 
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
-                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase,
-                   int worker_kind) {
-    if (options.size() != sources.size()) fail("run_batch: " + std::to_string(options.size()) + " options for " +
-                                               std::to_string(sources.size()) + " sources");
+                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch,
+                   const std::string &phase, int worker_kind) {
+    if (options.size() != sources.size())
+        fail("run_batch: " + std::to_string(options.size()) + " options for " + std::to_string(sources.size()) +
+             " sources");
     std::vector<kjit_compile_request> requests(sources.size(), kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
     std::vector<const kjit_compile_request *> pointers;
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -62,7 +63,8 @@ BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
     progress.finish();
     std::unique_ptr<kjit_batch_result, decltype(&kjit_batch_result_release)> result(raw, &kjit_batch_result_release);
     if (status != KJIT_OK) fail_kjit("kjit_compile_batch (" + phase + ")", status);
-    for (std::size_t i = 0; i < sources.size(); ++i) run.paths.emplace_back(kjit_batch_result_cubin_path(result.get(), i));
+    for (std::size_t i = 0; i < sources.size(); ++i)
+        run.paths.emplace_back(kjit_batch_result_cubin_path(result.get(), i));
     return run;
 }
 

@@ -22,8 +22,8 @@ BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
                    unsigned workers, int pch, const std::string &phase, int worker_kind = KJIT_WORKERS_DEFAULT);
 // The same with options of its own for each source (in-memory headers of its own, say).
 BatchRun run_batch(const std::vector<std::string> &sources, const char *keyword,
-                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch, const std::string &phase,
-                   int worker_kind = KJIT_WORKERS_DEFAULT);
+                   const std::vector<kjit_compile_options> &options, unsigned workers, int pch,
+                   const std::string &phase, int worker_kind = KJIT_WORKERS_DEFAULT);
 
 // Drops NVRTC's precompiled headers held by this process (nvrtcSetPCHHeapSize frees its heap),
 // so a batch pays the PCH's creation as in a fresh process. No compile may be running.

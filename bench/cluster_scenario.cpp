@@ -64,16 +64,16 @@ int cluster_child_main(const std::string &cache, int n, const std::string &arch,
         return 1;
     }
     using ull = unsigned long long;
-    std::printf("nvrtc=%llu local_hits=%llu remote_hits=%llu remote_misses=%llu remote_errors=%llu remote_timeouts=%llu "
-                "remote_corrupt=%llu remote_puts=%llu bytes_in=%llu bytes_out=%llu leases_owned=%llu lease_waits=%llu "
-                "lease_takeovers=%llu shared_failures=%llu loop_us=%.1f first_us=%.1f\n",
-                static_cast<ull>(st.nvrtc_compiles), static_cast<ull>(st.compile_hits), static_cast<ull>(st.remote_hits),
-                static_cast<ull>(st.remote_misses), static_cast<ull>(st.remote_errors),
-                static_cast<ull>(st.remote_timeouts), static_cast<ull>(st.remote_corrupt),
-                static_cast<ull>(st.remote_puts), static_cast<ull>(st.remote_bytes_in),
-                static_cast<ull>(st.remote_bytes_out), static_cast<ull>(st.remote_leases_owned),
-                static_cast<ull>(st.remote_lease_waits), static_cast<ull>(st.remote_lease_takeovers),
-                static_cast<ull>(st.remote_shared_failures), loop_us, first_us);
+    std::printf(
+        "nvrtc=%llu local_hits=%llu remote_hits=%llu remote_misses=%llu remote_errors=%llu remote_timeouts=%llu "
+        "remote_corrupt=%llu remote_puts=%llu bytes_in=%llu bytes_out=%llu leases_owned=%llu lease_waits=%llu "
+        "lease_takeovers=%llu shared_failures=%llu loop_us=%.1f first_us=%.1f\n",
+        static_cast<ull>(st.nvrtc_compiles), static_cast<ull>(st.compile_hits), static_cast<ull>(st.remote_hits),
+        static_cast<ull>(st.remote_misses), static_cast<ull>(st.remote_errors), static_cast<ull>(st.remote_timeouts),
+        static_cast<ull>(st.remote_corrupt), static_cast<ull>(st.remote_puts), static_cast<ull>(st.remote_bytes_in),
+        static_cast<ull>(st.remote_bytes_out), static_cast<ull>(st.remote_leases_owned),
+        static_cast<ull>(st.remote_lease_waits), static_cast<ull>(st.remote_lease_takeovers),
+        static_cast<ull>(st.remote_shared_failures), loop_us, first_us);
     return 0;
 }
 
@@ -82,10 +82,10 @@ namespace {
 // The counters a child printed ("name=value" words), summed over children.
 using Counts = std::map<std::string, double>;
 
-const char *const kCountNames[] = {"nvrtc",        "local_hits",   "remote_hits",    "remote_misses",  "remote_errors",
-                                   "remote_timeouts", "remote_corrupt", "remote_puts", "bytes_in",    "bytes_out",
-                                   "leases_owned", "lease_waits",  "lease_takeovers", "shared_failures", "loop_us",
-                                   "first_us"};
+const char *const kCountNames[] = {"nvrtc",           "local_hits",      "remote_hits",    "remote_misses",
+                                   "remote_errors",   "remote_timeouts", "remote_corrupt", "remote_puts",
+                                   "bytes_in",        "bytes_out",       "leases_owned",   "lease_waits",
+                                   "lease_takeovers", "shared_failures", "loop_us",        "first_us"};
 
 Counts parse_counts(const std::string &out) {
     Counts c;
@@ -119,8 +119,8 @@ std::unique_ptr<kjit_test::RedisServer> start_redis() {
 }
 
 Counts run_one(const BenchOptions &o, const std::string &cache, const std::string &remote) {
-    const ChildResult r = run_child({self_executable(), "--cluster-child", cache, std::to_string(o.cluster_kernels),
-                                     o.arch, remote});
+    const ChildResult r =
+        run_child({self_executable(), "--cluster-child", cache, std::to_string(o.cluster_kernels), o.arch, remote});
     if (!r.started || r.exit_status != 0) {
         fail("a cluster child failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
     }
@@ -142,8 +142,8 @@ ClusterStart run_nodes(const BenchOptions &o, const std::string &remote) {
     const auto started = Clock::now();
     for (std::size_t i = 0; i < results.size(); ++i) {
         threads.emplace_back([&, i] {
-            results[i] = run_child({self, "--cluster-child", caches[i]->path(), std::to_string(o.cluster_kernels), o.arch,
-                                    remote});
+            results[i] = run_child(
+                {self, "--cluster-child", caches[i]->path(), std::to_string(o.cluster_kernels), o.arch, remote});
         });
     }
     for (std::thread &t : threads) t.join();
@@ -227,13 +227,16 @@ void run_cluster(const BenchOptions &o, Report &report) {
     for (const Counts &c : warm) warm_us.push_back(c.at("loop_us") / k);
 
     const std::string nodes = std::to_string(n) + " nodes";
-    Section &s = report.section("cluster", nodes + " start at once, each on an empty cache of its own, and ask for the same " +
-                                               std::to_string(k) + " kernels (kjit_compile, 1 thread each)" +
-                                               "; redis-server on 127.0.0.1");
-    s.rows.push_back(summarize("cluster.cold_tier", "cold cluster start with the tier: first spawn to last exit", tier_wall));
+    Section &s =
+        report.section("cluster", nodes + " start at once, each on an empty cache of its own, and ask for the same " +
+                                      std::to_string(k) + " kernels (kjit_compile, 1 thread each)" +
+                                      "; redis-server on 127.0.0.1");
     s.rows.push_back(
-        summarize("cluster.cold_none", "cold cluster start without it (\"none\"): first spawn to last exit", none_wall));
-    s.rows.push_back(summarize("cluster.join_hit", "new node, with the tier: kjit_compile per kernel (remote hit)", hit_us));
+        summarize("cluster.cold_tier", "cold cluster start with the tier: first spawn to last exit", tier_wall));
+    s.rows.push_back(summarize("cluster.cold_none",
+                               "cold cluster start without it (\"none\"): first spawn to last exit", none_wall));
+    s.rows.push_back(
+        summarize("cluster.join_hit", "new node, with the tier: kjit_compile per kernel (remote hit)", hit_us));
     s.rows.push_back(
         summarize("cluster.join_compile", "new node, without the tier: kjit_compile per kernel (NVRTC)", compile_us));
     if (per_mb_us.empty()) {
@@ -243,7 +246,8 @@ void run_cluster(const BenchOptions &o, Report &report) {
         s.rows.push_back(
             summarize("cluster.join_per_mb", "new node, with the tier: per MB fetched (remote_bytes_in)", per_mb_us));
     }
-    s.rows.push_back(summarize("cluster.warm_local", "that node again, warm: kjit_compile per kernel (local hit)", warm_us));
+    s.rows.push_back(
+        summarize("cluster.warm_local", "that node again, warm: kjit_compile per kernel (local hit)", warm_us));
 
     const double wall_ratio = median(tier_wall) / median(none_wall);
     char note[512];
@@ -253,13 +257,14 @@ void run_cluster(const BenchOptions &o, Report &report) {
                   median(tier_runs), k, median(none_runs), n, k, n * k, wall_ratio, median(tier_wall) / 1e6,
                   median(none_wall) / 1e6);
     s.notes.push_back(note);
-    std::snprintf(note, sizeof note,
-                  "with the tier, over all nodes (median): %.0f puts, %.0f leases owned, %.0f lease waits, %.0f takeovers, "
-                  "%.0f remote hits, %.0f remote errors (%.0f timeouts), %.0f corrupt",
-                  median(get(tier_sums, "remote_puts")), median(get(tier_sums, "leases_owned")),
-                  median(get(tier_sums, "lease_waits")), median(get(tier_sums, "lease_takeovers")),
-                  median(get(tier_sums, "remote_hits")), median(get(tier_sums, "remote_errors")),
-                  median(get(tier_sums, "remote_timeouts")), median(get(tier_sums, "remote_corrupt")));
+    std::snprintf(
+        note, sizeof note,
+        "with the tier, over all nodes (median): %.0f puts, %.0f leases owned, %.0f lease waits, %.0f takeovers, "
+        "%.0f remote hits, %.0f remote errors (%.0f timeouts), %.0f corrupt",
+        median(get(tier_sums, "remote_puts")), median(get(tier_sums, "leases_owned")),
+        median(get(tier_sums, "lease_waits")), median(get(tier_sums, "lease_takeovers")),
+        median(get(tier_sums, "remote_hits")), median(get(tier_sums, "remote_errors")),
+        median(get(tier_sums, "remote_timeouts")), median(get(tier_sums, "remote_corrupt")));
     s.notes.push_back(note);
     std::snprintf(note, sizeof note,
                   "new node: %.2f remote hits per kernel, %.0f NVRTC runs, %.2f MB fetched (%.1f KB per kernel), "
@@ -270,11 +275,11 @@ void run_cluster(const BenchOptions &o, Report &report) {
                   median(join_commands) / k, format_us(median(get(joined, "first_us"))).c_str(),
                   median(compile_us) / median(hit_us));
     s.notes.push_back(note);
-    std::snprintf(note, sizeof note,
-                  "warm local: %.0f commands reached the server (INFO commandstats, all but INFO), %.0f local hits of %d, "
-                  "%.0f NVRTC runs; \"none\": %.0f commands for the whole cold start",
-                  median(warm_commands), median(get(warm, "local_hits")), k, median(get(warm, "nvrtc")),
-                  median(none_commands));
+    std::snprintf(
+        note, sizeof note,
+        "warm local: %.0f commands reached the server (INFO commandstats, all but INFO), %.0f local hits of %d, "
+        "%.0f NVRTC runs; \"none\": %.0f commands for the whole cold start",
+        median(warm_commands), median(get(warm, "local_hits")), k, median(get(warm, "nvrtc")), median(none_commands));
     s.notes.push_back(note);
 
     report.meta["cluster"] = {
@@ -302,15 +307,16 @@ void run_cluster(const BenchOptions &o, Report &report) {
         {"none_commands", none_commands},
     };
 
-    Target once{"cluster_nvrtc_runs_per_kernel", "cluster: NVRTC runs per kernel, " + nodes + " cold with the tier", 1.0,
-                true, TargetUnit::count};
+    Target once{"cluster_nvrtc_runs_per_kernel", "cluster: NVRTC runs per kernel, " + nodes + " cold with the tier",
+                1.0, true, TargetUnit::count};
     once.value = median(tier_runs) / k;
     report.add_target(once);
     Target join{"cluster_new_node_remote_hits_per_kernel", "new node: remote hits per kernel", 1.0, false,
                 TargetUnit::count};
     join.value = median(hits_per_kernel);
     report.add_target(join);
-    Target silent{"cluster_warm_local_commands", "warm local hit: commands to the server", 0.0, true, TargetUnit::count};
+    Target silent{"cluster_warm_local_commands", "warm local hit: commands to the server", 0.0, true,
+                  TargetUnit::count};
     silent.value = median(warm_commands);
     report.add_target(silent);
     Target wall{"cluster_cold_wall_tier_over_none", "cold cluster start wall time: tier / no tier", 0.5, true};
@@ -323,7 +329,8 @@ void run_cluster(const BenchOptions &o, Report &report) {
 int cluster_child_main(const std::string &, int, const std::string &, const std::string &) { return 2; }
 
 void run_cluster(const BenchOptions &, Report &) {
-    fail("the cluster scenario needs libkjit's cluster tier, which this build leaves out (KJIT_REMOTE=OFF: no hiredis)");
+    fail(
+        "the cluster scenario needs libkjit's cluster tier, which this build leaves out (KJIT_REMOTE=OFF: no hiredis)");
 }
 
 #endif  // KJIT_BENCH_CLUSTER

@@ -97,7 +97,8 @@ std::string cub_large_source() {
 }
 
 std::vector<std::string> cub_nvrtc_options() {
-    return {"-std=c++17", std::string("-I") + KJIT_BENCH_CUDA_INCLUDE + "/cccl", std::string("-I") + KJIT_BENCH_CUDA_INCLUDE};
+    return {"-std=c++17", std::string("-I") + KJIT_BENCH_CUDA_INCLUDE + "/cccl",
+            std::string("-I") + KJIT_BENCH_CUDA_INCLUDE};
 }
 
 }  // namespace kjit_bench

@@ -36,8 +36,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -47,11 +47,11 @@ namespace kjit_bench {
 namespace {
 
 struct Mode {
-    std::string id;     // the child's MODE argument and the row id
+    std::string id;  // the child's MODE argument and the row id
     std::string label;
-    unsigned workers;   // 0: raw NVRTC
+    unsigned workers;  // 0: raw NVRTC
     int pch;
-    int kind;           // a kjit_worker_kind
+    int kind;  // a kjit_worker_kind
 };
 
 const std::vector<Mode> &cub_modes() {
@@ -97,8 +97,7 @@ struct ChildRun {
 
 // Runs the CUB child for `mode` over a fresh cache under the work folder; the cache stays in
 // `caches`.
-ChildRun run_cub_child(const BenchOptions &o, const Mode &mode, int n,
-                       std::vector<std::unique_ptr<TempDir>> &caches) {
+ChildRun run_cub_child(const BenchOptions &o, const Mode &mode, int n, std::vector<std::unique_ptr<TempDir>> &caches) {
     caches.push_back(std::make_unique<TempDir>(o.work_dir, "cub-" + mode.id + "-"));
     std::fprintf(stderr, "cub: %s, %d kernels in a fresh process...\n", mode.label.c_str(), n);
     const ChildResult r =
@@ -234,9 +233,8 @@ void run_cub(const BenchOptions &o, Report &report) {
         if (!names.insert(name).second) fail(std::string("two CUB kernels resolved to '") + name + "'");
     }
 
-    Section &s = report.section("cub", "cold sweep of " + std::to_string(n) +
-                                           " CUB BlockLoad+BlockReduce kernels, " + o.arch +
-                                           ", each way in a fresh process, per kernel (wall / N)");
+    Section &s = report.section("cub", "cold sweep of " + std::to_string(n) + " CUB BlockLoad+BlockReduce kernels, " +
+                                           o.arch + ", each way in a fresh process, per kernel (wall / N)");
     double best = 0;
     std::string best_label;
     char note[512];
@@ -252,7 +250,8 @@ void run_cub(const BenchOptions &o, Report &report) {
             best_label = modes[m].label;
         }
     }
-    std::snprintf(note, sizeof note, "PCH with 2 worker threads vs without: %.2fx; 2 worker threads vs 1, with PCH: %.2fx",
+    std::snprintf(note, sizeof note,
+                  "PCH with 2 worker threads vs without: %.2fx; 2 worker threads vs 1, with PCH: %.2fx",
                   runs[kTwoThreadsPlain].wall_us / runs[kTwoThreadsPch].wall_us,
                   runs[kOneThreadPch].wall_us / runs[kTwoThreadsPch].wall_us);
     s.notes.push_back(note);
@@ -270,11 +269,14 @@ void run_cub(const BenchOptions &o, Report &report) {
     report.add_target(processes_target);
     measure_pch_creation(o, report, o.split_rounds);
     // --split-compile on one large program: alternating rounds, after one untimed compile.
-    std::fprintf(stderr, "cub: one large program, plain and with --split-compile=2 and =0, %d rounds...\n", o.split_rounds);
+    std::fprintf(stderr, "cub: one large program, plain and with --split-compile=2 and =0, %d rounds...\n",
+                 o.split_rounds);
     const std::string large = cub_large_source();
     const std::vector<std::string> base = cub_nvrtc_options();
-    const std::vector<std::pair<const char *, const char *>> splits = {
-        {"plain", nullptr}, {"--split-compile=2", "--split-compile=2"}, {"--split-compile=0 (all CPUs)", "--split-compile=0"}};
+    const std::vector<std::pair<const char *, const char *>> splits = {{"plain", nullptr},
+                                                                       {"--split-compile=2", "--split-compile=2"},
+                                                                       {"--split-compile=0 (all CPUs)",
+                                                                        "--split-compile=0"}};
     raw_nvrtc_compile(large, o.arch, base);
     std::vector<std::vector<double>> split_us(splits.size());
     for (int round = 0; round < o.split_rounds; ++round) {
@@ -284,18 +286,21 @@ void run_cub(const BenchOptions &o, Report &report) {
             split_us[k].push_back(time_once([&] { raw_nvrtc_compile(large, o.arch, opts); }));
         }
     }
-    Section &sp = report.section("split", "one large CUB program (4 BlockRadixSort+BlockScan instantiations), raw NVRTC, " +
-                                              o.arch + ", per compile");
+    Section &sp =
+        report.section("split", "one large CUB program (4 BlockRadixSort+BlockScan instantiations), raw NVRTC, " +
+                                    o.arch + ", per compile");
     for (std::size_t k = 0; k < splits.size(); ++k) {
-        sp.rows.push_back(summarize(std::string("split.") + (k == 0 ? "plain" : k == 1 ? "split2" : "split0"),
+        sp.rows.push_back(summarize(std::string("split.") + (k == 0   ? "plain"
+                                                             : k == 1 ? "split2"
+                                                                      : "split0"),
                                     splits[k].first, split_us[k]));
     }
     std::snprintf(note, sizeof note, "--split-compile=2 vs plain: %.2fx; --split-compile=0 vs plain: %.2fx (medians)",
                   median(split_us[0]) / median(split_us[1]), median(split_us[0]) / median(split_us[2]));
     sp.notes.push_back(note);
 
-    Target t{"cub_best_batch_over_raw", "CUB cold sweep: best batch setting vs sequential plain NVRTC (" + best_label + ")",
-             2.5};
+    Target t{"cub_best_batch_over_raw",
+             "CUB cold sweep: best batch setting vs sequential plain NVRTC (" + best_label + ")", 2.5};
     t.value = best;
     report.add_target(t);
     report.meta["cub"] = {{"kernels", n}, {"arch", o.arch}};

@@ -65,7 +65,8 @@ struct ChildMode {
 };
 
 constexpr ChildMode kChildModes[] = {
-    {"tree-batch-default", "tree kernels, kjit_compile_batch, 2 workers, default PCH policy", false, true, KJIT_PCH_DEFAULT},
+    {"tree-batch-default", "tree kernels, kjit_compile_batch, 2 workers, default PCH policy", false, true,
+     KJIT_PCH_DEFAULT},
     {"tree-batch-off", "tree kernels, kjit_compile_batch, 2 workers, KJIT_PCH_OFF", false, true, KJIT_PCH_OFF},
     {"hum-batch-default", "humming-style kernels, kjit_compile_batch, 2 workers, default PCH policy", true, true,
      KJIT_PCH_DEFAULT},
@@ -172,7 +173,8 @@ void touch(const std::string &path) {
     struct stat before {};
     if (::stat(path.c_str(), &before) != 0) fail("cannot stat '" + path + "': " + std::strerror(errno));
     for (int attempt = 0; attempt < 100; ++attempt) {
-        if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) fail("cannot touch '" + path + "': " + std::strerror(errno));
+        if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0)
+            fail("cannot touch '" + path + "': " + std::strerror(errno));
         struct stat after {};
         if (::stat(path.c_str(), &after) != 0) fail("cannot stat '" + path + "': " + std::strerror(errno));
         if (after.st_mtim.tv_sec != before.st_mtim.tv_sec || after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) return;
@@ -246,7 +248,8 @@ int headers_child_main(const std::string &mode_id, const std::string &cache, con
 }
 
 void run_headers(const BenchOptions &o, Report &report) {
-    if (o.header_kernels > tree_kernel_count()) fail("--header-kernels is at most " + std::to_string(tree_kernel_count()));
+    if (o.header_kernels > tree_kernel_count())
+        fail("--header-kernels is at most " + std::to_string(tree_kernel_count()));
     if (o.header_batch > tree_kernel_count()) fail("--header-batch is at most " + std::to_string(tree_kernel_count()));
     const int n = o.header_kernels;
     const int m = o.header_batch;
@@ -257,9 +260,11 @@ void run_headers(const BenchOptions &o, Report &report) {
     const std::string orphan_original = read_file(tree.orphan_header);
 
     auto child = [&](const char *mode, const std::string &cache, int count) {
-        const ChildResult r = run_child({self, "--headers-child", mode, cache, tree.root, std::to_string(count), o.arch});
+        const ChildResult r =
+            run_child({self, "--headers-child", mode, cache, tree.root, std::to_string(count), o.arch});
         if (!r.started || r.exit_status != 0) {
-            fail(std::string("the headers child (") + mode + ") failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
+            fail(std::string("the headers child (") + mode + ") failed, exit " + std::to_string(r.exit_status) + ": " +
+                 r.err);
         }
         ChildOutcome out;
         out.spawn_us = r.wall_seconds * 1e6;
@@ -295,7 +300,8 @@ void run_headers(const BenchOptions &o, Report &report) {
     TempDir warm(o.work_dir, "headers-warm-");
     ChildOutcome fill;
     {
-        Progress progress("headers: cold fill of " + std::to_string(n) + " tree kernels (a fresh process, one batch)", 1, "runs");
+        Progress progress("headers: cold fill of " + std::to_string(n) + " tree kernels (a fresh process, one batch)",
+                          1, "runs");
         fill = child("tree-batch-default", warm.path(), n);
         progress.tick();
     }
@@ -345,14 +351,16 @@ void run_headers(const BenchOptions &o, Report &report) {
             char path[4096];
             for (const std::string &s : tree_sources) {
                 tree_hit_us.push_back(time_once([&] {
-                    const kjit_status st = kjit_compile(s.c_str(), kTreeKeyword, &tree_hit_owned.opts, path, sizeof path, nullptr);
+                    const kjit_status st =
+                        kjit_compile(s.c_str(), kTreeKeyword, &tree_hit_owned.opts, path, sizeof path, nullptr);
                     if (st != KJIT_OK) fail_kjit("kjit_compile (tree hit)", st);
                 }));
             }
             for (int k = 0; k < tree_hits; ++k) {
                 const std::string &s = free_sources[static_cast<std::size_t>(k) % free_sources.size()];
                 free_hit_us.push_back(time_once([&] {
-                    const kjit_status st = kjit_compile(s.c_str(), kSweepKeyword, &free_opts, path, sizeof path, nullptr);
+                    const kjit_status st =
+                        kjit_compile(s.c_str(), kSweepKeyword, &free_opts, path, sizeof path, nullptr);
                     if (st != KJIT_OK) fail_kjit("kjit_compile (header-free hit)", st);
                 }));
             }
@@ -434,9 +442,12 @@ void run_headers(const BenchOptions &o, Report &report) {
     }
     // Which text each cubin was built from, by the constant's stamp in it (two compiles of one
     // text differ in bytes, so the bytes alone cannot tell).
-    if (!holds_word(first.cubin, tree.stamp_before)) fail("the tree kernel's cubin does not carry the edited header's stamp");
-    const bool edit_new_cubin = holds_word(edited.cubin, tree.stamp_after) && !holds_word(edited.cubin, tree.stamp_before);
-    const bool revert_same_cubin = holds_word(reverted.cubin, tree.stamp_before) && !holds_word(reverted.cubin, tree.stamp_after);
+    if (!holds_word(first.cubin, tree.stamp_before))
+        fail("the tree kernel's cubin does not carry the edited header's stamp");
+    const bool edit_new_cubin =
+        holds_word(edited.cubin, tree.stamp_after) && !holds_word(edited.cubin, tree.stamp_before);
+    const bool revert_same_cubin =
+        holds_word(reverted.cubin, tree.stamp_before) && !holds_word(reverted.cubin, tree.stamp_after);
 
     // ---- report -------------------------------------------------------------------------------
     char note[768];
@@ -444,19 +455,25 @@ void run_headers(const BenchOptions &o, Report &report) {
                                                std::to_string(tree.headers) + " headers, " + std::to_string(n) +
                                                " tree_gemm kernels, " + o.arch);
     s.rows.push_back(summarize("headers.raw_nvrtc", "(info) one tree kernel, plain raw NVRTC in this process", raw_us));
-    s.rows.push_back(summarize("headers.cold_fill", "cold fill of " + std::to_string(n) +
-                                                        ": one kjit_compile_batch, 2 workers, default PCH, per kernel",
-                               {fill.call_us / n}));
-    s.rows.push_back(summarize("headers.hit_tree", "kjit_compile hit, header-heavy tree kernel, per call", tree_hit_us));
-    s.rows.push_back(summarize("headers.hit_free", "kjit_compile hit, header-free sweep kernel, per call", free_hit_us));
+    s.rows.push_back(
+        summarize("headers.cold_fill",
+                  "cold fill of " + std::to_string(n) + ": one kjit_compile_batch, 2 workers, default PCH, per kernel",
+                  {fill.call_us / n}));
+    s.rows.push_back(
+        summarize("headers.hit_tree", "kjit_compile hit, header-heavy tree kernel, per call", tree_hit_us));
+    s.rows.push_back(
+        summarize("headers.hit_free", "kjit_compile hit, header-free sweep kernel, per call", free_hit_us));
     s.rows.push_back(summarize("headers.deps_parse", "(info) of a tree hit: read + parse its deps.txt", parse_us));
-    s.rows.push_back(summarize("headers.deps_check", "(info) of a tree hit: include_scanner check of the parsed list", check_us));
+    s.rows.push_back(
+        summarize("headers.deps_check", "(info) of a tree hit: include_scanner check of the parsed list", check_us));
     s.rows.push_back(summarize("headers.deps_stat", "(info) floor: a bare stat of each deps.txt path", stat_us));
-    s.rows.push_back(summarize("headers.warm_batch", "warm start: one kjit_compile_batch of all " + std::to_string(n) +
-                                                         " (the call, in the child)",
-                               warm_batch_call));
+    s.rows.push_back(
+        summarize("headers.warm_batch",
+                  "warm start: one kjit_compile_batch of all " + std::to_string(n) + " (the call, in the child)",
+                  warm_batch_call));
     s.rows.push_back(summarize("headers.warm_batch_process", "warm start: the same, spawn to exit", warm_batch_spawn));
-    s.rows.push_back(summarize("headers.warm_each", "warm start: " + std::to_string(n) + " kjit_compile calls (in the child)",
+    s.rows.push_back(summarize("headers.warm_each",
+                               "warm start: " + std::to_string(n) + " kjit_compile calls (in the child)",
                                warm_each_call));
     s.rows.push_back(summarize("headers.warm_each_process", "warm start: the same, spawn to exit", warm_each_spawn));
     std::snprintf(note, sizeof note,
@@ -469,7 +486,8 @@ void run_headers(const BenchOptions &o, Report &report) {
                   "what a tree hit checks, timed apart (median): deps.txt read+parse %s, the check of its lines %s "
                   "(bare stats %s, %.2f us per line)",
                   format_us(median(parse_us)).c_str(), format_us(median(check_us)).c_str(),
-                  format_us(median(stat_us)).c_str(), dep_lines ? median(stat_us) / static_cast<double>(dep_lines) : 0.0);
+                  format_us(median(stat_us)).c_str(),
+                  dep_lines ? median(stat_us) / static_cast<double>(dep_lines) : 0.0);
     s.notes.push_back(note);
     std::snprintf(note, sizeof note,
                   "cold fill: %s for %d kernels (%ld misses, %ld NVRTC runs); warm start misses: %ld in the batches, "
@@ -486,8 +504,8 @@ void run_headers(const BenchOptions &o, Report &report) {
     }
     const double hum_ratio = median(cold_us[2]) / median(cold_us[3]);
     const double tree_gain = median(cold_us[1]) / median(cold_us[0]);
-    std::snprintf(note, sizeof note, "tree kernels (shared headers): PCH_OFF / default = %.2fx (the PCH's gain); per round:",
-                  tree_gain);
+    std::snprintf(note, sizeof note,
+                  "tree kernels (shared headers): PCH_OFF / default = %.2fx (the PCH's gain); per round:", tree_gain);
     std::string per_round = note;
     for (std::size_t r = 0; r < cold_us[0].size(); ++r) {
         std::snprintf(note, sizeof note, " %.2fx", cold_us[1][r] / cold_us[0][r]);
@@ -508,18 +526,22 @@ void run_headers(const BenchOptions &o, Report &report) {
     Section &e = report.section("headers_edit", "edit cycle on tree kernel 0 (a cache of its own): each kjit_compile, "
                                                 "hit or miss as kjit_get_stats counted it");
     const std::string edited_name = tree.edited_header.substr(tree.edited_header.rfind('/') + 1);
-    e.rows.push_back(summarize("headers_edit.cold", "first compile into the empty cache: " + hit_or_miss(first), {first.us}));
+    e.rows.push_back(
+        summarize("headers_edit.cold", "first compile into the empty cache: " + hit_or_miss(first), {first.us}));
     e.rows.push_back(summarize("headers_edit.repeat", "the same again: " + hit_or_miss(again), {again.us}));
-    e.rows.push_back(summarize("headers_edit.edit", "after editing " + edited_name + " (a constant the cubin carries): " +
-                                                        hit_or_miss(edited) + (edit_new_cubin ? ", cubin of the new text" : ", cubin of the OLD text"),
+    e.rows.push_back(summarize("headers_edit.edit",
+                               "after editing " + edited_name +
+                                   " (a constant the cubin carries): " + hit_or_miss(edited) +
+                                   (edit_new_cubin ? ", cubin of the new text" : ", cubin of the OLD text"),
                                {edited.us}));
-    e.rows.push_back(summarize("headers_edit.revert", "after reverting the edit: " + hit_or_miss(reverted) +
-                                                          (revert_same_cubin ? ", cubin of the original text" : ", cubin of the EDITED text"),
+    e.rows.push_back(summarize("headers_edit.revert",
+                               "after reverting the edit: " + hit_or_miss(reverted) +
+                                   (revert_same_cubin ? ", cubin of the original text" : ", cubin of the EDITED text"),
                                {reverted.us}));
-    e.rows.push_back(summarize("headers_edit.touch", "after touching it (same text, new mtime): " + hit_or_miss(touched),
-                               {touched.us}));
-    e.rows.push_back(summarize("headers_edit.unrelated", "after editing a header nothing includes: " + hit_or_miss(unrelated),
-                               {unrelated.us}));
+    e.rows.push_back(summarize("headers_edit.touch",
+                               "after touching it (same text, new mtime): " + hit_or_miss(touched), {touched.us}));
+    e.rows.push_back(summarize("headers_edit.unrelated",
+                               "after editing a header nothing includes: " + hit_or_miss(unrelated), {unrelated.us}));
     std::snprintf(note, sizeof note,
                   "NVRTC runs: edit %ld, revert %ld, touch %ld, unrelated edit %ld; the edit's cubin path %s the "
                   "original's; which text a cubin was built from is read from the constant's stamp in it",
@@ -527,11 +549,13 @@ void run_headers(const BenchOptions &o, Report &report) {
                   edited.path == first.path ? "is" : "is not");
     e.notes.push_back(note);
 
-    Target hit_target{"headers_hit_over_free", "kjit_compile hit: header-heavy tree kernel / header-free kernel", 3, true};
+    Target hit_target{"headers_hit_over_free", "kjit_compile hit: header-heavy tree kernel / header-free kernel", 3,
+                      true};
     hit_target.value = median(tree_hit_us) / median(free_hit_us);
     report.add_target(hit_target);
     Target warm_target{"headers_warm_start_s",
-                       "warm start: a fresh process, " + std::to_string(n) + " tree kernels in one batch (spawn to exit)",
+                       "warm start: a fresh process, " + std::to_string(n) +
+                           " tree kernels in one batch (spawn to exit)",
                        0.5, true, TargetUnit::seconds};
     warm_target.value = median(warm_batch_spawn) / 1e6;
     report.add_target(warm_target);
@@ -549,11 +573,12 @@ void run_headers(const BenchOptions &o, Report &report) {
                             TargetUnit::yes_no};
     unrelated_target.value = unrelated.hit ? 1 : 0;
     report.add_target(unrelated_target);
-    Target hum_target{"headers_hum_default_over_off", "humming-style cold batch: default PCH policy / KJIT_PCH_OFF", 1.05,
-                      true};
+    Target hum_target{"headers_hum_default_over_off", "humming-style cold batch: default PCH policy / KJIT_PCH_OFF",
+                      1.05, true};
     hum_target.value = hum_ratio;
     report.add_target(hum_target);
-    Target gain_target{"headers_tree_pch_gain", "tree kernels cold batch: KJIT_PCH_OFF / default PCH policy (PCH gain)", 1.1};
+    Target gain_target{"headers_tree_pch_gain", "tree kernels cold batch: KJIT_PCH_OFF / default PCH policy (PCH gain)",
+                       1.1};
     gain_target.value = tree_gain;
     report.add_target(gain_target);
 

@@ -31,12 +31,12 @@
 // --json the results as JSON plus a PNG chart beside it (gnuplot).
 #include "kjit/kjit.h"
 
+#include "cub_kernels.hpp"
+#include "header_tree.hpp"
 #include "raw_nvrtc.hpp"
 #include "report.hpp"
 #include "scenarios.hpp"
 #include "support.hpp"
-#include "cub_kernels.hpp"
-#include "header_tree.hpp"
 #include "sweep_kernels.hpp"
 
 #include <CLI/CLI.hpp>
@@ -90,7 +90,8 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     report.meta["work_dir"] = o.work_dir;
     report.meta["work_dir_filesystem"] = filesystem_name(o.work_dir);
 
-    std::printf("kjit-bench: libkjit %s, NVRTC %s, arch %s\n", kjit_version_string(), nvrtc_version().c_str(), o.arch.c_str());
+    std::printf("kjit-bench: libkjit %s, NVRTC %s, arch %s\n", kjit_version_string(), nvrtc_version().c_str(),
+                o.arch.c_str());
     std::printf("machine:    %s\n", machine.describe().c_str());
     std::printf("work dir:   %s (on %s)\n", o.work_dir.c_str(), filesystem_name(o.work_dir).c_str());
     std::printf("driver:     %s (for the load rows)\n", driver.c_str());
@@ -155,20 +156,26 @@ int main(int argc, char **argv) {
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster", "scaling"}));
+        ->check(CLI::IsMember(
+            {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster", "scaling"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
     app.add_option("--kernels", o.kernels, "Kernels in the tuning sweep")
         ->check(CLI::Range(1, sweep_size()))
         ->capture_default_str();
-    app.add_option("--rounds", o.rounds, "Warm rounds for each thread count")->check(CLI::Range(1, 1000))->capture_default_str();
-    app.add_option("--cubin", o.cubin, "Cubin for the resolve scenario (default: WORK_DIR/big.cubin, from kjit-make-bigcubin)");
+    app.add_option("--rounds", o.rounds, "Warm rounds for each thread count")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    app.add_option("--cubin", o.cubin,
+                   "Cubin for the resolve scenario (default: WORK_DIR/big.cubin, from kjit-make-bigcubin)");
     app.add_option("--keyword", o.keyword, "Keyword looked up in --cubin")->capture_default_str();
     app.add_option("--iterations", o.iterations, "Timed sidecar hits and floor calls")
         ->check(CLI::Range(1L, 100'000'000L))
         ->capture_default_str();
-    app.add_option("--scan-iterations", o.scan_iterations, "Timed scans")->check(CLI::Range(1L, 1'000'000L))->capture_default_str();
+    app.add_option("--scan-iterations", o.scan_iterations, "Timed scans")
+        ->check(CLI::Range(1L, 1'000'000L))
+        ->capture_default_str();
     app.add_option("--pyelftools-repeats", o.pyelftools_repeats, "Timed pyelftools lookups")
         ->check(CLI::Range(1L, 1000L))
         ->capture_default_str();
@@ -187,8 +194,9 @@ int main(int argc, char **argv) {
     app.add_option("--split-rounds", o.split_rounds, "Rounds of the --split-compile comparison (cub scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
-    app.add_option("--baseline-lib", o.baseline_lib,
-                   "Folder with 0.3.0's libkjit.so.0, timed beside this one in the trust scenario (bench/run.sh builds it)");
+    app.add_option(
+        "--baseline-lib", o.baseline_lib,
+        "Folder with 0.3.0's libkjit.so.0, timed beside this one in the trust scenario (bench/run.sh builds it)");
     app.add_option("--trust-rounds", o.trust_rounds, "Child processes per build in the trust scenario")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
@@ -205,16 +213,20 @@ int main(int argc, char **argv) {
     app.add_option("--peers-rounds", o.peers_rounds, "Fresh processes per build, language and kernel (peers scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
-    app.add_option("--peers-repeats", o.peers_repeats, "Timed repeats per C child (a quarter in Python; peers scenario)")
+    app.add_option("--peers-repeats", o.peers_repeats,
+                   "Timed repeats per C child (a quarter in Python; peers scenario)")
         ->check(CLI::Range(4L, 10'000'000L))
         ->capture_default_str();
-    app.add_option("--header-kernels", o.header_kernels, "Tree kernels in the headers scenario (cold fill, warm starts)")
+    app.add_option("--header-kernels", o.header_kernels,
+                   "Tree kernels in the headers scenario (cold fill, warm starts)")
         ->check(CLI::Range(1, tree_kernel_count()))
         ->capture_default_str();
-    app.add_option("--header-batch", o.header_batch, "Kernels in each cold batch of the headers scenario's PCH comparison")
+    app.add_option("--header-batch", o.header_batch,
+                   "Kernels in each cold batch of the headers scenario's PCH comparison")
         ->check(CLI::Range(1, tree_kernel_count()))
         ->capture_default_str();
-    app.add_option("--header-repeats", o.header_repeats, "Warm starts per way and PCH comparison rounds (headers scenario)")
+    app.add_option("--header-repeats", o.header_repeats,
+                   "Warm starts per way and PCH comparison rounds (headers scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
     app.add_option("--header-hit-rounds", o.header_hit_rounds, "Rounds of timed hits (headers scenario)")
@@ -250,7 +262,8 @@ int main(int argc, char **argv) {
 #endif
     }
     if (o.wants("startup") && !o.wants("sweep")) {
-        std::fprintf(stderr, "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
+        std::fprintf(stderr,
+                     "kjit-bench: the startup scenario needs the sweep (its warm cache): add sweep to --only\n");
         return 2;
     }
     try {
@@ -261,7 +274,8 @@ int main(int argc, char **argv) {
         if (::stat(o.work_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("'" + o.work_dir + "' is not a folder");
         // Absolute, as the paths kjit_compile returns are: the sweep compares them by prefix.
         char resolved[PATH_MAX];
-        if (!::realpath(o.work_dir.c_str(), resolved)) fail("cannot resolve '" + o.work_dir + "': " + std::strerror(errno));
+        if (!::realpath(o.work_dir.c_str(), resolved))
+            fail("cannot resolve '" + o.work_dir + "': " + std::strerror(errno));
         o.work_dir = resolved;
         if (o.cubin.empty()) o.cubin = o.work_dir + "/big.cubin";
         if (o.wants("resolve") && ::access(o.cubin.c_str(), R_OK) != 0) {

@@ -55,14 +55,16 @@ NodeRun run_node(const BenchOptions &o, const std::string &wait_s) {
     const auto started = Clock::now();
     for (std::size_t i = 0; i < results.size(); ++i) {
         threads.emplace_back([&, i] {
-            results[i] = run_child({self, "--node-child", cache.path(), std::to_string(o.node_kernels), o.arch, wait_s});
+            results[i] =
+                run_child({self, "--node-child", cache.path(), std::to_string(o.node_kernels), o.arch, wait_s});
         });
     }
     for (std::thread &t : threads) t.join();
     NodeRun run;
     run.wall_us = elapsed_us(started, Clock::now());
     for (const ChildResult &r : results) {
-        if (!r.started || r.exit_status != 0) fail("a node child failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
+        if (!r.started || r.exit_status != 0)
+            fail("a node child failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
         run.nvrtc_runs += std::strtoull(r.out.c_str(), nullptr, 10);
     }
     return run;
@@ -75,7 +77,8 @@ void run_node(const BenchOptions &o, Report &report) {
     std::vector<double> locked_us, unlocked_us;
     std::vector<double> locked_runs, unlocked_runs;
     {
-        Progress progress("node: " + std::to_string(p) + " processes, the same " + std::to_string(n) + " missing kernels",
+        Progress progress("node: " + std::to_string(p) + " processes, the same " + std::to_string(n) +
+                              " missing kernels",
                           o.node_repeats * 2, "runs");
         for (int i = 0; i < o.node_repeats; ++i) {
             const NodeRun unlocked = run_node(o, "0");
@@ -91,10 +94,10 @@ void run_node(const BenchOptions &o, Report &report) {
     Section &s = report.section("node", std::to_string(p) + " processes start at once and ask for the same " +
                                             std::to_string(n) + " missing kernels (kjit_compile, 1 thread each)");
     s.rows.push_back(summarize("node.locked", "with the compile lock: first spawn to last exit", locked_us));
-    s.rows.push_back(
-        summarize("node.unlocked", "KJIT_COMPILE_WAIT=0 (no waiting: as before the lock)", unlocked_us));
+    s.rows.push_back(summarize("node.unlocked", "KJIT_COMPILE_WAIT=0 (no waiting: as before the lock)", unlocked_us));
     char note[256];
-    std::snprintf(note, sizeof note, "NVRTC runs over all processes (median): %.0f with the lock, %.0f without, of %d "
+    std::snprintf(note, sizeof note,
+                  "NVRTC runs over all processes (median): %.0f with the lock, %.0f without, of %d "
                   "requests; wall without / with: %.2fx",
                   median(locked_runs), median(unlocked_runs), p * n, median(unlocked_us) / median(locked_us));
     s.notes.push_back(note);

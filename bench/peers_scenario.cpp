@@ -100,8 +100,8 @@ void run_peers(const BenchOptions &o, Report &report) {
     auto run = [&](Build &b, const std::string &lang, const std::string &mode, bool record) {
         library.use(b.lib_dir);
         const std::string repeats = std::to_string(lang == "c" ? o.peers_repeats : o.peers_repeats / 4);
-        const std::string lib = (b.lib_dir.empty() ? self.substr(0, self.rfind('/')) + "/../src" : b.lib_dir) + "/" +
-                                lib_name;
+        const std::string lib =
+            (b.lib_dir.empty() ? self.substr(0, self.rfind('/')) + "/../src" : b.lib_dir) + "/" + lib_name;
         const ChildResult r =
             lang == "c" ? run_child({child, mode, b.cache, o.arch, repeats, requests})
                         : run_child({o.python, script, b.python_dir, lib, b.cache, o.arch, mode, repeats, requests});
@@ -131,8 +131,8 @@ void run_peers(const BenchOptions &o, Report &report) {
         }
     }
     {
-        Progress progress("peers: hits in fresh processes, C and Python, each build", o.peers_rounds *
-                          static_cast<long>(builds.size() * langs.size() * modes.size()), "processes");
+        Progress progress("peers: hits in fresh processes, C and Python, each build",
+                          o.peers_rounds * static_cast<long>(builds.size() * langs.size() * modes.size()), "processes");
         for (int round = 0; round < o.peers_rounds; ++round) {
             for (std::size_t k = 0; k < builds.size(); ++k) {
                 Build &b = builds[(k + static_cast<std::size_t>(round)) % builds.size()];
@@ -171,9 +171,11 @@ void run_peers(const BenchOptions &o, Report &report) {
             const std::string mode_key = metric.substr(0, metric.rfind('.'));
             const auto api = b.facts.find(mode_key + ".api");
             const auto nvrtc = b.facts.find(mode_key + ".nvrtc");
-            const std::string how = (api == b.facts.end() ? "" : api->second == "named" ? "one call" : "two calls") +
-                                    std::string(nvrtc != b.facts.end() && nvrtc->second == "mapped" ? ", NVRTC loaded"
-                                                                                                      : ", no NVRTC");
+            const std::string how =
+                (api == b.facts.end()     ? ""
+                 : api->second == "named" ? "one call"
+                                          : "two calls") +
+                std::string(nvrtc != b.facts.end() && nvrtc->second == "mapped" ? ", NVRTC loaded" : ", no NVRTC");
             s.rows.push_back(summarize("peers." + metric + "." + b.label, label + " [" + b.label + ": " + how + "]",
                                        b.us.at(metric)));
         }
@@ -186,7 +188,8 @@ void run_peers(const BenchOptions &o, Report &report) {
         }
     }
     if (builds.size() == 1) {
-        s.notes.push_back("no 'before' build: bench/run.sh builds it from git history (none here), or pass --before-lib");
+        s.notes.push_back(
+            "no 'before' build: bench/run.sh builds it from git history (none here), or pass --before-lib");
     }
     const Build &now = builds[0];
     for (const char *mode : {"small", "cub"}) {

@@ -25,8 +25,8 @@ Progress::~Progress() { finish(); }
 void Progress::tick() {
     const long done = ++done_;
     if (!tty_) return;
-    const long long now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - started_).count();
+    const long long now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started_).count();
     long long due = next_draw_ns_.load(std::memory_order_relaxed);
     if (now < due || !next_draw_ns_.compare_exchange_strong(due, now + kRedrawNs)) return;
     std::lock_guard<std::mutex> lock(draw_mutex_);
@@ -52,7 +52,8 @@ void Progress::draw(long done, bool final) {
         std::snprintf(left, sizeof left, ", about %.0f s left",
                       seconds / static_cast<double>(done) * static_cast<double>(total_ - done));
     }
-    std::fprintf(stderr, "\r%s: %ld/%ld %s, %.1f s%s\033[K", phase_.c_str(), done, total_, unit_.c_str(), seconds, left);
+    std::fprintf(stderr, "\r%s: %ld/%ld %s, %.1f s%s\033[K", phase_.c_str(), done, total_, unit_.c_str(), seconds,
+                 left);
     std::fflush(stderr);
 }
 

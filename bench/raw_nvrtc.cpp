@@ -20,7 +20,8 @@ std::string nvrtc_version() {
     return std::to_string(major) + "." + std::to_string(minor);
 }
 
-std::size_t raw_nvrtc_compile(const std::string &source, const std::string &arch, const std::vector<std::string> &options) {
+std::size_t raw_nvrtc_compile(const std::string &source, const std::string &arch,
+                              const std::vector<std::string> &options) {
     nvrtcProgram prog = nullptr;
     check(nvrtcCreateProgram(&prog, source.c_str(), "source.cu", 0, nullptr, nullptr), "nvrtcCreateProgram");
     std::vector<std::string> all = {"-arch=" + arch};

@@ -76,9 +76,7 @@ std::string format_target_value(double x, TargetUnit unit) {
         case TargetUnit::seconds: std::snprintf(buf, sizeof buf, "%.3f s", x); return buf;
         case TargetUnit::microseconds: std::snprintf(buf, sizeof buf, "%.2f us", x); return buf;
         case TargetUnit::yes_no: return x >= 0.5 ? "yes" : "no";
-        case TargetUnit::count:
-            std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0f" : "%.2f", x);
-            return buf;
+        case TargetUnit::count: std::snprintf(buf, sizeof buf, x == std::floor(x) ? "%.0f" : "%.2f", x); return buf;
     }
     return "-";
 }
@@ -121,7 +119,8 @@ void Report::print_summary(std::FILE *out) const {
     std::fprintf(out, "\n== targets (goals for the code; reported, never asserted) ==\n");
     for (const Target &t : targets_) {
         if (!t.available) {
-            std::fprintf(out, "  %-*s %11s   not measured: %s\n", width - 2, t.text.c_str(), "-", t.why_unavailable.c_str());
+            std::fprintf(out, "  %-*s %11s   not measured: %s\n", width - 2, t.text.c_str(), "-",
+                         t.why_unavailable.c_str());
             continue;
         }
         const std::string value = format_target_value(t.value, t.unit), goal = format_target_value(t.goal, t.unit);
@@ -163,8 +162,12 @@ nlohmann::json Report::to_json() const {
             targets[t.key] = {{"text", t.text}, {"available", false}, {"reason", t.why_unavailable}};
             continue;
         }
-        targets[t.key] = {{"text", t.text},          {"available", true}, {"value", number_or_null(t.value)},
-                          {"goal", t.goal},          {"bound", t.at_most ? "max" : "min"}, {"met", t.met()},
+        targets[t.key] = {{"text", t.text},
+                          {"available", true},
+                          {"value", number_or_null(t.value)},
+                          {"goal", t.goal},
+                          {"bound", t.at_most ? "max" : "min"},
+                          {"met", t.met()},
                           {"unit", unit_name(t.unit)}};
     }
     j["targets"] = std::move(targets);
@@ -172,14 +175,14 @@ nlohmann::json Report::to_json() const {
     nlohmann::json per_kernel = nlohmann::json::array();
     for (const KernelPoint &k : this->kernels) {
         per_kernel.push_back({{"index", k.index},
-                           {"config", k.config},
-                           {"raw_nvrtc_us", number_or_null(k.raw_nvrtc_us)},
-                           {"cold_1t_us", number_or_null(k.cold_1t_us)},
-                           {"cold_2t_us", number_or_null(k.cold_2t_us)},
-                           {"hit_us", number_or_null(k.hit_us)},
-                           {"resolve_us", number_or_null(k.resolve_us)},
-                           {"prepare_us", number_or_null(k.prepare_us)},
-                           {"load_us", number_or_null(k.load_us)}});
+                              {"config", k.config},
+                              {"raw_nvrtc_us", number_or_null(k.raw_nvrtc_us)},
+                              {"cold_1t_us", number_or_null(k.cold_1t_us)},
+                              {"cold_2t_us", number_or_null(k.cold_2t_us)},
+                              {"hit_us", number_or_null(k.hit_us)},
+                              {"resolve_us", number_or_null(k.resolve_us)},
+                              {"prepare_us", number_or_null(k.prepare_us)},
+                              {"load_us", number_or_null(k.load_us)}});
     }
     j["sweep_kernels"] = std::move(per_kernel);
     return j;
@@ -217,12 +220,17 @@ std::string gp_quote(const std::string &s) {
 
 // Short names for the resolve chart's bars.
 std::string chart_label(const std::string &row_id) {
-    static const std::pair<const char *, const char *> names[] = {
-        {"resolve.hit", "sidecar hit"},   {"resolve.floor", "floor"},          {"resolve.syscalls", "hit syscalls"},
-        {"resolve.scan", "scan"},         {"resolve.scan_rewrite", "scan+publish"}, {"resolve.pyelftools", "pyelftools"},
-        {"cluster.cold_tier", "cold start, tier"}, {"cluster.cold_none", "cold start, none"},
-        {"cluster.join_hit", "new node: remote hit"}, {"cluster.join_compile", "new node: compile"},
-        {"cluster.warm_local", "local hit"}};
+    static const std::pair<const char *, const char *> names[] = {{"resolve.hit", "sidecar hit"},
+                                                                  {"resolve.floor", "floor"},
+                                                                  {"resolve.syscalls", "hit syscalls"},
+                                                                  {"resolve.scan", "scan"},
+                                                                  {"resolve.scan_rewrite", "scan+publish"},
+                                                                  {"resolve.pyelftools", "pyelftools"},
+                                                                  {"cluster.cold_tier", "cold start, tier"},
+                                                                  {"cluster.cold_none", "cold start, none"},
+                                                                  {"cluster.join_hit", "new node: remote hit"},
+                                                                  {"cluster.join_compile", "new node: compile"},
+                                                                  {"cluster.warm_local", "local hit"}};
     for (const auto &n : names) {
         if (row_id == n.first) return n.second;
     }
@@ -238,7 +246,8 @@ std::string Report::write_chart(const std::string &png_path) const {
     if (gnuplot.empty()) return "gnuplot is not installed (Debian: apt-get install gnuplot-nox)";
     // The chart draws the sweep's kernels (and the resolve rows beside them): a run without the
     // sweep (--only headers) has nothing for its first panel, and gnuplot fails on empty data.
-    if (kernels.empty()) return "nothing to draw: the chart shows the sweep's kernels (run it without --only, or add sweep)";
+    if (kernels.empty())
+        return "nothing to draw: the chart shows the sweep's kernels (run it without --only, or add sweep)";
     const std::string stem = stem_of(png_path);
     const std::string kernels_dat = stem + ".kernels.dat", resolve_dat = stem + ".resolve.dat", script = stem + ".gp";
 
@@ -246,7 +255,8 @@ std::string Report::write_chart(const std::string &png_path) const {
     std::vector<KernelPoint> sorted = kernels;
     std::sort(sorted.begin(), sorted.end(),
               [](const KernelPoint &a, const KernelPoint &b) { return a.cold_1t_us < b.cold_1t_us; });
-    std::string data = "# rank index raw_nvrtc_us cold_1t_us hit_us resolve_us load_us prepare_us (NaN: not measured)\n";
+    std::string data =
+        "# rank index raw_nvrtc_us cold_1t_us hit_us resolve_us load_us prepare_us (NaN: not measured)\n";
     char line[256];
     for (std::size_t i = 0; i < sorted.size(); ++i) {
         const KernelPoint &k = sorted[i];
@@ -284,7 +294,8 @@ std::string Report::write_chart(const std::string &png_path) const {
     }
 
     const std::string title = json_string(meta, "machine", "unknown machine");
-    const bool have_load = std::any_of(kernels.begin(), kernels.end(), [](const KernelPoint &k) { return !std::isnan(k.load_us); });
+    const bool have_load =
+        std::any_of(kernels.begin(), kernels.end(), [](const KernelPoint &k) { return !std::isnan(k.load_us); });
     std::string gp;
     // The sweep's panel, the resolve rows' and the cluster rows', where there are any.
     const int panels = 1 + (position > 0 ? 1 : 0) + (cluster_bars > 0 ? 1 : 0);
@@ -295,13 +306,16 @@ std::string Report::write_chart(const std::string &png_path) const {
     gp += "set logscale y\nset grid ytics mytics\nset format y '10^{%L}'\nset key top left box opaque\n";
     gp += "set title 'tuning sweep: cold vs warm, per kernel (sorted by cold time)'\n";
     gp += "set xlabel 'kernel (rank by cold kjit\\_compile time)'\nset ylabel 'microseconds per kernel (log)'\n";
-    gp += "plot " + gp_quote(kernels_dat) + " using 1:4 with points pt 7 ps 0.5 lc rgb '#d62728' title 'cold kjit\\_compile (miss)', \\\n";
+    gp += "plot " + gp_quote(kernels_dat) +
+          " using 1:4 with points pt 7 ps 0.5 lc rgb '#d62728' title 'cold kjit\\_compile (miss)', \\\n";
     gp += "     '' using 1:3 with points pt 6 ps 0.5 lc rgb '#ff7f0e' title 'raw NVRTC', \\\n";
     gp += "     '' using 1:5 with points pt 7 ps 0.5 lc rgb '#1f77b4' title 'warm kjit\\_compile (hit)', \\\n";
     gp += "     '' using 1:6 with points pt 7 ps 0.5 lc rgb '#2ca02c' title 'warm kjit\\_resolve\\_name'";
-    if (have_load) gp += ", \\\n     '' using 1:7 with points pt 7 ps 0.5 lc rgb '#9467bd' title 'warm kjit\\_load\\_cached'";
+    if (have_load)
+        gp += ", \\\n     '' using 1:7 with points pt 7 ps 0.5 lc rgb '#9467bd' title 'warm kjit\\_load\\_cached'";
     gp += "\n";
-    const int symbols = static_cast<int>(json_number(meta.contains("resolve") ? meta["resolve"] : nlohmann::json(), "function_symbols", 0));
+    const int symbols = static_cast<int>(
+        json_number(meta.contains("resolve") ? meta["resolve"] : nlohmann::json(), "function_symbols", 0));
     gp += "set title 'resolving one kernel name in a cubin of " + std::to_string(symbols) +
           " functions (median, bars p10-p90)'\n";
     gp += "set xlabel ''\nset ylabel 'microseconds per lookup (log)'\nunset key\n";
@@ -310,7 +324,8 @@ std::string Report::write_chart(const std::string &png_path) const {
     if (position > 0) {
         gp += "plot " + gp_quote(resolve_dat) + " using 1:2:xtic(5) with boxes lc rgb '#1f77b4', \\\n";
         gp += "     '' using 1:2:3:4 with yerrorbars lc rgb 'black' pt 0, \\\n";
-        gp += "     '' using 1:($4*1.4):($2 >= 1e5 ? sprintf('%.0f ms', $2 / 1e3) : sprintf('%.3g us', $2)) with labels\n";
+        gp += "     '' using 1:($4*1.4):($2 >= 1e5 ? sprintf('%.0f ms', $2 / 1e3) : sprintf('%.3g us', $2)) with "
+              "labels\n";
     }
     if (cluster_bars > 0) {
         gp += "set title 'cluster tier: all nodes cold at once, then a new node (median, bars p10-p90)'\n";
@@ -318,7 +333,8 @@ std::string Report::write_chart(const std::string &png_path) const {
         gp += "set xrange [-0.6:" + std::to_string(cluster_bars) + "-0.4]\nset yrange [1:*]\n";
         gp += "plot " + gp_quote(cluster_dat) + " using 1:2:xtic(5) with boxes lc rgb '#2ca02c', \\\n";
         gp += "     '' using 1:2:3:4 with yerrorbars lc rgb 'black' pt 0, \\\n";
-        gp += "     '' using 1:($4*1.4):($2 >= 1e6 ? sprintf('%.2f s', $2 / 1e6) : $2 >= 1e3 ? sprintf('%.1f ms', $2 / 1e3) : "
+        gp += "     '' using 1:($4*1.4):($2 >= 1e6 ? sprintf('%.2f s', $2 / 1e6) : $2 >= 1e3 ? sprintf('%.1f ms', $2 / "
+              "1e3) : "
               "sprintf('%.3g us', $2)) with labels\n";
     }
     gp += "unset multiplot\n";

@@ -17,7 +17,8 @@ enum class TargetUnit { ratio, seconds, microseconds, yes_no, count };
 
 // A goal from the issue that filed the bench, checked against this run (never asserted).
 struct Target {
-    Target(std::string key_, std::string text_, double goal_, bool at_most_ = false, TargetUnit unit_ = TargetUnit::ratio)
+    Target(std::string key_, std::string text_, double goal_, bool at_most_ = false,
+           TargetUnit unit_ = TargetUnit::ratio)
         : key(std::move(key_)), text(std::move(text_)), goal(goal_), at_most(at_most_), unit(unit_) {}
     std::string key;   // JSON key
     std::string text;  // for people

@@ -16,9 +16,9 @@
 #include "progress.hpp"
 #include "support.hpp"
 
-#include "kjit/kjit.h"
 #include "cubin/name_matcher.hpp"
 #include "cubin/symbol_scanner.hpp"
+#include "kjit/kjit.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -60,7 +60,8 @@ double cubin_age_seconds(const std::string &path, struct stat &st) {
     if (::stat(path.c_str(), &st) != 0) fail("cannot stat '" + path + "': " + std::strerror(errno));
     struct timespec now {};
     clock_gettime(CLOCK_REALTIME, &now);
-    return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) + static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
+    return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
+           static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
 }
 
 // The steady-state sidecar line carries no content hash: "<keyword> <size> <mtime> - <name> <check>".
@@ -102,16 +103,20 @@ std::string last_line(std::string s) {
 Row run_pyelftools(const BenchOptions &o, const std::string &expected, Report &report) {
     const char *id = "resolve.pyelftools";
     const char *label = "pyelftools loop over .symtab (pure Python, child process)";
-    if (::access(o.python.c_str(), X_OK) != 0) return skipped_row(id, label, o.python + " is not an executable interpreter");
-    if (::access(o.pyelftools_script.c_str(), R_OK) != 0) return skipped_row(id, label, "cannot read " + o.pyelftools_script);
+    if (::access(o.python.c_str(), X_OK) != 0)
+        return skipped_row(id, label, o.python + " is not an executable interpreter");
+    if (::access(o.pyelftools_script.c_str(), R_OK) != 0)
+        return skipped_row(id, label, "cannot read " + o.pyelftools_script);
     const ChildResult probe = run_child({o.python, "-c", "import elftools"});
     if (!probe.started) return skipped_row(id, label, "cannot start " + o.python + ": " + probe.err);
     if (probe.exit_status != 0) {
-        return skipped_row(id, label, "elftools is not importable by " + o.python + " (" + last_line(probe.err) +
-                                          "; Debian: apt-get install python3-pyelftools)");
+        return skipped_row(id, label,
+                           "elftools is not importable by " + o.python + " (" + last_line(probe.err) +
+                               "; Debian: apt-get install python3-pyelftools)");
     }
     Progress progress("resolve: " + std::to_string(o.pyelftools_repeats + 1) +
-                          " pyelftools lookups (1 untimed) in a child process, about a second each", 1, "runs");
+                          " pyelftools lookups (1 untimed) in a child process, about a second each",
+                      1, "runs");
     const ChildResult run =
         run_child({o.python, o.pyelftools_script, o.cubin, o.keyword, std::to_string(o.pyelftools_repeats)});
     progress.tick();
@@ -157,7 +162,8 @@ void run_resolve(const BenchOptions &o, Report &report) {
     if (age < kSettleAgeSeconds) {
         const double wait = kSettleAgeSeconds - age;
         if (wait > 60) fail("the mtime of '" + o.cubin + "' is in the future; touch it and retry");
-        std::fprintf(stderr, "resolve: waiting %.1f s until the cubin is 2 s old, so hits are the steady state\n", wait);
+        std::fprintf(stderr, "resolve: waiting %.1f s until the cubin is 2 s old, so hits are the steady state\n",
+                     wait);
         std::this_thread::sleep_for(std::chrono::duration<double>(wait + 0.05));
         age = cubin_age_seconds(o.cubin, st);
     }
@@ -167,7 +173,8 @@ void run_resolve(const BenchOptions &o, Report &report) {
     if (resolve_or_fail(o.cubin, o.keyword) != name) fail("two calls on '" + o.cubin + "' gave different names");
     const std::string sidecar_text = read_file(sidecar);
     if (sidecar_text.empty()) fail("no sidecar at '" + sidecar + "' after resolving (is the folder writable?)");
-    if (!sidecar_settled(sidecar_text, o.keyword)) fail("the sidecar line still carries a content hash:\n" + sidecar_text);
+    if (!sidecar_settled(sidecar_text, o.keyword))
+        fail("the sidecar line still carries a content hash:\n" + sidecar_text);
     report.meta["resolve"] = {{"cubin", o.cubin},
                               {"cubin_bytes", static_cast<long long>(st.st_size)},
                               {"function_symbols", function_symbols},
@@ -239,25 +246,37 @@ void run_resolve(const BenchOptions &o, Report &report) {
         scanned.assign(*chosen);
     };
     auto remove_sidecar = [&] {
-        if (::unlink(sidecar.c_str()) != 0 && errno != ENOENT) fail("cannot remove '" + sidecar + "': " + std::strerror(errno));
+        if (::unlink(sidecar.c_str()) != 0 && errno != ENOENT)
+            fail("cannot remove '" + sidecar + "': " + std::strerror(errno));
     };
     std::vector<double> scan_us, rewrite_us;
     {
         Progress progress("resolve: scans", 2 * (o.scan_iterations + warm_scan), "scans");
-        scan_us = time_calls(warm_scan, o.scan_iterations, [&] { progress.tick(); }, scan_call);
+        scan_us = time_calls(
+            warm_scan, o.scan_iterations, [&] { progress.tick(); }, scan_call);
         if (scanned != name) fail("the scan found '" + scanned + "'");
-        rewrite_us = time_calls(warm_scan, o.scan_iterations, [&] { remove_sidecar(); progress.tick(); }, resolve_call);
+        rewrite_us = time_calls(
+            warm_scan, o.scan_iterations,
+            [&] {
+                remove_sidecar();
+                progress.tick();
+            },
+            resolve_call);
         if (std::string(buf, len) != name) fail("a scan returned '" + std::string(buf, len) + "'");
         if (!sidecar_settled(read_file(sidecar), o.keyword)) fail("the rewritten sidecar is not settled");
     }
 
-    Section &s = report.section("resolve", "resolve: one kernel name in a " + std::to_string(function_symbols) +
-                                               "-function cubin (" + std::to_string(st.st_size / 1024) + " KiB), per lookup");
+    Section &s =
+        report.section("resolve", "resolve: one kernel name in a " + std::to_string(function_symbols) +
+                                      "-function cubin (" + std::to_string(st.st_size / 1024) + " KiB), per lookup");
     s.rows.push_back(summarize("resolve.hit", "sidecar hit (kjit_resolve_name)", std::move(hit_us)));
-    s.rows.push_back(summarize("resolve.floor", "floor: open+read+close of a file of the sidecar's size", std::move(floor_us)));
-    s.rows.push_back(summarize("resolve.syscalls", "(info) a hit's system calls alone (stat+open+read+close)", std::move(syscalls_us)));
+    s.rows.push_back(
+        summarize("resolve.floor", "floor: open+read+close of a file of the sidecar's size", std::move(floor_us)));
+    s.rows.push_back(summarize("resolve.syscalls", "(info) a hit's system calls alone (stat+open+read+close)",
+                               std::move(syscalls_us)));
     s.rows.push_back(summarize("resolve.scan", "scan only (libelf symbol table + keyword rule)", std::move(scan_us)));
-    s.rows.push_back(summarize("resolve.scan_rewrite", "no sidecar: scan + sidecar publish (kjit_resolve_name)", std::move(rewrite_us)));
+    s.rows.push_back(summarize("resolve.scan_rewrite", "no sidecar: scan + sidecar publish (kjit_resolve_name)",
+                               std::move(rewrite_us)));
     s.rows.push_back(run_pyelftools(o, name, report));
 
     const Row &hit = *s.find("resolve.hit");

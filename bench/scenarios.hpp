@@ -11,8 +11,9 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"
-    std::string work_dir;                // caches and temp folders go here
+    std::vector<std::string>
+        scenarios;         // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"
+    std::string work_dir;  // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
     int kernels = 300;
@@ -46,10 +47,10 @@ struct BenchOptions {
     int peers_rounds = 5;           // fresh processes per build, language and kernel
     long peers_repeats = 20000;     // timed repeats in each C child (a quarter in Python)
     // headers
-    int header_kernels = 300;     // tree kernels: the cold fill and the warm starts
-    int header_batch = 32;        // kernels in each cold batch of the PCH comparison
-    int header_repeats = 2;       // warm starts per way, and rounds of the PCH comparison
-    int header_hit_rounds = 20;   // rounds of hits (16 tree kernels, as many header-free hits)
+    int header_kernels = 300;    // tree kernels: the cold fill and the warm starts
+    int header_batch = 32;       // kernels in each cold batch of the PCH comparison
+    int header_repeats = 2;      // warm starts per way, and rounds of the PCH comparison
+    int header_hit_rounds = 20;  // rounds of hits (16 tree kernels, as many header-free hits)
     // node
     int node_processes = 8;  // processes started at once
     int node_kernels = 20;   // the same missing kernels each asks for

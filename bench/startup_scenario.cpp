@@ -52,7 +52,8 @@ void run_startup(const BenchOptions &o, const SweepOutcome &sweep, Report &repor
     auto child = [&](const std::string &m, const std::string &cache) {
         const ChildResult r = run_child({self, "--startup-child", m, cache, std::to_string(n), o.arch});
         if (!r.started || r.exit_status != 0) {
-            fail("the start-up child (" + m + " on " + cache + ") failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
+            fail("the start-up child (" + m + " on " + cache + ") failed, exit " + std::to_string(r.exit_status) +
+                 ": " + r.err);
         }
         return r.wall_seconds * 1e6;
     };
@@ -77,7 +78,8 @@ void run_startup(const BenchOptions &o, const SweepOutcome &sweep, Report &repor
     Section &s = report.section("startup", "start-up: a fresh process gets " + std::to_string(n) +
                                                " kernels ready, 1 thread, spawn to exit");
     s.rows.push_back(summarize("startup.warm", "warm cache: " + ready, warm_us));
-    s.rows.push_back(summarize("startup.cold", "empty cache: " + std::to_string(n) + " compiles, then the same", {cold_us}));
+    s.rows.push_back(
+        summarize("startup.cold", "empty cache: " + std::to_string(n) + " compiles, then the same", {cold_us}));
     s.rows.push_back(summarize("startup.nothing", "(ref) a process that only starts and exits", nothing_us));
     char note[256];
     std::snprintf(note, sizeof note, "cold / warm: %.0fx; warm minus the bare process: %s for %d kernels",

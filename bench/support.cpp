@@ -201,7 +201,8 @@ MachineInfo machine_info() {
         if (colon != std::string::npos && colon < end) m.cpu_model = cpuinfo.substr(colon + 2, end - colon - 2);
     }
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0) m.memory_gib = static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024 * 1024);
+    if (pages > 0 && page > 0)
+        m.memory_gib = static_cast<double>(pages) * static_cast<double>(page) / (1024.0 * 1024 * 1024);
     struct utsname u {};
     if (::uname(&u) == 0) m.kernel = std::string(u.sysname) + " " + u.release;
     const std::string os = read_file("/etc/os-release");
@@ -215,8 +216,8 @@ MachineInfo machine_info() {
 
 std::string MachineInfo::describe() const {
     char buf[512];
-    std::snprintf(buf, sizeof buf, "%s, %u CPUs, %.0f GiB, %s, %s", cpu_model.empty() ? "unknown CPU" : cpu_model.c_str(),
-                  cpus, memory_gib, os.c_str(), kernel.c_str());
+    std::snprintf(buf, sizeof buf, "%s, %u CPUs, %.0f GiB, %s, %s",
+                  cpu_model.empty() ? "unknown CPU" : cpu_model.c_str(), cpus, memory_gib, os.c_str(), kernel.c_str());
     return buf;
 }
 

@@ -27,8 +27,8 @@
 #include "support.hpp"
 #include "sweep_kernels.hpp"
 
-#include "load/kernel_loader.hpp"
 #include "kjit/kjit.h"
+#include "load/kernel_loader.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -149,7 +149,8 @@ std::string seconds(double us) {
 }  // namespace
 
 SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
-    if (o.kernels > sweep_size()) fail("--kernels is at most " + std::to_string(sweep_size()) + " (the sweep's configurations)");
+    if (o.kernels > sweep_size())
+        fail("--kernels is at most " + std::to_string(sweep_size()) + " (the sweep's configurations)");
     const int n = o.kernels;
     const std::vector<GemmConfig> configs = sweep_configs(n);
     std::vector<std::string> sources;
@@ -223,7 +224,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
         size_t len = 0;
         const kjit_status s = kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, &len);
         if (s != KJIT_OK) fail_kjit("kjit_resolve_name on '" + paths[u] + "'", s);
-        if (!names.insert(std::string(name, len)).second) fail("two kernels resolved to '" + std::string(name, len) + "'");
+        if (!names.insert(std::string(name, len)).second)
+            fail("two kernels resolved to '" + std::string(name, len) + "'");
     }
 
     // Warm. Does a driver answer? The load rows need one.
@@ -232,7 +234,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
         kjit_kernel *probe = nullptr;
         const kjit_status s = kjit_load_cached(paths[0].c_str(), kSweepKeyword, &probe);
         outcome.driver_usable = s == KJIT_OK;
-        if (!outcome.driver_usable) outcome.driver_problem = std::string(kjit_status_string(s)) + ": " + kjit_last_error();
+        if (!outcome.driver_usable)
+            outcome.driver_problem = std::string(kjit_status_string(s)) + ": " + kjit_last_error();
         kjit_kernel_release(probe);
     }
     WarmSeries hit{"hit", "kjit_compile hit", {}, {}};
@@ -259,12 +262,14 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                 measure(hit, threads, [&](std::size_t u) {
                     char path[4096];
                     size_t len = 0;
-                    const kjit_status s = kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, &len);
+                    const kjit_status s =
+                        kjit_compile(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path, &len);
                     if (s != KJIT_OK) fail_kjit("kjit_compile (hit)", s);
                 });
                 measure(resolve, threads, [&](std::size_t u) {
                     char name[512];
-                    const kjit_status s = kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, nullptr);
+                    const kjit_status s =
+                        kjit_resolve_name(paths[u].c_str(), kSweepKeyword, name, sizeof name, nullptr);
                     if (s != KJIT_OK) fail_kjit("kjit_resolve_name", s);
                 });
                 measure(two_calls, threads, [&](std::size_t u) {
@@ -279,8 +284,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                 measure(named, threads, [&](std::size_t u) {
                     char path[4096];
                     char name[512];
-                    const kjit_status st = compile_named_fn()(sources[u].c_str(), kSweepKeyword, &opts, path, sizeof path,
-                                                              nullptr, name, sizeof name, nullptr);
+                    const kjit_status st = compile_named_fn()(sources[u].c_str(), kSweepKeyword, &opts, path,
+                                                              sizeof path, nullptr, name, sizeof name, nullptr);
                     if (st != KJIT_OK) fail_kjit("kjit_compile_named (hit)", st);
                 });
                 measure(prepare, threads, [&](std::size_t u) {
@@ -345,17 +350,23 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     Section &c = report.section("compile", "cold kjit_compile vs raw NVRTC: the sweep's " + std::to_string(n) +
                                                " sources, alternating, 1 thread, per kernel");
     c.rows.push_back(summarize("compile.raw_nvrtc", "raw NVRTC (create + compile + get cubin + destroy)", raw_us));
-    c.rows.push_back(summarize("compile.kjit_cold", "kjit_compile miss into an empty cache (publish included)", cold1_us));
+    c.rows.push_back(
+        summarize("compile.kjit_cold", "kjit_compile miss into an empty cache (publish included)", cold1_us));
     if (inner_us.size() == static_cast<std::size_t>(n)) {
-        c.rows.push_back(summarize("compile.kjit_nvrtc", "(info) of which its NVRTC call (manifest, 1 ms resolution)", inner_us));
-        c.rows.push_back(summarize("compile.kjit_outside", "(info) of which all but NVRTC (key, scan, publish)", outside_us));
+        c.rows.push_back(
+            summarize("compile.kjit_nvrtc", "(info) of which its NVRTC call (manifest, 1 ms resolution)", inner_us));
+        c.rows.push_back(
+            summarize("compile.kjit_outside", "(info) of which all but NVRTC (key, scan, publish)", outside_us));
     }
     char note[512];
-    std::snprintf(note, sizeof note, "kjit / raw: %.3fx by the median of per-kernel ratios, %.3fx by the sums (%s vs %s)",
-                  median(ratio), cold1_total / raw_total, seconds(cold1_total).c_str(), seconds(raw_total).c_str());
+    std::snprintf(note, sizeof note,
+                  "kjit / raw: %.3fx by the median of per-kernel ratios, %.3fx by the sums (%s vs %s)", median(ratio),
+                  cold1_total / raw_total, seconds(cold1_total).c_str(), seconds(raw_total).c_str());
     c.notes.push_back(note);
-    std::snprintf(note, sizeof note, "kjit - raw per kernel: %s (median); first-ever compile in the process: raw %s, kjit %s (untimed warm-up)",
-                  format_us(median(extra_us)).c_str(), format_us(warm_raw_us).c_str(), format_us(warm_kjit_us).c_str());
+    std::snprintf(
+        note, sizeof note,
+        "kjit - raw per kernel: %s (median); first-ever compile in the process: raw %s, kjit %s (untimed warm-up)",
+        format_us(median(extra_us)).c_str(), format_us(warm_raw_us).c_str(), format_us(warm_kjit_us).c_str());
     c.notes.push_back(note);
 
     Section &s = report.section("sweep", "tuning sweep: " + std::to_string(n) + " gemm_tile kernels, " + o.arch +
@@ -374,8 +385,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     for (WarmSeries *w : {&hit, &resolve, &two_calls, &named, &prepare, &load, &floor}) {
         for (int threads : kThreadCounts) {
             const std::string id = std::string("sweep.") + w->id + "_rate_" + std::to_string(threads) + "t";
-            const std::string label = std::string("warm rate, ") + std::to_string(threads) + (threads == 1 ? " thread: " : " threads: ") +
-                                      w->label + " (round / N)";
+            const std::string label = std::string("warm rate, ") + std::to_string(threads) +
+                                      (threads == 1 ? " thread: " : " threads: ") + w->label + " (round / N)";
             if (w->rate_us[threads].empty()) s.rows.push_back(skipped_row(id, label, outcome.driver_problem));
             else s.rows.push_back(summarize(id, label, w->rate_us[threads]));
         }
@@ -393,18 +404,21 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
                   n, seconds(cold1_total).c_str(), seconds(cold2_wall_us).c_str(), cold1_total / cold2_wall_us,
                   seconds(batch.wall_us).c_str(), cold1_total / batch.wall_us, seconds(raw_total).c_str());
     s.notes.push_back(note);
-    const double warm_1t = median(hit.rate_us[1]) + (load.rate_us[1].empty() ? median(prepare.rate_us[1]) : median(load.rate_us[1]));
-    std::snprintf(note, sizeof note, "warm total, 1 thread: %s for all %d (kjit_compile hit + kjit_load_cached%s); cold / warm %.0fx",
+    const double warm_1t =
+        median(hit.rate_us[1]) + (load.rate_us[1].empty() ? median(prepare.rate_us[1]) : median(load.rate_us[1]));
+    std::snprintf(note, sizeof note,
+                  "warm total, 1 thread: %s for all %d (kjit_compile hit + kjit_load_cached%s); cold / warm %.0fx",
                   format_us(warm_1t * n).c_str(), n, load.rate_us[1].empty() ? " up to the driver" : "",
                   cold1_total / (warm_1t * n));
     s.notes.push_back(note);
-    s.notes.push_back("per kernel, median of cold / hit: " + std::to_string(static_cast<long>(median(cold_over_hit))) + "x");
+    s.notes.push_back("per kernel, median of cold / hit: " + std::to_string(static_cast<long>(median(cold_over_hit))) +
+                      "x");
     const double named_over_two = median(flatten(named.calls_1t)) / median(flatten(two_calls.calls_1t));
     std::snprintf(note, sizeof note,
                   "path and name, 1 thread, per call: kjit_compile_named %s against kjit_compile + kjit_resolve_name "
                   "%s (%.2fx)",
-                  format_us(median(flatten(named.calls_1t))).c_str(), format_us(median(flatten(two_calls.calls_1t))).c_str(),
-                  named_over_two);
+                  format_us(median(flatten(named.calls_1t))).c_str(),
+                  format_us(median(flatten(two_calls.calls_1t))).c_str(), named_over_two);
     s.notes.push_back(note);
     s.notes.insert(s.notes.end(), rate_notes.begin(), rate_notes.end());
     s.notes.push_back(outcome.driver_usable ? "load rows: through the driver " + json_string(report.meta, "driver", "")
@@ -418,7 +432,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     load_target.why_unavailable = outcome.driver_problem;
     if (load_target.available) load_target.value = median(load.rate_us[1]) / median(load.rate_us[2]);
     report.add_target(load_target);
-    Target prepare_target{"prepare_rate_2t_over_1t", "warm load up to the driver call, 2 threads vs 1 (rate ratio)", 1.6};
+    Target prepare_target{"prepare_rate_2t_over_1t", "warm load up to the driver call, 2 threads vs 1 (rate ratio)",
+                          1.6};
     prepare_target.value = median(prepare.rate_us[1]) / median(prepare.rate_us[2]);
     report.add_target(prepare_target);
     Target named_target{"path_name_named_over_2calls",
@@ -440,7 +455,10 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     }
     cold1.release();
     outcome.warm_cache = kept;
-    report.meta["sweep"] = {{"kernels", n}, {"rounds", o.rounds}, {"arch", o.arch}, {"cache", kept},
+    report.meta["sweep"] = {{"kernels", n},
+                            {"rounds", o.rounds},
+                            {"arch", o.arch},
+                            {"cache", kept},
                             {"filesystem", filesystem_name(o.work_dir)}};
     return outcome;
 }

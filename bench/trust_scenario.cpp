@@ -107,7 +107,8 @@ int trust_child_main(const std::string &cache, const std::string &arch, long cal
                             kjit_kernel *k = nullptr;
                             const kjit_status s = kjit_load_cached(path, kTrustKeyword, &k);
                             if (s != KJIT_OK) {
-                                std::fprintf(stderr, "kjit_load_cached: %s: %s\n", kjit_status_string(s), kjit_last_error());
+                                std::fprintf(stderr, "kjit_load_cached: %s: %s\n", kjit_status_string(s),
+                                             kjit_last_error());
                                 std::exit(1);
                             }
                             kjit_kernel_release(k);
@@ -139,7 +140,8 @@ void run_trust(const BenchOptions &o, Report &report) {
                 const ChildResult r = run_child({self, "--trust-child", b.cache, o.arch, std::to_string(o.trust_calls),
                                                  std::to_string(o.trust_loads)});
                 if (!r.started || r.exit_status != 0) {
-                    fail("the trust child (" + b.label + ") failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
+                    fail("the trust child (" + b.label + ") failed, exit " + std::to_string(r.exit_status) + ": " +
+                         r.err);
                 }
                 std::istringstream lines(r.out);
                 std::string metric;
@@ -152,8 +154,9 @@ void run_trust(const BenchOptions &o, Report &report) {
             }
         }
     }
-    Section &s = report.section("trust", "trust checks: their price on hits and loads (per call; the baseline is 0.3.0, "
-                                         "before the checks, in the same run)");
+    Section &s =
+        report.section("trust", "trust checks: their price on hits and loads (per call; the baseline is 0.3.0, "
+                                "before the checks, in the same run)");
     const std::vector<std::pair<std::string, std::string>> metrics = {
         {"compile.small", "kjit_compile hit, small kernel"},
         {"resolve.small", "kjit_resolve_name sidecar hit, small kernel"},
@@ -179,10 +182,12 @@ void run_trust(const BenchOptions &o, Report &report) {
         }
     }
     for (const auto &[label, bytes] : builds[0].bytes) {
-        s.notes.push_back("the " + label + " kernel's cubin: " + std::to_string(static_cast<long long>(bytes)) + " bytes");
+        s.notes.push_back("the " + label + " kernel's cubin: " + std::to_string(static_cast<long long>(bytes)) +
+                          " bytes");
     }
     if (builds.size() == 1) {
-        s.notes.push_back("no baseline: bench/run.sh builds 0.3.0's libkjit from git history (none here), or pass --baseline-lib");
+        s.notes.push_back(
+            "no baseline: bench/run.sh builds 0.3.0's libkjit from git history (none here), or pass --baseline-lib");
     }
 
     // XXH3-128 over the big test cubin: what a load's content check costs per MB.
@@ -195,15 +200,15 @@ void run_trust(const BenchOptions &o, Report &report) {
         }
         const double mb = static_cast<double>(big.size()) / 1e6;
         char note[256];
-        std::snprintf(note, sizeof note, "XXH3-128 of the %.1f MB test cubin in memory: %.1f us per MB (digest %016llx)", mb,
+        std::snprintf(note, sizeof note,
+                      "XXH3-128 of the %.1f MB test cubin in memory: %.1f us per MB (digest %016llx)", mb,
                       median(us) / mb, static_cast<unsigned long long>(sink.low64));
         s.notes.push_back(note);
-        s.rows.push_back(summarize("trust.xxh3_128_per_mb", "XXH3-128 per MB of cubin (in memory)",
-                                   [&] {
-                                       std::vector<double> per_mb;
-                                       for (double u : us) per_mb.push_back(u / mb);
-                                       return per_mb;
-                                   }()));
+        s.rows.push_back(summarize("trust.xxh3_128_per_mb", "XXH3-128 per MB of cubin (in memory)", [&] {
+            std::vector<double> per_mb;
+            for (double u : us) per_mb.push_back(u / mb);
+            return per_mb;
+        }()));
     }
 }
 

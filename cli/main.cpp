@@ -5,8 +5,8 @@
 // size and age units ("5G", "30d") are compiled in from src/util/size_units.cpp, the same source the
 // library parses $KJIT_CACHE_MAX_SIZE with.
 //
-// Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5 I/O
-// error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
+// Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5
+// I/O error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
 #include "kjit/kjit.h"
 
 #include "remote/remote_config.hpp"
@@ -219,7 +219,8 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
         return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
     });
-    if (s != KJIT_OK) return report_failure(g, s, kjit_status_string(s), with_file_name(kjit_last_error(), a.files.front()));
+    if (s != KJIT_OK)
+        return report_failure(g, s, kjit_status_string(s), with_file_name(kjit_last_error(), a.files.front()));
     std::string name;
     s = resolve_into(cubin, a.keyword, name);
     if (s != KJIT_OK) return fail_with(g, s);
@@ -402,8 +403,10 @@ int run_verify(const Global &g, bool fix) {
     std::string dir;
     if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
     kjit_verify_report *raw = nullptr;
-    if (const kjit_status st = kjit_cache_verify(dir.c_str(), fix ? 1 : 0, &raw); st != KJIT_OK) return fail_with(g, st);
-    const std::unique_ptr<kjit_verify_report, decltype(&kjit_verify_report_release)> r(raw, &kjit_verify_report_release);
+    if (const kjit_status st = kjit_cache_verify(dir.c_str(), fix ? 1 : 0, &raw); st != KJIT_OK)
+        return fail_with(g, st);
+    const std::unique_ptr<kjit_verify_report, decltype(&kjit_verify_report_release)> r(raw,
+                                                                                       &kjit_verify_report_release);
     const size_t count = kjit_verify_report_count(r.get());
     std::size_t fixed = 0;
     for (size_t i = 0; i < count; ++i) fixed += kjit_verify_report_fixed(r.get(), i) == 1 ? 1u : 0u;
@@ -455,10 +458,12 @@ int print_prune(const Global &g, const std::string &dir, const kjit_prune_report
     }
     auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
     std::printf("%s: removed %llu entries (%s), kept %llu (%s)", dir.c_str(), n(r.removed_entries),
-                units::format_size(r.removed_bytes).c_str(), n(r.kept_entries), units::format_size(r.kept_bytes).c_str());
+                units::format_size(r.removed_bytes).c_str(), n(r.kept_entries),
+                units::format_size(r.kept_bytes).c_str());
     if (r.spared_in_use > 0) std::printf(", %llu spared because in use", n(r.spared_in_use));
     if (r.removed_in_transit > 0) std::printf(", %llu stale temp folders swept", n(r.removed_in_transit));
-    if (r.removed_variants_files > 0) std::printf(", %llu variants files of removed entries", n(r.removed_variants_files));
+    if (r.removed_variants_files > 0)
+        std::printf(", %llu variants files of removed entries", n(r.removed_variants_files));
     std::printf("\n");
     return 0;
 }
@@ -516,9 +521,10 @@ int main(int argc, char **argv) {
     compile->add_option("files", compile_args.files, "CUDA C++ source files")->required();
     compile->add_option("-j,--jobs", compile_args.jobs,
                         "Several files: workers (default: $KJIT_JOBS, else one per CPU)");
-    compile->add_option("--workers", compile_args.workers,
-                        "Several files: compile on threads, worker processes, or auto: processes for files with "
-                        "#include on more than one worker (default: $KJIT_WORKER_KIND, else auto)")
+    compile
+        ->add_option("--workers", compile_args.workers,
+                     "Several files: compile on threads, worker processes, or auto: processes for files with "
+                     "#include on more than one worker (default: $KJIT_WORKER_KIND, else auto)")
         ->check(CLI::IsMember({"threads", "processes", "auto"}));
     compile->add_flag("--no-pch", compile_args.no_pch, "Several files: no NVRTC precompiled header");
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
@@ -539,7 +545,8 @@ int main(int argc, char **argv) {
     std::string remote_storage;
     stats->add_flag("--remote", remote,
                     "Also what the cluster tier's Redis servers say of themselves (memory, eviction, libkjit entries)");
-    stats->add_option("--remote-storage", remote_storage, "The cluster tier for --remote (default: $KJIT_REMOTE_STORAGE)");
+    stats->add_option("--remote-storage", remote_storage,
+                      "The cluster tier for --remote (default: $KJIT_REMOTE_STORAGE)");
     add_common(stats);
     bool fix = false;
     CLI::App *verify = cache->add_subcommand("verify", "Check every entry; --fix repairs what it finds");

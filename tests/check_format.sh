@@ -22,6 +22,9 @@ cd "$src" || { echo "FAIL: cannot enter '$src'"; exit 1; }
 # ignore file): generated, vendored and fuzz-corpus files. None of today's C/C++ files is
 # generated or vendored; list them here if any ever are.
 excluded=(
+    # The public headers are laid out by hand for their readers (doxygen comments aligned in
+    # columns, `#  define` nesting) in ways clang-format 14 cannot keep; abidiff guards them.
+    'include/kjit/*'
     'tests/fuzz/regressions/*'
     'tests/fuzz/corpus/*'
     'python/*'

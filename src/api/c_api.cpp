@@ -2,17 +2,17 @@
 // knows the public C types; no C++ type or exception crosses this boundary.
 #include "kjit/kjit.h"
 
+#include "api/defaults.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
+#include "load/kernel_loader.hpp"
+#include "remote/remote_store.hpp"
+#include "resolve/name_resolver.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
 #include "store/cache_verification.hpp"
-#include "api/defaults.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
-#include "load/kernel_loader.hpp"
-#include "resolve/name_resolver.hpp"
-#include "remote/remote_store.hpp"
 #include "util/status.hpp"
 
 #include <array>
@@ -35,9 +35,9 @@ struct kjit_kernel {
 // A batch's per-item results, immutable once returned.
 struct kjit_batch_result {
     std::vector<kjit_status> statuses;
-    std::vector<std::string> cubin_paths;  // "" for failed items
-    std::vector<std::string> kernel_names; // "" for failed items
-    std::vector<std::string> errors;       // "" for items that succeeded
+    std::vector<std::string> cubin_paths;   // "" for failed items
+    std::vector<std::string> kernel_names;  // "" for failed items
+    std::vector<std::string> errors;        // "" for items that succeeded
 };
 
 // A cache's entries by arch (kjit_cache_summarize), in the summary's (byte) order.
@@ -82,7 +82,7 @@ static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::distruste
 static_assert(KJIT_ERROR_CANCELLED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
-#define KJIT_SAME_PROBLEM(damage, problem)                                                        \
+#define KJIT_SAME_PROBLEM(damage, problem)                                                                       \
     static_assert(static_cast<int>(kjit::store::cache_maintenance::Damage::damage) == static_cast<int>(problem), \
                   "Damage and kjit_cache_problem differ")
 KJIT_SAME_PROBLEM(misplaced, KJIT_CACHE_MISPLACED);
@@ -355,7 +355,8 @@ template <typename T>
 kjit_status init_struct(T *out, size_t struct_size, T defaults, const char *function, const char *type) {
     if (!out) return fail(KJIT_ERROR_INVALID_ARGUMENT, (std::string(function) + ": the struct is NULL").c_str());
     defaults.struct_size = struct_size;
-    if (auto st = check_struct_size(defaults, std::string(function) + ": the struct", type); !st) return fail(st.error());
+    if (auto st = check_struct_size(defaults, std::string(function) + ": the struct", type); !st)
+        return fail(st.error());
     std::memcpy(static_cast<void *>(out), &defaults, struct_size);
     return KJIT_OK;
 }
@@ -405,7 +406,6 @@ const kjit::store::cache_maintenance::Finding *finding_at(const kjit_verify_repo
     return &report->report.findings[index];
 }
 
-
 // A batch's options from the caller's (NULL: the defaults), with the worker count resolved.
 // Errors: invalid_argument (struct size, pch), or the defaults' ($KJIT_JOBS).
 kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit_batch_options *options) {
@@ -435,20 +435,20 @@ kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit
         workers = *detected;
     }
     switch (kind) {
-    case KJIT_WORKERS_DEFAULT: {
-        auto from_env = kjit::api::defaults::worker_kind();
-        if (!from_env) return std::move(from_env).error();
-        batch.kind = *from_env;
-        break;
-    }
-    case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::batch_compiler::WorkerKind::threads; break;
-    case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch::batch_compiler::WorkerKind::processes; break;
-    case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch::batch_compiler::WorkerKind::automatic; break;
-    default:
-        return kjit::Error{kjit::Errc::invalid_argument,
-                           "kjit_compile_batch: options->worker_kind is " + std::to_string(kind) +
-                               "; use KJIT_WORKERS_DEFAULT, KJIT_WORKERS_THREADS, KJIT_WORKERS_PROCESSES or "
-                               "KJIT_WORKERS_AUTOMATIC"};
+        case KJIT_WORKERS_DEFAULT: {
+            auto from_env = kjit::api::defaults::worker_kind();
+            if (!from_env) return std::move(from_env).error();
+            batch.kind = *from_env;
+            break;
+        }
+        case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::batch_compiler::WorkerKind::threads; break;
+        case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch::batch_compiler::WorkerKind::processes; break;
+        case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch::batch_compiler::WorkerKind::automatic; break;
+        default:
+            return kjit::Error{kjit::Errc::invalid_argument,
+                               "kjit_compile_batch: options->worker_kind is " + std::to_string(kind) +
+                                   "; use KJIT_WORKERS_DEFAULT, KJIT_WORKERS_THREADS, KJIT_WORKERS_PROCESSES or "
+                                   "KJIT_WORKERS_AUTOMATIC"};
     }
     batch.workers = workers;
     batch.pch = pch == KJIT_PCH_ON    ? kjit::batch::batch_compiler::Pch::on
@@ -596,8 +596,8 @@ KJIT_API const char *kjit_version_string(void) {
 #undef KJIT_STR2
 }
 
-KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keyword, char *name,
-                                       size_t name_size, size_t *name_len) {
+KJIT_API kjit_status kjit_resolve_name(const char *cubin_path, const char *keyword, char *name, size_t name_size,
+                                       size_t *name_len) {
     return guarded("kjit_resolve_name", [&]() -> kjit_status {
         if (!cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_resolve_name: cubin_path is NULL");
         if (!*cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_resolve_name: cubin_path is empty");
@@ -679,16 +679,17 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         std::vector<kjit::Result<kjit::key::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch::batch_compiler::compile(std::move(items), *batch);
+        std::vector<kjit::Result<kjit::cache::Found>> done =
+            kjit::batch::batch_compiler::compile(std::move(items), *batch);
         BatchTally tally;
         auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.
         if (bridge.threw) {
             // Also when nothing was left to cancel: the caller learns that its callback failed.
-            const std::string message = "kjit_compile_batch: cancelled: the progress callback threw " + bridge.thrown +
-                                        " when item " + std::to_string(bridge.at) +
-                                        " was reported, and was not called again; " + std::to_string(tally.not_started) +
-                                        " of " + std::to_string(count) + " items were not started";
+            const std::string message =
+                "kjit_compile_batch: cancelled: the progress callback threw " + bridge.thrown + " when item " +
+                std::to_string(bridge.at) + " was reported, and was not called again; " +
+                std::to_string(tally.not_started) + " of " + std::to_string(count) + " items were not started";
             *result = out.release();
             return fail(KJIT_ERROR_CANCELLED, message.c_str());
         }
@@ -715,7 +716,9 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
     });
 }
 
-KJIT_API size_t kjit_batch_result_count(const kjit_batch_result *result) { return result ? result->statuses.size() : 0; }
+KJIT_API size_t kjit_batch_result_count(const kjit_batch_result *result) {
+    return result ? result->statuses.size() : 0;
+}
 
 KJIT_API kjit_status kjit_batch_result_status(const kjit_batch_result *result, size_t index) {
     if (!result || index >= result->statuses.size()) return KJIT_ERROR_INVALID_ARGUMENT;
@@ -820,7 +823,8 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.sidecar_content_checks = resolver.sidecar_content_checks.load(relaxed);
         s.memo_hits = resolver.memo_hits.load(relaxed);
         s.sidecar_missing = resolver.sidecar_missing.load(relaxed);
-        for (std::size_t i = 0; i < resolver.rejections.size(); ++i) s.sidecar_rejections[i] = resolver.rejections[i].load(relaxed);
+        for (std::size_t i = 0; i < resolver.rejections.size(); ++i)
+            s.sidecar_rejections[i] = resolver.rejections[i].load(relaxed);
         s.scans = resolver.scans.load(relaxed);
         s.sidecar_writes = resolver.sidecar_writes.load(relaxed);
         s.sidecar_write_failures = resolver.sidecar_write_failures.load(relaxed);

@@ -1,7 +1,7 @@
 #include "api/defaults.hpp"
 
-#include "util/size_units.hpp"
 #include "load/driver.hpp"
+#include "util/size_units.hpp"
 
 #include <sched.h>
 

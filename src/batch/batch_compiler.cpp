@@ -1,10 +1,10 @@
 #include "batch/batch_compiler.hpp"
 
+#include "batch/worker_pool.hpp"
 #include "store/cache_entry.hpp"
+#include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
-#include "util/filesystem.hpp"
-#include "batch/worker_pool.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -61,7 +61,7 @@ auto guarded(const key::KeyedRequest &keyed, Build &&build) -> decltype(build())
 // cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
 // is null.
 Result<cache::Found> build_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
-                                  compile::compile_job::Runner *runner = nullptr) {
+                                   compile::compile_job::Runner *runner = nullptr) {
     return guarded(keyed, [&] { return cache.build(keyed, runner); });
 }
 
@@ -170,9 +170,9 @@ private:
                 ++handed_;
             }
             compile::compile_job::Runner *runner = process ? &*process : nullptr;
-            std::optional<Result<cache::Found>> built = again ? std::optional<Result<cache::Found>>(
-                                                                    build_guarded(cache_, jobs_[j].keyed, runner))
-                                                              : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
+            std::optional<Result<cache::Found>> built =
+                again ? std::optional<Result<cache::Found>>(build_guarded(cache_, jobs_[j].keyed, runner))
+                      : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
             if (!built) {
                 {
                     std::lock_guard<std::mutex> lock(mutex_);
@@ -261,7 +261,7 @@ public:
 private:
     std::int64_t refresh_ns_;
     std::int64_t last_refresh_ns_;
-    std::vector<std::string> pinned_;  // in pinning order, once per pin (unpinned as many times)
+    std::vector<std::string> pinned_;              // in pinning order, once per pin (unpinned as many times)
     std::unordered_set<std::string> pinned_keys_;  // the same keys, to look one up
     std::unordered_set<std::string> cubins_;
     std::vector<std::string> order_;
@@ -468,8 +468,8 @@ Result<std::string> Batch::worker_helper(unsigned wanted) const {
 void Batch::compile_misses() {
     if (cancelled_ || jobs_.empty()) return;
     std::vector<bool> reported(jobs_.size(), false);
-    const unsigned wanted = static_cast<unsigned>(std::min<std::size_t>(
-        {jobs_.size(), static_cast<std::size_t>(std::max(1u, options_.workers)), kMaxWorkers}));
+    const unsigned wanted = static_cast<unsigned>(
+        std::min<std::size_t>({jobs_.size(), static_cast<std::size_t>(std::max(1u, options_.workers)), kMaxWorkers}));
     auto helper = worker_helper(wanted);
     if (!helper) {
         for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {

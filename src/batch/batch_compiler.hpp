@@ -8,8 +8,8 @@
 // calling thread, one item at a time. Knows the cache and the worker pool.
 #pragma once
 
-#include "cache/cache.hpp"
 #include "batch/worker_kind.hpp"
+#include "cache/cache.hpp"
 #include "util/status.hpp"
 
 #include <cstddef>
@@ -42,7 +42,7 @@ struct Options {
     // helper_path) fail every miss with its error; automatic ones then compile on threads.
     WorkerKind kind = WorkerKind::automatic;
     Pch pch = Pch::automatic;
-    Progress progress;     // may be empty
+    Progress progress;  // may be empty
     // How often, at most, the batch records again the use of every entry it handed out while
     // it runs (for other processes' eviction; docs/cache-layout.md). Tests set 0: at every report.
     std::int64_t recency_refresh_ns = 60'000'000'000;

@@ -1,8 +1,8 @@
 #include "batch/worker_pool.hpp"
 
+#include "batch/worker_protocol.hpp"
 #include "compile/compiler.hpp"
 #include "util/log.hpp"
-#include "batch/worker_protocol.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -20,10 +20,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
-#include <utility>
 #include <memory>
 #include <optional>
+#include <thread>
+#include <utility>
 #include <vector>
 
 extern char **environ;
@@ -40,7 +40,7 @@ constexpr auto kHelloWait = std::chrono::seconds(30);
 constexpr auto kExitWait = std::chrono::seconds(5);
 
 bool is_executable_file(const std::string &path) {
-    struct stat st{};
+    struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -180,9 +180,10 @@ Status WorkerProcess::start() {
         return Error{Errc::io, peer_ + " did not say hello within 30 s and " + how};
     }
     auto frame = batch::worker_protocol::read_frame(fd_, batch::worker_protocol::Type::hello, peer_);
-    Result<batch::worker_protocol::Hello> hello = !frame   ? Result<batch::worker_protocol::Hello>(std::move(frame).error())
-                                           : !*frame ? Error{Errc::io, "it closed the connection first"}
-                                                     : batch::worker_protocol::decode_hello(**frame);
+    Result<batch::worker_protocol::Hello> hello = !frame
+                                                      ? Result<batch::worker_protocol::Hello>(std::move(frame).error())
+                                                  : !*frame ? Error{Errc::io, "it closed the connection first"}
+                                                            : batch::worker_protocol::decode_hello(**frame);
     std::string problem;
     if (!hello) {
         problem = "did not start: " + hello.error().message;
@@ -222,7 +223,8 @@ std::string WorkerProcess::stop() {
 }
 
 Result<compile::compile_job::Outcome> WorkerProcess::exchange(const compile::compile_job::Job &job) {
-    if (auto st = batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job, batch::worker_protocol::encode_job(job), peer_);
+    if (auto st = batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job,
+                                                     batch::worker_protocol::encode_job(job), peer_);
         !st) {
         return std::move(st).error();
     }
@@ -242,15 +244,17 @@ compile::compile_job::Outcome WorkerProcess::run(const compile::compile_job::Job
         if (outcome) return std::move(*outcome);
         const std::string who = peer_;
         const std::string how = stop();
-        const std::string failure = who + " " + how + " while compiling " + job.label + " (" + outcome.error().message + ")";
+        const std::string failure =
+            who + " " + how + " while compiling " + job.label + " (" + outcome.error().message + ")";
         if (attempt == 0) {
             log().warn("batch: {}; compiling it again on a fresh worker", failure);
             first_failure = failure;
             continue;
         }
-        return compile::compile_job::Outcome{Error{
-            Errc::nvrtc, "compiling in a worker process failed twice: " + first_failure + "; then, on a fresh worker, " +
-                             failure + ". Nothing was cached for it; KJIT_WORKER_KIND=threads compiles in this process"}};
+        return compile::compile_job::Outcome{
+            Error{Errc::nvrtc, "compiling in a worker process failed twice: " + first_failure +
+                                   "; then, on a fresh worker, " + failure +
+                                   ". Nothing was cached for it; KJIT_WORKER_KIND=threads compiles in this process"}};
     }
     return compile::compile_job::Outcome{Error{Errc::internal, "unreachable"}};
 }

@@ -137,7 +137,8 @@ std::string encode_hello(const Hello &hello) {
     if (hello.nvrtc_identity) {
         w.text(*hello.nvrtc_identity);
     } else {
-        w.number(static_cast<std::uint64_t>(hello.nvrtc_identity.error().code)).text(hello.nvrtc_identity.error().message);
+        w.number(static_cast<std::uint64_t>(hello.nvrtc_identity.error().code))
+            .text(hello.nvrtc_identity.error().message);
     }
     return w.take();
 }
@@ -214,7 +215,8 @@ Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload) {
         }
     }
     if (auto bad = r.finish()) return std::move(*bad);
-    compile::compile_job::Outcome outcome{ok ? Result<compile::compiler::Output>(std::move(out)) : std::move(error), used, made};
+    compile::compile_job::Outcome outcome{ok ? Result<compile::compiler::Output>(std::move(out)) : std::move(error),
+                                          used, made};
     return outcome;
 }
 
@@ -257,10 +259,12 @@ long long read_exactly(int fd, char *out, std::size_t size) {
 Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::string &peer) {
     char header[kHeaderSize];
     const long long got = read_exactly(fd, header, kHeaderSize);
-    if (got < 0) return Error{Errc::io, "cannot read from " + peer + ": " + errno_text(static_cast<int>(-got)),
-                              static_cast<int>(-got)};
+    if (got < 0)
+        return Error{Errc::io, "cannot read from " + peer + ": " + errno_text(static_cast<int>(-got)),
+                     static_cast<int>(-got)};
     if (got == 0) return std::optional<std::string>();
-    if (got < static_cast<long long>(kHeaderSize)) return Error{Errc::io, peer + " closed the connection inside a message"};
+    if (got < static_cast<long long>(kHeaderSize))
+        return Error{Errc::io, peer + " closed the connection inside a message"};
     if (std::memcmp(header, kMagic, sizeof kMagic) != 0) {
         return Error{Errc::internal, "worker protocol: " + peer + " sent a frame without the KJW1 magic"};
     }
@@ -278,9 +282,11 @@ Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::
     }
     std::string payload(static_cast<std::size_t>(size), '\0');
     const long long body = read_exactly(fd, payload.data(), payload.size());
-    if (body < 0) return Error{Errc::io, "cannot read from " + peer + ": " + errno_text(static_cast<int>(-body)),
-                               static_cast<int>(-body)};
-    if (static_cast<std::uint64_t>(body) < size) return Error{Errc::io, peer + " closed the connection inside a message"};
+    if (body < 0)
+        return Error{Errc::io, "cannot read from " + peer + ": " + errno_text(static_cast<int>(-body)),
+                     static_cast<int>(-body)};
+    if (static_cast<std::uint64_t>(body) < size)
+        return Error{Errc::io, peer + " closed the connection inside a message"};
     return std::optional<std::string>(std::move(payload));
 }
 
@@ -313,9 +319,11 @@ int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::J
                 reply = encode_outcome(compile::compile_job::run_here(*job));
             }
         } catch (const std::bad_alloc &) {
-            reply = encode_outcome(compile::compile_job::Outcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
+            reply =
+                encode_outcome(compile::compile_job::Outcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
         } catch (const std::exception &e) {
-            reply = encode_outcome(compile::compile_job::Outcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
+            reply = encode_outcome(
+                compile::compile_job::Outcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
         }
         if (auto st = send_frame(fd, Type::outcome, reply, peer); !st) {
             std::fprintf(stderr, "kjit-worker: %s\n", st.error().message.c_str());

@@ -1,13 +1,13 @@
 #include "cache/cache.hpp"
 
-#include "store/cache_entry.hpp"
 #include "compile/compiler.hpp"
-#include "util/fork_guard.hpp"
-#include "key/include_scanner.hpp"
-#include "util/log.hpp"
-#include "resolve/name_resolver.hpp"
 #include "compile/nvrtc_probe.hpp"
+#include "key/include_scanner.hpp"
 #include "remote/remote_store.hpp"
+#include "resolve/name_resolver.hpp"
+#include "store/cache_entry.hpp"
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
 
 #include <chrono>
 #include <exception>
@@ -34,8 +34,9 @@ compile::compiler::Request nvrtc_request(const key::Request &request) {
 
 // The manifest of a new entry `key` (a variant of `source_key` when not empty) of `request`,
 // its kernel `name`; publish fills in the cubin's size and hash and the time.
-store::cache_entry::Manifest new_manifest(const key::Request &request, const std::string &key, const std::string &source_key,
-                                   const std::string &name, double compile_seconds) {
+store::cache_entry::Manifest new_manifest(const key::Request &request, const std::string &key,
+                                          const std::string &source_key, const std::string &name,
+                                          double compile_seconds) {
     store::cache_entry::Manifest m;
     m.key = key;
     m.source_key = source_key;
@@ -72,7 +73,8 @@ Cache &Cache::instance() {
     return fork_guard::lazy(instance_slot, [] { return new Cache(); });  // leaked: usable during exit
 }
 
-const bool Cache::fork_handler_registered_ = fork_guard::at_fork_child(fork_guard::State::cache_flights, &Cache::renew_in_forked_child);
+const bool Cache::fork_handler_registered_ =
+    fork_guard::at_fork_child(fork_guard::State::cache_flights, &Cache::renew_in_forked_child);
 
 void Cache::renew_in_forked_child() {
     Cache *cache = instance_slot.load(std::memory_order_relaxed);
@@ -114,7 +116,7 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
 }
 
 Result<std::optional<Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                                         std::string *why) {
+                                                   std::string *why) {
     for (EntryStore *store : stores_) {
         auto found = store->find(keyed, memo, why);
         if (!found || *found) return found;
@@ -144,7 +146,8 @@ Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::compile_job:
     return build_once(keyed, runner, nullptr);
 }
 
-std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner) {
+std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed,
+                                                      compile::compile_job::Runner *runner) {
     bool busy = false;
     Result<Found> result = build_once(keyed, runner, &busy);
     if (busy) return std::nullopt;
@@ -202,7 +205,8 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
     return result;
 }
 
-Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy) {
+Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner,
+                                         bool *busy) {
     const key::Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -265,7 +269,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     }
     const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
     auto name = resolve::name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
-                                   request.name_expression, lowered);
+                                            request.name_expression, lowered);
     if (!name) return std::move(name).error();
 
     store::cache_entry::NewEntry entry;
@@ -284,8 +288,8 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
 }
 
 Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,
-                                          const std::vector<key::include_scanner::Dependency> &deps,
-                                          compile::compile_job::Runner *runner, double *seconds) {
+                                                   const std::vector<key::include_scanner::Dependency> &deps,
+                                                   compile::compile_job::Runner *runner, double *seconds) {
     const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
     if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
@@ -314,7 +318,8 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
         // NVRTC's own words are "invalid value for --gpu-architecture (-arch)": say which value,
         // where it came from and what this NVRTC takes.
         std::string supported;
-        for (const std::string &a : compile::compiler::supported_archs()) supported += (supported.empty() ? "" : ", ") + a;
+        for (const std::string &a : compile::compiler::supported_archs())
+            supported += (supported.empty() ? "" : ", ") + a;
         Error e = compiled.error();
         e.message = "NVRTC " + request.nvrtc_identity.substr(0, request.nvrtc_identity.find(' ')) +
                     " does not compile for arch '" + request.arch + "'" +
@@ -329,7 +334,8 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     return compiled;
 }
 
-Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched,
+                                     const std::string &source_key,
                                      const std::vector<key::include_scanner::Dependency> &deps) {
     store::cache_entry::NewEntry entry;
     entry.cubin = fetched.cubin;

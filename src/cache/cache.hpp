@@ -16,11 +16,11 @@
 #pragma once
 
 #include "cache/cache_counters.hpp"
-#include "key/cache_key.hpp"
-#include "compile/compile_job.hpp"
 #include "cache/hit_memo.hpp"
-#include "key/include_scanner.hpp"
 #include "cache/local_store.hpp"
+#include "compile/compile_job.hpp"
+#include "key/cache_key.hpp"
+#include "key/include_scanner.hpp"
 #include "remote/remote_entry.hpp"
 #include "util/status.hpp"
 
@@ -67,7 +67,8 @@ public:
     // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
     // says another node is compiling the entry now (the batch builds it again later, then
     // waiting for that node if it still is); otherwise build()'s result. Thread safe.
-    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner);
+    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed,
+                                                   compile::compile_job::Runner *runner);
     // For a batch, after its look-ups and before it compiles: the entries the cluster tier
     // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
     // pipelined round trips without any lease and published here; nullopt for each that must
@@ -98,7 +99,7 @@ private:
 
     // The stores, in lookup order; the local one first.
     Result<std::optional<Found>> find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                                      std::string *why);
+                                                std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
     // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
@@ -107,8 +108,9 @@ private:
     Result<Found> build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
-    Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed, const std::vector<key::include_scanner::Dependency> &deps,
-                                       compile::compile_job::Runner *runner, double *seconds);
+    Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed,
+                                                const std::vector<key::include_scanner::Dependency> &deps,
+                                                compile::compile_job::Runner *runner, double *seconds);
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).

@@ -6,10 +6,10 @@
 // lock only, so the cache consults it at that one point of a miss (docs/architecture.md).
 #pragma once
 
-#include "store/cache_entry.hpp"
-#include "util/filesystem.hpp"
 #include "key/cache_key.hpp"
 #include "key/include_scanner.hpp"
+#include "store/cache_entry.hpp"
+#include "util/filesystem.hpp"
 #include "util/status.hpp"
 
 #include <optional>
@@ -53,7 +53,8 @@ public:
     // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
     // returns its cubin path in this store (nullopt from a store that keeps no local copy).
     // Errors: io naming what could not be written.
-    virtual Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) = 0;
+    virtual Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed,
+                                                       const store::cache_entry::NewEntry &entry) = 0;
 };
 
 }  // namespace kjit::cache

@@ -1,7 +1,7 @@
 #include "cache/hit_memo.hpp"
 
-#include "store/cache_entry.hpp"
 #include "key/dependency_watch.hpp"
+#include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 
@@ -104,12 +104,14 @@ std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const
     }
     const auto unchanged = [&] {
         struct stat now {};
-        return ::lstat(a.found.cubin.c_str(), &now) == 0 && S_ISREG(now.st_mode) && FileIdentity::from_stat(now) == a.cubin;
+        return ::lstat(a.found.cubin.c_str(), &now) == 0 && S_ISREG(now.st_mode) &&
+               FileIdentity::from_stat(now) == a.cubin;
     };
     if (!unchanged()) return std::nullopt;
     // Proven by the lstat: watch the cubin for the next repeats. The watch goes first and the
     // file is proven again after it, so no change slips between the two.
-    if (const std::optional<std::uint64_t> armed = key::dependency_watch::arm_file(a.found.cubin); armed && unchanged()) {
+    if (const std::optional<std::uint64_t> armed = key::dependency_watch::arm_file(a.found.cubin);
+        armed && unchanged()) {
         a.cubin_watched.generation.store(*armed, std::memory_order_release);
     }
     return a.found;

@@ -30,8 +30,8 @@
 // the cache entry's retirement count.
 #pragma once
 
-#include "key/cache_key.hpp"
 #include "cache/entry_store.hpp"
+#include "key/cache_key.hpp"
 #include "util/filesystem.hpp"
 
 #include <sys/stat.h>
@@ -108,13 +108,13 @@ private:
     };
     struct Answer {
         Found found;
-        WatchedAt cubin_watched;   // the cubin's watch, armed at the first repeat
-        FileIdentity cubin;        // the cubin as the look-up proved it
-        std::string entry;         // the entry folder, for the header watch
-        struct stat entry_st {};   // as the look-up saw it
-        std::string source_key;    // the request's key when it reads files (its entries are variants)
+        WatchedAt cubin_watched;  // the cubin's watch, armed at the first repeat
+        FileIdentity cubin;       // the cubin as the look-up proved it
+        std::string entry;        // the entry folder, for the header watch
+        struct stat entry_st {};  // as the look-up saw it
+        std::string source_key;   // the request's key when it reads files (its entries are variants)
         bool reads_files = false;
-        std::string working_dir;   // when the answer depends on it; else empty
+        std::string working_dir;     // when the answer depends on it; else empty
         std::int64_t proven_ns = 0;  // steady clock
         std::uint64_t retirements = 0;
     };

@@ -1,15 +1,15 @@
 #include "cache/local_store.hpp"
 
+#include "key/dependency_watch.hpp"
+#include "key/include_scanner.hpp"
+#include "resolve/name_resolver.hpp"
 #include "store/cache_entry.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
-#include "util/size_units.hpp"
-#include "key/dependency_watch.hpp"
 #include "util/filesystem.hpp"
 #include "util/folder_trust.hpp"
-#include "key/include_scanner.hpp"
 #include "util/log.hpp"
-#include "resolve/name_resolver.hpp"
+#include "util/size_units.hpp"
 
 #include <sys/stat.h>
 
@@ -84,8 +84,8 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
         counters.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
     } else if (request.reads_files) {
         const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
-        auto deps = text ? key::include_scanner::parse(*text) : Result<std::vector<key::include_scanner::Dependency>>(
-                                                                 Error{Errc::io, "missing"});
+        auto deps = text ? key::include_scanner::parse(*text)
+                         : Result<std::vector<key::include_scanner::Dependency>>(Error{Errc::io, "missing"});
         if (!deps) {
             *why = "its header list is missing or damaged";
             return Lookup::unusable;
@@ -112,8 +112,8 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
             // with the same content under a new mtime (a touch, a reinstall): store the list
             // again (temp file and rename in the entry) so later hits only stat them. Best
             // effort: a read-only cache keeps checking their content.
-            (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {}, key::include_scanner::format(*deps),
-                               folder_trust::shared(folder) ? kGroupWritable : 0);
+            (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {},
+                               key::include_scanner::format(*deps), folder_trust::shared(folder) ? kGroupWritable : 0);
         }
         // Young headers too: an edit within their timestamp tick, which size and mtime cannot
         // show, still raises an event. They are settled by the next full check once old.
@@ -137,9 +137,10 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
 // else absent (none listed) or unusable (*why: the first's reason). The one found goes first in
 // the list, so the next lookup of this state of the files tries it first: a write only when the
 // files changed back to an earlier state.
-Lookup look_up_variants(const key::Request &request, const std::string &source_key, const folder_trust::CacheFolder &folder,
-                        Counters &counters, key::include_scanner::FileMemo *memo, std::string *cubin,
-                        std::string *name, FileIdentity *proven, std::string *why) {
+Lookup look_up_variants(const key::Request &request, const std::string &source_key,
+                        const folder_trust::CacheFolder &folder, Counters &counters,
+                        key::include_scanner::FileMemo *memo, std::string *cubin, std::string *name,
+                        FileIdentity *proven, std::string *why) {
     const std::string list = store::cache_entry::variants_file_for(request.cache_dir, source_key);
     // The entry this process found last, tried first: proven by the header watch, a hit reads
     // no variants file and no deps.txt.
@@ -165,7 +166,8 @@ Lookup look_up_variants(const key::Request &request, const std::string &source_k
         }
         if (found == Lookup::hit) {
             *cubin = entry + "/" + store::cache_entry::kCubinFile;
-            if (i > 0 && folder.writable) store::cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
+            if (i > 0 && folder.writable)
+                store::cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
             key::dependency_watch::note_variant(list, entry);
             return found;
         }
@@ -176,7 +178,6 @@ Lookup look_up_variants(const key::Request &request, const std::string &source_k
     }
     return result;
 }
-
 
 // A lookup's answer as the store's: a hit's path and name, a miss, or the refusal to serve.
 Result<std::optional<Found>> answer(Lookup found, std::string cubin, std::string name, const FileIdentity &proven,
@@ -201,8 +202,9 @@ Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, ke
     std::string name;
     FileIdentity proven;
     const Lookup found =
-        request.reads_files ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, &proven, why)
-                            : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name, &proven);
+        request.reads_files
+            ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, &proven, why)
+            : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name, &proven);
     return answer(found, std::move(cubin), std::move(name), proven, why);
 }
 
@@ -243,7 +245,8 @@ std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key:
     return held;
 }
 
-Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) {
+Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed,
+                                                       const store::cache_entry::NewEntry &entry) {
     const key::Request &request = keyed.request;
     auto folder = folder_trust::check_cache_folder(request.cache_dir);
     if (!folder) return std::move(folder).error();

@@ -7,8 +7,8 @@
 #pragma once
 
 #include "cache/cache_counters.hpp"
-#include "store/compile_lock.hpp"
 #include "cache/entry_store.hpp"
+#include "store/compile_lock.hpp"
 
 namespace kjit::cache {
 
@@ -18,10 +18,11 @@ public:
 
     const char *name() const override { return "local"; }
     Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                            std::string *why) override;
+                                      std::string *why) override;
     Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
-                                                    std::string *why) override;
-    Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) override;
+                                              std::string *why) override;
+    Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed,
+                                               const store::cache_entry::NewEntry &entry) override;
 
     // Whether a miss of `keyed` can be published here, said before compiling: an error when the
     // cache folder is unusable or not writable by the caller (a cache others filled for us to

@@ -1,7 +1,7 @@
 #include "compile/compile_job.hpp"
 
-#include "util/log.hpp"
 #include "compile/pch_folders.hpp"
+#include "util/log.hpp"
 
 namespace kjit::compile::compile_job {
 

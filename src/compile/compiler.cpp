@@ -1,7 +1,7 @@
 #include "compile/compiler.hpp"
 
-#include "util/fork_guard.hpp"
 #include "compile/nvrtc_library.hpp"
+#include "util/fork_guard.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -78,7 +78,8 @@ void renew_gate_in_forked_child() {
     if (busy) gate.unusable = true;
 }
 [[maybe_unused]] const bool fork_handlers_registered =
-    fork_guard::at_fork(fork_guard::State::nvrtc_gate, close_gate_and_wait, open_gate_in_parent, renew_gate_in_forked_child);
+    fork_guard::at_fork(fork_guard::State::nvrtc_gate, close_gate_and_wait, open_gate_in_parent,
+                        renew_gate_in_forked_child);
 
 // One compile inside the gate.
 class Passage {
@@ -119,6 +120,8 @@ std::string program_log(const Api &api, nvrtcProgram prog) {
 // next option: that string is a value, never an option. Single-letter ones (-D, -U, -I) also
 // take it joined ("-DX"), which the prefix test below does not confuse with these names.
 bool takes_separate_value(std::string_view name) {
+    // A list of names reads best packed (clang-format 14 would put one per line).
+    // clang-format off
     static const char *const kNames[] = {
         "gpu-architecture", "arch", "relocatable-device-code", "rdc", "dopt", "Ofast-compile", "Ofc",
         "ptxas-options", "Xptxas", "maxrregcount", "ftz", "prec-sqrt", "prec-div", "fmad", "modify-stack-limit",
@@ -126,6 +129,7 @@ bool takes_separate_value(std::string_view name) {
         "undefine-macro", "U", "include-path", "I", "pre-include", "include", "std", "builtin-move-forward",
         "builtin-initializer-list", "optimization-info", "opt-info", "diag-error", "diag-suppress", "diag-warn",
         "brief-diagnostics", "brief-diag", "time", "split-compile", "fdevice-time-trace"};
+    // clang-format on
     if (name.compare(0, 1, "-") != 0) return false;
     name.remove_prefix(name.compare(0, 2, "--") == 0 ? 2 : 1);
     for (const char *n : kNames) {
@@ -139,12 +143,9 @@ enum class PchKind { automatic, notes, shape, user_files };
 // The PCH option `o` names (one or two dashes), if any, and where its name ends.
 std::optional<std::pair<PchKind, std::size_t>> pch_option(const std::string &o) {
     static const std::pair<const char *, PchKind> kNames[] = {
-        {"pch", PchKind::automatic},
-        {"pch-messages", PchKind::notes},
-        {"pch-verbose", PchKind::notes},
-        {"instantiate-templates-in-pch", PchKind::shape},
-        {"create-pch", PchKind::user_files},
-        {"use-pch", PchKind::user_files},
+        {"pch", PchKind::automatic},         {"pch-messages", PchKind::notes},
+        {"pch-verbose", PchKind::notes},     {"instantiate-templates-in-pch", PchKind::shape},
+        {"create-pch", PchKind::user_files}, {"use-pch", PchKind::user_files},
         {"pch-dir", PchKind::user_files},
     };
     if (o.compare(0, 1, "-") != 0) return std::nullopt;
@@ -192,27 +193,27 @@ Result<PchOptions> take_pch_options(const std::vector<std::string> &options) {
             given += " " + *value;
         }
         switch (kind) {
-        case PchKind::automatic:
-            if (value) {
-                return Error{Errc::invalid_argument, "NVRTC option '" + given + "': " + name + " takes no value"};
-            }
-            out.automatic = true;
-            break;
-        case PchKind::notes:
-        case PchKind::shape:
-            if (*value != "true" && *value != "false") {
+            case PchKind::automatic:
+                if (value) {
+                    return Error{Errc::invalid_argument, "NVRTC option '" + given + "': " + name + " takes no value"};
+                }
+                out.automatic = true;
+                break;
+            case PchKind::notes:
+            case PchKind::shape:
+                if (*value != "true" && *value != "false") {
+                    return Error{Errc::invalid_argument,
+                                 "NVRTC option '" + given + "': " + name + " takes true or false"};
+                }
+                if (kind == PchKind::shape) out.shape.push_back("--instantiate-templates-in-pch=" + *value);
+                break;  // notes: libkjit keeps NVRTC's PCH notes out of the log anyway
+            case PchKind::user_files:
                 return Error{Errc::invalid_argument,
-                             "NVRTC option '" + given + "': " + name + " takes true or false"};
-            }
-            if (kind == PchKind::shape) out.shape.push_back("--instantiate-templates-in-pch=" + *value);
-            break;  // notes: libkjit keeps NVRTC's PCH notes out of the log anyway
-        case PchKind::user_files:
-            return Error{Errc::invalid_argument,
-                         "NVRTC option '" + given +
-                             "' names a precompiled header file or folder of the caller's, which NVRTC would "
-                             "use without checking that it was made from the headers this compile reads (a "
-                             "stale kernel under a new key); pass '--pch' instead: libkjit keeps NVRTC's "
-                             "automatic PCHs in a folder per header identity (docs/batch.md)"};
+                             "NVRTC option '" + given +
+                                 "' names a precompiled header file or folder of the caller's, which NVRTC would "
+                                 "use without checking that it was made from the headers this compile reads (a "
+                                 "stale kernel under a new key); pass '--pch' instead: libkjit keeps NVRTC's "
+                                 "automatic PCHs in a folder per header identity (docs/batch.md)"};
         }
     }
     return out;

@@ -13,10 +13,10 @@ namespace kjit::compile::compiler {
 
 struct Request {
     std::string source;
-    std::string program_name = "kjit_program.cu";  // shown in NVRTC's diagnostics
-    std::vector<std::string> options;              // e.g. "-arch=sm_90", "-std=c++17"
+    std::string program_name = "kjit_program.cu";              // shown in NVRTC's diagnostics
+    std::vector<std::string> options;                          // e.g. "-arch=sm_90", "-std=c++17"
     std::vector<std::pair<std::string, std::string>> headers;  // (include name, source)
-    std::vector<std::string> name_expressions;     // e.g. "gemm<128, 64>"
+    std::vector<std::string> name_expressions;                 // e.g. "gemm<128, 64>"
 };
 
 // The archs this NVRTC compiles for ("sm_75", ...), for messages; empty when it cannot say.

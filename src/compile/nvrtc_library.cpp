@@ -9,8 +9,8 @@
 
 #include <atomic>
 #include <climits>
-#include <mutex>
 #include <cstdlib>
+#include <mutex>
 #include <vector>
 
 namespace kjit::compile::nvrtc_library {
@@ -145,9 +145,11 @@ Loaded open_library() {
     }
     loaded.error = "no usable NVRTC: " + tried + ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
                    ", also to key a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
-                   "NVRTC (" + name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
+                   "NVRTC (" +
+                   name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
                    "-<minor> package, or the nvidia-cuda-nvrtc wheel for Python) or set KJIT_LIBNVRTC to the path "
-                   "of its " + name;
+                   "of its " +
+                   name;
     return loaded;
 }
 
@@ -165,7 +167,8 @@ std::atomic<const Loaded *> loaded_slot{nullptr};
 // parent's thread held it gets it anew.
 std::mutex open_mutex;
 void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::nvrtc_open, renew_open_mutex_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::nvrtc_open, renew_open_mutex_in_forked_child);
 
 }  // namespace
 

@@ -42,11 +42,11 @@ struct Api {
     decltype(&::nvrtcGetNumSupportedArchs) nvrtcGetNumSupportedArchs = nullptr;
     decltype(&::nvrtcGetSupportedArchs) nvrtcGetSupportedArchs = nullptr;
 
-    std::string library;   // what dlopen was given, as the messages name it
-    std::string file;      // the file it opened, links resolved (realpath)
+    std::string library;       // what dlopen was given, as the messages name it
+    std::string file;          // the file it opened, links resolved (realpath)
     bool preexisting = false;  // dlopen returned a library something else had mapped already
-    std::string version;   // "13.0", from nvrtcVersion
-    std::string identity;  // compile::compiler::nvrtc_identity()'s text for this library
+    std::string version;       // "13.0", from nvrtcVersion
+    std::string identity;      // compile::compiler::nvrtc_identity()'s text for this library
 };
 
 // The API, opened on the first call in the process (thread safe; the library is never closed).

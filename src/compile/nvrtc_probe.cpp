@@ -1,11 +1,11 @@
 #include "compile/nvrtc_probe.hpp"
 
+#include "compile/nvrtc_library.hpp"
 #include "store/cache_layout.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
 #include "util/log.hpp"
-#include "compile/nvrtc_library.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -39,12 +39,12 @@ constexpr const char *kLdCache = "/etc/ld.so.cache";
 
 // What decides which NVRTC api() opens, as text lines, and the paths whose state must not change.
 struct Context {
-    std::string lines;               // "context ..." lines, in order
+    std::string lines;  // "context ..." lines, in order
     // Folders and files whose stat the record holds, links followed, and every link on whose
     // paths it holds too (record_text): the folders searched, and in each the name the search
     // would open, a path candidate itself.
     std::vector<std::string> watch;
-    std::string record_name;         // store::cache_layout::kNvrtcRecordPrefix + euid + "-" + hash of `lines`
+    std::string record_name;  // store::cache_layout::kNvrtcRecordPrefix + euid + "-" + hash of `lines`
 };
 
 // A path's state as the record keeps it: "absent" for a missing one, else device, inode, mode,
@@ -81,8 +81,6 @@ std::optional<std::string> link_state_of(const std::string &path) {
 }
 
 void anchor() {}
-
-
 
 // The folders the dynamic linker searches for a bare name dlopened from libkjit, in order
 // (RPATH, LD_LIBRARY_PATH, RUNPATH, the system folders), from dlinfo. nullopt when it cannot say.
@@ -121,8 +119,8 @@ std::optional<Context> context() {
     char host[HOST_NAME_MAX + 1] = {};
     if (::gethostname(host, sizeof host - 1) != 0) return std::nullopt;
     const std::vector<std::string> candidates = compile::nvrtc_library::candidates();
-    c.lines = std::string(kHeader) + "\ncontext library " + compile::nvrtc_library::library_name() + "\ncontext host " + host +
-              "\ncontext euid " + std::to_string(::geteuid()) + "\n";
+    c.lines = std::string(kHeader) + "\ncontext library " + compile::nvrtc_library::library_name() + "\ncontext host " +
+              host + "\ncontext euid " + std::to_string(::geteuid()) + "\n";
     bool searched = false;
     for (const std::string &candidate : candidates) {
         c.lines += "context candidate " + candidate + "\n";
@@ -161,7 +159,8 @@ std::optional<Context> context() {
         }
         c.watch.push_back(kLdCache);
     }
-    c.record_name = std::string(store::cache_layout::kNvrtcRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
+    c.record_name =
+        std::string(store::cache_layout::kNvrtcRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
     return c;
 }
 
@@ -252,8 +251,8 @@ std::optional<std::string> proven_identity(const std::string &cache_dir, const C
             const std::string_view state = line.substr(6, space - 6);
             const std::string watched(line.substr(space + 1));
             if (watched.empty() || watched[0] != '/') return rejected("watches a relative path");
-            const auto now = state.compare(0, kLinkState.size(), kLinkState) == 0 ? link_state_of(watched)
-                                                                                   : state_of(watched);
+            const auto now =
+                state.compare(0, kLinkState.size(), kLinkState) == 0 ? link_state_of(watched) : state_of(watched);
             if (!now || *now != state) {
                 log().debug("nvrtc probe: '{}' changed since the record '{}' was written; NVRTC is loaded", watched,
                             path);
@@ -296,7 +295,8 @@ void renew_in_forked_child() {
     fork_guard::renew(recorded_mutex);
     fork_guard::renew(recorded);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::nvrtc_records, renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::nvrtc_records, renew_in_forked_child);
 
 }  // namespace
 

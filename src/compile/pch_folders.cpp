@@ -1,8 +1,7 @@
 #include "compile/pch_folders.hpp"
 
-
-#include "util/fork_guard.hpp"
 #include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
 
 #include <dirent.h>
 #include <signal.h>
@@ -23,8 +22,8 @@ namespace {
 
 struct Root {
     std::mutex mutex;
-    pid_t pid = 0;          // the process that made `path` (a forked child makes its own)
-    std::string path;       // "" until first use
+    pid_t pid = 0;               // the process that made `path` (a forked child makes its own)
+    std::string path;            // "" until first use
     std::set<std::string> made;  // identities whose folder exists
 };
 
@@ -46,7 +45,8 @@ void renew_in_forked_child() {
     fork_guard::renew(r->made);
     r->pid = 0;
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::pch_root, renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::pch_root, renew_in_forked_child);
 
 // Roots of processes that are gone (killed, or ended by _exit) and untouched for kStaleTempNs:
 // removed when this process makes its own. A pid that is alive again (reused) keeps its

@@ -112,9 +112,8 @@ bool is_plain_name(std::string_view name) {
 Status check_keyword(std::string_view keyword) {
     if (keyword.empty()) return Error{Errc::invalid_argument, "keyword is empty"};
     if (keyword.size() > kMaxKeywordLength) {
-        return Error{Errc::invalid_argument,
-                     "keyword is " + std::to_string(keyword.size()) + " bytes long (at most " +
-                         std::to_string(kMaxKeywordLength) + ")"};
+        return Error{Errc::invalid_argument, "keyword is " + std::to_string(keyword.size()) + " bytes long (at most " +
+                                                 std::to_string(kMaxKeywordLength) + ")"};
     }
     std::size_t segment_length = 0;
     for (std::size_t i = 0; i < keyword.size(); ++i) {
@@ -134,8 +133,7 @@ Status check_keyword(std::string_view keyword) {
             if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
         }
         return Error{Errc::invalid_argument,
-                     "keyword '" + shown + "' holds a character outside [A-Za-z0-9_] at offset " +
-                         std::to_string(i) +
+                     "keyword '" + shown + "' holds a character outside [A-Za-z0-9_] at offset " + std::to_string(i) +
                          " (keywords are literal identifiers, optionally ns::kernel, never patterns)"};
     }
     return Ok{};
@@ -177,8 +175,7 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
     for (const Candidate &c : candidates) {
         if (matches_split(c.name, split)) matched.push_back(c);
     }
-    std::sort(matched.begin(), matched.end(),
-              [](const Candidate &a, const Candidate &b) { return a.name < b.name; });
+    std::sort(matched.begin(), matched.end(), [](const Candidate &a, const Candidate &b) { return a.name < b.name; });
     std::size_t kept = 0;
     for (std::size_t i = 0; i < matched.size(); ++i) {
         if (kept > 0 && matched[kept - 1].name == matched[i].name) {
@@ -191,7 +188,8 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
     const std::string kw(keyword);
     if (matched.empty()) {
         std::size_t unusable = 0;
-        for (const Candidate &c : candidates) if (!is_plain_name(c.name)) ++unusable;
+        for (const Candidate &c : candidates)
+            if (!is_plain_name(c.name)) ++unusable;
         std::string skipped;
         if (unusable > 0) {
             skipped = ", of which " + std::to_string(unusable) +
@@ -211,8 +209,8 @@ Result<std::string_view> select(const std::vector<Candidate> &candidates, std::s
         }
         if (kernels.size() > kListed) held += " and " + std::to_string(kernels.size() - kListed) + " more";
         return Error{Errc::not_found, "no function symbol matches keyword '" + kw + "' (" +
-                                          std::to_string(candidates.size()) + " function symbols scanned" +
-                                          skipped + ")" + held +
+                                          std::to_string(candidates.size()) + " function symbols scanned" + skipped +
+                                          ")" + held +
                                           ". A template that is never instantiated (no explicit instantiation, no "
                                           "name expression) leaves no symbol at all"};
     }

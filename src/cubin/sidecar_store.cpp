@@ -1,10 +1,10 @@
 #include "cubin/sidecar_store.hpp"
 
+#include "cubin/name_matcher.hpp"
+#include "util/filesystem.hpp"
 #include "util/folder_trust.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
-#include "cubin/name_matcher.hpp"
-#include "util/filesystem.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -292,8 +292,8 @@ std::string format(const std::vector<Line> &lines) {
         char fields[96];
         char hash[20] = "-";
         if (l.content_hash) std::snprintf(hash, sizeof hash, "%016" PRIx64, *l.content_hash);
-        std::snprintf(fields, sizeof fields, " %" PRIu64 " %" PRId64 ".%09" PRIu32 " %s ", l.cubin_size,
-                      l.mtime_sec, l.mtime_nsec, hash);
+        std::snprintf(fields, sizeof fields, " %" PRIu64 " %" PRId64 ".%09" PRIu32 " %s ", l.cubin_size, l.mtime_sec,
+                      l.mtime_nsec, hash);
         std::string body = l.keyword + fields + l.name;
         char check[20];
         std::snprintf(check, sizeof check, " %016" PRIx64 "\n", hash64(body));
@@ -335,7 +335,7 @@ Status write(const std::string &path, const std::vector<Line> &lines) {
     const std::size_t dir_end = path.find_last_of('/');
     const std::string dir = dir_end == std::string::npos ? std::string(".") : path.substr(0, dir_end);
     unsigned flags = kUmaskMode;
-    if (struct stat dir_st {}; ::stat(dir.c_str(), &dir_st) == 0 && folder_trust::is_team_folder(dir_st)) {
+    if (struct stat dir_st{}; ::stat(dir.c_str(), &dir_st) == 0 && folder_trust::is_team_folder(dir_st)) {
         flags |= kGroupWritable;
     }
     if (auto st = replace_file(path, path + std::string(kTempMarker), {}, text, flags); !st) {
@@ -358,7 +358,8 @@ void renew_sweep_memo_in_forked_child() {
     fork_guard::renew(sweep_mutex);
     fork_guard::renew(last_sweep);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::sidecar_sweep, renew_sweep_memo_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::sidecar_sweep, renew_sweep_memo_in_forked_child);
 
 }  // namespace
 

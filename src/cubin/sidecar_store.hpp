@@ -40,13 +40,13 @@ struct Line {
 
 // Why a sidecar file as a whole gave no lines.
 enum class FileProblem {
-    none,         // read and parsed; `lines` holds every well-formed line
-    missing,      // no such file
-    unreadable,   // a symlink, a directory, no permission, an I/O error (see detail)
-    too_large,    // larger than kMaxFileSize
-    empty,        // 0 bytes
-    bare_name,    // one bare symbol name, as older Python tools wrote: untrusted
-    bad_header,   // not a kjit sidecar, or of another format version
+    none,        // read and parsed; `lines` holds every well-formed line
+    missing,     // no such file
+    unreadable,  // a symlink, a directory, no permission, an I/O error (see detail)
+    too_large,   // larger than kMaxFileSize
+    empty,       // 0 bytes
+    bare_name,   // one bare symbol name, as older Python tools wrote: untrusted
+    bad_header,  // not a kjit sidecar, or of another format version
 };
 
 const char *to_string(FileProblem problem);
@@ -87,8 +87,8 @@ private:
 
 struct Contents {
     FileProblem problem = FileProblem::none;
-    std::string detail;            // errno text or what was wrong, for the log
-    std::vector<Line> lines;       // well-formed lines only
+    std::string detail;              // errno text or what was wrong, for the log
+    std::vector<Line> lines;         // well-formed lines only
     std::size_t rejected_lines = 0;  // malformed lines skipped (bad fields, bad check, torn)
 };
 

@@ -101,7 +101,8 @@ Result<SymbolTable> SymbolTable::open_file_at(int dir_fd, const std::string &nam
     return table;
 }
 
-Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std::string &path, FileIdentity &identity) {
+Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std::string &path,
+                                  FileIdentity &identity) {
     // O_NONBLOCK: a FIFO put in the cubin's place must not block the open.
     UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) {
@@ -115,8 +116,8 @@ Result<std::string> read_cubin_at(int dir_fd, const std::string &name, const std
             const auto size = static_cast<std::uint64_t>(st.st_size);
             if (size == 0) return bad(path, "the file is empty (0 bytes)");
             if (size > kMaxCubinBytes) {
-                return Error{Errc::bad_cubin,
-                             "'" + path + "' is " + std::to_string(size) + " bytes, larger than the 1 GiB libkjit reads"};
+                return Error{Errc::bad_cubin, "'" + path + "' is " + std::to_string(size) +
+                                                  " bytes, larger than the 1 GiB libkjit reads"};
             }
             return Ok{};
         },
@@ -256,8 +257,8 @@ Result<Elf_Scn *> find_symtab(Elf *elf, const std::string &label, GElf_Shdr &sym
     }
     if (!symtab) return bad(label, "it has no .symtab section");
     if (symtab_hdr.sh_entsize != sizeof(Elf64_Sym)) {
-        return bad(label, ".symtab entry size is " + std::to_string(symtab_hdr.sh_entsize) +
-                              ", expected " + std::to_string(sizeof(Elf64_Sym)));
+        return bad(label, ".symtab entry size is " + std::to_string(symtab_hdr.sh_entsize) + ", expected " +
+                              std::to_string(sizeof(Elf64_Sym)));
     }
     return symtab;
 }
@@ -324,7 +325,7 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
     Elf *elf = handle->elf;
     (void)elf_errno();  // clear any earlier error on this thread, so find_symtab's check is ours
     if (auto st = check_elf_header(elf, label); !st) return std::move(st).error();
-    GElf_Shdr symtab_hdr {};
+    GElf_Shdr symtab_hdr{};
     auto symtab = find_symtab(elf, label, symtab_hdr);
     if (!symtab) return std::move(symtab).error();
     auto sym_data = symbol_data(*symtab, label);

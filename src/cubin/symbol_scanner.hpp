@@ -1,9 +1,9 @@
 // Symbol scanner: a cubin (file or bytes) -> its STT_FUNC symbols, through libelf. Files are
 // read into memory with pread, never mapped: another process rewriting a cubin in place while
 // it is scanned must give an error or a retry, not SIGBUS in the host program. The string
-// table is never copied: names are views into the bytes, valid while the SymbolTable lives. Anything malformed is an Errc::bad_cubin carrying libelf's
-// message and the path; libelf bounds-checks every section against the file size, and every
-// name offset is checked against the string table here.
+// table is never copied: names are views into the bytes, valid while the SymbolTable lives. Anything malformed is an
+// Errc::bad_cubin carrying libelf's message and the path; libelf bounds-checks every section against the file size, and
+// every name offset is checked against the string table here.
 #pragma once
 
 #include "util/filesystem.hpp"
@@ -17,7 +17,7 @@
 namespace kjit::cubin {
 
 struct FunctionSymbol {
-    std::string_view name;  // view into the string table of the scanned bytes
+    std::string_view name;   // view into the string table of the scanned bytes
     bool is_global = false;  // STB_GLOBAL or STB_WEAK
     bool is_entry = false;   // st_other & STO_CUDA_ENTRY (0x10): a __global__ kernel
 };

@@ -1,11 +1,11 @@
 #include "key/cache_key.hpp"
 
-#include "store/cache_entry.hpp"
 #include "compile/compiler.hpp"
+#include "compile/nvrtc_probe.hpp"
+#include "cubin/name_matcher.hpp"
+#include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/hashing.hpp"
-#include "cubin/name_matcher.hpp"
-#include "compile/nvrtc_probe.hpp"
 
 #include <xxhash.h>
 

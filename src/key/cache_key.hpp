@@ -30,8 +30,8 @@ constexpr int kFormatVersion = 2;
 struct Request {
     std::string source;
     std::string keyword;
-    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
-    std::string arch;       // resolved, e.g. "sm_90a" (see api::defaults::arch)
+    std::string cache_dir;    // resolved (see api::defaults::cache_dir)
+    std::string arch;         // resolved, e.g. "sm_90a" (see api::defaults::arch)
     std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> include_paths;

@@ -22,7 +22,8 @@ namespace kjit::key::dependency_watch {
 namespace {
 
 // A file's content, attributes (a touch, a chmod), its removal, or its rename.
-constexpr std::uint32_t kFileMask = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_MASK_ADD;
+constexpr std::uint32_t kFileMask =
+    IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_MASK_ADD;
 // A name created, removed or renamed in a folder, or the folder itself removed or renamed.
 constexpr std::uint32_t kFolderMask =
     IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_MASK_ADD;
@@ -44,8 +45,7 @@ bool sees_every_change(long type) {
         case 0x2FC12FC1UL:  // zfs
         case 0xF2F52010UL:  // f2fs
             return true;
-        default:
-            return false;
+        default: return false;
     }
 }
 
@@ -88,8 +88,8 @@ struct State {
     std::unordered_map<std::string, std::string> resolved;
     // Files a check found as their record says, since the last change: path -> that record.
     std::unordered_map<std::string, key::include_scanner::Dependency> checked;
-    std::unordered_map<std::string, Remembered> remembered;   // by entry folder
-    std::unordered_map<std::string, std::string> variants;    // variants file -> entry folder
+    std::unordered_map<std::string, Remembered> remembered;  // by entry folder
+    std::unordered_map<std::string, std::string> variants;   // variants file -> entry folder
 };
 
 // Made while libkjit loads, never freed; no once-guard (fork_guard.hpp).
@@ -102,7 +102,8 @@ void renew_in_forked_child() {
     fork_guard::renew(*the_state);
     if (fd >= 0) ::close(fd);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::header_watch, renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::header_watch, renew_in_forked_child);
 
 bool turned_off() {
     const char *v = std::getenv("KJIT_WATCH_HEADERS");
@@ -216,7 +217,8 @@ Watched watch(State &s, const std::string &path, std::uint32_t mask, bool check_
         const int err = errno;
         if (err == ENOENT || err == ENOTDIR) return Watched::missing;
         log().debug("header watch: cannot watch '{}' ({}): hits check its files every time", path,
-                    err == ENOSPC ? "the inotify watch limit fs.inotify.max_user_watches is reached" : std::strerror(err));
+                    err == ENOSPC ? "the inotify watch limit fs.inotify.max_user_watches is reached"
+                                  : std::strerror(err));
         return Watched::no;
     }
     ++s.watches;

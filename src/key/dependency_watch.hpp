@@ -14,15 +14,14 @@
 // /etc/alternatives/cuda -> /usr/local/cuda-13.0`, a header linked to a link) re-pointed at any
 // level is an event. A path whose links cannot all be watched (a loop, a link re-pointed while
 // its watches were being placed) proves nothing: its hits check, as without the watch. The
-// folders are watched by the paths they resolve to; a hit reads no link. After a check that passed, the entry is remembered with the watch's generation; a
-// later hit first reads the inotify queue (one non-blocking read) and, when no event that
-// matters came since, the entry is proven. An event matters when it is a watched file's, a
-// watched folder's own (removed, moved), or names, in a folder, a dependency or the next folder
-// on a dependency's path: a file created beside a header or elsewhere in /tmp does not. One that
-// matters moves the generation on and makes every remembered entry be checked again (coarse,
-// never wrong). Events are queued by the kernel inside the system call that changes the
-// file, so a change that finished before the hit began is always seen; watches are placed before
-// the check, so a change during it is seen by the next hit.
+// folders are watched by the paths they resolve to; a hit reads no link. After a check that passed, the entry is
+// remembered with the watch's generation; a later hit first reads the inotify queue (one non-blocking read) and, when
+// no event that matters came since, the entry is proven. An event matters when it is a watched file's, a watched
+// folder's own (removed, moved), or names, in a folder, a dependency or the next folder on a dependency's path: a file
+// created beside a header or elsewhere in /tmp does not. One that matters moves the generation on and makes every
+// remembered entry be checked again (coarse, never wrong). Events are queued by the kernel inside the system call that
+// changes the file, so a change that finished before the hit began is always seen; watches are placed before the check,
+// so a change during it is seen by the next hit.
 //
 // Where inotify cannot see every change, nothing is remembered and every hit checks, as without
 // the watch: files on a network or FUSE file system (changes made on another machine raise no
@@ -91,9 +90,9 @@ void note_variant(const std::string &variants_file, const std::string &entry);
 
 // What the watch did, for tests and the bench.
 struct Stats {
-    std::uint64_t watches = 0;       // inotify watches added
-    std::uint64_t generation = 0;    // events drained move it on
-    bool usable = false;             // inotify available and not turned off
+    std::uint64_t watches = 0;     // inotify watches added
+    std::uint64_t generation = 0;  // events drained move it on
+    bool usable = false;           // inotify available and not turned off
 };
 Stats stats();
 

@@ -23,9 +23,9 @@ enum class Kind { identifier, number, string, punct, placemarker };
 struct Token {
     Kind kind = Kind::punct;
     std::string text;
-    bool space = false;              // whitespace before it
-    bool paste = false;              // a ## operator of a replacement list
-    std::vector<std::string> hide;   // macros it may not expand (the standard's hide set)
+    bool space = false;             // whitespace before it
+    bool paste = false;             // a ## operator of a replacement list
+    std::vector<std::string> hide;  // macros it may not expand (the standard's hide set)
 };
 using Tokens = std::vector<Token>;
 
@@ -224,7 +224,8 @@ bool slots_of(const Definition &d, const std::vector<Tokens> &args, Slots &slots
         const Token &t = body[i];
         if (t.kind == Kind::identifier && t.text == "__VA_OPT__") return false;
         if (d.function_like && is_punct(t, "#") && i + 1 < body.size() && param_of(d, body[i + 1]) >= 0) {
-            slots.push_back(Slot{stringize(args[static_cast<std::size_t>(param_of(d, body[i + 1]))], t.space), -1, false});
+            slots.push_back(
+                Slot{stringize(args[static_cast<std::size_t>(param_of(d, body[i + 1]))], t.space), -1, false});
             ++i;
             continue;
         }
@@ -336,7 +337,8 @@ public:
                         if (!parsed || !fit_arity(d, *parsed)) continue;  // NVRTC fails on it there
                         args = std::move(*parsed);
                         const Token &close = s.rest[after - 1];
-                        hs.erase(std::remove_if(hs.begin(), hs.end(), [&](const std::string &n) { return !hidden(close, n); }),
+                        hs.erase(std::remove_if(hs.begin(), hs.end(),
+                                                [&](const std::string &n) { return !hidden(close, n); }),
                                  hs.end());
                     }
                     hs.push_back(t.text);
@@ -604,7 +606,8 @@ Expansion header_names(std::string_view operand, const Table &table) {
         }
         if (r.empty()) continue;
         const Token &first = r.front();
-        if (first.kind == Kind::string && first.text.size() >= 2 && first.text.front() == '"' && first.text.back() == '"') {
+        if (first.kind == Kind::string && first.text.size() >= 2 && first.text.front() == '"' &&
+            first.text.back() == '"') {
             names.insert(HeaderName{first.text.substr(1, first.text.size() - 2), true});
         } else if (is_punct(first, "<")) {
             // The spellings up to the first '>', with a blank where there was whitespace (as GCC

@@ -22,7 +22,7 @@ struct Definition {
     bool function_like = false;
     std::vector<std::string> params;  // a variadic one last, "__VA_ARGS__" unless GNU-named
     bool variadic = false;
-    std::string body;                 // the replacement list as written (comments included)
+    std::string body;  // the replacement list as written (comments included)
     bool operator<(const Definition &o) const;
 };
 

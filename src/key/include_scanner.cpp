@@ -1,8 +1,8 @@
 #include "key/include_scanner.hpp"
 
-#include "util/hashing.hpp"
 #include "key/include_macros.hpp"
 #include "util/filesystem.hpp"
+#include "util/hashing.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -27,7 +27,7 @@ constexpr std::string_view kHeader = "kjit-deps 1\n";
 constexpr std::size_t kMaxFilesUnderIncludePaths = 100000;
 
 struct Directive {
-    std::string name;       // for a computed one: the operand as written, to expand
+    std::string name;  // for a computed one: the operand as written, to expand
     bool quoted = false;
     bool computed = false;  // #include MACRO
     // #include_next / __has_include_next: NVRTC continues after the folder the includer was
@@ -246,7 +246,8 @@ bool is_regular(const std::string &path) {
 // as written, as is a ".." after a missing name (the candidate does not exist however the rest
 // is spelled). `real_folders` caches the lstats for one scan.
 std::string fold_dots(const std::string &path, std::unordered_map<std::string, bool> &real_folders) {
-    if (path.empty() || path[0] != '/' || (path.find("/.") == std::string::npos && path.find("//") == std::string::npos)) {
+    if (path.empty() || path[0] != '/' ||
+        (path.find("/.") == std::string::npos && path.find("//") == std::string::npos)) {
         return path;
     }
     std::string out;
@@ -307,7 +308,8 @@ Result<std::string> include_dir_value(const std::string &option, std::string_vie
     while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
     while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
     if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no folder"};
-    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its folder has blanks around it");
+    if (is_blank(value.front()) || is_blank(value.back()))
+        return unclear_value(option, "its folder has blanks around it");
     return std::string(value);
 }
 
@@ -315,7 +317,8 @@ Result<std::string> include_dir_value(const std::string &option, std::string_vie
 // blank at either end is refused.
 Result<std::string> pre_include_value(const std::string &option, std::string_view value) {
     if (value.empty()) return Error{Errc::invalid_argument, "NVRTC option '" + option + "' names no file"};
-    if (is_blank(value.front()) || is_blank(value.back())) return unclear_value(option, "its file has blanks around it");
+    if (is_blank(value.front()) || is_blank(value.back()))
+        return unclear_value(option, "its file has blanks around it");
     return std::string(value);
 }
 
@@ -374,9 +377,7 @@ Scanner::Scanner(const MemoryHeaders &memory_headers, const Search &search)
 }
 
 // Marks a header read by this scan as young when it was modified just before the scan began.
-void Scanner::mark_young(Dependency &d) const {
-    d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started_);
-}
+void Scanner::mark_young(Dependency &d) const { d.verify_content = young_at(d.mtime_sec, d.mtime_nsec, scan_started_); }
 
 // Looks `name` up as NVRTC does: the candidates in order, recording each absent one before
 // the first found (creating it later would shadow the found one), then the found one by
@@ -388,15 +389,15 @@ Status Scanner::look_up(const std::string &name, bool quoted, const std::string 
         candidates.push_back(fold_dots(name, real_folders_));
     } else {
         if (quoted && !folder.empty()) candidates.push_back(fold_dots(folder + "/" + name, real_folders_));
-        for (const std::string &dir : search_.include_dirs) candidates.push_back(fold_dots(dir + "/" + name, real_folders_));
+        for (const std::string &dir : search_.include_dirs)
+            candidates.push_back(fold_dots(dir + "/" + name, real_folders_));
     }
     // A bound on what one compile may read, whatever the spellings (a header tree whose
     // "../" includes go through links can still give a file several): an error, not the
     // whole memory.
     if (deps_.size() > kMaxFilesUnderIncludePaths) {
         return Error{Errc::io, "the includes reach more than " + std::to_string(kMaxFilesUnderIncludePaths) +
-                                   " files and candidates (the last: '" + name +
-                                   "'): libkjit cannot track them"};
+                                   " files and candidates (the last: '" + name + "'): libkjit cannot track them"};
     }
     for (const std::string &candidate : candidates) {
         if (!is_regular(candidate)) {
@@ -438,7 +439,8 @@ Status Scanner::queue_inputs(std::string_view source) {
         if (!h.first.empty() && h.first[0] == '/') {
             folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
         } else if (!search_.working_dir.empty()) {
-            folder = slash == std::string::npos ? search_.working_dir : search_.working_dir + "/" + h.first.substr(0, slash);
+            folder =
+                slash == std::string::npos ? search_.working_dir : search_.working_dir + "/" + h.first.substr(0, slash);
         }
         work_.push_back({h.second, std::move(folder)});
     }
@@ -637,7 +639,8 @@ Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const 
             r.reads_files = true;
             if (d.computed) {
                 r.uses_working_dir = true;
-            } else if (d.quoted && !d.name.empty() && d.name[0] != '/' && !names_memory_header(d.name, memory_headers)) {
+            } else if (d.quoted && !d.name.empty() && d.name[0] != '/' &&
+                       !names_memory_header(d.name, memory_headers)) {
                 r.uses_working_dir = true;
             }
         }

@@ -39,7 +39,6 @@ struct Dependency {
     bool verify_content = false;
 };
 
-
 using MemoryHeaders = std::vector<std::pair<std::string, std::string>>;
 
 // The NVRTC options that make it read files: include folders and pre-included files, as given
@@ -63,8 +62,8 @@ Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options);
 // What a compile may look up, decided from the texts and options alone (no file system access),
 // so that a lookup can put it in the key.
 struct Reach {
-    bool reads_files = false;        // any #include, __has_include or pre-included file
-    bool uses_working_dir = false;   // something may be looked up relative to the working directory
+    bool reads_files = false;       // any #include, __has_include or pre-included file
+    bool uses_working_dir = false;  // something may be looked up relative to the working directory
 };
 Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options);
 
@@ -89,10 +88,10 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
 
 // What check() found.
 struct Check {
-    bool current = false;     // every dependency is as recorded
-    bool refreshed = false;   // a record was brought up to date: store the list again
-    std::size_t hashed = 0;   // files whose content was read and hashed
-    std::size_t stated = 0;   // files stat'ed (not answered by a FileMemo)
+    bool current = false;    // every dependency is as recorded
+    bool refreshed = false;  // a record was brought up to date: store the list again
+    std::size_t hashed = 0;  // files whose content was read and hashed
+    std::size_t stated = 0;  // files stat'ed (not answered by a FileMemo)
 };
 
 // What one call (a kjit_compile_batch) saw of the files it checked, so that each file is

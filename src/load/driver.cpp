@@ -58,10 +58,10 @@ bool bind(Api &a, Fn &fn, const char *symbol, int version) {
     const CUresult r = a.get_proc_address(symbol, &pfn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if (r != CUDA_SUCCESS || !pfn || status != CU_GET_PROC_ADDRESS_SUCCESS) {
         const char *why = status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT ? "the driver is too old for it"
-                          : status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND      ? "no such symbol"
-                                                                                : "the query failed";
-        a.error = "cuGetProcAddress(\"" + std::string(symbol) + "\", " + std::to_string(version) + ") in " +
-                  a.library + ": " + why;
+                          : status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND     ? "no such symbol"
+                                                                               : "the query failed";
+        a.error = "cuGetProcAddress(\"" + std::string(symbol) + "\", " + std::to_string(version) + ") in " + a.library +
+                  ": " + why;
         return false;
     }
     fn = reinterpret_cast<Fn>(pfn);
@@ -88,8 +88,8 @@ Api open_api() {
         a.error = a.library + origin + " has no cuGetProcAddress_v2: the driver predates CUDA 12.0";
         return a;
     }
-    if (!KJIT_BIND(a, cuGetErrorName, 6000) || !KJIT_BIND(a, cuGetErrorString, 6000) ||
-        !KJIT_BIND(a, cuInit, 2000) || !KJIT_BIND(a, cuDriverGetVersion, 2020)) {
+    if (!KJIT_BIND(a, cuGetErrorName, 6000) || !KJIT_BIND(a, cuGetErrorString, 6000) || !KJIT_BIND(a, cuInit, 2000) ||
+        !KJIT_BIND(a, cuDriverGetVersion, 2020)) {
         return a;
     }
     if (const CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
@@ -133,7 +133,8 @@ const Api &api() {
 // about a forked child. The parent's Api is leaked (its entry points are still good: the same
 // library, which stays mapped).
 void forget_the_parents_driver() { api_slot.store(nullptr, std::memory_order_relaxed); }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::driver, forget_the_parents_driver);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::driver, forget_the_parents_driver);
 
 Error unavailable(const Api &a) { return Error{Errc::driver_unavailable, "no usable CUDA driver: " + a.error}; }
 
@@ -213,7 +214,8 @@ Result<CUkernel> get_kernel(CUlibrary library, const std::string &name, const st
         return Error{Errc::not_found, "the driver finds no kernel '" + name + "' in cubin '" + label + "'"};
     }
     if (r != CUDA_SUCCESS) {
-        return Error{Errc::driver, describe(a, "cuLibraryGetKernel(\"" + name + "\")", r) + " for cubin '" + label + "'"};
+        return Error{Errc::driver,
+                     describe(a, "cuLibraryGetKernel(\"" + name + "\")", r) + " for cubin '" + label + "'"};
     }
     return kernel;
 }

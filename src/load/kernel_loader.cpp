@@ -1,10 +1,10 @@
 #include "load/kernel_loader.hpp"
 
+#include "cubin/name_matcher.hpp"
+#include "cubin/symbol_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
-#include "cubin/name_matcher.hpp"
-#include "cubin/symbol_scanner.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -29,7 +29,7 @@ struct LoadedLibrary {
     unsigned shard = 0;
     std::uint64_t generation = 0;  // fork_guard::generation() of the process that loaded it
     CUlibrary library = nullptr;
-    bool ready = false;   // false while the first loader is in cuLibraryLoadData
+    bool ready = false;    // false while the first loader is in cuLibraryLoadData
     std::size_t refs = 0;  // handles (and loads in progress) on it; guarded by the shard mutex
 
     std::mutex kernels_mutex;
@@ -59,9 +59,7 @@ bool about_the_target(CUresult r) {
            r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_JIT_COMPILER_NOT_FOUND;
 }
 
-std::string sm_text(unsigned sm) {
-    return sm == 0 ? std::string("unknown") : "sm_" + std::to_string(sm);
-}
+std::string sm_text(unsigned sm) { return sm == 0 ? std::string("unknown") : "sm_" + std::to_string(sm); }
 
 }  // namespace
 
@@ -143,7 +141,8 @@ std::size_t KernelLoader::live_libraries() {
     return n;
 }
 
-Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::string &cubin_path, std::string_view keyword) {
+Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::string &cubin_path,
+                                                                   std::string_view keyword) {
     // The cache entry layer reads it: a cubin of a cache entry has its use recorded and its bytes
     // confirmed against the entry's manifest (store::cache_entry::read_cubin); a loose cubin is read.
     auto read = store::cache_entry::read_cubin(cubin_path);
@@ -157,13 +156,14 @@ Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::st
     // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
     if (auto st = cubin::check_image_extent(p.bytes, cubin_path); !st) return st.error();
     auto resolved = resolve::NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
-                                                           p.published ? &*p.published : nullptr);
+                                                                    p.published ? &*p.published : nullptr);
     if (!resolved) return std::move(resolved).error();
     p.resolution = std::move(*resolved);
     return p;
 }
 
-LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock, const FileIdentity &identity) {
+LoadedLibrary *KernelLoader::acquire_ready(Shard &shard, std::unique_lock<std::mutex> &lock,
+                                           const FileIdentity &identity) {
     for (;;) {
         auto it = shard.libraries.find(identity);
         if (it == shard.libraries.end()) return nullptr;
@@ -182,7 +182,8 @@ LoadedLibrary *KernelLoader::acquire_loaded(const FileIdentity &identity) {
     return acquire_ready(shard, lock, identity);
 }
 
-Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resolved_cubin, const std::string &cubin_path) {
+Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resolved_cubin,
+                                                      const std::string &cubin_path) {
     Shard &shard = shard_for(resolved_cubin.identity);
     LoadedLibrary *lib = nullptr;
     {
@@ -209,8 +210,8 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resol
         shard.load_finished.notify_all();
         Error e = std::move(loaded).error();
         if (e.code == Errc::driver && about_the_target(result)) {
-            e.message += ": the cubin targets " + sm_text(cubin::cubin_sm_version(resolved_cubin.bytes)) + ", the device is " +
-                         sm_text(load::driver::device_sm_version());
+            e.message += ": the cubin targets " + sm_text(cubin::cubin_sm_version(resolved_cubin.bytes)) +
+                         ", the device is " + sm_text(load::driver::device_sm_version());
         }
         return e;
     }
@@ -223,7 +224,8 @@ Result<LoadedLibrary *> KernelLoader::acquire_or_load(const ResolvedCubin &resol
 }
 
 Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std::string_view keyword,
-                                                     const ResolvedCubin &resolved_cubin, const std::string &cubin_path) {
+                                                     const ResolvedCubin &resolved_cubin,
+                                                     const std::string &cubin_path) {
     std::lock_guard<std::mutex> lock(library.kernels_mutex);
     for (const LoadedKernel &k : library.kernels) {
         if (k.keyword == keyword) return &k;  // another thread added it meanwhile

@@ -19,9 +19,9 @@
 // passes to its driver) a library of the parent's.
 #pragma once
 
-#include "store/cache_entry.hpp"
 #include "load/driver.hpp"
 #include "resolve/name_resolver.hpp"
+#include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/status.hpp"
 
@@ -77,12 +77,12 @@ public:
     // Counters for tests, the log and kjit_get_stats (named as its fields where they feed one).
     // Relaxed atomics.
     struct Counters {
-        std::atomic<std::uint64_t> cubin_reads{0};       // cubins read into memory
-        std::atomic<std::uint64_t> content_checks{0};    // cache entries' cubins checked against their manifest
-        std::atomic<std::uint64_t> driver_loads{0};      // successful cuLibraryLoadData calls
+        std::atomic<std::uint64_t> cubin_reads{0};     // cubins read into memory
+        std::atomic<std::uint64_t> content_checks{0};  // cache entries' cubins checked against their manifest
+        std::atomic<std::uint64_t> driver_loads{0};    // successful cuLibraryLoadData calls
         std::atomic<std::uint64_t> library_unloads{0};
-        std::atomic<std::uint64_t> load_reuses{0};       // handles served without reading the file
-        std::atomic<std::uint64_t> load_self_heals{0};   // sidecar names the driver did not find
+        std::atomic<std::uint64_t> load_reuses{0};      // handles served without reading the file
+        std::atomic<std::uint64_t> load_self_heals{0};  // sidecar names the driver did not find
     };
 
     // A cubin read once, with the kernel name resolved for exactly those bytes: everything
@@ -130,8 +130,8 @@ private:
     // A reference on the library of `resolved_cubin`, loading it when no thread has.
     Result<LoadedLibrary *> acquire_or_load(const ResolvedCubin &resolved_cubin, const std::string &cubin_path);
     // The kernel for `keyword` in `library`, asking the driver (and self-healing) if new.
-    Result<const LoadedKernel *> kernel_in(LoadedLibrary &library, std::string_view keyword, const ResolvedCubin &resolved_cubin,
-                                           const std::string &cubin_path);
+    Result<const LoadedKernel *> kernel_in(LoadedLibrary &library, std::string_view keyword,
+                                           const ResolvedCubin &resolved_cubin, const std::string &cubin_path);
     void release(LoadedLibrary *library);
     // In a forked child: the instance's registry made anew, empty (see above).
     static void renew_in_forked_child();

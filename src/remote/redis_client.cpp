@@ -72,10 +72,11 @@ Result<UniqueFd> connect_to(const sockaddr *address, socklen_t length, std::int6
         }
         short revents = 0;
         switch (wait_for(fd.get(), POLLOUT, deadline_ns, cancel_fd, &revents)) {
-        case Ready::yes: break;
-        case Ready::timeout: return link_error(failure, LinkFailure::timeout, "no connection within connect-timeout");
-        case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
-        case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+            case Ready::yes: break;
+            case Ready::timeout:
+                return link_error(failure, LinkFailure::timeout, "no connection within connect-timeout");
+            case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+            case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
         }
         int err = 0;
         socklen_t err_length = sizeof err;
@@ -95,11 +96,12 @@ Result<UniqueFd> open_socket(const Server &server, std::int64_t deadline_ns, int
         sockaddr_un address{};
         address.sun_family = AF_UNIX;
         if (server.path.size() >= sizeof address.sun_path) {
-            return link_error(failure, LinkFailure::broken, "socket path longer than " +
-                                                                std::to_string(sizeof address.sun_path - 1) + " bytes");
+            return link_error(failure, LinkFailure::broken,
+                              "socket path longer than " + std::to_string(sizeof address.sun_path - 1) + " bytes");
         }
         std::memcpy(address.sun_path, server.path.c_str(), server.path.size() + 1);
-        return connect_to(reinterpret_cast<const sockaddr *>(&address), sizeof address, deadline_ns, cancel_fd, failure);
+        return connect_to(reinterpret_cast<const sockaddr *>(&address), sizeof address, deadline_ns, cancel_fd,
+                          failure);
     }
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -197,14 +199,14 @@ Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Co
         short revents = 0;
         const short events = static_cast<short>(POLLIN | (sent < out->size() ? POLLOUT : 0));
         switch (wait_for(socket.get(), events, deadline_ns, cancel_fd, &revents)) {
-        case Ready::yes: break;
-        case Ready::timeout:
-            return link_error(failure, LinkFailure::timeout,
-                              "no whole reply within operation-timeout (" + std::to_string(replies.size()) + " of " +
-                                  std::to_string(commands.size()) + " replies, " + std::to_string(reply_bytes) +
-                                  " bytes of the next)");
-        case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
-        case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+            case Ready::yes: break;
+            case Ready::timeout:
+                return link_error(failure, LinkFailure::timeout,
+                                  "no whole reply within operation-timeout (" + std::to_string(replies.size()) +
+                                      " of " + std::to_string(commands.size()) + " replies, " +
+                                      std::to_string(reply_bytes) + " bytes of the next)");
+            case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+            case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
         }
         if ((revents & POLLOUT) && sent < out->size()) {
             const ssize_t n = ::send(socket.get(), out->data() + sent, out->size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -267,10 +269,8 @@ ThreadConnections::~ThreadConnections() {
 }  // namespace
 
 ServerLink::ServerLink(Server server, const Config &config)
-    : server_(std::move(server)),
-      connect_timeout_ms_(config.connect_timeout.count()),
-      operation_timeout_ms_(config.operation_timeout.count()),
-      breaker_ms_(config.breaker.count()),
+    : server_(std::move(server)), connect_timeout_ms_(config.connect_timeout.count()),
+      operation_timeout_ms_(config.operation_timeout.count()), breaker_ms_(config.breaker.count()),
       max_reply_bytes_(config.max_entry_bytes + kReplyEnvelopeBytes) {}
 
 bool ServerLink::usable() const {

@@ -92,9 +92,9 @@ private:
     std::int64_t connect_timeout_ms_;
     std::int64_t operation_timeout_ms_;
     std::int64_t breaker_ms_;
-    std::uint64_t max_reply_bytes_;  // max-entry-size plus the envelope: a larger reply is a broken link
+    std::uint64_t max_reply_bytes_;               // max-entry-size plus the envelope: a larger reply is a broken link
     std::atomic<std::int64_t> open_until_ns_{0};  // steady clock; 0: closed
-    std::atomic<std::int64_t> backoff_ms_{0};      // the last trip's length; 0: not tripped
+    std::atomic<std::int64_t> backoff_ms_{0};     // the last trip's length; 0: not tripped
 };
 
 }  // namespace kjit::remote

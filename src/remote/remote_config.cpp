@@ -77,14 +77,15 @@ void name_server(Server &s) {
     const std::string host_shown = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
     const std::string place = host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
     s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + place;
-    s.display = std::string(kTcpScheme) + (s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@") + place;
+    s.display =
+        std::string(kTcpScheme) + (s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@") + place;
 }
 
 Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     const std::string shown = hide_password(token);
     auto bad = [&](const std::string &what) {
-        return invalid(origin, "server '" + shown + "': " + what +
-                                   " (expected redis://[[USER:]PASSWORD@]HOST[:PORT][/DB])");
+        return invalid(origin,
+                       "server '" + shown + "': " + what + " (expected redis://[[USER:]PASSWORD@]HOST[:PORT][/DB])");
     };
     Server s;
     std::string_view rest = token.substr(kTcpScheme.size());
@@ -103,7 +104,8 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
         hostport = rest.substr(0, slash);
         std::string_view db = rest.substr(slash + 1);
-        if (!db.empty() && !parse_int(db, 0, 1 << 20, s.db)) return bad("database '" + std::string(db) + "' is not a number");
+        if (!db.empty() && !parse_int(db, 0, 1 << 20, s.db))
+            return bad("database '" + std::string(db) + "' is not a number");
     }
     std::string_view port;
     if (!hostport.empty() && hostport.front() == '[') {
@@ -121,7 +123,8 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
         if (colon != std::string_view::npos) port = hostport.substr(colon + 1);
     }
     if (s.host.empty()) return bad("no host");
-    if (!port.empty() && !parse_int(port, 1, 65535, s.port)) return bad("port '" + std::string(port) + "' is not 1 to 65535");
+    if (!port.empty() && !parse_int(port, 1, 65535, s.port))
+        return bad("port '" + std::string(port) + "' is not 1 to 65535");
     name_server(s);
     return s;
 }
@@ -139,7 +142,8 @@ Result<Server> parse_unix(std::string_view token, std::string_view origin) {
         }
     }
     if (rest.empty() || rest.front() != '/') {
-        return invalid(origin, "server '" + std::string(token) + "': the socket path must be absolute (redis+unix:/run/redis.sock)");
+        return invalid(origin, "server '" + std::string(token) +
+                                   "': the socket path must be absolute (redis+unix:/run/redis.sock)");
     }
     s.path = std::string(rest);
     name_server(s);
@@ -193,10 +197,9 @@ Status apply_option(Config &c, std::string_view name, std::string_view value, st
         return Ok{};
     };
     if (name == "namespace") {
-        const bool ok = !value.empty() && value.size() <= 64 &&
-                        std::all_of(value.begin(), value.end(), [](char ch) {
-                            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
-                        });
+        const bool ok = !value.empty() && value.size() <= 64 && std::all_of(value.begin(), value.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+        });
         if (!ok) return bad_value("1 to 64 of A-Z a-z 0-9 _ - .");
         c.name_space = std::string(value);
         return Ok{};
@@ -270,7 +273,8 @@ std::vector<Piece> split_pieces(std::string_view spec, bool *has_userinfo) {
         if (pieces[first].text.substr(0, kTcpScheme.size()) != kTcpScheme) continue;
         std::size_t last_at = pieces.size();
         for (std::size_t k = first; k < pieces.size() && (k == first || !starts_server(pieces[k].text)); ++k) {
-            if (pieces[k].text.find('@') != std::string_view::npos && pieces[k].text.substr(0, 14) != "password-file=") {
+            if (pieces[k].text.find('@') != std::string_view::npos &&
+                pieces[k].text.substr(0, 14) != "password-file=") {
                 last_at = k;
             }
         }
@@ -317,7 +321,8 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
     if (digits == 0 || ec != std::errc() || end != text.data() + digits || scale == 0 ||
         n > (std::uint64_t{1} << 40) / scale) {
         return Error{Errc::invalid_argument,
-                     "'" + std::string(text) + "' is not a duration (a whole number and ms, s, m or h, e.g. 100ms, 10s)"};
+                     "'" + std::string(text) +
+                         "' is not a duration (a whole number and ms, s, m or h, e.g. 100ms, 10s)"};
     }
     return std::chrono::milliseconds(static_cast<std::int64_t>(n * scale));
 }
@@ -332,7 +337,8 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
         const std::string_view part = piece.text;
         // A server starts a blank-separated token; ccache's attributes follow it: "URL|name=value".
         if (!piece.after_bar && starts_server(part)) {
-            auto server = part.substr(0, kTcpScheme.size()) == kTcpScheme ? parse_tcp(part, origin) : parse_unix(part, origin);
+            auto server =
+                part.substr(0, kTcpScheme.size()) == kTcpScheme ? parse_tcp(part, origin) : parse_unix(part, origin);
             if (!server) return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(server).error();
             for (const Server &s : c.servers) {
                 if (s.id == server->id) return invalid(origin, "server '" + server->display + "' is named twice");
@@ -352,7 +358,8 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
             return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(st).error();
         }
     }
-    if (c.servers.empty()) return invalid(origin, "no server (e.g. redis://cache-host:6379; 'none' turns the tier off)");
+    if (c.servers.empty())
+        return invalid(origin, "no server (e.g. redis://cache-host:6379; 'none' turns the tier off)");
     if (!password_file.empty()) {
         auto password = read_password_file(password_file, origin);
         if (!password) return std::move(password).error();
@@ -366,7 +373,8 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
     c.canonical += "namespace=" + c.name_space + " connect-timeout=" + format_ms(c.connect_timeout) +
                    " operation-timeout=" + format_ms(c.operation_timeout) + " lease=" + format_ms(c.lease) +
                    " wait-timeout=" + format_ms(c.wait_timeout) + " breaker=" + format_ms(c.breaker) +
-                   " read-only=" + (c.read_only ? "true" : "false") + " max-entry-size=" + std::to_string(c.max_entry_bytes) +
+                   " read-only=" + (c.read_only ? "true" : "false") +
+                   " max-entry-size=" + std::to_string(c.max_entry_bytes) +
                    (password_file.empty() ? "" : " password-file=" + password_file);
     return std::optional<Config>(std::move(c));
 }

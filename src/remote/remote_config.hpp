@@ -44,7 +44,7 @@ struct Server {
 };
 
 struct Config {
-    std::vector<Server> servers;  // at least one
+    std::vector<Server> servers;         // at least one
     std::string name_space = "default";  // [A-Za-z0-9_.-], at most 64 characters
     std::chrono::milliseconds connect_timeout{100};
     std::chrono::milliseconds operation_timeout{10'000};

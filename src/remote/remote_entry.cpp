@@ -1,9 +1,9 @@
 #include "remote/remote_entry.hpp"
 
-#include "util/hashing.hpp"
 #include "cubin/name_matcher.hpp"
-#include "resolve/name_resolver.hpp"
 #include "cubin/symbol_scanner.hpp"
+#include "resolve/name_resolver.hpp"
+#include "util/hashing.hpp"
 
 #include <unistd.h>
 
@@ -62,7 +62,8 @@ struct Fields {
 // The envelope read into `f`: magic, checksum, version and fields, nothing after the last.
 // What is wrong, or "" (no allocation when nothing is).
 std::string read_envelope(std::string_view value, Fields &f) {
-    if (value.size() < kMagic.size() + 4 + kChecksumHex) return "cut short (" + std::to_string(value.size()) + " bytes)";
+    if (value.size() < kMagic.size() + 4 + kChecksumHex)
+        return "cut short (" + std::to_string(value.size()) + " bytes)";
     if (value.substr(0, kMagic.size()) != kMagic) return "not a libkjit entry (no magic)";
     const std::string_view body = value.substr(0, value.size() - kChecksumHex);
     // The checksum first: a value cut short or with a flipped byte anywhere fails here, whatever
@@ -72,7 +73,8 @@ std::string read_envelope(std::string_view value, Fields &f) {
     std::uint32_t version = 0;
     if (!r.u32(version)) return "cut short";
     if (version != kEnvelopeVersion) {
-        return "envelope version " + std::to_string(version) + ", this libkjit reads " + std::to_string(kEnvelopeVersion);
+        return "envelope version " + std::to_string(version) + ", this libkjit reads " +
+               std::to_string(kEnvelopeVersion);
     }
     if (!r.field(f.key) || !r.field(f.format) || !r.field(f.nvrtc) || !r.field(f.arch) || !r.field(f.host) ||
         !r.field(f.created) || !r.field(f.manifest_text) || !r.field(f.cubin)) {
@@ -102,7 +104,10 @@ std::string manifest_mismatch(const store::cache_entry::Manifest &m, std::string
     if (cubin.size() != m.cubin_bytes || hash128_hex(cubin) != m.cubin_hash) {
         return "the cubin is not the one its manifest records";
     }
-    if (cubin.size() < 4 || cubin.substr(0, 4) != std::string_view("\x7f" "ELF", 4)) return "the cubin is not an ELF file";
+    if (cubin.size() < 4 || cubin.substr(0, 4) != std::string_view("\x7f"
+                                                                   "ELF",
+                                                                   4))
+        return "the cubin is not an ELF file";
     return {};
 }
 
@@ -136,7 +141,8 @@ std::string host_name() {
     return host;
 }
 
-std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host) {
+std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format,
+                   const std::string &host) {
     const std::string manifest_text = store::cache_entry::format_manifest(manifest);
     std::string out;
     out.reserve(cubin.size() + manifest_text.size() + 256);

@@ -49,7 +49,8 @@ struct Entry {
 
 // The value for `manifest` (complete: cubin_bytes, cubin_hash and created filled in, as
 // store::cache_entry::format_manifest writes it) and `cubin`, made on `host` for `format`.
-std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format, const std::string &host);
+std::string encode(const store::cache_entry::Manifest &manifest, std::string_view cubin, int format,
+                   const std::string &host);
 
 // The entry in `value` when it is whole and made for `expected`. Errors: bad_cubin, saying what
 // is wrong ("checksum mismatch", "made for key ...", "cut short", ...), for `where` (the Redis

@@ -46,11 +46,10 @@ constexpr const char *kReleaseScript =
 // Compare-and-replace the lease by the kUnstored marker (ARGV[2], for ARGV[3] ms). A server at
 // maxmemory with noeviction refuses the SET (OOM) but not the DEL: then the lease is released
 // plainly, and the waiters' own claims, refused alike, send them to compile at once anyway.
-constexpr const char *kReleaseUnstoredScript =
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
-    "local ok = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
-    "if type(ok) == 'table' and ok.err then redis.call('DEL', KEYS[1]) end "
-    "return 1";
+constexpr const char *kReleaseUnstoredScript = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+                                               "local ok = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
+                                               "if type(ok) == 'table' and ok.err then redis.call('DEL', KEYS[1]) end "
+                                               "return 1";
 
 constexpr std::size_t kMaxFailureText = 64 * 1024;
 constexpr int kFailureSeconds = 60;
@@ -344,7 +343,8 @@ std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &
     return found;
 }
 
-void Tier::put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin, Lease *lease) {
+void Tier::put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin,
+               Lease *lease) {
     auto not_stored = [&](std::string why) {
         if (lease) lease->not_stored(std::move(why));
     };
@@ -379,8 +379,7 @@ void Tier::put_failure(const Expected &expected, const Error &error, Lease &leas
     std::string text = error.message.substr(0, kMaxFailureText);
     text += "\n(compiled on " + host_name() + "; shared by libkjit's remote cache for " +
             std::to_string(kFailureSeconds) + " s)";
-    auto replies =
-        round_trip(link, {{"SET", redis_key(expected, 'f'), text, "EX", std::to_string(kFailureSeconds)}});
+    auto replies = round_trip(link, {{"SET", redis_key(expected, 'f'), text, "EX", std::to_string(kFailureSeconds)}});
     if (!replies) return;
     if (is_error(*(*replies)[0])) return refused(link, "SET", text_of(*(*replies)[0]));
     lease.stored();
@@ -396,7 +395,7 @@ std::string Tier::describe_servers() {
             continue;
         }
         const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
-                                "evicted_keys", "keyspace_hits", "keyspace_misses"};
+                                "evicted_keys",  "keyspace_hits",     "keyspace_misses"};
         for (std::size_t i = 0; i < 3; ++i) {
             std::string_view text = text_of(*(*info)[i]);
             for (std::size_t pos = 0; pos < text.size();) {
@@ -407,7 +406,8 @@ std::string Tier::describe_servers() {
                 const auto colon = line.find(':');
                 for (const char *w : wanted) {
                     if (colon != std::string_view::npos && line.substr(0, colon) == w) {
-                        out += "  " + std::string(line.substr(0, colon)) + ": " + std::string(line.substr(colon + 1)) + "\n";
+                        out += "  " + std::string(line.substr(0, colon)) + ": " + std::string(line.substr(colon + 1)) +
+                               "\n";
                     }
                 }
                 pos = end + 1;

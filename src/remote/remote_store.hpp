@@ -24,10 +24,10 @@
 // the cache above it.
 #pragma once
 
-#include "util/filesystem.hpp"
 #include "remote/redis_client.hpp"
 #include "remote/remote_config.hpp"
 #include "remote/remote_entry.hpp"
+#include "util/filesystem.hpp"
 #include "util/status.hpp"
 
 #include <atomic>
@@ -43,18 +43,18 @@ namespace kjit::remote {
 
 // Process-wide counters of the tier (kjit_stats' remote_* fields). Relaxed atomics.
 struct Counters {
-    std::atomic<std::uint64_t> hits{0};            // entries fetched, verified and published locally
-    std::atomic<std::uint64_t> misses{0};          // look-ups that found no entry
-    std::atomic<std::uint64_t> errors{0};          // failed round trips and refused commands
-    std::atomic<std::uint64_t> timeouts{0};        // of the errors, timeouts
-    std::atomic<std::uint64_t> corrupt{0};         // values that failed verification
-    std::atomic<std::uint64_t> puts{0};            // entries stored
-    std::atomic<std::uint64_t> bytes_in{0};        // value bytes fetched
-    std::atomic<std::uint64_t> bytes_out{0};       // value bytes stored
-    std::atomic<std::uint64_t> leases_owned{0};    // leases taken (this process compiled for the cluster)
-    std::atomic<std::uint64_t> lease_waits{0};     // look-ups that waited on another node's lease
-    std::atomic<std::uint64_t> lease_takeovers{0}; // ... and took the lease over when it vanished
-    std::atomic<std::uint64_t> shared_failures{0}; // compile errors returned from another node's compile
+    std::atomic<std::uint64_t> hits{0};             // entries fetched, verified and published locally
+    std::atomic<std::uint64_t> misses{0};           // look-ups that found no entry
+    std::atomic<std::uint64_t> errors{0};           // failed round trips and refused commands
+    std::atomic<std::uint64_t> timeouts{0};         // of the errors, timeouts
+    std::atomic<std::uint64_t> corrupt{0};          // values that failed verification
+    std::atomic<std::uint64_t> puts{0};             // entries stored
+    std::atomic<std::uint64_t> bytes_in{0};         // value bytes fetched
+    std::atomic<std::uint64_t> bytes_out{0};        // value bytes stored
+    std::atomic<std::uint64_t> leases_owned{0};     // leases taken (this process compiled for the cluster)
+    std::atomic<std::uint64_t> lease_waits{0};      // look-ups that waited on another node's lease
+    std::atomic<std::uint64_t> lease_takeovers{0};  // ... and took the lease over when it vanished
+    std::atomic<std::uint64_t> shared_failures{0};  // compile errors returned from another node's compile
 };
 Counters &counters();
 
@@ -162,8 +162,8 @@ private:
     struct Settling {
         const Expected &expected;
         std::string entry_key, lease_key, failure_key;
-        std::string token;     // this call's, should it take the lease
-        std::string lease_ms;  // the lease's length, as the scripts take it
+        std::string token;             // this call's, should it take the lease
+        std::string lease_ms;          // the lease's length, as the scripts take it
         std::int64_t deadline_ns = 0;  // steady clock: the end of wait-timeout
         bool counted_miss = false;
         bool waited = false;

@@ -15,9 +15,9 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
     auto config = parse(spec, origin);
     if (!config) return std::move(config).error();
     if (!*config) return static_cast<Tier *>(nullptr);
-    return Error{Errc::invalid_argument, std::string(origin) +
-                                             " asks for a remote cache, but this libkjit was built without hiredis "
-                                             "(KJIT_REMOTE=OFF); build it with libhiredis-dev installed, or set it to none"};
+    return Error{Errc::invalid_argument,
+                 std::string(origin) + " asks for a remote cache, but this libkjit was built without hiredis "
+                                       "(KJIT_REMOTE=OFF); build it with libhiredis-dev installed, or set it to none"};
 }
 
 Tier::Tier(Config config) : config_(std::move(config)) {}

@@ -1,13 +1,13 @@
 #include "resolve/name_resolver.hpp"
 
+#include "cubin/name_matcher.hpp"
+#include "cubin/sidecar_store.hpp"
+#include "cubin/symbol_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "util/folder_trust.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
 #include "util/log.hpp"
-#include "cubin/name_matcher.hpp"
-#include "cubin/sidecar_store.hpp"
-#include "cubin/symbol_scanner.hpp"
 
 #include <sys/stat.h>
 
@@ -65,8 +65,8 @@ Result<std::string> choose_by_rule(const cubin::SymbolTable &table, std::string_
 // The name `keyword` denotes in a scanned cubin. For a cache entry's cubin, `published` is its
 // manifest, confirmed against the scanned bytes (null for a loose cubin): its recorded name
 // answers its own keyword, never a fresh choice.
-Result<std::string> name_from_scan(const std::string &cubin_path, const cubin::SymbolTable &table, std::string_view keyword,
-                                   const store::cache_entry::Manifest *published) {
+Result<std::string> name_from_scan(const std::string &cubin_path, const cubin::SymbolTable &table,
+                                   std::string_view keyword, const store::cache_entry::Manifest *published) {
     std::optional<store::cache_entry::Manifest> manifest;
     if (published) manifest = *published;
     if (manifest && manifest->keyword == keyword) {
@@ -128,7 +128,8 @@ bool write_quietly(const std::string &sidecar_path, const std::vector<cubin::sid
 
 // Reads the sidecar at `sidecar_path` into `buffer`: what is wrong with it as a whole (none for
 // one of the right form that this user may trust), with `detail` saying more.
-cubin::sidecar::FileProblem read_sidecar(const std::string &sidecar_path, cubin::sidecar::FileBuffer &buffer, std::string &detail) {
+cubin::sidecar::FileProblem read_sidecar(const std::string &sidecar_path, cubin::sidecar::FileBuffer &buffer,
+                                         std::string &detail) {
     cubin::sidecar::read_into(sidecar_path, buffer);
     detail = std::move(buffer.detail);
     cubin::sidecar::FileProblem problem = buffer.problem;
@@ -173,9 +174,10 @@ LineCheck check_line(std::string_view sidecar_text, cubin::sidecar::FileProblem 
             out.reason = "no valid line for this keyword";
             out.why = NameResolver::Rejection::no_line;
         } else if (!same_version(*line, current)) {
-            out.reason = current.mtime_nsec == 0 && line->cubin_size == current.size && line->mtime_sec == current.mtime_sec
-                             ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
-                             : "stale (the cubin's size or mtime changed)";
+            out.reason =
+                current.mtime_nsec == 0 && line->cubin_size == current.size && line->mtime_sec == current.mtime_sec
+                    ? "stale (the cubin's mtime has whole seconds and the line no content hash to tell versions apart)"
+                    : "stale (the cubin's size or mtime changed)";
             out.why = NameResolver::Rejection::stale;
         } else if (!cubin::name_matcher::matches(line->name, keyword)) {
             out.reason = "its name does not pass the keyword rule";
@@ -192,8 +194,9 @@ LineCheck check_line(std::string_view sidecar_text, cubin::sidecar::FileProblem 
 // rebuild may swap a whole new entry in at the path meanwhile), and confirmed against it into
 // `confirmed`: a damaged cubin is never given a name.
 Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::string_view *image,
-                               const store::cache_entry::Manifest *published, std::optional<store::cache_entry::Manifest> &confirmed,
-                               NameResolver::Counters &counters) {
+                                      const store::cache_entry::Manifest *published,
+                                      std::optional<store::cache_entry::Manifest> &confirmed,
+                                      NameResolver::Counters &counters) {
     const std::string entry(store::cache_entry::entry_of_cubin(cubin_path));
     UniqueFd entry_fd;
     if (!entry.empty() && !(image && published)) {
@@ -201,9 +204,10 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
         if (!opened) return std::move(opened).error();
         entry_fd = std::move(*opened);
     }
-    auto table = image              ? cubin::SymbolTable::from_view(*image, cubin_path)
-                 : entry_fd.valid() ? cubin::SymbolTable::open_file_at(entry_fd.get(), store::cache_entry::kCubinFile, cubin_path)
-                                    : cubin::SymbolTable::open_file(cubin_path);
+    auto table = image ? cubin::SymbolTable::from_view(*image, cubin_path)
+                 : entry_fd.valid()
+                     ? cubin::SymbolTable::open_file_at(entry_fd.get(), store::cache_entry::kCubinFile, cubin_path)
+                     : cubin::SymbolTable::open_file(cubin_path);
     if (!table) return std::move(table).error();
     counters.scans.fetch_add(1, std::memory_order_relaxed);
     if (entry_fd.valid()) {
@@ -217,7 +221,7 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
 // The sidecar line a scan writes: `keyword` -> `name` for the version `scanned` of the cubin in
 // `table`, with a content hash while that version needs one (young, or a whole-second mtime).
 cubin::sidecar::Line scanned_line(std::string_view keyword, const std::string &name, const FileIdentity &scanned,
-                           const cubin::SymbolTable &table, std::int64_t scan_started) {
+                                  const cubin::SymbolTable &table, std::int64_t scan_started) {
     cubin::sidecar::Line line;
     line.keyword.assign(keyword);
     line.name = name;
@@ -277,7 +281,8 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
 
 Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &cubin_path, std::string_view keyword,
                                                              const FileIdentity &identity, std::string_view image,
-                                                             bool trust_sidecar, const store::cache_entry::Manifest *published) {
+                                                             bool trust_sidecar,
+                                                             const store::cache_entry::Manifest *published) {
     if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
     return resolve_version(Version{cubin_path, identity, &image, published}, keyword, trust_sidecar);
 }
@@ -336,8 +341,8 @@ std::optional<NameResolver::Resolution> NameResolver::racy_line_hit(const Versio
     counters_.sidecar_content_checks.fetch_add(1, std::memory_order_relaxed);
     counters_.racy_sidecar_hits.fetch_add(1, std::memory_order_relaxed);
     std::string name(line_name);
-    log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", version.path,
-                keyword, name);
+    log().debug("sidecar hit after content check (young or whole-second cubin): {} [{}] -> {}", version.path, keyword,
+                name);
     if (!needs_content_hash(current, realtime_ns())) {
         std::vector<cubin::sidecar::Line> lines;
         for (cubin::sidecar::Line &l : cubin::sidecar::parse(sidecar_text).lines) {
@@ -363,16 +368,18 @@ Result<NameResolver::Resolution> NameResolver::scan_version(const Version &versi
     std::optional<store::cache_entry::Manifest> confirmed;
     auto table = scan_table(cubin_path, version.image, version.published, confirmed, counters_);
     if (!table) return std::move(table).error();
-    auto scanned_name =
-        name_from_scan(cubin_path, *table, keyword, version.published ? version.published : confirmed ? &*confirmed : nullptr);
+    auto scanned_name = name_from_scan(cubin_path, *table, keyword,
+                                       version.published ? version.published
+                                       : confirmed       ? &*confirmed
+                                                         : nullptr);
     if (!scanned_name) return std::move(scanned_name).error();
     std::string name = std::move(*scanned_name);
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
     const FileIdentity &scanned = version.image ? version.identity : table->identity();
     cubin::sidecar::Line line = scanned_line(keyword, name, scanned, *table, scan_started);
-    log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name,
-                table->functions().size(), line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
+    log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name, table->functions().size(),
+                line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 
     std::vector<cubin::sidecar::Line> lines;
     if (problem == cubin::sidecar::FileProblem::none) {

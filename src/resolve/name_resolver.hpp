@@ -67,7 +67,7 @@ public:
     struct Counters {
         std::atomic<std::uint64_t> sidecar_hits{0};
         std::atomic<std::uint64_t> sidecar_content_checks{0};  // hits that hashed the cubin
-        std::atomic<std::uint64_t> racy_sidecar_hits{0};   // of which sidecar (not memo) hits
+        std::atomic<std::uint64_t> racy_sidecar_hits{0};       // of which sidecar (not memo) hits
         std::atomic<std::uint64_t> memo_hits{0};
         std::atomic<std::uint64_t> scans{0};
         std::atomic<std::uint64_t> sidecar_rejections{0};  // all reasons
@@ -105,8 +105,8 @@ public:
     // `published` is its manifest, already confirmed against `image` by the caller (read from
     // the same open folder: KernelLoader::prepare); a rescan answers its name for its keyword.
     Result<Resolution> resolve_image(const std::string &cubin_path, std::string_view keyword,
-                                     const FileIdentity &identity, std::string_view image,
-                                     bool trust_sidecar = true, const store::cache_entry::Manifest *published = nullptr);
+                                     const FileIdentity &identity, std::string_view image, bool trust_sidecar = true,
+                                     const store::cache_entry::Manifest *published = nullptr);
 
     const Counters &counters() const { return counters_; }
 
@@ -129,7 +129,7 @@ private:
     struct Version {
         const std::string &path;
         const FileIdentity &identity;
-        const std::string_view *image;  // nullptr: read the file
+        const std::string_view *image;                            // nullptr: read the file
         const store::cache_entry::Manifest *published = nullptr;  // confirmed against `image` (entries)
         bool has_content(std::uint64_t hash) const;
     };
@@ -144,8 +144,9 @@ private:
     // resolve_version's scan: names `keyword` in the cubin version and writes its sidecar line,
     // keeping the other keywords' lines of this version from the sidecar as read (`problem`,
     // `sidecar_text`); the memo keeps the answer where the sidecar cannot be written.
-    Result<Resolution> scan_version(const Version &version, std::string_view keyword, cubin::sidecar::FileProblem problem,
-                                    std::string_view sidecar_text, const std::string &sidecar_path);
+    Result<Resolution> scan_version(const Version &version, std::string_view keyword,
+                                    cubin::sidecar::FileProblem problem, std::string_view sidecar_text,
+                                    const std::string &sidecar_path);
     std::optional<std::string> memo_lookup(const Version &version, const MemoKey &key);
     void memo_store(MemoKey key, MemoValue value);
     // In a forked child: the instance's memo and its lock made anew (a thread of the parent may

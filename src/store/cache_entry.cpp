@@ -1,11 +1,11 @@
 #include "store/cache_entry.hpp"
 
-#include "util/fork_guard.hpp"
-#include "util/hashing.hpp"
-#include "util/log.hpp"
 #include "cubin/sidecar_store.hpp"
 #include "cubin/symbol_scanner.hpp"
 #include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
+#include "util/hashing.hpp"
+#include "util/log.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -48,7 +48,8 @@ Pins &pins() { return *the_pins; }
 // A forked child runs none of its parent's batches: it starts with no pins (a batch that goes
 // on in a child forked from its callback keeps its entries in use by their records alone).
 void renew_pins_in_forked_child() { fork_guard::renew(*the_pins); }
-[[maybe_unused]] const bool pins_fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::entry_pins, renew_pins_in_forked_child);
+[[maybe_unused]] const bool pins_fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::entry_pins, renew_pins_in_forked_child);
 
 bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -128,7 +129,8 @@ void note_use(const std::string &entry, const struct stat &folder_st, std::int64
     const int err = errno;
     log().debug("could not record the use of cache entry '{}': {}", entry, errno_text(err));
     if (err == EROFS || err == EPERM || err == EACCES) {
-        FailedDevice &slot = failed_devices[failed_device_next.fetch_add(1, std::memory_order_relaxed) % kFailedDevices];
+        FailedDevice &slot =
+            failed_devices[failed_device_next.fetch_add(1, std::memory_order_relaxed) % kFailedDevices];
         slot.dev.store(dev, std::memory_order_relaxed);
         slot.until_ns.store(now_ns + kRecencyStepNs, std::memory_order_relaxed);
     }
@@ -254,7 +256,8 @@ bool record_variant(const std::string &path, const std::string &key, bool shared
     for (const std::string &k : keys) text += k + "\n";
     // A temp name of the shard's transit kind: one left by a killed writer is swept as stale.
     const std::size_t slash = path.find_last_of('/');
-    const std::string temp_stem = path.substr(0, slash + 1) + std::string(kTempPrefix) + path.substr(slash + 1, 32) + "-";
+    const std::string temp_stem =
+        path.substr(0, slash + 1) + std::string(kTempPrefix) + path.substr(slash + 1, 32) + "-";
     return replace_file(path, temp_stem, kVariantsSuffix, text, shared ? kGroupWritable : 0).ok();
 }
 
@@ -503,10 +506,10 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     // apart: bind the line to the content (docs/sidecar-format.md).
     if (line.mtime_nsec == 0) line.content_hash = hash64(entry.cubin);
     const Manifest manifest = complete_manifest(entry.manifest, entry.cubin);
-    std::vector<std::pair<std::string, std::string>> files = {
-        {cubin::sidecar::path_for(temp_cubin), cubin::sidecar::format({line})},
-        {temp + "/" + kSourceFile, std::string(entry.source)},
-        {temp + "/" + kManifestFile, format_manifest(manifest)}};
+    std::vector<std::pair<std::string, std::string>> files = {{cubin::sidecar::path_for(temp_cubin),
+                                                               cubin::sidecar::format({line})},
+                                                              {temp + "/" + kSourceFile, std::string(entry.source)},
+                                                              {temp + "/" + kManifestFile, format_manifest(manifest)}};
     if (entry.deps_text) files.emplace_back(temp + "/" + kDepsFile, *entry.deps_text);
     std::uint64_t bytes = entry.cubin.size();
     for (const auto &file : files) {
@@ -531,7 +534,8 @@ Result<Published::Outcome> place_over_existing(const std::string &temp, const st
         return Published::Outcome::replaced;
     }
     const int xerr = errno;
-    if (xerr != EINVAL && xerr != ENOSYS && xerr != EOPNOTSUPP) return io_error("cannot replace cache entry", place, xerr);
+    if (xerr != EINVAL && xerr != ENOSYS && xerr != EOPNOTSUPP)
+        return io_error("cannot replace cache entry", place, xerr);
     // No atomic exchange on this filesystem: move the old entry aside, then ours in. A reader
     // in between sees no entry (a miss), never a partial one.
     const std::string aside = temp + ".old";
@@ -576,7 +580,8 @@ Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolde
     published.bytes_written = *written;
     if (::rename(temp.c_str(), place.c_str()) == 0) return published;
     const int err = errno;
-    if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR) return fail(io_error("cannot publish cache entry", place, err));
+    if (err != ENOTEMPTY && err != EEXIST && err != ENOTDIR)
+        return fail(io_error("cannot publish cache entry", place, err));
     auto outcome = place_over_existing(temp, place, existing_serves);
     remove_tree(temp);  // ours when the old one serves, the old one after a swap; gone after a move
     if (!outcome) return std::move(outcome).error();

@@ -98,7 +98,8 @@ enum class InUse { spare, remove };
 // Removes the entry at `entry` whole: renames it to a trash name in its shard, in one step, so
 // readers see the complete entry or none; then deletes the trash. With InUse::spare, an entry
 // found in use or pinned (after the rename too, which closes the race with a reader recording
-// its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors: io.
+// its use or a batch pinning it) is renamed back instead and in_use returned. vanished: it was gone already. Errors:
+// io.
 Result<Retired> retire(const std::string &entry, InUse in_use_entries);
 // How many times this process has begun to retire an entry: what remembers entries in memory
 // (the cache's hit memo) looks again at disk when it moved on. Relaxed atomic; thread safe.

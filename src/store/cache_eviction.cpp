@@ -2,10 +2,10 @@
 
 #include "store/cache_entry.hpp"
 #include "store/cache_inventory.hpp"
+#include "util/filesystem.hpp"
 #include "util/folder_trust.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
-#include "util/filesystem.hpp"
 #include "util/size_units.hpp"
 
 #include <stdio.h>
@@ -46,8 +46,8 @@ void write_usage(const std::string &cache_dir, const Inventory &inv, bool shared
     const std::string path = cache_dir + "/" + kUsageFile;
     const std::string text = "kjit-usage 1\nbytes " + std::to_string(inv.entry_bytes) + "\nentries " +
                              std::to_string(inv.entries.size()) + "\n";
-    if (auto st = replace_file(path, cache_dir + "/" + std::string(kUsageTempPrefix), {}, text,
-                               shared ? kGroupWritable : 0);
+    if (auto st =
+            replace_file(path, cache_dir + "/" + std::string(kUsageTempPrefix), {}, text, shared ? kGroupWritable : 0);
         !st) {
         log().debug("cannot record the cache's usage: {}", st.error().message);
     }
@@ -79,7 +79,8 @@ void remove_by_recency(Inventory &inv, const PruneOptions &options, std::int64_t
             kept.push_back(e);
             continue;
         }
-        auto retired = store::cache_entry::retire(e.path, options.spare_in_use ? store::cache_entry::InUse::spare : store::cache_entry::InUse::remove);
+        auto retired = store::cache_entry::retire(e.path, options.spare_in_use ? store::cache_entry::InUse::spare
+                                                                               : store::cache_entry::InUse::remove);
         if (!retired) {
             log().warn("{}", retired.error().message);
             kept.push_back(e);
@@ -162,9 +163,9 @@ Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOpti
 // Per-process throttle state of after_publish, per cache folder. A forked child starts its
 // own, as a new process would (fork_guard.hpp): its lock may have been held at the fork.
 struct EvictionState {
-    std::int64_t last_sweep_ns = 0;       // when this process last swept stale temp folders
-    std::int64_t last_measured_ns = 0;    // the usage record this process last saw
-    std::uint64_t published_since = 0;    // bytes this process published since then
+    std::int64_t last_sweep_ns = 0;     // when this process last swept stale temp folders
+    std::int64_t last_measured_ns = 0;  // the usage record this process last saw
+    std::uint64_t published_since = 0;  // bytes this process published since then
 };
 
 // The states of the kMaxEvictionStates cache folders published to last (a long-lived process
@@ -240,8 +241,7 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
         for (const DirEntry &e : *listing) {
             const bool transit = is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode));
             if (transit) store::cache_entry::rewrite_future_mtime(path + "/" + e.name, mtime_ns(e.st), now_ns);
-            if (transit &&
-                mtime_ns(e.st) < now_ns - kStaleTempNs) {
+            if (transit && mtime_ns(e.st) < now_ns - kStaleTempNs) {
                 remove_tree(path + "/" + e.name);
                 ++removed;
             }
@@ -345,8 +345,9 @@ Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint
     counters().eviction_runs.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t size = inv->entry_bytes;
     PruneOptions options;
-    options.max_bytes = std::min(static_cast<std::uint64_t>(static_cast<double>(std::min(max_bytes, size)) * kEvictionLowWater),
-                                 size > needed_bytes ? size - needed_bytes : 0);
+    options.max_bytes =
+        std::min(static_cast<std::uint64_t>(static_cast<double>(std::min(max_bytes, size)) * kEvictionLowWater),
+                 size > needed_bytes ? size - needed_bytes : 0);
     PruneReport report;
     const std::int64_t now = realtime_ns();
     remove_by_recency(*inv, options, now, report);

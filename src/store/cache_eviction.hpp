@@ -26,16 +26,16 @@ constexpr double kEvictionLowWater = 0.9;
 constexpr std::int64_t kEvictionIntervalNs = 30'000'000'000;
 
 struct PruneOptions {
-    std::optional<std::uint64_t> max_bytes;    // remove least recently used entries down to this
+    std::optional<std::uint64_t> max_bytes;     // remove least recently used entries down to this
     std::optional<std::int64_t> older_than_ns;  // remove entries not used for this long
-    bool everything = false;                   // remove every entry (clear)
-    bool spare_in_use = true;                  // false: in-use entries go too (clear)
+    bool everything = false;                    // remove every entry (clear)
+    bool spare_in_use = true;                   // false: in-use entries go too (clear)
 };
 
 struct PruneReport {
     std::size_t removed_entries = 0;
     std::uint64_t removed_bytes = 0;
-    std::size_t spared_in_use = 0;  // would have gone, but in use (see store::cache_entry::kInUseWindowNs)
+    std::size_t spared_in_use = 0;       // would have gone, but in use (see store::cache_entry::kInUseWindowNs)
     std::size_t removed_in_transit = 0;  // stale .tmp-/.trash- folders swept
     // Variants files none of whose keys is left (written over a minute ago: a publish may be
     // listing a key the inventory did not see yet).

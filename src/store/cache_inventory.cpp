@@ -3,8 +3,8 @@
 #include "store/compile_lock.hpp"
 
 #include "store/cache_entry.hpp"
-#include "util/fork_guard.hpp"
 #include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -24,7 +24,6 @@ namespace kjit::store::cache_maintenance {
 namespace {
 
 using store::cache_entry::kManifestFile;
-
 
 }  // namespace
 
@@ -167,8 +166,8 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
         for (const DirEntry &e : *listing) {
             const std::string path = shard_path + "/" + e.name;
             if (is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode))) {
-                inv.in_transit.push_back({path, disk_bytes(e.st) + (S_ISDIR(e.st.st_mode) ? tree_bytes(path) : 0),
-                                          mtime_ns(e.st)});
+                inv.in_transit.push_back(
+                    {path, disk_bytes(e.st) + (S_ISDIR(e.st.st_mode) ? tree_bytes(path) : 0), mtime_ns(e.st)});
                 continue;
             }
             if (store::cache_entry::is_variants_name(e.name) && e.name.compare(0, 2, shard.name) == 0 &&
@@ -177,7 +176,8 @@ Result<Inventory> inventory_of(const std::string &cache_dir) {
                 inv.entry_bytes += disk_bytes(e.st);
                 continue;
             }
-            if (!store::cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 || !S_ISDIR(e.st.st_mode)) {
+            if (!store::cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0 ||
+                !S_ISDIR(e.st.st_mode)) {
                 ++inv.foreign;
                 continue;
             }
@@ -238,7 +238,8 @@ Result<Summary> summarize(const std::string &cache_dir) {
         ArchSummary &a = s.by_arch[arch];
         ++a.entries;
         a.bytes += e.bytes;
-        if (s.least_recent_use_ns == 0 || e.last_used_ns < s.least_recent_use_ns) s.least_recent_use_ns = e.last_used_ns;
+        if (s.least_recent_use_ns == 0 || e.last_used_ns < s.least_recent_use_ns)
+            s.least_recent_use_ns = e.last_used_ns;
         s.most_recent_use_ns = std::max(s.most_recent_use_ns, e.last_used_ns);
     }
     s.oldest_created_ns = created_ns(s.oldest_created);

@@ -31,8 +31,8 @@ namespace kjit::store::cache_maintenance {
 // entry of five small files takes 24 KiB with 4 KiB blocks), so a limit bounds the disk.
 struct EntryInfo {
     std::string key;
-    std::string path;          // the entry folder
-    std::uint64_t bytes = 0;   // disk space of the folder and its files
+    std::string path;               // the entry folder
+    std::uint64_t bytes = 0;        // disk space of the folder and its files
     std::int64_t last_used_ns = 0;  // the folder's mtime: its recency record
 };
 

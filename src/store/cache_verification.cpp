@@ -1,12 +1,12 @@
 #include "store/cache_verification.hpp"
 
-#include "store/cache_entry.hpp"
-#include "store/cache_inventory.hpp"
-#include "util/hashing.hpp"
 #include "cubin/name_matcher.hpp"
-#include "util/filesystem.hpp"
 #include "cubin/sidecar_store.hpp"
 #include "cubin/symbol_scanner.hpp"
+#include "store/cache_entry.hpp"
+#include "store/cache_inventory.hpp"
+#include "util/filesystem.hpp"
+#include "util/hashing.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,11 +52,11 @@ namespace {
 
 // What verify concluded about one entry.
 struct EntryVerdict {
-    std::optional<Finding> fatal;    // the entry cannot serve: remove it
-    std::optional<Finding> sidecar;  // the sidecar is wrong: rebuild it from `line`
-    cubin::sidecar::Line line;              // the correct line for the entry's keyword
+    std::optional<Finding> fatal;                   // the entry cannot serve: remove it
+    std::optional<Finding> sidecar;                 // the sidecar is wrong: rebuild it from `line`
+    cubin::sidecar::Line line;                      // the correct line for the entry's keyword
     std::vector<cubin::sidecar::Line> other_lines;  // other keywords' lines for this cubin version
-    std::vector<std::string> stale_temps;    // temp files in the entry left by killed writers
+    std::vector<std::string> stale_temps;           // temp files in the entry left by killed writers
 };
 
 Finding finding(const std::string &path, Damage damage, std::string detail) {
@@ -77,7 +77,8 @@ bool same_version(const cubin::sidecar::Line &l, const struct stat &st, std::uin
 }
 
 // The entry's manifest, present, passing its check line and for `key`; else v.fatal says why.
-std::optional<store::cache_entry::Manifest> check_manifest(const std::string &entry, const std::string &key, EntryVerdict &v) {
+std::optional<store::cache_entry::Manifest> check_manifest(const std::string &entry, const std::string &key,
+                                                           EntryVerdict &v) {
     const std::string manifest_path = entry + "/" + kManifestFile;
     struct stat st {};
     if (::lstat(manifest_path.c_str(), &st) != 0) {
@@ -221,8 +222,8 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
 
 // A name in a shard of the cache's shape: a stale folder in transit, a misplaced entry, or an
 // entry, checked (and with `fix` repaired or removed). Anything else is not the cache's.
-void verify_shard_item(const std::string &shard, const std::string &shard_path, const DirEntry &e,
-                       std::int64_t now, bool fix, VerifyReport &report) {
+void verify_shard_item(const std::string &shard, const std::string &shard_path, const DirEntry &e, std::int64_t now,
+                       bool fix, VerifyReport &report) {
     const std::string path = shard_path + "/" + e.name;
     if (is_transit_name(e.name)) {
         if (mtime_ns(e.st) >= now - kStaleTempNs) return;  // live, or nearly

@@ -18,16 +18,16 @@ namespace kjit::store::cache_maintenance {
 // store's FileProblem and the resolver's Rejection describe one sidecar file for a reader and
 // stay finer; a verify finding folds them into sidecar_damaged with their text as detail.)
 enum class Damage {
-    misplaced = 0,         // an entry folder in the wrong shard, or not a folder
-    missing_file = 1,      // manifest.txt, source.cu, kernel.cubin or deps.txt is missing
-    bad_manifest = 2,      // manifest.txt unreadable, failing its check line, or not a manifest for this entry
-    bad_cubin = 3,         // the cubin is not a CUDA ELF, not the bytes published, or lacks its kernel
-    truncated_cubin = 4,   // the cubin's size differs from the one recorded at publish
-    sidecar_missing = 5,   // no kernel.cubin.name
-    sidecar_damaged = 6,   // unreadable, garbage, or no line for the entry's keyword
-    sidecar_stale = 7,     // its line belongs to another version of the cubin
+    misplaced = 0,           // an entry folder in the wrong shard, or not a folder
+    missing_file = 1,        // manifest.txt, source.cu, kernel.cubin or deps.txt is missing
+    bad_manifest = 2,        // manifest.txt unreadable, failing its check line, or not a manifest for this entry
+    bad_cubin = 3,           // the cubin is not a CUDA ELF, not the bytes published, or lacks its kernel
+    truncated_cubin = 4,     // the cubin's size differs from the one recorded at publish
+    sidecar_missing = 5,     // no kernel.cubin.name
+    sidecar_damaged = 6,     // unreadable, garbage, or no line for the entry's keyword
+    sidecar_stale = 7,       // its line belongs to another version of the cubin
     sidecar_wrong_name = 8,  // its line names another kernel than the manifest
-    stale_temp = 9,        // a temp folder or temp file left by a killed writer
+    stale_temp = 9,          // a temp folder or temp file left by a killed writer
 };
 // Its name, as `kjit cache verify` prints it ("truncated_cubin"); "unknown" for another value.
 const char *to_string(Damage damage);

@@ -89,8 +89,7 @@ std::optional<Held> acquire(const std::string &cache_dir, const folder_trust::Ca
         const auto now = std::chrono::steady_clock::now();
         if (now >= deadline) {
             waited->timed_out = true;
-            log().debug("another process still compiles {} after {} ms: compiling it here too", key,
-                        max_wait.count());
+            log().debug("another process still compiles {} after {} ms: compiling it here too", key, max_wait.count());
             return std::nullopt;
         }
         std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));

@@ -145,7 +145,7 @@ std::optional<std::string> link_text(const std::string &path, const struct stat 
 std::optional<LinkWalk> walk_links(const std::string &path) {
     if (path.empty() || path[0] != '/') return std::nullopt;
     LinkWalk walk;
-    std::string done;  // the resolved part, "" for "/"
+    std::string done;               // the resolved part, "" for "/"
     std::vector<std::string> left;  // names still to look up, the next at the back
     push_names(left, path);
     int followed = 0;
@@ -294,7 +294,8 @@ void close_lock_fds_in_forked_child() {
         if (const int v = slot.exchange(0, std::memory_order_relaxed); v > 0) ::close(v - 1);
     }
 }
-[[maybe_unused]] const bool lock_fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::removers_lock, close_lock_fds_in_forked_child);
+[[maybe_unused]] const bool lock_fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::removers_lock, close_lock_fds_in_forked_child);
 
 }  // namespace
 

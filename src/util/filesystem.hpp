@@ -144,9 +144,9 @@ struct FileIdentity {
 struct FileIdentityHash {
     std::size_t operator()(const FileIdentity &id) const {
         std::uint64_t h = 0xcbf29ce484222325ULL;
-        for (std::uint64_t v : {id.size, id.ino, id.dev, static_cast<std::uint64_t>(id.mtime_sec),
-                                std::uint64_t{id.mtime_nsec}, static_cast<std::uint64_t>(id.ctime_sec),
-                                std::uint64_t{id.ctime_nsec}}) {
+        for (std::uint64_t v :
+             {id.size, id.ino, id.dev, static_cast<std::uint64_t>(id.mtime_sec), std::uint64_t{id.mtime_nsec},
+              static_cast<std::uint64_t>(id.ctime_sec), std::uint64_t{id.ctime_nsec}}) {
             h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
         }
         return static_cast<std::size_t>(h);
@@ -254,7 +254,9 @@ public:
     // The same on a folder descriptor the reader then owns (it is closed even on failure).
     static Result<FolderReader> adopt(int dir_fd, const std::string &path);
 
-    FolderReader(FolderReader &&other) noexcept : dir_(other.dir_), path_(std::move(other.path_)) { other.dir_ = nullptr; }
+    FolderReader(FolderReader &&other) noexcept : dir_(other.dir_), path_(std::move(other.path_)) {
+        other.dir_ = nullptr;
+    }
     FolderReader &operator=(FolderReader &&) = delete;
     FolderReader(const FolderReader &) = delete;
     FolderReader &operator=(const FolderReader &) = delete;

@@ -1,7 +1,7 @@
 #include "util/folder_trust.hpp"
 
-#include "util/fork_guard.hpp"
 #include "util/filesystem.hpp"
+#include "util/fork_guard.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -177,8 +177,8 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
                                        group_text(st.st_gid) +
                                        " <you>, then log in again) or use a folder of your own (KJIT_CACHE_DIR)"};
         }
-        return Error{Errc::io, "cache folder '" + cache_dir + "' is owned by " + user_text(st.st_uid) +
-                                   " (" + folder.owner_text +
+        return Error{Errc::io, "cache folder '" + cache_dir + "' is owned by " + user_text(st.st_uid) + " (" +
+                                   folder.owner_text +
                                    "), not by you: whoever owns it can plant kernels you would load. Use a folder of "
                                    "your own (KJIT_CACHE_DIR or kjit_compile_options.cache_dir), remove it if it "
                                    "should not be there, or make it a team cache (group-writable and setgid, of a "
@@ -235,9 +235,8 @@ bool trusted_owner(const CacheFolder &folder, uid_t uid) {
 
 Error foreign_error(const CacheFolder &folder, const std::string &what, const std::string &path,
                     const struct stat &st) {
-    const std::string trusted = folder.mode == Mode::team
-                                    ? "by a member of group " + group_text(folder.group) + " or root"
-                                    : "by you or root";
+    const std::string trusted =
+        folder.mode == Mode::team ? "by a member of group " + group_text(folder.group) + " or root" : "by you or root";
     return Error{Errc::io, what + " '" + path + "' is owned by " + user_text(st.st_uid) + ", not " + trusted +
                                ": someone who can write the cache folder could have planted it; remove it (rm -rf '" +
                                path + "') and check who can write the cache folder (docs/troubleshooting.md)"};
@@ -246,8 +245,9 @@ Error foreign_error(const CacheFolder &folder, const std::string &what, const st
 bool trusted_file(const std::string &path, uid_t uid, gid_t gid) {
     if (uid == ::geteuid() || uid == 0) return true;
     const std::size_t slash = path.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/")
-                                                                                      : path.substr(0, slash);
+    const std::string dir = slash == std::string::npos ? std::string(".")
+                            : slash == 0               ? std::string("/")
+                                                       : path.substr(0, slash);
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !is_team_folder(st) || st.st_gid != gid) return false;
     if (!self_in_group(gid) || !is_member(uid, gid)) return false;
@@ -280,7 +280,8 @@ void renew_membership_memo_in_forked_child() {
     fork_guard::renew(membership_mutex);
     fork_guard::renew(membership_memo);
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::group_membership, renew_membership_memo_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::group_membership, renew_membership_memo_in_forked_child);
 
 bool is_member(uid_t uid, gid_t gid) {
     if (uid == ::geteuid()) return self_in_group(gid);

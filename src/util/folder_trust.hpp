@@ -30,11 +30,11 @@ enum class Mode { private_cache, team };
 // A cache folder as checked.
 struct CacheFolder {
     Mode mode = Mode::private_cache;
-    gid_t group = 0;          // team: the folder's group
-    bool exists = false;      // false: not there yet (kjit_compile creates it, private)
-    bool writable = false;    // by the caller: a miss can be published
-    std::string real_path;    // the folder itself, links resolved (empty when it does not exist)
-    std::string owner_text;   // "root (uid 0), mode 0755", for messages
+    gid_t group = 0;         // team: the folder's group
+    bool exists = false;     // false: not there yet (kjit_compile creates it, private)
+    bool writable = false;   // by the caller: a miss can be published
+    std::string real_path;   // the folder itself, links resolved (empty when it does not exist)
+    std::string owner_text;  // "root (uid 0), mode 0755", for messages
 };
 
 // Checks the cache folder at `cache_dir` (absolute) and its parents as described above; a
@@ -51,8 +51,7 @@ Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir);
 bool trusted_owner(const CacheFolder &folder, uid_t uid);
 // io: `what` at `path` (described by `st`) is owned by someone `folder` does not trust; says
 // whom and what to do.
-Error foreign_error(const CacheFolder &folder, const std::string &what, const std::string &path,
-                    const struct stat &st);
+Error foreign_error(const CacheFolder &folder, const std::string &what, const std::string &path, const struct stat &st);
 
 // Whether a file beside a cubin (its sidecar), owned by `uid` and group `gid`, may be trusted:
 // owned by the caller or root, or by a member of the group of a team folder (group-writable,

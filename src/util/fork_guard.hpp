@@ -28,9 +28,9 @@
 // kPieces in fork_guard.cpp: its owner, what it holds, what a child does with it), and a handler
 // is registered under its piece's name: one place tells a reader, and a test, what a forked
 // child keeps (tests/util/fork_guard_test.cpp checks that each piece that must have a handler has
-// exactly one, and that the pieces kept as they are have none). Lazily made singletons are published with a compare-and-swap (lazy)
-// rather than a function-local static, whose once-guard a thread of the parent could hold at the
-// fork (making the object: the driver's takes dlopen and cuInit) and the child wait on for ever.
+// exactly one, and that the pieces kept as they are have none). Lazily made singletons are published with a
+// compare-and-swap (lazy) rather than a function-local static, whose once-guard a thread of the parent could hold at
+// the fork (making the object: the driver's takes dlopen and cuInit) and the child wait on for ever.
 //
 // Not covered: a process made with clone() or vfork() (no fork handlers run; vfork must exec at
 // once anyway) or glibc's _Fork(); and the instant between a call that opens a descriptor and
@@ -66,10 +66,10 @@ enum class State : unsigned {
     remote_tiers,       // remote/remote_store.cpp
     cache_flights,      // cache/cache.cpp
     // Kept as they are, on purpose (no handler):
-    api_counters,       // api/c_api.cpp
-    nvrtc_table,        // compile/nvrtc_library.cpp
-    nvrtc_identity,     // compile/nvrtc_probe.cpp
-    per_thread,         // thread_local state (only the forking thread's copy reaches the child)
+    api_counters,    // api/c_api.cpp
+    nvrtc_table,     // compile/nvrtc_library.cpp
+    nvrtc_identity,  // compile/nvrtc_probe.cpp
+    per_thread,      // thread_local state (only the forking thread's copy reaches the child)
     count
 };
 

@@ -72,7 +72,8 @@ void renew_in_forked_child() {
         static_cast<StderrSink &>(*logger->sinks().front()).renew_lock_in_forked_child();
     }
 }
-[[maybe_unused]] const bool fork_handler_registered = fork_guard::at_fork_child(fork_guard::State::logger, renew_in_forked_child);
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::logger, renew_in_forked_child);
 
 }  // namespace
 

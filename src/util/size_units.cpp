@@ -103,8 +103,8 @@ Result<std::int64_t> parse_age(std::string_view text) {
     const std::string s(text);
     constexpr std::int64_t kMaxSeconds = std::numeric_limits<std::int64_t>::max() / 1'000'000'000;
     auto bad = [&](const std::string &why) {
-        return Error{Errc::invalid_argument,
-                     "age '" + s + "' is not an age (" + why + "): use a whole number with s, m, h, d or w, e.g. 30d or 12h"};
+        return Error{Errc::invalid_argument, "age '" + s + "' is not an age (" + why +
+                                                 "): use a whole number with s, m, h, d or w, e.g. 30d or 12h"};
     };
     std::size_t digits = 0;
     while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;

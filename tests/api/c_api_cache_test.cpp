@@ -498,8 +498,8 @@ TEST_F(CacheApi, VerifyFindsDamageAndFixRepairsIt) {
 }
 
 TEST(CacheApiProblems, EveryProblemHasItsName) {
-    const char *names[] = {"misplaced",       "missing_file",    "bad_manifest",    "bad_cubin",
-                           "truncated_cubin", "sidecar_missing", "sidecar_damaged", "sidecar_stale",
+    const char *names[] = {"misplaced",          "missing_file",    "bad_manifest",    "bad_cubin",
+                           "truncated_cubin",    "sidecar_missing", "sidecar_damaged", "sidecar_stale",
                            "sidecar_wrong_name", "stale_temp"};
     for (int p = KJIT_CACHE_MISPLACED; p <= KJIT_CACHE_STALE_TEMP; ++p) {
         EXPECT_STREQ(kjit_cache_problem_string(p), names[p]) << p;

@@ -10,7 +10,6 @@
 
 using namespace kjit_test;
 
-
 TEST(CApiLoad, CompileLoadAccessorsRelease) {
     TempDir dir;
     const std::string path = compile_through_c_api(dir, sources::kTemplateOne, "tmpl");

@@ -50,8 +50,8 @@ TEST(CApi, StatusStringsAreFixed) {
 
 TEST(CApi, Version) {
     EXPECT_EQ(kjit_version(), static_cast<unsigned>(KJIT_VERSION_NUMBER));
-    const std::string expected = std::to_string(KJIT_VERSION_MAJOR) + "." + std::to_string(KJIT_VERSION_MINOR) +
-                                 "." + std::to_string(KJIT_VERSION_PATCH);
+    const std::string expected = std::to_string(KJIT_VERSION_MAJOR) + "." + std::to_string(KJIT_VERSION_MINOR) + "." +
+                                 std::to_string(KJIT_VERSION_PATCH);
     EXPECT_EQ(kjit_version_string(), expected);
 }
 
@@ -78,7 +78,7 @@ TEST(CApi, KeywordRuleOnRealCubins) {
     resolve(collision.path, "gem", KJIT_ERROR_AMBIGUOUS);
 
     Cubin device(sources::kDeviceFunction, {"-rdc=true"});
-    EXPECT_EQ(resolve(device.path, "scale"), "_Z5scalePf");            // the entry, not the helper
+    EXPECT_EQ(resolve(device.path, "scale"), "_Z5scalePf");              // the entry, not the helper
     EXPECT_EQ(resolve(device.path, "scale_value"), "_Z11scale_valuef");  // the only match
 
     Cubin externc(sources::kExternC);
@@ -100,7 +100,8 @@ TEST(CApi, BufferTooSmallAndLengthQuery) {
     char small[8];
     std::memset(small, 'x', sizeof small);
     len = 0;
-    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", small, sizeof small, &len), KJIT_ERROR_BUFFER_TOO_SMALL);
+    EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", small, sizeof small, &len),
+              KJIT_ERROR_BUFFER_TOO_SMALL);
     EXPECT_EQ(len, 18u);
     EXPECT_EQ(small[0], 'x');  // nothing but the length is written
     EXPECT_NE(std::string(kjit_last_error()).find("19"), std::string::npos);
@@ -122,7 +123,8 @@ TEST(CApi, NullAndMalformedArguments) {
     EXPECT_NE(std::string(kjit_last_error()).find("keyword"), std::string::npos);
     EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", nullptr, 16, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
     for (const char *bad : {"", "plain.*", "plain kernel", "plain-kernel", "a:b", "pl\xe4in"}) {
-        EXPECT_EQ(kjit_resolve_name(c.path.c_str(), bad, name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT) << bad;
+        EXPECT_EQ(kjit_resolve_name(c.path.c_str(), bad, name, sizeof name, nullptr), KJIT_ERROR_INVALID_ARGUMENT)
+            << bad;
     }
     EXPECT_NE(std::string(kjit_last_error()).find("keyword"), std::string::npos);
 }
@@ -160,10 +162,10 @@ TEST(CApi, BadFilesGetAStatusAndAMessageNamingTheFile) {
         std::string path;
         kjit_status status;
     };
-    for (const Case &c : {Case{dir.file("absent.cubin"), KJIT_ERROR_IO}, Case{dir.path(), KJIT_ERROR_IO},
-                          Case{dir.file("empty.cubin"), KJIT_ERROR_BAD_CUBIN},
-                          Case{dir.file("text.cubin"), KJIT_ERROR_BAD_CUBIN},
-                          Case{dir.file("half.cubin"), KJIT_ERROR_BAD_CUBIN}}) {
+    for (const Case &c :
+         {Case{dir.file("absent.cubin"), KJIT_ERROR_IO}, Case{dir.path(), KJIT_ERROR_IO},
+          Case{dir.file("empty.cubin"), KJIT_ERROR_BAD_CUBIN}, Case{dir.file("text.cubin"), KJIT_ERROR_BAD_CUBIN},
+          Case{dir.file("half.cubin"), KJIT_ERROR_BAD_CUBIN}}) {
         char name[64];
         EXPECT_EQ(kjit_resolve_name(c.path.c_str(), "plain_kernel", name, sizeof name, nullptr), c.status) << c.path;
         EXPECT_NE(std::string(kjit_last_error()).find(c.path), std::string::npos) << kjit_last_error();
@@ -209,7 +211,8 @@ TEST(CApi, APtxFileAFatbinOrASourcePassedAsACubinIsNamed) {
     for (const Case &c : cases) {
         write_file(dir.file(c.file), c.bytes);
         char name[64];
-        EXPECT_EQ(kjit_resolve_name(dir.file(c.file).c_str(), "gemm", name, sizeof name, nullptr), KJIT_ERROR_BAD_CUBIN);
+        EXPECT_EQ(kjit_resolve_name(dir.file(c.file).c_str(), "gemm", name, sizeof name, nullptr),
+                  KJIT_ERROR_BAD_CUBIN);
         const std::string error = kjit_last_error();
         EXPECT_NE(error.find(dir.file(c.file)), std::string::npos) << error;
         EXPECT_NE(error.find(c.says), std::string::npos) << error;
@@ -227,8 +230,8 @@ TEST(CApi, LastErrorIsPerThread) {
 
 // Sources with several kernels each, so threads and processes race on shared sidecars with
 // different keywords (the lost-update case) as well as on the same one.
-const std::vector<std::pair<const char *, const char *>> kRaceKeywords = {
-    {"gemm", "_Z4gemmPf"}, {"gemm_fp16", "_Z9gemm_fp16Pf"}};
+const std::vector<std::pair<const char *, const char *>> kRaceKeywords = {{"gemm", "_Z4gemmPf"},
+                                                                          {"gemm_fp16", "_Z9gemm_fp16Pf"}};
 
 TEST(CApi, EightThreadsOnFreshCubins) {
     for (int round = 0; round < 10; ++round) {
@@ -355,7 +358,8 @@ TEST(CApiCompile, AWrongArchAMissingHeaderAndAWrongNameExpressionSayWhatToDo) {
         ScopedEnv arch("KJIT_ARCH", "sm_30");
         EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_NVRTC);
         const std::string e = kjit_last_error();
-        EXPECT_NE(e.find("does not compile for arch 'sm_30' (from KJIT_ARCH); it compiles for sm_"), std::string::npos) << e;
+        EXPECT_NE(e.find("does not compile for arch 'sm_30' (from KJIT_ARCH); it compiles for sm_"), std::string::npos)
+            << e;
         EXPECT_NE(e.find("sm_90"), std::string::npos) << e;
     }
     o.arch = "sm_90";
@@ -363,8 +367,8 @@ TEST(CApiCompile, AWrongArchAMissingHeaderAndAWrongNameExpressionSayWhatToDo) {
     const char *paths[] = {inc.c_str()};
     o.include_paths = paths;
     o.include_path_count = 1;
-    EXPECT_EQ(kjit_compile("#include \"absent.h\"\n__global__ void gemm(float *p) {}\n", "gemm", &o, path,
-                           sizeof path, nullptr),
+    EXPECT_EQ(kjit_compile("#include \"absent.h\"\n__global__ void gemm(float *p) {}\n", "gemm", &o, path, sizeof path,
+                           nullptr),
               KJIT_ERROR_COMPILE);
     std::string e = kjit_last_error();
     EXPECT_NE(e.find("a header was not found; folders searched for includes: " + inc), std::string::npos) << e;
@@ -544,7 +548,8 @@ TEST(CApiCompile, CompileNamedGivesPathAndNameFromOneLookUp) {
             char path[4096], name[512];
             size_t path_len = 0, name_len = 0;
             const kjit_stats before = stats_now();
-            ASSERT_EQ(kjit_compile_named(c.source, "gemm", &o, path, sizeof path, &path_len, name, sizeof name, &name_len),
+            ASSERT_EQ(kjit_compile_named(c.source, "gemm", &o, path, sizeof path, &path_len, name, sizeof name,
+                                         &name_len),
                       KJIT_OK)
                 << kjit_last_error();
             const kjit_stats after = stats_now();
@@ -642,7 +647,8 @@ TEST(CApiStats, CountsHitsMissesNvrtcTimeSidecarUseAndErrors) {
     // Hits: the first compile hit + the first resolve (the second compile hit is the hit memo's,
     // which reads no sidecar); the rewritten sidecars answer later lookups.
     EXPECT_GE(after.sidecar_hits - before.sidecar_hits, 2u);
-    EXPECT_EQ(after.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER] - before.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER], 1u);
+    EXPECT_EQ(after.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER] - before.sidecar_rejections[KJIT_SIDECAR_BAD_HEADER],
+              1u);
     EXPECT_EQ(after.sidecar_missing - before.sidecar_missing, 1u);
     EXPECT_GE(after.scans - before.scans, 3u);  // garbage, missing, not found
     EXPECT_GE(after.sidecar_writes - before.sidecar_writes, 2u);

@@ -10,8 +10,8 @@
 
 #include "batch_support.hpp"
 #include "c_api_support.hpp"
-#include "store/cache_eviction.hpp"
 #include "compile/compiler.hpp"
+#include "store/cache_eviction.hpp"
 
 #include <gtest/gtest.h>
 
@@ -113,13 +113,13 @@ ChildEnd run_forked(const std::function<int()> &body) {
 }
 
 // A check in a child: prints what failed to stderr and makes the child exit 1.
-#define CHILD_CHECK(cond, what)                                                                       \
-    do {                                                                                              \
-        if (!(cond)) {                                                                                \
-            std::fprintf(stderr, "child %d: %s:%d: %s: %s\n", static_cast<int>(::getpid()), __FILE__, \
-                         __LINE__, #cond, std::string(what).c_str());                                 \
-            return 1;                                                                                 \
-        }                                                                                             \
+#define CHILD_CHECK(cond, what)                                                                                        \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            std::fprintf(stderr, "child %d: %s:%d: %s: %s\n", static_cast<int>(::getpid()), __FILE__, __LINE__, #cond, \
+                         std::string(what).c_str());                                                                   \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 kjit_stats stats() {
@@ -158,15 +158,17 @@ std::string compile(const std::string &cache, const std::string &source, const c
 std::string resolve(const std::string &path, const char *keyword = "gemm") {
     char name[512];
     const kjit_status st = kjit_resolve_name(path.c_str(), keyword, name, sizeof name, nullptr);
-    return st == KJIT_OK ? std::string(name) : std::string("<") + kjit_status_string(st) + ": " + kjit_last_error() + ">";
+    return st == KJIT_OK ? std::string(name)
+                         : std::string("<") + kjit_status_string(st) + ": " + kjit_last_error() + ">";
 }
 
 // A source NVRTC takes a while over (hundreds of instantiations): a thread compiling it stays
 // inside the compile long enough to fork meanwhile.
 std::string slow_source(int salt, int instantiations = 300) {
-    std::string s = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N + " + std::to_string(salt) +
-                    "; }\n";
-    for (int i = 0; i < instantiations; ++i) s += "template __global__ void gemm<" + std::to_string(i) + ">(float *);\n";
+    std::string s =
+        "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N + " + std::to_string(salt) + "; }\n";
+    for (int i = 0; i < instantiations; ++i)
+        s += "template __global__ void gemm<" + std::to_string(i) + ">(float *);\n";
     return s;
 }
 
@@ -333,7 +335,8 @@ TEST(Fork, ChildGetsItsOwnDriversAnswer) {
     const ChildEnd end = run_forked([&]() -> int {
         kjit_kernel *k = reinterpret_cast<kjit_kernel *>(1);
         const kjit_status st = kjit_load_cached(path.c_str(), "plain_kernel", &k);
-        CHILD_CHECK(st == KJIT_ERROR_DRIVER_UNAVAILABLE, std::string(kjit_status_string(st)) + ": " + kjit_last_error());
+        CHILD_CHECK(st == KJIT_ERROR_DRIVER_UNAVAILABLE,
+                    std::string(kjit_status_string(st)) + ": " + kjit_last_error());
         CHILD_CHECK(k == nullptr, "a handle on failure");
         CHILD_CHECK(std::strstr(kjit_last_error(), "cuInit(0) failed: CUDA_ERROR_NOT_INITIALIZED"), kjit_last_error());
         // Compiling and resolving need no driver.
@@ -550,7 +553,8 @@ TEST(Fork, ChildDoesNotKeepTheCacheLockOpen) {
     // With the child alive, the lock is free.
     const int fd = ::open(lock.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
-    EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0) << "the cache lock is still held, by the child: " << std::strerror(errno);
+    EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0)
+        << "the cache lock is still held, by the child: " << std::strerror(errno);
     ::close(fd);
     ASSERT_EQ(::write(go[1], "g", 1), 1);
     const ChildEnd end = wait_for_child(child);

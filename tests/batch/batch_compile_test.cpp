@@ -69,7 +69,8 @@ public:
     // kjit_compile of item i (what the batch must agree with).
     std::string compile_one(std::size_t i) const {
         char path[4096];
-        const kjit_status st = kjit_compile(sources_[i].c_str(), keywords_[i].c_str(), &options_, path, sizeof path, nullptr);
+        const kjit_status st =
+            kjit_compile(sources_[i].c_str(), keywords_[i].c_str(), &options_, path, sizeof path, nullptr);
         EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
         return st == KJIT_OK ? path : "";
     }
@@ -104,7 +105,8 @@ struct Progress {
         if (path) {
             // libkjit may be called from the callback.
             char name[512];
-            if (kjit_resolve_name(path, self->keyword.c_str(), name, sizeof name, nullptr) == KJIT_OK) c.resolved = name;
+            if (kjit_resolve_name(path, self->keyword.c_str(), name, sizeof name, nullptr) == KJIT_OK)
+                c.resolved = name;
         }
         self->calls.push_back(c);
         const int call = static_cast<int>(self->calls.size());
@@ -161,8 +163,8 @@ TEST(CompileBatch, MixedHitsMissesDuplicatesAndFailures) {
 
     ASSERT_EQ(kjit_batch_result_count(result.r), batch.size());
     for (std::size_t ok : {hit, miss, dup_of_miss, dup_of_hit, miss2}) {
-        EXPECT_EQ(kjit_batch_result_status(result.r, ok), KJIT_OK) << "item " << ok << ": "
-                                                                    << kjit_batch_result_error(result.r, ok);
+        EXPECT_EQ(kjit_batch_result_status(result.r, ok), KJIT_OK)
+            << "item " << ok << ": " << kjit_batch_result_error(result.r, ok);
         ASSERT_NE(kjit_batch_result_cubin_path(result.r, ok), nullptr);
         EXPECT_STREQ(kjit_batch_result_error(result.r, ok), "");
         // Each path is what a single kjit_compile now answers (a hit), and each name what
@@ -464,7 +466,8 @@ std::map<std::string, std::string> cache_contents(const std::string &cache_dir, 
             }
             desc << "\ncubin bytes:" << read_file(entry + "/kernel.cubin").size();
             char name[512] = "";
-            EXPECT_EQ(kjit_resolve_name((entry + "/kernel.cubin").c_str(), keyword, name, sizeof name, nullptr), KJIT_OK);
+            EXPECT_EQ(kjit_resolve_name((entry + "/kernel.cubin").c_str(), keyword, name, sizeof name, nullptr),
+                      KJIT_OK);
             desc << "\nname:" << name;
             out[shard + "/" + key] = desc.str();
         }
@@ -558,7 +561,9 @@ TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
         options.arch = "sm_90";
         for (int i = kKernels - 1; i >= 0; --i) {
             char path[4096], name[512];
-            if (kjit_compile(sources::numbered_gemm(40 + i).c_str(), "gemm", &options, path, sizeof path, nullptr) != KJIT_OK) ::_exit(1);
+            if (kjit_compile(sources::numbered_gemm(40 + i).c_str(), "gemm", &options, path, sizeof path, nullptr) !=
+                KJIT_OK)
+                ::_exit(1);
             if (kjit_resolve_name(path, "gemm", name, sizeof name, nullptr) != KJIT_OK) ::_exit(1);
             if (sources::numbered_gemm_name(40 + i) != name) ::_exit(2);
         }
@@ -578,7 +583,9 @@ TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
     for (int i = 0; i < kKernels; ++i) {
         char name[512];
-        ASSERT_EQ(kjit_resolve_name(kjit_batch_result_cubin_path(result.r, static_cast<std::size_t>(i)), "gemm", name, sizeof name, nullptr), KJIT_OK);
+        ASSERT_EQ(kjit_resolve_name(kjit_batch_result_cubin_path(result.r, static_cast<std::size_t>(i)), "gemm", name,
+                                    sizeof name, nullptr),
+                  KJIT_OK);
         EXPECT_EQ(name, sources::numbered_gemm_name(40 + i));
     }
     auto report = kjit::store::cache_maintenance::verify(cache, false);
@@ -604,7 +611,9 @@ TEST(CompileBatch, PchNeverServesAnotherHeadersContent) {
     auto source = [](const char *header, int value) {
         return std::string("#include \"") + header +
                "\"\n#include <cuda/std/cstdint>\n"
-               "static_assert(KJIT_CFG_VALUE == " + std::to_string(value) + ", \"compiled against another header\");\n"
+               "static_assert(KJIT_CFG_VALUE == " +
+               std::to_string(value) +
+               ", \"compiled against another header\");\n"
                "__global__ void gemm(cuda::std::int32_t *p) { p[0] = KJIT_CFG_VALUE; }\n";
     };
     const std::string cache = dir.file("cache");
@@ -656,7 +665,8 @@ TEST(CompileBatch, PchNeverServesAnotherHeadersContent) {
         request.options = &disk;
         const kjit_compile_request *one[] = {&request};
         ResultGuard r;
-        EXPECT_EQ(kjit_compile_batch(one, 1, &batch, &r.r), KJIT_OK) << "header value " << value << ": " << kjit_last_error();
+        EXPECT_EQ(kjit_compile_batch(one, 1, &batch, &r.r), KJIT_OK)
+            << "header value " << value << ": " << kjit_last_error();
     }
 }
 
@@ -682,7 +692,8 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
         return Count{cache.counters().nvrtc_compiles.load(), cache.counters().pch_compiles.load(),
                      cache.counters().pch_identities.load()};
     };
-    auto run = [&](const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch, const std::string &cache_dir) {
+    auto run = [&](const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch,
+                   const std::string &cache_dir) {
         std::vector<kjit::Result<kjit::key::Request>> items;
         for (const std::string &source : sources) {
             kjit::key::Request r;
@@ -858,7 +869,8 @@ TEST(CompileBatch, BadRequestStructSizeFailsOnlyThatItem) {
     ResultGuard result;
     EXPECT_EQ(kjit_compile_batch(items, 2, nullptr, &result.r), KJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_EQ(kjit_batch_result_status(result.r, 0), KJIT_ERROR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(kjit_batch_result_error(result.r, 0)).find("requests[0]->struct_size is 3"), std::string::npos);
+    EXPECT_NE(std::string(kjit_batch_result_error(result.r, 0)).find("requests[0]->struct_size is 3"),
+              std::string::npos);
     EXPECT_EQ(kjit_batch_result_status(result.r, 1), KJIT_OK);
     EXPECT_STREQ(kjit_status_string(KJIT_ERROR_CANCELLED), "cancelled");
 }

@@ -56,7 +56,7 @@ int lie(int fd, const std::string &m) {
         hello.nvrtc_identity = kjit::compile::compiler::nvrtc_identity();
     }
     if (!kjit::batch::worker_protocol::send_frame(fd, kjit::batch::worker_protocol::Type::hello,
-                                           kjit::batch::worker_protocol::encode_hello(hello), "parent")) {
+                                                  kjit::batch::worker_protocol::encode_hello(hello), "parent")) {
         return 1;
     }
     char buf[4096];
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
         kjit::batch::worker_protocol::Hello hello;
         hello.nvrtc_identity = kjit::compile::compiler::nvrtc_identity();
         (void)kjit::batch::worker_protocol::send_frame(fd, kjit::batch::worker_protocol::Type::hello,
-                                                kjit::batch::worker_protocol::encode_hello(hello), "parent");
+                                                       kjit::batch::worker_protocol::encode_hello(hello), "parent");
         char buf[65536];
         (void)::read(fd, buf, sizeof buf);
         const char junk[] = "this is not a KJW1 frame at all....";

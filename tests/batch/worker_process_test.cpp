@@ -7,8 +7,8 @@
 #include "c_api_support.hpp"
 #include "kjit/kjit.h"
 
-#include "test_support.hpp"
 #include "batch/worker_protocol.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>

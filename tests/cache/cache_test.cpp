@@ -3,19 +3,19 @@
 #include "key/dependency_watch.hpp"
 
 #include "batch/batch_compiler.hpp"
+#include "compile/compiler.hpp"
 #include "store/cache_entry.hpp"
 #include "store/compile_lock.hpp"
-#include "util/folder_trust.hpp"
 #include "util/filesystem.hpp"
-#include "compile/compiler.hpp"
+#include "util/folder_trust.hpp"
 
+#include "cubin/sidecar_store.hpp"
+#include "damage_support.hpp"
 #include "key/include_macros.hpp"
 #include "key/include_scanner.hpp"
-#include "util/log.hpp"
-#include "damage_support.hpp"
 #include "resolve/name_resolver.hpp"
-#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
+#include "util/log.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -79,7 +79,7 @@ int complete_entries(const std::string &cache) {
     int n = 0;
     for (const std::string &shard : list_dir(cache)) {
         for (const std::string &e : list_dir(cache + "/" + shard)) {
-            if (e[0] == '.') continue;  // a temp folder left by a killed writer
+            if (e[0] == '.') continue;                                    // a temp folder left by a killed writer
             if (kjit::store::cache_entry::is_variants_name(e)) continue;  // a source key's list of entries
             const std::string dir = cache + "/" + shard + "/" + e;
             EXPECT_TRUE(exists(dir + "/kernel.cubin")) << dir;
@@ -411,7 +411,8 @@ TEST(Cache, EightThreadsOnEightKeysCompileInParallel) {
     TempDir dir;
     Cache cache;
     std::string body = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n";
-    for (int i = 0; i < 40; ++i) body += "template <int N> __global__ void other" + std::to_string(i) + "(float *p) { p[0] = N; }\n";
+    for (int i = 0; i < 40; ++i)
+        body += "template <int N> __global__ void other" + std::to_string(i) + "(float *p) { p[0] = N; }\n";
     std::vector<std::thread> threads;
     std::atomic<int> failures{0};
     for (int t = 0; t < 8; ++t) {
@@ -524,14 +525,17 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     ::mkdir(dir.file("b").c_str(), 0755);
     ::mkdir(dir.file("b/sub").c_str(), 0755);
     write_file(dir.file("b/top.h"), "#include \"sub/inner.h\"\n#include <cuda_fp16.h>\n");
-    write_file(dir.file("b/sub/inner.h"), "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
+    write_file(dir.file("b/sub/inner.h"),
+               "  #  include \"sibling.h\"\n// #include \"commented.h\" is still followed: a superset\n");
     write_file(dir.file("b/sub/sibling.h"), "#define S 1\n");
-    const auto deps = kjit::key::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
-                                                  in_folders({dir.file("a"), dir.file("b")}));
+    const auto deps =
+        kjit::key::include_scanner::scan("#include <top.h>\n#include \"mem.h\"\n", {{"mem.h", "#include \"top.h\"\n"}},
+                                         in_folders({dir.file("a"), dir.file("b")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
     for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
-    EXPECT_EQ(present, (std::set<std::string>{dir.file("b/top.h"), dir.file("b/sub/inner.h"), dir.file("b/sub/sibling.h")}));
+    EXPECT_EQ(present,
+              (std::set<std::string>{dir.file("b/top.h"), dir.file("b/sub/inner.h"), dir.file("b/sub/sibling.h")}));
     EXPECT_TRUE(absent.count(dir.file("a/top.h")));
     EXPECT_FALSE(absent.count(dir.file("a/sub/inner.h")));  // quoted: the includer's folder comes first
     EXPECT_TRUE(kjit::key::include_scanner::still_current(*deps));
@@ -549,7 +553,8 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
 // 505 files). Through a folder that is a link, ".." is the target's parent: kept as written.
 TEST(IncludeScanner, DotDotIsFoldedThroughRealFoldersOnly) {
     TempDir dir;
-    for (const char *f : {"inc", "inc/a", "inc/b", "inc/c", "elsewhere", "elsewhere/real"}) ::mkdir(dir.file(f).c_str(), 0755);
+    for (const char *f : {"inc", "inc/a", "inc/b", "inc/c", "elsewhere", "elsewhere/real"})
+        ::mkdir(dir.file(f).c_str(), 0755);
     write_file(dir.file("inc/a/x.h"), "#pragma once\n#include \"../b/y.h\"\n#include \"./../c/./z.h\"\n");
     write_file(dir.file("inc/b/y.h"), "#pragma once\n#include \"../a/x.h\"\n#include \"../c/z.h\"\n");
     write_file(dir.file("inc/c/z.h"), "#pragma once\n#include \"../a/x.h\"\n#include \"../b/y.h\"\n");
@@ -566,7 +571,8 @@ TEST(IncludeScanner, DotDotIsFoldedThroughRealFoldersOnly) {
     ASSERT_EQ(::symlink(dir.file("elsewhere/real").c_str(), dir.file("inc/link").c_str()), 0);
     ::mkdir(dir.file("elsewhere/c").c_str(), 0755);
     write_file(dir.file("elsewhere/c/z.h"), "#define FROM_ELSEWHERE 1\n");
-    const auto linked = kjit::key::include_scanner::scan("#include \"link/../c/z.h\"\n", {}, in_folders({dir.file("inc")}));
+    const auto linked =
+        kjit::key::include_scanner::scan("#include \"link/../c/z.h\"\n", {}, in_folders({dir.file("inc")}));
     ASSERT_TRUE(linked.ok()) << linked.error().message;
     std::set<std::string> found;
     for (const auto &d : *linked) {
@@ -582,8 +588,9 @@ TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/x.h"), "");
     write_file(dir.file("inc/y.h"), "");
-    for (const char *source : {"#include __KJIT_NOWHERE_DEFINED\n", "#define H(x) <__kjit_nowhere/x>\n#include H(x.h)\n",
-                               "#if __has_include(__KJIT_NOWHERE_DEFINED)\n#endif\n"}) {
+    for (const char *source :
+         {"#include __KJIT_NOWHERE_DEFINED\n", "#define H(x) <__kjit_nowhere/x>\n#include H(x.h)\n",
+          "#if __has_include(__KJIT_NOWHERE_DEFINED)\n#endif\n"}) {
         const auto deps = kjit::key::include_scanner::scan(source, {}, in_folders({dir.file("inc")}));
         ASSERT_TRUE(deps.ok());
         EXPECT_EQ(deps->size(), 2u) << source;
@@ -600,10 +607,11 @@ TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
 TEST(IncludeScanner, ComputedIncludesAreFollowedThroughTheirMacros) {
     namespace is = kjit::key::include_scanner;
     TempDir dir;
-    for (const char *d : {"inc", "inc/cuda", "inc/cuda/std", "inc/sub", "inc/cutlass"}) ::mkdir(dir.file(d).c_str(), 0755);
-    for (const char *f : {"inc/cuda/std/cstdint", "inc/cuda/std/type_traits", "inc/cfg.h", "inc/unused.h", "inc/sub/deep.h",
-                          "inc/sub/other.h", "inc/pasted_7.h", "inc/from_option.h", "inc/angle_cfg.h",
-                          "inc/after_comment.h"}) {
+    for (const char *d : {"inc", "inc/cuda", "inc/cuda/std", "inc/sub", "inc/cutlass"})
+        ::mkdir(dir.file(d).c_str(), 0755);
+    for (const char *f :
+         {"inc/cuda/std/cstdint", "inc/cuda/std/type_traits", "inc/cfg.h", "inc/unused.h", "inc/sub/deep.h",
+          "inc/sub/other.h", "inc/pasted_7.h", "inc/from_option.h", "inc/angle_cfg.h", "inc/after_comment.h"}) {
         write_file(dir.file(f), "");
     }
     write_file(dir.file("inc/cutlass/cutlass.h"), "#if (__CUDACC_VER_MAJOR__ >= 13)\n"
@@ -644,8 +652,8 @@ TEST(IncludeScanner, ComputedIncludesAreFollowedThroughTheirMacros) {
     EXPECT_TRUE(absent.count(dir.file("inc/cccl/cuda/std/cstdint"))) << absent.size();
 
     // -D in every spelling NVRTC accepts reaches the scan.
-    const auto files = is::file_options({"-DA=\"a.h\"", "-D=B", "-D C=1", "-D", "E(x)=<x>", "--define-macro=F",
-                                         "--define-macro", "G=2", "-DH"});
+    const auto files = is::file_options(
+        {"-DA=\"a.h\"", "-D=B", "-D C=1", "-D", "E(x)=<x>", "--define-macro=F", "--define-macro", "G=2", "-DH"});
     ASSERT_TRUE(files.ok()) << files.error().message;
     EXPECT_EQ(files->defines, (std::vector<std::string>{"A=\"a.h\"", "B", "C=1", "E(x)=<x>", "F", "G=2", "H"}));
 }
@@ -755,16 +763,23 @@ TEST(IncludeMacros, ExpansionsStayWithinTheBudgetInTime) {
 // docs/cache-layout.md), and the ones it treats ambiguously, refused with the option named.
 TEST(IncludeScanner, FileOptionsInEverySpelling) {
     namespace is = kjit::key::include_scanner;
-    const auto files = is::file_options({"-Ia", "-I=b", "-I c ", "-I", " d", "--include-path=e ", "--include-path", "f",
-                                         "-include", "p.h", "-include=q.h", "--pre-include=r.h", "--pre-include",
-                                         "s.h", "-DX=1", "-std=c++17"});
+    const auto files =
+        is::file_options({"-Ia", "-I=b", "-I c ", "-I", " d", "--include-path=e ", "--include-path", "f", "-include",
+                          "p.h", "-include=q.h", "--pre-include=r.h", "--pre-include", "s.h", "-DX=1", "-std=c++17"});
     ASSERT_TRUE(files.ok()) << files.error().message;
     EXPECT_EQ(files->include_dirs, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
     EXPECT_EQ(files->pre_includes, (std::vector<std::string>{"p.h", "q.h", "r.h", "s.h"}));
-    for (const std::vector<std::string> &bad :
-         std::vector<std::vector<std::string>>{{"-I= x"}, {"--include-path= x"}, {"-I\tx"}, {"-I="}, {"-I   "},
-                                               {"-include= p.h"}, {"-include", "p.h "}, {"-DX", "-I"},
-                                               {"--include-path"}, {"-include"}, {"--pre-include"}}) {
+    for (const std::vector<std::string> &bad : std::vector<std::vector<std::string>>{{"-I= x"},
+                                                                                     {"--include-path= x"},
+                                                                                     {"-I\tx"},
+                                                                                     {"-I="},
+                                                                                     {"-I   "},
+                                                                                     {"-include= p.h"},
+                                                                                     {"-include", "p.h "},
+                                                                                     {"-DX", "-I"},
+                                                                                     {"--include-path"},
+                                                                                     {"-include"},
+                                                                                     {"--pre-include"}}) {
         const auto r = is::file_options(bad);
         ASSERT_FALSE(r.ok()) << bad.back();
         EXPECT_EQ(r.error().code, Errc::invalid_argument);
@@ -808,7 +823,7 @@ TEST(IncludeScanner, PreIncludesHasIncludeAndMemoryHeaderFolders) {
     s.include_dirs = {dir.file("inc")};
     s.pre_includes = {"p.h"};
     const auto deps = kjit::key::include_scanner::scan("#if __has_include(\"probe.h\")\n#endif\n",
-                                                  {{"sub/m.h", "#include \"near.h\"\n"}}, s);
+                                                       {{"sub/m.h", "#include \"near.h\"\n"}}, s);
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present, absent;
     for (const auto &d : *deps) (d.exists ? present : absent).insert(d.path);
@@ -826,7 +841,7 @@ TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
     write_file(dir.file("a/w.h"), "#include_next <w.h>\n");
     write_file(dir.file("c/w.h"), "#define W 1\n");
     const auto deps = kjit::key::include_scanner::scan("#include <w.h>\n", {},
-                                                  in_folders({dir.file("a"), dir.file("b"), dir.file("c")}));
+                                                       in_folders({dir.file("a"), dir.file("b"), dir.file("c")}));
     ASSERT_TRUE(deps.ok()) << deps.error().message;
     std::set<std::string> present;
     for (const auto &d : *deps) {
@@ -1254,7 +1269,8 @@ TEST(Cache, VariantsFileKeepsTheMostRecentKeys) {
     for (const std::string &n : list_dir(dir.file("00"))) EXPECT_EQ(n.find(".tmp-"), std::string::npos) << n;
     // Not through a link.
     ASSERT_EQ(::symlink(list.c_str(), dir.file("00/11111111111111111111111111111111.variants").c_str()), 0);
-    EXPECT_TRUE(kjit::store::cache_entry::read_variants(dir.file("00/11111111111111111111111111111111.variants")).empty());
+    EXPECT_TRUE(
+        kjit::store::cache_entry::read_variants(dir.file("00/11111111111111111111111111111111.variants")).empty());
     EXPECT_TRUE(kjit::store::cache_entry::is_variants_name("00000000000000000000000000000000.variants"));
     EXPECT_FALSE(kjit::store::cache_entry::is_variants_name("0000000000000000000000000000000.variants"));
     EXPECT_FALSE(kjit::store::cache_entry::is_variants_name("00000000000000000000000000000000.variant"));
@@ -1319,9 +1335,11 @@ class RecordingStore final : public kjit::cache::EntryStore {
 public:
     const char *name() const override { return "recording"; }
     kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::key::KeyedRequest &keyed,
-                                                         kjit::key::include_scanner::FileMemo *, std::string *) override {
+                                                         kjit::key::include_scanner::FileMemo *,
+                                                         std::string *) override {
         ++finds;
-        if (auto it = answers.find(keyed.key); it != answers.end()) return std::optional<kjit::cache::Found>(it->second);
+        if (auto it = answers.find(keyed.key); it != answers.end())
+            return std::optional<kjit::cache::Found>(it->second);
         return std::optional<kjit::cache::Found>();
     }
     kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::key::KeyedRequest &, const std::string &,
@@ -1444,7 +1462,8 @@ namespace {
 struct ForeignHolder {
     kjit::LockFd fd;
     ForeignHolder(const std::string &cache_dir, const std::string &key)
-        : fd(::open((cache_dir + "/" + kjit::store::cache_layout::kCompileLockFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+        : fd(::open((cache_dir + "/" + kjit::store::cache_layout::kCompileLockFile).c_str(),
+                    O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
         struct flock fl {};
         fl.l_type = F_WRLCK;
         fl.l_whence = SEEK_SET;
@@ -1503,7 +1522,8 @@ TEST(CompileLock, ReleasingTheLockDoesNotWaitForOtherCopiesOfItsDescriptor) {
     const std::string key(32, 'a');
     const std::string lock_path = dir.file("cache") + "/" + kjit::store::cache_layout::kCompileLockFile;
     kjit::store::compile_lock::Waited waited;
-    auto held = kjit::store::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
+    auto held =
+        kjit::store::compile_lock::acquire(dir.file("cache"), *folder, key, std::chrono::milliseconds(0), &waited);
     ASSERT_TRUE(held.has_value());
     const int copy = dup_of_descriptor_on(lock_path);
     ASSERT_GE(copy, 0) << "the held lock file's descriptor was not found";
@@ -1553,7 +1573,7 @@ TEST(HitMemo, ARepeatIsAnsweredFromMemoryWithoutReadingTheDisk) {
         EXPECT_EQ(again->name, "_Z4gemmILi128EEvPf");
     }
     EXPECT_EQ(m.answers(), 5u);
-    EXPECT_EQ(m.cache.counters().compile_hits.load(), hits + 5);  // counted as hits
+    EXPECT_EQ(m.cache.counters().compile_hits.load(), hits + 5);                                      // counted as hits
     EXPECT_EQ(kjit::resolve::NameResolver::instance().counters().sidecar_hits.load(), sidecar_hits);  // no sidecar read
     // Another request (another keyword's expression, another arch) is not the same answer.
     Request other = r;
@@ -1598,30 +1618,31 @@ TEST(HitMemo, AnyChangeToTheCubinIsLookedUpInFull) {
     // Each change at the first repeat (proven by an lstat), then after repeats the cubin's
     // watch served (proven by reading the watch's queue).
     for (const bool watched : {false, true})
-    for (const Change &change : changes) {
-        SCOPED_TRACE(std::string(change.what) + (watched ? ", after repeats the watch served" : ", at the first repeat"));
-        TempDir dir;
-        MemoCache m;
-        const Request r = base_request(dir.file("cache"));
-        const std::string path = miss_then_hit(m.cache, r);
-        const std::string good = read_file(path);
-        if (watched) {
-            const auto by_watch = m.cache.hit_memo().answers_by_watch();
-            for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
-            if (kjit::key::dependency_watch::stats().usable) {
-                EXPECT_EQ(m.cache.hit_memo().answers_by_watch(), by_watch + 2) << "the watch did not serve";
+        for (const Change &change : changes) {
+            SCOPED_TRACE(std::string(change.what) +
+                         (watched ? ", after repeats the watch served" : ", at the first repeat"));
+            TempDir dir;
+            MemoCache m;
+            const Request r = base_request(dir.file("cache"));
+            const std::string path = miss_then_hit(m.cache, r);
+            const std::string good = read_file(path);
+            if (watched) {
+                const auto by_watch = m.cache.hit_memo().answers_by_watch();
+                for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
+                if (kjit::key::dependency_watch::stats().usable) {
+                    EXPECT_EQ(m.cache.hit_memo().answers_by_watch(), by_watch + 2) << "the watch did not serve";
+                }
             }
+            change.make(path);
+            const auto answers = m.answers();
+            EXPECT_EQ(compile_ok(m.cache, r), path);
+            EXPECT_EQ(m.answers(), answers) << "the memo answered after the change";
+            // Whatever the full look-up did (a hit, or a rebuild), the cubin there is a good one.
+            if (change.look_up_heals) {
+                EXPECT_TRUE(read_file(path) == good) << "the cubin there is not the good one";
+            }
+            EXPECT_EQ(compile_ok(m.cache, r), path);
         }
-        change.make(path);
-        const auto answers = m.answers();
-        EXPECT_EQ(compile_ok(m.cache, r), path);
-        EXPECT_EQ(m.answers(), answers) << "the memo answered after the change";
-        // Whatever the full look-up did (a hit, or a rebuild), the cubin there is a good one.
-        if (change.look_up_heals) {
-            EXPECT_TRUE(read_file(path) == good) << "the cubin there is not the good one";
-        }
-        EXPECT_EQ(compile_ok(m.cache, r), path);
-    }
 }
 
 TEST(HitMemo, AHeaderEditIsSeenAtTheNextRepeat) {
@@ -1678,8 +1699,8 @@ TEST(HitMemo, ACacheFolderReachedThroughALinkToALinkFollowsItAtEveryLevel) {
         ASSERT_EQ(::symlink(target.c_str(), (link + ".new").c_str()), 0);
         ASSERT_EQ(::rename((link + ".new").c_str(), link.c_str()), 0);
     };
-    for (const auto &[link, target] : {std::pair<std::string, std::string>{"alternatives/cache", "../cache-B"},
-                                       {"cache", "cache-C"}}) {
+    for (const auto &[link, target] :
+         {std::pair<std::string, std::string>{"alternatives/cache", "../cache-B"}, {"cache", "cache-C"}}) {
         SCOPED_TRACE(link + " -> " + target);
         const std::string path = miss_then_hit(m.cache, r);
         for (int i = 0; i < 3; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
@@ -1705,7 +1726,7 @@ TEST(HitMemo, ARemovalByThisProcessForgetsEveryAnswer) {
     // Another entry retired (as eviction, prune, clear or verify --fix would): the unrelated
     // answer is looked up in full too.
     ASSERT_TRUE(kjit::store::cache_entry::retire(other_path.substr(0, other_path.rfind('/')),
-                                          kjit::store::cache_entry::InUse::remove)
+                                                 kjit::store::cache_entry::InUse::remove)
                     .ok());
     EXPECT_EQ(compile_ok(m.cache, r), path);
     EXPECT_EQ(m.answers(), 0u);

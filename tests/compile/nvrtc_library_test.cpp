@@ -217,8 +217,7 @@ TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideThePinnedLibraryAreUsed) {
     const std::string folder = lib.substr(0, lib.rfind('/'));
     std::string builtins;  // libnvrtc-builtins.so.<major>.<minor>, the file itself
     for (const std::string &name : list_dir(folder)) {
-        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 &&
-            std::count(name.begin(), name.end(), '.') == 3) {
+        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3) {
             builtins = name;
         }
     }

@@ -25,7 +25,8 @@ bool nvrtc_mapped() {
 
 void compile_once(const char *cache, int n) {
     const std::string source = "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N; }\n"
-                               "template __global__ void gemm<" + std::to_string(n) + ">(float *);\n";
+                               "template __global__ void gemm<" +
+                               std::to_string(n) + ">(float *);\n";
     kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
     options.cache_dir = cache;
     options.arch = "sm_90";

@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *source =
-    "template <int N> __global__ void scale(float *p) { p[threadIdx.x] *= N; }\n";
+static const char *source = "template <int N> __global__ void scale(float *p) { p[threadIdx.x] *= N; }\n";
 
 int main(int argc, char **argv) {
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;

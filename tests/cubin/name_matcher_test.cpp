@@ -51,9 +51,9 @@ TEST(NameMatcher, PrefixRuleWithAnyLengthDigits) {
     EXPECT_TRUE(nm::matches("_Z4gemmPf", "gemm"));
     EXPECT_FALSE(nm::matches("_Z4gemmPf", "gemm_fp8"));
     EXPECT_FALSE(nm::matches("_ZZ4gemmPf", "gemm"));
-    EXPECT_FALSE(nm::matches("_Zgemm", "gemm"));      // digits required
+    EXPECT_FALSE(nm::matches("_Zgemm", "gemm"));  // digits required
     EXPECT_FALSE(nm::matches("Z4gemm", "gemm"));
-    EXPECT_FALSE(nm::matches("x_Z4gemm", "gemm"));    // anchored
+    EXPECT_FALSE(nm::matches("x_Z4gemm", "gemm"));  // anchored
     EXPECT_FALSE(nm::matches("$_Z5scalePf$_Z11scale_valuef", "scale"));
     EXPECT_FALSE(nm::matches("_ZN3ops4normEPf", "norm"));  // namespaced needs ns::
 }
@@ -192,8 +192,10 @@ TEST(NameMatcher, SelectNotFound) {
 // unusable names left out, each once, at most eight), and says that an uninstantiated template
 // leaves no symbol.
 TEST(NameMatcher, NotFoundListsTheKernelsItHolds) {
-    std::vector<nm::Candidate> held = {{"_Z4gemmILi2EEvPf", true}, {"_Z4gemmILi1EEvPf", true},
-                                       {"_Z4gemmILi1EEvPf", true}, {"_Z6helperf", false},
+    std::vector<nm::Candidate> held = {{"_Z4gemmILi2EEvPf", true},
+                                       {"_Z4gemmILi1EEvPf", true},
+                                       {"_Z4gemmILi1EEvPf", true},
+                                       {"_Z6helperf", false},
                                        {"_Z4gemm Pf", true}};
     auto r = nm::select(held, "gemn");
     ASSERT_FALSE(r.ok());
@@ -224,20 +226,29 @@ TEST(NameMatcher, AgreesWithStdRegexOnGeneratedNames) {
         std::string keyword = pick(rng, ident, 1, 4);
         const std::string full_keyword = namespaced ? scope + "::" + keyword : keyword;
         ASSERT_TRUE(nm::check_keyword(full_keyword).ok()) << full_keyword;
-        const std::regex re(namespaced ? "^_ZN" + std::to_string(scope.size()) + escape_regex(scope) +
-                                             "\\d+" + escape_regex(keyword)
+        const std::regex re(namespaced ? "^_ZN" + std::to_string(scope.size()) + escape_regex(scope) + "\\d+" +
+                                             escape_regex(keyword)
                                        : "^_Z\\d+" + escape_regex(keyword));
         for (int i = 0; i < 150; ++i) {
             std::string name;
             switch (i % 5) {
                 case 0: name = pick(rng, noise, 0, 12); break;
                 case 1: name = "_Z" + pick(rng, "0123456789", 0, 3) + pick(rng, ident, 0, 6); break;
-                case 2: name = "_Z" + std::to_string(keyword.size()) + keyword.substr(0, rng() % (keyword.size() + 1)) + pick(rng, noise, 0, 4); break;
-                case 3: name = "_ZN" + std::to_string(scope.size()) + scope + pick(rng, "0123456789", 0, 2) + pick(rng, ident, 0, 6); break;
-                default: name = full_keyword.substr(0, rng() % (full_keyword.size() + 1)) + pick(rng, ident, 0, 1); break;
+                case 2:
+                    name = "_Z" + std::to_string(keyword.size()) + keyword.substr(0, rng() % (keyword.size() + 1)) +
+                           pick(rng, noise, 0, 4);
+                    break;
+                case 3:
+                    name = "_ZN" + std::to_string(scope.size()) + scope + pick(rng, "0123456789", 0, 2) +
+                           pick(rng, ident, 0, 6);
+                    break;
+                default:
+                    name = full_keyword.substr(0, rng() % (full_keyword.size() + 1)) + pick(rng, ident, 0, 1);
+                    break;
             }
             const bool expected = name == full_keyword || std::regex_search(name, re);
-            ASSERT_EQ(nm::matches(name, full_keyword), expected) << "name '" << name << "' keyword '" << full_keyword << "'";
+            ASSERT_EQ(nm::matches(name, full_keyword), expected)
+                << "name '" << name << "' keyword '" << full_keyword << "'";
             agreed_true += expected;
         }
     }

@@ -3,8 +3,8 @@
 
 #include "test_support.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,7 +50,10 @@ TEST(SidecarStore, WholeFileProblems) {
     EXPECT_EQ(sc::parse("_Z4gemmPf").problem, sc::FileProblem::bare_name);
     EXPECT_EQ(sc::parse("kjit-sidecar 2\ngemm 1 2.000000000 - _Z4gemmPf 0000000000000000\n").problem,
               sc::FileProblem::bad_header);
-    EXPECT_EQ(sc::parse("\x7f" "ELF\x02\x01 garbage bytes\n").problem, sc::FileProblem::bad_header);
+    EXPECT_EQ(sc::parse("\x7f"
+                        "ELF\x02\x01 garbage bytes\n")
+                  .problem,
+              sc::FileProblem::bad_header);
     EXPECT_EQ(sc::parse("hello world\n").problem, sc::FileProblem::bad_header);
 }
 
@@ -101,9 +104,9 @@ TEST(SidecarStore, NamesItCannotHoldAreNeverWritten) {
     const std::string path = dir.file("k.cubin.name");
     const sc::Line good = make_line("gemm", "_Z4gemmPf");
     sc::Line forged = make_line("gemm", "_Z4gemmPf 0\nvictim 3824 1764694000.123456789 - _Z6victimPf 0");
-    for (const std::string &bad_name : {std::string("_Z4gemm Pf"), std::string("_Z4gemmPf\n"),
-                                        std::string("_Z4gemm\tPf"), std::string("_Z4gemm\rPf"),
-                                        std::string("_Z4gemm\x7fPf"), std::string(), forged.name}) {
+    for (const std::string &bad_name :
+         {std::string("_Z4gemm Pf"), std::string("_Z4gemmPf\n"), std::string("_Z4gemm\tPf"), std::string("_Z4gemm\rPf"),
+          std::string("_Z4gemm\x7fPf"), std::string(), forged.name}) {
         sc::Line line = make_line("gemm", bad_name);
         const auto st = sc::write(path, {good, line});
         ASSERT_FALSE(st.ok()) << "wrote a name it cannot hold";
@@ -187,7 +190,8 @@ TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
     // small in this test binary), so every O_EXCL open meets an existing entry.
     const std::string prefix = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(::gettid()) + "-";
     const std::uint64_t next = kjit::unique_suffixes_drawn();
-    for (std::uint64_t seq = next; seq < next + 4096; ++seq) ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0755), 0);
+    for (std::uint64_t seq = next; seq < next + 4096; ++seq)
+        ASSERT_EQ(::mkdir((prefix + std::to_string(seq)).c_str(), 0755), 0);
     const auto st = sc::write(path, {make_line("gemm", "_Z4gemmPf")});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.error().code, kjit::Errc::io);

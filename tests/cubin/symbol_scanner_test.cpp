@@ -72,7 +72,8 @@ TEST(SymbolScanner, FileAndBytesAgree) {
     auto from_bytes = SymbolTable::from_bytes(cubin, "bytes");
     ASSERT_TRUE(from_file.ok() && from_bytes.ok());
     EXPECT_EQ(names_of(*from_file), names_of(*from_bytes));
-    EXPECT_EQ(names_of(*from_file), (std::set<std::string>{"_Z4tmplILi1EEvPf", "_Z4tmplILi2EEvPf", "_Z4tmplILi3EEvPf"}));
+    EXPECT_EQ(names_of(*from_file),
+              (std::set<std::string>{"_Z4tmplILi1EEvPf", "_Z4tmplILi2EEvPf", "_Z4tmplILi3EEvPf"}));
 }
 
 TEST(SymbolScanner, ManyInstantiations) {

@@ -113,7 +113,8 @@ CUresult parse_image(const unsigned char *p, std::vector<std::string> &entries, 
         if (symtab.sh_entsize != sizeof(Elf64_Sym) || symtab.sh_link >= eh.e_shnum) return CUDA_ERROR_INVALID_IMAGE;
         const Elf64_Shdr strtab = section(symtab.sh_link);
         const char *strings = reinterpret_cast<const char *>(p + strtab.sh_offset);
-        for (std::uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= symtab.sh_size; off += sizeof(Elf64_Sym)) {
+        for (std::uint64_t off = sizeof(Elf64_Sym); off + sizeof(Elf64_Sym) <= symtab.sh_size;
+             off += sizeof(Elf64_Sym)) {
             Elf64_Sym sym;
             std::memcpy(&sym, p + symtab.sh_offset + off, sizeof sym);
             if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || !(sym.st_other & 0x10)) continue;
@@ -143,7 +144,8 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
-    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+     "no kernel image is available for execution on the device"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 };

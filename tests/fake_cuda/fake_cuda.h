@@ -38,12 +38,12 @@ void fake_cuda_get_counters(fake_cuda_counters *out);
 
 /* What the last cuLaunchKernel that succeeded was asked (it runs nothing). */
 typedef struct fake_cuda_launch {
-    const char *kernel;               /* the launched kernel's symbol name */
+    const char *kernel; /* the launched kernel's symbol name */
     unsigned grid[3], block[3];
     unsigned shared_mem;
     void *stream;
-    unsigned long long first_param;   /* 8 bytes at kernelParams[0] (tests pass a pointer first) */
-    unsigned long long launches;      /* successful launches so far */
+    unsigned long long first_param; /* 8 bytes at kernelParams[0] (tests pass a pointer first) */
+    unsigned long long launches;    /* successful launches so far */
 } fake_cuda_launch;
 /* Copies the last launch into *out; 0 when there was none. */
 int fake_cuda_last_launch(fake_cuda_launch *out);

@@ -65,8 +65,8 @@ typedef int (*rename_fn)(const char *, const char *);
 typedef int (*renameat2_fn)(int, const char *, int, const char *, unsigned);
 
 /* The next definition of `name` (libc's), looked up once. */
-#define REAL(name, type)                  \
-    static type real_##name;              \
+#define REAL(name, type)     \
+    static type real_##name; \
     if (!real_##name) real_##name = (type)dlsym(RTLD_NEXT, #name)
 
 /* open and open64 alike: fail, or forward with the mode and note the fd's path. */

@@ -94,7 +94,8 @@ int check_cache(const std::string &cache, bool allow_transit = false) {
             for (const char *f : {"kernel.cubin", "kernel.cubin.name", "manifest.txt", "source.cu"}) {
                 EXPECT_TRUE(exists(path + "/" + f)) << path << " lacks " << f;
             }
-            for (const std::string &f : list_dir(path)) EXPECT_EQ(f.find(".tmp-"), std::string::npos) << path << "/" << f;
+            for (const std::string &f : list_dir(path))
+                EXPECT_EQ(f.find(".tmp-"), std::string::npos) << path << "/" << f;
             const auto sc = kjit::cubin::sidecar::read(path + "/kernel.cubin.name");
             EXPECT_EQ(sc.problem, kjit::cubin::sidecar::FileProblem::none) << path;
             EXPECT_EQ(sc.rejected_lines, 0u) << path;
@@ -129,8 +130,8 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
                     break;
                 }
                 fault_counts()[std::string(call) + " " + err_name] += injected;
-                const std::string what = std::string(call) + " failing with " + err_name + " (occurrence " +
-                                         std::to_string(skip + 1) + ")";
+                const std::string what =
+                    std::string(call) + " failing with " + err_name + " (occurrence " + std::to_string(skip + 1) + ")";
                 if (st != KJIT_OK) {
                     EXPECT_EQ(st, KJIT_ERROR_IO) << what << ": " << error;
                     EXPECT_NE(error.find(cache), std::string::npos) << what << ": " << error;
@@ -218,7 +219,7 @@ TEST(FaultInjection, FullDiskUnderALimitEvictsAndRetriesOnce) {
             const struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - (6 - i) * 3600, 0}};
             ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
         }
-        const std::uint64_t limit = 1ull << 30;  // far above the cache: only the full disk evicts
+        const std::uint64_t limit = 1ull << 30;           // far above the cache: only the full disk evicts
         shim().arm("write", err, "/kernel.cubin", 0, 1);  // the new entry's first write, its cubin
         std::string path;
         const kjit_status st = compile_into(cache, 90, &path, limit);
@@ -294,7 +295,8 @@ TEST(FaultInjection, WritersKilledAtRandomPointsLeaveACorrectCache) {
         const int i = round;  // a new kernel each time: a miss, so there is a publish to kill
         const std::string file = src_dir + "/k" + std::to_string(i) + ".cu";
         write_file(file, source_of(i));
-        std::vector<std::string> args = {KJIT_CLI, "compile", file, "-k", "gemm", "--arch", "sm_90", "--cache-dir", cache};
+        std::vector<std::string> args = {KJIT_CLI, "compile", file,          "-k", "gemm",
+                                         "--arch", "sm_90",   "--cache-dir", cache};
         std::vector<char *> argv;
         for (auto &a : args) argv.push_back(a.data());
         argv.push_back(nullptr);

@@ -45,8 +45,9 @@ kjit::key::Request decode(std::string_view bytes) {
 }
 
 bool same_inputs(const kjit::key::Request &a, const kjit::key::Request &b) {
-    return a.source == b.source && a.keyword == b.keyword && a.arch == b.arch && a.name_expression == b.name_expression &&
-           a.nvrtc_options == b.nvrtc_options && a.include_paths == b.include_paths && a.headers == b.headers;
+    return a.source == b.source && a.keyword == b.keyword && a.arch == b.arch &&
+           a.name_expression == b.name_expression && a.nvrtc_options == b.nvrtc_options &&
+           a.include_paths == b.include_paths && a.headers == b.headers;
 }
 
 }  // namespace

@@ -9,11 +9,12 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
-    static const char *const kKeywords[] = {"gemm", "gemm_fp16", "tmpl", "scale", "c_kernel", "ops::norm",
-                                            "plain_kernel", "tile_kernel", "gemm_fp8_kernel", "k"};
+    static const char *const kKeywords[] = {"gemm",      "gemm_fp16",    "tmpl",        "scale",           "c_kernel",
+                                            "ops::norm", "plain_kernel", "tile_kernel", "gemm_fp8_kernel", "k"};
     if (size == 0) return 0;
     const char *keyword = kKeywords[data[0] % (sizeof kKeywords / sizeof *kKeywords)];
-    auto table = kjit::cubin::SymbolTable::from_bytes(std::string(reinterpret_cast<const char *>(data + 1), size - 1), "fuzz");
+    auto table =
+        kjit::cubin::SymbolTable::from_bytes(std::string(reinterpret_cast<const char *>(data + 1), size - 1), "fuzz");
     if (!table.ok()) {
         if (table.error().code != kjit::Errc::bad_cubin || table.error().message.empty()) std::abort();
         return 0;

@@ -2,8 +2,8 @@
 // keyword-selector byte in front), sidecars in every shape the store knows, cache keys,
 // manifests, and computed includes with the macros they go through.
 // Usage: make_seeds SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR
-#include "store/cache_entry.hpp"
 #include "cubin/sidecar_store.hpp"
+#include "store/cache_entry.hpp"
 #include "test_support.hpp"
 
 #include <cstdio>
@@ -13,7 +13,8 @@
 
 int main(int argc, char **argv) {
     if (argc != 6) {
-        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR\n", argv[0]);
+        std::fprintf(stderr, "usage: %s SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR\n",
+                     argv[0]);
         return 2;
     }
     const std::string scanner_dir = argv[1], sidecar_dir = argv[2], key_dir = argv[3], manifest_dir = argv[4],
@@ -22,9 +23,13 @@ int main(int argc, char **argv) {
         std::filesystem::create_directories(d);
     }
     using namespace kjit_test::sources;
-    const std::vector<std::pair<const char *, std::vector<std::string>>> sources = {
-        {kPlain, {}}, {kTemplateOne, {}}, {kTemplateSeveral, {}}, {kPrefixCollision, {}},
-        {kDeviceFunction, {"-rdc=true"}}, {kExternC, {}}, {kNamespaces, {}}};
+    const std::vector<std::pair<const char *, std::vector<std::string>>> sources = {{kPlain, {}},
+                                                                                    {kTemplateOne, {}},
+                                                                                    {kTemplateSeveral, {}},
+                                                                                    {kPrefixCollision, {}},
+                                                                                    {kDeviceFunction, {"-rdc=true"}},
+                                                                                    {kExternC, {}},
+                                                                                    {kNamespaces, {}}};
     int n = 0;
     for (const auto &s : sources) {
         const std::string &cubin = kjit_test::cubin_for(s.first, s.second);
@@ -42,8 +47,12 @@ int main(int argc, char **argv) {
     b.keyword = "gemm_fp16";
     b.name = "_Z9gemm_fp16Pf";
     b.content_hash = 0xfeedfacecafebeefULL;
-    const std::vector<std::string> sidecars = {kjit::cubin::sidecar::format({a}), kjit::cubin::sidecar::format({a, b}),
-                                               kjit::cubin::sidecar::format({}), "_Z4gemmPf\n", "kjit-sidecar 2\n", ""};
+    const std::vector<std::string> sidecars = {kjit::cubin::sidecar::format({a}),
+                                               kjit::cubin::sidecar::format({a, b}),
+                                               kjit::cubin::sidecar::format({}),
+                                               "_Z4gemmPf\n",
+                                               "kjit-sidecar 2\n",
+                                               ""};
     for (std::size_t i = 0; i < sidecars.size(); ++i) {
         kjit_test::write_file(sidecar_dir + "/seed" + std::to_string(i), sidecars[i]);
     }
@@ -53,7 +62,8 @@ int main(int argc, char **argv) {
         "src\0gemm\0sm_90\0\0o-DX=1\x01src\0gemm\0sm_90\0\0o-DX=1"s,
         "src\0gemm\0sm_90\0\0o-DX=1 -DY=1\x01src\0gemm\0sm_90\0\0o-DX=1\0o-DY=1"s,
         "src\0gemm\0sm_90a\0=gemm<1>\0ha.h\0#define A\0i/inc\x01src\0gemm\0sm_90a\0\0ha.h\0#define A\0i/inc"s,
-        "a\0b\x01" "ab\0"s};
+        "a\0b\x01"
+        "ab\0"s};
     for (std::size_t i = 0; i < keys.size(); ++i) kjit_test::write_file(key_dir + "/seed" + std::to_string(i), keys[i]);
     kjit::store::cache_entry::Manifest m;
     m.key = "27640f140e33ff97cdc7337de4e3fe2a";
@@ -95,7 +105,8 @@ int main(int argc, char **argv) {
         "#  define CUTLASS_STD_HEADER(h) <cuda/std/h>\n#include CUTLASS_STD_HEADER(type_traits)",
         "#define STR(x) #x\n#define XSTR(x) STR(x)\n#define NAME kernels/gemm.h\n#include XSTR(NAME)",
         "#define STR(x) #x\n#include STR(  a  \"b\\\\c\" d.h )",
-        "#define CAT(a, b) a ## b\n#define HDR_fp16 \"gemm_fp16.h\"\n#define HDR_bf16 <gemm_bf16.h>\n#include CAT(HDR_, fp16)",
+        "#define CAT(a, b) a ## b\n#define HDR_fp16 \"gemm_fp16.h\"\n#define HDR_bf16 <gemm_bf16.h>\n#include "
+        "CAT(HDR_, fp16)",
         "#define PASTE(a, b, c) <a ## b ## c>\n#include PASTE(, x.h, )",
         "#define FIRST(x, ...) <x/__VA_ARGS__>\n#define ARCH sm90\n#include FIRST(ARCH, gemm.h)",
         "#define V(args...) <args>\n#define W(...) V(__VA_ARGS__)\n#include W(a, b.h)",
@@ -111,7 +122,8 @@ int main(int argc, char **argv) {
         "#define E()\n#define F(x) x\n#include F(E() <e.h>)",
         "#define X +1\n#define Y(\n#include <X>",
         "#include \"plain.h\""};
-    for (std::size_t i = 0; i < macros.size(); ++i) kjit_test::write_file(macros_dir + "/seed" + std::to_string(i), macros[i]);
+    for (std::size_t i = 0; i < macros.size(); ++i)
+        kjit_test::write_file(macros_dir + "/seed" + std::to_string(i), macros[i]);
     std::printf("wrote %d scanner, %zu sidecar, %zu cache key, %zu manifest and %zu include macro seeds\n", n,
                 sidecars.size(), keys.size(), manifests.size(), macros.size());
     return 0;

@@ -3,14 +3,14 @@
 // (Cache::Counters::dependency_proofs moves), then changes what the compile reads one way, and
 // expects a cubin built from the new text: a change the watch did not see would be a stale hit,
 // whose kernel name still carries the old constant.
-#include "cache/cache.hpp"
 #include "key/dependency_watch.hpp"
+#include "cache/cache.hpp"
 #include "resolve/name_resolver.hpp"
 
 #include "test_support.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -227,8 +227,8 @@ void make_toolkit(const TempDir &dir, const std::string &name, int cfg) {
 
 TEST_F(HeaderWatch, AnIncludeFolderReachedThroughALinkToALinkIsSeenAtEveryLevel) {
     // /usr/local/cuda's layout: cuda -> alternatives/cuda -> cuda-A (relative, then absolute).
-    for (const auto &[name, cfg] : {std::pair<const char *, int>{"cuda-A", 1}, {"cuda-B", 2}, {"cuda-C", 3},
-                                    {"cuda-D", 4}}) {
+    for (const auto &[name, cfg] :
+         {std::pair<const char *, int>{"cuda-A", 1}, {"cuda-B", 2}, {"cuda-C", 3}, {"cuda-D", 4}}) {
         make_toolkit(dir_, name, cfg);
     }
     ::mkdir(file("alternatives").c_str(), 0755);

@@ -260,9 +260,13 @@ TEST(Headers, HeaderFromAHeaderInAnotherFolderEnters) {
     expect_name(compile(dir.file("cache"), source, {}), 15);
 
     write_file(dir.file("lib/detail/inner.h"), "#include \"cfg.h\"\n");  // its own folder: detail/
-    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude), {"-I", dir.file("lib")}), 15);
+    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude),
+                        {"-I", dir.file("lib")}),
+                15);
     write_file(dir.file("lib/detail/cfg.h"), cfg_text(16));
-    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude), {"-I", dir.file("lib")}), 16);
+    expect_name(compile(dir.file("cache"), "#include <detail/inner.h>\n" + std::string(kNoInclude),
+                        {"-I", dir.file("lib")}),
+                16);
 
     InFolder in(dir.file("proj"));
     write_file(dir.file("proj/cfg.h"), cfg_text(17));
@@ -297,7 +301,8 @@ TEST(Headers, BatchSeesIncludeFoldersAmongNvrtcOptions) {
         std::string name;
         if (result && kjit_batch_result_status(result, 0) == KJIT_OK) {
             char buf[512];
-            if (kjit_resolve_name(kjit_batch_result_cubin_path(result, 0), "gemm", buf, sizeof buf, nullptr) == KJIT_OK) {
+            if (kjit_resolve_name(kjit_batch_result_cubin_path(result, 0), "gemm", buf, sizeof buf, nullptr) ==
+                KJIT_OK) {
                 name = buf;
             }
         }
@@ -383,10 +388,18 @@ TEST(Headers, PchOptionsNamingFilesAreRefused) {
     make_dir(dir.file("inc"));
     write_file(dir.file("inc/cfg.h"), cfg_text(1));
     const std::string pch = dir.file("x.pch");
-    for (const std::vector<std::string> &bad : std::vector<std::vector<std::string>>{
-             {"--create-pch=" + pch}, {"-create-pch", pch}, {"--use-pch=" + pch}, {"-use-pch=" + pch},
-             {"--use-pch", pch}, {"--pch-dir=" + dir.path()}, {"-pch-dir", dir.path()}, {"--pch", "-pch-dir=" + dir.path()},
-             {"--pch-messages=maybe"}, {"--pch", "--pch-verbose"}, {"--pch=true"}}) {
+    for (const std::vector<std::string> &bad :
+         std::vector<std::vector<std::string>>{{"--create-pch=" + pch},
+                                               {"-create-pch", pch},
+                                               {"--use-pch=" + pch},
+                                               {"-use-pch=" + pch},
+                                               {"--use-pch", pch},
+                                               {"--pch-dir=" + dir.path()},
+                                               {"-pch-dir", dir.path()},
+                                               {"--pch", "-pch-dir=" + dir.path()},
+                                               {"--pch-messages=maybe"},
+                                               {"--pch", "--pch-verbose"},
+                                               {"--pch=true"}}) {
         std::vector<std::string> options = {"-std=c++17"};
         options.insert(options.end(), bad.begin(), bad.end());
         const Answer a = compile(dir.file("cache"), kAngle, options, {dir.file("inc")});
@@ -397,9 +410,10 @@ TEST(Headers, PchOptionsNamingFilesAreRefused) {
         EXPECT_NE(a.error.find("'" + option), std::string::npos) << a.error;
     }
     // Accepted: the PCH itself, and the options that only change its notes or its content.
-    for (const std::vector<std::string> &good : std::vector<std::vector<std::string>>{
-             {"--pch", "--instantiate-templates-in-pch=false"}, {"-instantiate-templates-in-pch", "true"},
-             {"-pch-messages=true", "--pch-verbose", "false"}}) {
+    for (const std::vector<std::string> &good :
+         std::vector<std::vector<std::string>>{{"--pch", "--instantiate-templates-in-pch=false"},
+                                               {"-instantiate-templates-in-pch", "true"},
+                                               {"-pch-messages=true", "--pch-verbose", "false"}}) {
         std::vector<std::string> options = {"-std=c++17"};
         options.insert(options.end(), good.begin(), good.end());
         SCOPED_TRACE(good.front());

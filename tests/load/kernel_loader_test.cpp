@@ -2,10 +2,10 @@
 #include "load/kernel_loader.hpp"
 
 #include "cache/cache.hpp"
+#include "cubin/sidecar_store.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
 #include "resolve/name_resolver.hpp"
-#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -185,8 +185,8 @@ TEST(KernelLoader, ImageTheDriverCannotReadIsADriverError) {
 TEST(KernelLoader, BytesThatAreNoCubinNeverReachTheDriver) {
     Cubin c(sources::kPlain);
     const auto rejected0 = fake_cuda().counters().rejected_images;
-    for (const std::string &bytes : {std::string("short"), std::string(200, 'x'),
-                                     cubin_for(sources::kPlain).substr(0, 300)}) {
+    for (const std::string &bytes :
+         {std::string("short"), std::string(200, 'x'), cubin_for(sources::kPlain).substr(0, 300)}) {
         write_file(c.path, bytes);
         forge_sidecar(c.path, "plain_kernel", "_Z12plain_kernelPf");  // so nothing scans first
         auto h = loader().load(c.path, "plain_kernel");
@@ -299,7 +299,8 @@ TEST(KernelLoader, EightThreadsLoad300CachedKernels) {
                     r.cache_dir = dir.file("cache");
                     r.arch = "sm_90";
                     r.source = "template <int N> __global__ void sweep(float *p) { p[threadIdx.x] = N * 0.5f; }\n"
-                               "template __global__ void sweep<" + std::to_string(i) + ">(float *);\n";
+                               "template __global__ void sweep<" +
+                               std::to_string(i) + ">(float *);\n";
                     r.keyword = "sweep";
                     auto p = cache.compile(r);
                     ASSERT_TRUE(p) << p.error().message;
@@ -484,7 +485,8 @@ TEST(KernelLoaderRobustness, CubinRewrittenInPlaceWhileLoadedIsNeverASignal) {
             while (!stop.load()) {
                 auto h = loader().load(cubin, "gemm");
                 if (h) {
-                    EXPECT_TRUE(h->name() == sources::numbered_gemm_name(2) || h->name() == sources::numbered_gemm_name(3))
+                    EXPECT_TRUE(h->name() == sources::numbered_gemm_name(2) ||
+                                h->name() == sources::numbered_gemm_name(3))
                         << h->name();
                     expect_consistent(*h);
                 } else {

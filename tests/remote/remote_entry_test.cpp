@@ -1,10 +1,10 @@
 // The cluster tier's settings (remote_config) and values (remote_entry), without a server.
-#include "remote/remote_config.hpp"
 #include "remote/remote_entry.hpp"
+#include "remote/remote_config.hpp"
 
 #include "key/cache_key.hpp"
-#include "util/hashing.hpp"
 #include "test_support.hpp"
+#include "util/hashing.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -57,10 +57,18 @@ TEST(RemoteConfig, OffAndDefaults) {
 }
 
 TEST(RemoteConfig, BadSettingsNameWhatIsWrongAndNeverThePassword) {
-    const char *bad[] = {"redis://admin:hunter2@h:99999", "redis://admin:hunter2@:1", "redis://h/x", "lease=5s",
-                         "redis://h lease=forever",       "redis://h colour=blue", "redis://h namespace=a:b",
-                         "redis+unix:relative.sock",      "redis://h none",        "redis://h redis://h",
-                         "memcached://h",                 "redis://h max-entry-size=1G"};
+    const char *bad[] = {"redis://admin:hunter2@h:99999",
+                         "redis://admin:hunter2@:1",
+                         "redis://h/x",
+                         "lease=5s",
+                         "redis://h lease=forever",
+                         "redis://h colour=blue",
+                         "redis://h namespace=a:b",
+                         "redis+unix:relative.sock",
+                         "redis://h none",
+                         "redis://h redis://h",
+                         "memcached://h",
+                         "redis://h max-entry-size=1G"};
     for (const char *spec : bad) {
         auto c = parse(spec, "KJIT_REMOTE_STORAGE");
         ASSERT_FALSE(c) << spec;
@@ -78,12 +86,11 @@ TEST(RemoteConfig, BadSettingsNameWhatIsWrongAndNeverThePassword) {
 // "server 'redis://:Hunter2': no host".
 TEST(RemoteConfig, PasswordCutByABlankOrBarIsNeverShown) {
     const std::vector<std::string> cut = {
-        "redis://:Hunter2 X9@cache-host",        "redis://:Hunter2|X9@cache-host",
-        "redis://admin:Hunter2 X9@cache-host",   "redis://admin:Hunter2|X9@cache-host:6380/2",
-        "redis://Hunter2 X9@cache-host",         "redis://:Hunter2 mid3 X9@cache-host",
-        "redis://:Hunter2|lease=X9@cache-host",  "redis://Hunter2 lease=X9@cache-host",
-        "redis://Hunter2|max=X9@cache-host",
-        "redis://admin:Hunter2 X9@cache-host redis://other",
+        "redis://:Hunter2 X9@cache-host",       "redis://:Hunter2|X9@cache-host",
+        "redis://admin:Hunter2 X9@cache-host",  "redis://admin:Hunter2|X9@cache-host:6380/2",
+        "redis://Hunter2 X9@cache-host",        "redis://:Hunter2 mid3 X9@cache-host",
+        "redis://:Hunter2|lease=X9@cache-host", "redis://Hunter2 lease=X9@cache-host",
+        "redis://Hunter2|max=X9@cache-host",    "redis://admin:Hunter2 X9@cache-host redis://other",
         "redis://a:Hunter2\tX9@cache-host",     "redis://:p@Hunter2 X9@cache-host",
     };
     for (const std::string &spec : cut) {

@@ -26,8 +26,8 @@ namespace {
 
 std::string source_of(int i) {
     if (i % 2 == 0) {
-        return "__global__ void remote_kernel_" + std::to_string(i) + "(float *x) { x[threadIdx.x] = " +
-               std::to_string(i) + ".0f; }\n";
+        return "__global__ void remote_kernel_" + std::to_string(i) +
+               "(float *x) { x[threadIdx.x] = " + std::to_string(i) + ".0f; }\n";
     }
     return "template <int N> __global__ void remote_tpl(float *x) { x[threadIdx.x] = N * 2.0f; }\n";
 }
@@ -44,11 +44,14 @@ std::string expected_name(int i) {
 // Seconds of NVRTC: a long chain of template instantiations (the lease test's holder is killed
 // while it compiles this).
 const char *const kSlowSource =
-    "template <int N, int T> struct chain { __device__ static float v(float x) { return chain<N - 1, T>::v(x * 1.0001f + N); } };\n"
+    "template <int N, int T> struct chain { __device__ static float v(float x) { return chain<N - 1, T>::v(x * 1.0001f "
+    "+ N); } };\n"
     "template <int T> struct chain<0, T> { __device__ static float v(float x) { return x + T; } };\n"
-    "template <int N, int T> struct fan { __device__ static float v(float x) { return chain<N, T>::v(x) + fan<N - 1, T>::v(x); } };\n"
+    "template <int N, int T> struct fan { __device__ static float v(float x) { return chain<N, T>::v(x) + fan<N - 1, "
+    "T>::v(x); } };\n"
     "template <int T> struct fan<0, T> { __device__ static float v(float x) { return x; } };\n"
-    "__global__ void remote_slow(float *x) { x[0] = fan<120, 0>::v(x[0]) + fan<120, 1>::v(x[1]) + fan<120, 2>::v(x[2]); }\n";
+    "__global__ void remote_slow(float *x) { x[0] = fan<120, 0>::v(x[0]) + fan<120, 1>::v(x[1]) + fan<120, "
+    "2>::v(x[2]); }\n";
 
 bool check(kjit_status st, const std::string &cubin, int i, const std::string &name) {
     if (st != KJIT_OK) {
@@ -136,16 +139,18 @@ int main(int argc, char **argv) {
         }
         kjit_batch_result_release(result);
     } else if (mode == "error" || mode == "slow") {
-        const std::string source = mode == "error"
-                                       ? "__global__ void remote_broken(float *x) { x[0] = undeclared_in_remote_test; }\n"
-                                       : kSlowSource;
+        const std::string source =
+            mode == "error" ? "__global__ void remote_broken(float *x) { x[0] = undeclared_in_remote_test; }\n"
+                            : kSlowSource;
         char cubin[1024];
-        const kjit_status st =
-            kjit_compile(source.c_str(), mode == "error" ? "remote_broken" : "remote_slow", &base, cubin, sizeof cubin, nullptr);
+        const kjit_status st = kjit_compile(source.c_str(), mode == "error" ? "remote_broken" : "remote_slow", &base,
+                                            cubin, sizeof cubin, nullptr);
         if (mode == "error") {
             const std::string log = kjit_last_error();
             ok = st == KJIT_ERROR_COMPILE && log.find("undeclared_in_remote_test") != std::string::npos;
-            if (!ok) std::fprintf(stderr, "node: expected a compile error with its log, got %s: %s\n", kjit_status_string(st), log.c_str());
+            if (!ok)
+                std::fprintf(stderr, "node: expected a compile error with its log, got %s: %s\n",
+                             kjit_status_string(st), log.c_str());
         } else {
             ok = st == KJIT_OK;
             if (!ok) std::fprintf(stderr, "node: slow kernel: %s: %s\n", kjit_status_string(st), kjit_last_error());

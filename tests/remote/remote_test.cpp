@@ -11,11 +11,11 @@
 
 #include <kjit/kjit.h>
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,8 +131,8 @@ struct Stats {
 // kjit_compile of a small kernel numbered `i` into `cache_dir` with `spec` (not NULL: the
 // option field), expecting success; returns the cubin path.
 std::string compile_kernel(const std::string &cache_dir, int i, const char *spec = nullptr) {
-    const std::string source = "__global__ void remote_local_" + std::to_string(i) + "(float *x) { x[0] = " +
-                               std::to_string(i) + "; }\n";
+    const std::string source =
+        "__global__ void remote_local_" + std::to_string(i) + "(float *x) { x[0] = " + std::to_string(i) + "; }\n";
     const std::string keyword = "remote_local_" + std::to_string(i);
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
     o.cache_dir = cache_dir.c_str();
@@ -205,7 +205,8 @@ TEST(RemoteCluster, KilledLeaseHolderCostsOneLeaseNotTheCompile) {
     wait_until([&] { return !server.keys("kjit:*:l:*").empty(); });
     ASSERT_EQ(server.keys("kjit:*:l:*").size(), 1u) << "the holder never took the lease";
     std::vector<Node> waiters;
-    for (int i = 0; i < 3; ++i) waiters.emplace_back(root.path() + "/waiter" + std::to_string(i), 0, 1, "slow", "", root.path(), i);
+    for (int i = 0; i < 3; ++i)
+        waiters.emplace_back(root.path() + "/waiter" + std::to_string(i), 0, 1, "slow", "", root.path(), i);
     // The waiters poll (EXISTS) before the holder dies.
     wait_until([&] { return server.calls_of("exists") >= 6; });
     ASSERT_TRUE(server.keys("kjit:*:b:*").empty())
@@ -249,8 +250,8 @@ TEST(RemoteCluster, BatchPutsOffWhatAnotherNodeCompilesAndBuildsItLast) {
 
     std::vector<std::string> sources, keywords;
     for (int i : {900, 901, 902}) {
-        sources.push_back("__global__ void remote_local_" + std::to_string(i) + "(float *x) { x[0] = " +
-                          std::to_string(i) + "; }\n");
+        sources.push_back("__global__ void remote_local_" + std::to_string(i) +
+                          "(float *x) { x[0] = " + std::to_string(i) + "; }\n");
         keywords.push_back("remote_local_" + std::to_string(i));
     }
     const std::string cache = root.path() + "/batch";
@@ -440,8 +441,8 @@ TEST(RemoteAccess, ReadOnlyAclUserFetchesButNeverWrites) {
     RedisServer server;
     TempDir root;
     compile_kernel(root.path() + "/writer", 600, spec_for(server).c_str());
-    ASSERT_EQ(server.command({"ACL", "SETUSER", "reader", "on", ">reader-secret", "~*", "-@all", "+get", "+exists",
-                              "+ping"}),
+    ASSERT_EQ(server.command(
+                  {"ACL", "SETUSER", "reader", "on", ">reader-secret", "~*", "-@all", "+get", "+exists", "+ping"}),
               "OK");
     const std::string reader = "redis://reader:reader-secret@127.0.0.1:" + std::to_string(server.port()) +
                                " lease=1s breaker=200ms operation-timeout=500ms";
@@ -490,8 +491,8 @@ TEST(RemoteConfigErrors, BadSettingNamesItWithoutThePassword) {
     o.arch = "sm_80";
     o.remote_storage = "redis://admin:hunter2@cache-host:notaport";
     char cubin[1024];
-    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin, sizeof cubin,
-                           nullptr),
+    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin,
+                           sizeof cubin, nullptr),
               KJIT_ERROR_INVALID_ARGUMENT);
     const std::string error = kjit_last_error();
     EXPECT_NE(error.find("the remote_storage option"), std::string::npos) << error;
@@ -500,12 +501,11 @@ TEST(RemoteConfigErrors, BadSettingNamesItWithoutThePassword) {
     // "none" turns it off, whatever the environment says.
     RemoteSetting remote("redis://127.0.0.1:1 bogus-option=1");
     o.remote_storage = "none";
-    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin, sizeof cubin,
-                           nullptr),
+    EXPECT_EQ(kjit_compile("__global__ void remote_cfg(float *x) { x[0] = 1; }\n", "remote_cfg", &o, cubin,
+                           sizeof cubin, nullptr),
               KJIT_OK)
         << kjit_last_error();
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // No connection outlives an exec (issue 32, 1): hiredis made its socket without SOCK_CLOEXEC, so a
@@ -529,7 +529,8 @@ std::set<std::string> descriptors_after_exec() {
         const std::string fd = l.substr(space + 1, arrow - space - 1);
         const std::string target = l.substr(arrow + 4);
         if (std::atoi(fd.c_str()) <= 2) continue;
-        if (target.rfind("/proc/", 0) == 0 && target.size() > 3 && target.compare(target.size() - 3, 3, "/fd") == 0) continue;
+        if (target.rfind("/proc/", 0) == 0 && target.size() > 3 && target.compare(target.size() - 3, 3, "/fd") == 0)
+            continue;
         out.insert(fd + " -> " + target);
     }
     ::pclose(child);
@@ -618,9 +619,7 @@ using FakeClient = kjit_test::FakeRedis::Client;
 using kjit_test::FakeRedis;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // 0.6 set SO_RCVTIMEO (bounding each read()), so a server that announced a 1 MB reply and sent a
 // byte every 0.5 s held a 1 s operation timeout for days.
@@ -716,9 +715,8 @@ TEST(RemoteBoundedWaits, StallDuringAStoreCostsOneOperationTimeoutAndOneTrip) {
     compile_kernel(cache.path(), 712, spec.c_str());
     const auto returned = Clock::now();
     ASSERT_NE(set_at.load(), 0) << "the store never reached the server";
-    const double after_stall = std::chrono::duration<double>(returned.time_since_epoch() -
-                                                             Clock::duration(set_at.load()))
-                                   .count();
+    const double after_stall =
+        std::chrono::duration<double>(returned.time_since_epoch() - Clock::duration(set_at.load())).count();
     EXPECT_GT(renewals.load(), 0);
     EXPECT_LT(after_stall, 1.5 * std::chrono::duration<double>(kOperation).count())
         << "the call waited for the renewal's round trip too";

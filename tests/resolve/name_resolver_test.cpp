@@ -1,9 +1,9 @@
 #include "resolve/name_resolver.hpp"
 
 #include "crafted_elf.hpp"
+#include "cubin/sidecar_store.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
-#include "cubin/sidecar_store.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -392,8 +392,8 @@ TEST(NameResolverIntegrity, SameSizeWholeSecondReleasesAreToldApart) {
         EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_aPf");
         write_file(cubin, release_cubin(2));
         ASSERT_TRUE(set_mtime(cubin, t, 0));
-        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_bPf") << "release 1's line answered release 2 (first mtime "
-                                                                << t << "." << first_nsec << ")";
+        EXPECT_EQ(resolve_ok(r, cubin, "gemm"), "_Z6gemm_bPf")
+            << "release 1's line answered release 2 (first mtime " << t << "." << first_nsec << ")";
     }
 }
 
@@ -440,9 +440,10 @@ TEST(NameResolverRobustness, CubinRewrittenInPlaceWhileResolvedIsNeverASignal) {
     const std::string cubin = dir.file("a.cubin");
     const std::string small = cubin_for(sources::numbered_gemm(0));
     // A larger version (its kernel among 300 others), so truncation cuts through mapped pages.
-    std::string big_source = sources::numbered_gemm(1) +
-                             "template <int N> __global__ void filler(float *p) { p[threadIdx.x] = N; }\n";
-    for (int i = 0; i < 300; ++i) big_source += "template __global__ void filler<" + std::to_string(i) + ">(float *);\n";
+    std::string big_source =
+        sources::numbered_gemm(1) + "template <int N> __global__ void filler(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 300; ++i)
+        big_source += "template __global__ void filler<" + std::to_string(i) + ">(float *);\n";
     const std::string big = cubin_for(big_source);
     const std::string names[2] = {sources::numbered_gemm_name(0), sources::numbered_gemm_name(1)};
     write_file(cubin, small);

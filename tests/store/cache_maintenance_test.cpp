@@ -1,18 +1,18 @@
 // Cache maintenance: recency records, LRU pruning and eviction after publishes, the in-use
 // guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
+#include "api/defaults.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
-#include "api/defaults.hpp"
+#include "cubin/sidecar_store.hpp"
+#include "damage_support.hpp"
+#include "load/kernel_loader.hpp"
+#include "resolve/name_resolver.hpp"
 #include "store/cache_entry.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
 #include "store/cache_verification.hpp"
-#include "util/size_units.hpp"
-#include "load/kernel_loader.hpp"
-#include "resolve/name_resolver.hpp"
-#include "cubin/sidecar_store.hpp"
-#include "damage_support.hpp"
 #include "test_support.hpp"
+#include "util/size_units.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -25,8 +25,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,7 +67,8 @@ std::int64_t mtime_of(const std::string &path) {
 // Sets a folder's mtime (its recency record) `age_s` seconds in the past.
 void age(const std::string &path, std::int64_t age_s) {
     const std::int64_t t = now_ns() - age_s * kSecond;
-    const struct timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(t / kSecond), static_cast<long>(t % kSecond)}};
+    const struct timespec times[2] = {{0, UTIME_OMIT},
+                                      {static_cast<time_t>(t / kSecond), static_cast<long>(t % kSecond)}};
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
 }
 
@@ -102,7 +103,8 @@ std::uint64_t file_sizes(const std::string &folder) {
     std::uint64_t n = 0;
     for (const std::string &f : list_dir(folder)) {
         struct stat st {};
-        if (::lstat((folder + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) n += static_cast<std::uint64_t>(st.st_size);
+        if (::lstat((folder + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+            n += static_cast<std::uint64_t>(st.st_size);
     }
     return n;
 }
@@ -142,7 +144,8 @@ TEST(CacheMaintenance, ParsesSizesAndAges) {
     EXPECT_EQ(*units::parse_age("12h"), 12 * 3600 * kSecond);
     EXPECT_EQ(*units::parse_age("0s"), 0);
     EXPECT_EQ(*units::parse_age("2w"), 14 * 86400 * kSecond);
-    for (const char *bad : {"", "d", "30", "30x", "1.5d", "-1d", "9999999999d"}) EXPECT_FALSE(units::parse_age(bad).ok()) << bad;
+    for (const char *bad : {"", "d", "30", "30x", "1.5d", "-1d", "9999999999d"})
+        EXPECT_FALSE(units::parse_age(bad).ok()) << bad;
     EXPECT_EQ(units::format_size(512), "512 B");
     EXPECT_EQ(units::format_size(3ull << 29), "1.5 GiB");
 }
@@ -171,8 +174,8 @@ TEST(CacheMaintenance, AgesThatDoNotFitAreRefusedNotWrapped) {
         ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
         EXPECT_EQ(*r, ns) << text;
     }
-    for (const char *huge : {"20000w", "15251w", "106752d", "999999999w", "999999999d", "9223372037s",
-                             "99999999999999999999999s"}) {
+    for (const char *huge :
+         {"20000w", "15251w", "106752d", "999999999w", "999999999d", "9223372037s", "99999999999999999999999s"}) {
         auto r = units::parse_age(huge);
         ASSERT_FALSE(r.ok()) << huge << " gave " << *r;
         EXPECT_EQ(r.error().code, kjit::Errc::invalid_argument);
@@ -184,22 +187,27 @@ TEST(CacheMaintenance, AgesThatDoNotFitAreRefusedNotWrapped) {
 // "0x10" was read as 16 bytes and "1e3" as 1000 (strtod): only decimal numbers with the
 // documented suffixes are sizes, and the message says what is wrong with the rest.
 TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
-    const std::pair<const char *, std::uint64_t> good[] = {
-        {"16", 16},        {"16B", 16},           {"0.5K", 512},
-        {"1.25KiB", 1280}, {"18446744073709551615", UINT64_MAX},
-        {"15.999999T", 15999999ull * (1ull << 40) / 1000000}};
+    const std::pair<const char *, std::uint64_t> good[] = {{"16", 16},
+                                                           {"16B", 16},
+                                                           {"0.5K", 512},
+                                                           {"1.25KiB", 1280},
+                                                           {"18446744073709551615", UINT64_MAX},
+                                                           {"15.999999T", 15999999ull * (1ull << 40) / 1000000}};
     for (const auto &[text, bytes] : good) {
         auto r = units::parse_size(text);
         ASSERT_TRUE(r.ok()) << text << ": " << r.error().message;
         EXPECT_EQ(*r, bytes) << text;
     }
     const std::pair<const char *, const char *> bad[] = {
-        {"0x10", "hexadecimal"},     {"0X1F", "hexadecimal"},  {"1e3", "exponent"},
-        {"1E3K", "exponent"},        {"0x1p4", "hexadecimal"}, {".5G", "digit"},
-        {"5.", "digit after"},       {"+5", "digit"},          {"-5", "negative"},
-        {"5Q", "unit 'Q'"},          {"5 G", "unit ' G'"},     {"", "empty"},
-        {"inf", "digit"},            {"18446744073709551616", "too large"},
-        {"16777216T", "too large"},  {"5KK", "unit 'KK'"},     {"5Bi", "unit 'Bi'"},
+        {"0x10", "hexadecimal"},    {"0X1F", "hexadecimal"},
+        {"1e3", "exponent"},        {"1E3K", "exponent"},
+        {"0x1p4", "hexadecimal"},   {".5G", "digit"},
+        {"5.", "digit after"},      {"+5", "digit"},
+        {"-5", "negative"},         {"5Q", "unit 'Q'"},
+        {"5 G", "unit ' G'"},       {"", "empty"},
+        {"inf", "digit"},           {"18446744073709551616", "too large"},
+        {"16777216T", "too large"}, {"5KK", "unit 'KK'"},
+        {"5Bi", "unit 'Bi'"},
     };
     for (const auto &[text, why] : bad) {
         auto r = units::parse_size(text);
@@ -689,26 +697,26 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     const auto cubins = compile_entries(cache, c, 9);
     auto sidecar_of = [&](int i) { return kjit::cubin::sidecar::path_for(cubins[i]); };
     // 0: intact. Damage the others, one kind each.
-    ASSERT_EQ(::unlink(cubins[1].c_str()), 0);                                      // missing cubin
-    ASSERT_EQ(::truncate(cubins[2].c_str(), 64), 0);                                // truncated cubin
-    ASSERT_EQ(::unlink(sidecar_of(3).c_str()), 0);                                  // no sidecar
-    write_file(sidecar_of(4), "not a sidecar at all\n");                            // garbage sidecar
-    {                                                                               // stale sidecar
+    ASSERT_EQ(::unlink(cubins[1].c_str()), 0);            // missing cubin
+    ASSERT_EQ(::truncate(cubins[2].c_str(), 64), 0);      // truncated cubin
+    ASSERT_EQ(::unlink(sidecar_of(3).c_str()), 0);        // no sidecar
+    write_file(sidecar_of(4), "not a sidecar at all\n");  // garbage sidecar
+    {                                                     // stale sidecar
         struct stat st {};
         ASSERT_EQ(::stat(cubins[5].c_str(), &st), 0);
         const struct timespec times[2] = {st.st_atim, {st.st_mtim.tv_sec - 100, 0}};
         ASSERT_EQ(::utimensat(AT_FDCWD, cubins[5].c_str(), times, 0), 0);
     }
-    {                                                                               // wrong name
+    {  // wrong name
         auto lines = kjit::cubin::sidecar::read(sidecar_of(6)).lines;
         ASSERT_EQ(lines.size(), 1u);
         lines[0].name = "_Z4gemmILi99EEvPf";
         write_file(sidecar_of(6), kjit::cubin::sidecar::format(lines));
     }
-    ASSERT_EQ(::unlink((folder_of(cubins[7]) + "/manifest.txt").c_str()), 0);     // missing manifest
+    ASSERT_EQ(::unlink((folder_of(cubins[7]) + "/manifest.txt").c_str()), 0);            // missing manifest
     write_file(folder_of(cubins[8]) + "/manifest.txt", "kjit-manifest 1\nkey: nope\n");  // bad manifest
     const std::string shard = folder_of(folder_of(cubins[0]));
-    const std::string temp = shard + "/.tmp-" + std::string(32, 'a') + "-1-2-3";    // a killed writer's
+    const std::string temp = shard + "/.tmp-" + std::string(32, 'a') + "-1-2-3";  // a killed writer's
     ASSERT_EQ(::mkdir(temp.c_str(), 0700), 0);
     write_file(temp + "/kernel.cubin", "partial");
     age(temp, 3600);
@@ -717,9 +725,9 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     age(temp_file, 3600);
 
     using D = maintenance::Damage;
-    const std::vector<D> expected = {D::missing_file, D::missing_file,   D::bad_manifest,    D::truncated_cubin,
+    const std::vector<D> expected = {D::missing_file,    D::missing_file,    D::bad_manifest,  D::truncated_cubin,
                                      D::sidecar_missing, D::sidecar_damaged, D::sidecar_stale, D::sidecar_wrong_name,
-                                     D::stale_temp,   D::stale_temp};
+                                     D::stale_temp,      D::stale_temp};
     auto sorted = expected;
     std::sort(sorted.begin(), sorted.end());
     auto report = verify_ok(c, false);
@@ -933,7 +941,8 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     ASSERT_EQ(results.size(), 4u);
     for (std::size_t i = 0; i < results.size(); ++i) {
         ASSERT_TRUE(results[i].ok()) << results[i].error().message;
-        EXPECT_TRUE(exists(results[i]->cubin)) << "item " << i << " was reported OK, then evicted by the batch's own publishes";
+        EXPECT_TRUE(exists(results[i]->cubin))
+            << "item " << i << " was reported OK, then evicted by the batch's own publishes";
         auto loaded = kjit::load::KernelLoader::instance().read_and_resolve(results[i]->cubin, "gemm");
         EXPECT_TRUE(loaded.ok()) << "item " << i << ": " << loaded.error().message;
         // Other processes see it in use until two minutes after the batch returned.
@@ -1048,8 +1057,8 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     auto inv = maintenance::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     ASSERT_EQ(inv->variants.size(), 1u);
-    EXPECT_EQ(inv->entry_bytes, entry_bytes(folder_of(cubins[0])) + entry_bytes(folder_of(cubins[1])) +
-                                    inv->variants[0].bytes);
+    EXPECT_EQ(inv->entry_bytes,
+              entry_bytes(folder_of(cubins[0])) + entry_bytes(folder_of(cubins[1])) + inv->variants[0].bytes);
     EXPECT_TRUE(verify_ok(c, false).clean());
 
     // One entry left: the list stays, even when old.

@@ -142,7 +142,7 @@ TEST(HostileFolders, PlantedSidecarSymlinkIsReplacedAndItsTargetUntouched) {
 TEST(HostileFolders, OddCharactersInPaths) {
     TempDir dir;
     for (const std::string &name : {std::string("with space"), std::string("new\nline"), std::string("bytes\xff\xfe"),
-                                   std::string("quote'\"$(x)")}) {
+                                    std::string("quote'\"$(x)")}) {
         const std::string cache = dir.file(name);
         std::string cubin;
         ASSERT_EQ(compile_into(cache, &cubin), KJIT_OK) << kjit_last_error();
@@ -157,7 +157,8 @@ TEST(HostileFolders, OddCharactersInPaths) {
 TEST(HostileFolders, PathsNearPathMaxGetAnIoErrorNamingThePath) {
     TempDir dir;
     std::string cache = dir.path();
-    while (cache.size() < PATH_MAX - 40) cache += "/" + std::string(std::min<std::size_t>(200, PATH_MAX - 40 - cache.size()), 'd');
+    while (cache.size() < PATH_MAX - 40)
+        cache += "/" + std::string(std::min<std::size_t>(200, PATH_MAX - 40 - cache.size()), 'd');
     const kjit_status st = compile_into(cache);
     EXPECT_EQ(st, KJIT_ERROR_IO) << kjit_last_error();
     EXPECT_NE(std::string(kjit_last_error()).find("File name too long"), std::string::npos) << kjit_last_error();

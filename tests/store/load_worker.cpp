@@ -19,7 +19,8 @@ int main(int argc, char **argv) {
         kjit_kernel *k = nullptr;
         const kjit_status st = kjit_load_cached(argv[2], argv[3], &k);
         if (st != KJIT_OK) {
-            if (failures++ == 0) std::fprintf(stderr, "load %ld: %s: %s\n", loads, kjit_status_string(st), kjit_last_error());
+            if (failures++ == 0)
+                std::fprintf(stderr, "load %ld: %s: %s\n", loads, kjit_status_string(st), kjit_last_error());
         }
         kjit_kernel_release(k);
         ++loads;

@@ -19,17 +19,17 @@
 #include "kjit/kjit.h"
 
 #include "batch_support.hpp"
-#include "store/cache_entry.hpp"
-#include "store/cache_verification.hpp"
 #include "cubin/name_matcher.hpp"
 #include "cubin/sidecar_store.hpp"
 #include "cubin/symbol_scanner.hpp"
+#include "store/cache_entry.hpp"
+#include "store/cache_verification.hpp"
 #include "test_support.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
-#include <spawn.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,7 +84,8 @@ bool compile(const Config &c, const std::string &cache, int i, std::string &path
     const kjit_status st = kjit_compile(src.c_str(), "gemm", &o, buf, sizeof buf, nullptr);
     (void)c;
     if (st != KJIT_OK) {
-        error = std::string("kjit_compile ") + std::to_string(i) + ": " + kjit_status_string(st) + ": " + kjit_last_error();
+        error =
+            std::string("kjit_compile ") + std::to_string(i) + ": " + kjit_status_string(st) + ": " + kjit_last_error();
         return false;
     }
     path = buf;
@@ -181,7 +182,8 @@ void child_main(const Config &c) {
             // The first worker forks --forks times, spread over the run, while the others work.
             if (t == 0 && n.forks < c.forks &&
                 std::chrono::steady_clock::now() >=
-                    started + std::chrono::duration<double>(c.seconds * (static_cast<double>(n.forks) + 0.5) / c.forks)) {
+                    started +
+                        std::chrono::duration<double>(c.seconds * (static_cast<double>(n.forks) + 0.5) / c.forks)) {
                 const std::string problem = fork_and_check(c, cache, static_cast<unsigned>(rng()));
                 if (!problem.empty()) failure(problem);
                 ++n.forks;
@@ -202,7 +204,8 @@ void child_main(const Config &c) {
                 bo.pch = o % 2 == 0 ? KJIT_PCH_ON : KJIT_PCH_OFF;
                 const kjit_test::BatchOutcome r = kjit_test::compile_batch(srcs, "gemm", co, &bo);
                 if (r.overall != KJIT_OK) {
-                    failure(std::string("kjit_compile_batch: ") + kjit_status_string(r.overall) + ": " + kjit_last_error());
+                    failure(std::string("kjit_compile_batch: ") + kjit_status_string(r.overall) + ": " +
+                            kjit_last_error());
                 }
                 for (std::size_t k = 0; r.overall == KJIT_OK && k < which.size(); ++k) {
                     char name[512];
@@ -285,8 +288,8 @@ void child_main(const Config &c) {
             } else if (o < 90) {  // replace a loose cubin atomically with another kernel's
                 const int j = file(rng), i = kernel(rng);
                 const std::string path = loose + "/f" + std::to_string(j) + ".cubin";
-                const std::string temp = loose + "/.f" + std::to_string(j) + ".w" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(t);
+                const std::string temp =
+                    loose + "/.f" + std::to_string(j) + ".w" + std::to_string(::getpid()) + "-" + std::to_string(t);
                 const std::string bytes = read_file(seeds + "/" + std::to_string(i) + ".cubin");
                 {
                     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
@@ -305,7 +308,8 @@ void child_main(const Config &c) {
                     continue;
                 }
                 for (std::size_t done = 0; done < bytes.size();) {
-                    const ssize_t w = ::write(fd, bytes.data() + done, std::min<std::size_t>(1024, bytes.size() - done));
+                    const ssize_t w =
+                        ::write(fd, bytes.data() + done, std::min<std::size_t>(1024, bytes.size() - done));
                     if (w <= 0) break;
                     done += static_cast<std::size_t>(w);
                 }
@@ -389,8 +393,10 @@ int parent_main(Config c, const std::string &self) {
         fs::copy_file(path, seeds + "/" + std::to_string(i) + ".cubin", fs::copy_options::overwrite_existing);
     }
     for (int j = 0; j < c.loose; ++j) {
-        fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin", loose + "/f" + std::to_string(j) + ".cubin");
-        fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin", inplace + "/g" + std::to_string(j) + ".cubin");
+        fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin",
+                      loose + "/f" + std::to_string(j) + ".cubin");
+        fs::copy_file(seeds + "/" + std::to_string(j % c.kernels) + ".cubin",
+                      inplace + "/g" + std::to_string(j) + ".cubin");
     }
     std::printf("stress: %d processes x %d threads for %.1f s on %d kernels and %d loose cubins in %s\n", c.processes,
                 c.threads, c.seconds, c.kernels, c.loose, c.work_dir.c_str());
@@ -401,10 +407,23 @@ int parent_main(Config c, const std::string &self) {
     for (int p = 0; p < c.processes; ++p) {
         const std::string out = c.work_dir + "/child" + std::to_string(p) + ".out";
         outputs.push_back(out);
-        std::vector<std::string> args = {self, "--child", std::to_string(p), "--work-dir", c.work_dir,
-                                         "--threads", std::to_string(c.threads), "--seconds", std::to_string(c.seconds),
-                                         "--kernels", std::to_string(c.kernels), "--loose", std::to_string(c.loose),
-                                         "--forks", std::to_string(c.forks), "--seed", std::to_string(c.seed)};
+        std::vector<std::string> args = {self,
+                                         "--child",
+                                         std::to_string(p),
+                                         "--work-dir",
+                                         c.work_dir,
+                                         "--threads",
+                                         std::to_string(c.threads),
+                                         "--seconds",
+                                         std::to_string(c.seconds),
+                                         "--kernels",
+                                         std::to_string(c.kernels),
+                                         "--loose",
+                                         std::to_string(c.loose),
+                                         "--forks",
+                                         std::to_string(c.forks),
+                                         "--seed",
+                                         std::to_string(c.seed)};
         std::vector<char *> argv;
         for (auto &a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -451,7 +470,8 @@ int parent_main(Config c, const std::string &self) {
         char name[512];
         if (!compile(c, cache, i, path, error) ||
             kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr) != KJIT_OK || name != name_of(i)) {
-            std::fprintf(stderr, "stress: kernel %d after the run: %s\n", i, error.empty() ? kjit_last_error() : error.c_str());
+            std::fprintf(stderr, "stress: kernel %d after the run: %s\n", i,
+                         error.empty() ? kjit_last_error() : error.c_str());
             ++failures;
         }
     }
@@ -476,8 +496,9 @@ int parent_main(Config c, const std::string &self) {
             continue;
         }
         if (path.compare(0, seeds.size(), seeds) == 0 || path.find("/seed-cache/") != std::string::npos) continue;
-        if (name == "kernel.cubin" || (e.path().extension() == ".cubin" && (path.compare(0, loose.size(), loose) == 0 ||
-                                                                             path.compare(0, inplace.size(), inplace) == 0))) {
+        if (name == "kernel.cubin" ||
+            (e.path().extension() == ".cubin" &&
+             (path.compare(0, loose.size(), loose) == 0 || path.compare(0, inplace.size(), inplace) == 0))) {
             const std::string expected = scanned_name(path);
             if (name == "kernel.cubin") {
                 ++entries;
@@ -485,7 +506,8 @@ int parent_main(Config c, const std::string &self) {
                 bool known = false;
                 for (int i = 0; i < c.kernels; ++i) known |= src == source_of(i) && expected == name_of(i);
                 if (!known) {
-                    std::fprintf(stderr, "stress: %s holds %s, not its source's kernel\n", path.c_str(), expected.c_str());
+                    std::fprintf(stderr, "stress: %s holds %s, not its source's kernel\n", path.c_str(),
+                                 expected.c_str());
                     ++failures;
                 }
             }
@@ -538,7 +560,8 @@ int main(int argc, char **argv) {
     app.add_option("--child", c.child);
     CLI11_PARSE(app, argc, argv);
     if (!std::getenv("KJIT_LIBCUDA")) {
-        std::fprintf(stderr, "stress: set KJIT_LIBCUDA to the driver test double (build/tests/fake_driver/libcuda.so.1)\n");
+        std::fprintf(stderr,
+                     "stress: set KJIT_LIBCUDA to the driver test double (build/tests/fake_driver/libcuda.so.1)\n");
         return 2;
     }
     if (c.child >= 0) {

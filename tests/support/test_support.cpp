@@ -1,8 +1,8 @@
 #include "test_support.hpp"
 
 #include "compile/compiler.hpp"
-#include "fake_cuda.h"
 #include "cubin/sidecar_store.hpp"
+#include "fake_cuda.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -97,7 +97,8 @@ const FakeCuda &fake_cuda() {
         const char *path = std::getenv("KJIT_LIBCUDA");
         void *lib = path ? ::dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
         if (!lib) {
-            std::fprintf(stderr, "KJIT_LIBCUDA does not name the driver test double: %s\n", path ? ::dlerror() : "unset");
+            std::fprintf(stderr, "KJIT_LIBCUDA does not name the driver test double: %s\n",
+                         path ? ::dlerror() : "unset");
             std::abort();
         }
         FakeCuda f;

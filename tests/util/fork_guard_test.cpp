@@ -39,7 +39,8 @@ TEST(ForkGuard, EveryPieceIsListedOnceInOrderWithItsOwnerAndWhatAChildDoes) {
 TEST(ForkGuard, EachPieceRenewedInAChildHasExactlyOneHandlerAndEachKeptPieceNone) {
     for (const fork_guard::Piece &piece : fork_guard::pieces()) {
         EXPECT_EQ(fork_guard::handlers_registered(piece.state), piece.has_handler ? 1u : 0u)
-            << describe(piece) << (piece.has_handler ? " must register one fork handler under its name"
-                                                      : " is listed as kept in a child, yet has a handler");
+            << describe(piece)
+            << (piece.has_handler ? " must register one fork handler under its name"
+                                  : " is listed as kept in a child, yet has a handler");
     }
 }

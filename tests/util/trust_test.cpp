@@ -11,8 +11,8 @@
 
 #include "store/cache_eviction.hpp"
 #include "store/cache_verification.hpp"
-#include "util/hashing.hpp"
 #include "test_support.hpp"
+#include "util/hashing.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -47,9 +47,7 @@ struct User {
     gid_t gid = 0;
 };
 
-bool run_quietly(const std::string &command) {
-    return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-}
+bool run_quietly(const std::string &command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
 
 // The users and the team group, made once for the binary and removed at its end.
 struct Users {
@@ -113,12 +111,12 @@ Users &users() {
     return u;
 }
 
-#define REQUIRE_USERS()                                                         \
-    do {                                                                        \
-        if (!users().ready) {                                                   \
-            std::printf("skipped: %s\n", users().why_not.c_str());             \
-            GTEST_SKIP() << users().why_not;                                    \
-        }                                                                       \
+#define REQUIRE_USERS()                                            \
+    do {                                                           \
+        if (!users().ready) {                                      \
+            std::printf("skipped: %s\n", users().why_not.c_str()); \
+            GTEST_SKIP() << users().why_not;                       \
+        }                                                          \
     } while (0)
 
 // What a child reported: its exit code and what it wrote.
@@ -320,9 +318,8 @@ TEST(PrivateCache, FolderSwappedOutOfOpenParentIsRefused) {
     // libkjit refuses to fill a folder under that parent, so bob fills one elsewhere and moves it.
     SharedDir staging(01777);
     plant_entry_as(users().bob, staging.file("cache"), kSource);
-    const Outcome moved = run_as(users().bob, [&](std::string &) {
-        return ::rename(staging.file("cache").c_str(), cache.c_str());
-    });
+    const Outcome moved =
+        run_as(users().bob, [&](std::string &) { return ::rename(staging.file("cache").c_str(), cache.c_str()); });
     ASSERT_EQ(moved.code, 0);
     const Outcome o = run_as(users().alice, compiling(cache, kSource));
     EXPECT_EQ(o.code, 1) << "alice was handed bob's cubin: " << o.out;
@@ -409,8 +406,7 @@ TEST(PrivateCache, PlantedSidecarInStickyFolderIsIgnored) {
         body += nsec;
         body += " - _Z9gemm_fp16Pf";
         char check[32];
-        std::snprintf(check, sizeof check, " %016llx\n",
-                      static_cast<unsigned long long>(kjit::hash64(body)));
+        std::snprintf(check, sizeof check, " %016llx\n", static_cast<unsigned long long>(kjit::hash64(body)));
         const std::string text = "kjit-sidecar 1\n" + body + check;
         const int fd = ::open((cubin + ".name").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd < 0) return 2;
@@ -432,8 +428,8 @@ TEST(PrivateCache, PlantedSidecarInStickyFolderIsIgnored) {
         kjit_kernel_release(k);
         kjit_stats s = KJIT_STATS_INIT;
         kjit_get_stats(&s);
-        out += " rejected_unreadable=" + std::to_string(s.sidecar_rejections[KJIT_SIDECAR_UNREADABLE] -
-                                                        rejected_before);
+        out +=
+            " rejected_unreadable=" + std::to_string(s.sidecar_rejections[KJIT_SIDECAR_UNREADABLE] - rejected_before);
         return 0;
     });
     EXPECT_EQ(o.out, "_Z4gemmPf _Z4gemmPf _Z4gemmPf rejected_unreadable=3");

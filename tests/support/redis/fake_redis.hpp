@@ -56,7 +56,9 @@ public:
     static std::string nil() { return "$-1\r\n"; }
     static std::string ok() { return "+OK\r\n"; }
     static std::string integer(long long n) { return ":" + std::to_string(n) + "\r\n"; }
-    static std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
+    static std::string bulk(std::string_view s) {
+        return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n";
+    }
     static std::string array(const std::vector<std::string> &bulks);
 
 private:

@@ -51,19 +51,15 @@ std::string reply_text(const redisReply *r) {
     switch (r->type) {
         case REDIS_REPLY_STRING:
         case REDIS_REPLY_STATUS:
-        case REDIS_REPLY_ERROR:
-            return std::string(r->str, r->len);
-        case REDIS_REPLY_INTEGER:
-            return std::to_string(r->integer);
-        case REDIS_REPLY_NIL:
-            return "(nil)";
+        case REDIS_REPLY_ERROR: return std::string(r->str, r->len);
+        case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+        case REDIS_REPLY_NIL: return "(nil)";
         case REDIS_REPLY_ARRAY: {
             std::string out;
             for (std::size_t i = 0; i < r->elements; ++i) out += (i ? "\n" : "") + reply_text(r->element[i]);
             return out;
         }
-        default:
-            return "?";
+        default: return "?";
     }
 }
 
@@ -96,10 +92,23 @@ std::string RedisServer::url() const { return "redis://127.0.0.1:" + std::to_str
 
 void RedisServer::start() {
     const std::string binary = server_binary();
-    std::vector<std::string> args = {binary,        "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--save",      "",       "--appendonly",        "no",     "--daemonize",
-                                     "no",          "--dir",  dir_,                  "--logfile", dir_ + "/redis.log",
-                                     "--protected-mode", "no"};
+    std::vector<std::string> args = {binary,
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no",
+                                     "--dir",
+                                     dir_,
+                                     "--logfile",
+                                     dir_ + "/redis.log",
+                                     "--protected-mode",
+                                     "no"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
@@ -162,7 +171,8 @@ std::string RedisServer::command(const std::vector<std::string> &args) const {
         argv.push_back(a.data());
         lens.push_back(a.size());
     }
-    auto *reply = static_cast<redisReply *>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
+    auto *reply =
+        static_cast<redisReply *>(redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
     if (!reply) throw std::runtime_error("no reply from the test's redis-server: " + std::string(c->errstr));
     std::string text = reply_text(reply);
     freeReplyObject(reply);
