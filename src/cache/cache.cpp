@@ -99,9 +99,10 @@ Result<Found> Cache::compile(key::Request request) {
     const HitMemo::Proof proof = HitMemo::before_look_up();
     auto keyed = key::key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
-    auto found = find(*keyed);
+    Call call;  // the look-up and the build check the cache folder once between them
+    auto found = find(*keyed, nullptr, &call);
     if (!found) return std::move(found).error();
-    Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed);
+    Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed, nullptr, &call);
     if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
     return answer;
 }
@@ -115,18 +116,20 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
     }
 }
 
-Result<std::optional<Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                                   std::string *why) {
+Result<std::optional<Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, Call &call,
+                                                   key::include_scanner::FileMemo *memo, std::string *why) {
     for (EntryStore *store : stores_) {
-        auto found = store->find(keyed, memo, why);
+        auto found = store->find(keyed, call, memo, why);
         if (!found || *found) return found;
     }
     return std::optional<Found>();
 }
 
-Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo) {
+Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
+                                         Call *call) {
+    Call own;
     std::string why;
-    auto found = find_in_stores(keyed, memo, &why);
+    auto found = find_in_stores(keyed, call ? *call : own, memo, &why);
     if (!found) return found;
     if (*found) {
         counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
@@ -142,19 +145,20 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
     return found;
 }
 
-Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner) {
-    return build_once(keyed, runner, nullptr);
+Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, Call *call) {
+    return build_once(keyed, runner, nullptr, call);
 }
 
 std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed,
                                                       compile::compile_job::Runner *runner) {
     bool busy = false;
-    Result<Found> result = build_once(keyed, runner, &busy);
+    Result<Found> result = build_once(keyed, runner, &busy, nullptr);
     if (busy) return std::nullopt;
     return result;
 }
 
-Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy) {
+Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
+                                Call *call) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -176,13 +180,14 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
         // The leader put it off (busy on another node): this caller builds it, waiting if asked to.
         if (flight->busy) {
             lock.unlock();
-            return build_once(keyed, runner, busy);
+            return build_once(keyed, runner, busy, call);
         }
         return *flight->result;
     }
     Result<Found> result = [&]() -> Result<Found> {
         try {
-            return compile_and_publish(keyed, runner, busy);
+            Call own;
+            return compile_and_publish(keyed, runner, busy, call ? *call : own);
         } catch (const std::bad_alloc &) {
             return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
         } catch (const std::exception &e) {
@@ -206,14 +211,14 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
 }
 
 Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner,
-                                         bool *busy) {
+                                         bool *busy, Call &call) {
     const key::Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
-    const auto node_lock = local_.lock_for_compile(keyed);
+    const auto node_lock = local_.lock_for_compile(keyed, call);
     // Another process may have published while this one waited or looked.
     std::string why;
-    auto found = find_in_stores(keyed, nullptr, &why);
+    auto found = find_in_stores(keyed, call, nullptr, &why);
     if (!found) return std::move(found).error();
     if (*found) return std::move(**found);
 
@@ -232,12 +237,12 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
         // Built before, but no longer listed (fallen off the variants file, or the file was lost
         // or rewritten by another process at the same time): no compile, and listed again.
         for (EntryStore *store : stores_) {
-            auto there = store->find_variant(keyed, entry_key, &why);
+            auto there = store->find_variant(keyed, call, entry_key, &why);
             if (!there) return std::move(there).error();
             if (*there) return std::move(**there);
         }
     }
-    if (auto st = local_.can_publish(keyed); !st) return std::move(st).error();
+    if (auto st = local_.can_publish(keyed, call); !st) return std::move(st).error();
 
     // The cluster tier, when one is set: another node's entry, or this node compiles it for the
     // cluster (holding the lease), or another node's compile error; else a compile here.
@@ -254,7 +259,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
         }
         if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
         if (settled->kind == remote::Settled::Kind::fetched) {
-            return publish_fetched(keyed, std::move(*settled->entry), source_key, deps);
+            return publish_fetched(keyed, call, std::move(*settled->entry), source_key, deps);
         }
     }
 
@@ -279,7 +284,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     if (request.reads_files) entry.deps_text = key::include_scanner::format(deps);
     // Here first, so that this node's other processes, waiting on the node lock, find it; then
     // for the cluster (the lease is released after, when `settled` goes).
-    auto published = publish_everywhere(keyed, entry);
+    auto published = publish_everywhere(keyed, call, entry);
     if (published && tier) {
         tier->put(expected, store::cache_entry::complete_manifest(entry.manifest, entry.cubin), entry.cubin,
                   settled && settled->lease ? settled->lease.get() : nullptr);
@@ -334,7 +339,7 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     return compiled;
 }
 
-Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched,
+Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, Call &call, remote::Entry fetched,
                                      const std::string &source_key,
                                      const std::vector<key::include_scanner::Dependency> &deps) {
     store::cache_entry::NewEntry entry;
@@ -344,13 +349,14 @@ Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, remote::Ent
     entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
     // This node's files: the key says their content is the producer's.
     if (keyed.request.reads_files) entry.deps_text = key::include_scanner::format(deps);
-    auto local = local_.publish(keyed, entry);
+    auto local = local_.publish(keyed, call, entry);
     if (!local) return std::move(local).error();
     return Found{std::move(**local), entry.manifest.name};
 }
 
 std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses) {
     std::vector<std::optional<Found>> found(misses.size());
+    std::vector<Call> calls(misses.size());  // one per miss: its check of the cache folder
     // The misses of each setting (a batch's items normally share one).
     std::map<std::string, std::vector<std::size_t>> by_spec;
     for (std::size_t i = 0; i < misses.size(); ++i) {
@@ -364,27 +370,29 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
         std::vector<remote::Expected> wanted;
         for (std::size_t i : indexes) {
             const key::KeyedRequest &keyed = *misses[i];
-            if (!local_.can_publish(keyed)) continue;
+            if (!local_.can_publish(keyed, calls[i])) continue;
             asked.push_back(i);
             wanted.push_back(expected_for(keyed, keyed.key));
         }
         auto entries = (*tier)->fetch_many(wanted);
         for (std::size_t k = 0; k < asked.size(); ++k) {
             if (!entries[k]) continue;
-            auto published = publish_fetched(*misses[asked[k]], std::move(*entries[k]), std::string(), {});
+            auto published =
+                publish_fetched(*misses[asked[k]], calls[asked[k]], std::move(*entries[k]), std::string(), {});
             if (published) found[asked[k]] = std::move(*published);
         }
     }
     return found;
 }
 
-Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry) {
-    auto local = local_.publish(keyed, entry);
+Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, Call &call,
+                                        const store::cache_entry::NewEntry &entry) {
+    auto local = local_.publish(keyed, call, entry);
     if (!local) return std::move(local).error();
     for (EntryStore *store : stores_) {
         if (store == &local_) continue;
         // Another tier missing the entry costs its users a compile, never this one its result.
-        if (auto st = store->publish(keyed, entry); !st) {
+        if (auto st = store->publish(keyed, call, entry); !st) {
             log().info("could not publish {} to the {} store: {}", entry.manifest.key, store->name(),
                        st.error().message);
         }

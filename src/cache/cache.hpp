@@ -58,12 +58,18 @@ public:
     // nothing (counted as a miss). Errors: the cache folder is unusable (world-writable, not a
     // folder) or an entry is someone else's. `memo`: a FileMemo for every lookup of one call (a
     // batch), so each dependency file is stat'ed once per call; or null.
-    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo = nullptr);
+    // `call`: the Call (entry_store.hpp) of the call this look-up is a step of, handed on to
+    // its build(); null for one of its own.
+    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo = nullptr,
+                                      Call *call = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
     // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
-    Result<Found> build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner = nullptr);
+    // `call`: as find()'s (the leader of a single flight uses it; a follower shares the leader's
+    // result).
+    Result<Found> build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner = nullptr,
+                        Call *call = nullptr);
     // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
     // says another node is compiling the entry now (the batch builds it again later, then
     // waiting for that node if it still is); otherwise build()'s result. Thread safe.
@@ -98,14 +104,17 @@ private:
     };
 
     // The stores, in lookup order; the local one first.
-    Result<std::optional<Found>> find_in_stores(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                                std::string *why);
+    Result<std::optional<Found>> find_in_stores(const key::KeyedRequest &keyed, Call &call,
+                                                key::include_scanner::FileMemo *memo, std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
     // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
-    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy);
+    // Every step checks the cache folder through `call`, once.
+    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
+                                      Call &call);
     // build() and build_unless_busy(): `busy` as compile_and_publish's.
-    Result<Found> build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy);
+    Result<Found> build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
+                             Call *call);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one: its header identity from
     // `deps`) on `runner` (null: here), counted and timed into *seconds.
     Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed,
@@ -114,10 +123,12 @@ private:
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).
-    Result<Found> publish_fetched(const key::KeyedRequest &keyed, remote::Entry fetched, const std::string &source_key,
+    Result<Found> publish_fetched(const key::KeyedRequest &keyed, Call &call, remote::Entry fetched,
+                                  const std::string &source_key,
                                   const std::vector<key::include_scanner::Dependency> &deps);
     // Publishes `entry` to every store; the local store's path is the answer.
-    Result<Found> publish_everywhere(const key::KeyedRequest &keyed, const store::cache_entry::NewEntry &entry);
+    Result<Found> publish_everywhere(const key::KeyedRequest &keyed, Call &call,
+                                     const store::cache_entry::NewEntry &entry);
 
     // In a forked child: the instance's in-flight table and its lock made anew (the parent's
     // flights, and any thread that held the lock, are not in the child), no compile in flight.

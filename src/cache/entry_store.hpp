@@ -10,6 +10,7 @@
 #include "key/include_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
+#include "util/folder_trust.hpp"
 #include "util/status.hpp"
 
 #include <optional>
@@ -28,6 +29,15 @@ struct Found {
     FileIdentity cubin_identity{};
 };
 
+// What one call (a kjit_compile; a batch's look-up, or its build of a miss) learns at its first
+// step in a store and hands down to the later ones. The local store checks the cache folder
+// (folder_trust: its owner, its parents, whether the caller can write it) once per call, and
+// again only after creating it; before, each step of a miss checked it again (up to seven
+// times). One thread uses a Call; it lives as long as the call.
+struct Call {
+    std::optional<Result<folder_trust::CacheFolder>> local_folder;
+};
+
 class EntryStore {
 public:
     virtual ~EntryStore() = default;
@@ -41,19 +51,19 @@ public:
     // call (a batch's), so each dependency file is stat'ed once per call; or null. Errors: the
     // store refuses to serve the request (its folder or an entry belongs to someone untrusted):
     // the cache stops there, it never compiles over someone else's entry.
-    virtual Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                              std::string *why) = 0;
+    virtual Result<std::optional<Found>> find(const key::KeyedRequest &keyed, Call &call,
+                                              key::include_scanner::FileMemo *memo, std::string *why) = 0;
 
     // For a request that reads files: its entry `variant_key` (the state of
     // the files now), when that entry answers it, found without its variants file (built before,
     // but no longer listed); the store lists it again. Else nullopt. Errors as find().
-    virtual Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
-                                                      std::string *why) = 0;
+    virtual Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, Call &call,
+                                                      const std::string &variant_key, std::string *why) = 0;
 
     // Stores the freshly compiled `entry` (keyed under entry.manifest.key) for `keyed`, and
     // returns its cubin path in this store (nullopt from a store that keeps no local copy).
     // Errors: io naming what could not be written.
-    virtual Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed,
+    virtual Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed, Call &call,
                                                        const store::cache_entry::NewEntry &entry) = 0;
 };
 

@@ -193,11 +193,21 @@ bool out_of_room(const Error &e) { return e.sys_errno == ENOSPC || e.sys_errno =
 
 }  // namespace
 
-Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                              std::string *why) {
+const Result<folder_trust::CacheFolder> &LocalStore::folder(const key::KeyedRequest &keyed, Call &call) {
+    if (!call.local_folder) call.local_folder.emplace(folder_trust::check_cache_folder(keyed.request.cache_dir));
+    return *call.local_folder;
+}
+
+const Result<folder_trust::CacheFolder> &LocalStore::check_again(const key::KeyedRequest &keyed, Call &call) {
+    call.local_folder.emplace(folder_trust::check_cache_folder_now(keyed.request.cache_dir));
+    return *call.local_folder;
+}
+
+Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, Call &call,
+                                              key::include_scanner::FileMemo *memo, std::string *why) {
     const key::Request &request = keyed.request;
-    auto folder = folder_trust::check_cache_folder(request.cache_dir);
-    if (!folder) return std::move(folder).error();
+    const auto &folder = LocalStore::folder(keyed, call);
+    if (!folder) return folder.error();
     std::string cubin = keyed.cubin;
     std::string name;
     FileIdentity proven;
@@ -208,47 +218,51 @@ Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, ke
     return answer(found, std::move(cubin), std::move(name), proven, why);
 }
 
-Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
-                                                      std::string *why) {
+Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &keyed, Call &call,
+                                                      const std::string &variant_key, std::string *why) {
     const key::Request &request = keyed.request;
-    auto folder = folder_trust::check_cache_folder(request.cache_dir);
-    if (!folder) return std::move(folder).error();
+    const auto &folder = LocalStore::folder(keyed, call);
+    if (!folder) return folder.error();
     const std::string entry = store::cache_entry::folder_for(request.cache_dir, variant_key);
     std::string name;
     FileIdentity proven;
     const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name, &proven);
-    if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
+    if (found == Lookup::hit && folder->writable) {
+        folder_trust::CacheFolder listing = *folder;  // listing updates it when it creates the shard
+        list_variant(request, keyed.key, variant_key, listing);
+    }
     return answer(found, entry + "/" + store::cache_entry::kCubinFile, std::move(name), proven, why);
 }
 
-Status LocalStore::can_publish(const key::KeyedRequest &keyed) {
-    auto folder = folder_trust::check_cache_folder(keyed.request.cache_dir);
-    if (!folder) return std::move(folder).error();
+Status LocalStore::can_publish(const key::KeyedRequest &keyed, Call &call) {
+    const auto &folder = LocalStore::folder(keyed, call);
+    if (!folder) return folder.error();
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
     if (folder->exists && !folder->writable) return not_writable(keyed.request.cache_dir, *folder);
     return Ok{};
 }
 
-std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key::KeyedRequest &keyed) {
+std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key::KeyedRequest &keyed, Call &call) {
     const key::Request &request = keyed.request;
-    auto folder = folder_trust::check_cache_folder(request.cache_dir);
-    if (!folder || (folder->exists && !folder->writable)) return std::nullopt;
-    if (!folder->exists) {
-        if (!make_folders(request.cache_dir, folder_trust::folder_mode(*folder), "cache folder")) return std::nullopt;
-        folder = folder_trust::check_cache_folder_now(request.cache_dir);
-        if (!folder || !folder->writable) return std::nullopt;
+    const Result<folder_trust::CacheFolder> *folder = &LocalStore::folder(keyed, call);
+    if (!*folder || ((*folder)->exists && !(*folder)->writable)) return std::nullopt;
+    if (!(*folder)->exists) {
+        if (!make_folders(request.cache_dir, folder_trust::folder_mode(**folder), "cache folder")) return std::nullopt;
+        folder = &check_again(keyed, call);
+        if (!*folder || !(*folder)->writable) return std::nullopt;
     }
     store::compile_lock::Waited waited;
-    auto held = store::compile_lock::acquire(request.cache_dir, *folder, keyed.key, request.compile_wait, &waited);
+    auto held = store::compile_lock::acquire(request.cache_dir, **folder, keyed.key, request.compile_wait, &waited);
     if (waited.waited) counters_.compile_lock_waits.fetch_add(1, std::memory_order_relaxed);
     if (waited.timed_out) counters_.compile_lock_timeouts.fetch_add(1, std::memory_order_relaxed);
     return held;
 }
 
-Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed,
+Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed, Call &call,
                                                        const store::cache_entry::NewEntry &entry) {
     const key::Request &request = keyed.request;
-    auto folder = folder_trust::check_cache_folder(request.cache_dir);
+    // A copy: publishing updates it when it creates the cache folder.
+    Result<folder_trust::CacheFolder> folder = LocalStore::folder(keyed, call);
     if (!folder) return std::move(folder).error();
     const std::string &source_key = entry.manifest.source_key;
     // An entry already in place: another process won the race (it serves), or it is stale or
@@ -291,7 +305,7 @@ Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &
         // What the limit counts: disk space, as du does (the bytes written round up to blocks).
         const std::uint64_t bytes = std::max(published->bytes_written, store::cache_maintenance::disk_usage(place));
         // Sweeping and eviction run after a publish, never on a hit, and are throttled.
-        store::cache_maintenance::after_publish(request.cache_dir, request.max_cache_bytes, bytes);
+        store::cache_maintenance::after_publish(request.cache_dir, *folder, request.max_cache_bytes, bytes);
     }
     return std::optional<std::string>(std::move(published->cubin_path));
 }

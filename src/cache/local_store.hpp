@@ -17,26 +17,31 @@ public:
     explicit LocalStore(Counters &counters) : counters_(counters) {}
 
     const char *name() const override { return "local"; }
-    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
+    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, Call &call, key::include_scanner::FileMemo *memo,
                                       std::string *why) override;
-    Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, const std::string &variant_key,
-                                              std::string *why) override;
-    Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed,
+    Result<std::optional<Found>> find_variant(const key::KeyedRequest &keyed, Call &call,
+                                              const std::string &variant_key, std::string *why) override;
+    Result<std::optional<std::string>> publish(const key::KeyedRequest &keyed, Call &call,
                                                const store::cache_entry::NewEntry &entry) override;
 
     // Whether a miss of `keyed` can be published here, said before compiling: an error when the
     // cache folder is unusable or not writable by the caller (a cache others filled for us to
     // read serves hits only), naming the folder and what to do.
-    Status can_publish(const key::KeyedRequest &keyed);
+    Status can_publish(const key::KeyedRequest &keyed, Call &call);
 
     // The node-wide lock of `keyed`'s key (compile_lock.hpp), taken before a miss looks again and
     // compiles: another process compiling it is waited for (at most request.compile_wait), so it
     // is compiled once on the node. Creates the cache folder when missing (the lock file lives in
     // it). None for a cache this process cannot write (it publishes nothing, so it never locks),
     // or when the lock cannot be had; the caller compiles either way. Counts waits.
-    std::optional<store::compile_lock::Held> lock_for_compile(const key::KeyedRequest &keyed);
+    std::optional<store::compile_lock::Held> lock_for_compile(const key::KeyedRequest &keyed, Call &call);
 
 private:
+    // The cache folder as `call` checked it, checking it at the call's first step.
+    static const Result<folder_trust::CacheFolder> &folder(const key::KeyedRequest &keyed, Call &call);
+    // Checks it again (never from the memo), after creating it.
+    static const Result<folder_trust::CacheFolder> &check_again(const key::KeyedRequest &keyed, Call &call);
+
     Counters &counters_;
 };
 

@@ -252,15 +252,30 @@ std::size_t sweep_shards(const std::string &cache_dir, std::int64_t now_ns) {
 
 }  // namespace
 
+namespace {
+// The sweep and eviction after a publish, in a cache folder already checked.
+void after_publish_in(const Root &checked, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
+}  // namespace
+
 void after_publish(const std::string &given_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
-    const std::int64_t now = realtime_ns();
-    // Through a link, eviction works on the folder it points to (list_dir refuses links).
     auto root = open_root(given_dir);
     if (!root) {
         log().warn("no sweep or eviction: {}", root.error().message);
         return;
     }
-    const std::string &cache_dir = root->path;
+    after_publish_in(*root, max_bytes, entry_bytes);
+}
+
+void after_publish(const std::string &given_dir, const folder_trust::CacheFolder &folder,
+                   std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
+    after_publish_in(root_of(given_dir, folder), max_bytes, entry_bytes);
+}
+
+namespace {
+
+void after_publish_in(const Root &root, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes) {
+    const std::int64_t now = realtime_ns();
+    const std::string &cache_dir = root.path;
     bool sweep_due = false;
     bool measure_due = false;
     Usage usage{};
@@ -291,7 +306,7 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
         }
     }
     if (!sweep_due && !measure_due) return;
-    auto lock = CacheLock::acquire(*root, CacheLock::Wait::not_at_all);
+    auto lock = CacheLock::acquire(root, CacheLock::Wait::not_at_all);
     if (!lock) {
         log().debug("no sweep or eviction: {}", lock.error().message);
         return;
@@ -321,8 +336,10 @@ void after_publish(const std::string &given_dir, std::optional<std::uint64_t> ma
                    format_size(*max_bytes), report.removed_entries, format_size(report.removed_bytes),
                    report.spared_in_use, format_size(inv->entry_bytes));
     }
-    write_usage(cache_dir, *inv, folder_trust::shared(root->folder));
+    write_usage(cache_dir, *inv, folder_trust::shared(root.folder));
 }
+
+}  // namespace
 
 Freed make_room(const std::string &given_dir, std::uint64_t max_bytes, std::uint64_t needed_bytes) {
     Freed freed;

@@ -9,6 +9,7 @@
 // cache lock, so two removers never race each other; hits, loads and publishes take no lock.
 #pragma once
 
+#include "util/folder_trust.hpp"
 #include "util/status.hpp"
 
 #include <atomic>
@@ -62,6 +63,10 @@ constexpr std::int64_t kSweepIntervalNs = 600'000'000'000;
 // and evicts least recently used entries down to kEvictionLowWater of the limit. Skips the work
 // when another process holds the cache lock. Never fails the publish: problems are logged.
 void after_publish(const std::string &cache_dir, std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
+// The same for a cache folder its caller has just checked (`folder`: folder_trust, after the
+// publish), which is not checked again.
+void after_publish(const std::string &cache_dir, const folder_trust::CacheFolder &folder,
+                   std::optional<std::uint64_t> max_bytes, std::uint64_t entry_bytes);
 
 struct Freed {
     std::size_t entries = 0;

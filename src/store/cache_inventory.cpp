@@ -90,9 +90,13 @@ bool is_transit_name(std::string_view name) {
 Result<Root> open_root(const std::string &cache_dir) {
     auto folder = folder_trust::check_cache_folder(cache_dir);
     if (!folder) return std::move(folder).error();
+    return root_of(cache_dir, std::move(*folder));
+}
+
+Root root_of(const std::string &cache_dir, folder_trust::CacheFolder folder) {
     Root root;
-    root.path = folder->exists ? folder->real_path : cache_dir;
-    root.folder = std::move(*folder);
+    root.path = folder.exists ? folder.real_path : cache_dir;
+    root.folder = std::move(folder);
     return root;
 }
 

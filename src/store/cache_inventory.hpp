@@ -121,6 +121,8 @@ struct Root {
 };
 
 Result<Root> open_root(const std::string &cache_dir);
+// The Root of `cache_dir` as `folder` (its check, made by the caller) says it is.
+Root root_of(const std::string &cache_dir, folder_trust::CacheFolder folder);
 
 // take_inventory() of a folder already checked (open_root).
 Result<Inventory> inventory_of(const std::string &cache_dir);

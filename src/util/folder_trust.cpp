@@ -207,7 +207,14 @@ Memo &thread_memo() {
 
 }  // namespace
 
+namespace {
+thread_local std::uint64_t checks_asked = 0;
+}  // namespace
+
+std::uint64_t checks_on_this_thread() noexcept { return checks_asked; }
+
 Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir) {
+    ++checks_asked;
     Memo &memo = thread_memo();
     memo.dir.clear();
     auto folder = check_uncached(cache_dir);
@@ -223,6 +230,7 @@ Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir) {
 Result<CacheFolder> check_cache_folder(const std::string &cache_dir) {
     const Memo &memo = thread_memo();
     if (cache_dir == memo.dir && realtime_ns() - memo.checked_ns < kCheckIntervalNs && memo.uid == ::geteuid()) {
+        ++checks_asked;
         return memo.folder;
     }
     return check_cache_folder_now(cache_dir);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 namespace kjit::folder_trust {
@@ -45,6 +46,9 @@ struct CacheFolder {
 Result<CacheFolder> check_cache_folder(const std::string &cache_dir);
 // The same, never from the memo (and refreshing it): after creating the folder.
 Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir);
+// How many times this thread asked for a cache folder's check (either function above, from the
+// memo or not): the local store checks once per call, and tests count a call's checks with it.
+std::uint64_t checks_on_this_thread() noexcept;
 
 // Whether something in `folder` owned by `uid` may be trusted: the caller, root or, in a team
 // cache, a member of its group.

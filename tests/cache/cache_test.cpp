@@ -1334,7 +1334,7 @@ namespace {
 class RecordingStore final : public kjit::cache::EntryStore {
 public:
     const char *name() const override { return "recording"; }
-    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::key::KeyedRequest &keyed,
+    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::key::KeyedRequest &keyed, kjit::cache::Call &,
                                                          kjit::key::include_scanner::FileMemo *,
                                                          std::string *) override {
         ++finds;
@@ -1342,11 +1342,11 @@ public:
             return std::optional<kjit::cache::Found>(it->second);
         return std::optional<kjit::cache::Found>();
     }
-    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::key::KeyedRequest &, const std::string &,
-                                                                 std::string *) override {
+    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::key::KeyedRequest &, kjit::cache::Call &,
+                                                                 const std::string &, std::string *) override {
         return std::optional<kjit::cache::Found>();
     }
-    kjit::Result<std::optional<std::string>> publish(const kjit::key::KeyedRequest &keyed,
+    kjit::Result<std::optional<std::string>> publish(const kjit::key::KeyedRequest &keyed, kjit::cache::Call &,
                                                      const kjit::store::cache_entry::NewEntry &entry) override {
         offered.emplace_back(keyed.key, entry.manifest.name);
         cubin_sizes.push_back(entry.cubin.size());
@@ -1362,6 +1362,29 @@ public:
 };
 
 }  // namespace
+
+// The local store checks the cache folder (its owner, its parents, whether the caller can write
+// it) once per call and hands the check down to the call's later steps: before, a miss asked for
+// it at the look-up, the compile lock, the second look-up, the publish check, the publish and the
+// sweep after it (6 times; 7 when it created the folder).
+TEST(Cache, ACallChecksTheCacheFolderOnceAndAgainOnlyAfterCreatingIt) {
+    TempDir dir;
+    const Request first = base_request(dir.file("cache"));
+    Request second = first;
+    second.source += "\n// another kernel source, another key\n";
+    Cache cache;
+    std::uint64_t before = kjit::folder_trust::checks_on_this_thread();
+    compile_ok(cache, first);  // a miss that creates the cache folder
+    EXPECT_EQ(kjit::folder_trust::checks_on_this_thread() - before, 2u);
+    before = kjit::folder_trust::checks_on_this_thread();
+    compile_ok(cache, second);  // a miss in a folder that exists
+    EXPECT_EQ(kjit::folder_trust::checks_on_this_thread() - before, 1u);
+    Cache fresh;  // no hit memo: a hit through the store
+    before = kjit::folder_trust::checks_on_this_thread();
+    compile_ok(fresh, first);
+    EXPECT_EQ(kjit::folder_trust::checks_on_this_thread() - before, 1u);
+    EXPECT_EQ(fresh.counters().compile_hits.load(), 1u);
+}
 
 TEST(Cache, AMissIsAskedOfEveryStoreAndItsResultOfferedToEach) {
     TempDir dir;
