@@ -193,13 +193,8 @@ bool out_of_room(const Error &e) { return e.sys_errno == ENOSPC || e.sys_errno =
 
 }  // namespace
 
-const Result<folder_trust::CacheFolder> &LocalStore::folder(const key::KeyedRequest &keyed, Call &call) {
+Result<folder_trust::CacheFolder> &LocalStore::folder(const key::KeyedRequest &keyed, Call &call) {
     if (!call.local_folder) call.local_folder.emplace(folder_trust::check_cache_folder(keyed.request.cache_dir));
-    return *call.local_folder;
-}
-
-const Result<folder_trust::CacheFolder> &LocalStore::check_again(const key::KeyedRequest &keyed, Call &call) {
-    call.local_folder.emplace(folder_trust::check_cache_folder_now(keyed.request.cache_dir));
     return *call.local_folder;
 }
 
@@ -221,16 +216,13 @@ Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, Ca
 Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &keyed, Call &call,
                                                       const std::string &variant_key, std::string *why) {
     const key::Request &request = keyed.request;
-    const auto &folder = LocalStore::folder(keyed, call);
+    auto &folder = LocalStore::folder(keyed, call);
     if (!folder) return folder.error();
     const std::string entry = store::cache_entry::folder_for(request.cache_dir, variant_key);
     std::string name;
     FileIdentity proven;
     const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name, &proven);
-    if (found == Lookup::hit && folder->writable) {
-        folder_trust::CacheFolder listing = *folder;  // listing updates it when it creates the shard
-        list_variant(request, keyed.key, variant_key, listing);
-    }
+    if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
     return answer(found, entry + "/" + store::cache_entry::kCubinFile, std::move(name), proven, why);
 }
 
@@ -244,15 +236,15 @@ Status LocalStore::can_publish(const key::KeyedRequest &keyed, Call &call) {
 
 std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key::KeyedRequest &keyed, Call &call) {
     const key::Request &request = keyed.request;
-    const Result<folder_trust::CacheFolder> *folder = &LocalStore::folder(keyed, call);
-    if (!*folder || ((*folder)->exists && !(*folder)->writable)) return std::nullopt;
-    if (!(*folder)->exists) {
-        if (!make_folders(request.cache_dir, folder_trust::folder_mode(**folder), "cache folder")) return std::nullopt;
-        folder = &check_again(keyed, call);
-        if (!*folder || !(*folder)->writable) return std::nullopt;
+    auto &folder = LocalStore::folder(keyed, call);
+    if (!folder || (folder->exists && !folder->writable)) return std::nullopt;
+    if (!folder->exists) {
+        if (!make_folders(request.cache_dir, folder_trust::folder_mode(*folder), "cache folder")) return std::nullopt;
+        folder = folder_trust::check_cache_folder_now(request.cache_dir);  // as it is now, for the rest of the call
+        if (!folder || !folder->writable) return std::nullopt;
     }
     store::compile_lock::Waited waited;
-    auto held = store::compile_lock::acquire(request.cache_dir, **folder, keyed.key, request.compile_wait, &waited);
+    auto held = store::compile_lock::acquire(request.cache_dir, *folder, keyed.key, request.compile_wait, &waited);
     if (waited.waited) counters_.compile_lock_waits.fetch_add(1, std::memory_order_relaxed);
     if (waited.timed_out) counters_.compile_lock_timeouts.fetch_add(1, std::memory_order_relaxed);
     return held;
@@ -261,9 +253,8 @@ std::optional<store::compile_lock::Held> LocalStore::lock_for_compile(const key:
 Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &keyed, Call &call,
                                                        const store::cache_entry::NewEntry &entry) {
     const key::Request &request = keyed.request;
-    // A copy: publishing updates it when it creates the cache folder.
-    Result<folder_trust::CacheFolder> folder = LocalStore::folder(keyed, call);
-    if (!folder) return std::move(folder).error();
+    auto &folder = LocalStore::folder(keyed, call);  // publishing updates it when it creates the folder
+    if (!folder) return folder.error();
     const std::string &source_key = entry.manifest.source_key;
     // An entry already in place: another process won the race (it serves), or it is stale or
     // damaged (replaced).

@@ -37,10 +37,10 @@ public:
     std::optional<store::compile_lock::Held> lock_for_compile(const key::KeyedRequest &keyed, Call &call);
 
 private:
-    // The cache folder as `call` checked it, checking it at the call's first step.
-    static const Result<folder_trust::CacheFolder> &folder(const key::KeyedRequest &keyed, Call &call);
-    // Checks it again (never from the memo), after creating it.
-    static const Result<folder_trust::CacheFolder> &check_again(const key::KeyedRequest &keyed, Call &call);
+    // The cache folder as `call` checked it, checking it at the call's first step. The call's
+    // own: a step that creates the folder checks it again into it (lock_for_compile), and
+    // publishing updates it when it creates the folder.
+    static Result<folder_trust::CacheFolder> &folder(const key::KeyedRequest &keyed, Call &call);
 
     Counters &counters_;
 };

@@ -198,6 +198,7 @@ struct Memo {
     std::string dir;
     std::int64_t checked_ns = 0;
     CacheFolder folder;
+    std::uint64_t checks_asked = 0;  // checks_on_this_thread()
 };
 
 Memo &thread_memo() {
@@ -207,15 +208,11 @@ Memo &thread_memo() {
 
 }  // namespace
 
-namespace {
-thread_local std::uint64_t checks_asked = 0;
-}  // namespace
-
-std::uint64_t checks_on_this_thread() noexcept { return checks_asked; }
+std::uint64_t checks_on_this_thread() noexcept { return thread_memo().checks_asked; }
 
 Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir) {
-    ++checks_asked;
     Memo &memo = thread_memo();
+    ++memo.checks_asked;
     memo.dir.clear();
     auto folder = check_uncached(cache_dir);
     if (folder && folder->exists) {
@@ -228,9 +225,9 @@ Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir) {
 }
 
 Result<CacheFolder> check_cache_folder(const std::string &cache_dir) {
-    const Memo &memo = thread_memo();
+    Memo &memo = thread_memo();
     if (cache_dir == memo.dir && realtime_ns() - memo.checked_ns < kCheckIntervalNs && memo.uid == ::geteuid()) {
-        ++checks_asked;
+        ++memo.checks_asked;
         return memo.folder;
     }
     return check_cache_folder_now(cache_dir);
