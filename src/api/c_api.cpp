@@ -273,18 +273,17 @@ kjit::Status settle_max_cache_size(std::uint64_t max_cache_size, kjit::key::Requ
     return kjit::Ok{};
 }
 
-// The cache folder a call names: `given` when set, else the default (not yet absolute). The
-// one rule for kjit_compile's options and the maintenance calls alike.
-kjit::Result<std::string> given_or_default_cache_dir(const char *given) {
-    if (given && *given) return std::string(given);
-    return kjit::api::defaults::cache_dir();
-}
-
-// The cache folder: the option's when set, else the default.
-kjit::Status settle_cache_dir(const char *cache_dir, kjit::key::Request &r) {
-    auto dir = given_or_default_cache_dir(cache_dir);
-    if (!dir) return std::move(dir).error();
-    r.cache_dir = std::move(*dir);
+// The cache folder a call names, into `dir`: `given` when set, else the default (not yet
+// absolute). The one rule for kjit_compile's options and the maintenance calls alike; written
+// into the caller's string, so a hit's request takes the folder with one copy, as before.
+kjit::Status given_or_default_cache_dir(const char *given, std::string &dir) {
+    if (given && *given) {
+        dir = given;
+        return kjit::Ok{};
+    }
+    auto found = kjit::api::defaults::cache_dir();
+    if (!found) return std::move(found).error();
+    dir = std::move(*found);
     return kjit::Ok{};
 }
 
@@ -315,7 +314,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
     auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
     r.compile_wait = *wait;
-    if (auto st = settle_cache_dir(given.cache_dir, r); !st) return st;
+    if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir); !st) return st;
     return settle_arch(given.arch, r);
 }
 
@@ -341,9 +340,9 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
 // The cache folder a maintenance call works on: `given`, else the default, made absolute:
 // what kjit_compile works on for the same cache_dir (request_from, then key_request).
 kjit::Result<std::string> cache_dir_from(const char *given) {
-    auto dir = given_or_default_cache_dir(given);
-    if (!dir) return dir;
-    return kjit::absolute_folder(*dir);
+    std::string dir;
+    if (auto st = given_or_default_cache_dir(given, dir); !st) return std::move(st).error();
+    return kjit::absolute_folder(dir);
 }
 
 // Fills the first `struct_size` bytes of `*out` with `defaults` (an *_INIT macro's value), for
