@@ -5,7 +5,7 @@
 //   - C, a small kernel and a CUB kernel: a process's first call (one-time set-up: NVRTC's
 //     identity, the trust checks, the header watch), the kernel's first hit in that warm
 //     process, and a repeat (mean over --peers-repeats);
-//   - the same through python/kjit.py (each build's own kjit.py);
+//   - the same through each build's own Python module (python/);
 //   - a fresh process that gets the 300 sweep kernels (--kernels) ready (path and name of
 //     each), C and Python, from the start of main() or of the script (the import of kjit
 //     included).

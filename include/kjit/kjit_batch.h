@@ -75,7 +75,7 @@ KJIT_API kjit_status kjit_compile_request_init(kjit_compile_request *request, si
  *    still compiling), and kjit_compile_batch() returns #KJIT_ERROR_CANCELLED, with the full
  *    result and with what was thrown (its `what()`) in kjit_last_error().
  *  - Python's ctypes prints an exception raised in a callback and returns an undefined value;
- *    python/kjit.py catches it (and Ctrl-C) for you (docs/python.md).
+ *    python/kjit/ catches it (and Ctrl-C) for you (docs/python.md).
  *
  * libkjit installs no signal handler. To stop a batch on Ctrl-C, let a SIGINT handler set a
  * `volatile sig_atomic_t` flag and return non-zero from the callback once it is set: the

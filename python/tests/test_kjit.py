@@ -1,4 +1,4 @@
-"""Tests of python/kjit.py against the built libkjit.so.
+"""Tests of python/kjit/ against the built libkjit.so.
 
 Environment: KJIT_LIBRARY (the library; else kjit's own search), KJIT_LIBCUDA (the CUDA driver
 test double, build/tests/fake_driver/libcuda.so.1; the load tests are skipped without it).
@@ -23,7 +23,7 @@ import warnings
 import pytest
 
 PYTHON_DIR = pathlib.Path(__file__).resolve().parent.parent
-# KJIT_TEST_INSTALLED=1 (tests/wheel_test.sh): the package pip installed, not python/kjit.py.
+# KJIT_TEST_INSTALLED=1 (tests/wheel_test.sh): the package pip installed, not python/kjit/.
 INSTALLED = os.environ.get("KJIT_TEST_INSTALLED") == "1"
 if not INSTALLED:
     sys.path.insert(0, str(PYTHON_DIR))
@@ -291,7 +291,7 @@ def test_find_library_result_is_used(monkeypatch):
 
 def _child_env():
     """This environment, for a child Python that imports the same kjit as this process:
-    python/kjit.py, or the installed package."""
+    python/kjit/, or the installed package."""
     path = [] if INSTALLED else [str(PYTHON_DIR)]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path + [os.environ.get("PYTHONPATH")])))
 
