@@ -105,7 +105,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 6
+#define KJIT_VERSION_MINOR 7
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -324,10 +324,17 @@ typedef struct kjit_compile_options {
         open: a server that is down or slow never fails a call. Syntax, options and behaviour:
         docs/remote.md. */
     const char *remote_storage;
+    /** The NVRTC program's name (since 0.7), as the caller's own nvrtcCreateProgram call would
+        give it, e.g. "gemm_128x64.cu" or "kernels/gemm.cu": NVRTC's log, device asserts and the
+        cubin name it, so the cubin is the one that call makes, and it is in the key. NULL or ""
+        (default): "source.cu". As in NVRTC, the source's quoted includes are looked up first
+        in the name's folder (taken against the working directory when relative). A name
+        ending in '/' is #KJIT_ERROR_INVALID_ARGUMENT. */
+    const char *program_name;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL }
 
 /**
  * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).

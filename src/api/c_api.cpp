@@ -256,6 +256,7 @@ kjit::Status take_options(const kjit_compile_options *options, kjit::key::Reques
         r.remote_spec = options->remote_storage;
         r.remote_origin = "the remote_storage option";
     }
+    if (KJIT_OPTION_PRESENT(options, program_name) && options->program_name) r.program_name = options->program_name;
     return kjit::Ok{};
 }
 

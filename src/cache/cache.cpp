@@ -23,7 +23,7 @@ std::atomic<Cache *> instance_slot{nullptr};
 compile::compiler::Request nvrtc_request(const key::Request &request) {
     compile::compiler::Request nvrtc;
     nvrtc.source = request.source;
-    nvrtc.program_name = store::cache_entry::kSourceFile;
+    nvrtc.program_name = request.program_name.empty() ? key::kDefaultProgramName : request.program_name;
     nvrtc.options.push_back("-arch=" + request.arch);
     nvrtc.options.insert(nvrtc.options.end(), request.nvrtc_options.begin(), request.nvrtc_options.end());
     for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
@@ -48,6 +48,7 @@ store::cache_entry::Manifest new_manifest(const key::Request &request, const std
     m.include_paths = request.include_paths;
     for (const auto &h : request.headers) m.headers.push_back(h.first);
     m.name_expression = request.name_expression;
+    m.program_name = request.program_name;
     m.compile_seconds = compile_seconds;
     return m;
 }

@@ -73,6 +73,7 @@ HitMemo::Digest HitMemo::digest(const key::Request &request) {
     }
     h.count(request.name_expression ? 1 : 0);
     if (request.name_expression) h.field(*request.name_expression);
+    h.field(request.program_name);
     return h.digest();
 }
 

@@ -1,6 +1,7 @@
 // Hit memo: the in-process layer in front of the entry stores. A repeat of a request this
 // process has answered (the same source, keyword, cache folder, arch, NVRTC options, include
-// paths, in-memory headers and name expression, after defaults) is answered from memory: no
+// paths, in-memory headers, name expression and program name, after defaults) is answered from
+// memory: no
 // keying, no trust checks, no sidecar read. Never where something could have changed the answer
 // (docs/cache-layout.md, "The hit memo"); at every repeat:
 //

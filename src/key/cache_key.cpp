@@ -123,6 +123,8 @@ std::string key_of(const Request &r) {
     field(state, "arch", r.arch);
     field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
     field(state, "keyword", r.keyword);
+    // Only when given: the keys of requests without it are those of before the option.
+    if (!r.program_name.empty()) field(state, "program_name", r.program_name);
     return hex_digest(state);
 }
 
@@ -138,6 +140,7 @@ std::string pch_texts(const Request &r) {
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
     field(state, "working_dir", r.search.working_dir);
+    if (!r.program_name.empty()) field(state, "program_name", r.program_name);
     field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
         field(state, "header.name", h.first);
@@ -190,7 +193,13 @@ Result<KeyedRequest> key_request(Request request) {
     // working directory, which then enters the key.
     auto files = key::include_scanner::file_options(request.nvrtc_options);
     if (!files) return std::move(files).error();
-    const key::include_scanner::Reach reach = key::include_scanner::reach(request.source, request.headers, *files);
+    if (request.program_name == kDefaultProgramName) request.program_name.clear();
+    if (!request.program_name.empty() && request.program_name.back() == '/') {
+        return Error{Errc::invalid_argument,
+                     "program_name '" + request.program_name + "' names a folder, not a file such as 'gemm.cu'"};
+    }
+    const key::include_scanner::Reach reach =
+        key::include_scanner::reach(request.source, request.program_name, request.headers, *files);
     request.reads_files = reach.reads_files;
     request.search = key::include_scanner::Search{};
     if (reach.uses_working_dir) {
@@ -207,6 +216,8 @@ Result<KeyedRequest> key_request(Request request) {
     }
     request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
                                        request.include_paths.end());
+    request.search.source_folder =
+        key::include_scanner::folder_of_name(request.program_name, request.search.working_dir);
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
 

@@ -27,6 +27,10 @@ namespace kjit::key {
 // an entry's cubin confirm (format-1 entries have neither, so they are rebuilt).
 constexpr int kFormatVersion = 2;
 
+// The NVRTC program's name when the caller gives none: the name every program had before
+// kjit_compile_options::program_name, so that their keys and cubins stay what they were.
+constexpr const char *kDefaultProgramName = "source.cu";
+
 struct Request {
     std::string source;
     std::string keyword;
@@ -37,6 +41,9 @@ struct Request {
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;
     std::optional<std::string> name_expression;
+    // The NVRTC program's name; empty: kDefaultProgramName. In the key when not the default
+    // (key_request clears a name equal to it), so entries of before the option keep their keys.
+    std::string program_name;
     // The cache's size limit in bytes (see store::cache_maintenance::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).

@@ -430,20 +430,10 @@ Status Scanner::queue_inputs(std::string_view source) {
     for (const std::string &file : search_.pre_includes) {
         if (auto st = look_up(file, true, search_.working_dir, false); !st) return std::move(st).error();
     }
-    work_.push_back({std::string(source), search_.working_dir});
+    work_.push_back({std::string(source), search_.source_folder.empty() ? search_.working_dir : search_.source_folder});
     // Every in-memory header, included or not (a superset): its quoted names are looked up in
     // the working directory joined with the folder part of its own name.
-    for (const auto &h : memory_headers_) {
-        const std::size_t slash = h.first.rfind('/');
-        std::string folder;
-        if (!h.first.empty() && h.first[0] == '/') {
-            folder = slash == 0 ? std::string("/") : h.first.substr(0, slash);
-        } else if (!search_.working_dir.empty()) {
-            folder =
-                slash == std::string::npos ? search_.working_dir : search_.working_dir + "/" + h.first.substr(0, slash);
-        }
-        work_.push_back({h.second, std::move(folder)});
-    }
+    for (const auto &h : memory_headers_) work_.push_back({h.second, folder_of_name(h.first, search_.working_dir)});
     return Ok{};
 }
 
@@ -629,24 +619,33 @@ Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) 
     return out;
 }
 
-Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options) {
+std::string folder_of_name(const std::string &name, const std::string &working_dir) {
+    const std::size_t slash = name.rfind('/');
+    if (slash == std::string::npos) return working_dir;
+    if (name[0] == '/') return slash == 0 ? std::string("/") : name.substr(0, slash);
+    return working_dir.empty() ? std::string() : working_dir + "/" + name.substr(0, slash);
+}
+
+Reach reach(std::string_view source, const std::string &program_name, const MemoryHeaders &memory_headers,
+            const FileOptions &options) {
     Reach r;
-    // A quoted relative name is looked up in the includer's folder first: the working directory
-    // for the source and (joined with their names' folders) for the in-memory headers. A
+    // A quoted relative name is looked up in the includer's folder first: for the source, the
+    // folder of the program's name, the working directory unless that name is absolute; for
+    // the in-memory headers, the working directory joined with their names' folders. A
     // computed name may be such a name.
-    auto visit = [&](std::string_view text) {
+    auto visit = [&](std::string_view text, bool folder_is_absolute) {
         for (const Directive &d : directives(text)) {
             r.reads_files = true;
             if (d.computed) {
                 r.uses_working_dir = true;
-            } else if (d.quoted && !d.name.empty() && d.name[0] != '/' &&
+            } else if (d.quoted && !folder_is_absolute && !d.name.empty() && d.name[0] != '/' &&
                        !names_memory_header(d.name, memory_headers)) {
                 r.uses_working_dir = true;
             }
         }
     };
-    visit(source);
-    for (const auto &h : memory_headers) visit(h.second);
+    visit(source, !program_name.empty() && program_name[0] == '/');
+    for (const auto &h : memory_headers) visit(h.second, false);
     for (const std::string &dir : options.include_dirs) {
         if (dir[0] != '/') r.uses_working_dir = true;
     }

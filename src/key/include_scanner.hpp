@@ -65,12 +65,18 @@ struct Reach {
     bool reads_files = false;       // any #include, __has_include or pre-included file
     bool uses_working_dir = false;  // something may be looked up relative to the working directory
 };
-Reach reach(std::string_view source, const MemoryHeaders &memory_headers, const FileOptions &options);
+// `program_name`: the NVRTC program's name (empty: a name without a folder), whose folder the
+// source's quoted names are looked up in first.
+Reach reach(std::string_view source, const std::string &program_name, const MemoryHeaders &memory_headers,
+            const FileOptions &options);
 
 // How a compile looks files up.
 struct Search {
     // Absolute; empty when nothing is looked up relative to it (Reach::uses_working_dir false).
     std::string working_dir;
+    // Absolute: where the source's quoted names are looked up first, as NVRTC does, the folder
+    // of the program's name (folder_of_name()); empty: working_dir.
+    std::string source_folder;
     // Absolute, in NVRTC's order: those among the NVRTC options, then include_paths.
     std::vector<std::string> include_dirs;
     // As given to -include / --pre-include.
@@ -83,6 +89,12 @@ struct Search {
 // A computed include is looked up as every header name its macros may expand to (as a quoted or
 // angle name, from the including file's folder); what cannot be followed records every file
 // under the include folders (over 100,000: Errc::io).
+// The folder where a text named `name` (the program, or an in-memory header) has its quoted names
+// looked up first, as NVRTC does, compiled in `working_dir`: its name's folder, taken against
+// `working_dir` when relative; `working_dir` for a name without a folder. Empty when it is
+// relative and `working_dir` is empty (nothing is looked up relative to it).
+std::string folder_of_name(const std::string &name, const std::string &working_dir);
+
 Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
                                      const Search &search);
 

@@ -301,6 +301,9 @@ std::string format_manifest(const Manifest &m) {
     for (const auto &p : m.include_paths) line("include_path", p);
     for (const auto &h : m.headers) line("header", h);
     if (m.name_expression) line("name_expression", *m.name_expression);
+    // Written only when given, so that entries without one keep the manifest of 0.6; an older
+    // reader takes the line as informational, as every unknown label.
+    if (!m.program_name.empty()) line("program_name", m.program_name);
     line("cubin_bytes", std::to_string(m.cubin_bytes));
     line("cubin_hash", m.cubin_hash);
     char secs[32];
@@ -342,6 +345,7 @@ std::string *text_field(Manifest &m, std::string_view label) {
     if (label == "arch") return &m.arch;
     if (label == "nvrtc") return &m.nvrtc;
     if (label == "created") return &m.created;
+    if (label == "program_name") return &m.program_name;
     return nullptr;
 }
 

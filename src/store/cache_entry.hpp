@@ -161,6 +161,7 @@ struct Manifest {
     std::vector<std::string> include_paths;
     std::vector<std::string> headers;  // in-memory header names
     std::optional<std::string> name_expression;
+    std::string program_name;  // the NVRTC program's name when the caller gave one (since 0.7)
     std::uint64_t cubin_bytes = 0;
     std::string cubin_hash;  // XXH3-128 of the published cubin, 32 lowercase hex digits
     double compile_seconds = 0;

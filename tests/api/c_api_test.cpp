@@ -409,6 +409,45 @@ TEST(CApiCompile, CompilesThenHitsAndTheNameIsWarm) {
     EXPECT_EQ(need, len);
 }
 
+// program_name (0.7): the NVRTC program's name, in NVRTC's log, in the cubin (a device assert
+// names its file) and in the key; "source.cu", the default, is the entry of no name at all.
+TEST(CApiCompile, ProgramNameNamesTheProgramInTheLogTheCubinAndTheKey) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    const char *source = "template <int N> __global__ void gemm(float *p) { assert(p[0] > 0); p[0] = N; }\n"
+                         "template __global__ void gemm<128>(float *);\n";
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.cache_dir = cache.c_str();
+    o.arch = "sm_90";
+    auto compile_as = [&](const char *program_name) {
+        o.program_name = program_name;
+        char path[4096];
+        const kjit_status st = kjit_compile(source, "gemm", &o, path, sizeof path, nullptr);
+        EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
+        return st == KJIT_OK ? std::string(path) : std::string();
+    };
+    const std::string named = compile_as("gemm_module.cu");
+    const std::string unnamed = compile_as(nullptr);
+    EXPECT_NE(named, unnamed);
+    EXPECT_EQ(compile_as("source.cu"), unnamed);
+    EXPECT_EQ(compile_as(""), unnamed);
+    EXPECT_EQ(compile_as("gemm_module.cu"), named);
+    EXPECT_NE(read_file(named).find("gemm_module.cu"), std::string::npos);
+    EXPECT_EQ(read_file(unnamed).find("gemm_module.cu"), std::string::npos);
+    EXPECT_NE(read_file(unnamed).find("source.cu"), std::string::npos);
+
+    // NVRTC's log names the program.
+    o.program_name = "broken_module.cu";
+    char path[4096];
+    EXPECT_EQ(kjit_compile("__global__ void gemm() { undeclared(); }\n", "gemm", &o, path, sizeof path, nullptr),
+              KJIT_ERROR_COMPILE);
+    EXPECT_NE(std::string(kjit_last_error()).find("broken_module.cu("), std::string::npos) << kjit_last_error();
+    // A folder is not a program name.
+    o.program_name = "kernels/";
+    EXPECT_EQ(kjit_compile(source, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("program_name 'kernels/'"), std::string::npos) << kjit_last_error();
+}
+
 TEST(CApiCompile, OlderSmallerOptionsStructStillWorks) {
     // What a caller built against a header whose struct ended after `arch` passes in.
     struct options_v0 {

@@ -1,5 +1,6 @@
 #include "cache/cache.hpp"
 #include "api/defaults.hpp"
+#include "cache/hit_memo.hpp"
 #include "key/dependency_watch.hpp"
 
 #include "batch/batch_compiler.hpp"
@@ -124,9 +125,12 @@ TEST(Cache, MissThenHitWithoutNvrtc) {
     EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
-TEST(Cache, KeyChangesWithEachInputAlone) {
+namespace {
+
+// One request per input of the key, each differing from base_request("/c") in that input alone.
+std::vector<Request> one_input_changed() {
     const Request base = base_request("/c");
-    std::vector<Request> variants(12, base);
+    std::vector<Request> variants(13, base);
     variants[0].source += " ";
     variants[1].headers = {{"a.h", "#define A 1"}};
     variants[2].headers = {{"a.h", "#define A 2"}};
@@ -139,6 +143,15 @@ TEST(Cache, KeyChangesWithEachInputAlone) {
     variants[9].name_expression = "gemm<128>";
     variants[10].keyword = "gem";
     variants[11].nvrtc_identity = "13.0 libnvrtc.so.13 1";  // another NVRTC build
+    variants[12].program_name = "gemm.cu";
+    return variants;
+}
+
+}  // namespace
+
+TEST(Cache, KeyChangesWithEachInputAlone) {
+    const Request base = base_request("/c");
+    const std::vector<Request> variants = one_input_changed();
     std::set<std::string> keys = {kjit::key::key_of(base)};
     for (const Request &v : variants) keys.insert(kjit::key::key_of(v));
     EXPECT_EQ(keys.size(), variants.size() + 1);
@@ -153,6 +166,26 @@ TEST(Cache, KeyChangesWithEachInputAlone) {
     split.nvrtc_options = {"-DX=1", "-DY=1"};
     EXPECT_NE(kjit::key::key_of(empty_expr), kjit::key::key_of(base));
     EXPECT_NE(kjit::key::key_of(joined), kjit::key::key_of(split));
+}
+
+// The in-process hit memo tells requests apart by every input the caller gives (all but the
+// NVRTC build, which the full look-up settles): a field it left out would answer one request with
+// another's cubin.
+TEST(Cache, HitMemoDigestChangesWithEachInputTheCallerGives) {
+    const Request base = base_request("/c");
+    std::set<std::pair<std::uint64_t, std::uint64_t>> digests;
+    const auto digest_of = [](const Request &r) {
+        const kjit::cache::HitMemo::Digest d = kjit::cache::HitMemo::digest(r);
+        return std::make_pair(d.low, d.high);
+    };
+    digests.insert(digest_of(base));
+    std::size_t given = 1;
+    for (const Request &v : one_input_changed()) {
+        if (v.nvrtc_identity != base.nvrtc_identity) continue;
+        digests.insert(digest_of(v));
+        ++given;
+    }
+    EXPECT_EQ(digests.size(), given);
 }
 
 TEST(Cache, KeyIsTheSameInAnotherProcess) {
@@ -791,7 +824,7 @@ TEST(IncludeScanner, FileOptionsInEverySpelling) {
 TEST(IncludeScanner, ReachDecidesOnTheWorkingDirectory) {
     namespace is = kjit::key::include_scanner;
     auto reach = [&](const std::string &src, const is::MemoryHeaders &mem = {}, const is::FileOptions &o = {}) {
-        return is::reach(src, mem, o);
+        return is::reach(src, "", mem, o);
     };
     EXPECT_FALSE(reach("__global__ void k() {}\n").reads_files);
     EXPECT_TRUE(reach("#include <a.h>\n").reads_files);

@@ -43,7 +43,8 @@ struct Answer {
 // kjit_compile through the C ABI, then the name the cubin holds.
 Answer compile(const std::string &cache, const std::string &source, const std::vector<std::string> &options,
                const std::vector<std::string> &include_paths = {},
-               const std::vector<std::pair<std::string, std::string>> &headers = {}) {
+               const std::vector<std::pair<std::string, std::string>> &headers = {},
+               const char *program_name = nullptr) {
     std::vector<const char *> opts, incs;
     std::vector<kjit_header> hdrs;
     for (const auto &o : options) opts.push_back(o.c_str());
@@ -58,6 +59,7 @@ Answer compile(const std::string &cache, const std::string &source, const std::v
     o.include_path_count = incs.size();
     o.headers = hdrs.data();
     o.header_count = hdrs.size();
+    o.program_name = program_name;
     Answer a;
     char path[4096];
     a.status = kjit_compile(source.c_str(), "gemm", &o, path, sizeof path, nullptr);
@@ -130,6 +132,52 @@ TEST(Headers, WorkingDirectoryHeaderEnters) {
     expect_name(compile(dir.file("cache"), kQuoted, {}), 22);
     write_file(dir.file("proj/cfg.h"), cfg_text(1));  // reverted: the old text again
     expect_name(compile(dir.file("cache"), kQuoted, {}), 1);
+}
+
+// NVRTC looks the source's quoted names up in its program name's folder first (taken against the
+// working directory when relative), as it does for a header: a program named "sub/mod.cu" reads
+// sub/cfg.h, not ./cfg.h, and an edit there is a miss.
+TEST(Headers, ProgramNameFolderIsSearchedFirst) {
+    TempDir dir;
+    make_dir(dir.file("proj"));
+    make_dir(dir.file("proj/sub"));
+    write_file(dir.file("proj/cfg.h"), cfg_text(1));
+    write_file(dir.file("proj/sub/cfg.h"), cfg_text(2));
+    InFolder in(dir.file("proj"));
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {}, {}, "sub/mod.cu"), 2);
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {}, {}, nullptr), 1);
+    write_file(dir.file("proj/sub/cfg.h"), cfg_text(5));
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {}, {}, "sub/mod.cu"), 5);
+    // The working directory's cfg.h now shadows nothing for that program: it is not its folder.
+    ::unlink(dir.file("proj/sub/cfg.h").c_str());
+    EXPECT_NE(compile(dir.file("cache"), kQuoted, {}, {}, {}, "sub/mod.cu").status, KJIT_OK);
+}
+
+// An absolute program name: its folder, wherever the call is made from. The working directory
+// then plays no part, so two folders share the entry; an edit of the header is a miss.
+TEST(Headers, AbsoluteProgramNameIsTheSameFromEveryFolder) {
+    TempDir dir;
+    make_dir(dir.file("lib"));
+    make_dir(dir.file("a"));
+    make_dir(dir.file("b"));
+    write_file(dir.file("lib/cfg.h"), cfg_text(4));
+    write_file(dir.file("a/cfg.h"), cfg_text(7));  // never read: not the program's folder
+    const std::string program = dir.file("lib/mod.cu");
+    Answer from_a, from_b;
+    {
+        InFolder in(dir.file("a"));
+        from_a = compile(dir.file("cache"), kQuoted, {}, {}, {}, program.c_str());
+    }
+    {
+        InFolder in(dir.file("b"));
+        from_b = compile(dir.file("cache"), kQuoted, {}, {}, {}, program.c_str());
+    }
+    expect_name(from_a, 4);
+    expect_name(from_b, 4);
+    EXPECT_EQ(from_a.cubin, from_b.cubin);
+    write_file(dir.file("lib/cfg.h"), cfg_text(8));
+    InFolder in(dir.file("b"));
+    expect_name(compile(dir.file("cache"), kQuoted, {}, {}, {}, program.c_str()), 8);
 }
 
 // The same source and options from two projects, each with its own cfg.h: two answers, two

@@ -258,6 +258,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     m.include_paths = {"/inc"};
     m.headers = {"a.h"};
     m.name_expression = "gemm<1>";
+    m.program_name = "kernels/gemm.cu";
     m.cubin_bytes = 4096;
     m.cubin_hash = "0123456789abcdef0123456789abcdef";
     m.created = "2026-12-03T10:00:00Z";
@@ -267,6 +268,7 @@ TEST(CacheEntry, ManifestRoundTripsAndRejectsDamage) {
     EXPECT_EQ(back->options, m.options);
     EXPECT_EQ(back->include_paths, m.include_paths);
     EXPECT_EQ(back->name_expression, m.name_expression);
+    EXPECT_EQ(back->program_name, m.program_name);
     EXPECT_EQ(back->cubin_bytes, 4096u);
     EXPECT_EQ(back->arch, "sm_90a");
     EXPECT_EQ(back->cubin_hash, m.cubin_hash);
