@@ -1,9 +1,8 @@
 // Hit memo: the in-process layer in front of the entry stores. A repeat of a request this
 // process has answered (the same source, keyword, cache folder, arch, NVRTC options, include
 // paths, in-memory headers, name expression and program name, after defaults) is answered from
-// memory: no
-// keying, no trust checks, no sidecar read. Never where something could have changed the answer
-// (docs/cache-layout.md, "The hit memo"); at every repeat:
+// memory: no keying, no trust checks, no sidecar read. Never where something could have changed
+// the answer (docs/cache-layout.md, "The hit memo"); at every repeat:
 //
 //   - The cubin: the very file the full look-up proved (device, inode, size, mtime and ctime to
 //     the nanosecond). A removed entry (eviction, prune, clear, rm), a replaced or rewritten
