@@ -30,10 +30,6 @@ if os.environ.get("KJIT_TEST_INSTALLED") != "1":
 
 GPU = os.environ.get("KJIT_TEST_GPU") == "1"
 LIBCUDA = None if GPU else os.environ.get("KJIT_LIBCUDA")
-if LIBCUDA:
-    # cuda.bindings opens "libcuda.so.1" by name: the double, loaded first, is the one it gets.
-    ctypes.CDLL(LIBCUDA, mode=ctypes.RTLD_GLOBAL)
-
 try:
     import cuda.core  # noqa: F401
 except ImportError as e:
@@ -43,6 +39,11 @@ except ImportError as e:
                 "from PyPI", allow_module_level=True)
 
 from cuda.core import ObjectCode, Program, ProgramOptions  # noqa: E402
+
+if LIBCUDA:
+    # cuda.bindings opens "libcuda.so.1" by name when it first calls the driver: the double,
+    # loaded first, is the one it gets.
+    ctypes.CDLL(LIBCUDA, mode=ctypes.RTLD_GLOBAL)
 
 import kjit  # noqa: E402
 import kjit.cuda_core  # noqa: E402
