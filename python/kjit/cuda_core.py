@@ -1,0 +1,253 @@
+r"""cuda.core on kjit's cache: compile with cuda.core's own ``ProgramOptions`` and name
+expressions, get back a cuda.core ``ObjectCode`` whose ``symbol_mapping`` is there on every hit.
+
+``cuda.core.Program.compile(cache=...)`` refuses name expressions, because the mapping from a
+name expression to its lowered (mangled) name comes from NVRTC at compile time and is not in
+the bytes its cache stores. libkjit keeps that name beside each cubin (the ``<cubin>.name``
+sidecar), so a hit, in this process or a fresh one, gives it back without running NVRTC::
+
+    import kjit.cuda_core
+    mod = kjit.cuda_core.compile(SOURCE, ProgramOptions(arch="sm_90"), ("scale<3>",))
+    kernel = mod.get_kernel("scale<3>")        # a cuda.core Kernel, for cuda.core's launch()
+
+This submodule imports cuda.core (cuda-core 0.6 or newer: ``pip install cuda-core
+cuda-bindings==13.*``); ``import kjit`` alone never does. It uses only kjit's public functions.
+
+One name expression per cache entry
+-----------------------------------
+libkjit's compile takes one name expression (``kjit_compile_options::name_expression``) and
+caches one kernel's name per entry, so :func:`compile` takes at most one. Several go to
+:func:`compile_each`: one cache entry per name expression, compiled as one
+``kjit.compile_batch`` (hits answered at once, misses compiled in parallel), returned as
+``{name_expression: ObjectCode}``, each ``ObjectCode`` mapping its own name expression.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence, Union
+
+import kjit
+
+try:
+    import cuda.core
+    from cuda.core import ObjectCode, ProgramOptions
+except ImportError as e:
+    raise ImportError("kjit.cuda_core needs cuda.core (pip install cuda-core cuda-bindings==13.*, the major of "
+                      "your CUDA toolkit)") from e
+# 0.6 is the first with both: ObjectCode.symbol_mapping, and as_bytes() for a target type.
+if not (hasattr(ObjectCode, "symbol_mapping") and hasattr(ProgramOptions, "as_bytes")):
+    raise ImportError(f"kjit.cuda_core needs cuda-core 0.6 or newer, not {getattr(cuda.core, '__version__', '?')} "
+                      "(pip install -U cuda-core)")
+
+__all__ = ["compile", "compile_each", "kjit_options", "keyword_of"]
+
+NameExpression = Union[str, bytes]
+
+# NVRTC options (as cuda.core writes them) that ask for something other than one loadable,
+# whole-program cubin, or for a side effect a cache hit would skip: what the ProgramOptions field
+# is and why kjit cannot honour it. Checked on the translated options, so that it holds for every
+# cuda.core version whatever its fields are called.
+_REFUSED = (
+    (("--relocatable-device-code=true", "-rdc=true", "-rdc"), "relocatable_device_code",
+     "relocatable device code needs a link step (cuda.core's Linker); kjit caches whole-program cubins"),
+    (("--extensible-whole-program", "-ewp"), "extensible_whole_program",
+     "extensible whole-program code needs a link step (cuda.core's Linker); kjit caches loadable cubins"),
+    (("--dlink-time-opt", "-dlto"), "link_time_optimization",
+     "it asks for LTO-IR, not a cubin; kjit caches cubins only"),
+    (("--gen-opt-lto",), "gen_opt_lto", "it asks for LTO-IR, not a cubin; kjit caches cubins only"),
+    (("--fdevice-syntax-only",), "fdevice_syntax_only", "it stops before code generation: there is no cubin"),
+    (("--time",), "time", "it writes a file while compiling, which a cache hit would not"),
+    (("--fdevice-time-trace",), "fdevice_time_trace", "it writes a file while compiling, which a cache hit would not"),
+) + tuple(((f"--{field.replace('_', '-')}",), field,
+             "kjit keeps its own precompiled headers, one per state of the headers: use ProgramOptions(pch=True)")
+           for field in ("create_pch", "use_pch", "pch_dir"))
+# Fields for cuda.core's NVVM backend, which its NVRTC translation leaves out without a word.
+_NVVM_ONLY = ("extra_sources", "use_libdevice")
+
+# A name expression's kernel: an optionally qualified identifier, then template arguments.
+_NAME_EXPRESSION = re.compile(r"\s*&?\s*(?:::\s*)?([A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*)\s*(?:<.*>)?\s*", re.S)
+
+
+def keyword_of(name_expression: NameExpression) -> str:
+    """The kernel a name expression names, as libkjit's keyword: ``"scale<3>"`` -> ``"scale"``,
+    ``"ns::gemm<128, 64>"`` -> ``"ns::gemm"``, ``"&f"`` -> ``"f"``. ValueError for an
+    expression it cannot read (a cast, say): pass ``keyword=`` to :func:`compile` then."""
+    text = _text(name_expression, "name expression")
+    match = _NAME_EXPRESSION.fullmatch(text)
+    if not match:
+        raise ValueError(f"cannot tell the kernel's name in the name expression {text!r}: pass keyword='kernel' "
+                         f"(the kernel's identifier, e.g. 'scale' for 'scale<3>')")
+    return re.sub(r"\s+", "", match.group(1))
+
+
+def kjit_options(options: ProgramOptions | None) -> dict[str, Any]:
+    """A cuda.core ``ProgramOptions`` as the keyword arguments of kjit's compile functions:
+    ``{"arch": ..., "nvrtc_options": [...]}``, for ``kjit.compile``, ``kjit.compile_batch``
+    or ``kjit.compile_and_load`` (whose ``Kernel.as_cuda_core()`` gives a cuda.core Kernel).
+
+    The NVRTC options are cuda.core's own translation (``ProgramOptions.as_bytes("nvrtc",
+    "cubin")``) without the arch, which kjit takes apart.
+    None gives ``{}``: kjit's default arch ($KJIT_ARCH, else the GPU's). ValueError, naming
+    the field, for what kjit cannot honour: relocatable or extensible whole-program code, LTO-IR,
+    syntax-only, a virtual ``compute_XX`` arch, options that write files while compiling
+    (``time``, ``fdevice_time_trace``), NVRTC's own PCH files (``pch=True`` is fine: kjit's PCH)
+    and the NVVM-only fields."""
+    if options is None:
+        return {}
+    for field in _NVVM_ONLY:
+        if getattr(options, field, None):
+            raise ValueError(f"ProgramOptions.{field} is for cuda.core's NVVM backend; kjit compiles C++ with NVRTC")
+    arch = getattr(options, "arch", None) or None
+    if arch is not None and not str(arch).startswith("sm_"):
+        raise ValueError(f"ProgramOptions.arch={arch!r}: kjit caches cubins, which need a real arch such as 'sm_90'")
+    nvrtc_options = [o for o in _translated(options) if not _is_arch_option(o)]
+    for option in nvrtc_options:
+        _refuse(option)
+    result: dict[str, Any] = {"nvrtc_options": nvrtc_options}
+    if arch is not None:
+        result["arch"] = arch
+    return result
+
+
+def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
+            name_expressions: Sequence[NameExpression] = (), *, keyword: str | None = None,
+            cache_dir: Any = None, **kjit_compile_options: Any) -> ObjectCode:
+    """``Program(code, "c++", options).compile("cubin", name_expressions)`` through kjit's
+    cache: a cuda.core ``ObjectCode`` holding the cubin's bytes, named ``options.name``, whose
+    ``symbol_mapping`` maps the name expression (str or bytes, as given) to its lowered name
+    (bytes), as cuda.core's own does, on a miss and on every hit (none runs NVRTC).
+
+    - ``options``: a cuda.core ``ProgramOptions`` (see :func:`kjit_options` for what is
+      refused), or None for kjit's defaults.
+    - ``name_expressions``: at most one (use :func:`compile_each` for several).
+    - ``keyword``: the kernel's identifier, for libkjit's keyword rule; by default
+      :func:`keyword_of` the name expression. Needed without a name expression; the returned
+      mapping then maps the keyword to the kernel's mangled name, so ``get_kernel(keyword)``
+      finds a C++ kernel too.
+    - ``cache_dir`` and ``**kjit_compile_options`` (``headers``, ``include_paths``,
+      ``max_cache_size``, ``remote_storage``): as for ``kjit.compile``.
+
+    Raises kjit's errors (``kjit.CompileError`` with NVRTC's log, ...), ValueError for
+    options kjit cannot honour, TypeError for arguments of the wrong type."""
+    expressions = _expressions(name_expressions)
+    if len(expressions) > 1:
+        raise ValueError(f"kjit.cuda_core.compile takes one name expression, got {len(expressions)}: libkjit caches "
+                         "one kernel's name per entry; kjit.cuda_core.compile_each(code, options, name_expressions) "
+                         "gives {name_expression: ObjectCode}")
+    expression = expressions[0] if expressions else None
+    kw = _keyword(expression, keyword)
+    kwargs = _compile_kwargs(options, cache_dir, kjit_compile_options)
+    if expression is not None:
+        kwargs["name_expression"] = _text(expression, "name expression")
+    compiled = kjit.compile_named(code, kw, **kwargs)
+    return _object_code(compiled.cubin_path, compiled.name, expression if expression is not None else kw, options)
+
+
+def compile_each(code: str, options: ProgramOptions | None = None,
+                 name_expressions: Sequence[NameExpression] = (), *, cache_dir: Any = None,
+                 workers: int | None = None, progress: Callable[..., Any] | None = None,
+                 **kjit_compile_options: Any) -> dict[NameExpression, ObjectCode]:
+    """:func:`compile` for each name expression, as one ``kjit.compile_batch``: hits are
+    answered at once, misses compile in parallel (``workers``: as for ``compile_batch``).
+    Returns ``{name_expression: ObjectCode}`` in the order given, each ``ObjectCode`` holding
+    its own cache entry's cubin with its one name expression in ``symbol_mapping``. The first
+    item that failed is raised as the ``kjit.KjitError`` ``compile`` would raise (the
+    ``CompileError`` carries NVRTC's log); the others are still in the cache."""
+    expressions = list(dict.fromkeys(_expressions(name_expressions)))
+    if not expressions:
+        raise ValueError("kjit.cuda_core.compile_each needs at least one name expression")
+    kwargs = _compile_kwargs(options, cache_dir, kjit_compile_options)
+    requests = [{"source": code, "keyword": keyword_of(e), "name_expression": _text(e, "name expression")}
+                for e in expressions]
+    items = kjit.compile_batch(requests, workers=workers, progress=progress, **kwargs)
+    result = {}
+    for expression, request, item in zip(expressions, requests, items):
+        if not item.ok:
+            raise _batch_error(item, expression)
+        name = item.kernel_name
+        if name is None:  # libkjit before 0.5 gives no names from a batch: its look-up is a hit now
+            name = kjit.compile_named(code, request["keyword"], name_expression=request["name_expression"],
+                                      **kwargs).name
+        result[expression] = _object_code(item.cubin_path, name, expression, options)
+    return result
+
+
+def _text(value: NameExpression, what: str) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"a {what} must be str or bytes, not {type(value).__name__}")
+
+
+def _expressions(name_expressions: Sequence[NameExpression]) -> list[NameExpression]:
+    # A bare string would be taken letter by letter, as cuda.core's Program.compile would.
+    if isinstance(name_expressions, (str, bytes)):
+        raise TypeError(f"name_expressions must be a sequence of str or bytes, e.g. ({name_expressions!r},), "
+                        "not a single string")
+    expressions = list(name_expressions)
+    for e in expressions:
+        _text(e, "name expression")
+    return expressions
+
+
+def _keyword(expression: NameExpression | None, keyword: str | None) -> str:
+    if keyword is not None:
+        return keyword
+    if expression is None:
+        raise ValueError("kjit.cuda_core.compile without a name expression needs keyword='kernel' "
+                         "(the kernel's identifier, for libkjit's keyword rule)")
+    return keyword_of(expression)
+
+
+def _compile_kwargs(options: ProgramOptions | None, cache_dir: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+    taken = sorted(set(extra) & {"arch", "nvrtc_options", "name_expression"})
+    if taken:
+        raise TypeError(f"{', '.join(taken)}: give these through ProgramOptions and name_expressions")
+    return {**kjit_options(options), "cache_dir": cache_dir, **extra}
+
+
+def _translated(options: ProgramOptions) -> list[str]:
+    """cuda.core's own NVRTC translation of the options, as str."""
+    if not isinstance(options, ProgramOptions):
+        raise TypeError(f"options must be a cuda.core ProgramOptions, not {type(options).__name__}")
+    return [o.decode("utf-8") for o in options.as_bytes("nvrtc", "cubin")]
+
+
+def _is_arch_option(option: str) -> bool:
+    return option.startswith(("-arch=", "--gpu-architecture=")) or option in ("-arch", "--gpu-architecture")
+
+
+def _refuse(option: str) -> None:
+    for spellings, field, why in _REFUSED:
+        if any(option == s or option.startswith(s + "=") for s in spellings):
+            raise ValueError(f"ProgramOptions.{field} ({option}): {why}")
+
+
+def _object_code(cubin_path: str, name: str, key: NameExpression, options: ProgramOptions | None) -> ObjectCode:
+    # The bytes, not the path: the ObjectCode then holds this entry's cubin, whatever later
+    # happens to the file (eviction, kjit.clear()).
+    with open(cubin_path, "rb") as f:
+        cubin = f.read()
+    mapping = {} if key == name else {key: name.encode("utf-8")}
+    label = getattr(options, "name", None) or "default_program"
+    return ObjectCode.from_cubin(cubin, name=label, symbol_mapping=mapping)
+
+
+# compile_batch reports failures in its items; these are the exceptions compile would raise.
+_ERRORS = {
+    kjit.Status.ERROR_INVALID_ARGUMENT: kjit.InvalidArgument,
+    kjit.Status.ERROR_NOT_FOUND: kjit.NotFound,
+    kjit.Status.ERROR_AMBIGUOUS: kjit.Ambiguous,
+    kjit.Status.ERROR_BAD_CUBIN: kjit.BadCubin,
+    kjit.Status.ERROR_IO: kjit.KjitIOError,
+    kjit.Status.ERROR_COMPILE: kjit.CompileError,
+    kjit.Status.ERROR_NVRTC: kjit.CompileError,
+}
+
+
+def _batch_error(item: Any, expression: NameExpression) -> kjit.KjitError:
+    cls = _ERRORS.get(item.status, kjit.KjitError)
+    return cls(item.status, kjit.status_string(item.status), f"name expression {expression!r}: {item.error}",
+               "kjit_compile_batch")
