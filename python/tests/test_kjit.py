@@ -1247,7 +1247,7 @@ def test_remote_storage_errors_name_the_argument_and_hide_the_password(tmp_path)
 
 def test_options_struct_stays_old_sized_without_remote_storage():
     # A libkjit older than 0.6 refuses a larger struct: the 0.6 field only when it is used.
-    plain = kjit._compile_options([], arch="sm_90")
-    remote = kjit._compile_options([], arch="sm_90", remote_storage="none")
-    assert plain.struct_size == kjit._CompileOptions.remote_storage.offset
-    assert remote.struct_size == ctypes.sizeof(kjit._CompileOptions)
+    plain = kjit._convert.compile_options([], arch="sm_90")
+    remote = kjit._convert.compile_options([], arch="sm_90", remote_storage="none")
+    assert plain.struct_size == kjit._abi.CompileOptions.remote_storage.offset
+    assert remote.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
