@@ -55,20 +55,31 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
-import datetime
 import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _abi, _convert, _launch, _signals
 from ._abi import CacheProblem, Status
-from ._convert import Headers, PathLike, path_bytes as _path_bytes, text_bytes as _text_bytes
+from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
 from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
                       LibraryNotFound, NotFound)
+
+# For type checkers only, as in _abi: typing (and datetime) would cost more to import than the
+# rest of the package, and annotations are never evaluated.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime
+    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+    from ._convert import Headers, PathLike
+
+    # A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
+    BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
+    # A batch item's progress callback: (done, total, index, status, cubin_path) -> cancel?
+    ProgressCallback = Callable[[int, int, int, Union[Status, int], Optional[str]], Any]
 
 __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
@@ -83,33 +94,30 @@ __all__ = [
 ]
 
 # kjit_pch_mode
-PCH_DEFAULT: int = _abi.PchMode.DEFAULT.value
-PCH_ON: int = _abi.PchMode.ON.value
-PCH_OFF: int = _abi.PchMode.OFF.value
+PCH_DEFAULT: int = _abi.PCH_MODES["DEFAULT"]
+PCH_ON: int = _abi.PCH_MODES["ON"]
+PCH_OFF: int = _abi.PCH_MODES["OFF"]
 # kjit_worker_kind (libkjit 0.5)
-WORKERS_DEFAULT: int = _abi.WorkerKind.DEFAULT.value
-WORKERS_THREADS: int = _abi.WorkerKind.THREADS.value
-WORKERS_PROCESSES: int = _abi.WorkerKind.PROCESSES.value
-WORKERS_AUTOMATIC: int = _abi.WorkerKind.AUTOMATIC.value
+WORKERS_DEFAULT: int = _abi.WORKER_KINDS["DEFAULT"]
+WORKERS_THREADS: int = _abi.WORKER_KINDS["THREADS"]
+WORKERS_PROCESSES: int = _abi.WORKER_KINDS["PROCESSES"]
+WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
-SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(r.name.lower() for r in _abi.SidecarRejection)
+SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage")
-# A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
-BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
-# A batch item's progress callback: (done, total, index, status, cubin_path) -> cancel?
-ProgressCallback = Callable[[int, int, int, Union[Status, int], Optional[str]], Any]
 
 
 # --------------------------------------------------------------------------------------------
 # Results
 
-class Compiled(NamedTuple):
+class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
     """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
     mangled name in it (both str)."""
 
+    __slots__ = ()
     cubin_path: str
     name: str
 
@@ -138,11 +146,12 @@ class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
         return self.status == Status.OK
 
 
-class Problem(NamedTuple):
+class Problem(collections.namedtuple("Problem", "path kind detail fixed action")):
     """One finding of :func:`verify`: ``path`` (str: the entry folder, or a temp folder or file),
     ``kind`` (a :class:`CacheProblem`, or an int a newer libkjit knows), ``detail`` (str, naming
     the file), ``fixed`` (bool) and ``action`` (str: what ``fix`` did; "" without it)."""
 
+    __slots__ = ()
     path: str
     kind: Union[CacheProblem, int]
     detail: str
@@ -150,11 +159,12 @@ class Problem(NamedTuple):
     action: str
 
 
-class VerifyReport(NamedTuple):
+class VerifyReport(collections.namedtuple("VerifyReport", "cache_dir entries_checked entries_ok problems")):
     """What :func:`verify` found: the absolute ``cache_dir``, ``entries_checked``, ``entries_ok``
     and ``problems`` (a list of :class:`Problem`). ``clean`` is True when nothing was found or
     everything found was fixed."""
 
+    __slots__ = ()
     cache_dir: str
     entries_checked: int
     entries_ok: int
@@ -216,7 +226,9 @@ def _open_cdll(path: Optional[PathLike]) -> Tuple[ctypes.CDLL, str]:
             places.append((f"beside this module: {beside!r}", beside))
         else:
             tried.append((f"beside this module ({beside!r})", "no such file"))
-        found = ctypes.util.find_library("kjit")
+        from ctypes import util  # here only: it costs more to import than the rest of the package
+
+        found = util.find_library("kjit")
         if found:
             places.append((f"ctypes.util.find_library('kjit') -> {found!r}", found))
         else:

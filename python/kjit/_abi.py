@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import enum
-from typing import Any, Dict, List, Optional, Tuple, Type
+# typing is for type checkers only: importing it costs more than the rest of the package, and
+# annotations are never evaluated (from __future__ import annotations). Type checkers take any
+# `if TYPE_CHECKING:` as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
 HEADER_VERSION = (0, 6, 0)
@@ -49,36 +54,13 @@ class Status(enum.IntEnum):
     ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
 
 
-class PchMode(enum.IntEnum):
-    """kjit_pch_mode (``KJIT_PCH_`` + the member's name)."""
-
-    DEFAULT = 0
-    ON = 1
-    OFF = 2
-
-
-class WorkerKind(enum.IntEnum):
-    """kjit_worker_kind, libkjit 0.5 (``KJIT_WORKERS_`` + the member's name)."""
-
-    DEFAULT = 0
-    THREADS = 1
-    PROCESSES = 2
-    AUTOMATIC = 3
-
-
-class SidecarRejection(enum.IntEnum):
-    """kjit_sidecar_rejection: the index into kjit_stats.sidecar_rejections (``KJIT_SIDECAR_``
-    + the member's name)."""
-
-    UNREADABLE = 0
-    TOO_LARGE = 1
-    EMPTY = 2
-    BARE_NAME = 3
-    BAD_HEADER = 4
-    NO_LINE = 5
-    STALE = 6
-    NAME_FAILS_RULE = 7
-    DISTRUSTED = 8
+# The other enums, as name: value (the C name is the prefix in ENUMS + the name): plain ints in
+# the API, and enum classes would cost the import for nothing.
+PCH_MODES: Dict[str, int] = {"DEFAULT": 0, "ON": 1, "OFF": 2}  # kjit_pch_mode
+WORKER_KINDS: Dict[str, int] = {"DEFAULT": 0, "THREADS": 1, "PROCESSES": 2, "AUTOMATIC": 3}  # kjit_worker_kind, 0.5
+# kjit_sidecar_rejection: the index into kjit_stats.sidecar_rejections
+SIDECAR_REJECTIONS: Dict[str, int] = {"UNREADABLE": 0, "TOO_LARGE": 1, "EMPTY": 2, "BARE_NAME": 3, "BAD_HEADER": 4,
+                                      "NO_LINE": 5, "STALE": 6, "NAME_FAILS_RULE": 7, "DISTRUSTED": 8}
 
 
 class CacheProblem(enum.IntEnum):
@@ -97,13 +79,13 @@ class CacheProblem(enum.IntEnum):
     STALE_TEMP = 9
 
 
-# Each enum with the prefix that makes its members' C names.
-ENUMS: Dict[str, Type[enum.IntEnum]] = {
-    "KJIT_": Status,
-    "KJIT_PCH_": PchMode,
-    "KJIT_WORKERS_": WorkerKind,
-    "KJIT_SIDECAR_": SidecarRejection,
-    "KJIT_CACHE_": CacheProblem,
+# Each enum, as name: value, with the prefix that makes its members' C names.
+ENUMS: Dict[str, Dict[str, int]] = {
+    "KJIT_": {member.name: member.value for member in Status},
+    "KJIT_PCH_": PCH_MODES,
+    "KJIT_WORKERS_": WORKER_KINDS,
+    "KJIT_SIDECAR_": SIDECAR_REJECTIONS,
+    "KJIT_CACHE_": {member.name: member.value for member in CacheProblem},
 }
 
 # The header's numeric macros.
@@ -124,8 +106,8 @@ MACROS: Dict[str, int] = {
 def constants() -> Dict[str, int]:
     """Every constant this module mirrors, by its C name: the macros and each enumerator."""
     out = dict(MACROS)
-    for prefix, kind in ENUMS.items():
-        out.update({prefix + member.name: int(member) for member in kind})
+    for prefix, values in ENUMS.items():
+        out.update({prefix + name: value for name, value in values.items()})
     return out
 
 

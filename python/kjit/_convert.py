@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _abi
 
-# What a path argument may be, and text or a path, as the API takes them.
-PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
-Headers = Union[Mapping[str, Union[str, bytes]], Iterable[Tuple[str, Union[str, bytes]]]]
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
+
+    # A path argument as the API takes it, and in-memory headers.
+    PathLike = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+    Headers = Union[Mapping[str, Union[str, bytes]], Iterable[Tuple[str, Union[str, bytes]]]]
 
 
 def path_bytes(value: object, what: str) -> bytes:
@@ -120,10 +123,13 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
     return opts
 
 
-_C_FIELD = re.compile(r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)")
+_C_FIELD = r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)"
 
 
 def in_python_terms(message: str) -> str:
     """libkjit's message with the C struct fields it names as this package's keyword arguments:
-    ``kjit_compile_options.arch`` reads ``arch=``."""
-    return _C_FIELD.sub(lambda m: m.group(1) + "=", message)
+    ``kjit_compile_options.arch`` reads ``arch=``. (On errors only: the pattern is compiled, and
+    cached by re, at the first; re itself is imported then.)"""
+    import re
+
+    return re.sub(_C_FIELD, lambda m: m.group(1) + "=", message)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple, Type, Union
-
 from ._abi import Status
+
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional, Tuple, Type, Union
 
 
 class KjitError(Exception):

@@ -11,12 +11,15 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
-
 from ._abi import Status
 from ._errors import DriverError
 
-Dims = Union[int, Sequence[int]]
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+
+    Dims = Union[int, Sequence[int]]  # grid and block: an int or 1 to 3 of them
 
 # --------------------------------------------------------------------------------------------
 # The driver: the one libkjit loads ($KJIT_LIBCUDA, else libcuda.so.1)

@@ -15,8 +15,11 @@ would delay anyway: no handler could run while the batch was in C.
 from __future__ import annotations
 
 import signal
-from types import FrameType
-from typing import Any, Dict, List, Optional, Tuple
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Dict, List, Optional, Tuple
 
 
 class SignalGate:

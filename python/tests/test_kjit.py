@@ -285,7 +285,8 @@ def test_explicit_path_beats_environment(monkeypatch):
 def test_find_library_result_is_used(monkeypatch):
     good = kjit._lib().path
     monkeypatch.delenv("KJIT_LIBRARY", raising=False)
-    monkeypatch.setattr(kjit.ctypes.util, "find_library", lambda name: good if name == "kjit" else None)
+    import ctypes.util  # kjit imports it only when it searches
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: good if name == "kjit" else None)
     assert kjit.Library().path == good
 
 
