@@ -75,6 +75,8 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
     from ._convert import Headers, PathLike
+    from ._results import (ArchUsage, CacheStats, Problem, PruneReport, RemoteDescription, RemoteServer, Stats,
+                           VerifyReport)
 
     # A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
     BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
@@ -90,8 +92,26 @@ __all__ = [
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
-    "remote_describe",
+    "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
 ]
+
+# The results in kjit._results, imported at their first use (see there): by __getattr__ below
+# for kjit.<name>, by the functions that return them.
+_RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
+            "RemoteServer")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RESULTS:
+        from . import _results
+
+        return getattr(_results, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_RESULTS))
+
 
 # kjit_pch_mode
 PCH_DEFAULT: int = _abi.PCH_MODES["DEFAULT"]
@@ -144,36 +164,6 @@ class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
     def ok(self) -> bool:
         """True when the item succeeded."""
         return self.status == Status.OK
-
-
-class Problem(collections.namedtuple("Problem", "path kind detail fixed action")):
-    """One finding of :func:`verify`: ``path`` (str: the entry folder, or a temp folder or file),
-    ``kind`` (a :class:`CacheProblem`, or an int a newer libkjit knows), ``detail`` (str, naming
-    the file), ``fixed`` (bool) and ``action`` (str: what ``fix`` did; "" without it)."""
-
-    __slots__ = ()
-    path: str
-    kind: Union[CacheProblem, int]
-    detail: str
-    fixed: bool
-    action: str
-
-
-class VerifyReport(collections.namedtuple("VerifyReport", "cache_dir entries_checked entries_ok problems")):
-    """What :func:`verify` found: the absolute ``cache_dir``, ``entries_checked``, ``entries_ok``
-    and ``problems`` (a list of :class:`Problem`). ``clean`` is True when nothing was found or
-    everything found was fixed."""
-
-    __slots__ = ()
-    cache_dir: str
-    entries_checked: int
-    entries_ok: int
-    problems: List[Problem]
-
-    @property
-    def clean(self) -> bool:
-        """True when nothing was found or everything found was fixed."""
-        return all(p.fixed for p in self.problems)
 
 
 def _status(value: int) -> Union[Status, int]:
@@ -532,14 +522,14 @@ class Library:
             f["kjit_batch_result_release"](result)
         return items
 
-    def stats(self) -> Dict[str, Any]:
-        """A snapshot of libkjit's process-wide counters (kjit_get_stats) as a dict: every
-        counter of kjit_stats by name; ``sidecar_rejections`` as {reason: count} and ``errors``
-        as {status name: count}, both listing only non-zero entries. Counters only grow: subtract
+    def stats(self) -> Stats:
+        """A snapshot of libkjit's process-wide counters (kjit_get_stats): a :class:`Stats`
+        with every counter of kjit_stats by name, ``sidecar_rejections`` as {reason: count} and
+        ``errors`` as {status name: count} (non-zero entries only). Counters only grow: subtract
         two snapshots to measure a stretch of work. Needs libkjit 0.2 or later."""
-        fn = self._fn.get("kjit_get_stats")
-        if fn is None:
-            raise LibraryNotFound([(self.path, "loaded, but has no kjit_get_stats (libkjit older than 0.2)")])
+        fn = self._needs("kjit_get_stats", "0.2")
+        from . import _results
+
         with_remote = "kjit_remote_describe" in self._fn
         out = _abi.Stats()
         if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
@@ -549,12 +539,10 @@ class Library:
             raise self._error(status, "kjit_get_stats")
         names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
                  (_abi.STATS_REMOTE if with_remote else ()))
-        result: Dict[str, Any] = {n: getattr(out, n) for n in names}
-        result["sidecar_rejections"] = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
-                                        if out.sidecar_rejections[i]}
-        result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, _abi.STATS_STATUS_SLOTS)
-                            if out.errors[i]}
-        return result
+        rejections = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
+                      if out.sidecar_rejections[i]}
+        errors = {self.status_string(i): out.errors[i] for i in range(1, _abi.STATS_STATUS_SLOTS) if out.errors[i]}
+        return _results.Stats(sidecar_rejections=rejections, errors=errors, **{n: getattr(out, n) for n in names})
 
     # -- Cache maintenance (libkjit 0.4): what `kjit cache stats/prune/verify/clear` do ---------
 
@@ -566,26 +554,33 @@ class Library:
         arg = _path_bytes(cache_dir, "cache_dir") if cache_dir is not None else None
         return os.fsdecode(self._string_out("kjit_cache_dir", (arg,), self.path_buffer_size))
 
-    def remote_describe(self, remote_storage: Optional[str] = None) -> str:
-        """What the cluster tier's Redis servers say of themselves (kjit_remote_describe), as text:
-        per server its URL (password hidden), reachability, memory and its limit, eviction
-        policy, keys and libkjit's entries. ``remote_storage``: a setting as compile() takes it;
-        None for $KJIT_REMOTE_STORAGE. Raises InvalidArgument when there is no setting. Needs
-        libkjit 0.6."""
+    def remote_describe(self, remote_storage: Optional[str] = None) -> RemoteDescription:
+        """What the cluster tier's Redis servers say of themselves (kjit_remote_describe): a
+        :class:`RemoteDescription`, whose ``servers`` give per server its URL (password hidden),
+        reachability, what Redis reports (version, memory and its limit, eviction policy, ...),
+        its keys and libkjit's entries; ``str()`` of it is the text ``kjit cache stats
+        --remote`` prints. ``remote_storage``: a setting as compile() takes it; None for
+        $KJIT_REMOTE_STORAGE. Raises InvalidArgument when there is no setting. Needs libkjit
+        0.6."""
         self._needs("kjit_remote_describe", "0.6")
-        arg = _text_bytes(remote_storage, "remote_storage") if remote_storage is not None else None
-        return self._string_out("kjit_remote_describe", (arg,), 65536).decode("utf-8", "replace")
+        from . import _results
 
-    def cache_stats(self, cache_dir: Optional[PathLike] = None) -> Dict[str, Any]:
-        """What a cache folder holds (kjit_cache_summarize) as a dict: ``cache_dir`` (absolute),
-        ``entries``, ``bytes`` (disk space, as du counts it), ``max_size`` ($KJIT_CACHE_MAX_SIZE in
-        bytes, None for no limit), ``in_transit``, ``in_transit_bytes``, ``foreign``, the times
-        ``least_recent_use_ns``, ``most_recent_use_ns``, ``oldest_created_ns``,
-        ``newest_created_ns`` (ns since the epoch, None without entries) and ``by_arch``
-        ({arch: {"entries": n, "bytes": n}}). A missing folder is an empty cache. Raises
-        KjitIOError for a folder that cannot be read or is refused, InvalidArgument for a
-        malformed $KJIT_CACHE_MAX_SIZE. Needs libkjit 0.4."""
+        arg = _text_bytes(remote_storage, "remote_storage") if remote_storage is not None else None
+        text = self._string_out("kjit_remote_describe", (arg,), 65536).decode("utf-8", "replace")
+        return _results.RemoteDescription.parse(text)
+
+    def cache_stats(self, cache_dir: Optional[PathLike] = None) -> CacheStats:
+        """What a cache folder holds (kjit_cache_summarize), as a :class:`CacheStats`:
+        ``cache_dir`` (absolute), ``entries``, ``bytes`` (disk space, as du counts it),
+        ``max_size`` ($KJIT_CACHE_MAX_SIZE in bytes, None for no limit), ``in_transit``,
+        ``in_transit_bytes``, ``foreign``, the times ``least_recent_use_ns``,
+        ``most_recent_use_ns``, ``oldest_created_ns``, ``newest_created_ns`` (ns since the
+        epoch, None without entries) and ``by_arch`` ({arch: :class:`ArchUsage`}). A missing
+        folder is an empty cache. Raises KjitIOError for a folder that cannot be read or is
+        refused, InvalidArgument for a malformed $KJIT_CACHE_MAX_SIZE. Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_summarize", "0.4")
+        from . import _results
+
         folder = self.cache_dir(cache_dir)
         out, arches = _abi.CacheSummary(), ctypes.c_void_p()
         status = fn(os.fsencode(folder), ctypes.byref(out), ctypes.byref(arches))
@@ -596,29 +591,27 @@ class Library:
             by_arch = {}
             for i in range(f["kjit_cache_arches_count"](arches)):
                 name = f["kjit_cache_arches_name"](arches, i).decode("utf-8", "replace")
-                by_arch[name] = {"entries": f["kjit_cache_arches_entries"](arches, i),
-                                 "bytes": f["kjit_cache_arches_bytes"](arches, i)}
+                by_arch[name] = _results.ArchUsage(f["kjit_cache_arches_entries"](arches, i),
+                                                   f["kjit_cache_arches_bytes"](arches, i))
         finally:
             f["kjit_cache_arches_release"](arches)
-        result: Dict[str, Any] = {"cache_dir": folder}
-        result.update({n: getattr(out, n) for n in _abi.CacheSummary.COUNTS})
-        result["max_size"] = out.max_size or None
-        result.update({n: getattr(out, n) or None for n in _abi.CacheSummary.TIMES})
-        result["by_arch"] = by_arch
-        return result
+        values: Dict[str, Any] = {n: getattr(out, n) for n in _abi.CacheSummary.COUNTS}
+        values.update({n: getattr(out, n) or None for n in _abi.CacheSummary.TIMES})
+        values["max_size"] = out.max_size or None
+        return _results.CacheStats(cache_dir=folder, by_arch=by_arch, **values)
 
-    def _prune_report(self, folder: str, report: _abi.PruneReport) -> Dict[str, Any]:
-        result: Dict[str, Any] = {"cache_dir": folder}
-        result.update({n: getattr(report, n) for n in _abi.PruneReport.COUNTS})
-        return result
+    def _prune_report(self, folder: str, report: _abi.PruneReport) -> PruneReport:
+        from . import _results
+
+        return _results.PruneReport(cache_dir=folder, **{n: getattr(report, n) for n in _abi.PruneReport.COUNTS})
 
     def prune(self, cache_dir: Optional[PathLike] = None, *, max_size: Optional[int] = None,
-              older_than: Union[int, float, datetime.timedelta, None] = None) -> Dict[str, Any]:
+              older_than: Union[int, float, datetime.timedelta, None] = None) -> PruneReport:
         """Removes cache entries by recency (kjit_cache_prune): those not used for
         ``older_than`` (seconds as an int or float, or a datetime.timedelta), then the least
         recently used until the rest take at most ``max_size`` bytes (an int; 0 removes every
         entry not in use). None leaves a bound out. Entries in use are never removed
-        (``spared_in_use``). Returns the report as a dict: ``cache_dir``, ``removed_entries``,
+        (``spared_in_use``). Returns a :class:`PruneReport`: ``cache_dir``, ``removed_entries``,
         ``removed_bytes``, ``spared_in_use``, ``removed_in_transit``,
         ``removed_variants_files``, ``kept_entries``, ``kept_bytes``. Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_prune", "0.4")
@@ -637,9 +630,9 @@ class Library:
             raise self._error(status, "kjit_cache_prune")
         return self._prune_report(folder, report)
 
-    def clear(self, cache_dir: Optional[PathLike] = None) -> Dict[str, Any]:
-        """Removes every cache entry, in use or not (kjit_cache_clear). Returns the report as
-        :meth:`prune` does. Needs libkjit 0.4."""
+    def clear(self, cache_dir: Optional[PathLike] = None) -> PruneReport:
+        """Removes every cache entry, in use or not (kjit_cache_clear). Returns a
+        :class:`PruneReport`, as :meth:`prune` does. Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_clear", "0.4")
         folder = self.cache_dir(cache_dir)
         report = _abi.PruneReport()
@@ -654,6 +647,8 @@ class Library:
         report, not raised. Raises KjitIOError for a folder that cannot be read or is refused.
         Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_verify", "0.4")
+        from . import _results
+
         folder = self.cache_dir(cache_dir)
         handle = ctypes.c_void_p()
         status = fn(os.fsencode(folder), 1 if fix else 0, ctypes.byref(handle))
@@ -668,12 +663,12 @@ class Library:
                     kind = CacheProblem(kind)
                 except ValueError:
                     pass
-                problems.append(Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
-                                        f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
-                                        f["kjit_verify_report_fixed"](handle, i) == 1,
-                                        f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
-            return VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
-                                f["kjit_verify_report_entries_ok"](handle), problems)
+                problems.append(_results.Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
+                                                 f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
+                                                 f["kjit_verify_report_fixed"](handle, i) == 1,
+                                                 f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
+            return _results.VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
+                                         f["kjit_verify_report_entries_ok"](handle), problems)
         finally:
             f["kjit_verify_report_release"](handle)
 
@@ -1000,7 +995,7 @@ def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = 
                                 **options)
 
 
-def stats() -> Dict[str, Any]:
+def stats() -> Stats:
     """See :meth:`Library.stats`."""
     return _lib().stats()
 
@@ -1015,7 +1010,7 @@ def compile_and_load(source: Union[str, bytes], keyword: str, **options: Any) ->
     return _lib().compile_and_load(source, keyword, **options)
 
 
-def remote_describe(remote_storage: Optional[str] = None) -> str:
+def remote_describe(remote_storage: Optional[str] = None) -> RemoteDescription:
     """See :meth:`Library.remote_describe`."""
     return _lib().remote_describe(remote_storage)
 
@@ -1025,13 +1020,13 @@ def cache_dir(cache_dir: Optional[PathLike] = None) -> str:
     return _lib().cache_dir(cache_dir)
 
 
-def cache_stats(cache_dir: Optional[PathLike] = None) -> Dict[str, Any]:
+def cache_stats(cache_dir: Optional[PathLike] = None) -> CacheStats:
     """See :meth:`Library.cache_stats`."""
     return _lib().cache_stats(cache_dir)
 
 
 def prune(cache_dir: Optional[PathLike] = None, *, max_size: Optional[int] = None,
-          older_than: Union[int, float, datetime.timedelta, None] = None) -> Dict[str, Any]:
+          older_than: Union[int, float, datetime.timedelta, None] = None) -> PruneReport:
     """See :meth:`Library.prune`."""
     return _lib().prune(cache_dir, max_size=max_size, older_than=older_than)
 
@@ -1041,7 +1036,7 @@ def verify(cache_dir: Optional[PathLike] = None, fix: bool = False) -> VerifyRep
     return _lib().verify(cache_dir, fix)
 
 
-def clear(cache_dir: Optional[PathLike] = None) -> Dict[str, Any]:
+def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
     """See :meth:`Library.clear`."""
     return _lib().clear(cache_dir)
 
