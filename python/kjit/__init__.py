@@ -826,32 +826,45 @@ class Kernel:
         return int(self._fn["kjit_kernel_culibrary"](self._live()) or 0)
 
     def launch(self, grid: _launch.Dims, block: _launch.Dims, args: Iterable[Any], *, shared_mem: int = 0,
-               stream: Any = None) -> None:
+               stream: Any = None, readonly: _launch.ReadOnly = ()) -> None:
         """Launches the kernel with ``cuLaunchKernel`` on the current CUDA context (PyTorch and
         CuPy make one current on their device; with none, the driver says
         ``CUDA_ERROR_INVALID_CONTEXT``).
 
         - ``grid``, ``block``: an int or a tuple of up to three ints.
-        - ``args``: one value per kernel parameter, in order: a ``ctypes`` value of the
-          parameter's C type (``ctypes.c_int(n)``, ``ctypes.c_float(x)``,
-          ``ctypes.c_void_p(ptr)``), or an array object, passed as its device pointer: a PyTorch
-          tensor (``data_ptr()``), a CuPy or Numba array (``__cuda_array_interface__``), a
-          CuPy memory pointer (``.ptr``). A bare Python int or float is refused: its C type
-          cannot be known.
+        - ``args``: one value per kernel parameter, in order:
+
+          - a ``ctypes`` value of the parameter's C type (``ctypes.c_int(n)``,
+            ``ctypes.c_float(x)``, ``ctypes.c_void_p(ptr)``, a ``ctypes.Structure``);
+          - a NumPy scalar, passed as its own bytes by dtype: ``numpy.float32`` is a 4-byte
+            float, ``numpy.float16`` a 2-byte half, ``numpy.int64`` 8 bytes; never widened;
+          - a device array, passed as its device pointer: a PyTorch tensor (``data_ptr()``),
+            anything with ``__cuda_array_interface__`` (CuPy, Numba; versions 0 to 3, its
+            stream synchronized unless the launch is on it), anything with ``__dlpack__`` and
+            ``__dlpack_device__`` (``data`` + ``byte_offset`` of its tensor, exported for this
+            launch's stream and released after it), a CuPy memory pointer (``.ptr``).
+
+          A bare Python int, float or bool is refused: its C type cannot be known. So is an
+          array in host memory, and anything else, with a TypeError naming the argument's
+          index and type.
         - ``stream``: None (the default stream), an int ``CUstream``, or an object that has one:
           ``torch.cuda.current_stream()`` (``cuda_stream``), a CuPy stream (``ptr``), a
           cuda.core stream (``__cuda_stream__()``).
+        - ``readonly``: the indexes of the arguments the kernel only reads, or True for all: an
+          array its producer marks read-only (``__cuda_array_interface__``'s flag, DLPack's
+          ``READ_ONLY``) is refused anywhere else (ValueError naming the index).
 
         Raises :class:`DriverError` with the driver's error name when the launch fails, and
         ValueError after :meth:`release`. The launch is asynchronous, as in C.
         """
         grid3, block3 = _launch.dims(grid, "grid"), _launch.dims(block, "block")
-        with _launch.Arguments(args, 0) as arguments:
+        shared = _launch.shared_bytes(shared_mem)
+        handle = _launch.stream_handle(stream)
+        with _launch.Arguments(args, handle, readonly) as arguments:
             driver = _launch.driver()
-            handle = _launch.stream_handle(stream)
             with self._lock:
                 function = ctypes.c_void_p(self._fn["kjit_kernel_cukernel"](self._live()))
-                result = driver.launch_kernel(function, *grid3, *block3, int(shared_mem), ctypes.c_void_p(handle),
+                result = driver.launch_kernel(function, *grid3, *block3, shared, ctypes.c_void_p(handle),
                                               arguments.params, None)
         if result != 0:
             raise driver.error(result, f"cuLaunchKernel of {self._name}")
