@@ -60,7 +60,7 @@ import sys
 import threading
 import weakref
 
-from . import _abi, _convert, _launch, _signals
+from . import _abi, _convert, _launch, _progress, _signals
 from ._abi import CacheProblem, Status
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
@@ -409,7 +409,7 @@ class Library:
                 self._options_for(**options))
 
     def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
-                      pch: int = PCH_DEFAULT, progress: Optional[ProgressCallback] = None,
+                      pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
                       worker_kind: int = WORKERS_DEFAULT, **options: Any) -> List[BatchItem]:
         """Compiles many kernels at once (kjit_compile_batch) and returns one :class:`BatchItem`
         per request, in order. Needs libkjit 0.3 or later.
@@ -430,6 +430,9 @@ class Library:
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels
           too (it is not called again) and is re-raised once the batch has returned.
+          ``progress=True`` shows a progress bar instead (items done out of the total, and
+          failures): tqdm's when tqdm can be imported, else one line on stderr rewritten in
+          place (written once, at the end, when stderr is not a terminal).
 
         Ctrl-C (SIGINT) cancels the batch at the next item that finishes, with or without
         ``progress``, and raises KeyboardInterrupt once the items compiling have finished; every
@@ -448,10 +451,18 @@ class Library:
         for name in options:
             if name not in _COMPILE_KEYWORDS:
                 raise TypeError(f"compile_batch() got an unexpected keyword argument {name!r}")
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise TypeError(f"progress must be a callable, True or None, not {type(progress).__name__}")
         keep: List[Any] = []
         structs = _batch_requests(requests, options, keep)
         batch = _batch_options(workers, pch, worker_kind)
-        return self._run_batch(fn, structs, batch, progress)
+        if progress is not True:
+            return self._run_batch(fn, structs, batch, progress or None)
+        bar = _progress.Bar(len(structs))
+        try:
+            return self._run_batch(fn, structs, batch, bar)
+        finally:
+            bar.close()
 
     def _run_batch(self, fn: Any, structs: List[_abi.CompileRequest], batch: _abi.BatchOptions,
                    progress: Optional[ProgressCallback]) -> List[BatchItem]:
@@ -1001,7 +1012,7 @@ def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Co
 
 
 def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = None, pch: int = PCH_DEFAULT,
-                  progress: Optional[ProgressCallback] = None, worker_kind: int = WORKERS_DEFAULT,
+                  progress: Union[ProgressCallback, bool, None] = None, worker_kind: int = WORKERS_DEFAULT,
                   **options: Any) -> List[BatchItem]:
     """See :meth:`Library.compile_batch`; returns a list of :class:`BatchItem`."""
     return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, worker_kind=worker_kind,

@@ -9,6 +9,7 @@ import ctypes
 import dataclasses
 import datetime
 import gc
+import io
 import json
 import multiprocessing
 import os
@@ -799,6 +800,64 @@ def test_compile_batch_mixed_items_and_progress(tmp_path):
     assert [s[0] for s in seen] == [1, 2, 3, 4, 5] and sorted(s[2] for s in seen) == [0, 1, 2, 3, 4]
     assert seen[0][2] == 0 and seen[0][3] == kjit.Status.OK and seen[0][4] == hit  # the hit, first
     assert all(s[1] == 5 for s in seen)
+
+
+_BROKEN = "__global__ void gemm(float *p) { p[0] = undeclared_for_the_bar; }\n"
+
+
+def test_compile_batch_progress_bar_with_tqdm(tmp_path, monkeypatch):
+    # A stand-in for tqdm (not a Debian package the tests install): what the bar is asked.
+    class FakeTqdm:
+        made = []
+
+        def __init__(self, **kwargs):
+            self.kwargs, self.updates, self.postfix, self.closed = kwargs, 0, {}, False
+            FakeTqdm.made.append(self)
+
+        def update(self, n):
+            self.updates += n
+
+        def set_postfix(self, **kwargs):
+            self.postfix = kwargs
+
+        def close(self):
+            self.closed = True
+
+    module = type(sys)("tqdm")
+    module.tqdm = FakeTqdm
+    monkeypatch.setitem(sys.modules, "tqdm", module)
+    requests = [(_numbered(150), "gemm"), (_BROKEN, "gemm"), (_numbered(151), "gemm")]
+    items = kjit.compile_batch(requests, progress=True, cache_dir=tmp_path, arch="sm_90")
+    assert [i.ok for i in items] == [True, False, True]
+    [bar] = FakeTqdm.made
+    assert bar.kwargs["total"] == 3 and bar.kwargs["unit"] == "kernel"
+    assert bar.updates == 3 and bar.postfix == {"failed": 1} and bar.closed
+    # An empty batch shows nothing; progress=False is no callback.
+    assert kjit.compile_batch([], progress=True, cache_dir=tmp_path, arch="sm_90") == [] and len(FakeTqdm.made) == 1
+    assert kjit.compile_batch(requests[:1], progress=False, cache_dir=tmp_path, arch="sm_90")[0].ok
+    assert len(FakeTqdm.made) == 1
+    with pytest.raises(TypeError, match="progress must be a callable, True or None, not str"):
+        kjit.compile_batch(requests, progress="yes", cache_dir=tmp_path, arch="sm_90")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_compile_batch_progress_line_without_tqdm(tmp_path, monkeypatch, terminal):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    requests = [(_numbered(160 + i), "gemm") for i in range(3)] + [(_BROKEN, "gemm")]
+    items = kjit.compile_batch(requests, progress=True, cache_dir=tmp_path, arch="sm_90")
+    assert [i.ok for i in items] == [True, True, True, False]
+    text = stderr.getvalue()
+    # One line: rewritten in place (carriage returns) on a terminal, written once at the end
+    # where stderr is a file; it ends with the total and the failures.
+    assert text.endswith("kjit: 4/4 kernels, 1 failed\n") and text.count("\n") == 1, repr(text)
+    assert text.startswith("\r") == terminal and ("\r" in text) == terminal, repr(text)
 
 
 def test_compile_batch_cancel_and_callback_exception(tmp_path):
