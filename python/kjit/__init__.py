@@ -10,9 +10,10 @@ The package
 ``kjit`` (this module) is the API: :class:`Library`, :class:`Kernel`, the errors, the results
 and the module-level functions. Its private modules: ``_abi`` (the mirror of the three
 headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_launch``
-(:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_convert`` (Python
-arguments to C), ``_errors`` (the exceptions, re-exported here) and ``_signals`` (Ctrl-C
-during a batch).
+(:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_results`` (the
+dataclasses of stats and cache results, re-exported here), ``_progress`` (compile_batch's
+progress bar), ``_convert`` (Python arguments to C), ``_errors`` (the exceptions, re-exported
+here) and ``_signals`` (Ctrl-C during a batch).
 
 Finding libkjit.so
 ------------------
