@@ -126,6 +126,8 @@ WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
 SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
+# Bound here: compile's hot path looks it up per argument.
+_PLAIN_TYPES = _convert.PLAIN_TYPES
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage")
@@ -276,7 +278,7 @@ class Library:
         """Calls a function that ends in (buf, size, *len); grows the buffer on
         KJIT_ERROR_BUFFER_TOO_SMALL to the reported length. -> bytes."""
         fn = self._fn[function]
-        status = Status.OK
+        status = 0  # KJIT_OK, for the type checker: the loop sets it
         for _ in range(4):  # the needed length only changes if the file is replaced meanwhile
             buf, length = ctypes.create_string_buffer(size), ctypes.c_size_t(0)
             status = fn(*args, buf, size, ctypes.byref(length))
@@ -356,7 +358,7 @@ class Library:
         key: Any = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
                     remote_storage)
         try:
-            if not all(type(v) in _convert.PLAIN_TYPES for v in key):
+            if not all(type(v) in _PLAIN_TYPES for v in key):
                 key = tuple(_convert.frozen(v) for v in key)
             made = self._options_memo.get(key)
         except TypeError:
@@ -385,7 +387,7 @@ class Library:
             return Compiled(path, self.resolve_name(path, keyword))
         src, kw, opts = self._compile_arguments("compile_named", source, keyword, options)
         path_size, name_size = self.path_buffer_size, 256
-        status = Status.OK
+        status = 0  # KJIT_OK, for the type checker: the loop sets it
         for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
             path_buf, name_buf = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
             path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
