@@ -37,9 +37,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 set --
 # clang + its libFuzzer runtime for the fuzzers; abigail-tools (abidiff), doxygen (the API
-# reference), clang-format-14 (the format check), python3-pytest (the Python module) and
-# python3-venv (the wheel's test) for tests in the plain build.
-export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen clang-format-14 python3-pytest python3-venv ${KJIT_EXTRA_PACKAGES:-}"
+# reference), clang-format-14 (the format check), python3-pytest and python3-numpy (the Python
+# package; NumPy for its launch tests), mypy (the package's types) and python3-venv (the
+# wheel's test) for tests in the plain build.
+export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen clang-format-14 python3-pytest python3-numpy mypy python3-venv ${KJIT_EXTRA_PACKAGES:-}"
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"

@@ -2,8 +2,18 @@ r"""Python bindings for libkjit (ctypes only, no compiled extension).
 
 libkjit JIT-compiles CUDA C++ with NVRTC into an on-disk cubin cache, finds a cubin's mangled
 kernel name through a ``<cubin>.name`` sidecar, and loads cached kernels through the CUDA
-driver. This module wraps its C ABI (``include/kjit/kjit.h`` and the ``kjit_batch.h`` and
+driver. This package wraps its C ABI (``include/kjit/kjit.h`` and the ``kjit_batch.h`` and
 ``kjit_cache.h`` it includes) one function at a time.
+
+The package
+-----------
+``kjit`` (this module) is the API: :class:`Library`, :class:`Kernel`, the errors, the results
+and the module-level functions. Its private modules: ``_abi`` (the mirror of the three
+headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_launch``
+(:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_results`` (the
+dataclasses of stats and cache results, re-exported here), ``_progress`` (compile_batch's
+progress bar), ``_convert`` (Python arguments to C), ``_errors`` (the exceptions, re-exported
+here) and ``_signals`` (Ctrl-C during a batch).
 
 Finding libkjit.so
 ------------------
@@ -13,7 +23,7 @@ first of these places that is given:
 1. an explicit path: ``kjit.load_library(path)`` (which also makes it the default for the
    module-level functions) or ``kjit.Library(path)``;
 2. ``$KJIT_LIBRARY``, when set and non-empty;
-3. ``libkjit.so.0`` beside this module: the one an installed wheel (``pip install .``) holds;
+3. ``libkjit.so.0`` beside this package: the one an installed wheel (``pip install .``) holds;
 4. the usual search: ``ctypes.util.find_library("kjit")``, then ``libkjit.so.0`` and
    ``libkjit.so`` through dlopen's own search path (``LD_LIBRARY_PATH``, rpath, ldconfig).
 
@@ -42,288 +52,97 @@ resolves, compiles and loads from several Python threads run in parallel. Error 
 per thread by the library and read right after the failing call, on the same thread.
 """
 
+from __future__ import annotations
+
 import collections
 import ctypes
-import ctypes.util
-import enum
 import os
-import re
-import signal
 import sys
 import threading
 import weakref
+
+from . import _abi, _convert, _launch, _progress, _signals
+from ._abi import CacheProblem, Status
+from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
+from ._errors import ERROR_CLASSES as _ERROR_CLASSES
+from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
+                      LibraryNotFound, NotFound)
+
+# For type checkers only, as in _abi: typing (and datetime) would cost more to import than the
+# rest of the package, and annotations are never evaluated.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime
+    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+    from ._convert import Headers, PathLike
+    from ._results import (ArchUsage, CacheStats, Problem, PruneReport, RemoteDescription, RemoteServer, Stats,
+                           VerifyReport)
+
+    # A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
+    BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
+    # A batch item's progress callback: (done, total, index, status, cubin_path) -> cancel?
+    ProgressCallback = Callable[[int, int, int, Union[Status, int], Optional[str]], Any]
 
 __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem", "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
+    "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem",
+    "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
-    "remote_describe",
+    "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
 ]
 
-
-class Status(enum.IntEnum):
-    """kjit_status values, as kjit.h fixes them."""
-    OK = 0
-    ERROR_INVALID_ARGUMENT = 1
-    ERROR_NOT_FOUND = 2
-    ERROR_AMBIGUOUS = 3
-    ERROR_BAD_CUBIN = 4
-    ERROR_IO = 5
-    ERROR_COMPILE = 6
-    ERROR_NVRTC = 7
-    ERROR_DRIVER_UNAVAILABLE = 8
-    ERROR_DRIVER = 9
-    ERROR_BUFFER_TOO_SMALL = 10
-    ERROR_OUT_OF_MEMORY = 11
-    ERROR_INTERNAL = 12
-    ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
+# The results in kjit._results, imported at their first use (see there): by __getattr__ below
+# for kjit.<name>, by the functions that return them.
+_RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
+            "RemoteServer")
 
 
-# --------------------------------------------------------------------------------------------
-# Errors
+def __getattr__(name: str) -> Any:
+    if name in _RESULTS:
+        from . import _results
 
-class KjitError(Exception):
-    """A failed libkjit call.
-
-    Attributes: ``status`` (a :class:`Status`, or a plain int for a code this module does not
-    know), ``status_name`` (``kjit_status_string(status)``, e.g. ``"not found"``), ``message``
-    (``kjit_last_error()`` read right after the failing call: the path, the NVRTC log, the
-    candidate list, ...) and ``function`` (the C function that failed, or None).
-    """
-
-    def __init__(self, status, status_name, message, function=None):
-        super().__init__(status, status_name, message)
-        try:
-            status = Status(status)
-        except ValueError:
-            pass
-        self.status, self.status_name, self.message, self.function = status, status_name, message, function
-
-    def __str__(self):
-        code = f"KJIT_{self.status.name}" if isinstance(self.status, Status) else str(self.status)
-        where = f"{self.function}: " if self.function else ""
-        return f"{where}{self.status_name} [{code}]: {self.message}"
+        return getattr(_results, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class LibraryNotFound(KjitError):
-    """libkjit.so could not be loaded. ``tried`` lists ``(place, why)`` pairs; ``status`` is None
-    (no C call was made)."""
-
-    def __init__(self, tried):
-        self.tried = list(tried)
-        lines = "\n".join(f"  {place}: {why}" for place, why in self.tried)
-        super().__init__(None, "library not found", "could not load libkjit; tried:\n" + lines)
-
-    def __str__(self):
-        return self.message
-
-
-# One subclass per status category; every other status raises KjitError itself.
-class InvalidArgument(KjitError, ValueError):
-    """KJIT_ERROR_INVALID_ARGUMENT: a bad keyword, arch, option, name expression, ..."""
-
-
-class NotFound(KjitError):
-    """KJIT_ERROR_NOT_FOUND: no symbol matches the keyword."""
-
-
-class Ambiguous(KjitError):
-    """KJIT_ERROR_AMBIGUOUS: several symbols match; the candidates are in ``message``."""
-
-
-class BadCubin(KjitError):
-    """KJIT_ERROR_BAD_CUBIN: not a well-formed CUDA ELF with a symbol table."""
-
-
-class KjitIOError(KjitError):
-    """KJIT_ERROR_IO: a file could not be opened, read or written."""
-
-
-class CompileError(KjitError):
-    """KJIT_ERROR_COMPILE (NVRTC rejected the source; the log is in ``message``) or
-    KJIT_ERROR_NVRTC (another NVRTC failure, e.g. an unknown option, or no usable NVRTC: see
-    ``$KJIT_LIBNVRTC``)."""
-
-
-class DriverError(KjitError):
-    """KJIT_ERROR_DRIVER_UNAVAILABLE (no usable libcuda.so.1) or KJIT_ERROR_DRIVER."""
-
-
-_ERROR_CLASSES = {
-    Status.ERROR_INVALID_ARGUMENT: InvalidArgument, Status.ERROR_NOT_FOUND: NotFound,
-    Status.ERROR_AMBIGUOUS: Ambiguous, Status.ERROR_BAD_CUBIN: BadCubin, Status.ERROR_IO: KjitIOError,
-    Status.ERROR_COMPILE: CompileError, Status.ERROR_NVRTC: CompileError,
-    Status.ERROR_DRIVER_UNAVAILABLE: DriverError, Status.ERROR_DRIVER: DriverError,
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Argument conversion (done before any C call, so bad input never reaches the library)
-
-def _path_bytes(value, what):
-    """str, bytes or os.PathLike -> NUL-free bytes in the file system encoding."""
-    if value is None or not isinstance(value, (str, bytes, os.PathLike)):
-        raise TypeError(f"{what} must be str, bytes or os.PathLike, not {type(value).__name__}")
-    raw = os.fsencode(value)
-    if b"\0" in raw:
-        raise ValueError(f"{what} contains a NUL character")
-    return raw
-
-
-def _text_bytes(value, what, allow_bytes=False):
-    """str (or bytes if allowed) -> NUL-free UTF-8 bytes."""
-    if isinstance(value, str):
-        raw = value.encode("utf-8")
-    elif allow_bytes and isinstance(value, (bytes, bytearray)):
-        raw = bytes(value)
-    else:
-        kinds = "str or bytes" if allow_bytes else "str"
-        raise TypeError(f"{what} must be {kinds}, not {type(value).__name__}")
-    if b"\0" in raw:
-        raise ValueError(f"{what} contains a NUL character")
-    return raw
-
-
-def _string_array(values, what, convert):
-    """An iterable (not a single str/bytes/path) -> (char *[n] holding the converted items, or
-    None when empty; n)."""
-    if values is None or isinstance(values, (str, bytes, os.PathLike)):
-        raise TypeError(f"{what} must be a sequence, not {type(values).__name__}")
-    items = [convert(v, f"{what}[{i}]") for i, v in enumerate(values)]
-    return ((ctypes.c_char_p * len(items))(*items) if items else None), len(items)
-
-
-# --------------------------------------------------------------------------------------------
-# The C types
-
-class _Header(ctypes.Structure):
-    """kjit_header."""
-    _fields_ = [("name", ctypes.c_char_p), ("source", ctypes.c_char_p)]
-
-
-class _CompileOptions(ctypes.Structure):
-    """kjit_compile_options, field for field in header order. ctypes zero-fills a new
-    instance, which with struct_size set is exactly KJIT_COMPILE_OPTIONS_INIT."""
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("cache_dir", ctypes.c_char_p),
-        ("arch", ctypes.c_char_p),
-        ("nvrtc_options", ctypes.POINTER(ctypes.c_char_p)),
-        ("nvrtc_option_count", ctypes.c_size_t),
-        ("include_paths", ctypes.POINTER(ctypes.c_char_p)),
-        ("include_path_count", ctypes.c_size_t),
-        ("headers", ctypes.POINTER(_Header)),
-        ("header_count", ctypes.c_size_t),
-        ("name_expression", ctypes.c_char_p),
-        ("max_cache_size", ctypes.c_uint64),
-        ("remote_storage", ctypes.c_char_p),  # libkjit 0.6
-    ]
-
-    def __init__(self):
-        super().__init__()
-        # The size of libkjit 0.5's struct unless a 0.6 field is set (below), so that a library
-        # older than this module still takes it (it refuses a struct larger than its own).
-        self.struct_size = _CompileOptions.remote_storage.offset
-
-
-# Argument types that are their own memo key (hashing a tuple hashes its items: a list inside
-# one raises TypeError, and the arguments are then frozen).
-_PLAIN_TYPES = (str, bytes, int, float, type(None), tuple)
-
-
-def _frozen(value):
-    """A hashable stand-in for one of compile's keyword arguments, equal for arguments that
-    encode to the same C struct (a list and a tuple of the same strings, say). TypeError for
-    what it cannot freeze."""
-    if value is None or isinstance(value, (str, bytes, int, float)):
-        return value
-    if isinstance(value, tuple):
-        return ("seq",) + tuple(_frozen(v) for v in value)
-    if isinstance(value, os.PathLike):
-        return ("path", os.fspath(value))
-    if hasattr(value, "items"):
-        return ("map",) + tuple((_frozen(k), _frozen(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return ("seq",) + tuple(_frozen(v) for v in value)
-    raise TypeError(f"cannot freeze {type(value).__name__}")
-
-
-def _compile_options(keep, *, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
-                     name_expression=None, max_cache_size=None, remote_storage=None):
-    """kjit_compile's keyword arguments -> a _CompileOptions; what it points at goes in ``keep``."""
-    opts = _CompileOptions()
-    if remote_storage is not None:
-        opts.remote_storage = _text_bytes(remote_storage, "remote_storage")
-        opts.struct_size = ctypes.sizeof(_CompileOptions)
-    if cache_dir is not None:
-        opts.cache_dir = _path_bytes(cache_dir, "cache_dir")
-    if arch is not None:
-        opts.arch = _text_bytes(arch, "arch")
-    if name_expression is not None:
-        opts.name_expression = _text_bytes(name_expression, "name_expression")
-    if max_cache_size is not None:
-        if max_cache_size == float("inf"):
-            opts.max_cache_size = 2**64 - 1
-        elif isinstance(max_cache_size, int) and 0 < max_cache_size < 2**64 - 1:
-            opts.max_cache_size = max_cache_size
-        else:
-            raise ValueError(f"max_cache_size must be a positive int (bytes) or inf, not {max_cache_size!r}")
-    options, opts.nvrtc_option_count = _string_array(nvrtc_options, "nvrtc_options", _text_bytes)
-    paths, opts.include_path_count = _string_array(include_paths, "include_paths", _path_bytes)
-    opts.nvrtc_options, opts.include_paths = options, paths
-    keep += [options, paths, opts]
-    if headers:
-        pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
-        if not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
-            raise TypeError("headers must be a mapping or a sequence of (name, source) pairs")
-        hdrs = (_Header * len(pairs))(*[
-            _Header(_text_bytes(n, f"headers[{i}] name"), _text_bytes(s, f"headers[{i}] source", True))
-            for i, (n, s) in enumerate(pairs)])
-        opts.headers, opts.header_count = hdrs, len(pairs)
-        keep.append(hdrs)
-    return opts
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_RESULTS))
 
 
 # kjit_pch_mode
-PCH_DEFAULT, PCH_ON, PCH_OFF = 0, 1, 2
+PCH_DEFAULT: int = _abi.PCH_MODES["DEFAULT"]
+PCH_ON: int = _abi.PCH_MODES["ON"]
+PCH_OFF: int = _abi.PCH_MODES["OFF"]
 # kjit_worker_kind (libkjit 0.5)
-WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES, WORKERS_AUTOMATIC = 0, 1, 2, 3
+WORKERS_DEFAULT: int = _abi.WORKER_KINDS["DEFAULT"]
+WORKERS_THREADS: int = _abi.WORKER_KINDS["THREADS"]
+WORKERS_PROCESSES: int = _abi.WORKER_KINDS["PROCESSES"]
+WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
+# kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
+SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
+# Bound here: compile's hot path looks it up per argument.
+_PLAIN_TYPES = _convert.PLAIN_TYPES
+# compile()'s keyword arguments, one per field of kjit_compile_options.
+_COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
+                     "max_cache_size", "remote_storage")
+
+
+# --------------------------------------------------------------------------------------------
+# Results
 
 class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
     """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
     mangled name in it (both str)."""
+
     __slots__ = ()
-
-
-class _CompileRequest(ctypes.Structure):
-    """kjit_compile_request."""
-    _fields_ = [("struct_size", ctypes.c_size_t), ("source", ctypes.c_char_p), ("keyword", ctypes.c_char_p),
-                ("options", ctypes.POINTER(_CompileOptions))]
-
-    def __init__(self):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(_CompileRequest)
-
-
-# kjit_batch_progress_fn
-_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
-                                ctypes.c_int, ctypes.c_char_p)
-
-
-class _BatchOptions(ctypes.Structure):
-    """kjit_batch_options."""
-    _fields_ = [("struct_size", ctypes.c_size_t), ("workers", ctypes.c_uint), ("pch", ctypes.c_int),
-                ("progress", _PROGRESS_FN), ("progress_user_data", ctypes.c_void_p), ("worker_kind", ctypes.c_int),
-                ("reserved", ctypes.c_int)]
-
-    def __init__(self):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(_BatchOptions)
+    cubin_path: str
+    name: str
 
 
 class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
@@ -333,249 +152,35 @@ class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
     kernel's mangled name in the cubin (None unless OK; from libkjit 0.5 on, else None): an
     attribute, not a fourth field, so ``status, path, error = item`` still works."""
 
-    def __new__(cls, status, cubin_path, error, kernel_name=None):
+    status: Union[Status, int]
+    cubin_path: Optional[str]
+    error: str
+    kernel_name: Optional[str]
+
+    def __new__(cls, status: Union[Status, int], cubin_path: Optional[str], error: str,
+                kernel_name: Optional[str] = None) -> BatchItem:
         self = super().__new__(cls, status, cubin_path, error)
         self.kernel_name = kernel_name
         return self
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
+        """True when the item succeeded."""
         return self.status == Status.OK
 
 
-# kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
-SIDECAR_REJECTIONS = ("unreadable", "too_large", "empty", "bare_name", "bad_header", "no_line", "stale",
-                      "name_fails_rule", "distrusted")
-_STATS_COUNTERS = ("compile_hits", "compile_misses", "compile_shared_waits", "nvrtc_compiles", "nvrtc_nanoseconds",
-                   "entries_published", "entries_rebuilt", "sidecar_hits", "sidecar_content_checks", "memo_hits",
-                   "sidecar_missing")
-_STATS_COUNTERS_2 = ("scans", "sidecar_writes", "sidecar_write_failures", "loads", "load_reuses", "driver_loads",
-                     "load_self_heals", "eviction_runs", "evicted_entries", "evicted_bytes")
-
-
-# The cluster tier's counters (libkjit 0.6).
-_STATS_REMOTE = ("remote_hits", "remote_misses", "remote_errors", "remote_timeouts", "remote_corrupt", "remote_puts",
-                 "remote_bytes_in", "remote_bytes_out", "remote_leases_owned", "remote_lease_waits",
-                 "remote_lease_takeovers", "remote_shared_failures")
-
-
-class _Stats(ctypes.Structure):
-    """kjit_stats, field for field in header order."""
-    _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS] +
-                [("sidecar_rejections", ctypes.c_uint64 * 16)] + [(n, ctypes.c_uint64) for n in _STATS_COUNTERS_2] +
-                [("errors", ctypes.c_uint64 * 32), ("swept_temp_folders", ctypes.c_uint64)] +
-                [(n, ctypes.c_uint64) for n in _STATS_REMOTE])
-
-    def __init__(self, with_remote=True):
-        super().__init__()
-        # A library older than 0.6 refuses a struct larger than its own: it gets its own size.
-        self.struct_size = ctypes.sizeof(_Stats) if with_remote else _Stats.remote_hits.offset
-
-
-class _CacheSummary(ctypes.Structure):
-    """kjit_cache_summary, field for field in header order."""
-    _COUNTS = ("entries", "bytes", "max_size", "in_transit", "in_transit_bytes", "foreign")
-    _TIMES = ("least_recent_use_ns", "most_recent_use_ns", "oldest_created_ns", "newest_created_ns")
-    _fields_ = ([("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _COUNTS] +
-                [(n, ctypes.c_int64) for n in _TIMES])
-
-    def __init__(self):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(_CacheSummary)
-
-
-# KJIT_PRUNE_NO_LIMIT
-_PRUNE_NO_LIMIT = 2**64 - 1
-
-
-class _PruneOptions(ctypes.Structure):
-    """kjit_prune_options. Filled by kjit_prune_options_init, not by hand: ctypes' zero fill
-    would mean "remove everything not in use", not the defaults."""
-    _fields_ = [("struct_size", ctypes.c_size_t), ("max_size", ctypes.c_uint64), ("older_than_s", ctypes.c_uint64)]
-
-
-class _PruneReport(ctypes.Structure):
-    """kjit_prune_report."""
-    _COUNTS = ("removed_entries", "removed_bytes", "spared_in_use", "removed_in_transit", "removed_variants_files",
-               "kept_entries", "kept_bytes")
-    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _COUNTS]
-
-    def __init__(self):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(_PruneReport)
-
-
-class CacheProblem(enum.IntEnum):
-    """kjit_cache_problem: what :func:`verify` found wrong with a path."""
-    MISPLACED = 0
-    MISSING_FILE = 1
-    BAD_MANIFEST = 2
-    BAD_CUBIN = 3
-    TRUNCATED_CUBIN = 4
-    SIDECAR_MISSING = 5
-    SIDECAR_DAMAGED = 6
-    SIDECAR_STALE = 7
-    SIDECAR_WRONG_NAME = 8
-    STALE_TEMP = 9
-
-
-class Problem(collections.namedtuple("Problem", "path kind detail fixed action")):
-    """One finding of :func:`verify`: ``path`` (str: the entry folder, or a temp folder or file),
-    ``kind`` (a :class:`CacheProblem`, or an int a newer libkjit knows), ``detail`` (str, naming
-    the file), ``fixed`` (bool) and ``action`` (str: what ``fix`` did; "" without it)."""
-    __slots__ = ()
-
-
-class VerifyReport(collections.namedtuple("VerifyReport", "cache_dir entries_checked entries_ok problems")):
-    """What :func:`verify` found: the absolute ``cache_dir``, ``entries_checked``, ``entries_ok``
-    and ``problems`` (a list of :class:`Problem`). ``clean`` is True when nothing was found or
-    everything found was fixed."""
-    __slots__ = ()
-
-    @property
-    def clean(self):
-        return all(p.fixed for p in self.problems)
-
-
-_P = ctypes.c_void_p
-_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
-_BUF = ctypes.POINTER(ctypes.c_char)
-_PROTOTYPES = {  # name: (restype, argtypes); kjit_status is a C enum, i.e. int
-    "kjit_status_string": (ctypes.c_char_p, [ctypes.c_int]),
-    "kjit_last_error": (ctypes.c_char_p, []),
-    "kjit_version": (ctypes.c_uint, []),
-    "kjit_version_string": (ctypes.c_char_p, []),
-    "kjit_resolve_name": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),
-    "kjit_compile": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
-                                    _BUF, ctypes.c_size_t, _SIZE_P]),
-    "kjit_load_cached": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P)]),
-    "kjit_kernel_name": (ctypes.c_char_p, [_P]),
-    "kjit_kernel_cubin_path": (ctypes.c_char_p, [_P]),
-    "kjit_kernel_cukernel": (_P, [_P]),
-    "kjit_kernel_culibrary": (_P, [_P]),
-    "kjit_kernel_cufunction": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
-    "kjit_kernel_release": (None, [_P]),
-}
-# Entry points of later releases: looked up when present, so an older libkjit still loads.
-_OPTIONAL_PROTOTYPES = {
-    "kjit_get_stats": (ctypes.c_int, [ctypes.POINTER(_Stats)]),  # 0.2
-    "kjit_compile_batch": (ctypes.c_int, [ctypes.POINTER(ctypes.POINTER(_CompileRequest)), ctypes.c_size_t,
-                                          ctypes.POINTER(_BatchOptions), ctypes.POINTER(_P)]),  # 0.3
-    "kjit_batch_result_count": (ctypes.c_size_t, [_P]),
-    "kjit_batch_result_status": (ctypes.c_int, [_P, ctypes.c_size_t]),
-    "kjit_batch_result_cubin_path": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_batch_result_error": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_batch_result_release": (None, [_P]),
-    "kjit_cache_dir": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.4
-    "kjit_remote_describe": (ctypes.c_int, [ctypes.c_char_p, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.6
-    "kjit_compile_named": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
-                                          _BUF, ctypes.c_size_t, _SIZE_P, _BUF, ctypes.c_size_t, _SIZE_P]),  # 0.5
-    "kjit_batch_result_kernel_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),  # 0.5
-    "kjit_compile_and_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_CompileOptions),
-                                             ctypes.POINTER(_P)]),  # 0.5
-    "kjit_cache_summarize": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_CacheSummary), ctypes.POINTER(_P)]),
-    "kjit_cache_arches_count": (ctypes.c_size_t, [_P]),
-    "kjit_cache_arches_name": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_cache_arches_entries": (ctypes.c_uint64, [_P, ctypes.c_size_t]),
-    "kjit_cache_arches_bytes": (ctypes.c_uint64, [_P, ctypes.c_size_t]),
-    "kjit_cache_arches_release": (None, [_P]),
-    "kjit_prune_options_init": (ctypes.c_int, [ctypes.POINTER(_PruneOptions), ctypes.c_size_t]),
-    "kjit_cache_prune": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_PruneOptions), ctypes.POINTER(_PruneReport)]),
-    "kjit_cache_clear": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_PruneReport)]),
-    "kjit_cache_verify": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_P)]),
-    "kjit_verify_report_entries_checked": (ctypes.c_size_t, [_P]),
-    "kjit_verify_report_entries_ok": (ctypes.c_size_t, [_P]),
-    "kjit_verify_report_count": (ctypes.c_size_t, [_P]),
-    "kjit_verify_report_path": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_verify_report_kind": (ctypes.c_int, [_P, ctypes.c_size_t]),
-    "kjit_verify_report_detail": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_verify_report_fixed": (ctypes.c_int, [_P, ctypes.c_size_t]),
-    "kjit_verify_report_action": (ctypes.c_char_p, [_P, ctypes.c_size_t]),
-    "kjit_verify_report_release": (None, [_P]),
-}
-
-
-# Launching (Kernel.launch): the driver, as libkjit finds it, and the argument conventions.
-_CORE_OWNERS = {}
-_driver_lib = None
-_driver_lock = threading.Lock()
-
-
-def _driver():
-    """The CUDA driver library (``$KJIT_LIBCUDA``, else ``libcuda.so.1``: the one libkjit
-    loads), with cuLaunchKernel and cuGetErrorName declared."""
-    global _driver_lib
-    with _driver_lock:
-        if _driver_lib is None:
-            name = os.environ.get("KJIT_LIBCUDA") or "libcuda.so.1"
-            try:
-                lib = ctypes.CDLL(name)
-            except OSError as e:
-                raise DriverError(Status.ERROR_DRIVER_UNAVAILABLE, "driver unavailable",
-                                  f"cannot load the CUDA driver {name!r} to launch: {e}", "Kernel.launch") from None
-            lib.cuLaunchKernel.restype = ctypes.c_int
-            lib.cuLaunchKernel.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7 +
-                                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
-            lib.cuGetErrorName.restype = ctypes.c_int
-            lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-            _driver_lib = lib
-        return _driver_lib
-
-
-def _driver_error(driver, result, what):
-    text = ctypes.c_char_p()
-    name = (text.value.decode() if driver.cuGetErrorName(result, ctypes.byref(text)) == 0 and text.value
-            else f"CUresult {result}")
-    return DriverError(Status.ERROR_DRIVER, "driver error", f"{what} failed: {name}", "Kernel.launch")
-
-
-def _dims(value, what):
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
-        raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 of them, not {value!r}")
-    return dims + (1,) * (3 - len(dims))
-
-
-def _kernel_arg(value, index):
-    """One kernel argument as a ctypes value whose address goes into kernelParams."""
-    if isinstance(value, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)):
+def _status(value: int) -> Union[Status, int]:
+    """A status code as a Status where this package knows it."""
+    try:
+        return Status(value)
+    except ValueError:
         return value
-    if hasattr(value, "data_ptr") and callable(value.data_ptr):  # a PyTorch tensor
-        return ctypes.c_void_p(value.data_ptr())
-    interface = getattr(value, "__cuda_array_interface__", None)  # CuPy, Numba, cuda.core
-    if interface is not None:
-        return ctypes.c_void_p(interface["data"][0])
-    if isinstance(getattr(value, "ptr", None), int):  # a CuPy MemoryPointer
-        return ctypes.c_void_p(value.ptr)
-    raise TypeError(f"kernel argument {index}: {type(value).__name__} {value!r} has no C type: pass a ctypes value "
-                    "(ctypes.c_int(n), ctypes.c_float(x), ctypes.c_void_p(pointer)) or a device array")
 
 
-def _stream_handle(stream):
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):  # cuda.core's protocol: (version, handle)
-        return int(stream.__cuda_stream__()[1])
-    for attribute in ("cuda_stream", "ptr", "handle"):  # PyTorch, CuPy, others
-        handle = getattr(stream, attribute, None)
-        if isinstance(handle, int):
-            return handle
-    raise TypeError(f"stream: {type(stream).__name__} is not a CUDA stream (an int CUstream, "
-                    "torch.cuda.current_stream(), a CuPy or cuda.core stream)")
+# --------------------------------------------------------------------------------------------
+# Loading the library
 
-
-_C_FIELD = re.compile(r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)")
-
-
-def _in_python_terms(message):
-    """libkjit's message with the C struct fields it names as this module's keyword arguments:
-    ``kjit_compile_options.arch`` reads ``arch=``."""
-    return _C_FIELD.sub(lambda m: m.group(1) + "=", message)
-
-
-def _nvrtc_from_wheel():
+def _nvrtc_from_wheel() -> Optional[str]:
     """In the installed package, with $KJIT_LIBNVRTC unset: points it at the NVRTC of the
     ``nvidia-cuda-nvrtc`` wheel, when one of the major libkjit was built against is installed
     (``nvidia/cu<major>/lib``, or ``nvidia/cuda_nvrtc/lib`` for 12 and older), as cuda-python
@@ -584,7 +189,7 @@ def _nvrtc_from_wheel():
     if os.environ.get("KJIT_LIBNVRTC"):
         return None
     try:
-        from ._build import NVRTC_MAJOR  # only in the installed package
+        from ._build import NVRTC_MAJOR  # type: ignore[import]  # only in the installed package
     except ImportError:
         return None
     name = f"libnvrtc.so.{NVRTC_MAJOR}"
@@ -597,9 +202,9 @@ def _nvrtc_from_wheel():
     return None
 
 
-def _open_cdll(path):
-    """Loads libkjit per the search order in the module docstring -> (CDLL, where)."""
-    tried = []
+def _open_cdll(path: Optional[PathLike]) -> Tuple[ctypes.CDLL, str]:
+    """Loads libkjit per the search order in the package docstring -> (CDLL, where)."""
+    tried: List[Tuple[str, str]] = []
     if path is not None:
         target = os.fsdecode(_path_bytes(path, "library path"))
         places = [(f"explicit path {target!r}", target)]
@@ -614,7 +219,9 @@ def _open_cdll(path):
             places.append((f"beside this module: {beside!r}", beside))
         else:
             tried.append((f"beside this module ({beside!r})", "no such file"))
-        found = ctypes.util.find_library("kjit")
+        from ctypes import util  # here only: it costs more to import than the rest of the package
+
+        found = util.find_library("kjit")
         if found:
             places.append((f"ctypes.util.find_library('kjit') -> {found!r}", found))
         else:
@@ -629,119 +236,10 @@ def _open_cdll(path):
 
 
 # --------------------------------------------------------------------------------------------
-# Signals during a batch (Ctrl-C)
-#
-# kjit_compile_batch runs in C with the GIL released, and Python runs a signal's handler only
-# when the main thread runs bytecode again: during a batch, at the first instruction of the
-# progress callback ctypes calls. An exception raised there (KeyboardInterrupt, from SIGINT's
-# default handler) comes before any ``try`` the callback has, so ctypes prints "Exception
-# ignored on calling ctypes callback function" and hands libkjit an undefined return value.
-# So while a batch runs in the main thread, _SignalGate stands in for every Python-level signal
-# handler: it runs the real one only "armed" (inside the callback's ``try``, or inside the
-# user's callback), and otherwise records the signal, for the next callback or the end of the
-# batch to run its handler where what it raises is caught. Nothing is delayed beyond what C
-# would delay anyway: no handler could run while the batch was in C.
-
-class _SignalGate:
-    """The stand-in for Python's signal handlers while batches run in the main thread. Used
-    from the main thread only (the only one that runs signal handlers)."""
-
-    def __init__(self):
-        self.depth = 0        # compile_batch calls under way (more than 1: one from a callback)
-        self.armed = False    # True only where a handler's exception is caught (the callback's try)
-        self.handlers = {}    # signal number -> the program's handler the gate stands in for
-        self.pending = []     # (signal number, frame) recorded while not armed, oldest first
-        self.handler = self._on_signal  # one bound method, so signal.getsignal() can be compared
-
-    def _on_signal(self, signum, frame):
-        if self.armed:
-            self._run(signum, frame)
-        else:
-            self.pending.append((signum, frame))
-
-    def _run(self, signum, frame):
-        handler = self.handlers.get(signum)
-        if callable(handler):
-            handler(signum, frame)
-
-    def deliver(self):
-        """Runs the recorded signals' handlers, all of them; re-raises the first exception one
-        raised (a second interrupt adds nothing to the first)."""
-        first = None
-        while self.pending:
-            signum, frame = self.pending.pop(0)
-            try:
-                self._run(signum, frame)
-            except BaseException as e:  # noqa: BLE001 (re-raised below)
-                first = first or e
-        if first is not None:
-            raise first
-
-    def enter(self):
-        """Called by compile_batch before the C call; returns what leave() needs. The outermost
-        batch installs the gate for every signal with a Python handler. May raise what a
-        handler of a signal that came before the batch raises; then nothing is left changed."""
-        if self.depth == 0:
-            try:
-                for signum in signal.valid_signals():
-                    current = signal.getsignal(signum)
-                    if callable(current) and current is not self.handler:
-                        # Recorded first: signal.signal() runs pending handlers before it swaps,
-                        # and may raise on either side of the swap.
-                        self.handlers[signum] = current
-                        signal.signal(signum, self.handler)
-            except BaseException:
-                self._restore()
-                try:
-                    self.deliver()  # what was recorded meanwhile: the first exception wins
-                except BaseException:  # noqa: BLE001,S110
-                    pass
-                self.handlers.clear()
-                raise
-        self.depth += 1
-        was_armed, self.armed = self.armed, False
-        return was_armed
-
-    def leave(self, was_armed):
-        """Called by compile_batch after the C call. The outermost batch puts the program's
-        handlers back. Runs the signals recorded meanwhile (the outermost batch, or one called
-        from a callback, where an exception is caught) and returns the first exception their
-        handlers raised, or None."""
-        self.depth -= 1
-        late = self._restore() if self.depth == 0 else None
-        self.armed = was_armed
-        if self.depth == 0 or was_armed:
-            try:
-                self.deliver()
-            except BaseException as e:  # noqa: BLE001 (returned)
-                late = late or e
-            if self.depth == 0:
-                self.handlers.clear()
-        return late
-
-    def _restore(self):
-        """Puts the program's handlers back where the gate still stands (a handler the program
-        set meanwhile stays). Returns the first exception a handler raised on the way."""
-        first = None
-        for signum, handler in self.handlers.items():
-            while True:
-                try:
-                    if signal.getsignal(signum) is self.handler:
-                        signal.signal(signum, handler)
-                    break
-                except BaseException as e:  # noqa: BLE001: a handler put back already ran; again
-                    first = first or e
-        return first
-
-
-_signal_gate = _SignalGate()
-
-
-# --------------------------------------------------------------------------------------------
 # Library: one loaded libkjit.so
 
 class Library:
-    """One loaded libkjit.so with every entry point declared. ``path`` as in the module
+    """One loaded libkjit.so with every entry point declared. ``path`` as in the package
     docstring; None means ``$KJIT_LIBRARY``, then the search. All methods are thread safe."""
 
     # First buffer sizes for out strings; a longer result is retried with the reported length.
@@ -751,38 +249,36 @@ class Library:
     # them), so a hit does not build the C struct again; emptied when it holds this many.
     _OPTIONS_MEMO_MAX = 256
 
-    def __init__(self, path=None):
+    def __init__(self, path: Optional[PathLike] = None) -> None:
         cdll, self.path = _open_cdll(path)
         _nvrtc_from_wheel()
-        self._options_memo = {}
-        self._fn = {}
-        for name, (restype, argtypes) in _PROTOTYPES.items():
-            try:
-                fn = getattr(cdll, name)
-            except AttributeError:
-                raise LibraryNotFound([(self.path, f"loaded, but has no symbol {name} (too old?)")]) from None
-            fn.restype, fn.argtypes = restype, argtypes
-            self._fn[name] = fn
-        for name, (restype, argtypes) in _OPTIONAL_PROTOTYPES.items():
-            fn = getattr(cdll, name, None)
-            if fn is not None:
-                fn.restype, fn.argtypes = restype, argtypes
-                self._fn[name] = fn
+        self._options_memo: Dict[Any, Tuple[_abi.CompileOptions, List[Any]]] = {}
+        self._fn, missing = _abi.bind(cdll)
+        if missing:
+            raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<kjit.Library {self.path!r} {self.version_string()}>"
 
-    def _error(self, status, function):
+    def _error(self, status: int, function: str) -> KjitError:
         """The KjitError for a failed call; reads kjit_last_error() first, before anything else."""
-        message = _in_python_terms(self._fn["kjit_last_error"]().decode("utf-8", "replace"))
+        message = _convert.in_python_terms(self._fn["kjit_last_error"]().decode("utf-8", "replace"))
         name = self.status_string(status)
         return _ERROR_CLASSES.get(status, KjitError)(status, name, message, function)
 
-    def _string_out(self, function, args, size):
+    def _needs(self, function: str, release: str) -> Any:
+        """The entry point, or LibraryNotFound saying the loaded libkjit is too old."""
+        fn = self._fn.get(function)
+        if fn is None:
+            raise LibraryNotFound([(self.path, f"loaded, but has no {function} (libkjit older than {release})")])
+        return fn
+
+    def _string_out(self, function: str, args: Sequence[Any], size: int) -> bytes:
         """Calls a function that ends in (buf, size, *len); grows the buffer on
         KJIT_ERROR_BUFFER_TOO_SMALL to the reported length. -> bytes."""
         fn = self._fn[function]
+        status = 0  # KJIT_OK, for the type checker: the loop sets it
         for _ in range(4):  # the needed length only changes if the file is replaced meanwhile
             buf, length = ctypes.create_string_buffer(size), ctypes.c_size_t(0)
             status = fn(*args, buf, size, ctypes.byref(length))
@@ -793,36 +289,38 @@ class Library:
             size = max(length.value + 1, size * 2)
         raise self._error(status, function)
 
-    def version(self):
+    def version(self) -> Tuple[int, int, int]:
         """The run-time version as (major, minor, patch), from kjit_version()."""
         n = self._fn["kjit_version"]()
         return (n // 10000, n // 100 % 100, n % 100)
 
-    def version_string(self):
+    def version_string(self) -> str:
         """The run-time version as text, e.g. "0.1.0"."""
-        return self._fn["kjit_version_string"]().decode("ascii", "replace")
+        return str(self._fn["kjit_version_string"]().decode("ascii", "replace"))
 
-    def status_string(self, status):
+    def status_string(self, status: int) -> str:
         """kjit_status_string: the English name of a status code ("unknown status" if unknown)."""
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"status must be int, not {type(status).__name__}")
         if not -2**31 <= status < 2**31:
             raise ValueError(f"status {status} is outside the range of a C int")
-        return self._fn["kjit_status_string"](status).decode("utf-8", "replace")
+        return str(self._fn["kjit_status_string"](status).decode("utf-8", "replace"))
 
-    def last_error(self):
+    def last_error(self) -> str:
         """kjit_last_error(): this thread's detail text of its last failed libkjit call."""
-        return self._fn["kjit_last_error"]().decode("utf-8", "replace")
+        return str(self._fn["kjit_last_error"]().decode("utf-8", "replace"))
 
-    def resolve_name(self, cubin_path, keyword):
+    def resolve_name(self, cubin_path: PathLike, keyword: str) -> str:
         """The mangled name of kernel ``keyword`` in the cubin at ``cubin_path`` (str, bytes or
         os.PathLike), on the sidecar fast path. Raises KjitError (NotFound, Ambiguous,
         BadCubin, KjitIOError, InvalidArgument, ...)."""
         args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
         return self._string_out("kjit_resolve_name", args, self.name_buffer_size).decode("utf-8", "replace")
 
-    def compile(self, source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),
-                include_paths=(), headers=None, name_expression=None, max_cache_size=None, remote_storage=None):
+    def compile(self, source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,
+                arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -850,32 +348,35 @@ class Library:
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
 
-    def _options_for(self, cache_dir=None, arch=None, nvrtc_options=(), include_paths=(), headers=None,
-                     name_expression=None, max_cache_size=None, remote_storage=None):
-        """The _CompileOptions for compile's keyword arguments: made once per distinct set and
+    def _options_for(self, cache_dir: Any = None, arch: Any = None, nvrtc_options: Any = (), include_paths: Any = (),
+                     headers: Any = None, name_expression: Any = None, max_cache_size: Any = None,
+                     remote_storage: Any = None) -> _abi.CompileOptions:
+        """The CompileOptions for compile's keyword arguments: made once per distinct set and
         kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
         tuples of them) are the key as they are; lists, mappings and paths are frozen first;
         what cannot be frozen (a generator, say) is encoded anew each time."""
-        key = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size, remote_storage)
+        key: Any = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                    remote_storage)
         try:
             if not all(type(v) in _PLAIN_TYPES for v in key):
-                key = tuple(_frozen(v) for v in key)
+                key = tuple(_convert.frozen(v) for v in key)
             made = self._options_memo.get(key)
         except TypeError:
             key, made = None, None
         if made is not None:
             return made[0]
-        keep = []  # everything the struct points at, alive as long as the struct is used
-        opts = _compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                                include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                max_cache_size=max_cache_size, remote_storage=remote_storage)
+        keep: List[Any] = []  # everything the struct points at, alive as long as the struct is used
+        opts = _convert.compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                                        include_paths=include_paths, headers=headers,
+                                        name_expression=name_expression, max_cache_size=max_cache_size,
+                                        remote_storage=remote_storage)
         if key is not None:
             if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
                 self._options_memo.clear()
             self._options_memo[key] = (opts, keep)
         return opts
 
-    def compile_named(self, source, keyword, **options):
+    def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
         """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
         name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
         :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
@@ -886,32 +387,33 @@ class Library:
             return Compiled(path, self.resolve_name(path, keyword))
         src, kw, opts = self._compile_arguments("compile_named", source, keyword, options)
         path_size, name_size = self.path_buffer_size, 256
+        status = 0  # KJIT_OK, for the type checker: the loop sets it
         for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
-            path, name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
+            path_buf, name_buf = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
             path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            status = fn(src, kw, ctypes.byref(opts), path, path_size, ctypes.byref(path_len), name, name_size,
+            status = fn(src, kw, ctypes.byref(opts), path_buf, path_size, ctypes.byref(path_len), name_buf, name_size,
                         ctypes.byref(name_len))
             if status == Status.OK:
-                return Compiled(os.fsdecode(path.raw[:path_len.value]), name.raw[:name_len.value].decode("ascii"))
+                return Compiled(os.fsdecode(path_buf.raw[:path_len.value]),
+                                name_buf.raw[:name_len.value].decode("ascii"))
             if status != Status.ERROR_BUFFER_TOO_SMALL:
                 raise self._error(status, "kjit_compile_named")
             path_size, name_size = max(path_len.value + 1, path_size), max(name_len.value + 1, name_size)
         raise self._error(status, "kjit_compile_named")
 
-    _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                         "max_cache_size", "remote_storage")
-
-    def _compile_arguments(self, method, source, keyword, options):
+    def _compile_arguments(self, method: str, source: Union[str, bytes], keyword: str,
+                           options: Mapping[str, Any]) -> Tuple[bytes, bytes, _abi.CompileOptions]:
         """(source, keyword, options struct) for the C call of ``method``, which takes
         :meth:`compile`'s keyword arguments as ``**options``. TypeError for an unknown one."""
         for name in options:
-            if name not in self._COMPILE_KEYWORDS:
+            if name not in _COMPILE_KEYWORDS:
                 raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
         return (_text_bytes(source, "source", allow_bytes=True), _text_bytes(keyword, "keyword"),
                 self._options_for(**options))
 
-    def compile_batch(self, requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT,
-                      **options):
+    def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
+                      pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
+                      worker_kind: int = WORKERS_DEFAULT, **options: Any) -> List[BatchItem]:
         """Compiles many kernels at once (kjit_compile_batch) and returns one :class:`BatchItem`
         per request, in order. Needs libkjit 0.3 or later.
 
@@ -931,6 +433,9 @@ class Library:
           finished item, on this thread (hits first); return True to cancel the items not yet
           started, which then have status ERROR_CANCELLED. An exception raised in it cancels
           too (it is not called again) and is re-raised once the batch has returned.
+          ``progress=True`` shows a progress bar instead (items done out of the total, and
+          failures): tqdm's when tqdm can be imported, else one line on stderr rewritten in
+          place (written once, at the end, when stderr is not a terminal).
 
         Ctrl-C (SIGINT) cancels the batch at the next item that finishes, with or without
         ``progress``, and raises KeyboardInterrupt once the items compiling have finished; every
@@ -947,54 +452,34 @@ class Library:
         if fn is None:
             raise LibraryNotFound([(self.path, "loaded, but has no kjit_compile_batch (libkjit older than 0.3)")])
         for name in options:
-            if name not in self._COMPILE_KEYWORDS:
+            if name not in _COMPILE_KEYWORDS:
                 raise TypeError(f"compile_batch() got an unexpected keyword argument {name!r}")
-        if isinstance(requests, (str, bytes)):
-            raise TypeError("requests must be a sequence of (source, keyword) pairs or dicts")
-        keep, structs = [], []
-        for i, item in enumerate(requests):
-            if isinstance(item, dict):
-                extra = {k: v for k, v in item.items() if k not in ("source", "keyword")}
-                for name in extra:
-                    if name not in self._COMPILE_KEYWORDS:
-                        raise TypeError(f"requests[{i}] has an unexpected key {name!r}")
-                if "source" not in item or "keyword" not in item:
-                    raise TypeError(f"requests[{i}] needs 'source' and 'keyword'")
-                source, keyword, item_options = item["source"], item["keyword"], {**options, **extra}
-            elif isinstance(item, tuple) and len(item) == 2:
-                (source, keyword), item_options = item, options
-            else:
-                raise TypeError(f"requests[{i}] must be a (source, keyword) pair or a dict")
-            request = _CompileRequest()
-            request.source = _text_bytes(source, f"requests[{i}] source", allow_bytes=True)
-            request.keyword = _text_bytes(keyword, f"requests[{i}] keyword")
-            request.options = ctypes.pointer(_compile_options(keep, **item_options))
-            structs.append(request)
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or
-                                    not 0 <= workers < 2**32):
-            raise ValueError(f"workers must be a non-negative int, not {workers!r}")
-        batch = _BatchOptions()
-        batch.workers = workers or 0
-        if isinstance(pch, bool) or not isinstance(pch, int):
-            raise TypeError(f"pch must be PCH_DEFAULT, PCH_ON or PCH_OFF, not {pch!r}")
-        batch.pch = pch
-        if isinstance(worker_kind, bool) or worker_kind not in (WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES,
-                                                                 WORKERS_AUTOMATIC):
-            raise ValueError("worker_kind must be WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES or "
-                             f"WORKERS_AUTOMATIC, not {worker_kind!r}")
-        batch.worker_kind = worker_kind
-        if worker_kind == WORKERS_DEFAULT:
-            # The struct as libkjit 0.3 and 0.4 know it, which they would refuse a byte longer.
-            batch.struct_size = _BatchOptions.worker_kind.offset
-        # The progress callback is always ours: it runs the user's callback, if any, and the
-        # signal handlers Python could not run while the batch was in C (see _SignalGate), where
-        # what they raise is caught. An exception cancels the batch (the user's callback is not
-        # called again) and is raised once kjit_compile_batch has returned; the items that
-        # finished are published in the cache all the same.
-        raised = []
-        gate = _signal_gate if threading.current_thread() is threading.main_thread() else None
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise TypeError(f"progress must be a callable, True or None, not {type(progress).__name__}")
+        keep: List[Any] = []
+        structs = _batch_requests(requests, options, keep)
+        batch = _batch_options(workers, pch, worker_kind)
+        if progress is not True:
+            return self._run_batch(fn, structs, batch, progress or None)
+        bar = _progress.Bar(len(structs))
+        try:
+            return self._run_batch(fn, structs, batch, bar)
+        finally:
+            bar.close()
 
-        def on_item(_user, done, total, index, status, path):
+    def _run_batch(self, fn: Any, structs: List[_abi.CompileRequest], batch: _abi.BatchOptions,
+                   progress: Optional[ProgressCallback]) -> List[BatchItem]:
+        """Runs kjit_compile_batch with a progress callback of ours, which calls ``progress``.
+
+        The callback runs the user's callback, if any, and the signal handlers Python could not
+        run while the batch was in C (see _signals), where what they raise is caught. An
+        exception cancels the batch (the user's callback is not called again) and is raised
+        once kjit_compile_batch has returned; the items that finished are published in the
+        cache all the same."""
+        raised: List[BaseException] = []
+        gate = _signals.gate if threading.current_thread() is threading.main_thread() else None
+
+        def on_item(_user: Any, done: int, total: int, index: int, status: int, path: Optional[bytes]) -> int:
             # A handler that runs here, before the try, is the gate's, which only records.
             decision = 1
             try:
@@ -1006,11 +491,8 @@ class Library:
                 elif progress is None:
                     decision = 0
                 else:
-                    try:
-                        status = Status(status)
-                    except ValueError:
-                        pass
-                    decision = 1 if progress(done, total, index, status, os.fsdecode(path) if path else None) else 0
+                    cancel = progress(done, total, index, _status(status), os.fsdecode(path) if path else None)
+                    decision = 1 if cancel else 0
                 if gate is not None:
                     gate.armed = False
             except BaseException as e:  # noqa: BLE001: re-raised after the call, never through C
@@ -1020,9 +502,9 @@ class Library:
                 raised.append(e)
             return decision
 
-        batch.progress = _PROGRESS_FN(on_item)
-        array = (ctypes.POINTER(_CompileRequest) * len(structs))(*[ctypes.pointer(r) for r in structs])
-        result = _P()
+        batch.progress = _abi.PROGRESS_FN(on_item)
+        array = (ctypes.POINTER(_abi.CompileRequest) * len(structs))(*[ctypes.pointer(r) for r in structs])
+        result = ctypes.c_void_p()
         was_armed = gate.enter() if gate is not None else False
         try:
             status = fn(array, len(structs), ctypes.byref(batch), ctypes.byref(result))
@@ -1037,162 +519,152 @@ class Library:
             raise raised[0]
         return items
 
-    def _batch_items(self, result):
+    def _batch_items(self, result: ctypes.c_void_p) -> List[BatchItem]:
         """The BatchItems of a kjit_batch_result, which it releases."""
+        f = self._fn
+        name_of = f.get("kjit_batch_result_kernel_name")
         try:
             items = []
-            for i in range(self._fn["kjit_batch_result_count"](result)):
-                item_status = self._fn["kjit_batch_result_status"](result, i)
-                try:
-                    item_status = Status(item_status)
-                except ValueError:
-                    pass
-                path = self._fn["kjit_batch_result_cubin_path"](result, i)
-                error = self._fn["kjit_batch_result_error"](result, i) or b""
-                name_of = self._fn.get("kjit_batch_result_kernel_name")
+            for i in range(f["kjit_batch_result_count"](result)):
+                path = f["kjit_batch_result_cubin_path"](result, i)
+                error = f["kjit_batch_result_error"](result, i) or b""
                 name = name_of(result, i) if name_of is not None else None
-                items.append(BatchItem(item_status, os.fsdecode(path) if path else None,
-                                       error.decode("utf-8", "replace"), name.decode("ascii") if name else None))
+                items.append(BatchItem(_status(f["kjit_batch_result_status"](result, i)),
+                                       os.fsdecode(path) if path else None, error.decode("utf-8", "replace"),
+                                       name.decode("ascii") if name else None))
         finally:
-            self._fn["kjit_batch_result_release"](result)
+            f["kjit_batch_result_release"](result)
         return items
 
-    def stats(self):
-        """A snapshot of libkjit's process-wide counters (kjit_get_stats) as a dict: every
-        counter of kjit_stats by name; ``sidecar_rejections`` as {reason: count} and ``errors``
-        as {status name: count}, both listing only non-zero entries. Counters only grow: subtract
+    def stats(self) -> Stats:
+        """A snapshot of libkjit's process-wide counters (kjit_get_stats): a :class:`Stats`
+        with every counter of kjit_stats by name, ``sidecar_rejections`` as {reason: count} and
+        ``errors`` as {status name: count} (non-zero entries only). Counters only grow: subtract
         two snapshots to measure a stretch of work. Needs libkjit 0.2 or later."""
-        fn = self._fn.get("kjit_get_stats")
-        if fn is None:
-            raise LibraryNotFound([(self.path, "loaded, but has no kjit_get_stats (libkjit older than 0.2)")])
+        fn = self._needs("kjit_get_stats", "0.2")
+        from . import _results
+
         with_remote = "kjit_remote_describe" in self._fn
-        out = _Stats(with_remote)
+        out = _abi.Stats()
+        if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
+            out.struct_size = _abi.offset_of(_abi.Stats, "remote_hits")
         status = fn(ctypes.byref(out))
-        if status != 0:
+        if status != Status.OK:
             raise self._error(status, "kjit_get_stats")
-        names = _STATS_COUNTERS + _STATS_COUNTERS_2 + ("swept_temp_folders",) + (_STATS_REMOTE if with_remote else ())
-        result = {n: getattr(out, n) for n in names}
-        result["sidecar_rejections"] = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
-                                        if out.sidecar_rejections[i]}
-        result["errors"] = {self.status_string(i): out.errors[i] for i in range(1, 32) if out.errors[i]}
-        return result
+        names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
+                 (_abi.STATS_REMOTE if with_remote else ()))
+        rejections = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
+                      if out.sidecar_rejections[i]}
+        errors = {self.status_string(i): out.errors[i] for i in range(1, _abi.STATS_STATUS_SLOTS) if out.errors[i]}
+        return _results.Stats(sidecar_rejections=rejections, errors=errors, **{n: getattr(out, n) for n in names})
 
     # -- Cache maintenance (libkjit 0.4): what `kjit cache stats/prune/verify/clear` do ---------
 
-    def _needs(self, function):
-        """The entry point, or LibraryNotFound saying the loaded libkjit is too old."""
-        fn = self._fn.get(function)
-        if fn is None:
-            raise LibraryNotFound([(self.path, f"loaded, but has no {function} (libkjit older than 0.4)")])
-        return fn
-
-    def cache_dir(self, cache_dir=None):
+    def cache_dir(self, cache_dir: Optional[PathLike] = None) -> str:
         """The absolute cache folder that compile() and the cache functions use for
         ``cache_dir`` (kjit_cache_dir): None or "" means the default ($KJIT_CACHE_DIR, else
         $XDG_CACHE_HOME/kjit, else ~/.cache/kjit). Needs libkjit 0.4."""
-        self._needs("kjit_cache_dir")
+        self._needs("kjit_cache_dir", "0.4")
         arg = _path_bytes(cache_dir, "cache_dir") if cache_dir is not None else None
         return os.fsdecode(self._string_out("kjit_cache_dir", (arg,), self.path_buffer_size))
 
-    def remote_describe(self, remote_storage=None):
-        """What the cluster tier's Redis servers say of themselves (kjit_remote_describe), as text:
-        per server its URL (password hidden), reachability, memory and its limit, eviction
-        policy, keys and libkjit's entries. ``remote_storage``: a setting as compile() takes it;
-        None for $KJIT_REMOTE_STORAGE. Raises InvalidArgument when there is no setting. Needs
-        libkjit 0.6."""
-        self._needs("kjit_remote_describe")
-        arg = _text_bytes(remote_storage, "remote_storage") if remote_storage is not None else None
-        return self._string_out("kjit_remote_describe", (arg,), 65536).decode("utf-8", "replace")
+    def remote_describe(self, remote_storage: Optional[str] = None) -> RemoteDescription:
+        """What the cluster tier's Redis servers say of themselves (kjit_remote_describe): a
+        :class:`RemoteDescription`, whose ``servers`` give per server its URL (password hidden),
+        reachability, what Redis reports (version, memory and its limit, eviction policy, ...),
+        its keys and libkjit's entries; ``str()`` of it is the text ``kjit cache stats
+        --remote`` prints. ``remote_storage``: a setting as compile() takes it; None for
+        $KJIT_REMOTE_STORAGE. Raises InvalidArgument when there is no setting. Needs libkjit
+        0.6."""
+        self._needs("kjit_remote_describe", "0.6")
+        from . import _results
 
-    def cache_stats(self, cache_dir=None):
-        """What a cache folder holds (kjit_cache_summarize) as a dict: ``cache_dir`` (absolute),
-        ``entries``, ``bytes`` (disk space, as du counts it), ``max_size`` ($KJIT_CACHE_MAX_SIZE in
-        bytes, None for no limit), ``in_transit``, ``in_transit_bytes``, ``foreign``, the times
-        ``least_recent_use_ns``, ``most_recent_use_ns``, ``oldest_created_ns``,
-        ``newest_created_ns`` (ns since the epoch, None without entries) and ``by_arch``
-        ({arch: {"entries": n, "bytes": n}}). A missing folder is an empty cache. Raises
-        KjitIOError for a folder that cannot be read or is refused, InvalidArgument for a
-        malformed $KJIT_CACHE_MAX_SIZE. Needs libkjit 0.4."""
-        fn = self._needs("kjit_cache_summarize")
+        arg = _text_bytes(remote_storage, "remote_storage") if remote_storage is not None else None
+        text = self._string_out("kjit_remote_describe", (arg,), 65536).decode("utf-8", "replace")
+        return _results.RemoteDescription.parse(text)
+
+    def cache_stats(self, cache_dir: Optional[PathLike] = None) -> CacheStats:
+        """What a cache folder holds (kjit_cache_summarize), as a :class:`CacheStats`:
+        ``cache_dir`` (absolute), ``entries``, ``bytes`` (disk space, as du counts it),
+        ``max_size`` ($KJIT_CACHE_MAX_SIZE in bytes, None for no limit), ``in_transit``,
+        ``in_transit_bytes``, ``foreign``, the times ``least_recent_use_ns``,
+        ``most_recent_use_ns``, ``oldest_created_ns``, ``newest_created_ns`` (ns since the
+        epoch, None without entries) and ``by_arch`` ({arch: :class:`ArchUsage`}). A missing
+        folder is an empty cache. Raises KjitIOError for a folder that cannot be read or is
+        refused, InvalidArgument for a malformed $KJIT_CACHE_MAX_SIZE. Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_summarize", "0.4")
+        from . import _results
+
         folder = self.cache_dir(cache_dir)
-        out, arches = _CacheSummary(), _P()
+        out, arches = _abi.CacheSummary(), ctypes.c_void_p()
         status = fn(os.fsencode(folder), ctypes.byref(out), ctypes.byref(arches))
         if status != Status.OK:
             raise self._error(status, "kjit_cache_summarize")
+        f = self._fn
         try:
             by_arch = {}
-            for i in range(self._fn["kjit_cache_arches_count"](arches)):
-                name = self._fn["kjit_cache_arches_name"](arches, i).decode("utf-8", "replace")
-                by_arch[name] = {"entries": self._fn["kjit_cache_arches_entries"](arches, i),
-                                 "bytes": self._fn["kjit_cache_arches_bytes"](arches, i)}
+            for i in range(f["kjit_cache_arches_count"](arches)):
+                name = f["kjit_cache_arches_name"](arches, i).decode("utf-8", "replace")
+                by_arch[name] = _results.ArchUsage(f["kjit_cache_arches_entries"](arches, i),
+                                                   f["kjit_cache_arches_bytes"](arches, i))
         finally:
-            self._fn["kjit_cache_arches_release"](arches)
-        result = {"cache_dir": folder}
-        result.update({n: getattr(out, n) for n in _CacheSummary._COUNTS})
-        result["max_size"] = out.max_size or None
-        result.update({n: getattr(out, n) or None for n in _CacheSummary._TIMES})
-        result["by_arch"] = by_arch
-        return result
+            f["kjit_cache_arches_release"](arches)
+        values: Dict[str, Any] = {n: getattr(out, n) for n in _abi.CacheSummary.COUNTS}
+        values.update({n: getattr(out, n) or None for n in _abi.CacheSummary.TIMES})
+        values["max_size"] = out.max_size or None
+        return _results.CacheStats(cache_dir=folder, by_arch=by_arch, **values)
 
-    def _prune_report(self, folder, report):
-        result = {"cache_dir": folder}
-        result.update({n: getattr(report, n) for n in _PruneReport._COUNTS})
-        return result
+    def _prune_report(self, folder: str, report: _abi.PruneReport) -> PruneReport:
+        from . import _results
 
-    def prune(self, cache_dir=None, *, max_size=None, older_than=None):
+        return _results.PruneReport(cache_dir=folder, **{n: getattr(report, n) for n in _abi.PruneReport.COUNTS})
+
+    def prune(self, cache_dir: Optional[PathLike] = None, *, max_size: Optional[int] = None,
+              older_than: Union[int, float, datetime.timedelta, None] = None) -> PruneReport:
         """Removes cache entries by recency (kjit_cache_prune): those not used for
         ``older_than`` (seconds as an int or float, or a datetime.timedelta), then the least
         recently used until the rest take at most ``max_size`` bytes (an int; 0 removes every
         entry not in use). None leaves a bound out. Entries in use are never removed
-        (``spared_in_use``). Returns the report as a dict: ``cache_dir``, ``removed_entries``,
+        (``spared_in_use``). Returns a :class:`PruneReport`: ``cache_dir``, ``removed_entries``,
         ``removed_bytes``, ``spared_in_use``, ``removed_in_transit``,
         ``removed_variants_files``, ``kept_entries``, ``kept_bytes``. Needs libkjit 0.4."""
-        fn = self._needs("kjit_cache_prune")
-        options = _PruneOptions()
+        fn = self._needs("kjit_cache_prune", "0.4")
+        options = _abi.PruneOptions()
         status = self._fn["kjit_prune_options_init"](ctypes.byref(options), ctypes.sizeof(options))
         if status != Status.OK:
             raise self._error(status, "kjit_prune_options_init")
         if max_size is not None:
-            if isinstance(max_size, bool) or not isinstance(max_size, int):
-                raise TypeError(f"max_size must be an int (bytes), not {type(max_size).__name__}")
-            if not 0 <= max_size < _PRUNE_NO_LIMIT:
-                raise ValueError(f"max_size must be at least 0 and below 2**64 - 1 bytes, not {max_size}")
-            options.max_size = max_size
+            options.max_size = _prune_max_size(max_size)
         if older_than is not None:
-            seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else older_than
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                raise TypeError(f"older_than must be seconds or a timedelta, not {type(older_than).__name__}")
-            if seconds < 0:
-                raise ValueError(f"older_than must not be negative: {older_than!r}")
-            if seconds >= _PRUNE_NO_LIMIT:  # a c_uint64 would wrap; up to that, libkjit says what it takes
-                raise ValueError(f"older_than is too large: {older_than!r}")
-            options.older_than_s = int(seconds)
+            options.older_than_s = _prune_older_than(older_than)
         folder = self.cache_dir(cache_dir)
-        report = _PruneReport()
+        report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(options), ctypes.byref(report))
         if status != Status.OK:
             raise self._error(status, "kjit_cache_prune")
         return self._prune_report(folder, report)
 
-    def clear(self, cache_dir=None):
-        """Removes every cache entry, in use or not (kjit_cache_clear). Returns the report as
-        :meth:`prune` does. Needs libkjit 0.4."""
-        fn = self._needs("kjit_cache_clear")
+    def clear(self, cache_dir: Optional[PathLike] = None) -> PruneReport:
+        """Removes every cache entry, in use or not (kjit_cache_clear). Returns a
+        :class:`PruneReport`, as :meth:`prune` does. Needs libkjit 0.4."""
+        fn = self._needs("kjit_cache_clear", "0.4")
         folder = self.cache_dir(cache_dir)
-        report = _PruneReport()
+        report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(report))
         if status != Status.OK:
             raise self._error(status, "kjit_cache_clear")
         return self._prune_report(folder, report)
 
-    def verify(self, cache_dir=None, fix=False):
+    def verify(self, cache_dir: Optional[PathLike] = None, fix: bool = False) -> VerifyReport:
         """Checks every cache entry (kjit_cache_verify); with ``fix``, repairs damaged sidecars
         and removes what cannot be repaired. Returns a :class:`VerifyReport`; damage is in the
         report, not raised. Raises KjitIOError for a folder that cannot be read or is refused.
         Needs libkjit 0.4."""
-        fn = self._needs("kjit_cache_verify")
+        fn = self._needs("kjit_cache_verify", "0.4")
+        from . import _results
+
         folder = self.cache_dir(cache_dir)
-        handle = _P()
+        handle = ctypes.c_void_p()
         status = fn(os.fsencode(folder), 1 if fix else 0, ctypes.byref(handle))
         if status != Status.OK:
             raise self._error(status, "kjit_cache_verify")
@@ -1200,32 +672,32 @@ class Library:
         try:
             problems = []
             for i in range(f["kjit_verify_report_count"](handle)):
-                kind = f["kjit_verify_report_kind"](handle, i)
+                kind: Union[CacheProblem, int] = f["kjit_verify_report_kind"](handle, i)
                 try:
                     kind = CacheProblem(kind)
                 except ValueError:
                     pass
-                problems.append(Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
-                                        f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
-                                        f["kjit_verify_report_fixed"](handle, i) == 1,
-                                        f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
-            return VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
-                                f["kjit_verify_report_entries_ok"](handle), problems)
+                problems.append(_results.Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
+                                                 f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
+                                                 f["kjit_verify_report_fixed"](handle, i) == 1,
+                                                 f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
+            return _results.VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
+                                         f["kjit_verify_report_entries_ok"](handle), problems)
         finally:
             f["kjit_verify_report_release"](handle)
 
-    def load_cached(self, cubin_path, keyword):
+    def load_cached(self, cubin_path: PathLike, keyword: str) -> Kernel:
         """Loads kernel ``keyword`` of a cubin through the CUDA driver (libcuda.so.1, or
         $KJIT_LIBCUDA) and returns a :class:`Kernel` owning the handle. No current CUDA context
         is needed. Raises DriverError, NotFound, BadCubin, KjitIOError, ..."""
         args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
-        handle = _P()
+        handle = ctypes.c_void_p()
         status = self._fn["kjit_load_cached"](*args, ctypes.byref(handle))
         if status != Status.OK:
             raise self._error(status, "kjit_load_cached")
         return Kernel(self, handle.value)
 
-    def compile_and_load(self, source, keyword, **options):
+    def compile_and_load(self, source: Union[str, bytes], keyword: str, **options: Any) -> Kernel:
         """:meth:`compile` then :meth:`load_cached` in one call (kjit_compile_and_load, libkjit
         0.5): a :class:`Kernel` for ``source``, for code that asks for its kernel at every
         launch. A repeat costs an ``lstat`` of the cubin and the loader's reuse of the loaded
@@ -1236,15 +708,91 @@ class Library:
         if fn is None:
             return self.load_cached(self.compile(source, keyword, **options), keyword)
         src, kw, opts = self._compile_arguments("compile_and_load", source, keyword, options)
-        handle = _P()
+        handle = ctypes.c_void_p()
         status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
         if status != Status.OK:
             raise self._error(status, "kjit_compile_and_load")
         return Kernel(self, handle.value)
 
 
+def _batch_requests(requests: Iterable[Any], options: Mapping[str, Any],
+                    keep: List[Any]) -> List[_abi.CompileRequest]:
+    """compile_batch's requests -> CompileRequest structs; what they point at goes in ``keep``."""
+    if isinstance(requests, (str, bytes)):
+        raise TypeError("requests must be a sequence of (source, keyword) pairs or dicts")
+    structs = []
+    for i, item in enumerate(requests):
+        if isinstance(item, dict):
+            extra = {k: v for k, v in item.items() if k not in ("source", "keyword")}
+            for name in extra:
+                if name not in _COMPILE_KEYWORDS:
+                    raise TypeError(f"requests[{i}] has an unexpected key {name!r}")
+            if "source" not in item or "keyword" not in item:
+                raise TypeError(f"requests[{i}] needs 'source' and 'keyword'")
+            source, keyword, item_options = item["source"], item["keyword"], {**options, **extra}
+        elif isinstance(item, tuple) and len(item) == 2:
+            (source, keyword), item_options = item, dict(options)
+        else:
+            raise TypeError(f"requests[{i}] must be a (source, keyword) pair or a dict")
+        request = _abi.CompileRequest()
+        request.source = _text_bytes(source, f"requests[{i}] source", allow_bytes=True)
+        request.keyword = _text_bytes(keyword, f"requests[{i}] keyword")
+        request.options = ctypes.pointer(_convert.compile_options(keep, **item_options))
+        structs.append(request)
+    return structs
+
+
+def _batch_options(workers: Optional[int], pch: int, worker_kind: int) -> _abi.BatchOptions:
+    """compile_batch's keyword arguments -> a BatchOptions (its progress set by the caller)."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or
+                                not 0 <= workers < 2**32):
+        raise ValueError(f"workers must be a non-negative int, not {workers!r}")
+    batch = _abi.BatchOptions()
+    batch.workers = workers or 0
+    if isinstance(pch, bool) or not isinstance(pch, int):
+        raise TypeError(f"pch must be PCH_DEFAULT, PCH_ON or PCH_OFF, not {pch!r}")
+    batch.pch = pch
+    if isinstance(worker_kind, bool) or worker_kind not in (WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES,
+                                                             WORKERS_AUTOMATIC):
+        raise ValueError("worker_kind must be WORKERS_DEFAULT, WORKERS_THREADS, WORKERS_PROCESSES or "
+                         f"WORKERS_AUTOMATIC, not {worker_kind!r}")
+    batch.worker_kind = worker_kind
+    if worker_kind == WORKERS_DEFAULT:
+        # The struct as libkjit 0.3 and 0.4 know it, which they would refuse a byte longer.
+        batch.struct_size = _abi.offset_of(_abi.BatchOptions, "worker_kind")
+    return batch
+
+
+def _prune_max_size(max_size: object) -> int:
+    if isinstance(max_size, bool) or not isinstance(max_size, int):
+        raise TypeError(f"max_size must be an int (bytes), not {type(max_size).__name__}")
+    if not 0 <= max_size < _abi.PRUNE_NO_LIMIT:
+        raise ValueError(f"max_size must be at least 0 and below 2**64 - 1 bytes, not {max_size}")
+    return max_size
+
+
+def _prune_older_than(older_than: object) -> int:
+    total_seconds = getattr(older_than, "total_seconds", None)  # a datetime.timedelta, or alike
+    seconds = total_seconds() if callable(total_seconds) else older_than
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"older_than must be seconds or a timedelta, not {type(older_than).__name__}")
+    if seconds < 0:
+        raise ValueError(f"older_than must not be negative: {older_than!r}")
+    if seconds >= _abi.PRUNE_NO_LIMIT:  # a c_uint64 would wrap; up to that, libkjit says what it takes
+        raise ValueError(f"older_than is too large: {older_than!r}")
+    return int(seconds)
+
+
 # --------------------------------------------------------------------------------------------
 # Kernel: an owned kjit_kernel* handle
+
+# cuda.core Kernels with no __dict__ (a cdef class), by id: the kjit Kernel each keeps alive.
+_CORE_OWNERS: Dict[int, Kernel] = {}
+
+
+def _forget_core(key: int) -> None:
+    _CORE_OWNERS.pop(key, None)
+
 
 class Kernel:
     """A kernel loaded by :meth:`Library.load_cached`, owning its ``kjit_kernel*``.
@@ -1256,130 +804,144 @@ class Kernel:
     release (libkjit unloads the library with its last handle).
     """
 
-    def __init__(self, library, handle):
+    def __init__(self, library: Library, handle: Optional[int]) -> None:
         if not handle:
             raise ValueError("NULL kjit_kernel handle")
         self._library, self._fn = library, library._fn  # keep the CDLL alive, also at exit
         self._lock = threading.Lock()
-        self._handle = handle
-        self._name = self._fn["kjit_kernel_name"](handle).decode("utf-8", "replace")
-        self._cubin_path = os.fsdecode(self._fn["kjit_kernel_cubin_path"](handle))
+        self._handle: Optional[int] = handle
+        self._name: str = self._fn["kjit_kernel_name"](handle).decode("utf-8", "replace")
+        self._cubin_path: str = os.fsdecode(self._fn["kjit_kernel_cubin_path"](handle))
 
-    def _live(self):
+    def _live(self) -> int:
         handle = self._handle
         if handle is None:
             raise ValueError(f"kernel {self._name} has been released")
         return handle
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The kernel's mangled name (str)."""
         return self._name
 
     @property
-    def cubin_path(self):
+    def cubin_path(self) -> str:
         """The cubin path as given to load_cached (str)."""
         return self._cubin_path
 
     @property
-    def cukernel(self):
+    def cukernel(self) -> int:
         """The driver's ``CUkernel`` as an int (launchable as a CUfunction, CUDA 12.0+)."""
-        return self._fn["kjit_kernel_cukernel"](self._live()) or 0
+        return int(self._fn["kjit_kernel_cukernel"](self._live()) or 0)
 
     @property
-    def culibrary(self):
+    def culibrary(self) -> int:
         """The ``CUlibrary`` the kernel belongs to, as an int (shared per cubin version)."""
-        return self._fn["kjit_kernel_culibrary"](self._live()) or 0
+        return int(self._fn["kjit_kernel_culibrary"](self._live()) or 0)
 
-    def launch(self, grid, block, args, *, shared_mem=0, stream=None):
+    def launch(self, grid: _launch.Dims, block: _launch.Dims, args: Iterable[Any], *, shared_mem: int = 0,
+               stream: Any = None, readonly: _launch.ReadOnly = ()) -> None:
         """Launches the kernel with ``cuLaunchKernel`` on the current CUDA context (PyTorch and
         CuPy make one current on their device; with none, the driver says
         ``CUDA_ERROR_INVALID_CONTEXT``).
 
         - ``grid``, ``block``: an int or a tuple of up to three ints.
-        - ``args``: one value per kernel parameter, in order: a ``ctypes`` value of the
-          parameter's C type (``ctypes.c_int(n)``, ``ctypes.c_float(x)``,
-          ``ctypes.c_void_p(ptr)``), or an array object, passed as its device pointer: a PyTorch
-          tensor (``data_ptr()``), a CuPy or Numba array (``__cuda_array_interface__``), a
-          CuPy memory pointer (``.ptr``). A bare Python int or float is refused: its C type
-          cannot be known.
+        - ``args``: one value per kernel parameter, in order:
+
+          - a ``ctypes`` value of the parameter's C type (``ctypes.c_int(n)``,
+            ``ctypes.c_float(x)``, ``ctypes.c_void_p(ptr)``, a ``ctypes.Structure``);
+          - a NumPy scalar, passed as its own bytes by dtype: ``numpy.float32`` is a 4-byte
+            float, ``numpy.float16`` a 2-byte half, ``numpy.int64`` 8 bytes; never widened;
+          - a device array, passed as its device pointer: a PyTorch tensor (``data_ptr()``),
+            anything with ``__cuda_array_interface__`` (CuPy, Numba; versions 0 to 3, its
+            stream synchronized unless the launch is on it), anything with ``__dlpack__`` and
+            ``__dlpack_device__`` (``data`` + ``byte_offset`` of its tensor, exported for this
+            launch's stream and released after it), a CuPy memory pointer (``.ptr``).
+
+          A bare Python int, float or bool is refused: its C type cannot be known. So is an
+          array in host memory, and anything else, with a TypeError naming the argument's
+          index and type.
         - ``stream``: None (the default stream), an int ``CUstream``, or an object that has one:
           ``torch.cuda.current_stream()`` (``cuda_stream``), a CuPy stream (``ptr``), a
           cuda.core stream (``__cuda_stream__()``).
+        - ``readonly``: the indexes of the arguments the kernel only reads, or True for all: an
+          array its producer marks read-only (``__cuda_array_interface__``'s flag, DLPack's
+          ``READ_ONLY``) is refused anywhere else (ValueError naming the index).
 
         Raises :class:`DriverError` with the driver's error name when the launch fails, and
         ValueError after :meth:`release`. The launch is asynchronous, as in C.
         """
-        grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
-        values = [_kernel_arg(a, i) for i, a in enumerate(args)]
-        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
-                                                           for v in values])
-        driver = _driver()
-        with self._lock:
-            function = ctypes.c_void_p(self._fn["kjit_kernel_cukernel"](self._live()))
-            result = driver.cuLaunchKernel(function, *grid3, *block3, int(shared_mem),
-                                           ctypes.c_void_p(_stream_handle(stream)),
-                                           params if values else None, None)
+        grid3, block3 = _launch.dims(grid, "grid"), _launch.dims(block, "block")
+        shared = _launch.shared_bytes(shared_mem)
+        handle = _launch.stream_handle(stream)
+        with _launch.Arguments(args, handle, readonly) as arguments:
+            driver = _launch.driver()
+            with self._lock:
+                function = ctypes.c_void_p(self._fn["kjit_kernel_cukernel"](self._live()))
+                result = driver.launch_kernel(function, *grid3, *block3, shared, ctypes.c_void_p(handle),
+                                              arguments.params, None)
         if result != 0:
-            raise _driver_error(driver, result, f"cuLaunchKernel of {self._name}")
+            raise driver.error(result, f"cuLaunchKernel of {self._name}")
 
-    def as_cuda_core(self):
+    def as_cuda_core(self) -> Any:
         """This kernel as a ``cuda.core`` ``Kernel`` (``Kernel.from_handle`` of its CUkernel), to
         launch with cuda.core's ``launch()``. The returned object keeps this one alive, so the
         library stays loaded while it is in use; release this one only after it is gone.
         Needs cuda.core (``pip install cuda-core``); ImportError saying so otherwise."""
         try:
-            from cuda.core import Kernel as CoreKernel
+            from cuda.core import Kernel as CoreKernel  # type: ignore[import]
         except ImportError:
             try:
-                from cuda.core.experimental import Kernel as CoreKernel
+                from cuda.core.experimental import Kernel as CoreKernel  # type: ignore[import]
             except ImportError as e:
                 raise ImportError("Kernel.as_cuda_core needs cuda.core (pip install cuda-core)") from e
         core = CoreKernel.from_handle(self.cukernel)
         try:
             core._kjit_kernel = self
         except AttributeError:  # a class with no __dict__ (cuda.core's is a cdef class): beside it
-            weakref.finalize(core, _CORE_OWNERS.pop, id(core), None)
+            weakref.finalize(core, _forget_core, id(core))
             _CORE_OWNERS[id(core)] = self
         return core
 
     @property
-    def released(self):
+    def released(self) -> bool:
         """True once the handle has been released."""
         return self._handle is None
 
-    def cufunction(self):
+    def cufunction(self) -> int:
         """The kernel as a ``CUfunction`` (int) in the calling thread's current CUDA context.
         Raises DriverError without a current context."""
-        out = _P()
+        out = ctypes.c_void_p()
         status = self._fn["kjit_kernel_cufunction"](self._live(), ctypes.byref(out))
         if status != Status.OK:
             raise self._library._error(status, "kjit_kernel_cufunction")
         return out.value or 0
 
-    def release(self):
+    def release(self) -> None:
         """kjit_kernel_release: drops the handle (idempotent, thread safe)."""
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None:
             self._fn["kjit_kernel_release"](handle)
 
-    close = release
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def close(self) -> None:
+        """The same as :meth:`release`."""
         self.release()
 
-    def __del__(self):
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
         try:
             if getattr(self, "_handle", None) is not None:
                 self.release()
         except Exception:  # never raise from a finaliser (e.g. late in interpreter exit)
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "released" if self._handle is None else f"cukernel=0x{self.cukernel:x}"
         return f"<kjit.Kernel {self._name} from {self._cubin_path!r} {state}>"
 
@@ -1387,11 +949,11 @@ class Kernel:
 # --------------------------------------------------------------------------------------------
 # Module-level functions on a default Library, loaded on first use
 
-_default = None
+_default: Optional[Library] = None
 _default_lock = threading.Lock()
 
 
-def load_library(path=None):
+def load_library(path: Optional[PathLike] = None) -> Library:
     """Loads libkjit (``path``, else $KJIT_LIBRARY, else the search) and makes it the library
     the module-level functions use. Returns the :class:`Library`."""
     global _default
@@ -1401,7 +963,7 @@ def load_library(path=None):
     return lib
 
 
-def _lib():
+def _lib() -> Library:
     global _default
     lib = _default
     if lib is None:
@@ -1412,90 +974,103 @@ def _lib():
     return lib
 
 
-def version():
+def version() -> Tuple[int, int, int]:
     """(major, minor, patch) of the loaded libkjit."""
     return _lib().version()
 
 
-def version_string():
+def version_string() -> str:
     """The loaded libkjit's version as text, e.g. "0.1.0"."""
     return _lib().version_string()
 
 
-def status_string(status):
+def status_string(status: int) -> str:
     """The English name of a kjit status code."""
     return _lib().status_string(status)
 
 
-def last_error():
+def last_error() -> str:
     """This thread's detail text of its last failed libkjit call."""
     return _lib().last_error()
 
 
-def resolve_name(cubin_path, keyword):
+def resolve_name(cubin_path: PathLike, keyword: str) -> str:
     """See :meth:`Library.resolve_name`."""
     return _lib().resolve_name(cubin_path, keyword)
 
 
-def compile(source, keyword, *, cache_dir=None, arch=None, nvrtc_options=(),  # noqa: A001
-            include_paths=(), headers=None, name_expression=None, max_cache_size=None, remote_storage=None):
+def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,  # noqa: A001
+            arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+            headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+            max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size, remote_storage=remote_storage)
 
 
-def compile_named(source, keyword, **options):
+def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
     return _lib().compile_named(source, keyword, **options)
 
 
-def compile_batch(requests, *, workers=None, pch=PCH_DEFAULT, progress=None, worker_kind=WORKERS_DEFAULT, **options):
+def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = None, pch: int = PCH_DEFAULT,
+                  progress: Union[ProgressCallback, bool, None] = None, worker_kind: int = WORKERS_DEFAULT,
+                  **options: Any) -> List[BatchItem]:
     """See :meth:`Library.compile_batch`; returns a list of :class:`BatchItem`."""
     return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, worker_kind=worker_kind,
                                 **options)
 
 
-def stats():
+def stats() -> Stats:
     """See :meth:`Library.stats`."""
     return _lib().stats()
 
 
-def load_cached(cubin_path, keyword):
+def load_cached(cubin_path: PathLike, keyword: str) -> Kernel:
     """See :meth:`Library.load_cached`."""
     return _lib().load_cached(cubin_path, keyword)
 
 
-def compile_and_load(source, keyword, **options):
+def compile_and_load(source: Union[str, bytes], keyword: str, **options: Any) -> Kernel:
     """See :meth:`Library.compile_and_load`; returns a :class:`Kernel`."""
     return _lib().compile_and_load(source, keyword, **options)
 
 
-def remote_describe(remote_storage=None):
+def remote_describe(remote_storage: Optional[str] = None) -> RemoteDescription:
     """See :meth:`Library.remote_describe`."""
     return _lib().remote_describe(remote_storage)
 
 
-def cache_dir(cache_dir=None):
+def cache_dir(cache_dir: Optional[PathLike] = None) -> str:
     """See :meth:`Library.cache_dir`."""
     return _lib().cache_dir(cache_dir)
 
 
-def cache_stats(cache_dir=None):
+def cache_stats(cache_dir: Optional[PathLike] = None) -> CacheStats:
     """See :meth:`Library.cache_stats`."""
     return _lib().cache_stats(cache_dir)
 
 
-def prune(cache_dir=None, *, max_size=None, older_than=None):
+def prune(cache_dir: Optional[PathLike] = None, *, max_size: Optional[int] = None,
+          older_than: Union[int, float, datetime.timedelta, None] = None) -> PruneReport:
     """See :meth:`Library.prune`."""
     return _lib().prune(cache_dir, max_size=max_size, older_than=older_than)
 
 
-def verify(cache_dir=None, fix=False):
+def verify(cache_dir: Optional[PathLike] = None, fix: bool = False) -> VerifyReport:
     """See :meth:`Library.verify`."""
     return _lib().verify(cache_dir, fix)
 
 
-def clear(cache_dir=None):
+def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
     """See :meth:`Library.clear`."""
     return _lib().clear(cache_dir)
+
+
+# The public classes defined in the private modules read as kjit's, as they did when this
+# package was one module (in reprs, tracebacks and pickles).
+for _public in (Status, CacheProblem, KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
+                KjitIOError, CompileError, DriverError):
+    _public.__module__ = __name__
+del _public

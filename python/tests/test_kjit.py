@@ -6,12 +6,15 @@ cubins are made here with kjit.compile(arch="sm_90") into a temporary cache: NVR
 """
 
 import ctypes
+import dataclasses
 import datetime
 import gc
+import io
 import json
 import multiprocessing
 import os
 import pathlib
+import pickle
 import struct
 import subprocess
 import sys
@@ -285,7 +288,8 @@ def test_explicit_path_beats_environment(monkeypatch):
 def test_find_library_result_is_used(monkeypatch):
     good = kjit._lib().path
     monkeypatch.delenv("KJIT_LIBRARY", raising=False)
-    monkeypatch.setattr(kjit.ctypes.util, "find_library", lambda name: good if name == "kjit" else None)
+    import ctypes.util  # kjit imports it only when it searches
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: good if name == "kjit" else None)
     assert kjit.Library().path == good
 
 
@@ -678,6 +682,64 @@ def test_kernels_alive_at_interpreter_exit(built, fake):
 SIMPLE = "__global__ void scale(float *p) { p[0] *= 2.0f; }\n"
 
 
+def test_results_are_frozen_dataclasses_that_read_by_name_too(tmp_path):
+    s = kjit.stats()
+    assert isinstance(s, kjit.Stats) and dataclasses.is_dataclass(s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.compile_hits = 0
+    # Code written when these were dicts still reads them; only fields are keys.
+    assert s["compile_hits"] == s.compile_hits and s["errors"] is s.errors
+    with pytest.raises(KeyError):
+        s["struct_size"]
+    # Every counter of kjit_stats, and every field of the cache structs, is a field here.
+    def fields(result):
+        return {f.name for f in dataclasses.fields(result)}
+
+    def counters(struct):
+        return {name for name, _ in struct._fields_} - {"struct_size"}
+
+    assert counters(kjit._abi.Stats) == fields(kjit.Stats)
+    assert counters(kjit._abi.CacheSummary) | {"cache_dir", "by_arch"} == fields(kjit.CacheStats)
+    assert counters(kjit._abi.PruneReport) | {"cache_dir"} == fields(kjit.PruneReport)
+    report = kjit.prune(tmp_path)
+    assert isinstance(report, kjit.PruneReport) and report.cache_dir == str(tmp_path)
+    assert repr(report).startswith("PruneReport(cache_dir=") and type(report).__module__ == "kjit"
+    assert pickle.loads(pickle.dumps(report)) == report and hash(report) == hash(kjit.prune(tmp_path))
+    assert hash(s) is not None  # the dict fields stay out of the hash
+
+
+def test_import_leaves_the_costly_modules_for_later():
+    # import kjit stays cheap (the bench's "ready from before import kjit" counts it): typing
+    # and dataclasses (with inspect) come with the first result, ctypes.util with the search.
+    r = _run_python("""
+        import sys
+        before = set(sys.modules)
+        import kjit
+        print(sorted(set(sys.modules) - before))
+        kjit.stats()
+        print(sorted(set(sys.modules) - before))
+        """)
+    assert r.returncode == 0, r.stderr
+    at_import, after_stats = (eval(line) for line in r.stdout.splitlines())
+    assert "kjit" in at_import and "kjit._abi" in at_import and "kjit._results" not in at_import
+    for costly in ("typing", "dataclasses", "inspect", "ctypes.util", "datetime", "re"):
+        assert costly not in at_import, at_import
+    assert "kjit._results" in after_stats
+
+
+def test_remote_description_reads_every_server():
+    text = ("server redis://a:6379\n  redis_version: 7.0.15\n  used_memory_human: 1.00M\n  keys: 12\n"
+            "  libkjit entries (namespace llm): 3 (at least; the count stopped early)\n"
+            "server redis://b:6379\n  unreachable: connect: Connection refused\n")
+    described = kjit.RemoteDescription.parse(text)
+    assert str(described) == text
+    a, b = described.servers
+    assert a == kjit.RemoteServer("redis://a:6379", True, None, {"redis_version": "7.0.15",
+                                                                 "used_memory_human": "1.00M"}, 12, "llm", 3, False)
+    assert b == kjit.RemoteServer("redis://b:6379", False, "connect: Connection refused")
+    assert kjit.RemoteDescription.parse("").servers == []
+
+
 def test_stats_count_hits_misses_and_errors(tmp_path):
     before = kjit.stats()
     src = SIMPLE + "\n// stats test\n"
@@ -686,11 +748,11 @@ def test_stats_count_hits_misses_and_errors(tmp_path):
     with pytest.raises(kjit.NotFound):
         kjit.resolve_name(path, "nosuch")
     after = kjit.stats()
-    assert after["compile_misses"] - before["compile_misses"] == 1
-    assert after["compile_hits"] - before["compile_hits"] == 1
-    assert after["nvrtc_nanoseconds"] > before["nvrtc_nanoseconds"]
-    assert after["errors"].get("not found", 0) - before["errors"].get("not found", 0) == 1
-    assert set(after["sidecar_rejections"]) <= set(kjit.SIDECAR_REJECTIONS)
+    assert after.compile_misses - before.compile_misses == 1
+    assert after.compile_hits - before.compile_hits == 1
+    assert after.nvrtc_nanoseconds > before.nvrtc_nanoseconds
+    assert after.errors.get("not found", 0) - before.errors.get("not found", 0) == 1
+    assert set(after.sidecar_rejections) <= set(kjit.SIDECAR_REJECTIONS)
 
 
 def test_max_cache_size_option(tmp_path, monkeypatch):
@@ -699,9 +761,9 @@ def test_max_cache_size_option(tmp_path, monkeypatch):
         kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90")
     assert "KJIT_CACHE_MAX_SIZE" in info.value.message
     # An explicit limit (or inf) wins over the variable.
-    runs = kjit.stats()["eviction_runs"]
+    runs = kjit.stats().eviction_runs
     kjit.compile(SIMPLE + "\n// limit\n", "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=1 << 30)
-    assert kjit.stats()["eviction_runs"] == runs + 1
+    assert kjit.stats().eviction_runs == runs + 1
     kjit.compile(SIMPLE + "\n// inf\n", "scale", cache_dir=tmp_path, arch="sm_90", max_cache_size=float("inf"))
     for bad in (0, -1, "5G", 2**64):
         with pytest.raises(ValueError):
@@ -734,10 +796,68 @@ def test_compile_batch_mixed_items_and_progress(tmp_path):
     assert items[1].cubin_path == items[3].cubin_path
     assert items[2].cubin_path is None and not items[2].ok and "undeclared_in_batch" in items[2].error
     assert kjit.resolve_name(items[4].cubin_path, "gemm") == "_Z4gemmILi103EEvPf"
-    assert after["nvrtc_compiles"] - before["nvrtc_compiles"] == 3  # the duplicate and the hit ran none
+    assert after.nvrtc_compiles - before.nvrtc_compiles == 3  # the duplicate and the hit ran none
     assert [s[0] for s in seen] == [1, 2, 3, 4, 5] and sorted(s[2] for s in seen) == [0, 1, 2, 3, 4]
     assert seen[0][2] == 0 and seen[0][3] == kjit.Status.OK and seen[0][4] == hit  # the hit, first
     assert all(s[1] == 5 for s in seen)
+
+
+_BROKEN = "__global__ void gemm(float *p) { p[0] = undeclared_for_the_bar; }\n"
+
+
+def test_compile_batch_progress_bar_with_tqdm(tmp_path, monkeypatch):
+    # A stand-in for tqdm (not a Debian package the tests install): what the bar is asked.
+    class FakeTqdm:
+        made = []
+
+        def __init__(self, **kwargs):
+            self.kwargs, self.updates, self.postfix, self.closed = kwargs, 0, {}, False
+            FakeTqdm.made.append(self)
+
+        def update(self, n):
+            self.updates += n
+
+        def set_postfix(self, **kwargs):
+            self.postfix = kwargs
+
+        def close(self):
+            self.closed = True
+
+    module = type(sys)("tqdm")
+    module.tqdm = FakeTqdm
+    monkeypatch.setitem(sys.modules, "tqdm", module)
+    requests = [(_numbered(150), "gemm"), (_BROKEN, "gemm"), (_numbered(151), "gemm")]
+    items = kjit.compile_batch(requests, progress=True, cache_dir=tmp_path, arch="sm_90")
+    assert [i.ok for i in items] == [True, False, True]
+    [bar] = FakeTqdm.made
+    assert bar.kwargs["total"] == 3 and bar.kwargs["unit"] == "kernel"
+    assert bar.updates == 3 and bar.postfix == {"failed": 1} and bar.closed
+    # An empty batch shows nothing; progress=False is no callback.
+    assert kjit.compile_batch([], progress=True, cache_dir=tmp_path, arch="sm_90") == [] and len(FakeTqdm.made) == 1
+    assert kjit.compile_batch(requests[:1], progress=False, cache_dir=tmp_path, arch="sm_90")[0].ok
+    assert len(FakeTqdm.made) == 1
+    with pytest.raises(TypeError, match="progress must be a callable, True or None, not str"):
+        kjit.compile_batch(requests, progress="yes", cache_dir=tmp_path, arch="sm_90")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_compile_batch_progress_line_without_tqdm(tmp_path, monkeypatch, terminal):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    requests = [(_numbered(160 + i), "gemm") for i in range(3)] + [(_BROKEN, "gemm")]
+    items = kjit.compile_batch(requests, progress=True, cache_dir=tmp_path, arch="sm_90")
+    assert [i.ok for i in items] == [True, True, True, False]
+    text = stderr.getvalue()
+    # One line: rewritten in place (carriage returns) on a terminal, written once at the end
+    # where stderr is a file; it ends with the total and the failures.
+    assert text.endswith("kjit: 4/4 kernels, 1 failed\n") and text.count("\n") == 1, repr(text)
+    assert text.startswith("\r") == terminal and ("\r" in text) == terminal, repr(text)
 
 
 def test_compile_batch_cancel_and_callback_exception(tmp_path):
@@ -769,7 +889,7 @@ def test_compile_named_gives_path_and_name(tmp_path):
         assert isinstance(got, kjit.Compiled)
         assert got.name == "_Z4gemmILi5EEvPf" == kjit.resolve_name(got.cubin_path, "gemm")
         assert got.cubin_path == kjit.compile(src, "gemm", name_expression="gemm<5>", cache_dir=tmp_path, arch="sm_90")
-    assert after["sidecar_hits"] - before["sidecar_hits"] <= 1  # the hit read the sidecar once at most
+    assert after.sidecar_hits - before.sidecar_hits <= 1  # the hit read the sidecar once at most
     path, name = got
     assert path.endswith("kernel.cubin") and name
     with pytest.raises(TypeError):
@@ -792,7 +912,7 @@ def test_compile_and_load_in_one_call(tmp_path):
         before = kjit.stats()
         with kjit.compile_and_load(src, "gemm", name_expression="gemm<9>", cache_dir=tmp_path, arch="sm_90") as again:
             assert again.cukernel == k.cukernel
-        assert kjit.stats()["load_reuses"] - before["load_reuses"] == 1
+        assert kjit.stats().load_reuses - before.load_reuses == 1
     with pytest.raises(kjit.CompileError):
         kjit.compile_and_load("__global__ void gemm(float *p) { p[0] = nope; }", "gemm", cache_dir=tmp_path,
                               arch="sm_90")
@@ -826,7 +946,7 @@ def test_compile_batch_on_worker_processes(tmp_path):
     items = kjit.compile_batch(requests, workers=2, worker_kind=kjit.WORKERS_PROCESSES, cache_dir=tmp_path / "p",
                                arch="sm_90")
     assert all(i.ok for i in items), [i.error for i in items]
-    assert kjit.stats()["nvrtc_compiles"] - before["nvrtc_compiles"] == 3  # run by the workers, counted here
+    assert kjit.stats().nvrtc_compiles - before.nvrtc_compiles == 3  # run by the workers, counted here
     threads = kjit.compile_batch(requests, workers=2, worker_kind=kjit.WORKERS_THREADS, cache_dir=tmp_path / "t",
                                  arch="sm_90")
     for p, t in zip(items, threads):
@@ -882,18 +1002,18 @@ def test_pch_option_compiles_against_the_edited_header(tmp_path, spelling):
     first = kjit.compile(PCH_SOURCE, "gemm", **kwargs)
     assert kjit.resolve_name(first, "gemm") == f"_Z4gemmILi{value}EEvPf"
     (inc / "cfg.h").write_text(f"#define CFG {value + 1}\n")
-    misses = kjit.stats()["compile_misses"]
+    misses = kjit.stats().compile_misses
     second = kjit.compile(PCH_SOURCE, "gemm", **kwargs)
     # A miss, compiled into the entry of the header's new text (docs/cache-layout.md, "Several
     # results per source key"), beside the first.
-    assert kjit.stats()["compile_misses"] == misses + 1
+    assert kjit.stats().compile_misses == misses + 1
     assert second != first
     assert kjit.resolve_name(second, "gemm") == f"_Z4gemmILi{value + 1}EEvPf"
     # Nor is the PCH: the same request without --pch is the same entry, a hit.
     plain = dict(kwargs, nvrtc_options=kwargs["nvrtc_options"][:-1])
-    hits = kjit.stats()["compile_hits"]
+    hits = kjit.stats().compile_hits
     assert kjit.compile(PCH_SOURCE, "gemm", **plain) == second
-    assert kjit.stats()["compile_hits"] == hits + 1
+    assert kjit.stats().compile_hits == hits + 1
 
 
 @pytest.mark.parametrize("options", [
@@ -915,7 +1035,7 @@ def test_pch_options_naming_files_are_refused(tmp_path, options):
     e = info.value
     assert e.status == kjit.Status.ERROR_INVALID_ARGUMENT and e.function == "kjit_compile"
     assert f"'{named}" in e.message, e.message
-    assert kjit.stats()["nvrtc_compiles"] == before["nvrtc_compiles"]
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles
     assert not pch.exists() and not any(folder.iterdir())
     assert not list(tmp_path.rglob("*.cubin"))
 
@@ -1011,8 +1131,8 @@ def _assert_hits_now(cache, indices):
         path = kjit.compile(_numbered(i), "gemm", cache_dir=cache, arch="sm_90")
         assert kjit.resolve_name(path, "gemm") == f"_Z4gemmILi{i + 1}EEvPf"
     after = kjit.stats()
-    assert after["nvrtc_compiles"] == before["nvrtc_compiles"]
-    assert after["compile_hits"] - before["compile_hits"] == len(indices)
+    assert after.nvrtc_compiles == before.nvrtc_compiles
+    assert after.compile_hits - before.compile_hits == len(indices)
 
 
 @pytest.mark.parametrize("mode", ["callback", "in_callback"])
@@ -1098,19 +1218,19 @@ def test_cache_stats_counts_entries(tmp_path):
     cache = tmp_path / "cache"
     paths = _cache_with_entries(cache, 2)
     s = kjit.cache_stats(cache)
-    assert s["cache_dir"] == str(cache)
-    assert s["entries"] == 2 and s["bytes"] > 0
-    assert s["by_arch"] == {"sm_90": {"entries": 2, "bytes": s["bytes"]}}
-    assert s["max_size"] is None and s["foreign"] == 0
-    assert s["least_recent_use_ns"] < s["most_recent_use_ns"]
-    assert s["oldest_created_ns"] % 10**9 == 0 and s["oldest_created_ns"] <= s["newest_created_ns"]
+    assert s.cache_dir == str(cache)
+    assert s.entries == 2 and s.bytes > 0
+    assert s.by_arch == {"sm_90": kjit.ArchUsage(entries=2, bytes=s.bytes)}
+    assert s.max_size is None and s.foreign == 0
+    assert s.least_recent_use_ns < s.most_recent_use_ns
+    assert s.oldest_created_ns % 10**9 == 0 and s.oldest_created_ns <= s.newest_created_ns
     assert os.path.exists(paths[0])
     # The default folder, as compile() finds it.
     empty = tmp_path / "nothing-here"
     os.environ["KJIT_CACHE_DIR"] = str(empty)
     try:
         assert kjit.cache_dir() == str(empty)
-        assert kjit.cache_stats()["entries"] == 0 and kjit.cache_stats()["least_recent_use_ns"] is None
+        assert kjit.cache_stats().entries == 0 and kjit.cache_stats().least_recent_use_ns is None
     finally:
         del os.environ["KJIT_CACHE_DIR"]
     assert not empty.exists()
@@ -1118,7 +1238,7 @@ def test_cache_stats_counts_entries(tmp_path):
 
 def test_cache_stats_size_limit(tmp_path, monkeypatch):
     monkeypatch.setenv("KJIT_CACHE_MAX_SIZE", "2G")
-    assert kjit.cache_stats(tmp_path)["max_size"] == 2 << 30
+    assert kjit.cache_stats(tmp_path).max_size == 2 << 30
     monkeypatch.setenv("KJIT_CACHE_MAX_SIZE", "0x10")
     with pytest.raises(kjit.InvalidArgument) as info:
         kjit.cache_stats(tmp_path)
@@ -1129,17 +1249,17 @@ def test_prune_by_age_and_by_size(tmp_path):
     cache = tmp_path / "cache"
     paths = _cache_with_entries(cache, 3)  # used 3, 2 and 1 hours ago
     report = kjit.prune(cache, older_than=datetime.timedelta(minutes=150))
-    assert report["removed_entries"] == 1 and report["kept_entries"] == 2
+    assert report.removed_entries == 1 and report.kept_entries == 2
     assert [os.path.exists(p) for p in paths] == [False, True, True]
-    report = kjit.prune(cache, max_size=kjit.cache_stats(cache)["bytes"] - 1)
-    assert report["removed_entries"] == 1 and report["kept_entries"] == 1
+    report = kjit.prune(cache, max_size=kjit.cache_stats(cache).bytes - 1)
+    assert report.removed_entries == 1 and report.kept_entries == 1
     assert [os.path.exists(p) for p in paths] == [False, False, True]
     # No bound: nothing but stale temps goes.
-    assert kjit.prune(cache)["removed_entries"] == 0
+    assert kjit.prune(cache).removed_entries == 0
     # Entries in use are spared.
     fresh = kjit.compile(SIMPLE + "\n// fresh\n", "scale", cache_dir=cache, arch="sm_90")
     report = kjit.prune(cache, max_size=0, older_than=0)
-    assert report["removed_entries"] == 1 and report["spared_in_use"] == 1 and os.path.exists(fresh)
+    assert report.removed_entries == 1 and report.spared_in_use == 1 and os.path.exists(fresh)
 
 
 def test_prune_bad_arguments(tmp_path):
@@ -1179,7 +1299,7 @@ def test_clear_and_folder_errors(tmp_path):
     paths = _cache_with_entries(cache, 1)
     kjit.compile(SIMPLE + "\n// in use\n", "scale", cache_dir=cache, arch="sm_90")
     report = kjit.clear(cache)
-    assert report["removed_entries"] == 2 and report["kept_entries"] == 0 and not os.path.exists(paths[0])
+    assert report.removed_entries == 2 and report.kept_entries == 0 and not os.path.exists(paths[0])
     a_file = tmp_path / "a-file"
     a_file.write_text("not a cache")
     for call in (kjit.cache_stats, kjit.verify, kjit.clear, lambda d: kjit.prune(d, max_size=0)):
@@ -1230,10 +1350,15 @@ def test_remote_storage_shares_a_compile_between_caches(tmp_path, redis_url):
     second = kjit.compile_named(src, "scale", cache_dir=tmp_path / "node-b", arch="sm_90", remote_storage=redis_url)
     after = kjit.stats()
     assert first.name == second.name and first.cubin_path != second.cubin_path
-    assert after["nvrtc_compiles"] - before["nvrtc_compiles"] == 1
-    assert after["remote_puts"] - before["remote_puts"] == 1
-    assert after["remote_hits"] - before["remote_hits"] == 1
-    assert "libkjit entries (namespace default): 1" in kjit.remote_describe(redis_url)
+    assert after.nvrtc_compiles - before.nvrtc_compiles == 1
+    assert after.remote_puts - before.remote_puts == 1
+    assert after.remote_hits - before.remote_hits == 1
+    described = kjit.remote_describe(redis_url)
+    assert "libkjit entries (namespace default): 1" in str(described)  # the text, as the CLI prints it
+    [server] = described.servers
+    assert server.url.startswith(redis_url) and server.reachable and server.error is None  # url + "/0"
+    assert server.namespace == "default" and server.entries == 1 and server.entries_complete
+    assert server.keys is not None and server.keys >= 1 and server.info["redis_version"][0].isdigit()
 
 
 def test_remote_storage_errors_name_the_argument_and_hide_the_password(tmp_path):
@@ -1247,7 +1372,7 @@ def test_remote_storage_errors_name_the_argument_and_hide_the_password(tmp_path)
 
 def test_options_struct_stays_old_sized_without_remote_storage():
     # A libkjit older than 0.6 refuses a larger struct: the 0.6 field only when it is used.
-    plain = kjit._compile_options([], arch="sm_90")
-    remote = kjit._compile_options([], arch="sm_90", remote_storage="none")
-    assert plain.struct_size == kjit._CompileOptions.remote_storage.offset
-    assert remote.struct_size == ctypes.sizeof(kjit._CompileOptions)
+    plain = kjit._convert.compile_options([], arch="sm_90")
+    remote = kjit._convert.compile_options([], arch="sm_90", remote_storage="none")
+    assert plain.struct_size == kjit._abi.CompileOptions.remote_storage.offset
+    assert remote.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)

@@ -43,6 +43,8 @@ struct State {
     std::set<const CUfunc_st *> functions;
     fake_cuda_counters counters{};
     fake_cuda_launch last_launch{};
+    unsigned long long stream_syncs = 0;  // cuStreamSynchronize calls that succeeded
+    CUstream last_synchronized = nullptr;
     bool initialised = false;
     CUresult init_result = CUDA_SUCCESS;
     int child_init_result = -1;  // >= 0: cuInit's answer in forked children
@@ -373,6 +375,17 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     return CUDA_SUCCESS;
 }
 
+// Waits for nothing (nothing runs): checks the context and records the stream
+// (fake_cuda_stream_syncs), for tests of callers that must synchronize a stream first.
+CUresult cuStreamSynchronize(CUstream stream) {
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.last_synchronized = stream;
+    ++s.stream_syncs;
+    return CUDA_SUCCESS;
+}
+
 // What cuGetProcAddress hands out: each entry point with the CUDA version its ABI came in.
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                           CUdriverProcAddressQueryResult *symbolStatus) {
@@ -429,6 +442,13 @@ int fake_cuda_last_launch(fake_cuda_launch *out) {
     std::lock_guard<std::mutex> lock(s.mutex);
     *out = s.last_launch;
     return s.last_launch.launches > 0;
+}
+
+unsigned long long fake_cuda_stream_syncs(void **last_stream) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (last_stream) *last_stream = s.last_synchronized;
+    return s.stream_syncs;
 }
 
 void fake_cuda_set_device_sm(unsigned sm) { state().device_sm = sm; }

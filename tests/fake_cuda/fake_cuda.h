@@ -47,6 +47,9 @@ typedef struct fake_cuda_launch {
 } fake_cuda_launch;
 /* Copies the last launch into *out; 0 when there was none. */
 int fake_cuda_last_launch(fake_cuda_launch *out);
+/* How many cuStreamSynchronize calls succeeded (it waits for nothing); *last_stream (when not
+   NULL) receives the stream of the last one. */
+unsigned long long fake_cuda_stream_syncs(void **last_stream);
 /* Changes device 0's SM version (e.g. 80 for compute capability 8.0). */
 void fake_cuda_set_device_sm(unsigned sm);
 /* The symbol name a CUkernel / CUfunction stands for; NULL for a handle the double never gave. */

@@ -1,0 +1,135 @@
+"""Python arguments to C: done before any C call, so bad input never reaches the library."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import _abi
+
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
+
+    # A path argument as the API takes it, and in-memory headers.
+    PathLike = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+    Headers = Union[Mapping[str, Union[str, bytes]], Iterable[Tuple[str, Union[str, bytes]]]]
+
+
+def path_bytes(value: object, what: str) -> bytes:
+    """str, bytes or os.PathLike -> NUL-free bytes in the file system encoding."""
+    if value is None or not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be str, bytes or os.PathLike, not {type(value).__name__}")
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL character")
+    return raw
+
+
+def text_bytes(value: object, what: str, allow_bytes: bool = False) -> bytes:
+    """str (or bytes if allowed) -> NUL-free UTF-8 bytes."""
+    if isinstance(value, str):
+        raw = value.encode("utf-8")
+    elif allow_bytes and isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+    else:
+        kinds = "str or bytes" if allow_bytes else "str"
+        raise TypeError(f"{what} must be {kinds}, not {type(value).__name__}")
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL character")
+    return raw
+
+
+def string_array(values: object, what: str, convert: Callable[[object, str], bytes]) -> Tuple[Any, int]:
+    """An iterable (not a single str/bytes/path) -> (char *[n] holding the converted items, or
+    None when empty; n)."""
+    if values is None or isinstance(values, (str, bytes, os.PathLike)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what} must be a sequence, not {type(values).__name__}")
+    items = [convert(v, f"{what}[{i}]") for i, v in enumerate(values)]
+    return ((ctypes.c_char_p * len(items))(*items) if items else None), len(items)
+
+
+# Argument types that are their own memo key (hashing a tuple hashes its items: a list inside
+# one raises TypeError, and the arguments are then frozen).
+PLAIN_TYPES = (str, bytes, int, float, type(None), tuple)
+
+
+def frozen(value: object) -> object:
+    """A hashable stand-in for one of compile's keyword arguments, equal for arguments that
+    encode to the same C struct (a list and a tuple of the same strings, say). TypeError for
+    what it cannot freeze."""
+    if value is None or isinstance(value, (str, bytes, int, float)):
+        return value
+    if isinstance(value, tuple):
+        return ("seq",) + tuple(frozen(v) for v in value)
+    if isinstance(value, os.PathLike):
+        return ("path", os.fspath(value))
+    items = getattr(value, "items", None)
+    if items is not None:
+        return ("map",) + tuple((frozen(k), frozen(v)) for k, v in items())
+    if isinstance(value, list):
+        return ("seq",) + tuple(frozen(v) for v in value)
+    raise TypeError(f"cannot freeze {type(value).__name__}")
+
+
+def _max_cache_size(value: object) -> int:
+    if value == float("inf"):
+        return 2**64 - 1
+    if isinstance(value, int) and 0 < value < 2**64 - 1:
+        return value
+    raise ValueError(f"max_cache_size must be a positive int (bytes) or inf, not {value!r}")
+
+
+def _headers(headers: Any, keep: List[Any]) -> Tuple[Any, int]:
+    pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    if not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+        raise TypeError("headers must be a mapping or a sequence of (name, source) pairs")
+    array = (_abi.Header * len(pairs))(*[
+        _abi.Header(text_bytes(n, f"headers[{i}] name"), text_bytes(s, f"headers[{i}] source", True))
+        for i, (n, s) in enumerate(pairs)])
+    keep.append(array)
+    return array, len(pairs)
+
+
+def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                    nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                    headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                    max_cache_size: Union[int, float, None] = None,
+                    remote_storage: Optional[str] = None) -> _abi.CompileOptions:
+    """kjit_compile's keyword arguments -> a CompileOptions; what it points at goes in ``keep``.
+
+    Its struct_size is libkjit 0.5's unless a 0.6 field is set, so that a library older than
+    this module still takes it (it refuses a struct larger than its own)."""
+    opts = _abi.CompileOptions()
+    if remote_storage is not None:
+        opts.remote_storage = text_bytes(remote_storage, "remote_storage")
+    else:
+        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "remote_storage")
+    if cache_dir is not None:
+        opts.cache_dir = path_bytes(cache_dir, "cache_dir")
+    if arch is not None:
+        opts.arch = text_bytes(arch, "arch")
+    if name_expression is not None:
+        opts.name_expression = text_bytes(name_expression, "name_expression")
+    if max_cache_size is not None:
+        opts.max_cache_size = _max_cache_size(max_cache_size)
+    options, opts.nvrtc_option_count = string_array(nvrtc_options, "nvrtc_options", text_bytes)
+    paths, opts.include_path_count = string_array(include_paths, "include_paths", path_bytes)
+    opts.nvrtc_options, opts.include_paths = options, paths
+    keep += [options, paths, opts]
+    if headers:
+        opts.headers, opts.header_count = _headers(headers, keep)
+    return opts
+
+
+_C_FIELD = r"\bkjit_(?:compile_options|batch_options|compile_request)\.([a-z_]+)"
+
+
+def in_python_terms(message: str) -> str:
+    """libkjit's message with the C struct fields it names as this package's keyword arguments:
+    ``kjit_compile_options.arch`` reads ``arch=``. (On errors only: the pattern is compiled, and
+    cached by re, at the first; re itself is imported then.)"""
+    import re
+
+    return re.sub(_C_FIELD, lambda m: m.group(1) + "=", message)
