@@ -130,7 +130,7 @@ SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECA
 _PLAIN_TYPES = _convert.PLAIN_TYPES
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                     "max_cache_size", "remote_storage")
+                     "max_cache_size", "remote_storage", "filename")
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +320,8 @@ class Library:
     def compile(self, source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,
                 arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                 headers: Optional[Headers] = None, name_expression: Optional[str] = None,
-                max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None) -> str:
+                max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                filename: Optional[PathLike] = None) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -336,7 +337,10 @@ class Library:
         - ``max_cache_size``: the cache's size limit in bytes (int); default $KJIT_CACHE_MAX_SIZE,
           else none; ``float("inf")`` for no limit whatever the variable says;
         - ``remote_storage``: the cluster tier, e.g. "redis://cache-host:6379 namespace=llm", or
-          "none"; default $KJIT_REMOTE_STORAGE (docs/remote.md; libkjit 0.6).
+          "none"; default $KJIT_REMOTE_STORAGE (docs/remote.md; libkjit 0.6);
+        - ``filename``: the NVRTC program's name, e.g. "gemm_128x64.cu" (str or os.PathLike):
+          NVRTC's log, device asserts and the cubin name it, and the source's quoted includes
+          are looked up in its folder first; default "source.cu" (libkjit 0.7).
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
@@ -344,19 +348,20 @@ class Library:
         kw = _text_bytes(keyword, "keyword")
         opts = self._options_for(cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                                  include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                 max_cache_size=max_cache_size, remote_storage=remote_storage)
+                                 max_cache_size=max_cache_size, remote_storage=remote_storage,
+                                 filename=filename)
         path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
         return os.fsdecode(path)
 
     def _options_for(self, cache_dir: Any = None, arch: Any = None, nvrtc_options: Any = (), include_paths: Any = (),
                      headers: Any = None, name_expression: Any = None, max_cache_size: Any = None,
-                     remote_storage: Any = None) -> _abi.CompileOptions:
+                     remote_storage: Any = None, filename: Any = None) -> _abi.CompileOptions:
         """The CompileOptions for compile's keyword arguments: made once per distinct set and
         kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
         tuples of them) are the key as they are; lists, mappings and paths are frozen first;
         what cannot be frozen (a generator, say) is encoded anew each time."""
         key: Any = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
-                    remote_storage)
+                    remote_storage, filename)
         try:
             if not all(type(v) in _PLAIN_TYPES for v in key):
                 key = tuple(_convert.frozen(v) for v in key)
@@ -369,7 +374,7 @@ class Library:
         opts = _convert.compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                                         include_paths=include_paths, headers=headers,
                                         name_expression=name_expression, max_cache_size=max_cache_size,
-                                        remote_storage=remote_storage)
+                                        remote_storage=remote_storage, filename=filename)
         if key is not None:
             if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
                 self._options_memo.clear()
@@ -1002,11 +1007,12 @@ def resolve_name(cubin_path: PathLike, keyword: str) -> str:
 def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,  # noqa: A001
             arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
             headers: Optional[Headers] = None, name_expression: Optional[str] = None,
-            max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None) -> str:
+            max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+            filename: Optional[PathLike] = None) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
-                          max_cache_size=max_cache_size, remote_storage=remote_storage)
+                          max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename)
 
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 6, 0)
+HEADER_VERSION = (0, 7, 0)
 
 
 class Status(enum.IntEnum):
@@ -151,6 +151,7 @@ class CompileOptions(Sized):
         ("name_expression", ctypes.c_char_p),
         ("max_cache_size", ctypes.c_uint64),  # 0.2
         ("remote_storage", ctypes.c_char_p),  # 0.6
+        ("program_name", ctypes.c_char_p),  # 0.7
     ]
 
 

@@ -96,16 +96,20 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
                     nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                     headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                     max_cache_size: Union[int, float, None] = None,
-                    remote_storage: Optional[str] = None) -> _abi.CompileOptions:
+                    remote_storage: Optional[str] = None, filename: Optional[PathLike] = None) -> _abi.CompileOptions:
     """kjit_compile's keyword arguments -> a CompileOptions; what it points at goes in ``keep``.
 
-    Its struct_size is libkjit 0.5's unless a 0.6 field is set, so that a library older than
-    this module still takes it (it refuses a struct larger than its own)."""
+    Its struct_size ends at the last field set (at least libkjit 0.5's), so that a library older
+    than this module still takes it (it refuses a struct larger than its own)."""
     opts = _abi.CompileOptions()
-    if remote_storage is not None:
-        opts.remote_storage = text_bytes(remote_storage, "remote_storage")
+    if filename is not None:
+        opts.program_name = path_bytes(filename, "filename")
+    elif remote_storage is not None:
+        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "program_name")
     else:
         opts.struct_size = _abi.offset_of(_abi.CompileOptions, "remote_storage")
+    if remote_storage is not None:
+        opts.remote_storage = text_bytes(remote_storage, "remote_storage")
     if cache_dir is not None:
         opts.cache_dir = path_bytes(cache_dir, "cache_dir")
     if arch is not None:

@@ -62,6 +62,8 @@ _REFUSED = (
 ) + tuple(((f"--{field.replace('_', '-')}",), field,
              "kjit keeps its own precompiled headers, one per state of the headers: use ProgramOptions(pch=True)")
            for field in ("create_pch", "use_pch", "pch_dir"))
+# cuda.core's ProgramOptions.name when none is given.
+_DEFAULT_PROGRAM_NAME = "default_program"
 # Fields for cuda.core's NVVM backend, which its NVRTC translation leaves out without a word.
 _NVVM_ONLY = ("extra_sources", "use_libdevice")
 
@@ -169,6 +171,7 @@ def compile_each(code: str, options: ProgramOptions | None = None,
         if name is None:  # libkjit before 0.5 gives no names from a batch: its look-up is a hit now
             name = kjit.compile_named(code, request["keyword"], name_expression=request["name_expression"],
                                       **kwargs).name
+        assert item.cubin_path is not None  # an item that is ok has its cubin
         result[expression] = _object_code(item.cubin_path, name, expression, options)
     return result
 
@@ -202,10 +205,13 @@ def _keyword(expression: NameExpression | None, keyword: str | None) -> str:
 
 
 def _compile_kwargs(options: ProgramOptions | None, cache_dir: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
-    taken = sorted(set(extra) & {"arch", "nvrtc_options", "name_expression"})
+    taken = sorted(set(extra) & {"arch", "nvrtc_options", "name_expression", "filename"})
     if taken:
         raise TypeError(f"{', '.join(taken)}: give these through ProgramOptions and name_expressions")
-    return {**kjit_options(options), "cache_dir": cache_dir, **extra}
+    # The program's name, as cuda.core's Program gives it to NVRTC: the cubin is then the one
+    # Program.compile makes, and NVRTC's log and device asserts name the program alike.
+    filename = getattr(options, "name", None) or _DEFAULT_PROGRAM_NAME
+    return {**kjit_options(options), "cache_dir": cache_dir, "filename": filename, **extra}
 
 
 def _translated(options: ProgramOptions) -> list[str]:

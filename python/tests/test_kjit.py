@@ -1370,9 +1370,22 @@ def test_remote_storage_errors_name_the_argument_and_hide_the_password(tmp_path)
         kjit.remote_describe("none")
 
 
-def test_options_struct_stays_old_sized_without_remote_storage():
-    # A libkjit older than 0.6 refuses a larger struct: the 0.6 field only when it is used.
+def test_options_struct_stays_old_sized_without_newer_fields():
+    # A libkjit older than 0.6 (0.7) refuses a larger struct: the 0.6 (0.7) field only when used.
     plain = kjit._convert.compile_options([], arch="sm_90")
     remote = kjit._convert.compile_options([], arch="sm_90", remote_storage="none")
+    named = kjit._convert.compile_options([], arch="sm_90", filename="gemm.cu")
     assert plain.struct_size == kjit._abi.CompileOptions.remote_storage.offset
-    assert remote.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert remote.struct_size == kjit._abi.CompileOptions.program_name.offset
+    assert named.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert named.program_name == b"gemm.cu"
+
+
+def test_filename_names_the_program_in_the_log_and_the_key(tmp_path):
+    named = kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90", filename="scale_module.cu")
+    assert named != kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90")
+    assert named == kjit.compile(SIMPLE, "scale", cache_dir=tmp_path, arch="sm_90",
+                                 filename=pathlib.Path("scale_module.cu"))
+    with pytest.raises(kjit.CompileError, match=r"broken_module\.cu\("):
+        kjit.compile("__global__ void scale() { undeclared(); }", "scale", cache_dir=tmp_path, arch="sm_90",
+                     filename="broken_module.cu")
