@@ -28,6 +28,7 @@ import re
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import kjit
+from kjit._errors import ERROR_CLASSES
 
 try:
     import cuda.core
@@ -237,23 +238,12 @@ def _object_code(cubin_path: str, name: str, key: NameExpression, options: Progr
     with open(cubin_path, "rb") as f:
         cubin = f.read()
     mapping = {} if key == name else {key: name.encode("utf-8")}
-    label = getattr(options, "name", None) or "default_program"
+    label = getattr(options, "name", None) or _DEFAULT_PROGRAM_NAME
     return ObjectCode.from_cubin(cubin, name=label, symbol_mapping=mapping)
 
 
-# compile_batch reports failures in its items; these are the exceptions compile would raise.
-_ERRORS = {
-    kjit.Status.ERROR_INVALID_ARGUMENT: kjit.InvalidArgument,
-    kjit.Status.ERROR_NOT_FOUND: kjit.NotFound,
-    kjit.Status.ERROR_AMBIGUOUS: kjit.Ambiguous,
-    kjit.Status.ERROR_BAD_CUBIN: kjit.BadCubin,
-    kjit.Status.ERROR_IO: kjit.KjitIOError,
-    kjit.Status.ERROR_COMPILE: kjit.CompileError,
-    kjit.Status.ERROR_NVRTC: kjit.CompileError,
-}
-
-
 def _batch_error(item: Any, expression: NameExpression) -> kjit.KjitError:
-    cls = _ERRORS.get(item.status, kjit.KjitError)
+    # The exception compile would raise for that status (kjit's one table of them).
+    cls = ERROR_CLASSES.get(item.status, kjit.KjitError)
     return cls(item.status, kjit.status_string(item.status), f"name expression {expression!r}: {item.error}",
                "kjit_compile_batch")
