@@ -3,8 +3,9 @@
 # WORK_DIR (its venv and CMake build kept there, so that a rerun rebuilds only what changed),
 # then checked as a user gets it:
 #   - the file is kjit-<version>-py3-none-manylinux_2_<X>_x86_64.whl with X <= 34, and
-#     `auditwheel show` names that tag; no binary asks glibc for a symbol above 2.34, or needs
-#     libstdc++ (linked in) or a library that is neither in the wheel nor on every system;
+#     `auditwheel show` names that tag; every binary is stripped, and none asks glibc for a
+#     symbol above 2.34, or needs libstdc++ (linked in) or a library that is neither in the
+#     wheel nor on every system;
 #     libkjit.so.0 exports only the kjit_ ABI (tests/check_exports.sh);
 #   - it holds the package with py.typed, libkjit.so.0, kjit-worker, the kjit command, the
 #     libraries beside them, and the license of everything it carries in .dist-info/licenses/;
@@ -76,6 +77,7 @@ for f in "$unpacked"/kjit/*.so.* "$unpacked/kjit/kjit-worker" "$unpacked/kjit/bi
     short=${f#"$unpacked/"}
     newest=$(objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -n 1)
     [ "${newest:-GLIBC_2.0}" = GLIBC_2.0 ] || [ "${newest#GLIBC_2.}" -le 34 ] || fail "$short needs $newest: $(objdump -T "$f" | grep "$newest")"
+    ! readelf -S "$f" | grep -q ' \.symtab ' || fail "$short is not stripped (it has a .symtab)"
     for needed in $(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
         case "$system_libs" in *" $needed "*) continue ;; esac
         [ -f "$unpacked/kjit/$needed" ] || fail "$short needs $needed, which is neither in the wheel nor on every system"
@@ -84,7 +86,7 @@ done
 readelf -d "$unpacked/kjit/libkjit.so.0" | grep -q 'R.*PATH.*\[\$ORIGIN\]' || fail "libkjit.so.0 has no RUNPATH \$ORIGIN"
 readelf -d "$unpacked/kjit/bin/kjit" | grep -q 'R.*PATH.*\[\$ORIGIN/\.\.\]' || fail "bin/kjit has no RUNPATH \$ORIGIN/.."
 bash "$src/tests/check_exports.sh" "$unpacked/kjit/libkjit.so.0" "$src"
-echo "wheel: binaries need glibc 2.34 at most, no libstdc++; carried: $(cd "$unpacked/kjit" && ls lib*.so.* | tr '\n' ' ')"
+echo "wheel: binaries stripped, need glibc 2.34 at most, no libstdc++; carried: $(cd "$unpacked/kjit" && ls lib*.so.* | tr '\n' ' ')"
 
 # --- a fresh venv, no system site packages, no index
 fresh="$work/fresh"
