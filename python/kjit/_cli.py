@@ -5,11 +5,13 @@ The command is the C++ program in ``kjit/bin/kjit`` (cli/, docs/cli.md), which f
 replaces itself with that program, arguments, exit status and signals passing straight through.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
 
-def main():
+def main() -> None:
     """Runs ``kjit/bin/kjit`` with this command's arguments; returns only if it cannot."""
     binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "kjit")
     if not os.access(binary, os.X_OK):
