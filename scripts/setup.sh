@@ -6,6 +6,8 @@
 #   bash scripts/setup.sh [extra cmake -D options...]      run it
 #   source scripts/setup.sh [extra cmake -D options...]    the same, and the caller also gets
 #                                                          KJIT_ROOT and BUILD_DIR (absolute)
+#   bash scripts/setup.sh --packages-only                  the packages and the toolkit check,
+#                                                          no configure (scripts/build_wheel.sh)
 #
 # Environment:
 #   BUILD_DIR             build tree (default: <repo>/build; a relative path is taken from the repo root)
@@ -85,6 +87,7 @@ _kjit_setup_main() {
     export KJIT_ROOT BUILD_DIR
     _kjit_setup_packages || return 1
     _kjit_setup_cuda || return 1
+    [ "${1:-}" = --packages-only ] && return 0
     _kjit_setup_configure "$@" || return 1
 }
 
