@@ -52,21 +52,6 @@ else
     HAVE_GPU=0
 fi
 
-# The trust tests (tests/util/trust_test.cpp) run parts of themselves as other Unix users, who load
-# libraries from the build folder: every folder above it must let others through (o+x). A clone
-# in a private folder (mktemp -d makes 0700) failed them with "Permission denied" on the driver
-# test double; say so before building instead.
-if [ "$(id -u)" = 0 ]; then
-    folder="$ROOT"
-    while [ "$folder" != / ]; do
-        if [ "$(( 0$(stat -c %a "$folder") & 01 ))" = 0 ]; then
-            echo "tests: '$folder' is not searchable by other users (mode $(stat -c %a "$folder")): the trust tests run as other users and must reach $ROOT; run 'chmod o+x $folder' or clone elsewhere" >&2
-            exit 1
-        fi
-        folder="$(dirname "$folder")"
-    done
-fi
-
 # run_suite NAME DIR [CTEST ARGS...]: build DIR and run its tests (excluding `gpu` without a GPU).
 run_suite() {
     local name=$1 dir=$2

@@ -361,6 +361,9 @@ TEST(Cache, UncreatableCacheFolderIsIoError) {
 
 // Root ignores permission bits: the read-only checks run in a child that became `nobody`.
 TEST(Cache, ReadOnlyCacheStillHits) {
+    // `nobody` must reach the cache: under /tmp, not a $TMPDIR that may be private (libpam-tmpdir
+    // makes /tmp/user/0, mode 0700); its compile's own temporary folders too.
+    const ScopedEnv reachable("TMPDIR", "/tmp");
     TempDir dir;
     ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
     Cache cache;

@@ -302,6 +302,9 @@ TEST(NameResolver, UnwritableSidecarDegradesToMemo) {
 // A read-only folder, as a user who cannot write there sees it. Root ignores permission bits,
 // so as root the check runs in a child that has dropped to `nobody`.
 TEST(NameResolver, ReadOnlyFolderDegradesToScanningOnce) {
+    // `nobody` must reach the folder: under /tmp, not a $TMPDIR that may be private
+    // (libpam-tmpdir makes /tmp/user/0, mode 0700).
+    const ScopedEnv reachable("TMPDIR", "/tmp");
     for (std::int64_t age : {kOld, std::int64_t{0}}) {  // an old cubin, and a young one
         SCOPED_TRACE(age == 0 ? "young cubin" : "old cubin");
         Fixture f(sources::kDeviceFunction, age);

@@ -4,9 +4,10 @@
 //
 // The cases with other users need real ones: run as root, the fixture creates a group and three
 // users (two in the group), and each user's part runs in a child forked from this binary that
-// drops its privileges (setgroups, setgid, setuid), so nothing in the build tree has to be
-// reachable by those users. Their folders live under /tmp. Not root: those cases are skipped,
-// saying why.
+// drops its privileges (setgroups, setgid, setuid). Their folders live under /tmp, and what they
+// load or run from the build tree (the driver test double, the kjit command and its libkjit, the
+// sanitizers' suppressions) is copied into one there first (Stage): the clone may lie in a folder
+// they cannot search, as root's home (0700). Not root: those cases are skipped, saying why.
 #include "kjit/kjit.h"
 
 #include "store/cache_eviction.hpp"
@@ -24,10 +25,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 extern char **environ;
@@ -47,7 +54,7 @@ struct User {
     gid_t gid = 0;
 };
 
-bool run_quietly(const std::string &command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+bool run_quietly(const std::string &command) { return std::system(("(" + command + ") >/dev/null 2>&1").c_str()) == 0; }
 
 // The users and the team group, made once for the binary and removed at its end.
 struct Users {
@@ -111,12 +118,136 @@ Users &users() {
     return u;
 }
 
-#define REQUIRE_USERS()                                            \
-    do {                                                           \
-        if (!users().ready) {                                      \
-            std::printf("skipped: %s\n", users().why_not.c_str()); \
-            GTEST_SKIP() << users().why_not;                       \
-        }                                                          \
+// A folder that every test user can reach: under /tmp itself, not $TMPDIR (which may be a
+// private folder), mode 0755 unless told; removed with its contents on destruction.
+class SharedDir {
+public:
+    explicit SharedDir(mode_t mode = 0755) {
+        std::string templ = "/tmp/kjit-trust-XXXXXX";
+        if (!::mkdtemp(templ.data())) {
+            std::perror("mkdtemp");
+            std::abort();
+        }
+        path_ = templ;
+        ::chmod(path_.c_str(), mode);
+    }
+    SharedDir(const SharedDir &) = delete;
+    SharedDir &operator=(const SharedDir &) = delete;
+    ~SharedDir() {
+        if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) {
+            std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+        }
+    }
+    std::string file(const std::string &n) const { return path_ + "/" + n; }
+    const std::string &path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+// Copies `from` to `to` with `mode`; "" when done, else what failed.
+std::string copy_with_mode(const std::string &from, const std::string &to, mode_t mode) {
+    std::error_code ec;
+    std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return "cannot copy " + from + " to " + to + ": " + ec.message();
+    if (::chmod(to.c_str(), mode) != 0) return "cannot chmod " + to + ": " + std::strerror(errno);
+    return "";
+}
+
+// A sanitizer's options (as ASAN_OPTIONS: name=value items split by ':', ',' or blanks) with its
+// suppressions file copied to `copy` and named there: a sanitized program that cannot read the
+// file (tests/run.sh names tests/tsan.supp in the clone) stops at start-up. Sets `error` if the
+// copy failed.
+std::string stage_suppressions(const std::string &options, const std::string &copy, std::string &error) {
+    static const std::string kKey = "suppressions=";
+    std::string out;
+    for (std::size_t start = 0; start <= options.size();) {
+        const std::size_t end = std::min(options.find_first_of(":, \t\n", start), options.size());
+        std::string item = options.substr(start, end - start);
+        if (item.rfind(kKey, 0) == 0 && item.size() > kKey.size()) {
+            if (error.empty()) error = copy_with_mode(item.substr(kKey.size()), copy, 0644);
+            item = kKey + copy;
+        }
+        if (!item.empty()) out += (out.empty() ? "" : ":") + item;
+        start = end + 1;
+    }
+    return out;
+}
+
+std::string base_name(const std::string &path) { return path.substr(path.rfind('/') + 1); }
+
+// What the test users load or run from the build tree, copied into a folder under /tmp that they
+// can reach: the clone, and so the build tree, may lie under a folder they cannot search (root's
+// home is 0700, and so is a `mktemp -d` folder), and where it lies must not decide whether these
+// tests pass. Made by root in the parent before a child needs it (a child cannot read the
+// originals); removed, with its folder, when the binary ends.
+class Stage {
+public:
+    // The driver test double that KJIT_LIBCUDA names (ctest sets it; unset, the children load the
+    // system's driver) and the sanitizers' suppressions files.
+    Stage() {
+        if (const char *driver = std::getenv("KJIT_LIBCUDA"); driver && *driver) {
+            libcuda_ = dir_.file(base_name(driver));
+            note(copy_with_mode(driver, libcuda_, 0755));
+        }
+        for (const char *name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
+            const char *options = std::getenv(name);
+            if (!options || !std::strstr(options, "suppressions=")) continue;
+            env_.emplace_back(name, stage_suppressions(options, dir_.file(std::string(name) + ".supp"), error_));
+        }
+    }
+    Stage(const Stage &) = delete;
+    Stage &operator=(const Stage &) = delete;
+
+    // "" when everything asked for so far is staged, else the first failure.
+    const std::string &error() const { return error_; }
+
+    // The kjit command, with the libkjit it links beside it (its RUNPATH names the build tree):
+    // staged on first call, in the parent; "" if that failed (error() says why).
+    std::string cli() {
+        if (cli_.empty() && error_.empty()) {
+            note(copy_with_mode(KJIT_SHARED_LIBRARY, dir_.file(base_name(KJIT_SHARED_LIBRARY)), 0755));
+            note(copy_with_mode(KJIT_CLI, dir_.file("kjit"), 0755));
+            if (error_.empty()) cli_ = dir_.file("kjit");
+        }
+        return cli_;
+    }
+
+    // In a child that has become a test user: the environment in which it, and what it runs,
+    // use the staged copies.
+    void enter() const {
+        if (!libcuda_.empty()) ::setenv("KJIT_LIBCUDA", libcuda_.c_str(), 1);
+        if (!cli_.empty()) {
+            const char *old = std::getenv("LD_LIBRARY_PATH");
+            const std::string path = dir_.path() + (old && *old ? ":" + std::string(old) : "");
+            ::setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+        }
+        for (const auto &[name, value] : env_) ::setenv(name.c_str(), value.c_str(), 1);
+    }
+
+private:
+    void note(const std::string &failure) {
+        if (error_.empty()) error_ = failure;
+    }
+
+    SharedDir dir_{0755};
+    std::string error_, libcuda_, cli_;
+    std::vector<std::pair<std::string, std::string>> env_;
+};
+
+Stage &stage() {
+    static Stage s;
+    return s;
+}
+
+// Skips the test when there are no test users; fails it when what they need could not be staged.
+#define REQUIRE_USERS()                                                      \
+    do {                                                                     \
+        if (!users().ready) {                                                \
+            std::printf("skipped: %s\n", users().why_not.c_str());           \
+            GTEST_SKIP() << users().why_not;                                 \
+        }                                                                    \
+        ASSERT_EQ(stage().error(), "") << "staging what the test users run"; \
     } while (0)
 
 // What a child reported: its exit code and what it wrote.
@@ -128,6 +259,7 @@ struct Outcome {
 // Runs `body` in a child that is `user` (its groups from the group database), with umask 022;
 // `body` writes what the parent should see to its string and returns the exit code.
 Outcome run_as(const User &user, const std::function<int(std::string &)> &body) {
+    const Stage &staged = stage();  // made here, by root, at the first child
     int fds[2];
     if (::pipe(fds) != 0) return {};
     std::fflush(nullptr);
@@ -140,6 +272,7 @@ Outcome run_as(const User &user, const std::function<int(std::string &)> &body) 
             out = "cannot become " + user.name;
         } else {
             ::umask(022);
+            staged.enter();
             code = body(out);
         }
         (void)!::write(fds[1], out.data(), out.size());
@@ -190,33 +323,6 @@ std::string resolve(const std::string &cubin, const char *keyword = "gemm") {
     return st == KJIT_OK ? std::string(name) : std::string(kjit_status_string(st)) + ": " + kjit_last_error();
 }
 
-// A folder that every test user can reach: under /tmp itself, not $TMPDIR (which may be a
-// private folder), mode 0755 unless told; removed with its contents on destruction.
-class SharedDir {
-public:
-    explicit SharedDir(mode_t mode = 0755) {
-        std::string templ = "/tmp/kjit-trust-XXXXXX";
-        if (!::mkdtemp(templ.data())) {
-            std::perror("mkdtemp");
-            std::abort();
-        }
-        path_ = templ;
-        ::chmod(path_.c_str(), mode);
-    }
-    SharedDir(const SharedDir &) = delete;
-    SharedDir &operator=(const SharedDir &) = delete;
-    ~SharedDir() {
-        if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) {
-            std::fprintf(stderr, "could not remove %s\n", path_.c_str());
-        }
-    }
-    std::string file(const std::string &n) const { return path_ + "/" + n; }
-    const std::string &path() const { return path_; }
-
-private:
-    std::string path_;
-};
-
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
 // `user` fills `cache` (which it creates 0755) with an entry for `source` and opens it to
@@ -233,9 +339,9 @@ void plant_entry_as(const User &user, const std::string &cache, const std::strin
     ASSERT_EQ(o.code, 0) << o.out;
 }
 
-// Runs the kjit command; returns its exit code and output.
-Outcome run_cli(const std::vector<std::string> &args) {
-    std::string command = std::string("'") + KJIT_CLI + "'";
+// Runs the kjit command (the build's, or `cli`); returns its exit code and output.
+Outcome run_cli(const std::vector<std::string> &args, const std::string &cli = KJIT_CLI) {
+    std::string command = "'" + cli + "'";
     for (const std::string &a : args) command += " '" + a + "'";
     command += " 2>&1";
     Outcome o;
@@ -522,22 +628,16 @@ TEST(TeamCache, MembersShareEntriesAndPruneOutsidersAreRefused) {
         });
         EXPECT_EQ(p.code, 0) << u->name << ": " << p.out;
     }
-    // And through the kjit command itself, when the build tree is reachable by them (in CI it
-    // may lie under a private folder: the in-process calls above then stand for it).
+    // And through the kjit command itself (staged: the build tree may be out of their reach).
+    const std::string cli = stage().cli();
+    ASSERT_NE(cli, "") << stage().error();
     for (const User *u : {&users().alice, &users().bob}) {
         const Outcome p = run_as(*u, [&](std::string &out) {
-            if (::access(KJIT_CLI, X_OK) != 0) {
-                out = "skipped";
-                return 0;
-            }
-            const Outcome cli = run_cli({"cache", "prune", "--older-than", "1h", "--cache-dir", cache});
-            out = cli.out;
-            return cli.code;
+            const Outcome o = run_cli({"cache", "prune", "--older-than", "1h", "--cache-dir", cache}, cli);
+            out = o.out;
+            return o.code;
         });
         EXPECT_EQ(p.code, 0) << u->name << ": kjit cache prune: " << p.out;
-        if (p.out == "skipped") {
-            std::printf("kjit cache prune as %s skipped: %s not reachable\n", u->name.c_str(), KJIT_CLI);
-        }
     }
     const Outcome cleared = run_as(users().bob, [&](std::string &out) {
         auto report = kjit::store::cache_maintenance::clear(cache);
