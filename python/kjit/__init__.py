@@ -894,10 +894,10 @@ class Kernel:
         library stays loaded while it is in use; release this one only after it is gone.
         Needs cuda.core (``pip install cuda-core``); ImportError saying so otherwise."""
         try:
-            from cuda.core import Kernel as CoreKernel  # type: ignore[import]
+            from cuda.core import Kernel as CoreKernel
         except ImportError:
             try:
-                from cuda.core.experimental import Kernel as CoreKernel  # type: ignore[import]
+                from cuda.core.experimental import Kernel as CoreKernel
             except ImportError as e:
                 raise ImportError("Kernel.as_cuda_core needs cuda.core (pip install cuda-core)") from e
         core = CoreKernel.from_handle(self.cukernel)
