@@ -50,9 +50,14 @@ json_check 'd["code"] == 6 and d["status"] == "compile error" and "X" in d["erro
 json_check '"k.cu(" in d["error"] and "source.cu" not in d["error"]'
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir "$C"
 # libkjit's messages name the C fields; the command names its own options instead.
+# An arch among the NVRTC options is named, with --arch or without (then it said "no target
+# arch", as no GPU gave one).
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
-contains "use --arch instead" "$WORK/err"
+contains "NVRTC option '-arch=sm_80' sets the target: pass the arch in --arch, not as an NVRTC option" "$WORK/err"
 if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+expect_rc 1 env -u KJIT_ARCH KJIT_LIBCUDA=/nonexistent/libcuda.so.1 "$KJIT" compile "$WORK/k.cu" -k plain --cache-dir "$C" -- --gpu-architecture=sm_80
+contains "NVRTC option '--gpu-architecture=sm_80' sets the target: pass the arch in --arch" "$WORK/err"
+if grep -q "no target arch" "$WORK/err"; then fail "the missing GPU named: $(cat "$WORK/err")"; fi
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90

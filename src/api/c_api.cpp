@@ -5,6 +5,7 @@
 #include "api/defaults.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
+#include "key/cache_key.hpp"
 #include "load/kernel_loader.hpp"
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
@@ -315,6 +316,8 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
     if (!wait) return std::move(wait).error();
     r.compile_wait = *wait;
     if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir); !st) return st;
+    // Before the default arch is looked for: without a GPU that fails, and would hide the option.
+    if (auto st = kjit::key::check_no_target_option(r.nvrtc_options); !st) return st;
     return settle_arch(given.arch, r);
 }
 

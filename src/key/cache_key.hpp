@@ -95,6 +95,11 @@ Result<KeyedRequest> key_request(Request request);
 // invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
 Status check_arch(const std::string &arch);
 
+// invalid_argument when an NVRTC option sets the target (-arch, --gpu-architecture): the arch
+// has a field of its own, which keys and checks it. Checked before a default arch is looked
+// for, so that the option is named, not the missing GPU.
+Status check_no_target_option(const std::vector<std::string> &nvrtc_options);
+
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see variant_key). Reads
 // `request.search.working_dir` and `request.nvrtc_identity`, which key_request sets.

@@ -381,6 +381,35 @@ TEST(CApiCompile, AWrongArchAMissingHeaderAndAWrongNameExpressionSayWhatToDo) {
     EXPECT_NE(e.find("the name expression 'gemm<1, 2>' names no instantiation"), std::string::npos) << e;
 }
 
+// "-arch" among the NVRTC options with kjit_compile_options.arch unset said "no target arch":
+// the default arch was looked for first, and on a machine without a GPU there is none. The
+// option is what is wrong, arch set or not, and the message says where the arch goes.
+TEST(CApiCompile, AnArchAmongTheNvrtcOptionsSaysWhereTheArchGoes) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ScopedEnv no_arch("KJIT_ARCH", ""), no_driver("KJIT_LIBCUDA", "/nonexistent/libcuda.so.1");
+    for (const char *option : {"-arch=sm_80", "--gpu-architecture=sm_80", "-arch", "-gpu-architecture"}) {
+        for (const char *arch : {static_cast<const char *>(nullptr), "sm_90"}) {
+            kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+            o.cache_dir = cache.c_str();
+            o.arch = arch;
+            const char *options[] = {"-std=c++17", option, "sm_80"};
+            o.nvrtc_options = options;
+            o.nvrtc_option_count = 3;
+            char path[4096];
+            EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr),
+                      KJIT_ERROR_INVALID_ARGUMENT);
+            const std::string e = kjit_last_error();
+            const std::string what = std::string("NVRTC option '") + option +
+                                     "' sets the target: pass the arch in kjit_compile_options.arch, not as an "
+                                     "NVRTC option";
+            EXPECT_NE(e.find(what), std::string::npos) << (arch ? arch : "no arch") << ": " << e;
+            EXPECT_EQ(e.find("no target arch"), std::string::npos) << e;
+        }
+    }
+    EXPECT_FALSE(exists(cache));
+}
+
 TEST(CApiCompile, CompilesThenHitsAndTheNameIsWarm) {
     TempDir dir;
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
