@@ -60,6 +60,11 @@ contains "NVRTC option '--gpu-architecture=sm_80' sets the target: pass the arch
 if grep -q "no target arch" "$WORK/err"; then fail "the missing GPU named: $(cat "$WORK/err")"; fi
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
+# A default cache folder $HOME cannot hold is named, with why and what to set (it named the
+# parent whose mkdir failed).
+expect_rc 5 env -u KJIT_CACHE_DIR -u XDG_CACHE_HOME HOME=/proc "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 -- -DX=1
+contains "cannot create the cache folder '/proc/.cache/kjit': cannot create '/proc/.cache': " "$WORK/err"
+contains "from \$HOME: set \$KJIT_CACHE_DIR to a folder you can write, or pass one in --cache-dir" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90
 # A password on the command line is in /proc/PID/cmdline for every user to read: refused, naming
 # the environment variable and password-file=, never echoing it (nor a piece cut at a blank).

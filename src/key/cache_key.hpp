@@ -30,7 +30,10 @@ constexpr int kFormatVersion = 2;
 struct Request {
     std::string source;
     std::string keyword;
-    std::string cache_dir;    // resolved (see api::defaults::cache_dir)
+    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
+    // Where a default `cache_dir` came from ("$HOME", ...), for messages; null: the caller named
+    // it. Not in the key.
+    const char *cache_dir_origin = nullptr;
     std::string arch;         // resolved, e.g. "sm_90a" (see api::defaults::arch)
     std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     std::vector<std::string> nvrtc_options;
