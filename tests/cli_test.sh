@@ -183,6 +183,10 @@ expect_rc 64 "$KJIT" cache prune --older-than 20000w --cache-dir "$C"
 contains "too large" "$WORK/err"
 expect_rc 64 "$KJIT" cache prune --max-size 0x10 --cache-dir "$C"
 contains "hexadecimal" "$WORK/err"
+# A size with an unknown unit is not called hexadecimal (5X was).
+expect_rc 64 "$KJIT" cache prune --max-size 5X --cache-dir "$C"
+contains "--max-size: 5X: expected a size such as 500M or 5G (K, M, G, T)" "$WORK/err"
+if grep -q hexadecimal "$WORK/err"; then fail "5X called hexadecimal: $(cat "$WORK/err")"; fi
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["entries"] == 2'
 # KJIT_CACHE_MAX_SIZE=0 means no limit, as in ccache.
