@@ -495,6 +495,42 @@ int run_clear(const Global &g) {
     return print_prune(g, dir, report);
 }
 
+// The names of `cmd`'s subcommands, each followed by its own in parentheses:
+// "resolve, compile, cache (stats, verify, prune, clear)".
+std::string command_list(const CLI::App &cmd) {
+    std::string out;
+    for (const CLI::App *sub : cmd.get_subcommands({})) {
+        if (!out.empty()) out += ", ";
+        out += sub->get_name();
+        if (!sub->get_subcommands({}).empty()) out += " (" + command_list(*sub) + ")";
+    }
+    return out;
+}
+
+// What is wrong with the command line's command, if that is what CLI11 refused: an unknown one
+// (CLI11 said only "A subcommand is required") or none, said with the commands there are; ""
+// when the command is fine and CLI11's own message says what is wrong.
+std::string command_problem(const CLI::App &app, int argc, char **argv) {
+    const CLI::App *at = &app;
+    std::string path;  // the commands given so far, "cache "
+    for (int i = 1; i < argc && !at->get_subcommands({}).empty(); ++i) {
+        const std::string arg = argv[i];
+        if (arg.empty() || arg[0] == '-') continue;  // no option before a command takes a value
+        const CLI::App *next = nullptr;
+        for (const CLI::App *sub : at->get_subcommands({})) {
+            if (sub->get_name() == arg) next = sub;
+        }
+        if (!next) {
+            return "unknown command '" + path + arg + "'; the " + path + "commands are: " + command_list(*at) +
+                   "; see kjit " + path + "--help";
+        }
+        path += arg + " ";
+        at = next;
+    }
+    if (at->get_subcommands({}).empty()) return "";
+    return "kjit " + path + "needs a command: " + command_list(*at) + "; see kjit " + path + "--help";
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -577,6 +613,9 @@ int main(int argc, char **argv) {
     } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
+        if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
+            return report_failure(g, kExitUsage, "usage", problem);
+        }
         app.exit(e);
         return kExitUsage;
     }

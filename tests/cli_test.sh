@@ -129,7 +129,15 @@ expect_name _Z4gemmILi333EEvPf "an edit of cfg.h, compiled in its folder"
 # Two files of one batch, each with its own folder's cfg.h.
 expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu other/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC" --json
 json_check 'd[0]["name"] == "_Z4gemmILi333EEvPf" and d[1]["name"] == "_Z4gemmILi4EEvPf"'
+# An unknown command is named, with the commands there are (it said "A subcommand is required").
 expect_rc 64 "$KJIT" nosuch
+contains "unknown command 'nosuch'; the commands are: resolve, compile, cache" "$WORK/err"
+expect_rc 64 "$KJIT" cache nosuch --cache-dir "$C"
+contains "unknown command 'cache nosuch'; the cache commands are: stats, verify, prune, clear" "$WORK/err"
+expect_rc 64 "$KJIT" --json nosuch
+contains "unknown command 'nosuch'" "$WORK/err"
+expect_rc 64 "$KJIT" cache
+contains "kjit cache needs a command: stats, verify, prune, clear" "$WORK/err"
 expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"
 expect_rc 0 "$KJIT" --version
