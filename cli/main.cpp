@@ -354,8 +354,50 @@ void print_stats(const std::string &dir, const kjit_cache_summary &s, const kjit
     }
 }
 
+std::uint64_t remote_errors_so_far() {
+    kjit_stats s = KJIT_STATS_INIT;
+    return kjit_get_stats(&s) == KJIT_OK ? s.remote_errors : 0;
+}
+
+// What the cluster tier's servers say of themselves (kjit_remote_describe) into `text`, and
+// whether every one of them answered: one that could not be reached, or refused us (a wrong or
+// missing password), is said in the text and counted in kjit_stats::remote_errors.
+kjit_status describe_remote(const std::string &setting, std::string &text, bool &all_answered) {
+    const std::uint64_t errors_before = remote_errors_so_far();
+    // A buffer large enough at once: each call asks the servers again.
+    std::vector<char> buf(1 << 20);
+    size_t len = 0;
+    const kjit_status st = kjit_remote_describe(setting.c_str(), buf.data(), buf.size(), &len);
+    if (st == KJIT_OK) text.assign(buf.data(), len);
+    all_answered = remote_errors_so_far() == errors_before;
+    return st;
+}
+
+// After the stats are printed: the servers that failed, on stderr (their lines of the text,
+// which name each server with its password hidden), and the exit status, 5 (I/O error).
+int report_remote_failures(const std::string &servers) {
+    bool named = false;
+    std::size_t pos = 0;
+    while (pos < servers.size()) {
+        std::size_t end = servers.find('\n', pos);
+        if (end == std::string::npos) end = servers.size();
+        const std::string line = servers.substr(pos, end - pos);
+        for (const char *mark : {"  unreachable: ", "  refused: "}) {
+            if (line.rfind(mark, 0) == 0) {
+                std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": " << line.substr(std::strlen(mark))
+                          << "\n";
+                named = true;
+            }
+        }
+        pos = end + 1;
+    }
+    if (!named)
+        std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": a remote cache server failed while asked\n";
+    return KJIT_ERROR_IO;
+}
+
 // `kjit cache stats`; with `remote` (not null: --remote, its setting or "" for the
-// environment's), the cluster tier's servers too.
+// environment's), the cluster tier's servers too: exit status 5 when one did not answer.
 int run_stats(const Global &g, const std::string *remote) {
     std::string dir;
     if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
@@ -364,19 +406,17 @@ int run_stats(const Global &g, const std::string *remote) {
     if (const kjit_status st = kjit_cache_summarize(dir.c_str(), &s, &raw); st != KJIT_OK) return fail_with(g, st);
     const Arches arches(raw, &kjit_cache_arches_release);
     std::string servers;
+    bool all_answered = true;
     if (remote) {
-        // A buffer large enough at once: each call asks the servers again.
-        std::vector<char> buf(1 << 20);
-        size_t len = 0;
-        if (const kjit_status st = kjit_remote_describe(remote->c_str(), buf.data(), buf.size(), &len); st != KJIT_OK) {
+        if (const kjit_status st = describe_remote(*remote, servers, all_answered); st != KJIT_OK) {
             return fail_with(g, st);
         }
-        servers.assign(buf.data(), len);
     }
     if (!g.json) {
         print_stats(dir, s, arches.get());
         if (remote) std::printf("remote cache\n%s", servers.c_str());
-        return 0;
+        std::fflush(stdout);
+        return all_answered ? 0 : report_remote_failures(servers);
     }
     json by_arch = json::object();
     for (size_t i = 0; i < kjit_cache_arches_count(arches.get()); ++i) {
@@ -395,8 +435,8 @@ int run_stats(const Global &g, const std::string *remote) {
                 {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
                 {"foreign", s.foreign}};
     if (remote) out["remote"] = servers;
-    std::cout << out.dump(2) << "\n";
-    return 0;
+    std::cout << out.dump(2) << std::endl;
+    return all_answered ? 0 : report_remote_failures(servers);
 }
 
 int run_verify(const Global &g, bool fix) {

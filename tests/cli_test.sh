@@ -5,7 +5,8 @@
 set -euo pipefail
 KJIT=$(realpath "$1")  # absolute: some checks run it from other folders
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kjit-cli-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+REDIS_PID=""
+trap '[ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
 C="$WORK/cache"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -166,6 +167,38 @@ json_check 'd["max_size"] == 2 * 1024**3'
 KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache stats
 contains "entries        2" "$WORK/out"
 contains "sm_90" "$WORK/out"
+
+# cache stats --remote: a server that cannot be reached, or refuses us, is an I/O error (exit 5)
+# naming it, the password never shown (it exited 0, the failure only in the text).
+expect_rc 5 "$KJIT" cache stats --remote-storage 'redis://127.0.0.1:1 connect-timeout=200ms' --cache-dir "$C"
+contains "server redis://127.0.0.1:1/0" "$WORK/out"
+contains "kjit: I/O error: remote cache redis://127.0.0.1:1/0: cannot connect" "$WORK/err"
+expect_rc 5 "$KJIT" cache stats --remote-storage 'redis://127.0.0.1:1 connect-timeout=200ms' --cache-dir "$C" --json
+json_check '"redis://127.0.0.1:1/0" in d["remote"] and d["entries"] == 2'
+if command -v redis-server >/dev/null; then
+    # A server that wants a password: none given (its INFO answers NOAUTH), a wrong one (AUTH
+    # refused), the right one. A Unix socket: no port to find.
+    SOCK="$WORK/redis.sock"
+    redis-server --port 0 --unixsocket "$SOCK" --unixsocketperm 700 --requirepass Right5ecret --save '' \
+        --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
+    [ -S "$SOCK" ] || fail "redis-server did not start: $(cat "$WORK/redis.log")"
+    install -m 600 /dev/null "$WORK/wrong-pw" && echo 'Wr0ngGuess' >"$WORK/wrong-pw"
+    install -m 600 /dev/null "$WORK/right-pw" && echo 'Right5ecret' >"$WORK/right-pw"
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK" expect_rc 5 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "kjit: I/O error: remote cache redis+unix:$SOCK?db=0: " "$WORK/err"
+    contains "NOAUTH" "$WORK/err"
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/wrong-pw" expect_rc 5 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "AUTH refused" "$WORK/err"
+    if grep -q "Wr0ngGuess\|Right5ecret" "$WORK/err" "$WORK/out"; then fail "a password shown: $(cat "$WORK/err")"; fi
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/right-pw" expect_rc 0 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "redis_version" "$WORK/out"
+    kill "$REDIS_PID" && wait "$REDIS_PID" || true
+    REDIS_PID=""
+else
+    echo "cli_test: no redis-server: the password cases of cache stats --remote are not checked"
+fi
 
 # cache verify: clean, then damaged (exit 20), then --fix, then clean again.
 expect_rc 0 "$KJIT" cache verify --cache-dir "$C"

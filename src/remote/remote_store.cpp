@@ -394,6 +394,14 @@ std::string Tier::describe_servers() {
             out += "  unreachable: " + info.error().message + "\n";
             continue;
         }
+        // Refused (NOAUTH: a password is wanted; an ACL without INFO): said and counted as an
+        // error, so that `kjit cache stats --remote` fails, as for a server out of reach.
+        if (is_error(*(*info)[0])) {
+            counters().errors.fetch_add(1, std::memory_order_relaxed);
+            out += "  refused: remote cache " + link->server().display +
+                   ": INFO refused: " + std::string(text_of(*(*info)[0])) + "\n";
+            continue;
+        }
         const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
                                 "evicted_keys",  "keyspace_hits",     "keyspace_misses"};
         for (std::size_t i = 0; i < 3; ++i) {
