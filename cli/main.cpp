@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -232,28 +233,228 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     return 0;
 }
 
-// Several files: one kjit_compile_batch (docs/batch.md), a progress count on a terminal.
-int run_compile_many(const Global &g, const CompileArgs &a) {
-    const std::size_t n = a.files.size();
-    std::vector<std::string> sources(n), read_errors(n);
-    for (std::size_t i = 0; i < n; ++i) read_errors[i] = read_source(a.files[i], sources[i]);
-    // Options per file: each has its own folder among its include folders.
-    std::vector<std::vector<std::string>> paths(n);
-    std::vector<std::vector<const char *>> options(n), includes(n);
-    std::vector<kjit_compile_options> opts(n);
-    std::vector<kjit_compile_request> requests(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
-    std::vector<const kjit_compile_request *> items;
-    std::vector<std::size_t> file_of_item;  // files that could be read, in order
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!read_errors[i].empty()) continue;
-        paths[i] = include_paths_for(a.files[i], sources[i], a);
-        opts[i] = compile_options_of(g, a, paths[i], options[i], includes[i]);
-        requests[i].source = sources[i].c_str();
-        requests[i].keyword = a.keyword.c_str();
-        requests[i].options = &opts[i];
-        items.push_back(&requests[i]);
-        file_of_item.push_back(i);
+// Ctrl-C during a batch (docs/cli.md): the first asks the batch to stop once the compiles
+// under way finish (NVRTC cannot be interrupted) and what finished is printed; a second one
+// ends the process at once.
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void on_interrupt(int sig) {
+    if (interrupted) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
     }
+    interrupted = 1;
+    static const char kNotice[] =
+        "\nkjit: interrupted: stopping once the compiles under way finish (Ctrl-C again to quit now)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, kNotice, sizeof kNotice - 1);
+    (void)ignored;
+}
+
+// Installs on_interrupt for SIGINT for the life of the object, unless SIGINT was ignored (a
+// command started with nohup, or in the background of a script, keeps ignoring it).
+class InterruptHandler {
+public:
+    InterruptHandler() {
+        struct sigaction want {};
+        want.sa_handler = on_interrupt;
+        want.sa_flags = SA_RESTART;
+        sigemptyset(&want.sa_mask);
+        if (::sigaction(SIGINT, nullptr, &old_) == 0 && old_.sa_handler != SIG_IGN) {
+            installed_ = ::sigaction(SIGINT, &want, nullptr) == 0;
+        }
+    }
+    ~InterruptHandler() {
+        if (installed_) ::sigaction(SIGINT, &old_, nullptr);
+    }
+    InterruptHandler(const InterruptHandler &) = delete;
+    InterruptHandler &operator=(const InterruptHandler &) = delete;
+
+private:
+    struct sigaction old_ {};
+    bool installed_ = false;
+};
+
+// The files of a several-file `kjit compile` and what became of each, printed as they finish:
+// a file's two lines as soon as it and every file before it are done (the output stays in file
+// order), failures with their detail once the batch ends (the detail is known then).
+class CompileStream {
+public:
+    static constexpr int kPending = -1;
+
+    CompileStream(const Global &g, const CompileArgs &a)
+        : g_(g), a_(a), code_(a.files.size(), kPending), cubin_(a.files.size()), name_(a.files.size()),
+          error_(a.files.size()), tty_(::isatty(STDERR_FILENO) == 1) {}
+
+    std::size_t size() const { return code_.size(); }
+    void failed(std::size_t file, int code, std::string error) {
+        code_[file] = code;
+        error_[file] = std::move(error);
+    }
+    // A file finished: its cubin (resolved to its name here), or its status.
+    void finished(std::size_t file, int code, const char *cubin, std::size_t done, std::size_t total);
+    // At the end: what the progress callback did not see (cancelled items), and the details.
+    void settle(std::size_t file, int code, const std::string &cubin, const std::string &error);
+    // After the batch: the files not printed yet, the failures, the JSON array; the exit status.
+    int conclude();
+
+private:
+    void record(std::size_t file, int code, const char *cubin);
+    void print_ready();
+    void clear_progress();
+    int summary() const;
+
+    const Global &g_;
+    const CompileArgs &a_;
+    std::vector<int> code_;
+    std::vector<std::string> cubin_, name_, error_;
+    std::size_t printed_ = 0;  // the files before this one are printed
+    bool tty_;
+    bool progress_shown_ = false;
+};
+
+void CompileStream::record(std::size_t file, int code, const char *cubin) {
+    code_[file] = code;
+    if (code == KJIT_OK && cubin) {
+        cubin_[file] = cubin;
+        if (const kjit_status s = resolve_into(cubin_[file], a_.keyword, name_[file]); s != KJIT_OK) {
+            code_[file] = s;
+            error_[file] = kjit_last_error();
+        }
+    }
+}
+
+void CompileStream::finished(std::size_t file, int code, const char *cubin, std::size_t done, std::size_t total) {
+    record(file, code, cubin);
+    print_ready();
+    if (tty_) {
+        std::fprintf(stderr, "\rkjit: %zu/%zu compiled or found", done, total);
+        progress_shown_ = true;
+    }
+}
+
+void CompileStream::settle(std::size_t file, int code, const std::string &cubin, const std::string &error) {
+    if (code == KJIT_OK && cubin_[file].empty()) {
+        record(file, code, cubin.c_str());
+        return;
+    }
+    if (code_[file] == kPending || code != KJIT_OK) code_[file] = code;
+    if (code != KJIT_OK) error_[file] = with_file_name(error, a_.files[file]);
+}
+
+void CompileStream::clear_progress() {
+    if (!progress_shown_) return;
+    std::fputs("\r\033[K", stderr);
+    progress_shown_ = false;
+}
+
+void CompileStream::print_ready() {
+    bool printed_any = false;
+    for (; printed_ < code_.size() && code_[printed_] != kPending; ++printed_) {
+        if (code_[printed_] != KJIT_OK || g_.json) continue;
+        if (!printed_any) clear_progress();
+        std::printf("%s\n%s\n", cubin_[printed_].c_str(), name_[printed_].c_str());
+        printed_any = true;
+    }
+    if (printed_any) std::fflush(stdout);  // each file's lines when they are known, also into a pipe
+}
+
+int CompileStream::conclude() {
+    print_ready();
+    clear_progress();
+    int exit_status = 0;
+    json out = json::array();
+    for (std::size_t i = 0; i < code_.size(); ++i) {
+        const bool ok = code_[i] == KJIT_OK;
+        const char *text = kjit_status_string(static_cast<kjit_status>(code_[i]));
+        if (!ok && !(interrupted && code_[i] == KJIT_ERROR_CANCELLED)) {
+            std::cerr << "kjit: " << a_.files[i] << ": " << text << ": " << error_[i] << "\n";
+            if (exit_status == 0) exit_status = code_[i];
+        }
+        if (!g_.json) continue;
+        if (ok) {
+            out.push_back({{"file", a_.files[i]}, {"cubin", cubin_[i]}, {"keyword", a_.keyword}, {"name", name_[i]}});
+        } else {
+            out.push_back({{"file", a_.files[i]}, {"status", text}, {"code", code_[i]}, {"error", error_[i]}});
+        }
+    }
+    if (g_.json) std::cout << out.dump(2) << std::endl;
+    return interrupted ? summary() : exit_status;
+}
+
+// After Ctrl-C: how many files finished, how, and which were not compiled; exit status 130
+// (128 + SIGINT, as a shell reports a command it interrupted).
+int CompileStream::summary() const {
+    std::size_t ok = 0, failed = 0;
+    std::vector<std::string> not_compiled;
+    for (std::size_t i = 0; i < code_.size(); ++i) {
+        if (code_[i] == KJIT_OK) ++ok;
+        else if (code_[i] == KJIT_ERROR_CANCELLED || code_[i] == kPending) not_compiled.push_back(a_.files[i]);
+        else ++failed;
+    }
+    std::string names;
+    for (std::size_t i = 0; i < not_compiled.size() && i < 10; ++i) names += (i ? ", " : "") + not_compiled[i];
+    if (not_compiled.size() > 10) names += " and " + std::to_string(not_compiled.size() - 10) + " more";
+    std::cerr << "kjit: interrupted: " << ok + failed << " of " << code_.size() << " files finished (" << ok
+              << " compiled or found, " << failed << " failed)";
+    if (!not_compiled.empty()) std::cerr << "; not compiled: " << names;
+    std::cerr << "\n";
+    return 128 + SIGINT;
+}
+
+// One request per file that could be read (each with its own folder among its include
+// folders); `items` and `file_of_item` list them in file order.
+struct BatchRequests {
+    std::vector<std::string> sources;
+    std::vector<std::vector<std::string>> paths;
+    std::vector<std::vector<const char *>> options, includes;
+    std::vector<kjit_compile_options> opts;
+    std::vector<kjit_compile_request> requests;
+    std::vector<const kjit_compile_request *> items;
+    std::vector<std::size_t> file_of_item;
+};
+
+void make_requests(const Global &g, const CompileArgs &a, CompileStream &stream, BatchRequests &b) {
+    const std::size_t n = a.files.size();
+    b.sources.resize(n);
+    b.paths.resize(n);
+    b.options.resize(n);
+    b.includes.resize(n);
+    b.opts.resize(n);
+    b.requests.assign(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (std::string error = read_source(a.files[i], b.sources[i]); !error.empty()) {
+            stream.failed(i, KJIT_ERROR_IO, std::move(error));
+            continue;
+        }
+        b.paths[i] = include_paths_for(a.files[i], b.sources[i], a);
+        b.opts[i] = compile_options_of(g, a, b.paths[i], b.options[i], b.includes[i]);
+        b.requests[i].source = b.sources[i].c_str();
+        b.requests[i].keyword = a.keyword.c_str();
+        b.requests[i].options = &b.opts[i];
+        b.items.push_back(&b.requests[i]);
+        b.file_of_item.push_back(i);
+    }
+}
+
+struct ProgressContext {
+    CompileStream *stream;
+    const std::vector<std::size_t> *file_of_item;
+};
+
+// The batch's progress callback: prints what became printable; after Ctrl-C, stops the batch.
+int on_progress(void *user, size_t done, size_t total, size_t index, kjit_status status, const char *cubin) {
+    const auto *c = static_cast<ProgressContext *>(user);
+    c->stream->finished((*c->file_of_item)[index], status, cubin, done, total);
+    return interrupted ? 1 : 0;
+}
+
+// Several files: one kjit_compile_batch (docs/batch.md), each file's result printed as it
+// finishes; Ctrl-C stops it, printing what finished and a summary (exit 130).
+int run_compile_many(const Global &g, const CompileArgs &a) {
+    CompileStream stream(g, a);
+    BatchRequests b;
+    make_requests(g, a, stream, b);
     kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
     batch.workers = a.jobs;
     batch.pch = a.no_pch ? KJIT_PCH_OFF : KJIT_PCH_DEFAULT;
@@ -261,58 +462,24 @@ int run_compile_many(const Global &g, const CompileArgs &a) {
                         : a.workers == "processes" ? KJIT_WORKERS_PROCESSES
                         : a.workers == "auto"      ? KJIT_WORKERS_AUTOMATIC
                                                    : KJIT_WORKERS_DEFAULT;
-    const bool tty = ::isatty(STDERR_FILENO) == 1;
-    if (tty) {
-        batch.progress = [](void *, size_t done, size_t total, size_t, kjit_status, const char *) {
-            std::fprintf(stderr, "\rkjit: %zu/%zu compiled or found", done, total);
-            return 0;
-        };
-    }
+    ProgressContext context{&stream, &b.file_of_item};
+    batch.progress = on_progress;
+    batch.progress_user_data = &context;
     kjit_batch_result *raw = nullptr;
-    const kjit_status overall = kjit_compile_batch(items.data(), items.size(), &batch, &raw);
-    if (tty) std::fputc('\n', stderr);
+    kjit_status overall = KJIT_OK;
+    {
+        const InterruptHandler handler;
+        overall = kjit_compile_batch(b.items.data(), b.items.size(), &batch, &raw);
+    }
     if (!raw) return fail_with(g, overall);
     std::unique_ptr<kjit_batch_result, decltype(&kjit_batch_result_release)> result(raw, &kjit_batch_result_release);
-
-    // Per file: its cubin and name, or its failure; the exit status is the first failure's.
-    int exit_status = 0;
-    json out = json::array();
-    std::vector<std::string> item_error(n), item_cubin(n);
-    std::vector<int> item_code(n, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!read_errors[i].empty()) {
-            item_code[i] = KJIT_ERROR_IO;
-            item_error[i] = read_errors[i];
-        }
+    for (std::size_t k = 0; k < b.file_of_item.size(); ++k) {
+        const int code = kjit_batch_result_status(result.get(), k);
+        const char *cubin = code == KJIT_OK ? kjit_batch_result_cubin_path(result.get(), k) : nullptr;
+        const char *error = code == KJIT_OK ? nullptr : kjit_batch_result_error(result.get(), k);
+        stream.settle(b.file_of_item[k], code, cubin ? cubin : "", error ? error : "");
     }
-    for (std::size_t k = 0; k < file_of_item.size(); ++k) {
-        const std::size_t i = file_of_item[k];
-        item_code[i] = kjit_batch_result_status(result.get(), k);
-        if (item_code[i] == KJIT_OK) item_cubin[i] = kjit_batch_result_cubin_path(result.get(), k);
-        else item_error[i] = with_file_name(kjit_batch_result_error(result.get(), k), a.files[i]);
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-        std::string name;
-        if (item_code[i] == KJIT_OK) {
-            const kjit_status s = resolve_into(item_cubin[i], a.keyword, name);
-            if (s != KJIT_OK) {
-                item_code[i] = s;
-                item_error[i] = kjit_last_error();
-            }
-        }
-        if (item_code[i] != KJIT_OK) {
-            const char *text = kjit_status_string(static_cast<kjit_status>(item_code[i]));
-            std::cerr << "kjit: " << a.files[i] << ": " << text << ": " << item_error[i] << "\n";
-            if (exit_status == 0) exit_status = item_code[i];
-            out.push_back({{"file", a.files[i]}, {"status", text}, {"code", item_code[i]}, {"error", item_error[i]}});
-        } else if (g.json) {
-            out.push_back({{"file", a.files[i]}, {"cubin", item_cubin[i]}, {"keyword", a.keyword}, {"name", name}});
-        } else {
-            std::cout << item_cubin[i] << "\n" << name << "\n";
-        }
-    }
-    if (g.json) std::cout << out.dump(2) << "\n";
-    return exit_status;
+    return stream.conclude();
 }
 
 int run_compile(const Global &g, const CompileArgs &a) {

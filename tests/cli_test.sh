@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The kjit command end to end: every subcommand's output, --json, and exit codes (0; the
 # kjit_status of a failure; 20 when verify finds damage; 64 for usage errors).
-#   cli_test.sh KJIT_BINARY
+#   cli_test.sh KJIT_BINARY KJIT_WORKER
 set -euo pipefail
 KJIT=$(realpath "$1")  # absolute: some checks run it from other folders
+WORKER=$(realpath "$2")  # libkjit's kjit-worker, which a gated copy of stands in for below
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kjit-cli-test.XXXXXX")
 REDIS_PID=""
 trap '[ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
@@ -96,6 +97,42 @@ expect_rc 6 "$KJIT" compile "$WORK/k2.cu" "$WORK/bad.cu" "$WORK/missing.cu" -k p
 json_check 'len(d) == 3 and d[0]["name"] == "plain" and d[1]["code"] == 6 and "undefined_in_cli_batch" in d[1]["error"] and d[2]["code"] == 5'
 contains "bad.cu: compile error" "$WORK/err"
 contains "missing.cu: I/O error" "$WORK/err"
+# Several files stream: a file's two lines are printed once it and the files before it are done,
+# not at the end. Ctrl-C stops the batch once the compiles under way finish: what finished is
+# printed, then a summary, exit 130 (nothing was printed, on a Ctrl-C nothing at all). No timing
+# in it: k.cu is a hit, reported before any compile starts; the misses compile on one worker
+# process whose start waits for a gate the test opens only after the hit's lines have arrived
+# and the interrupt was sent. (Python starts kjit with SIGINT at its default: a background job
+# of a script ignores it, and kjit leaves an ignored SIGINT ignored.)
+SC="$WORK/stream-cache"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$SC" -- -DX=1
+HIT=$(sed -n 1p "$WORK/out")
+printf '#!/bin/sh\nwhile [ ! -e "%s" ]; do sleep 0.05; done\nexec "%s" "$@"\n' "$WORK/gate" "$WORKER" >"$WORK/gated-worker"
+chmod +x "$WORK/gated-worker"
+echo 'extern "C" __global__ void plain(float *x) { x[3] = X; }' >"$WORK/k3.cu"
+KJIT_WORKER="$WORK/gated-worker" python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$KJIT" compile "$WORK/k.cu" "$WORK/k2.cu" "$WORK/k3.cu" -k plain --arch sm_90 \
+    --cache-dir "$SC" -j 1 --workers processes -- -DX=1 >"$WORK/stream-out" 2>"$WORK/stream-err" &
+KPID=$!
+for _ in $(seq 1200); do [ "$(wc -l <"$WORK/stream-out")" -ge 2 ] && break; sleep 0.05; done
+[ "$(sed -n 1p "$WORK/stream-out")" = "$HIT" ] && [ "$(sed -n 2p "$WORK/stream-out")" = plain ] ||
+    fail "the hit's lines were not printed while the batch ran: $(cat "$WORK/stream-out" "$WORK/stream-err")"
+kill -INT "$KPID"
+touch "$WORK/gate"
+rc=0
+wait "$KPID" || rc=$?
+[ "$rc" = 130 ] || fail "interrupted batch exited $rc, expected 130: $(cat "$WORK/stream-err")"
+# k2.cu was compiling when interrupted: it finishes and is printed; k3.cu is cancelled, unless
+# the worker took it up before the cancel (NVRTC cannot be stopped).
+[ "$(sed -n 4p "$WORK/stream-out")" = plain ] && [ -f "$(sed -n 3p "$WORK/stream-out")" ] ||
+    fail "k2.cu's lines after the interrupt: $(cat "$WORK/stream-out")"
+contains "kjit: interrupted: stopping once the compiles under way finish" "$WORK/stream-err"
+if grep -q "k3.cu" "$WORK/stream-err"; then
+    contains "kjit: interrupted: 2 of 3 files finished (2 compiled or found, 0 failed); not compiled: $WORK/k3.cu" "$WORK/stream-err"
+else
+    contains "kjit: interrupted: 3 of 3 files finished (3 compiled or found, 0 failed)" "$WORK/stream-err"
+fi
 # Sources with #include compile with NVRTC's PCH, kept under $TMPDIR while the process runs and
 # removed when it exits.
 mkdir -p "$WORK/inc" "$WORK/tmp"
