@@ -738,10 +738,48 @@ std::string command_problem(const CLI::App &app, int argc, char **argv) {
     return "kjit " + path + "needs a command: " + command_list(*at) + "; see kjit " + path + "--help";
 }
 
+// The help says what a user needs without the project's documentation, which an installed kjit
+// (or the one in the Python wheel) may not have beside it.
+constexpr const char *kDescription =
+    "kjit: compile CUDA C++ with NVRTC into libkjit's on-disk cubin cache, find kernels' mangled names, and look "
+    "after cache folders (libkjit's C ABI, as a program linking libkjit.so would)";
+
+constexpr const char *kFooter = R"(Exit status:
+  0     success (cache verify: nothing wrong, or everything found repaired)
+  1-13  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument,
+        2 not found, 3 ambiguous, 4 bad cubin, 5 I/O error (also a remote cache server that did not
+        answer), 6 compile error (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error
+  20    cache verify found damage it did not repair (run it with --fix)
+  64    usage error: unknown command or option, missing argument, bad --max-size or --older-than
+  130   interrupted (Ctrl-C) during a compile of several files
+
+Environment (an option given on the command line wins):
+  KJIT_CACHE_DIR       the cache folder; else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit
+  KJIT_ARCH            the target of a compile without --arch, e.g. sm_90a; else the GPU's
+  KJIT_CACHE_MAX_SIZE  the cache's size limit, e.g. 5G (K, M, G, T); least recently used entries
+                       are evicted after a compile; 0 or unset: no limit
+  KJIT_REMOTE_STORAGE  the cluster tier (Redis) behind the cache; kjit compile --help has its syntax
+  KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
+  KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
+  KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
+
+Examples:
+  kjit compile gemm.cu -k gemm --arch sm_90a --name-expr 'gemm<128, 64>' -- -std=c++17
+  kjit compile kernels/*.cu -k gemm -j 8      (several files: one batch, pre-warms a cache)
+  kjit resolve ~/.cache/kjit/5c/5c0e.../kernel.cubin gemm
+  kjit cache stats;  kjit cache prune --max-size 5G;  kjit cache verify --fix)";
+
+constexpr const char *kRemoteStorageHelp =
+    "The cluster tier (default: $KJIT_REMOTE_STORAGE; none: off): servers redis://HOST[:PORT][/DB] or "
+    "redis+unix:PATH[?db=N], separated by blanks, then options such as namespace=NAME, read-only=true, "
+    "connect-timeout=100ms, operation-timeout=10s, password-file=PATH (a file only its owner can read: a password "
+    "on the command line is refused, as every user can read it); e.g. 'redis://cache-host:6379 namespace=llm'";
+
 }  // namespace
 
 int main(int argc, char **argv) {
-    CLI::App app{"kjit: the libkjit JIT cubin cache from the command line (docs/cli.md)", "kjit"};
+    CLI::App app{kDescription, "kjit"};
+    app.footer(kFooter);
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("kjit ") + kjit_version_string());
     Global g;
@@ -760,7 +798,8 @@ int main(int argc, char **argv) {
     CompileArgs compile_args;
     CLI::App *compile = app.add_subcommand(
         "compile", "Compile FILE.cu into the cache (or find it there); print the cubin's path and the kernel's name. "
-                   "Several files compile as one batch, two lines each, in order");
+                   "Several files compile as one batch: two lines each, in file order, printed as they finish (Ctrl-C: "
+                   "what finished, a summary, exit status 130)");
     compile->add_option("files", compile_args.files, "CUDA C++ source files")->required();
     compile->add_option("-j,--jobs", compile_args.jobs,
                         "Several files: workers (default: $KJIT_JOBS, else one per CPU)");
@@ -773,9 +812,7 @@ int main(int argc, char **argv) {
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
     compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
-    compile->add_option("--remote-storage", compile_args.remote_storage,
-                        "The cluster tier, e.g. 'redis://cache-host:6379 namespace=llm' or none (default: "
-                        "$KJIT_REMOTE_STORAGE; docs/remote.md)");
+    compile->add_option("--remote-storage", compile_args.remote_storage, kRemoteStorageHelp);
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
@@ -788,8 +825,7 @@ int main(int argc, char **argv) {
     std::string remote_storage;
     stats->add_flag("--remote", remote,
                     "Also what the cluster tier's Redis servers say of themselves (memory, eviction, libkjit entries)");
-    stats->add_option("--remote-storage", remote_storage,
-                      "The cluster tier for --remote (default: $KJIT_REMOTE_STORAGE)");
+    stats->add_option("--remote-storage", remote_storage, std::string("For --remote: ") + kRemoteStorageHelp);
     add_common(stats);
     bool fix = false;
     CLI::App *verify = cache->add_subcommand("verify", "Check every entry; --fix repairs what it finds");

@@ -180,6 +180,21 @@ expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"
 expect_rc 0 "$KJIT" --version
 contains "kjit " "$WORK/out"
+# The help stands alone: it names no documentation file, which an installed kjit (or the one in
+# the Python wheel) may not have beside it, and says what the docs would: exit statuses, the
+# environment, the remote setting's syntax.
+for cmd in "" resolve compile cache "cache stats" "cache verify" "cache prune" "cache clear"; do
+    # shellcheck disable=SC2086
+    expect_rc 0 "$KJIT" $cmd --help
+    if grep -qE 'docs/|\.md\b' "$WORK/out"; then fail "kjit $cmd --help points at a file: $(grep -E 'docs/|\.md' "$WORK/out")"; fi
+done
+expect_rc 0 "$KJIT" --help
+for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_LOG_LEVEL; do
+    contains "$what" "$WORK/out"
+done
+expect_rc 0 "$KJIT" compile --help
+contains "redis+unix:PATH" "$WORK/out"
+contains "password-file=PATH" "$WORK/out"
 
 # resolve
 expect_rc 0 "$KJIT" resolve "$PLAIN" plain
