@@ -738,6 +738,27 @@ std::string command_problem(const CLI::App &app, int argc, char **argv) {
     return "kjit " + path + "needs a command: " + command_list(*at) + "; see kjit " + path + "--help";
 }
 
+// Parses the command line into `app`'s variables: -1 to go on, else the exit status (help and
+// version printed, or a usage error said).
+int parse_command_line(CLI::App &app, const Global &g, int argc, char **argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
+            return report_failure(g, kExitUsage, "usage", problem);
+        }
+        app.exit(e);
+        return kExitUsage;
+    }
+    return -1;
+}
+
 // The help says what a user needs without the project's documentation, which an installed kjit
 // (or the one in the Python wheel) may not have beside it.
 constexpr const char *kDescription =
@@ -847,21 +868,7 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::CallForHelp &e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp &e) {
-        return app.exit(e);
-    } catch (const CLI::CallForVersion &e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError &e) {
-        if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
-            return report_failure(g, kExitUsage, "usage", problem);
-        }
-        app.exit(e);
-        return kExitUsage;
-    }
+    if (const int status = parse_command_line(app, g, argc, argv); status >= 0) return status;
     // A password given here would be in /proc/PID/cmdline, which every user of the machine reads.
     for (const std::string *spec : {&compile_args.remote_storage, &remote_storage}) {
         if (kjit::remote::names_a_password(*spec)) {
@@ -875,10 +882,7 @@ int main(int argc, char **argv) {
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);
-        if (*stats) {
-            const int rc = run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
-            return rc;
-        }
+        if (*stats) return run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
         if (*verify) return run_verify(g, fix);
         if (*prune) {
             if (max_size.empty() && older_than.empty()) {
