@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -232,28 +233,228 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     return 0;
 }
 
-// Several files: one kjit_compile_batch (docs/batch.md), a progress count on a terminal.
-int run_compile_many(const Global &g, const CompileArgs &a) {
-    const std::size_t n = a.files.size();
-    std::vector<std::string> sources(n), read_errors(n);
-    for (std::size_t i = 0; i < n; ++i) read_errors[i] = read_source(a.files[i], sources[i]);
-    // Options per file: each has its own folder among its include folders.
-    std::vector<std::vector<std::string>> paths(n);
-    std::vector<std::vector<const char *>> options(n), includes(n);
-    std::vector<kjit_compile_options> opts(n);
-    std::vector<kjit_compile_request> requests(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
-    std::vector<const kjit_compile_request *> items;
-    std::vector<std::size_t> file_of_item;  // files that could be read, in order
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!read_errors[i].empty()) continue;
-        paths[i] = include_paths_for(a.files[i], sources[i], a);
-        opts[i] = compile_options_of(g, a, paths[i], options[i], includes[i]);
-        requests[i].source = sources[i].c_str();
-        requests[i].keyword = a.keyword.c_str();
-        requests[i].options = &opts[i];
-        items.push_back(&requests[i]);
-        file_of_item.push_back(i);
+// Ctrl-C during a batch (docs/cli.md): the first asks the batch to stop once the compiles
+// under way finish (NVRTC cannot be interrupted) and what finished is printed; a second one
+// ends the process at once.
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void on_interrupt(int sig) {
+    if (interrupted) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+        return;
     }
+    interrupted = 1;
+    static const char kNotice[] =
+        "\nkjit: interrupted: stopping once the compiles under way finish (Ctrl-C again to quit now)\n";
+    const ssize_t ignored = ::write(STDERR_FILENO, kNotice, sizeof kNotice - 1);
+    (void)ignored;
+}
+
+// Installs on_interrupt for SIGINT for the life of the object, unless SIGINT was ignored (a
+// command started with nohup, or in the background of a script, keeps ignoring it).
+class InterruptHandler {
+public:
+    InterruptHandler() {
+        struct sigaction want {};
+        want.sa_handler = on_interrupt;
+        want.sa_flags = SA_RESTART;
+        sigemptyset(&want.sa_mask);
+        if (::sigaction(SIGINT, nullptr, &old_) == 0 && old_.sa_handler != SIG_IGN) {
+            installed_ = ::sigaction(SIGINT, &want, nullptr) == 0;
+        }
+    }
+    ~InterruptHandler() {
+        if (installed_) ::sigaction(SIGINT, &old_, nullptr);
+    }
+    InterruptHandler(const InterruptHandler &) = delete;
+    InterruptHandler &operator=(const InterruptHandler &) = delete;
+
+private:
+    struct sigaction old_ {};
+    bool installed_ = false;
+};
+
+// The files of a several-file `kjit compile` and what became of each, printed as they finish:
+// a file's two lines as soon as it and every file before it are done (the output stays in file
+// order), failures with their detail once the batch ends (the detail is known then).
+class CompileStream {
+public:
+    static constexpr int kPending = -1;
+
+    CompileStream(const Global &g, const CompileArgs &a)
+        : g_(g), a_(a), code_(a.files.size(), kPending), cubin_(a.files.size()), name_(a.files.size()),
+          error_(a.files.size()), tty_(::isatty(STDERR_FILENO) == 1) {}
+
+    std::size_t size() const { return code_.size(); }
+    void failed(std::size_t file, int code, std::string error) {
+        code_[file] = code;
+        error_[file] = std::move(error);
+    }
+    // A file finished: its cubin (resolved to its name here), or its status.
+    void finished(std::size_t file, int code, const char *cubin, std::size_t done, std::size_t total);
+    // At the end: what the progress callback did not see (cancelled items), and the details.
+    void settle(std::size_t file, int code, const std::string &cubin, const std::string &error);
+    // After the batch: the files not printed yet, the failures, the JSON array; the exit status.
+    int conclude();
+
+private:
+    void record(std::size_t file, int code, const char *cubin);
+    void print_ready();
+    void clear_progress();
+    int summary() const;
+
+    const Global &g_;
+    const CompileArgs &a_;
+    std::vector<int> code_;
+    std::vector<std::string> cubin_, name_, error_;
+    std::size_t printed_ = 0;  // the files before this one are printed
+    bool tty_;
+    bool progress_shown_ = false;
+};
+
+void CompileStream::record(std::size_t file, int code, const char *cubin) {
+    code_[file] = code;
+    if (code == KJIT_OK && cubin) {
+        cubin_[file] = cubin;
+        if (const kjit_status s = resolve_into(cubin_[file], a_.keyword, name_[file]); s != KJIT_OK) {
+            code_[file] = s;
+            error_[file] = kjit_last_error();
+        }
+    }
+}
+
+void CompileStream::finished(std::size_t file, int code, const char *cubin, std::size_t done, std::size_t total) {
+    record(file, code, cubin);
+    print_ready();
+    if (tty_) {
+        std::fprintf(stderr, "\rkjit: %zu/%zu compiled or found", done, total);
+        progress_shown_ = true;
+    }
+}
+
+void CompileStream::settle(std::size_t file, int code, const std::string &cubin, const std::string &error) {
+    if (code == KJIT_OK && cubin_[file].empty()) {
+        record(file, code, cubin.c_str());
+        return;
+    }
+    if (code_[file] == kPending || code != KJIT_OK) code_[file] = code;
+    if (code != KJIT_OK) error_[file] = with_file_name(error, a_.files[file]);
+}
+
+void CompileStream::clear_progress() {
+    if (!progress_shown_) return;
+    std::fputs("\r\033[K", stderr);
+    progress_shown_ = false;
+}
+
+void CompileStream::print_ready() {
+    bool printed_any = false;
+    for (; printed_ < code_.size() && code_[printed_] != kPending; ++printed_) {
+        if (code_[printed_] != KJIT_OK || g_.json) continue;
+        if (!printed_any) clear_progress();
+        std::printf("%s\n%s\n", cubin_[printed_].c_str(), name_[printed_].c_str());
+        printed_any = true;
+    }
+    if (printed_any) std::fflush(stdout);  // each file's lines when they are known, also into a pipe
+}
+
+int CompileStream::conclude() {
+    print_ready();
+    clear_progress();
+    int exit_status = 0;
+    json out = json::array();
+    for (std::size_t i = 0; i < code_.size(); ++i) {
+        const bool ok = code_[i] == KJIT_OK;
+        const char *text = kjit_status_string(static_cast<kjit_status>(code_[i]));
+        if (!ok && !(interrupted && code_[i] == KJIT_ERROR_CANCELLED)) {
+            std::cerr << "kjit: " << a_.files[i] << ": " << text << ": " << error_[i] << "\n";
+            if (exit_status == 0) exit_status = code_[i];
+        }
+        if (!g_.json) continue;
+        if (ok) {
+            out.push_back({{"file", a_.files[i]}, {"cubin", cubin_[i]}, {"keyword", a_.keyword}, {"name", name_[i]}});
+        } else {
+            out.push_back({{"file", a_.files[i]}, {"status", text}, {"code", code_[i]}, {"error", error_[i]}});
+        }
+    }
+    if (g_.json) std::cout << out.dump(2) << std::endl;
+    return interrupted ? summary() : exit_status;
+}
+
+// After Ctrl-C: how many files finished, how, and which were not compiled; exit status 130
+// (128 + SIGINT, as a shell reports a command it interrupted).
+int CompileStream::summary() const {
+    std::size_t ok = 0, failed = 0;
+    std::vector<std::string> not_compiled;
+    for (std::size_t i = 0; i < code_.size(); ++i) {
+        if (code_[i] == KJIT_OK) ++ok;
+        else if (code_[i] == KJIT_ERROR_CANCELLED || code_[i] == kPending) not_compiled.push_back(a_.files[i]);
+        else ++failed;
+    }
+    std::string names;
+    for (std::size_t i = 0; i < not_compiled.size() && i < 10; ++i) names += (i ? ", " : "") + not_compiled[i];
+    if (not_compiled.size() > 10) names += " and " + std::to_string(not_compiled.size() - 10) + " more";
+    std::cerr << "kjit: interrupted: " << ok + failed << " of " << code_.size() << " files finished (" << ok
+              << " compiled or found, " << failed << " failed)";
+    if (!not_compiled.empty()) std::cerr << "; not compiled: " << names;
+    std::cerr << "\n";
+    return 128 + SIGINT;
+}
+
+// One request per file that could be read (each with its own folder among its include
+// folders); `items` and `file_of_item` list them in file order.
+struct BatchRequests {
+    std::vector<std::string> sources;
+    std::vector<std::vector<std::string>> paths;
+    std::vector<std::vector<const char *>> options, includes;
+    std::vector<kjit_compile_options> opts;
+    std::vector<kjit_compile_request> requests;
+    std::vector<const kjit_compile_request *> items;
+    std::vector<std::size_t> file_of_item;
+};
+
+void make_requests(const Global &g, const CompileArgs &a, CompileStream &stream, BatchRequests &b) {
+    const std::size_t n = a.files.size();
+    b.sources.resize(n);
+    b.paths.resize(n);
+    b.options.resize(n);
+    b.includes.resize(n);
+    b.opts.resize(n);
+    b.requests.assign(n, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (std::string error = read_source(a.files[i], b.sources[i]); !error.empty()) {
+            stream.failed(i, KJIT_ERROR_IO, std::move(error));
+            continue;
+        }
+        b.paths[i] = include_paths_for(a.files[i], b.sources[i], a);
+        b.opts[i] = compile_options_of(g, a, b.paths[i], b.options[i], b.includes[i]);
+        b.requests[i].source = b.sources[i].c_str();
+        b.requests[i].keyword = a.keyword.c_str();
+        b.requests[i].options = &b.opts[i];
+        b.items.push_back(&b.requests[i]);
+        b.file_of_item.push_back(i);
+    }
+}
+
+struct ProgressContext {
+    CompileStream *stream;
+    const std::vector<std::size_t> *file_of_item;
+};
+
+// The batch's progress callback: prints what became printable; after Ctrl-C, stops the batch.
+int on_progress(void *user, size_t done, size_t total, size_t index, kjit_status status, const char *cubin) {
+    const auto *c = static_cast<ProgressContext *>(user);
+    c->stream->finished((*c->file_of_item)[index], status, cubin, done, total);
+    return interrupted ? 1 : 0;
+}
+
+// Several files: one kjit_compile_batch (docs/batch.md), each file's result printed as it
+// finishes; Ctrl-C stops it, printing what finished and a summary (exit 130).
+int run_compile_many(const Global &g, const CompileArgs &a) {
+    CompileStream stream(g, a);
+    BatchRequests b;
+    make_requests(g, a, stream, b);
     kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
     batch.workers = a.jobs;
     batch.pch = a.no_pch ? KJIT_PCH_OFF : KJIT_PCH_DEFAULT;
@@ -261,58 +462,24 @@ int run_compile_many(const Global &g, const CompileArgs &a) {
                         : a.workers == "processes" ? KJIT_WORKERS_PROCESSES
                         : a.workers == "auto"      ? KJIT_WORKERS_AUTOMATIC
                                                    : KJIT_WORKERS_DEFAULT;
-    const bool tty = ::isatty(STDERR_FILENO) == 1;
-    if (tty) {
-        batch.progress = [](void *, size_t done, size_t total, size_t, kjit_status, const char *) {
-            std::fprintf(stderr, "\rkjit: %zu/%zu compiled or found", done, total);
-            return 0;
-        };
-    }
+    ProgressContext context{&stream, &b.file_of_item};
+    batch.progress = on_progress;
+    batch.progress_user_data = &context;
     kjit_batch_result *raw = nullptr;
-    const kjit_status overall = kjit_compile_batch(items.data(), items.size(), &batch, &raw);
-    if (tty) std::fputc('\n', stderr);
+    kjit_status overall = KJIT_OK;
+    {
+        const InterruptHandler handler;
+        overall = kjit_compile_batch(b.items.data(), b.items.size(), &batch, &raw);
+    }
     if (!raw) return fail_with(g, overall);
     std::unique_ptr<kjit_batch_result, decltype(&kjit_batch_result_release)> result(raw, &kjit_batch_result_release);
-
-    // Per file: its cubin and name, or its failure; the exit status is the first failure's.
-    int exit_status = 0;
-    json out = json::array();
-    std::vector<std::string> item_error(n), item_cubin(n);
-    std::vector<int> item_code(n, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!read_errors[i].empty()) {
-            item_code[i] = KJIT_ERROR_IO;
-            item_error[i] = read_errors[i];
-        }
+    for (std::size_t k = 0; k < b.file_of_item.size(); ++k) {
+        const int code = kjit_batch_result_status(result.get(), k);
+        const char *cubin = code == KJIT_OK ? kjit_batch_result_cubin_path(result.get(), k) : nullptr;
+        const char *error = code == KJIT_OK ? nullptr : kjit_batch_result_error(result.get(), k);
+        stream.settle(b.file_of_item[k], code, cubin ? cubin : "", error ? error : "");
     }
-    for (std::size_t k = 0; k < file_of_item.size(); ++k) {
-        const std::size_t i = file_of_item[k];
-        item_code[i] = kjit_batch_result_status(result.get(), k);
-        if (item_code[i] == KJIT_OK) item_cubin[i] = kjit_batch_result_cubin_path(result.get(), k);
-        else item_error[i] = with_file_name(kjit_batch_result_error(result.get(), k), a.files[i]);
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-        std::string name;
-        if (item_code[i] == KJIT_OK) {
-            const kjit_status s = resolve_into(item_cubin[i], a.keyword, name);
-            if (s != KJIT_OK) {
-                item_code[i] = s;
-                item_error[i] = kjit_last_error();
-            }
-        }
-        if (item_code[i] != KJIT_OK) {
-            const char *text = kjit_status_string(static_cast<kjit_status>(item_code[i]));
-            std::cerr << "kjit: " << a.files[i] << ": " << text << ": " << item_error[i] << "\n";
-            if (exit_status == 0) exit_status = item_code[i];
-            out.push_back({{"file", a.files[i]}, {"status", text}, {"code", item_code[i]}, {"error", item_error[i]}});
-        } else if (g.json) {
-            out.push_back({{"file", a.files[i]}, {"cubin", item_cubin[i]}, {"keyword", a.keyword}, {"name", name}});
-        } else {
-            std::cout << item_cubin[i] << "\n" << name << "\n";
-        }
-    }
-    if (g.json) std::cout << out.dump(2) << "\n";
-    return exit_status;
+    return stream.conclude();
 }
 
 int run_compile(const Global &g, const CompileArgs &a) {
@@ -354,8 +521,50 @@ void print_stats(const std::string &dir, const kjit_cache_summary &s, const kjit
     }
 }
 
+std::uint64_t remote_errors_so_far() {
+    kjit_stats s = KJIT_STATS_INIT;
+    return kjit_get_stats(&s) == KJIT_OK ? s.remote_errors : 0;
+}
+
+// What the cluster tier's servers say of themselves (kjit_remote_describe) into `text`, and
+// whether every one of them answered: one that could not be reached, or refused us (a wrong or
+// missing password), is said in the text and counted in kjit_stats::remote_errors.
+kjit_status describe_remote(const std::string &setting, std::string &text, bool &all_answered) {
+    const std::uint64_t errors_before = remote_errors_so_far();
+    // A buffer large enough at once: each call asks the servers again.
+    std::vector<char> buf(1 << 20);
+    size_t len = 0;
+    const kjit_status st = kjit_remote_describe(setting.c_str(), buf.data(), buf.size(), &len);
+    if (st == KJIT_OK) text.assign(buf.data(), len);
+    all_answered = remote_errors_so_far() == errors_before;
+    return st;
+}
+
+// After the stats are printed: the servers that failed, on stderr (their lines of the text,
+// which name each server with its password hidden), and the exit status, 5 (I/O error).
+int report_remote_failures(const std::string &servers) {
+    bool named = false;
+    std::size_t pos = 0;
+    while (pos < servers.size()) {
+        std::size_t end = servers.find('\n', pos);
+        if (end == std::string::npos) end = servers.size();
+        const std::string line = servers.substr(pos, end - pos);
+        for (const char *mark : {"  unreachable: ", "  refused: "}) {
+            if (line.rfind(mark, 0) == 0) {
+                std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": " << line.substr(std::strlen(mark))
+                          << "\n";
+                named = true;
+            }
+        }
+        pos = end + 1;
+    }
+    if (!named)
+        std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": a remote cache server failed while asked\n";
+    return KJIT_ERROR_IO;
+}
+
 // `kjit cache stats`; with `remote` (not null: --remote, its setting or "" for the
-// environment's), the cluster tier's servers too.
+// environment's), the cluster tier's servers too: exit status 5 when one did not answer.
 int run_stats(const Global &g, const std::string *remote) {
     std::string dir;
     if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
@@ -364,19 +573,17 @@ int run_stats(const Global &g, const std::string *remote) {
     if (const kjit_status st = kjit_cache_summarize(dir.c_str(), &s, &raw); st != KJIT_OK) return fail_with(g, st);
     const Arches arches(raw, &kjit_cache_arches_release);
     std::string servers;
+    bool all_answered = true;
     if (remote) {
-        // A buffer large enough at once: each call asks the servers again.
-        std::vector<char> buf(1 << 20);
-        size_t len = 0;
-        if (const kjit_status st = kjit_remote_describe(remote->c_str(), buf.data(), buf.size(), &len); st != KJIT_OK) {
+        if (const kjit_status st = describe_remote(*remote, servers, all_answered); st != KJIT_OK) {
             return fail_with(g, st);
         }
-        servers.assign(buf.data(), len);
     }
     if (!g.json) {
         print_stats(dir, s, arches.get());
         if (remote) std::printf("remote cache\n%s", servers.c_str());
-        return 0;
+        std::fflush(stdout);
+        return all_answered ? 0 : report_remote_failures(servers);
     }
     json by_arch = json::object();
     for (size_t i = 0; i < kjit_cache_arches_count(arches.get()); ++i) {
@@ -395,8 +602,8 @@ int run_stats(const Global &g, const std::string *remote) {
                 {"in_transit", {{"folders", s.in_transit}, {"bytes", s.in_transit_bytes}}},
                 {"foreign", s.foreign}};
     if (remote) out["remote"] = servers;
-    std::cout << out.dump(2) << "\n";
-    return 0;
+    std::cout << out.dump(2) << std::endl;
+    return all_answered ? 0 : report_remote_failures(servers);
 }
 
 int run_verify(const Global &g, bool fix) {
@@ -495,10 +702,105 @@ int run_clear(const Global &g) {
     return print_prune(g, dir, report);
 }
 
+// The names of `cmd`'s subcommands, each followed by its own in parentheses:
+// "resolve, compile, cache (stats, verify, prune, clear)".
+std::string command_list(const CLI::App &cmd) {
+    std::string out;
+    for (const CLI::App *sub : cmd.get_subcommands({})) {
+        if (!out.empty()) out += ", ";
+        out += sub->get_name();
+        if (!sub->get_subcommands({}).empty()) out += " (" + command_list(*sub) + ")";
+    }
+    return out;
+}
+
+// What is wrong with the command line's command, if that is what CLI11 refused: an unknown one
+// (CLI11 said only "A subcommand is required") or none, said with the commands there are; ""
+// when the command is fine and CLI11's own message says what is wrong.
+std::string command_problem(const CLI::App &app, int argc, char **argv) {
+    const CLI::App *at = &app;
+    std::string path;  // the commands given so far, "cache "
+    for (int i = 1; i < argc && !at->get_subcommands({}).empty(); ++i) {
+        const std::string arg = argv[i];
+        if (arg.empty() || arg[0] == '-') continue;  // no option before a command takes a value
+        const CLI::App *next = nullptr;
+        for (const CLI::App *sub : at->get_subcommands({})) {
+            if (sub->get_name() == arg) next = sub;
+        }
+        if (!next) {
+            return "unknown command '" + path + arg + "'; the " + path + "commands are: " + command_list(*at) +
+                   "; see kjit " + path + "--help";
+        }
+        path += arg + " ";
+        at = next;
+    }
+    if (at->get_subcommands({}).empty()) return "";
+    return "kjit " + path + "needs a command: " + command_list(*at) + "; see kjit " + path + "--help";
+}
+
+// Parses the command line into `app`'s variables: -1 to go on, else the exit status (help and
+// version printed, or a usage error said).
+int parse_command_line(CLI::App &app, const Global &g, int argc, char **argv) {
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
+            return report_failure(g, kExitUsage, "usage", problem);
+        }
+        app.exit(e);
+        return kExitUsage;
+    }
+    return -1;
+}
+
+// The help says what a user needs without the project's documentation, which an installed kjit
+// (or the one in the Python wheel) may not have beside it.
+constexpr const char *kDescription =
+    "kjit: compile CUDA C++ with NVRTC into libkjit's on-disk cubin cache, find kernels' mangled names, and look "
+    "after cache folders (libkjit's C ABI, as a program linking libkjit.so would)";
+
+constexpr const char *kFooter = R"(Exit status:
+  0     success (cache verify: nothing wrong, or everything found repaired)
+  1-13  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument,
+        2 not found, 3 ambiguous, 4 bad cubin, 5 I/O error (also a remote cache server that did not
+        answer), 6 compile error (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error
+  20    cache verify found damage it did not repair (run it with --fix)
+  64    usage error: unknown command or option, missing argument, bad --max-size or --older-than
+  130   interrupted (Ctrl-C) during a compile of several files
+
+Environment (an option given on the command line wins):
+  KJIT_CACHE_DIR       the cache folder; else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit
+  KJIT_ARCH            the target of a compile without --arch, e.g. sm_90a; else the GPU's
+  KJIT_CACHE_MAX_SIZE  the cache's size limit, e.g. 5G (K, M, G, T); least recently used entries
+                       are evicted after a compile; 0 or unset: no limit
+  KJIT_REMOTE_STORAGE  the cluster tier (Redis) behind the cache; kjit compile --help has its syntax
+  KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
+  KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
+  KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
+
+Examples:
+  kjit compile gemm.cu -k gemm --arch sm_90a --name-expr 'gemm<128, 64>' -- -std=c++17
+  kjit compile kernels/*.cu -k gemm -j 8      (several files: one batch, pre-warms a cache)
+  kjit resolve ~/.cache/kjit/5c/5c0e.../kernel.cubin gemm
+  kjit cache stats;  kjit cache prune --max-size 5G;  kjit cache verify --fix)";
+
+constexpr const char *kRemoteStorageHelp =
+    "The cluster tier (default: $KJIT_REMOTE_STORAGE; none: off): servers redis://HOST[:PORT][/DB] or "
+    "redis+unix:PATH[?db=N], separated by blanks, then options such as namespace=NAME, read-only=true, "
+    "connect-timeout=100ms, operation-timeout=10s, password-file=PATH (a file only its owner can read: a password "
+    "on the command line is refused, as every user can read it); e.g. 'redis://cache-host:6379 namespace=llm'";
+
 }  // namespace
 
 int main(int argc, char **argv) {
-    CLI::App app{"kjit: the libkjit JIT cubin cache from the command line (docs/cli.md)", "kjit"};
+    CLI::App app{kDescription, "kjit"};
+    app.footer(kFooter);
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("kjit ") + kjit_version_string());
     Global g;
@@ -517,7 +819,8 @@ int main(int argc, char **argv) {
     CompileArgs compile_args;
     CLI::App *compile = app.add_subcommand(
         "compile", "Compile FILE.cu into the cache (or find it there); print the cubin's path and the kernel's name. "
-                   "Several files compile as one batch, two lines each, in order");
+                   "Several files compile as one batch: two lines each, in file order, printed as they finish (Ctrl-C: "
+                   "what finished, a summary, exit status 130)");
     compile->add_option("files", compile_args.files, "CUDA C++ source files")->required();
     compile->add_option("-j,--jobs", compile_args.jobs,
                         "Several files: workers (default: $KJIT_JOBS, else one per CPU)");
@@ -530,9 +833,7 @@ int main(int argc, char **argv) {
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
     compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
-    compile->add_option("--remote-storage", compile_args.remote_storage,
-                        "The cluster tier, e.g. 'redis://cache-host:6379 namespace=llm' or none (default: "
-                        "$KJIT_REMOTE_STORAGE; docs/remote.md)");
+    compile->add_option("--remote-storage", compile_args.remote_storage, kRemoteStorageHelp);
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
@@ -545,8 +846,7 @@ int main(int argc, char **argv) {
     std::string remote_storage;
     stats->add_flag("--remote", remote,
                     "Also what the cluster tier's Redis servers say of themselves (memory, eviction, libkjit entries)");
-    stats->add_option("--remote-storage", remote_storage,
-                      "The cluster tier for --remote (default: $KJIT_REMOTE_STORAGE)");
+    stats->add_option("--remote-storage", remote_storage, std::string("For --remote: ") + kRemoteStorageHelp);
     add_common(stats);
     bool fix = false;
     CLI::App *verify = cache->add_subcommand("verify", "Check every entry; --fix repairs what it finds");
@@ -568,18 +868,7 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::CallForHelp &e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp &e) {
-        return app.exit(e);
-    } catch (const CLI::CallForVersion &e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError &e) {
-        app.exit(e);
-        return kExitUsage;
-    }
+    if (const int status = parse_command_line(app, g, argc, argv); status >= 0) return status;
     // A password given here would be in /proc/PID/cmdline, which every user of the machine reads.
     for (const std::string *spec : {&compile_args.remote_storage, &remote_storage}) {
         if (kjit::remote::names_a_password(*spec)) {
@@ -593,10 +882,7 @@ int main(int argc, char **argv) {
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);
-        if (*stats) {
-            const int rc = run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
-            return rc;
-        }
+        if (*stats) return run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
         if (*verify) return run_verify(g, fix);
         if (*prune) {
             if (max_size.empty() && older_than.empty()) {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The kjit command end to end: every subcommand's output, --json, and exit codes (0; the
 # kjit_status of a failure; 20 when verify finds damage; 64 for usage errors).
-#   cli_test.sh KJIT_BINARY
+#   cli_test.sh KJIT_BINARY KJIT_WORKER
 set -euo pipefail
 KJIT=$(realpath "$1")  # absolute: some checks run it from other folders
+WORKER=$(realpath "$2")  # libkjit's kjit-worker, which a gated copy of stands in for below
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kjit-cli-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+REDIS_PID=""
+trap '[ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
 C="$WORK/cache"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -50,11 +52,21 @@ json_check 'd["code"] == 6 and d["status"] == "compile error" and "X" in d["erro
 json_check '"k.cu(" in d["error"] and "source.cu" not in d["error"]'
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir "$C"
 # libkjit's messages name the C fields; the command names its own options instead.
+# An arch among the NVRTC options is named, with --arch or without (then it said "no target
+# arch", as no GPU gave one).
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
-contains "use --arch instead" "$WORK/err"
+contains "NVRTC option '-arch=sm_80' sets the target: pass the arch in --arch, not as an NVRTC option" "$WORK/err"
 if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+expect_rc 1 env -u KJIT_ARCH KJIT_LIBCUDA=/nonexistent/libcuda.so.1 "$KJIT" compile "$WORK/k.cu" -k plain --cache-dir "$C" -- --gpu-architecture=sm_80
+contains "NVRTC option '--gpu-architecture=sm_80' sets the target: pass the arch in --arch" "$WORK/err"
+if grep -q "no target arch" "$WORK/err"; then fail "the missing GPU named: $(cat "$WORK/err")"; fi
 expect_rc 5 "$KJIT" compile "$WORK/missing.cu" -k plain --arch sm_90 --cache-dir "$C"
 contains "missing.cu" "$WORK/err"
+# A default cache folder $HOME cannot hold is named, with why and what to set (it named the
+# parent whose mkdir failed).
+expect_rc 5 env -u KJIT_CACHE_DIR -u XDG_CACHE_HOME HOME=/proc "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 -- -DX=1
+contains "cannot create the cache folder '/proc/.cache/kjit': cannot create '/proc/.cache': " "$WORK/err"
+contains "from \$HOME: set \$KJIT_CACHE_DIR to a folder you can write, or pass one in --cache-dir" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" --arch sm_90
 # A password on the command line is in /proc/PID/cmdline for every user to read: refused, naming
 # the environment variable and password-file=, never echoing it (nor a piece cut at a blank).
@@ -85,6 +97,42 @@ expect_rc 6 "$KJIT" compile "$WORK/k2.cu" "$WORK/bad.cu" "$WORK/missing.cu" -k p
 json_check 'len(d) == 3 and d[0]["name"] == "plain" and d[1]["code"] == 6 and "undefined_in_cli_batch" in d[1]["error"] and d[2]["code"] == 5'
 contains "bad.cu: compile error" "$WORK/err"
 contains "missing.cu: I/O error" "$WORK/err"
+# Several files stream: a file's two lines are printed once it and the files before it are done,
+# not at the end. Ctrl-C stops the batch once the compiles under way finish: what finished is
+# printed, then a summary, exit 130 (nothing was printed, on a Ctrl-C nothing at all). No timing
+# in it: k.cu is a hit, reported before any compile starts; the misses compile on one worker
+# process whose start waits for a gate the test opens only after the hit's lines have arrived
+# and the interrupt was sent. (Python starts kjit with SIGINT at its default: a background job
+# of a script ignores it, and kjit leaves an ignored SIGINT ignored.)
+SC="$WORK/stream-cache"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$SC" -- -DX=1
+HIT=$(sed -n 1p "$WORK/out")
+printf '#!/bin/sh\nwhile [ ! -e "%s" ]; do sleep 0.05; done\nexec "%s" "$@"\n' "$WORK/gate" "$WORKER" >"$WORK/gated-worker"
+chmod +x "$WORK/gated-worker"
+echo 'extern "C" __global__ void plain(float *x) { x[3] = X; }' >"$WORK/k3.cu"
+KJIT_WORKER="$WORK/gated-worker" python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$KJIT" compile "$WORK/k.cu" "$WORK/k2.cu" "$WORK/k3.cu" -k plain --arch sm_90 \
+    --cache-dir "$SC" -j 1 --workers processes -- -DX=1 >"$WORK/stream-out" 2>"$WORK/stream-err" &
+KPID=$!
+for _ in $(seq 1200); do [ "$(wc -l <"$WORK/stream-out")" -ge 2 ] && break; sleep 0.05; done
+[ "$(sed -n 1p "$WORK/stream-out")" = "$HIT" ] && [ "$(sed -n 2p "$WORK/stream-out")" = plain ] ||
+    fail "the hit's lines were not printed while the batch ran: $(cat "$WORK/stream-out" "$WORK/stream-err")"
+kill -INT "$KPID"
+touch "$WORK/gate"
+rc=0
+wait "$KPID" || rc=$?
+[ "$rc" = 130 ] || fail "interrupted batch exited $rc, expected 130: $(cat "$WORK/stream-err")"
+# k2.cu was compiling when interrupted: it finishes and is printed; k3.cu is cancelled, unless
+# the worker took it up before the cancel (NVRTC cannot be stopped).
+[ "$(sed -n 4p "$WORK/stream-out")" = plain ] && [ -f "$(sed -n 3p "$WORK/stream-out")" ] ||
+    fail "k2.cu's lines after the interrupt: $(cat "$WORK/stream-out")"
+contains "kjit: interrupted: stopping once the compiles under way finish" "$WORK/stream-err"
+if grep -q "k3.cu" "$WORK/stream-err"; then
+    contains "kjit: interrupted: 2 of 3 files finished (2 compiled or found, 0 failed); not compiled: $WORK/k3.cu" "$WORK/stream-err"
+else
+    contains "kjit: interrupted: 3 of 3 files finished (3 compiled or found, 0 failed)" "$WORK/stream-err"
+fi
 # Sources with #include compile with NVRTC's PCH, kept under $TMPDIR while the process runs and
 # removed when it exits.
 mkdir -p "$WORK/inc" "$WORK/tmp"
@@ -119,11 +167,34 @@ expect_name _Z4gemmILi333EEvPf "an edit of cfg.h, compiled in its folder"
 # Two files of one batch, each with its own folder's cfg.h.
 expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu other/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC" --json
 json_check 'd[0]["name"] == "_Z4gemmILi333EEvPf" and d[1]["name"] == "_Z4gemmILi4EEvPf"'
+# An unknown command is named, with the commands there are (it said "A subcommand is required").
 expect_rc 64 "$KJIT" nosuch
+contains "unknown command 'nosuch'; the commands are: resolve, compile, cache" "$WORK/err"
+expect_rc 64 "$KJIT" cache nosuch --cache-dir "$C"
+contains "unknown command 'cache nosuch'; the cache commands are: stats, verify, prune, clear" "$WORK/err"
+expect_rc 64 "$KJIT" --json nosuch
+contains "unknown command 'nosuch'" "$WORK/err"
+expect_rc 64 "$KJIT" cache
+contains "kjit cache needs a command: stats, verify, prune, clear" "$WORK/err"
 expect_rc 64 "$KJIT" cache prune --cache-dir "$C"
 expect_rc 64 "$KJIT" cache prune --max-size lots --cache-dir "$C"
 expect_rc 0 "$KJIT" --version
 contains "kjit " "$WORK/out"
+# The help stands alone: it names no documentation file, which an installed kjit (or the one in
+# the Python wheel) may not have beside it, and says what the docs would: exit statuses, the
+# environment, the remote setting's syntax.
+for cmd in "" resolve compile cache "cache stats" "cache verify" "cache prune" "cache clear"; do
+    # shellcheck disable=SC2086
+    expect_rc 0 "$KJIT" $cmd --help
+    if grep -qE 'docs/|\.md\b' "$WORK/out"; then fail "kjit $cmd --help points at a file: $(grep -E 'docs/|\.md' "$WORK/out")"; fi
+done
+expect_rc 0 "$KJIT" --help
+for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_LOG_LEVEL; do
+    contains "$what" "$WORK/out"
+done
+expect_rc 0 "$KJIT" compile --help
+contains "redis+unix:PATH" "$WORK/out"
+contains "password-file=PATH" "$WORK/out"
 
 # resolve
 expect_rc 0 "$KJIT" resolve "$PLAIN" plain
@@ -149,6 +220,38 @@ KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache stats
 contains "entries        2" "$WORK/out"
 contains "sm_90" "$WORK/out"
 
+# cache stats --remote: a server that cannot be reached, or refuses us, is an I/O error (exit 5)
+# naming it, the password never shown (it exited 0, the failure only in the text).
+expect_rc 5 "$KJIT" cache stats --remote-storage 'redis://127.0.0.1:1 connect-timeout=200ms' --cache-dir "$C"
+contains "server redis://127.0.0.1:1/0" "$WORK/out"
+contains "kjit: I/O error: remote cache redis://127.0.0.1:1/0: cannot connect" "$WORK/err"
+expect_rc 5 "$KJIT" cache stats --remote-storage 'redis://127.0.0.1:1 connect-timeout=200ms' --cache-dir "$C" --json
+json_check '"redis://127.0.0.1:1/0" in d["remote"] and d["entries"] == 2'
+if command -v redis-server >/dev/null; then
+    # A server that wants a password: none given (its INFO answers NOAUTH), a wrong one (AUTH
+    # refused), the right one. A Unix socket: no port to find.
+    SOCK="$WORK/redis.sock"
+    redis-server --port 0 --unixsocket "$SOCK" --unixsocketperm 700 --requirepass Right5ecret --save '' \
+        --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 600); do [ -S "$SOCK" ] && break; sleep 0.05; done
+    [ -S "$SOCK" ] || fail "redis-server did not start: $(cat "$WORK/redis.log")"
+    install -m 600 /dev/null "$WORK/wrong-pw" && echo 'Wr0ngGuess' >"$WORK/wrong-pw"
+    install -m 600 /dev/null "$WORK/right-pw" && echo 'Right5ecret' >"$WORK/right-pw"
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK" expect_rc 5 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "kjit: I/O error: remote cache redis+unix:$SOCK?db=0: " "$WORK/err"
+    contains "NOAUTH" "$WORK/err"
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/wrong-pw" expect_rc 5 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "AUTH refused" "$WORK/err"
+    if grep -q "Wr0ngGuess\|Right5ecret" "$WORK/err" "$WORK/out"; then fail "a password shown: $(cat "$WORK/err")"; fi
+    KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/right-pw" expect_rc 0 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "redis_version" "$WORK/out"
+    kill "$REDIS_PID" && wait "$REDIS_PID" || true
+    REDIS_PID=""
+else
+    echo "cli_test: no redis-server: the password cases of cache stats --remote are not checked"
+fi
+
 # cache verify: clean, then damaged (exit 20), then --fix, then clean again.
 expect_rc 0 "$KJIT" cache verify --cache-dir "$C"
 contains "2 entries checked, 2 ok" "$WORK/out"
@@ -173,6 +276,10 @@ expect_rc 64 "$KJIT" cache prune --older-than 20000w --cache-dir "$C"
 contains "too large" "$WORK/err"
 expect_rc 64 "$KJIT" cache prune --max-size 0x10 --cache-dir "$C"
 contains "hexadecimal" "$WORK/err"
+# A size with an unknown unit is not called hexadecimal (5X was).
+expect_rc 64 "$KJIT" cache prune --max-size 5X --cache-dir "$C"
+contains "--max-size: 5X: expected a size such as 500M or 5G (K, M, G, T)" "$WORK/err"
+if grep -q hexadecimal "$WORK/err"; then fail "5X called hexadecimal: $(cat "$WORK/err")"; fi
 expect_rc 0 "$KJIT" cache stats --cache-dir "$C" --json
 json_check 'd["entries"] == 2'
 # KJIT_CACHE_MAX_SIZE=0 means no limit, as in ccache.

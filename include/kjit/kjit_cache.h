@@ -219,7 +219,9 @@ KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t pa
  * @param[in]  text_size Size of `text` in bytes.
  * @param[out] text_len  If not NULL, receives the text's length without the NUL (also on
  *                       #KJIT_ERROR_BUFFER_TOO_SMALL).
- * @return #KJIT_OK (an unreachable server is said in the text, not an error), or:
+ * @return #KJIT_OK (a server that cannot be reached, or refuses the commands, e.g. NOAUTH for a
+ *         missing password, is said in the text and counted in kjit_stats::remote_errors, not
+ *         an error), or:
  * @retval KJIT_ERROR_INVALID_ARGUMENT No setting (none given, $KJIT_REMOTE_STORAGE unset or
  *                                     "none"), a malformed one, or a libkjit built without
  *                                     hiredis; a NULL `text` with a non-zero size.

@@ -117,11 +117,11 @@ def test_compile_hit_returns_same_path(built):
 
 
 def test_messages_name_keyword_arguments_not_c_fields(tmp_path):
-    # libkjit's text says "use kjit_compile_options.arch instead"; Python code passes arch=.
+    # libkjit's text says "pass the arch in kjit_compile_options.arch"; Python code passes arch=.
     with pytest.raises(kjit.InvalidArgument) as info:
         kjit.compile("__global__ void gemm(float *p) {}", "gemm", cache_dir=tmp_path, arch="sm_90",
                      nvrtc_options=["-arch=sm_80"])
-    assert "use arch= instead" in str(info.value) and "kjit_compile_options" not in str(info.value), str(info.value)
+    assert "pass the arch in arch=, not as an NVRTC option" in str(info.value) and "kjit_compile_options" not in str(info.value), str(info.value)
 
 
 def test_compile_error_carries_nvrtc_log(tmp_path):

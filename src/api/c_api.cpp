@@ -5,6 +5,7 @@
 #include "api/defaults.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
+#include "key/cache_key.hpp"
 #include "load/kernel_loader.hpp"
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
@@ -275,14 +276,15 @@ kjit::Status settle_max_cache_size(std::uint64_t max_cache_size, kjit::key::Requ
 }
 
 // The cache folder a call names, into `dir`: `given` when set, else the default (not yet
-// absolute). The one rule for kjit_compile's options and the maintenance calls alike; written
-// into the caller's string, so a hit's request takes the folder with one copy, as before.
-kjit::Status given_or_default_cache_dir(const char *given, std::string &dir) {
+// absolute; `origin`, if not null, then says where from). The one rule for kjit_compile's
+// options and the maintenance calls alike; written into the caller's string, so a hit's
+// request takes the folder with one copy, as before.
+kjit::Status given_or_default_cache_dir(const char *given, std::string &dir, const char **origin = nullptr) {
     if (given && *given) {
         dir = given;
         return kjit::Ok{};
     }
-    auto found = kjit::api::defaults::cache_dir();
+    auto found = kjit::api::defaults::cache_dir(origin);
     if (!found) return std::move(found).error();
     dir = std::move(*found);
     return kjit::Ok{};
@@ -315,7 +317,9 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
     auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
     r.compile_wait = *wait;
-    if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir); !st) return st;
+    if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir, &r.cache_dir_origin); !st) return st;
+    // Before the default arch is looked for: without a GPU that fails, and would hide the option.
+    if (auto st = kjit::key::check_no_target_option(r.nvrtc_options); !st) return st;
     return settle_arch(given.arch, r);
 }
 

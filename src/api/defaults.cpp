@@ -21,10 +21,16 @@ std::string env(const char *name) {
 
 }  // namespace
 
-Result<std::string> cache_dir() {
+Result<std::string> cache_dir(const char **origin) {
+    const char *unused = nullptr;
+    const char *&from = origin ? *origin : unused;
+    from = "$KJIT_CACHE_DIR";
     if (std::string v = env("KJIT_CACHE_DIR"); !v.empty()) return v;
+    from = "$XDG_CACHE_HOME";
     if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/kjit";
+    from = "$HOME";
     if (std::string v = env("HOME"); !v.empty()) return v + "/.cache/kjit";
+    from = nullptr;
     return Error{Errc::invalid_argument,
                  "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
 }

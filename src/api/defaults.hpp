@@ -15,8 +15,9 @@
 namespace kjit::api::defaults {
 
 // The cache folder: $KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else $HOME/.cache/kjit (as
-// given, not yet absolute). Errors: invalid_argument saying what to set when none is set.
-Result<std::string> cache_dir();
+// given, not yet absolute); `origin` (if not null) receives the variable it came from
+// ("$HOME"), for messages. Errors: invalid_argument saying what to set when none is set.
+Result<std::string> cache_dir(const char **origin = nullptr);
 
 // The target arch: $KJIT_ARCH, else the current GPU's (through the driver, loaded on first
 // use). Errors: invalid_argument saying how to set it and what the driver said.

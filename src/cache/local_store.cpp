@@ -44,6 +44,17 @@ Error not_writable(const std::string &cache_dir, const folder_trust::CacheFolder
                                "of your own for it (KJIT_CACHE_DIR), or have the cache's owner compile it there"};
 }
 
+// The cache folder could not be made: `why` (naming the folder and what failed), and for the
+// default folder, where it came from and what to set instead ($HOME without room for it, or a
+// HOME=/nonexistent of a service account).
+Error cannot_create(const key::Request &request, Error why) {
+    if (request.cache_dir_origin) {
+        why.message += std::string("; it is the default cache folder, from ") + request.cache_dir_origin +
+                       ": set $KJIT_CACHE_DIR to a folder you can write, or pass one in kjit_compile_options.cache_dir";
+    }
+    return why;
+}
+
 // Whether the entry at `entry` answers `request`: every file it may read unchanged (deps.txt,
 // whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar,
 // stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar does not
@@ -227,10 +238,20 @@ Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &k
 }
 
 Status LocalStore::can_publish(const key::KeyedRequest &keyed, Call &call) {
-    const auto &folder = LocalStore::folder(keyed, call);
+    auto &folder = LocalStore::folder(keyed, call);
     if (!folder) return folder.error();
     // A cache others filled for us to read (root's, a read-only mount) serves hits only.
     if (folder->exists && !folder->writable) return not_writable(keyed.request.cache_dir, *folder);
+    if (!folder->exists) {
+        // Not made by lock_for_compile (which says nothing): make it now, to say why before compiling.
+        const key::Request &request = keyed.request;
+        if (auto made = make_folders(request.cache_dir, folder_trust::folder_mode(*folder), "the cache folder");
+            !made) {
+            return cannot_create(request, std::move(made).error());
+        }
+        folder = folder_trust::check_cache_folder_now(request.cache_dir);
+        if (!folder) return folder.error();
+    }
     return Ok{};
 }
 

@@ -84,6 +84,20 @@ std::string pch_identity(const Request &r, const std::vector<key::include_scanne
     return hex_digest(state);
 }
 
+Status check_no_target_option(const std::vector<std::string> &nvrtc_options) {
+    // (The lengths were once one too long: "--gpu-architecture=sm_80" got through to NVRTC.)
+    const auto starts = [](const std::string &o, std::string_view prefix) { return o.rfind(prefix, 0) == 0; };
+    for (const std::string &o : nvrtc_options) {
+        if (starts(o, "-arch") || starts(o, "--gpu-architecture") || starts(o, "-gpu-architecture")) {
+            // The C field's name: the kjit command and the Python module put their own in its place.
+            return Error{Errc::invalid_argument, "NVRTC option '" + o +
+                                                     "' sets the target: pass the arch in kjit_compile_options.arch, "
+                                                     "not as an NVRTC option"};
+        }
+    }
+    return Ok{};
+}
+
 Status check_arch(const std::string &arch) {
     if (arch.compare(0, 8, "compute_") == 0) {
         return Error{Errc::invalid_argument, "arch '" + arch +
@@ -169,13 +183,7 @@ Result<KeyedRequest> key_request(Request request) {
     request.pch_requested = pch->automatic;
     request.use_pch = request.use_pch || pch->automatic;
     request.pch_options = std::move(pch->shape);
-    for (const std::string &o : request.nvrtc_options) {
-        if (o.compare(0, 5, "-arch") == 0 || o.compare(0, 19, "--gpu-architecture") == 0 ||
-            o.compare(0, 18, "-gpu-architecture") == 0) {
-            return Error{Errc::invalid_argument,
-                         "NVRTC option '" + o + "' sets the target: use kjit_compile_options.arch instead"};
-        }
-    }
+    if (auto st = check_no_target_option(request.nvrtc_options); !st) return std::move(st).error();
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
     const auto relative = [](const std::string &p) { return p.empty() || p[0] != '/'; };

@@ -34,7 +34,10 @@ constexpr const char *kDefaultProgramName = "source.cu";
 struct Request {
     std::string source;
     std::string keyword;
-    std::string cache_dir;    // resolved (see api::defaults::cache_dir)
+    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
+    // Where a default `cache_dir` came from ("$HOME", ...), for messages; null: the caller named
+    // it. Not in the key.
+    const char *cache_dir_origin = nullptr;
     std::string arch;         // resolved, e.g. "sm_90a" (see api::defaults::arch)
     std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     std::vector<std::string> nvrtc_options;
@@ -101,6 +104,11 @@ Result<KeyedRequest> key_request(Request request);
 
 // invalid_argument unless `arch` is a real target (sm_XX with an optional a/f suffix).
 Status check_arch(const std::string &arch);
+
+// invalid_argument when an NVRTC option sets the target (-arch, --gpu-architecture): the arch
+// has a field of its own, which keys and checks it. Checked before a default arch is looked
+// for, so that the option is named, not the missing GPU.
+Status check_no_target_option(const std::vector<std::string> &nvrtc_options);
 
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see variant_key). Reads

@@ -279,7 +279,7 @@ bool ServerLink::usable() const {
 }
 
 Error ServerLink::trip(Error why, LinkFailure failure) {
-    why.message = "remote cache " + server_.display + ": " + why.message;
+    why.message = "remote cache " + display(server_) + ": " + why.message;
     const std::int64_t now = steady_ns();
     std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
     if (until != 0 && now < until) return why;  // open already: this failure is the same outage's
@@ -298,7 +298,7 @@ void ServerLink::reset_breaker() {
     if (backoff_ms_.load(std::memory_order_relaxed) == 0) return;
     backoff_ms_.store(0, std::memory_order_relaxed);
     open_until_ns_.store(0, std::memory_order_relaxed);
-    log().info("remote cache {}: reachable again", server_.display);
+    log().info("remote cache {}: reachable again", display(server_));
 }
 
 Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
@@ -353,7 +353,7 @@ Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns
 Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure, int cancel_fd) {
     if (!usable()) {
         *failure = LinkFailure::open_breaker;
-        return Error{Errc::io, "remote cache " + server_.display + ": not tried (it failed moments ago)"};
+        return Error{Errc::io, "remote cache " + display(server_) + ": not tried (it failed moments ago)"};
     }
     const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
     auto conn = connection(deadline, cancel_fd, failure);

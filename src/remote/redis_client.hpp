@@ -14,7 +14,7 @@
 // the server's circuit breaker, shared by the process's threads, keeps every thread off it for a
 // while (Config::breaker, doubling per failure in a row up to kMaxBreaker; failures of one outage
 // seen by several threads at once count once): meanwhile the tier is local-only. One warning per
-// trip, never a password (Server::display). A forked child never uses its parent's connections
+// trip, never a password (display()). A forked child never uses its parent's connections
 // (their sockets are shared with the parent): it makes its own. Knows hiredis only.
 #pragma once
 

@@ -66,19 +66,19 @@ bool parse_int(std::string_view text, int low, int high, int &out) {
     return ec == std::errc() && end == text.data() + text.size() && out >= low && out <= high;
 }
 
-// Sets `s.id` (its URL without the password) and `s.display` (the password as "***") from its
-// fields.
+// Where a TCP server is: "host:6379/0" ("[::1]:6379/0").
+std::string tcp_place(const Server &s) {
+    const std::string host_shown = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
+    return host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
+}
+
+// Sets `s.id` (its URL without the password) from its fields.
 void name_server(Server &s) {
     if (s.kind == Server::Kind::unix_socket) {
         s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
-        s.display = s.id;
         return;
     }
-    const std::string host_shown = s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host;
-    const std::string place = host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
-    s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + place;
-    s.display =
-        std::string(kTcpScheme) + (s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@") + place;
+    s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
 }
 
 Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
@@ -341,7 +341,7 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
                 part.substr(0, kTcpScheme.size()) == kTcpScheme ? parse_tcp(part, origin) : parse_unix(part, origin);
             if (!server) return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(server).error();
             for (const Server &s : c.servers) {
-                if (s.id == server->id) return invalid(origin, "server '" + server->display + "' is named twice");
+                if (s.id == server->id) return invalid(origin, "server '" + display(*server) + "' is named twice");
             }
             c.servers.push_back(std::move(*server));
             continue;
@@ -369,7 +369,7 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
             name_server(s);
         }
     }
-    for (const Server &s : c.servers) c.canonical += s.id + " ";
+    for (const Server &s : c.servers) c.canonical += display(s) + " ";
     c.canonical += "namespace=" + c.name_space + " connect-timeout=" + format_ms(c.connect_timeout) +
                    " operation-timeout=" + format_ms(c.operation_timeout) + " lease=" + format_ms(c.lease) +
                    " wait-timeout=" + format_ms(c.wait_timeout) + " breaker=" + format_ms(c.breaker) +
@@ -377,6 +377,12 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
                    " max-entry-size=" + std::to_string(c.max_entry_bytes) +
                    (password_file.empty() ? "" : " password-file=" + password_file);
     return std::optional<Config>(std::move(c));
+}
+
+std::string display(const Server &s) {
+    if (s.kind == Server::Kind::unix_socket) return s.id;
+    const std::string credentials = s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@";
+    return std::string(kTcpScheme) + credentials + tcp_place(s);
 }
 
 }  // namespace kjit::remote

@@ -10,7 +10,7 @@
 // "none" (or nothing) turns the tier off. A leaf: no dependency but the Error type and
 // size_units, so that the `kjit` command can show settings as libkjit reads them.
 //
-// Passwords never leave this module in text: every message and Server::display shows a server
+// Passwords never leave this module in text: every message and display() shows a server
 // with its password replaced by "***". A password that holds a blank or '|' is cut into pieces
 // by the separators before any URL is parsed, and a piece of it may have no '@' to tell it
 // apart: every piece that may be part of such a URL's userinfo is kept out of messages, which
@@ -35,9 +35,7 @@ struct Server {
     std::string path;  // unix_socket: the socket's path
     int db = 0;
     std::string user;      // empty: the default user (AUTH with the password alone)
-    std::string password;  // empty: no AUTH. Never logged (display hides it)
-    // The server as messages name it: its URL with the password as "***".
-    std::string display;
+    std::string password;  // empty: no AUTH. Never logged (display() hides it)
     // The server's identity for sharding (rendezvous hashing) and for the per-server state
     // shared by the process: its URL without the password.
     std::string id;
@@ -72,6 +70,12 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
 // redis:// URL). The `kjit` command refuses such a setting on its command line, which every
 // user can read (/proc/PID/cmdline).
 bool names_a_password(std::string_view spec);
+
+// The server as every log line and message names it, the one place that forms it: its URL with
+// the password as "***" and the defaults written out ("redis://user:***@host:6379/0",
+// "redis://***@host:6379/0", "redis://host:6379/0", "redis+unix:/run/r.sock?db=0"). Its id
+// (user but no password) is for hashing and the process's state, never shown.
+std::string display(const Server &server);
 
 // "100ms", "10s", "10m", "1h", or a plain number of milliseconds. Errors: invalid_argument.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);

@@ -160,10 +160,10 @@ void Tier::refused(ServerLink &link, const char *what, std::string_view reply_te
     const std::int64_t now = steady_ns();
     std::int64_t last = last_refusal_log_ns_.load(std::memory_order_relaxed);
     if (now - last >= 60'000'000'000 && last_refusal_log_ns_.compare_exchange_strong(last, now)) {
-        log().warn("remote cache {}: {} refused: {} (compiles go on; said once a minute)", link.server().display, what,
+        log().warn("remote cache {}: {} refused: {} (compiles go on; said once a minute)", display(link.server()), what,
                    reply_text);
     } else {
-        log().debug("remote cache {}: {} refused: {}", link.server().display, what, reply_text);
+        log().debug("remote cache {}: {} refused: {}", display(link.server()), what, reply_text);
     }
 }
 
@@ -308,7 +308,7 @@ std::optional<Entry> Tier::verify_fetched(ServerLink &link, const redisReply &va
         return std::move(*entry);
     }
     counters().corrupt.fetch_add(1, std::memory_order_relaxed);
-    log().warn("remote cache {}: {}; {}", link.server().display, entry.error().message,
+    log().warn("remote cache {}: {}; {}", display(link.server()), entry.error().message,
                config_.read_only ? "not used (read-only: left there)" : "deleted");
     // Deleted only if it is still the bad value (another node may have put a good one since).
     if (!config_.read_only) (void)round_trip(link, {{"EVAL", kReleaseScript, "1", entry_key, text_of(value)}});
@@ -388,10 +388,18 @@ void Tier::put_failure(const Expected &expected, const Error &error, Lease &leas
 std::string Tier::describe_servers() {
     std::string out;
     for (const auto &link : links_) {
-        out += "server " + link->server().display + "\n";
+        out += "server " + display(link->server()) + "\n";
         auto info = round_trip(*link, {{"INFO", "server"}, {"INFO", "memory"}, {"INFO", "stats"}, {"DBSIZE"}});
         if (!info) {
             out += "  unreachable: " + info.error().message + "\n";
+            continue;
+        }
+        // Refused (NOAUTH: a password is wanted; an ACL without INFO): said and counted as an
+        // error, so that `kjit cache stats --remote` fails, as for a server out of reach.
+        if (is_error(*(*info)[0])) {
+            counters().errors.fetch_add(1, std::memory_order_relaxed);
+            out += "  refused: remote cache " + display(link->server()) +
+                   ": INFO refused: " + std::string(text_of(*(*info)[0])) + "\n";
             continue;
         }
         const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",

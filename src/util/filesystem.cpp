@@ -195,7 +195,13 @@ Status make_folders(const std::string &path, mode_t mode, std::string_view what)
         const int err = errno;
         struct stat st {};
         if (err == EEXIST && ::stat(partial.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-        return io_error("cannot create " + std::string(what), partial, err == EEXIST ? ENOTDIR : err);
+        // The folder asked for is named first: a parent's name alone ("cannot create cache folder
+        // '/home/u/.cache'") read as if that were the folder wanted.
+        std::string message = "cannot create " + std::string(what) + " '" + path + "': ";
+        if (err == EEXIST) message += "'" + partial + "' exists and is not a folder";
+        else if (partial == path) message += errno_text(err);
+        else message += "cannot create '" + partial + "': " + errno_text(err);
+        return Error{Errc::io, std::move(message), err == EEXIST ? ENOTDIR : err};
     }
     return Ok{};
 }

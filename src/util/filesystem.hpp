@@ -236,8 +236,9 @@ constexpr int kMaxLinksOnPath = 40;
 std::optional<LinkWalk> walk_links(const std::string &path);
 
 // mkdir -p: creates `path` and its missing parents with `mode` (less the umask). An existing
-// folder is fine, an existing non-folder is an error. Errors: io "cannot create <what>
-// '<partial path>'" with its errno (ENOTDIR for a non-folder in the way).
+// folder is fine, an existing non-folder is an error. Errors: io "cannot create <what> '<path>':
+// " and why, naming the part of the path that failed, with its errno (ENOTDIR for a non-folder
+// in the way).
 Status make_folders(const std::string &path, mode_t mode, std::string_view what);
 
 // fsyncs the folder at `path`, so that the names created in it survive a power cut. Errors: io.

@@ -127,9 +127,10 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
     struct stat link_st {};
     if (::lstat(cache_dir.c_str(), &link_st) != 0) {
         const int err = errno;
-        if (err != ENOENT) return io_error("cannot check cache folder", cache_dir, err);
+        if (err != ENOENT && err != ENOTDIR) return io_error("cannot check cache folder", cache_dir, err);
         // Not there yet: kjit_compile creates it (private). Its nearest existing ancestor and
-        // those above must be safe, or someone could create it first or swap it later.
+        // those above must be safe, or someone could create it first or swap it later. (A file
+        // on its path, ENOTDIR: HOME=/dev/null, then creating it fails and says why.)
         std::string existing = cache_dir;
         std::string real;
         while (real.empty() && existing != "/") {
@@ -137,6 +138,9 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
             real = real_path_of(existing);
         }
         if (real.empty()) return folder;
+        // Nothing can be made in a file (a HOME of /dev/null): no one can swap what cannot be.
+        struct stat existing_st {};
+        if (::stat(real.c_str(), &existing_st) == 0 && !S_ISDIR(existing_st.st_mode)) return folder;
         if (auto st = check_from(real, cache_dir, folder); !st) return std::move(st).error();
         return folder;
     }

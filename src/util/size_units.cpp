@@ -73,11 +73,14 @@ bool total_bytes(std::uint64_t whole, bool overflow, const Fraction &f, std::uin
 
 Result<std::uint64_t> parse_size(std::string_view text) {
     const std::string s(text);
+    // The text first, as given (quoted when empty or with a blank), then what a size is, then
+    // what is wrong with this one.
+    const bool quote = s.empty() || s.find_first_of(" \t") != std::string::npos;
     auto bad = [&](const std::string &why) {
-        return Error{Errc::invalid_argument, "size '" + s + "' is not a size (" + why +
-                                                 "): use a decimal number of bytes, or one followed by K, M, G or T "
-                                                 "(powers of 1024, optionally followed by B or iB), e.g. 5G, 512M or "
-                                                 "1.5G"};
+        return Error{Errc::invalid_argument, (quote ? "'" + s + "'" : s) +
+                                                 ": expected a size such as 500M or 5G (K, M, G, T): " + why +
+                                                 "; the units are powers of 1024 and may end in B or iB (5GiB), a "
+                                                 "number may have decimals (1.5G), and one without a unit is bytes"};
     };
     if (s.empty()) return bad("it is empty");
     if (s[0] == '-') return bad("it is negative");
@@ -85,7 +88,8 @@ Result<std::uint64_t> parse_size(std::string_view text) {
     bool overflow = false;
     const std::uint64_t whole = read_whole(s, i, overflow);
     if (i == 0) return bad("it does not start with a digit");
-    if (i < s.size() && (s[i] == 'x' || s[i] == 'X')) return bad("hexadecimal is not accepted");
+    // "0x10" is hexadecimal; "5X" is a 5 with an unknown unit.
+    if (whole == 0 && i == 1 && i < s.size() && (s[i] == 'x' || s[i] == 'X')) return bad("hexadecimal is not accepted");
     Fraction fraction;
     if (!read_fraction(s, i, fraction)) return bad("no digit after the decimal point");
     if (exponent_at(s, i)) return bad("an exponent is not accepted");

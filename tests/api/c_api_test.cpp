@@ -381,6 +381,73 @@ TEST(CApiCompile, AWrongArchAMissingHeaderAndAWrongNameExpressionSayWhatToDo) {
     EXPECT_NE(e.find("the name expression 'gemm<1, 2>' names no instantiation"), std::string::npos) << e;
 }
 
+// "-arch" among the NVRTC options with kjit_compile_options.arch unset said "no target arch":
+// the default arch was looked for first, and on a machine without a GPU there is none. The
+// option is what is wrong, arch set or not, and the message says where the arch goes.
+TEST(CApiCompile, AnArchAmongTheNvrtcOptionsSaysWhereTheArchGoes) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ScopedEnv no_arch("KJIT_ARCH", ""), no_driver("KJIT_LIBCUDA", "/nonexistent/libcuda.so.1");
+    for (const char *option : {"-arch=sm_80", "--gpu-architecture=sm_80", "-arch", "-gpu-architecture"}) {
+        for (const char *arch : {static_cast<const char *>(nullptr), "sm_90"}) {
+            kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+            o.cache_dir = cache.c_str();
+            o.arch = arch;
+            const char *options[] = {"-std=c++17", option, "sm_80"};
+            o.nvrtc_options = options;
+            o.nvrtc_option_count = 3;
+            char path[4096];
+            EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr),
+                      KJIT_ERROR_INVALID_ARGUMENT);
+            const std::string e = kjit_last_error();
+            const std::string what = std::string("NVRTC option '") + option +
+                                     "' sets the target: pass the arch in kjit_compile_options.arch, not as an "
+                                     "NVRTC option";
+            EXPECT_NE(e.find(what), std::string::npos) << (arch ? arch : "no arch") << ": " << e;
+            EXPECT_EQ(e.find("no target arch"), std::string::npos) << e;
+        }
+    }
+    EXPECT_FALSE(exists(cache));
+}
+
+// The default cache folder where $HOME (or $XDG_CACHE_HOME) cannot hold it: the message named
+// the parent whose mkdir failed ("cannot create cache folder '/proc/.cache'"), after NVRTC had
+// run. It names the folder it wanted, why it could not make it, and what to set instead; and
+// nothing is compiled for nothing.
+TEST(CApiCompile, ADefaultCacheFolderThatCannotBeMadeSaysWhichAndWhatToSet) {
+    TempDir dir;
+    const std::string file = dir.file("not-a-folder");
+    kjit_test::write_file(file, "x");
+    ScopedEnv no_cache("KJIT_CACHE_DIR", "");
+    kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
+    o.arch = "sm_90";
+    char path[4096];
+    const struct {
+        const char *variable;
+        std::string wanted;
+    } cases[] = {{"HOME", file + "/.cache/kjit"}, {"XDG_CACHE_HOME", file + "/kjit"}};
+    for (const auto &c : cases) {
+        ScopedEnv home("HOME", file.c_str());
+        ScopedEnv xdg("XDG_CACHE_HOME", std::string(c.variable) == "XDG_CACHE_HOME" ? file.c_str() : "");
+        const kjit_stats before = stats_now();
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_IO);
+        const std::string e = kjit_last_error();
+        EXPECT_NE(e.find("cannot create the cache folder '" + c.wanted + "'"), std::string::npos) << e;
+        EXPECT_NE(e.find("'" + file + "' exists and is not a folder"), std::string::npos) << "why: " << e;
+        EXPECT_NE(e.find(std::string("from $") + c.variable), std::string::npos) << e;
+        EXPECT_NE(e.find("set $KJIT_CACHE_DIR"), std::string::npos) << e;
+        EXPECT_NE(e.find("kjit_compile_options.cache_dir"), std::string::npos) << e;
+        EXPECT_EQ(stats_now().nvrtc_compiles, before.nvrtc_compiles) << "compiled with nowhere to put it";
+    }
+    // A folder the caller named is named as such, without the default's advice.
+    const std::string given = file + "/sub";
+    o.cache_dir = given.c_str();
+    EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_IO);
+    const std::string e = kjit_last_error();
+    EXPECT_NE(e.find("cannot create the cache folder '" + given + "'"), std::string::npos) << e;
+    EXPECT_EQ(e.find("KJIT_CACHE_DIR"), std::string::npos) << e;
+}
+
 TEST(CApiCompile, CompilesThenHitsAndTheNameIsWarm) {
     TempDir dir;
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;

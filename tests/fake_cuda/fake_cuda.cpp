@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -52,6 +53,7 @@ struct State {
     std::atomic<unsigned> device_sm{90};
     std::atomic<unsigned> init_delay_ms{0};
     CUctx_st primary;
+    std::map<std::uintptr_t, std::size_t> allocations;  // "device" memory: host memory, by address
 };
 
 unsigned env_number(const char *name, unsigned fallback) {
@@ -81,6 +83,7 @@ void forget_the_parent_after_fork() {
     new (&s.live) std::set<const CUlib_st *>();
     new (&s.kernels) std::set<const CUkern_st *>();
     new (&s.functions) std::set<const CUfunc_st *>();
+    new (&s.allocations) std::map<std::uintptr_t, std::size_t>();
     s.counters.live_libraries = 0;
     s.initialised = false;
     if (s.child_init_result >= 0) s.init_result = static_cast<CUresult>(s.child_init_result);
@@ -163,6 +166,16 @@ bool ready() {
     State &s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     return s.initialised && s.init_result == CUDA_SUCCESS;
+}
+
+// Whether [address, address + bytes) lies within one allocation of cuMemAlloc's.
+bool allocated(CUdeviceptr address, std::size_t bytes) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.allocations.upper_bound(static_cast<std::uintptr_t>(address));
+    if (it == s.allocations.begin()) return false;
+    --it;
+    return address >= it->first && address - it->first + bytes <= it->second;
 }
 
 }  // namespace
@@ -386,6 +399,62 @@ CUresult cuStreamSynchronize(CUstream stream) {
     return CUDA_SUCCESS;
 }
 
+// Device memory is host memory here, so that what a program copies in comes back out; kernels
+// run nothing. For the programs of the docs (tests/doc_examples_test.sh), which call these.
+CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytes) {
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    void *p = std::malloc(bytes);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+    *dptr = reinterpret_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr dptr) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.allocations.erase(static_cast<std::uintptr_t>(dptr)) == 0) return CUDA_ERROR_INVALID_VALUE;
+    std::free(reinterpret_cast<void *>(dptr));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) {
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!src || !allocated(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) {
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!dst || !allocated(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) { return t_current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    if (!ready()) return CUDA_ERROR_NOT_INITIALIZED;
+    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+// The double knows no register counts: 0 registers, for a function it handed out.
+CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.functions.count(reinterpret_cast<const CUfunc_st *>(hfunc))) {
+        ++s.counters.bad_handles;
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (!pi || attrib != CU_FUNC_ATTRIBUTE_NUM_REGS) return CUDA_ERROR_INVALID_VALUE;
+    *pi = 0;
+    return CUDA_SUCCESS;
+}
+
 // What cuGetProcAddress hands out: each entry point with the CUDA version its ABI came in.
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                           CUdriverProcAddressQueryResult *symbolStatus) {
@@ -410,6 +479,13 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
         {"cuLibraryGetKernel", 12000, reinterpret_cast<void *>(&cuLibraryGetKernel)},
         {"cuKernelGetFunction", 12000, reinterpret_cast<void *>(&cuKernelGetFunction)},
         {"cuLaunchKernel", 4000, reinterpret_cast<void *>(&cuLaunchKernel)},
+        {"cuMemAlloc", 3020, reinterpret_cast<void *>(&cuMemAlloc)},
+        {"cuMemFree", 3020, reinterpret_cast<void *>(&cuMemFree)},
+        {"cuMemcpyHtoD", 3020, reinterpret_cast<void *>(&cuMemcpyHtoD)},
+        {"cuMemcpyDtoH", 3020, reinterpret_cast<void *>(&cuMemcpyDtoH)},
+        {"cuCtxSynchronize", 2000, reinterpret_cast<void *>(&cuCtxSynchronize)},
+        {"cuDevicePrimaryCtxRelease", 11000, reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease)},
+        {"cuFuncGetAttribute", 2020, reinterpret_cast<void *>(&cuFuncGetAttribute)},
     };
     if (!symbol || !pfn || flags != CU_GET_PROC_ADDRESS_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
     *pfn = nullptr;

@@ -2,7 +2,9 @@
  * Controls of the CUDA driver test double (tests/fake_cuda/fake_cuda.cpp), a shared library
  * named libcuda.so.1 that tests point KJIT_LIBCUDA at. It is not a driver: it parses cubins
  * with its own minimal ELF reading and answers the entry points libkjit uses as the real driver
- * would, so the loader can be tested on machines without a GPU. Tests reach these controls by
+ * would, so the loader can be tested on machines without a GPU. It also has what the programs
+ * of the docs call (memory, copies, synchronize): device memory is host memory, and a launch
+ * runs nothing. Tests reach these controls by
  * dlopen()ing the same file (tests/support: fake_cuda()).
  *
  * Environment, read once, on the first call:

@@ -27,7 +27,7 @@ TEST(RemoteConfig, ServersAndOptions) {
     EXPECT_EQ(cfg.servers[1].host, "::1");
     EXPECT_EQ(cfg.servers[1].user, "u");
     EXPECT_EQ(cfg.servers[1].password, "p@ss");
-    EXPECT_EQ(cfg.servers[1].display, "redis://u:***@[::1]:6379/0");
+    EXPECT_EQ(kjit::remote::display(cfg.servers[1]), "redis://u:***@[::1]:6379/0");
     EXPECT_EQ(cfg.servers[2].path, "/run/r.sock");
     EXPECT_EQ(cfg.servers[2].db, 3);
     EXPECT_TRUE(cfg.read_only);
@@ -129,6 +129,40 @@ TEST(RemoteConfig, PasswordCutByABlankOrBarIsNeverShown) {
     EXPECT_EQ((*with_at)->servers[0].password, "s3cret");
 }
 
+// A server was shown two ways: "redis://u:***@h:6379/0" in warnings and messages, but
+// "redis://u@h:6379/0" (its id: user, no password) in the debug line naming the setting. One
+// function forms every display of a server, and every line and message uses it.
+TEST(RemoteConfig, EveryLineNamesAServerTheSameWay) {
+    kjit_test::TempDir dir;
+    const std::string file = dir.file("pw");
+    kjit_test::write_file(file, "s3cret\n");
+    ::chmod(file.c_str(), 0600);
+    auto c = parse("redis://u:p%40ss@cache-a:7000/2 redis://:pw@cache-b redis://cache-c redis://[::1] "
+                   "redis+unix:/run/r.sock?db=3 redis://cache-d password-file=" +
+                       file,
+                   "x");
+    ASSERT_TRUE(c && *c) << (c ? "" : c.error().message);
+    const auto &servers = (*c)->servers;
+    const std::vector<std::string> shown = {"redis://u:***@cache-a:7000/2", "redis://***@cache-b:6379/0",
+                                            "redis://***@cache-c:6379/0",   "redis://***@[::1]:6379/0",
+                                            "redis+unix:/run/r.sock?db=3",  "redis://***@cache-d:6379/0"};
+    ASSERT_EQ(servers.size(), shown.size());
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+        EXPECT_EQ(kjit::remote::display(servers[i]), shown[i]);
+        // The setting as the debug log names it ("remote cache: <canonical>").
+        EXPECT_NE((*c)->canonical.find(shown[i] + " "), std::string::npos) << (*c)->canonical;
+    }
+    for (const char *secret : {"p@ss", "p%40ss", ":pw@", "s3cret", "u@cache-a"}) {
+        EXPECT_EQ((*c)->canonical.find(secret), std::string::npos) << secret << " in " << (*c)->canonical;
+    }
+    // Errors name it the same way.
+    auto twice = parse("redis://u:pw@cache-a:7000/2 redis://u:other@cache-a:7000/2", "x");
+    ASSERT_FALSE(twice);
+    EXPECT_NE(twice.error().message.find("server 'redis://u:***@cache-a:7000/2' is named twice"), std::string::npos)
+        << twice.error().message;
+    // (A server that cannot be reached: remote_test, RemoteFailOpen.DescribeNamesTheServerAsMessagesDo.)
+}
+
 TEST(RemoteConfig, PasswordFileMustBePrivate) {
     kjit_test::TempDir dir;
     const std::string file = dir.file("pw");
@@ -137,7 +171,7 @@ TEST(RemoteConfig, PasswordFileMustBePrivate) {
     auto c = parse("redis://h password-file=" + file, "x");
     ASSERT_TRUE(c && *c) << (c ? "" : c.error().message);
     EXPECT_EQ((*c)->servers[0].password, "s3cret");
-    EXPECT_EQ((*c)->servers[0].display.find("s3cret"), std::string::npos);
+    EXPECT_EQ(kjit::remote::display((*c)->servers[0]).find("s3cret"), std::string::npos);
     ::chmod(file.c_str(), 0644);
     auto open = parse("redis://h password-file=" + file, "x");
     ASSERT_FALSE(open);

@@ -304,6 +304,22 @@ TEST(RemoteFailOpen, NothingListening) {
     EXPECT_EQ(after.s.remote_puts - before.s.remote_puts, 0u);
 }
 
+// What kjit cache stats --remote prints names a server as every log line and message does, the
+// password as ***: "server <it>", then why it could not be asked, naming it again.
+TEST(RemoteFailOpen, DescribeNamesTheServerAsMessagesDo) {
+    char text[4096];
+    size_t len = 0;
+    ASSERT_EQ(kjit_remote_describe("redis://u:Pw0rd@127.0.0.1:1/0 connect-timeout=200ms", text, sizeof text, &len),
+              KJIT_OK)
+        << kjit_last_error();
+    const std::string described(text, len);
+    EXPECT_NE(described.find("server redis://u:***@127.0.0.1:1/0\n  unreachable: remote cache "
+                             "redis://u:***@127.0.0.1:1/0: cannot connect"),
+              std::string::npos)
+        << described;
+    EXPECT_EQ(described.find("Pw0rd"), std::string::npos) << described;
+}
+
 TEST(RemoteFailOpen, ServerKilledThenBack) {
     RedisServer server;
     TempDir cache;

@@ -218,6 +218,26 @@ TEST(CacheMaintenance, SizesAreDecimalWithTheDocumentedSuffixesOnly) {
     }
 }
 
+// "5X" was called hexadecimal (an X after the digits). It is an unknown unit, and the message
+// starts with the text given and what a size looks like.
+TEST(CacheMaintenance, ASizeWithAnUnknownUnitSaysWhatASizeIs) {
+    for (const char *text : {"5X", "5x", "10Q", "2 G"}) {
+        auto r = units::parse_size(text);
+        ASSERT_FALSE(r.ok()) << text << " gave " << *r;
+        const std::string &m = r.error().message;
+        const std::string shown =
+            std::string(text).find(' ') == std::string::npos ? text : "'" + std::string(text) + "'";
+        EXPECT_EQ(m.rfind(shown + ": expected a size such as 500M or 5G (K, M, G, T)", 0), 0u) << m;
+        EXPECT_EQ(m.find("hexadecimal"), std::string::npos) << m;
+        EXPECT_NE(m.find("unknown unit"), std::string::npos) << m;
+    }
+    auto hex = units::parse_size("0x5");
+    ASSERT_FALSE(hex.ok());
+    EXPECT_EQ(hex.error().message.rfind("0x5: expected a size such as 500M or 5G (K, M, G, T)", 0), 0u)
+        << hex.error().message;
+    EXPECT_NE(hex.error().message.find("hexadecimal"), std::string::npos) << hex.error().message;
+}
+
 // ccache's users expect 0 to mean "no limit"; as bytes it made every publish evict everything.
 TEST(CacheMaintenance, MaxSizeZeroInTheEnvironmentMeansNoLimit) {
     for (const char *zero : {"0", "0G", "0.0K"}) {

@@ -159,8 +159,17 @@ TEST(Filesystem, MakeFoldersCreatesParentsAndNamesAFileInTheWay) {
     auto blocked = kjit::make_folders(dir.file("file/sub"), 0700, "cache folder");
     ASSERT_FALSE(blocked.ok());
     EXPECT_EQ(blocked.error().sys_errno, ENOTDIR);
-    EXPECT_NE(blocked.error().message.find("cannot create cache folder '" + dir.file("file") + "'"), std::string::npos)
-        << blocked.error().message;
+    // The folder asked for, then the part of its path that failed ("cannot create cache folder
+    // '<parent>'" read as if the parent were the folder wanted).
+    EXPECT_EQ(blocked.error().message, "cannot create cache folder '" + dir.file("file/sub") + "': '" +
+                                           dir.file("file") + "' exists and is not a folder");
+    auto denied = kjit::make_folders("/proc/kjit-test/sub", 0700, "cache folder");
+    ASSERT_FALSE(denied.ok());
+    EXPECT_EQ(denied.error().message.rfind("cannot create cache folder '/proc/kjit-test/sub': cannot create "
+                                           "'/proc/kjit-test': ",
+                                           0),
+              0u)
+        << denied.error().message;
 }
 
 TEST(Filesystem, AbsoluteFolderFoldsDotsAndTrailingSlashes) {
