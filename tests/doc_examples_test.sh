@@ -9,13 +9,14 @@
 # must still compile and resolve and exit 0, and with the driver test double
 # (tests/fake_cuda, libcuda.so.1) standing in for every driver call it makes.
 #
-# README.md is being rewritten; until its programs follow docs/quickstart-c.md, they are
-# compiled and linked as before (with the toolkit's libcuda stub where they include cuda.h)
-# and not run.
+# README.md's programs are first examples that load what they compiled: each runs once, with
+# the driver test double. Its Python blocks run too (against this build's libkjit.so, from this
+# tree's python/, with the test double); those of docs/*.md are checked as Python syntax.
 #
 # The pages' links and `../` paths must be in the repository, and their example output must
 # show no developer's machine.
 # Usage: doc_examples_test.sh SOURCE_DIR LIBKJIT_DIR CUDA_INCLUDE LIBCUDA_STUB FAKE_LIBCUDA
+# (LIBCUDA_STUB: unused since no example links libcuda; kept so the ctest's line stays valid.)
 set -euo pipefail
 src=$1 libdir=$2 cuda_include=$3 libcuda=$4 fake_libcuda=$5
 work=$(mktemp -d "${TMPDIR:-/tmp}/kjit-doc-examples.XXXXXX")
@@ -25,10 +26,13 @@ import pathlib, re, sys
 src, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 count = 0
 for md in [src / "README.md"] + sorted((src / "docs").glob("*.md")):
-    blocks = re.findall(r"^```c\n(.*?)^```$", md.read_text(), flags=re.S | re.M)
+    text = md.read_text()
+    blocks = re.findall(r"^```c\n(.*?)^```$", text, flags=re.S | re.M)
     for i, block in enumerate(blocks, 1):
         (work / f"{md.stem}-{i}.c").write_text(block)
         count += 1
+    for i, block in enumerate(re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M), 1):
+        (work / f"{md.stem}-{i}.py").write_text(block)
 print(f"doc examples: {count} C blocks")
 PY
 # The pages point only at what the repository holds (a link, or a `../path` a reader would
@@ -59,11 +63,13 @@ PY
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# run_example PROGRAM WHAT ENV...: runs it in a fresh cache with ENV, expecting exit 0.
+# run_example PROGRAM WHAT ENV...: runs it (a .py with python3) in a fresh cache with ENV,
+# expecting exit 0.
 run_example() {
-    local program=$1 what=$2 rc=0
+    local program=$1 what=$2 rc=0 run=("$1")
     shift 2
-    env KJIT_CACHE_DIR="$work/cache" KJIT_ARCH=sm_90 "$@" "$program" >"$work/run.out" 2>&1 || rc=$?
+    [[ $program == *.py ]] && run=(python3 "$program")
+    env KJIT_CACHE_DIR="$work/cache" KJIT_ARCH=sm_90 "$@" "${run[@]}" >"$work/run.out" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
         fail "${program##*/} $what exited $rc: $(head -c 1500 "$work/run.out")"
     else
@@ -75,7 +81,6 @@ for example in "$work"/*.c; do
     name=${example##*/}
     if grep -q '^int main' "$example"; then
         libs=(-L"$libdir" -lkjit -Wl,-rpath,"$libdir")
-        case $name in README-*) grep -q '#include <cuda.h>' "$example" && libs+=("$libcuda") ;; esac
         what="compiled and linked"
         out=(-o "$work/${name%.c}")
     else
@@ -90,13 +95,31 @@ for example in "$work"/*.c; do
         fail "$name (from ${name%-*}.md): $(cat "$work/errors")"
         continue
     fi
-    case $name in README-*) continue ;; esac
     [ "$what" = "compiled and linked" ] || continue
     rm -rf "$work/cache"
+    if [[ $name == README-* ]]; then
+        run_example "$work/${name%.c}" "with the driver test double" KJIT_LIBCUDA="$fake_libcuda"
+        continue
+    fi
     run_example "$work/${name%.c}" "without a driver" KJIT_LIBCUDA="$work/no-driver/libcuda.so.1"
     if grep -q '#include <cuda.h>' "$example"; then
         run_example "$work/${name%.c}" "with the driver test double" KJIT_LIBCUDA="$fake_libcuda"
         grep -q "launched" "$work/run.out" || fail "$name did not launch with the driver test double: $(cat "$work/run.out")"
+    fi
+done
+
+# The Python blocks: README's run as they are; the others must be Python.
+for example in "$work"/*.py; do
+    [ -e "$example" ] || continue
+    name=${example##*/}
+    if [[ $name == README-* ]]; then
+        rm -rf "$work/cache"
+        run_example "$example" "with the driver test double" KJIT_LIBCUDA="$fake_libcuda" \
+            KJIT_LIBRARY="$libdir/libkjit.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1
+    elif python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$example" 2>"$work/errors"; then
+        echo "doc examples: $name is Python"
+    else
+        fail "$name (from ${name%-*}.md) is not Python: $(cat "$work/errors")"
     fi
 done
 [ "$failures" -eq 0 ]
