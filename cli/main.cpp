@@ -58,6 +58,7 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.arch", "--arch"},
         {"kjit_compile_options.cache_dir", "--cache-dir"},
         {"kjit_compile_options.name_expression", "--name-expr"},
+        {"kjit_compile_options.program_name", "--program-name"},
         {"the remote_storage option", "--remote-storage"},
         {"kjit_compile_options.include_paths", "-I"},
         {"kjit_compile_options.nvrtc_options", "the options after --"},
@@ -163,33 +164,19 @@ struct CompileArgs {
     std::string arch;
     std::string name_expression;
     std::string remote_storage;  // "": $KJIT_REMOTE_STORAGE
+    std::string program_name;    // "": each file's path as given
     std::vector<std::string> include_paths;
     std::vector<std::string> nvrtc_options;
 };
 
-// The include folders of one file: its own folder first, as nvcc searches a source's folder
-// for its quoted includes, then the -I folders. The library sees the folder like any other
-// include folder, so the headers found there enter the key by content. Left out when the
-// source names no file (its key then does not depend on where it lies) and when it is the
-// working directory, which NVRTC searches for the source's quoted includes anyway.
-std::vector<std::string> include_paths_for(const std::string &file, const std::string &source, const CompileArgs &a) {
-    std::vector<std::string> paths;
-    if (source.find("include") != std::string::npos) {
-        std::error_code ec;
-        const std::filesystem::path folder = std::filesystem::absolute(file, ec).lexically_normal().parent_path();
-        const std::filesystem::path cwd = std::filesystem::current_path(ec);
-        if (!ec && !folder.empty() && folder != cwd) paths.push_back(folder.string());
-    }
-    paths.insert(paths.end(), a.include_paths.begin(), a.include_paths.end());
-    return paths;
-}
-
-// The options of one file of `kjit compile`; `options` and `includes` hold what they point at
-// (`paths` from include_paths_for).
-kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, const std::vector<std::string> &paths,
+// The options of `file` of `kjit compile`; `options` and `includes` hold what they point at.
+// The NVRTC program is named after the file as given (or --program-name): NVRTC then searches
+// the file's folder for its quoted includes first, from any working directory, as nvcc does,
+// and its log and device asserts name the file.
+kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, const std::string &file,
                                         std::vector<const char *> &options, std::vector<const char *> &includes) {
     for (const std::string &o : a.nvrtc_options) options.push_back(o.c_str());
-    for (const std::string &p : paths) includes.push_back(p.c_str());
+    for (const std::string &p : a.include_paths) includes.push_back(p.c_str());
     kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
     opts.cache_dir = g.cache_dir.empty() ? nullptr : g.cache_dir.c_str();
     opts.arch = a.arch.empty() ? nullptr : a.arch.c_str();
@@ -199,6 +186,7 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.include_path_count = includes.size();
     opts.name_expression = a.name_expression.empty() ? nullptr : a.name_expression.c_str();
     opts.remote_storage = a.remote_storage.empty() ? nullptr : a.remote_storage.c_str();
+    opts.program_name = a.program_name.empty() ? file.c_str() : a.program_name.c_str();
     return opts;
 }
 
@@ -213,9 +201,8 @@ int run_compile_one(const Global &g, const CompileArgs &a) {
     if (auto st = read_source(a.files.front(), source); !st.empty()) {
         return report_failure(g, KJIT_ERROR_IO, kjit_status_string(KJIT_ERROR_IO), st);
     }
-    const std::vector<std::string> paths = include_paths_for(a.files.front(), source, a);
     std::vector<const char *> options, includes;
-    const kjit_compile_options opts = compile_options_of(g, a, paths, options, includes);
+    const kjit_compile_options opts = compile_options_of(g, a, a.files.front(), options, includes);
     std::string cubin;
     kjit_status s = with_out_string(cubin, [&](char *buf, size_t size, size_t *len) {
         return kjit_compile(source.c_str(), a.keyword.c_str(), &opts, buf, size, len);
@@ -402,11 +389,10 @@ int CompileStream::summary() const {
     return 128 + SIGINT;
 }
 
-// One request per file that could be read (each with its own folder among its include
-// folders); `items` and `file_of_item` list them in file order.
+// One request per file that could be read (each its own NVRTC program, named after the file);
+// `items` and `file_of_item` list them in file order.
 struct BatchRequests {
     std::vector<std::string> sources;
-    std::vector<std::vector<std::string>> paths;
     std::vector<std::vector<const char *>> options, includes;
     std::vector<kjit_compile_options> opts;
     std::vector<kjit_compile_request> requests;
@@ -417,7 +403,6 @@ struct BatchRequests {
 void make_requests(const Global &g, const CompileArgs &a, CompileStream &stream, BatchRequests &b) {
     const std::size_t n = a.files.size();
     b.sources.resize(n);
-    b.paths.resize(n);
     b.options.resize(n);
     b.includes.resize(n);
     b.opts.resize(n);
@@ -427,8 +412,7 @@ void make_requests(const Global &g, const CompileArgs &a, CompileStream &stream,
             stream.failed(i, KJIT_ERROR_IO, std::move(error));
             continue;
         }
-        b.paths[i] = include_paths_for(a.files[i], b.sources[i], a);
-        b.opts[i] = compile_options_of(g, a, b.paths[i], b.options[i], b.includes[i]);
+        b.opts[i] = compile_options_of(g, a, a.files[i], b.options[i], b.includes[i]);
         b.requests[i].source = b.sources[i].c_str();
         b.requests[i].keyword = a.keyword.c_str();
         b.requests[i].options = &b.opts[i];
@@ -833,6 +817,9 @@ int main(int argc, char **argv) {
     compile->add_option("--keyword,-k", compile_args.keyword, "The kernel's name as written in the source")->required();
     compile->add_option("--arch", compile_args.arch, "Target such as sm_90a (default: $KJIT_ARCH, else the GPU's)");
     compile->add_option("--name-expr", compile_args.name_expression, "C++ name expression, e.g. 'gemm<128, 64>'");
+    compile->add_option("--program-name", compile_args.program_name,
+                        "The NVRTC program's name, in its log, device asserts and the key (default: the file as "
+                        "given; its folder is searched first for the file's quoted includes)");
     compile->add_option("--remote-storage", compile_args.remote_storage, kRemoteStorageHelp);
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);

@@ -164,6 +164,16 @@ expect_name _Z4gemmILi33EEvPf "compile gemm.cu in sub/"
 echo '#define CFG 333' >"$WORK/proj/sub/cfg.h"
 expect_rc 0 env -C "$WORK/proj/sub" "$KJIT" compile gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
 expect_name _Z4gemmILi333EEvPf "an edit of cfg.h, compiled in its folder"
+# The NVRTC program is named after the file as given: NVRTC's log names it; --program-name names
+# it otherwise, and is another entry.
+printf '__global__ void gemm(float *p) { undeclared(); }\n' >"$WORK/proj/sub/broken.cu"
+expect_rc 6 env -C "$WORK/proj" "$KJIT" compile sub/broken.cu -k gemm --arch sm_90 --cache-dir "$HC"
+contains "sub/broken.cu(1): error" "$WORK/err"
+expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC"
+default_cubin=$(sed -n 1p "$WORK/out")
+expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC" --program-name sub/gemm_module.cu
+[ "$(sed -n 1p "$WORK/out")" != "$default_cubin" ] || fail "--program-name gave the entry of the default name"
+expect_name _Z4gemmILi333EEvPf "--program-name sub/gemm_module.cu (its folder's cfg.h)"
 # Two files of one batch, each with its own folder's cfg.h.
 expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu other/gemm.cu -k gemm --arch sm_90 --cache-dir "$HC" --json
 json_check 'd[0]["name"] == "_Z4gemmILi333EEvPf" and d[1]["name"] == "_Z4gemmILi4EEvPf"'
