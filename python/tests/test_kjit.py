@@ -32,6 +32,7 @@ if not INSTALLED:
     sys.path.insert(0, str(PYTHON_DIR))
 
 import kjit  # noqa: E402
+from driver_double import open_driver_double  # noqa: E402
 
 LIBCUDA = os.environ.get("KJIT_LIBCUDA")
 needs_driver = pytest.mark.skipif(not LIBCUDA, reason="KJIT_LIBCUDA is unset (no driver test double)")
@@ -392,22 +393,13 @@ class _Counters(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def fake():
-    if not LIBCUDA:
-        pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
-    lib = ctypes.CDLL(LIBCUDA)  # the same file libkjit dlopens, so the same loaded object
-    if not hasattr(lib, "fake_cuda_get_counters"):
-        pytest.skip(f"{LIBCUDA} is not the driver test double")
+    lib = open_driver_double("fake_cuda_get_counters")
     lib.fake_cuda_kernel_name.restype = ctypes.c_char_p
     lib.fake_cuda_kernel_name.argtypes = [ctypes.c_void_p]
     lib.fake_cuda_function_name.restype = ctypes.c_char_p
     lib.fake_cuda_function_name.argtypes = [ctypes.c_void_p]
     lib.fake_cuda_get_counters.argtypes = [ctypes.POINTER(_Counters)]
     lib.fake_cuda_get_counters.restype = None
-    for name in ("cuInit", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"):
-        getattr(lib, name).restype = ctypes.c_int
-    lib.cuInit.argtypes = [ctypes.c_uint]
-    lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
-    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
 
     def counters():
         c = _Counters()

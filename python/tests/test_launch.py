@@ -25,6 +25,7 @@ if os.environ.get("KJIT_TEST_INSTALLED") != "1":
 
 import kjit  # noqa: E402
 from kjit import _launch  # noqa: E402
+from driver_double import open_driver_double  # noqa: E402
 
 try:
     import numpy as np
@@ -44,15 +45,9 @@ class _Launch(ctypes.Structure):  # fake_cuda_launch
 
 @pytest.fixture(scope="module")
 def fake():
-    if not LIBCUDA:
-        pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
-    lib = ctypes.CDLL(LIBCUDA)  # the same file kjit's launch and libkjit open
-    if not hasattr(lib, "fake_cuda_last_launch"):
-        pytest.skip(f"{LIBCUDA} is not the driver test double")
+    lib = open_driver_double("fake_cuda_last_launch")
     lib.fake_cuda_last_launch.argtypes = [ctypes.POINTER(_Launch)]
     lib.fake_cuda_last_launch.restype = ctypes.c_int
-    lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
-    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
 
     def last():
         out = _Launch()
