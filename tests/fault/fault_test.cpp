@@ -66,11 +66,12 @@ std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
 std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
 
 kjit_status compile_into(const std::string &cache, int i, std::string *path_out = nullptr,
-                         std::uint64_t max_cache_size = 0) {
+                         std::uint64_t max_cache_size = 0, const char *program_name = nullptr) {
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
     o.cache_dir = cache.c_str();
     o.arch = "sm_90";
     o.max_cache_size = max_cache_size;
+    o.program_name = program_name;
     char path[4096];
     const std::string src = source_of(i);
     const kjit_status st = kjit_compile(src.c_str(), "gemm", &o, path, sizeof path, nullptr);
@@ -318,8 +319,11 @@ TEST(FaultInjection, WritersKilledAtRandomPointsLeaveACorrectCache) {
     fault_counts()["SIGKILL of a writer mid-compile or mid-publish"] += killed_mid_flight;
     EXPECT_GT(killed_mid_flight, kRounds / 4) << "the kills came too late to test anything";
     for (int i = 0; i < kRounds; ++i) {
+        // Named as `kjit compile` names its program (the file as given): the entries the killed
+        // writers published are this request's, and must be hits that give the right name.
+        const std::string file = src_dir + "/k" + std::to_string(i) + ".cu";
         std::string path;
-        ASSERT_EQ(compile_into(cache, i, &path), KJIT_OK) << kjit_last_error();
+        ASSERT_EQ(compile_into(cache, i, &path, 0, file.c_str()), KJIT_OK) << kjit_last_error();
         char name[256];
         ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
         EXPECT_EQ(std::string(name), name_of(i));
