@@ -211,7 +211,7 @@ def _compile_kwargs(options: ProgramOptions | None, cache_dir: Any, extra: Mappi
         raise TypeError(f"{', '.join(taken)}: give these through ProgramOptions and name_expressions")
     # The program's name, as cuda.core's Program gives it to NVRTC: the cubin is then the one
     # Program.compile makes, and NVRTC's log and device asserts name the program alike.
-    filename = getattr(options, "name", None) or _DEFAULT_PROGRAM_NAME
+    filename = _program_name(options)
     return {**kjit_options(options), "cache_dir": cache_dir, "filename": filename, **extra}
 
 
@@ -220,6 +220,11 @@ def _translated(options: ProgramOptions) -> list[str]:
     if not isinstance(options, ProgramOptions):
         raise TypeError(f"options must be a cuda.core ProgramOptions, not {type(options).__name__}")
     return [o.decode("utf-8") for o in options.as_bytes("nvrtc", "cubin")]
+
+
+def _program_name(options: ProgramOptions | None) -> str:
+    """The program's name as cuda.core's Program gives it: ``options.name``, else its default."""
+    return getattr(options, "name", None) or _DEFAULT_PROGRAM_NAME
 
 
 def _is_arch_option(option: str) -> bool:
@@ -238,7 +243,7 @@ def _object_code(cubin_path: str, name: str, key: NameExpression, options: Progr
     with open(cubin_path, "rb") as f:
         cubin = f.read()
     mapping = {} if key == name else {key: name.encode("utf-8")}
-    label = getattr(options, "name", None) or _DEFAULT_PROGRAM_NAME
+    label = _program_name(options)
     return ObjectCode.from_cubin(cubin, name=label, symbol_mapping=mapping)
 
 
