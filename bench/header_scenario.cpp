@@ -367,7 +367,8 @@ void run_headers(const BenchOptions &o, Report &report) {
             // What a tree hit checks, piece by piece, on the first kernel's entry.
             std::vector<kjit::key::include_scanner::Dependency> deps;
             parse_us.push_back(time_once([&] {
-                auto parsed = kjit::key::include_scanner::parse(read_file(deps_file));
+                auto parsed = kjit::key::include_scanner::parse(read_file(deps_file),
+                                                                kjit::key::include_scanner::current_working_dir());
                 if (!parsed) fail("cannot parse '" + deps_file + "'");
                 deps = std::move(*parsed);
             }));

@@ -132,7 +132,7 @@ void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, con
         // Served again only while the header watch proves the files unchanged, which it does
         // for an entry it remembered at this look-up (by the folder's identity).
         if (::lstat(a.entry.c_str(), &a.entry_st) != 0) return;
-        a.source_key = keyed.key;
+        a.source_key = key::proof_context(keyed.request, keyed.key);
         if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
     }
     if (keyed.uses_working_dir) {

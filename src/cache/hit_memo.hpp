@@ -112,7 +112,7 @@ private:
         FileIdentity cubin;       // the cubin as the look-up proved it
         std::string entry;        // the entry folder, for the header watch
         struct stat entry_st {};  // as the look-up saw it
-        std::string source_key;   // the request's key when it reads files (its entries are variants)
+        std::string source_key;   // when it reads files: key::proof_context of the request's key
         bool reads_files = false;
         std::string working_dir;     // when the answer depends on it; else empty
         std::int64_t proven_ns = 0;  // steady clock

@@ -91,11 +91,12 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
     store::cache_entry::note_use(entry, st, realtime_ns());
     // Checked earlier in this process, and nothing it depends on changed since (inotify,
     // dependency_watch.hpp): no deps.txt to read, no file to stat.
-    if (request.reads_files && key::dependency_watch::proven(entry, st, source_key)) {
+    const std::string proof_key = key::proof_context(request, source_key);
+    if (request.reads_files && key::dependency_watch::proven(entry, st, proof_key)) {
         counters.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
     } else if (request.reads_files) {
         const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
-        auto deps = text ? key::include_scanner::parse(*text)
+        auto deps = text ? key::include_scanner::parse(*text, request.search.working_dir)
                          : Result<std::vector<key::include_scanner::Dependency>>(Error{Errc::io, "missing"});
         if (!deps) {
             *why = "its header list is missing or damaged";
@@ -130,7 +131,7 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
         // show, still raises an event. They are settled by the next full check once old.
         if (watched) {
             key::dependency_watch::note_checked(*deps, *watched);
-            key::dependency_watch::remember(entry, st, source_key, *watched);
+            key::dependency_watch::remember(entry, st, proof_key, *watched);
         }
     }
     auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, proven);

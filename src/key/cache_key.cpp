@@ -59,9 +59,30 @@ std::string hex_digest(XXH3_state_t *state) {
 void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::Dependency> &deps) {
     field(state, "deps", std::to_string(deps.size()));
     for (const auto &d : deps) {
-        field(state, "dep.path", d.path);
+        if (d.pins_working_dir) {
+            field(state, "dep.working_dir", d.path);
+            continue;
+        }
+        // A file reached through the working directory by its path relative to it, which does
+        // not start with '/' (the same request from another folder over the same files: the
+        // same variant).
+        field(state, "dep.path", d.relative.empty() ? d.path : d.relative);
         field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
     }
+}
+
+// Whether the NVRTC options ask for line information or device debug information, which name
+// source files by absolute path (measured with NVRTC 13: "-lineinfo" gives `.file 1
+// "<working dir>/source.cu"`).
+bool asks_for_line_info(const std::vector<std::string> &options) {
+    const auto starts = [](const std::string &o, std::string_view prefix) { return o.rfind(prefix, 0) == 0; };
+    for (const std::string &o : options) {
+        if (o == "-G" || o == "-lineinfo" || starts(o, "--device-debug") || starts(o, "-device-debug") ||
+            starts(o, "--generate-line-info") || starts(o, "-generate-line-info") || starts(o, "-G=")) {
+            return true;
+        }
+    }
+    return false;
 }
 
 }  // namespace
@@ -73,6 +94,12 @@ std::string variant_key(std::string_view source_key, const std::vector<key::incl
     field(state, "source_key", source_key);
     deps_fields(state, deps);
     return hex_digest(state);
+}
+
+std::string proof_context(const Request &request, std::string_view source_key) {
+    std::string context(source_key);
+    if (!request.search.working_dir.empty()) context.append("\n").append(request.search.working_dir);
+    return context;
 }
 
 std::string pch_identity(const Request &r, const std::vector<key::include_scanner::Dependency> &deps) {
@@ -131,9 +158,9 @@ std::string key_of(const Request &r) {
     for (const auto &o : r.nvrtc_options) field(state, "option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
-    // Empty unless names may be looked up relative to it (key::include_scanner::reach): then the
-    // same text compiled in another folder may read other files, and must not share the entry.
-    field(state, "working_dir", r.search.working_dir);
+    // Empty unless the cubin itself may name it (keyed_working_dir). What is looked up relative
+    // to it is in the variant key by content, by paths relative to it (variant_key).
+    field(state, "working_dir", r.keyed_working_dir);
     field(state, "arch", r.arch);
     field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
     field(state, "keyword", r.keyword);
@@ -221,11 +248,19 @@ Result<KeyedRequest> key_request(Request request) {
     }
     for (const std::string &d : files->include_dirs) {
         request.search.include_dirs.push_back(d[0] == '/' ? d : request.search.working_dir + "/" + d);
+        request.search.include_dir_in_working_dir.push_back(d[0] != '/');
     }
     request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
                                        request.include_paths.end());
     request.search.source_folder =
         key::include_scanner::folder_of_name(request.program_name, request.search.working_dir);
+    request.search.source_folder_absolute = !request.program_name.empty() && request.program_name[0] == '/';
+    // Line information names the program's file, and the headers', by absolute path: compiled
+    // from another folder, the cubin would name files there. Only then is the working directory
+    // in the key.
+    if (!request.search.working_dir.empty() && asks_for_line_info(request.nvrtc_options)) {
+        request.keyed_working_dir = request.search.working_dir;
+    }
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
 

@@ -21,7 +21,8 @@
 namespace kjit::key {
 
 // Bumped whenever the entry layout or the key encoding changes: old entries then miss.
-// 2: the working directory in the key when files may be looked up relative to it, and deps.txt
+// 2: the working directory in the key when files may be looked up relative to it (since 0.8,
+// only with line information: deps.txt records what was looked up through it relative to it), and deps.txt
 // for every compile that may read a file (version 1 recorded headers under include_paths only);
 // the manifest records the cubin's XXH3-128 and ends in a check line, which loads and rescans of
 // an entry's cubin confirm (format-1 entries have neither, so they are rebuilt).
@@ -58,11 +59,16 @@ struct Request {
     std::string remote_spec;
     const char *remote_origin = "KJIT_REMOTE_STORAGE";
     // Set by key_request, from the texts and options: how the compile looks files up (its
-    // working directory only when something may be looked up relative to it; it is then in
-    // the key), and whether it may read any file (then the entry records deps.txt and every
-    // hit checks it).
+    // working directory only when something may be looked up relative to it; what is found
+    // through it is then recorded relative to it), and whether it may read any file (then the
+    // entry records deps.txt and every hit checks it).
     key::include_scanner::Search search;
     bool reads_files = false;
+    // Set by key_request: the working directory when it is in the key, else empty. Files looked
+    // up through it are keyed by content under paths relative to it (deps.txt, variant_key), so
+    // the same request from another folder over the same files shares the entry; only when the
+    // cubin itself names it (line information: -lineinfo, -G) does the key hold it.
+    std::string keyed_working_dir;
     // Set by key_request: the NVRTC build that compiles it (compile::compiler::nvrtc_identity()), in
     // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
     // by another NVRTC build must not be served.
@@ -96,8 +102,8 @@ struct KeyedRequest {
 
 // Checks `request` and keys it: NVRTC's PCH options taken out (compile::compiler::take_pch_options), no
 // target among the NVRTC options, the cache folder and include paths made absolute, how the
-// compile looks files up (the working directory enters the key only when names may be looked
-// up relative to it). Errors: invalid_argument (keyword, arch, options), io (no working
+// compile looks files up (the working directory enters the key only with line information:
+// keyed_working_dir). Errors: invalid_argument (keyword, arch, options), io (no working
 // directory, a folder that cannot be made absolute), nvrtc (no usable NVRTC: its build is in the
 // key, so a lookup needs it too; checked last, so a bad request is told what is wrong first).
 Result<KeyedRequest> key_request(Request request);
@@ -122,6 +128,11 @@ std::string key_of(const Request &request);
 // entry; and an entry's deps.txt gives its key back, which a lookup checks: a variants file can
 // only lead to entries of its own request and of the files as they are.
 std::string variant_key(std::string_view source_key, const std::vector<key::include_scanner::Dependency> &deps);
+
+// What the header watch proves a variant of `request` under (key::dependency_watch::remember,
+// proven): `source_key`, and the working directory when the request has one, since deps.txt may
+// name files relative to it, which another folder must check for itself.
+std::string proof_context(const Request &request, std::string_view source_key);
 
 // The header identity of a PCH made while compiling `request` (keyed), less the content of
 // the files it reads: arch, options, include paths, working directory (when names are looked up

@@ -302,6 +302,7 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
     // The generation before any watch below is placed: an event from one of them moves it on.
     const std::uint64_t generation = s.generation;
     for (const key::include_scanner::Dependency &d : deps) {
+        if (d.pins_working_dir) continue;  // not a file: check() compares it, every time
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
         if (proven) {
             // Checked as recorded since the last change: it and its folders are watched already.
@@ -389,7 +390,9 @@ void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std
     drain(s);
     if (s.fd < 0 || s.generation != generation) return;
     if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
-    for (const key::include_scanner::Dependency &d : deps) s.checked[d.path] = d;
+    for (const key::include_scanner::Dependency &d : deps) {
+        if (!d.pins_working_dir) s.checked[d.path] = d;
+    }
 }
 
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -341,20 +342,31 @@ public:
     std::vector<Dependency> take_deps() { return std::move(deps_); }
 
 private:
+    // A folder searched first for quoted names, absolute ("" for none), and whether NVRTC got
+    // there through the working directory (what is found there is recorded relative to it).
+    struct Folder {
+        std::string path;
+        bool in_working_dir = false;
+    };
     struct Pending {
         std::string text;
-        std::string folder;  // absolute, searched first for quoted names; "" for none
+        Folder folder;
     };
     // Computed includes wait until every text reachable without them has been read, so that
     // the macros they use are defined (in any order: the scan does not follow #if either).
     struct Computed {
         std::string operand;
-        std::string folder;
+        Folder folder;
         bool next = false;
+    };
+    struct Candidate {
+        std::string path;
+        bool in_working_dir = false;
     };
 
     void mark_young(Dependency &d) const;
-    Status look_up(const std::string &name, bool quoted, const std::string &folder, bool every);
+    std::string relative_to_working_dir(const std::string &path) const;
+    Status look_up(const std::string &name, bool quoted, const Folder &folder, bool every);
     Status read_pending();
     Status expand_computed();
 
@@ -383,14 +395,19 @@ void Scanner::mark_young(Dependency &d) const { d.verify_content = young_at(d.mt
 // the first found (creating it later would shadow the found one), then the found one by
 // content, whose own includes are followed from its folder. `every`: all candidates, found
 // or not (for #include_next, whose starting point is not tracked).
-Status Scanner::look_up(const std::string &name, bool quoted, const std::string &folder, bool every) {
-    std::vector<std::string> candidates;
+Status Scanner::look_up(const std::string &name, bool quoted, const Folder &folder, bool every) {
+    std::vector<Candidate> candidates;
     if (name[0] == '/') {
-        candidates.push_back(fold_dots(name, real_folders_));
+        candidates.push_back({fold_dots(name, real_folders_), false});
     } else {
-        if (quoted && !folder.empty()) candidates.push_back(fold_dots(folder + "/" + name, real_folders_));
-        for (const std::string &dir : search_.include_dirs)
-            candidates.push_back(fold_dots(dir + "/" + name, real_folders_));
+        if (quoted && !folder.path.empty()) {
+            candidates.push_back({fold_dots(folder.path + "/" + name, real_folders_), folder.in_working_dir});
+        }
+        for (std::size_t i = 0; i < search_.include_dirs.size(); ++i) {
+            const bool in_working_dir =
+                i < search_.include_dir_in_working_dir.size() && search_.include_dir_in_working_dir[i];
+            candidates.push_back({fold_dots(search_.include_dirs[i] + "/" + name, real_folders_), in_working_dir});
+        }
     }
     // A bound on what one compile may read, whatever the spellings (a header tree whose
     // "../" includes go through links can still give a file several): an error, not the
@@ -399,27 +416,44 @@ Status Scanner::look_up(const std::string &name, bool quoted, const std::string 
         return Error{Errc::io, "the includes reach more than " + std::to_string(kMaxFilesUnderIncludePaths) +
                                    " files and candidates (the last: '" + name + "'): libkjit cannot track them"};
     }
-    for (const std::string &candidate : candidates) {
-        if (!is_regular(candidate)) {
-            if (seen_missing_.insert(candidate).second) {
+    for (const Candidate &candidate : candidates) {
+        // A file reached both through the working directory and not is recorded both ways: from
+        // another folder, only one of the two spellings leads to it.
+        const std::string seen = (candidate.in_working_dir ? "w" : "a") + candidate.path;
+        if (!is_regular(candidate.path)) {
+            if (seen_missing_.insert(seen).second) {
                 Dependency absent;
-                absent.path = candidate;
+                absent.path = candidate.path;
+                if (candidate.in_working_dir) absent.relative = relative_to_working_dir(candidate.path);
                 absent.exists = false;
                 deps_.push_back(std::move(absent));
             }
             continue;
         }
-        if (seen_files_.insert(candidate).second) {
+        if (seen_files_.insert(seen).second) {
             std::string content;
-            auto dep = describe(candidate, &content);
+            auto dep = describe(candidate.path, &content);
             if (!dep) return std::move(dep).error();
             mark_young(*dep);
+            if (candidate.in_working_dir) dep->relative = relative_to_working_dir(candidate.path);
             deps_.push_back(std::move(*dep));
-            work_.push_back({std::move(content), folder_of(candidate)});
+            work_.push_back({std::move(content), Folder{folder_of(candidate.path), candidate.in_working_dir}});
         }
         if (!every) break;
     }
     return Ok{};
+}
+
+// `path` (absolute, reached through the working directory) relative to the working directory:
+// the rest of it when it lies under it, else with ".." steps ("../x.h": the working directory
+// is a real path, so its ".." is its parent in every folder it is checked from).
+std::string Scanner::relative_to_working_dir(const std::string &path) const {
+    const std::string &wd = search_.working_dir;
+    if (wd == "/") return path.substr(1);
+    if (path.size() > wd.size() && path.compare(0, wd.size(), wd) == 0 && path[wd.size()] == '/') {
+        return path.substr(wd.size() + 1);
+    }
+    return std::filesystem::path(path).lexically_relative(wd).string();
 }
 
 // Queues what the compile starts from: the pre-included files (looked up), the source, and
@@ -427,13 +461,21 @@ Status Scanner::look_up(const std::string &name, bool quoted, const std::string 
 Status Scanner::queue_inputs(std::string_view source) {
     // Pre-included files first, as NVRTC reads them: the working directory, then the include
     // folders (a pre-include is looked up like a quoted name of the source).
+    const Folder working_dir{search_.working_dir, !search_.working_dir.empty()};
     for (const std::string &file : search_.pre_includes) {
-        if (auto st = look_up(file, true, search_.working_dir, false); !st) return std::move(st).error();
+        if (auto st = look_up(file, true, working_dir, false); !st) return std::move(st).error();
     }
-    work_.push_back({std::string(source), search_.source_folder.empty() ? search_.working_dir : search_.source_folder});
+    if (search_.source_folder.empty()) {
+        work_.push_back({std::string(source), working_dir});
+    } else {
+        work_.push_back({std::string(source), Folder{search_.source_folder, !search_.source_folder_absolute}});
+    }
     // Every in-memory header, included or not (a superset): its quoted names are looked up in
     // the working directory joined with the folder part of its own name.
-    for (const auto &h : memory_headers_) work_.push_back({h.second, folder_of_name(h.first, search_.working_dir)});
+    for (const auto &h : memory_headers_) {
+        const std::string folder = folder_of_name(h.first, search_.working_dir);
+        work_.push_back({h.second, Folder{folder, h.first[0] != '/' && !folder.empty()}});
+    }
     return Ok{};
 }
 
@@ -498,7 +540,7 @@ Status Scanner::record_every_file() {
              !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
             if (!it->is_regular_file(ec)) continue;
             const std::string path = it->path().string();
-            if (!seen_files_.insert(path).second) continue;
+            if (!seen_files_.insert("a" + path).second) continue;
             if (seen_files_.size() > kMaxFilesUnderIncludePaths) {
                 return Error{Errc::io, "a computed #include makes every file under the include folders a "
                                        "dependency, and there are over " +
@@ -661,8 +703,19 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     Scanner scanner(memory_headers, search);
     if (auto st = scanner.queue_inputs(source); !st) return std::move(st).error();
     if (auto st = scanner.follow_includes(); !st) return std::move(st).error();
+    std::vector<Dependency> deps;
     if (scanner.every_file()) {
         if (auto st = scanner.record_every_file(); !st) return std::move(st).error();
+        deps = scanner.take_deps();
+        // What the computed include reads through the working directory cannot be listed: the
+        // entry serves this folder only.
+        if (!search.working_dir.empty()) {
+            Dependency pin;
+            pin.path = search.working_dir;
+            pin.pins_working_dir = true;
+            deps.push_back(std::move(pin));
+        }
+        return deps;
     }
     return scanner.take_deps();
 }
@@ -697,6 +750,10 @@ Check check(std::vector<Dependency> &deps, FileMemo *memo) {
     Check out;
     std::int64_t now = 0;
     for (Dependency &d : deps) {
+        if (d.pins_working_dir) {
+            if (current_working_dir() != d.path) return out;
+            continue;
+        }
         FileMemo::Seen here;
         if (!memo) {
             ++out.stated;
@@ -760,16 +817,20 @@ std::string format(const std::vector<Dependency> &deps) {
     std::string out(kHeader);
     for (const Dependency &d : deps) {
         char fields[128];
-        if (d.exists) {
+        // A relative record is written relative (its path here is the one it had where it was
+        // read); the working directory that pins an entry as "@".
+        const std::string &path = d.relative.empty() ? d.path : d.relative;
+        if (d.pins_working_dir) {
+            std::snprintf(fields, sizeof fields, "@ %zu ", d.path.size());
+        } else if (d.exists) {
             // '*' marks a young header, whose content is checked on every lookup.
             std::snprintf(fields, sizeof fields, "%c %" PRIu64 " %" PRId64 ".%09" PRIu32 " %016" PRIx64 " %zu ",
-                          d.verify_content ? '*' : '+', d.size, d.mtime_sec, d.mtime_nsec, d.content_hash,
-                          d.path.size());
+                          d.verify_content ? '*' : '+', d.size, d.mtime_sec, d.mtime_nsec, d.content_hash, path.size());
         } else {
-            std::snprintf(fields, sizeof fields, "- %zu ", d.path.size());
+            std::snprintf(fields, sizeof fields, "- %zu ", path.size());
         }
         out += fields;
-        out += d.path;  // length-prefixed: any byte may appear in a path
+        out += path;  // length-prefixed: any byte may appear in a path
         out += '\n';
     }
     return out;
@@ -794,7 +855,7 @@ bool take(std::string_view &text, T &value, char separator, int base = 10, std::
 
 }  // namespace
 
-Result<std::vector<Dependency>> parse(std::string_view text) {
+Result<std::vector<Dependency>> parse(std::string_view text, const std::string &working_dir) {
     const Error bad{Errc::io, "malformed dependency list"};
     if (text.compare(0, kHeader.size(), kHeader) != 0) return bad;
     text.remove_prefix(kHeader.size());
@@ -816,16 +877,34 @@ Result<std::vector<Dependency>> parse(std::string_view text) {
         } else if (flag == '-') {
             if (!take(text, len, ' ')) return bad;
             d.exists = false;
+        } else if (flag == '@') {
+            if (!take(text, len, ' ')) return bad;
+            d.pins_working_dir = true;
         } else {
             return bad;
         }
         // Exactly one space separated the length from the path (which may start with spaces).
-        if (len >= text.size() || text[len] != '\n') return bad;
+        if (len == 0 || len >= text.size() || text[len] != '\n') return bad;
         d.path.assign(text.substr(0, len));
         text.remove_prefix(len + 1);
+        if (d.path[0] != '/') {
+            // Relative to the working directory: checked in the current one.
+            if (d.pins_working_dir) return bad;
+            if (working_dir.empty()) {
+                return Error{Errc::io, "the dependency list names files relative to the working directory, "
+                                       "which cannot be told"};
+            }
+            d.relative = std::move(d.path);
+            d.path = working_dir == "/" ? "/" + d.relative : working_dir + "/" + d.relative;
+        }
         deps.push_back(std::move(d));
     }
     return deps;
+}
+
+std::string current_working_dir() {
+    char buf[PATH_MAX];
+    return ::getcwd(buf, sizeof buf) && buf[0] == '/' ? std::string(buf) : std::string();
 }
 
 }  // namespace kjit::key::include_scanner

@@ -28,7 +28,18 @@
 namespace kjit::key::include_scanner {
 
 struct Dependency {
-    std::string path;
+    std::string path;  // absolute (for a relative record: taken against the working directory)
+    // Non-empty when NVRTC reached it through the working directory (the source's or an
+    // in-memory header's folder, a relative -I or -include, or the folder of a file found that
+    // way): `path` relative to the working directory, as deps.txt records it and the variant key
+    // hashes it. The same request from another folder then checks the files there, not here:
+    // the entry is shared when they are the same and missed when they are not (ccache's
+    // manifests record what was read, not where the process stood).
+    std::string relative;
+    // Not a file: the working directory the compile ran in (`path`), which must be the current
+    // one. Recorded when what was read through it cannot be listed (a computed include that
+    // could name any file): the entry then serves that folder only.
+    bool pins_working_dir = false;
     bool exists = true;  // false: a probed candidate that must stay absent
     std::uint64_t size = 0;
     std::int64_t mtime_sec = 0;
@@ -77,8 +88,13 @@ struct Search {
     // Absolute: where the source's quoted names are looked up first, as NVRTC does, the folder
     // of the program's name (folder_of_name()); empty: working_dir.
     std::string source_folder;
+    // The program's name is absolute: source_folder is not reached through the working directory.
+    bool source_folder_absolute = false;
     // Absolute, in NVRTC's order: those among the NVRTC options, then include_paths.
     std::vector<std::string> include_dirs;
+    // Parallel to include_dirs (missing entries: false): given relative to the working directory
+    // (a relative -I), so that what is found under it is recorded relative (Dependency::relative).
+    std::vector<bool> include_dir_in_working_dir;
     // As given to -include / --pre-include.
     std::vector<std::string> pre_includes;
     // As given to -D / --define-macro (FileOptions::defines).
@@ -146,8 +162,13 @@ bool still_current(const std::vector<Dependency> &deps);
 // changed, so the caller can store the list again and later hits stat only.
 bool settle(std::vector<Dependency> &deps);
 
-// Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io.
+// Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io. A
+// relative record is written relative and parsed against `working_dir` (absolute; the current
+// one): Errc::io when there is a relative record and `working_dir` is empty.
 std::string format(const std::vector<Dependency> &deps);
-Result<std::vector<Dependency>> parse(std::string_view text);
+Result<std::vector<Dependency>> parse(std::string_view text, const std::string &working_dir);
+
+// The working directory, absolute (getcwd); empty when it cannot be told.
+std::string current_working_dir();
 
 }  // namespace kjit::key::include_scanner

@@ -575,7 +575,7 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     EXPECT_TRUE(absent.count(dir.file("a/top.h")));
     EXPECT_FALSE(absent.count(dir.file("a/sub/inner.h")));  // quoted: the includer's folder comes first
     EXPECT_TRUE(kjit::key::include_scanner::still_current(*deps));
-    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps));
+    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps), "");
     ASSERT_TRUE(round.ok());
     EXPECT_EQ(round->size(), deps->size());
     EXPECT_TRUE(kjit::key::include_scanner::still_current(*round));
@@ -631,6 +631,42 @@ TEST(IncludeScanner, ComputedIncludeThatCannotBeFollowedRecordsEveryFile) {
         ASSERT_TRUE(deps.ok());
         EXPECT_EQ(deps->size(), 2u) << source;
     }
+}
+
+// Files reached through the working directory are recorded relative to it; what a computed
+// include that cannot be followed may read through it cannot be listed, so the scan pins the
+// list to that folder: current there, not in another folder with the same files.
+TEST(IncludeScanner, AnUnfollowableComputedIncludePinsTheWorkingDirectory) {
+    namespace is = kjit::key::include_scanner;
+    TempDir dir;
+    for (const char *d : {"a", "b"}) ::mkdir(dir.file(d).c_str(), 0755);
+    char real[PATH_MAX];
+    ASSERT_NE(::realpath(dir.file("a").c_str(), real), nullptr);
+    is::Search search;
+    search.working_dir = real;
+    const auto followed = is::scan("#include \"x.h\"\n", {}, search);
+    ASSERT_TRUE(followed.ok());
+    ASSERT_EQ(followed->size(), 1u);
+    EXPECT_EQ(followed->at(0).relative, "x.h");
+    EXPECT_FALSE(followed->at(0).exists);
+    EXPECT_FALSE(followed->at(0).pins_working_dir);
+    auto pinned = is::scan("#include \"x.h\"\n#if __has_include(__KJIT_NOWHERE_DEFINED)\n#endif\n", {}, search);
+    ASSERT_TRUE(pinned.ok());
+    ASSERT_FALSE(pinned->empty());
+    EXPECT_TRUE(pinned->back().pins_working_dir);
+    EXPECT_EQ(pinned->back().path, std::string(real));
+    char saved[PATH_MAX];
+    ASSERT_NE(::getcwd(saved, sizeof saved), nullptr);
+    ASSERT_EQ(::chdir(real), 0);
+    const bool current_in_a = is::check(*pinned).current;
+    ASSERT_EQ(::chdir(dir.file("b").c_str()), 0);
+    const bool current_in_b = is::check(*pinned).current;
+    std::vector<is::Dependency> unpinned = *followed;
+    const bool followed_in_b = is::check(unpinned).current;
+    ASSERT_EQ(::chdir(saved), 0);
+    EXPECT_TRUE(current_in_a);
+    EXPECT_FALSE(current_in_b) << "a pinned list was current in another folder";
+    EXPECT_TRUE(followed_in_b) << "b/ has no x.h either: the same files";
 }
 
 // Computed includes are followed through every definition of their macros seen in the scanned
@@ -889,14 +925,50 @@ TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
 TEST(IncludeScanner, ParseRejectsDamage) {
     for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
                             "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
-        EXPECT_FALSE(kjit::key::include_scanner::parse(bad).ok()) << bad;
+        EXPECT_FALSE(kjit::key::include_scanner::parse(bad, "/w").ok()) << bad;
     }
     kjit::key::include_scanner::Dependency odd;
-    odd.path = " /path with\nnewline";
+    odd.path = "/ path with\nnewline";
     odd.exists = false;
-    const auto back = kjit::key::include_scanner::parse(kjit::key::include_scanner::format({odd}));
+    const auto back = kjit::key::include_scanner::parse(kjit::key::include_scanner::format({odd}), "");
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->at(0).path, odd.path);
+    EXPECT_EQ(back->at(0).relative, "");
+}
+
+// A record of a file reached through the working directory is written relative to it and read
+// back against the working directory of the reader; the one that pins an entry to its folder
+// keeps its absolute path. A relative record with no working directory to take it against, and
+// a relative pin, are damage.
+TEST(IncludeScanner, RelativeRecordsRoundTripAgainstTheReadersWorkingDirectory) {
+    using kjit::key::include_scanner::Dependency;
+    Dependency rel;
+    rel.path = "/a/proj/ odd\nname.h";
+    rel.relative = " odd\nname.h";
+    rel.size = 5;
+    rel.content_hash = 0xab;
+    Dependency up;
+    up.path = "/a/x.h";
+    up.relative = "../x.h";
+    up.exists = false;
+    Dependency pin;
+    pin.path = "/a/proj";
+    pin.pins_working_dir = true;
+    const std::string text = kjit::key::include_scanner::format({rel, up, pin});
+    EXPECT_EQ(text.find("/a/proj/"), std::string::npos) << text;
+    const auto back = kjit::key::include_scanner::parse(text, "/elsewhere");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    ASSERT_EQ(back->size(), 3u);
+    EXPECT_EQ(back->at(0).path, "/elsewhere/ odd\nname.h");
+    EXPECT_EQ(back->at(0).relative, rel.relative);
+    EXPECT_EQ(back->at(0).content_hash, 0xabu);
+    EXPECT_EQ(back->at(1).path, "/elsewhere/../x.h");
+    EXPECT_FALSE(back->at(1).exists);
+    EXPECT_TRUE(back->at(2).pins_working_dir);
+    EXPECT_EQ(back->at(2).path, "/a/proj");
+    EXPECT_FALSE(kjit::key::include_scanner::parse(text, "").ok());
+    EXPECT_FALSE(kjit::key::include_scanner::parse("kjit-deps 1\n@ 4 proj\n", "/w").ok());
+    EXPECT_FALSE(kjit::key::include_scanner::parse("kjit-deps 1\n- 0 \n", "/w").ok());
 }
 
 // KJIT_LOG_LEVEL=debug logs each miss and hit with its key (captured here from stderr).
@@ -935,7 +1007,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     ASSERT_TRUE(deps.ok());
     ASSERT_EQ(deps->size(), 1u);
     EXPECT_TRUE(deps->at(0).verify_content);
-    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps));
+    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps), "");
     ASSERT_TRUE(round.ok());
     EXPECT_TRUE(round->at(0).verify_content);
     struct stat st {};

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -206,6 +207,128 @@ TEST(Headers, TwoProjectsWithTheirOwnCfgDoNotShareAnEntry) {
     expect_name(a2, 1);
     EXPECT_NE(a1.cubin, b1.cubin);
     EXPECT_EQ(a1.cubin, a2.cubin);
+}
+
+// Issue 35 item 2: a generated source's `#include "builtin.h"`, found through an include path,
+// is first looked up in the working directory. What that probe found (nothing) is recorded
+// relative to the working directory, not the folder itself: the same request from another
+// folder with no builtin.h of its own hits the same entry, with no NVRTC run; one whose folder
+// holds a builtin.h misses and compiles against it; once that file is gone, the first entry
+// hits again. The in-process proofs (the hit memo, the header watch) follow the folder too.
+TEST(Headers, SecondWorkingDirectoryHitsWhenItsFilesAreTheSame) {
+    TempDir dir;
+    for (const char *p : {"inc", "a", "b"}) make_dir(dir.file(p));
+    write_file(dir.file("inc/cfg.h"), cfg_text(1));
+    const std::string cache = dir.file("cache");
+    const std::vector<std::string> inc = {dir.file("inc")};
+    const kjit_stats start = stats();
+    Answer first;
+    {
+        InFolder in(dir.file("a"));
+        first = compile(cache, kQuoted, {}, inc);
+        expect_name(first, 1);
+        EXPECT_EQ(compile(cache, kQuoted, {}, inc).cubin, first.cubin);  // a repeat, proven in a/
+    }
+    {
+        InFolder in(dir.file("b"));
+        const Answer from_b = compile(cache, kQuoted, {}, inc);
+        expect_name(from_b, 1);
+        EXPECT_EQ(from_b.cubin, first.cubin);
+        EXPECT_EQ(stats().compile_misses, start.compile_misses + 1) << "the second folder compiled again";
+        // A shadowing header appears in b/: a miss, compiled against it.
+        write_file(dir.file("b/cfg.h"), cfg_text(2));
+        const Answer shadowed = compile(cache, kQuoted, {}, inc);
+        expect_name(shadowed, 2);
+        EXPECT_NE(shadowed.cubin, first.cubin);
+        EXPECT_EQ(compile(cache, kQuoted, {}, inc).cubin, shadowed.cubin);
+    }
+    {
+        // Back in a/, which has no cfg.h: the first entry, though b/'s was the last answer.
+        InFolder in(dir.file("a"));
+        const Answer again = compile(cache, kQuoted, {}, inc);
+        expect_name(again, 1);
+        EXPECT_EQ(again.cubin, first.cubin);
+    }
+    {
+        InFolder in(dir.file("b"));
+        ::unlink(dir.file("b/cfg.h").c_str());
+        const Answer removed = compile(cache, kQuoted, {}, inc);
+        expect_name(removed, 1);
+        EXPECT_EQ(removed.cubin, first.cubin);
+    }
+    EXPECT_EQ(stats().compile_misses, start.compile_misses + 2);
+}
+
+// A relative include folder among the NVRTC options is recorded relative too: two folders whose
+// inc/cfg.h say the same share one entry, and one whose inc/cfg.h differs gets its own; a
+// header reached with "../" from the working directory is checked in each folder's parent.
+TEST(Headers, RelativeLookupsAreSharedAcrossFoldersWithTheSameFiles) {
+    TempDir dir;
+    for (const char *p :
+         {"p1", "p1/work", "p1/work/inc", "p2", "p2/work", "p2/work/inc", "p3", "p3/work", "p3/work/inc"}) {
+        make_dir(dir.file(p));
+    }
+    for (const char *p : {"p1", "p2", "p3"}) {
+        write_file(dir.file(std::string(p) + "/work/inc/cfg.h"), cfg_text(std::string(p) == "p3" ? 4 : 3));
+        write_file(dir.file(std::string(p) + "/up.h"), std::string(p) == "p2" ? "#define UP 20\n" : "#define UP 0\n");
+    }
+    const std::string cache = dir.file("cache");
+    const std::string source = "#include \"../up.h\"\n#include <cfg.h>\n"
+                               "template <int V> __global__ void gemm(float *p) { p[0] = V; }\n"
+                               "template __global__ void gemm<CFG + UP>(float *);\n";
+    Answer in1, in2, in3;
+    {
+        InFolder in(dir.file("p1/work"));
+        in1 = compile(cache, source, {"-Iinc"});
+    }
+    const kjit_stats after_first = stats();
+    {
+        InFolder in(dir.file("p3/work"));
+        in3 = compile(cache, source, {"-Iinc"});
+    }
+    {
+        InFolder in(dir.file("p2/work"));
+        in2 = compile(cache, source, {"-Iinc"});
+    }
+    expect_name(in1, 3);
+    expect_name(in3, 4);   // its own inc/cfg.h
+    expect_name(in2, 23);  // its own ../up.h
+    EXPECT_NE(in3.cubin, in1.cubin);
+    EXPECT_NE(in2.cubin, in1.cubin);
+    EXPECT_EQ(stats().compile_misses, after_first.compile_misses + 2);
+    write_file(dir.file("p2/up.h"), "#define UP 0\n");  // now p2 is p1's twin
+    const kjit_stats before_twin = stats();
+    InFolder in(dir.file("p2/work"));
+    const Answer twin = compile(cache, source, {"-Iinc"});
+    expect_name(twin, 3);
+    EXPECT_EQ(twin.cubin, in1.cubin);
+    EXPECT_EQ(stats().compile_misses, before_twin.compile_misses);
+}
+
+// Line information names the program's file by its absolute path (the working directory's):
+// with -lineinfo or -G, two folders never share an entry, even over the same files.
+TEST(Headers, LineInformationKeepsTheWorkingDirectoryInTheKey) {
+    TempDir dir;
+    for (const char *p : {"inc", "a", "b"}) make_dir(dir.file(p));
+    write_file(dir.file("inc/cfg.h"), cfg_text(5));
+    const std::string cache = dir.file("cache");
+    for (const char *option : {"-lineinfo", "--generate-line-info", "-G"}) {
+        SCOPED_TRACE(option);
+        Answer from_a, from_b;
+        {
+            InFolder in(dir.file("a"));
+            from_a = compile(cache, kQuoted, {option}, {dir.file("inc")});
+        }
+        {
+            InFolder in(dir.file("b"));
+            from_b = compile(cache, kQuoted, {option}, {dir.file("inc")});
+        }
+        expect_name(from_a, 5);
+        expect_name(from_b, 5);
+        EXPECT_NE(from_a.cubin, from_b.cubin);
+        const std::string cubin = read_file(from_b.cubin);
+        EXPECT_NE(cubin.find(dir.file("b")), std::string::npos) << "the cubin does not name its folder";
+    }
 }
 
 // A header in the working directory shadows one under include_paths for a quoted include:
@@ -562,3 +685,4 @@ TEST(Headers, RevertingAnEditHitsTheEarlierCubin) {
     kjit_batch_result_release(result);
     EXPECT_EQ(stats().nvrtc_compiles, before.nvrtc_compiles);
 }
+
