@@ -44,7 +44,8 @@ store::cache_entry::Manifest new_manifest(const key::Request &request, const std
     m.name = name;
     m.arch = request.arch;
     m.nvrtc = request.nvrtc_identity;
-    m.options = request.nvrtc_options;
+    // As keyed: a path that only names an output file is another process's as well.
+    for (const std::string &o : request.nvrtc_options) m.options.push_back(compile::compiler::keyed_option(o));
     m.include_paths = request.include_paths;
     for (const auto &h : request.headers) m.headers.push_back(h.first);
     m.name_expression = request.name_expression;
@@ -138,6 +139,7 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
         // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
         // record that spares the next processes loading it (once per folder).
         compile::nvrtc_probe::record(keyed.request.cache_dir);
+        compile::compiler::create_output_files_of_hit(keyed.request.nvrtc_options, keyed.request.program_name);
         return found;
     }
     counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);

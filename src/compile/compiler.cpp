@@ -2,8 +2,13 @@
 
 #include "compile/nvrtc_library.hpp"
 #include "util/fork_guard.hpp"
+#include "util/log.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -161,6 +166,57 @@ std::optional<std::pair<PchKind, std::size_t>> pch_option(const std::string &o) 
 }
 
 }  // namespace
+
+namespace {
+
+// The spellings of the options that only name an output file, and what NVRTC writes there.
+struct OutputFileOption {
+    std::string_view prefix;
+    std::string_view keyed;  // both spellings key alike
+    bool trace;              // a JSON trace in <value>.json; else a CSV appended to <value>
+};
+constexpr OutputFileOption kOutputFileOptions[] = {{"-time=", "-time=<file>", false},
+                                                   {"--time=", "-time=<file>", false},
+                                                   {"-fdevice-time-trace=", "-fdevice-time-trace=<file>", true},
+                                                   {"--fdevice-time-trace=", "-fdevice-time-trace=<file>", true}};
+
+const OutputFileOption *output_file_option(const std::string &option) {
+    for (const OutputFileOption &o : kOutputFileOptions) {
+        if (option.size() > o.prefix.size() && option.compare(0, o.prefix.size(), o.prefix) == 0) return &o;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+std::string keyed_option(const std::string &option) {
+    const OutputFileOption *o = output_file_option(option);
+    return o ? std::string(o->keyed) : option;
+}
+
+void create_output_files_of_hit(const std::vector<std::string> &options, const std::string &program_name) {
+    for (const std::string &option : options) {
+        const OutputFileOption *o = output_file_option(option);
+        if (!o) continue;
+        std::string path = option.substr(o->prefix.size());
+        if (!o->trace && path == "-") continue;  // standard output: nothing was timed
+        if (o->trace)
+            path = (path == "-" ? (program_name.empty() ? std::string("source.cu") : program_name) : path) + ".json";
+        // O_EXCL: created here or left alone, never truncated (a compile's rows stay).
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            if (errno != EEXIST)
+                log().debug("cannot create '{}' named by NVRTC option '{}': {}", path, option, std::strerror(errno));
+            continue;
+        }
+        const std::string_view start = o->trace ? std::string_view("{\"traceEvents\":[]}\n")
+                                                : std::string_view("File name, phase name, metric, unit\n");
+        if (::write(fd, start.data(), start.size()) != static_cast<ssize_t>(start.size())) {
+            log().debug("cannot write '{}' named by NVRTC option '{}': {}", path, option, std::strerror(errno));
+        }
+        ::close(fd);
+    }
+}
 
 Result<PchOptions> take_pch_options(const std::vector<std::string> &options) {
     PchOptions out;

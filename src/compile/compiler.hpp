@@ -62,6 +62,21 @@ struct PchOptions {
 // log. The values of other options that take one as a separate string (-D, -I, -std, ...) are
 // never read as options.
 Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
+// NVRTC options that only name a file NVRTC writes (measured with NVRTC 13): -time=FILE and
+// --time=FILE (phase times as CSV rows, appended; "-": standard output) and
+// -fdevice-time-trace=FILE and --fdevice-time-trace=FILE (a Chrome trace written to FILE.json;
+// "-": <program name>.json). The path does not change the cubin: a per-process file must not
+// split the key. `option` as the key (and the manifest) sees it: such an option with its path
+// left out, either spelling as one ("-time=<file>"); any other option as given.
+std::string keyed_option(const std::string &option);
+
+// After a hit, which ran no NVRTC: each file those options in `options` name that does not exist
+// yet is created as NVRTC starts it (the CSV's header line; a trace without events), so that
+// what reads it finds it; an existing file is left as it is (NVRTC appends to the CSV).
+// `program_name`: the program's name ("" for the default), which names the trace of "-". Best
+// effort: a file that cannot be written is said in the debug log. Thread safe.
+void create_output_files_of_hit(const std::vector<std::string> &options, const std::string &program_name);
+
 // How long fork() waits for compiles in flight: 120 s unless set (for tests).
 std::chrono::milliseconds fork_wait();
 void set_fork_wait(std::chrono::milliseconds wait);

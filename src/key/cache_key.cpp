@@ -155,7 +155,7 @@ std::string key_of(const Request &r) {
         field(state, "header.source", h.second);
     }
     field(state, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    for (const auto &o : r.nvrtc_options) field(state, "option", compile::compiler::keyed_option(o));
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
     // Empty unless the cubin itself may name it (keyed_working_dir). What is looked up relative
@@ -175,7 +175,7 @@ std::string pch_texts(const Request &r) {
     field(state, "kjit-pch-texts", std::to_string(kFormatVersion));
     field(state, "arch", r.arch);
     field(state, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(state, "option", o);
+    for (const auto &o : r.nvrtc_options) field(state, "option", compile::compiler::keyed_option(o));
     field(state, "pch_options", std::to_string(r.pch_options.size()));
     for (const auto &o : r.pch_options) field(state, "pch_option", o);
     field(state, "include_paths", std::to_string(r.include_paths.size()));

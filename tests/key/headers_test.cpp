@@ -686,3 +686,39 @@ TEST(Headers, RevertingAnEditHitsTheEarlierCubin) {
     EXPECT_EQ(stats().nvrtc_compiles, before.nvrtc_compiles);
 }
 
+// Issue 35 item 4: options that only name a file NVRTC writes key by their presence, not their
+// path. Two processes' per-process -time files share one entry; the compile writes its file,
+// and a hit creates its own as NVRTC starts one (the CSV's header), never truncating one that
+// is there; the same for --fdevice-time-trace (FILE.json). Without the option: another entry.
+TEST(Headers, OutputFileOptionsKeyByPresenceNotPath) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    const auto lines = [](const std::string &path) {
+        const std::string text = read_file(path);
+        return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+    };
+    const kjit_stats start = stats();
+    const Answer first = compile(cache, kNoInclude, {"-DCFG=1", "-time=" + dir.file("a.csv")});
+    expect_name(first, 1);
+    EXPECT_GT(lines(dir.file("a.csv")), 1u) << "the compile did not write its phase times";
+    const Answer second = compile(cache, kNoInclude, {"-DCFG=1", "-time=" + dir.file("b.csv")});
+    EXPECT_EQ(second.cubin, first.cubin);
+    EXPECT_EQ(stats().compile_misses, start.compile_misses + 1) << "the path split the key";
+    EXPECT_EQ(read_file(dir.file("b.csv")), "File name, phase name, metric, unit\n");
+    write_file(dir.file("c.csv"), "kept\n");
+    EXPECT_EQ(compile(cache, kNoInclude, {"-DCFG=1", "--time=" + dir.file("c.csv")}).status, KJIT_OK);
+    EXPECT_EQ(read_file(dir.file("c.csv")), "kept\n");
+
+    const Answer traced = compile(cache, kNoInclude, {"-DCFG=1", "--fdevice-time-trace=" + dir.file("t1")});
+    expect_name(traced, 1);
+    EXPECT_NE(read_file(dir.file("t1.json")).find("\"traceEvents\""), std::string::npos);
+    const kjit_stats before_trace_hit = stats();
+    const Answer trace_hit = compile(cache, kNoInclude, {"-DCFG=1", "--fdevice-time-trace=" + dir.file("t2")});
+    EXPECT_EQ(trace_hit.cubin, traced.cubin);
+    EXPECT_EQ(stats().compile_misses, before_trace_hit.compile_misses);
+    EXPECT_NE(read_file(dir.file("t2.json")).find("\"traceEvents\""), std::string::npos);
+
+    const Answer plain = compile(cache, kNoInclude, {"-DCFG=1"});
+    expect_name(plain, 1);
+    EXPECT_NE(plain.cubin, first.cubin) << "the option's presence is not in the key";
+}
