@@ -61,7 +61,8 @@ import sys
 import threading
 import weakref
 
-from . import _abi, _convert, _launch, _progress, _signals
+from . import _abi, _convert, _launch, _prepared, _progress, _signals
+from ._prepared import Compiled, Prepared
 from ._abi import CacheProblem, Status
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
@@ -88,7 +89,7 @@ __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem",
+    "resolve_name", "compile", "compile_named", "Compiled", "prepare", "Prepared", "compile_batch", "BatchItem",
     "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
@@ -126,8 +127,6 @@ WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
 SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
-# Bound here: compile's hot path looks it up per argument.
-_PLAIN_TYPES = _convert.PLAIN_TYPES
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage", "filename")
@@ -135,15 +134,6 @@ _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "hea
 
 # --------------------------------------------------------------------------------------------
 # Results
-
-class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
-    """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
-    mangled name in it (both str)."""
-
-    __slots__ = ()
-    cubin_path: str
-    name: str
-
 
 class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
     """One item of :meth:`Library.compile_batch`: ``status`` (a :class:`Status`), ``cubin_path``
@@ -245,18 +235,29 @@ class Library:
     # First buffer sizes for out strings; a longer result is retried with the reported length.
     name_buffer_size = 512
     path_buffer_size = 512
-    # Compile options encoded once per distinct set of keyword arguments (libkjit only reads
-    # them), so a hit does not build the C struct again; emptied when it holds this many.
-    _OPTIONS_MEMO_MAX = 256
+    # The plain calls' prepared requests (kjit._prepared.Memo): emptied when it holds this many,
+    # or sources of this many bytes.
+    _MEMO_MAX_ENTRIES = 256
+    _MEMO_MAX_BYTES = 64 << 20
 
     def __init__(self, path: Optional[PathLike] = None) -> None:
         cdll, self.path = _open_cdll(path)
         _nvrtc_from_wheel()
-        self._options_memo: Dict[Any, Tuple[_abi.CompileOptions, List[Any]]] = {}
+        self._memo = _prepared.Memo(self._MEMO_MAX_ENTRIES, self._MEMO_MAX_BYTES)
+        self._requests = self._memo.requests  # the same dict, for the look-up of a repeat
         self._fn, missing = _abi.bind(cdll)
         if missing:
             raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
+
+    def _untyped(self, function: str) -> Any:
+        """A function object of its own for ``function``, with no argtypes (None if the library
+        lacks it): for prepared requests, whose arguments are ctypes objects already, so ctypes
+        has nothing to convert on each call. kjit_status is the default restype, int."""
+        try:
+            return self._cdll[function]
+        except AttributeError:
+            return None
 
     def __repr__(self) -> str:
         return f"<kjit.Library {self.path!r} {self.version_string()}>"
@@ -344,77 +345,43 @@ class Library:
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
-        src = _text_bytes(source, "source", allow_bytes=True)
-        kw = _text_bytes(keyword, "keyword")
-        opts = self._options_for(cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                                 include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                 max_cache_size=max_cache_size, remote_storage=remote_storage,
-                                 filename=filename)
-        path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
-        return os.fsdecode(path)
-
-    def _options_for(self, cache_dir: Any = None, arch: Any = None, nvrtc_options: Any = (), include_paths: Any = (),
-                     headers: Any = None, name_expression: Any = None, max_cache_size: Any = None,
-                     remote_storage: Any = None, filename: Any = None) -> _abi.CompileOptions:
-        """The CompileOptions for compile's keyword arguments: made once per distinct set and
-        kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
-        tuples of them) are the key as they are; lists, mappings and paths are frozen first;
-        what cannot be frozen (a generator, say) is encoded anew each time."""
-        key: Any = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
-                    remote_storage, filename)
-        try:
-            if not all(type(v) in _PLAIN_TYPES for v in key):
-                key = tuple(_convert.frozen(v) for v in key)
-            made = self._options_memo.get(key)
-        except TypeError:
-            key, made = None, None
-        if made is not None:
-            return made[0]
-        keep: List[Any] = []  # everything the struct points at, alive as long as the struct is used
-        opts = _convert.compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                                        include_paths=include_paths, headers=headers,
-                                        name_expression=name_expression, max_cache_size=max_cache_size,
-                                        remote_storage=remote_storage, filename=filename)
-        if key is not None:
-            if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
-                self._options_memo.clear()
-            self._options_memo[key] = (opts, keep)
-        return opts
+        options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
+                   "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
+                   "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename}
+        return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
         """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
         name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
         :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
         :meth:`compile`. With an older libkjit, it calls those two."""
-        fn = self._fn.get("kjit_compile_named")
-        if fn is None:
-            path = self.compile(source, keyword, **options)
-            return Compiled(path, self.resolve_name(path, keyword))
-        src, kw, opts = self._compile_arguments("compile_named", source, keyword, options)
-        path_size, name_size = self.path_buffer_size, 256
-        status = 0  # KJIT_OK, for the type checker: the loop sets it
-        for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
-            path_buf, name_buf = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
-            path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            status = fn(src, kw, ctypes.byref(opts), path_buf, path_size, ctypes.byref(path_len), name_buf, name_size,
-                        ctypes.byref(name_len))
-            if status == Status.OK:
-                return Compiled(os.fsdecode(path_buf.raw[:path_len.value]),
-                                name_buf.raw[:name_len.value].decode("ascii"))
-            if status != Status.ERROR_BUFFER_TOO_SMALL:
-                raise self._error(status, "kjit_compile_named")
-            path_size, name_size = max(path_len.value + 1, path_size), max(name_len.value + 1, name_size)
-        raise self._error(status, "kjit_compile_named")
+        return self._request("compile_named", source, keyword, options).compile_named()
 
-    def _compile_arguments(self, method: str, source: Union[str, bytes], keyword: str,
-                           options: Mapping[str, Any]) -> Tuple[bytes, bytes, _abi.CompileOptions]:
-        """(source, keyword, options struct) for the C call of ``method``, which takes
-        :meth:`compile`'s keyword arguments as ``**options``. TypeError for an unknown one."""
+    def prepare(self, source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+        """A :class:`Prepared` request: :meth:`compile`'s arguments checked and encoded once,
+        whose ``compile_named()``, ``compile()`` and ``compile_and_load()`` each make one C call
+        (libkjit still proves the entry unchanged on every call). Raises what :meth:`compile`
+        raises for bad Python arguments (TypeError, ValueError); libkjit's errors come from the
+        calls."""
+        self._check_keywords("prepare", options)
+        return Prepared(self, source, keyword, options)
+
+    def _request(self, method: str, source: Union[str, bytes], keyword: str, options: Mapping[str, Any]) -> Prepared:
+        """The prepared request of a plain call (compile, compile_named, compile_and_load): a
+        repeat with plain arguments (str, bytes, None, tuples of them) finds it by one look-up
+        of the arguments as given; others are frozen first (kjit._prepared.Memo)."""
+        try:
+            return self._requests[(source, keyword, *options.items())]
+        except (KeyError, TypeError):  # not kept yet, or a list, a mapping, ... among them
+            pass
+        self._check_keywords(method, options)
+        return self._memo.prepare(self, source, keyword, options)
+
+    @staticmethod
+    def _check_keywords(method: str, options: Mapping[str, Any]) -> None:
         for name in options:
             if name not in _COMPILE_KEYWORDS:
                 raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
-        return (_text_bytes(source, "source", allow_bytes=True), _text_bytes(keyword, "keyword"),
-                self._options_for(**options))
 
     def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
                       pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
@@ -709,15 +676,7 @@ class Library:
         library (while a Kernel of it is alive). Same keyword arguments as :meth:`compile`;
         raises what :meth:`compile` and :meth:`load_cached` raise. With an older libkjit, it
         calls those two."""
-        fn = self._fn.get("kjit_compile_and_load")
-        if fn is None:
-            return self.load_cached(self.compile(source, keyword, **options), keyword)
-        src, kw, opts = self._compile_arguments("compile_and_load", source, keyword, options)
-        handle = ctypes.c_void_p()
-        status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
-        if status != Status.OK:
-            raise self._error(status, "kjit_compile_and_load")
-        return Kernel(self, handle.value)
+        return self._request("compile_and_load", source, keyword, options).compile_and_load()
 
 
 def _batch_requests(requests: Iterable[Any], options: Mapping[str, Any],
@@ -1017,7 +976,12 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
-    return _lib().compile_named(source, keyword, **options)
+    return (_default or _lib())._request("compile_named", source, keyword, options).compile_named()
+
+
+def prepare(source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+    """See :meth:`Library.prepare`; returns a :class:`Prepared`."""
+    return _lib().prepare(source, keyword, **options)
 
 
 def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = None, pch: int = PCH_DEFAULT,
@@ -1077,6 +1041,6 @@ def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
 # The public classes defined in the private modules read as kjit's, as they did when this
 # package was one module (in reprs, tracebacks and pickles).
 for _public in (Status, CacheProblem, KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
-                KjitIOError, CompileError, DriverError):
+                KjitIOError, CompileError, DriverError, Compiled, Prepared):
     _public.__module__ = __name__
 del _public

@@ -915,11 +915,15 @@ def test_compile_and_load_in_one_call(tmp_path):
 def test_compile_options_are_encoded_once_per_distinct_set(tmp_path):
     lib = kjit._lib()
     options = ["-DX=1"]
-    first = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
-    assert lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=["-DX=1"]) is first
+
+    def request(**changes):
+        return lib._request("compile", "src", "gemm", {"cache_dir": str(tmp_path), "arch": "sm_90",
+                                                       "nvrtc_options": options, **changes})
+    first = request()
+    assert request() is first and request(nvrtc_options=("-DX=1",)) is first
     options.append("-DY=2")  # the same list, changed: another struct
-    second = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
-    assert second is not first and second.nvrtc_option_count == 2
+    second = request()
+    assert second is not first and second._keep[2].nvrtc_option_count == 2
     # Through compile: a mapping of headers changed between calls compiles its new text.
     src = '#include "v.h"\n__global__ void gemm(float *p) { p[0] = V; }\n'
     headers = {"v.h": "#define V 1\n"}
