@@ -181,14 +181,14 @@ class Prepared:
 _FROZEN = object()
 
 
-def _plain(value: object) -> bool:
+def plain(value: object) -> bool:
     """True for an argument that is its own key: its equal values are the ones that encode the
     same, and it cannot change. str, bytes, None and tuples of those; not numbers (1 == 1.0,
     though 1.0 is refused as a size) nor anything mutable or user-defined."""
     kind = type(value)
     if kind is str or kind is bytes or value is None:
         return True
-    return kind is tuple and all(_plain(v) for v in value)  # type: ignore[attr-defined]
+    return kind is tuple and all(plain(v) for v in value)  # type: ignore[attr-defined]
 
 
 def frozen_key(source: object, keyword: object, options: Mapping[str, Any]) -> Any:
@@ -222,7 +222,7 @@ class Memo:
             prepared = Prepared(library, source, keyword, options)
             if key is not None:
                 self._keep(key, prepared)
-        if _plain(source) and _plain(keyword) and all(_plain(v) for v in options.values()):
+        if plain(source) and plain(keyword) and all(plain(v) for v in options.values()):
             self._keep((source, keyword, *options.items()), prepared)
         return prepared
 
