@@ -9,11 +9,16 @@ The package
 -----------
 ``kjit`` (this module) is the API: :class:`Library`, :class:`Kernel`, the errors, the results
 and the module-level functions. Its private modules: ``_abi`` (the mirror of the three
-headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_launch``
+headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_enums``
+(its two enum classes, :class:`Status` and :class:`CacheProblem`), ``_prepared`` (prepared
+requests, :class:`Compiled`, and the memo that makes a repeated call one C call), ``_launch``
 (:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_results`` (the
-dataclasses of stats and cache results, re-exported here), ``_progress`` (compile_batch's
-progress bar), ``_convert`` (Python arguments to C), ``_errors`` (the exceptions, re-exported
-here) and ``_signals`` (Ctrl-C during a batch).
+dataclasses of stats and cache results, re-exported here), ``_batch`` (:class:`BatchItem`),
+``_progress`` (compile_batch's progress bar), ``_convert`` (Python arguments to C),
+``_errors`` (the exceptions, re-exported here) and ``_signals`` (Ctrl-C during a batch).
+``import kjit`` imports ctypes, ``_abi``, ``_convert``, ``_errors`` and ``_prepared``: what a
+compile and its hits need. The rest, and the standard modules they need (enum, collections,
+threading, signal, dataclasses), come with their first use.
 
 Finding libkjit.so
 ------------------
@@ -54,16 +59,13 @@ per thread by the library and read right after the failing call, on the same thr
 
 from __future__ import annotations
 
-import collections
+import _thread
 import ctypes
 import os
 import sys
-import threading
-import weakref
 
-from . import _abi, _convert, _launch, _prepared, _progress, _signals
+from . import _abi, _convert, _prepared
 from ._prepared import Compiled, Prepared
-from ._abi import CacheProblem, Status
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
 from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
@@ -76,7 +78,10 @@ if TYPE_CHECKING:
     import datetime
     from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+    from . import _launch
+    from ._batch import BatchItem
     from ._convert import Headers, PathLike
+    from ._enums import CacheProblem, Status
     from ._results import (ArchUsage, CacheStats, Problem, PruneReport, RemoteDescription, RemoteServer, Stats,
                            VerifyReport)
 
@@ -97,22 +102,26 @@ __all__ = [
     "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
 ]
 
-# The results in kjit._results, imported at their first use (see there): by __getattr__ below
-# for kjit.<name>, by the functions that return them.
+# What is imported at its first use, by __getattr__ below for kjit.<name> and by the functions
+# that need it: the results in kjit._results (see there), BatchItem, and the enum classes
+# (importing enum, or collections for a namedtuple, would cost more than ctypes, and a hit
+# needs none of them).
 _RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
             "RemoteServer")
+_LATER = {"Status": "_enums", "CacheProblem": "_enums", "BatchItem": "_batch", **{n: "_results" for n in _RESULTS}}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RESULTS:
-        from . import _results
+    module = _LATER.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(_results, name)
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_RESULTS))
+    return sorted(set(globals()) | set(_LATER))
 
 
 # kjit_pch_mode
@@ -127,44 +136,12 @@ WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
 SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
+# kjit_status values compared on every call, as plain ints (kjit.Status is imported later).
+_OK = 0  # KJIT_OK
+_TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage", "filename")
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-
-class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
-    """One item of :meth:`Library.compile_batch`: ``status`` (a :class:`Status`), ``cubin_path``
-    (str, None unless OK) and ``error`` (the text kjit_last_error() would give for it: the NVRTC
-    log of a compile error; "" when OK). ``ok`` is True on success. ``kernel_name`` is the
-    kernel's mangled name in the cubin (None unless OK; from libkjit 0.5 on, else None): an
-    attribute, not a fourth field, so ``status, path, error = item`` still works."""
-
-    status: Union[Status, int]
-    cubin_path: Optional[str]
-    error: str
-    kernel_name: Optional[str]
-
-    def __new__(cls, status: Union[Status, int], cubin_path: Optional[str], error: str,
-                kernel_name: Optional[str] = None) -> BatchItem:
-        self = super().__new__(cls, status, cubin_path, error)
-        self.kernel_name = kernel_name
-        return self
-
-    @property
-    def ok(self) -> bool:
-        """True when the item succeeded."""
-        return self.status == Status.OK
-
-
-def _status(value: int) -> Union[Status, int]:
-    """A status code as a Status where this package knows it."""
-    try:
-        return Status(value)
-    except ValueError:
-        return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,9 +260,9 @@ class Library:
         for _ in range(4):  # the needed length only changes if the file is replaced meanwhile
             buf, length = ctypes.create_string_buffer(size), ctypes.c_size_t(0)
             status = fn(*args, buf, size, ctypes.byref(length))
-            if status == Status.OK:
+            if status == _OK:
                 return buf.raw[:length.value]
-            if status != Status.ERROR_BUFFER_TOO_SMALL:
+            if status != _TOO_SMALL:
                 raise self._error(status, function)
             size = max(length.value + 1, size * 2)
         raise self._error(status, function)
@@ -433,7 +410,9 @@ class Library:
         batch = _batch_options(workers, pch, worker_kind)
         if progress is not True:
             return self._run_batch(fn, structs, batch, progress or None)
-        bar = _progress.Bar(len(structs))
+        from ._progress import Bar
+
+        bar = Bar(len(structs))
         try:
             return self._run_batch(fn, structs, batch, bar)
         finally:
@@ -448,8 +427,13 @@ class Library:
         exception cancels the batch (the user's callback is not called again) and is raised
         once kjit_compile_batch has returned; the items that finished are published in the
         cache all the same."""
+        import threading
+
+        from ._batch import status_of
+        from ._signals import gate as main_gate
+
         raised: List[BaseException] = []
-        gate = _signals.gate if threading.current_thread() is threading.main_thread() else None
+        gate = main_gate if threading.current_thread() is threading.main_thread() else None
 
         def on_item(_user: Any, done: int, total: int, index: int, status: int, path: Optional[bytes]) -> int:
             # A handler that runs here, before the try, is the gate's, which only records.
@@ -463,7 +447,7 @@ class Library:
                 elif progress is None:
                     decision = 0
                 else:
-                    cancel = progress(done, total, index, _status(status), os.fsdecode(path) if path else None)
+                    cancel = progress(done, total, index, status_of(status), os.fsdecode(path) if path else None)
                     decision = 1 if cancel else 0
                 if gate is not None:
                     gate.armed = False
@@ -493,6 +477,8 @@ class Library:
 
     def _batch_items(self, result: ctypes.c_void_p) -> List[BatchItem]:
         """The BatchItems of a kjit_batch_result, which it releases."""
+        from ._batch import BatchItem, status_of
+
         f = self._fn
         name_of = f.get("kjit_batch_result_kernel_name")
         try:
@@ -501,7 +487,7 @@ class Library:
                 path = f["kjit_batch_result_cubin_path"](result, i)
                 error = f["kjit_batch_result_error"](result, i) or b""
                 name = name_of(result, i) if name_of is not None else None
-                items.append(BatchItem(_status(f["kjit_batch_result_status"](result, i)),
+                items.append(BatchItem(status_of(f["kjit_batch_result_status"](result, i)),
                                        os.fsdecode(path) if path else None, error.decode("utf-8", "replace"),
                                        name.decode("ascii") if name else None))
         finally:
@@ -521,7 +507,7 @@ class Library:
         if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
             out.struct_size = _abi.offset_of(_abi.Stats, "remote_hits")
         status = fn(ctypes.byref(out))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_get_stats")
         names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
                  (_abi.STATS_REMOTE if with_remote else ()))
@@ -570,7 +556,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         out, arches = _abi.CacheSummary(), ctypes.c_void_p()
         status = fn(os.fsencode(folder), ctypes.byref(out), ctypes.byref(arches))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_summarize")
         f = self._fn
         try:
@@ -603,7 +589,7 @@ class Library:
         fn = self._needs("kjit_cache_prune", "0.4")
         options = _abi.PruneOptions()
         status = self._fn["kjit_prune_options_init"](ctypes.byref(options), ctypes.sizeof(options))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_prune_options_init")
         if max_size is not None:
             options.max_size = _prune_max_size(max_size)
@@ -612,7 +598,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(options), ctypes.byref(report))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_prune")
         return self._prune_report(folder, report)
 
@@ -623,7 +609,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(report))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_clear")
         return self._prune_report(folder, report)
 
@@ -634,11 +620,12 @@ class Library:
         Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_verify", "0.4")
         from . import _results
+        from ._enums import CacheProblem
 
         folder = self.cache_dir(cache_dir)
         handle = ctypes.c_void_p()
         status = fn(os.fsencode(folder), 1 if fix else 0, ctypes.byref(handle))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_verify")
         f = self._fn
         try:
@@ -665,7 +652,7 @@ class Library:
         args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
         handle = ctypes.c_void_p()
         status = self._fn["kjit_load_cached"](*args, ctypes.byref(handle))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_load_cached")
         return Kernel(self, handle.value)
 
@@ -772,7 +759,7 @@ class Kernel:
         if not handle:
             raise ValueError("NULL kjit_kernel handle")
         self._library, self._fn = library, library._fn  # keep the CDLL alive, also at exit
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._handle: Optional[int] = handle
         self._name: str = self._fn["kjit_kernel_name"](handle).decode("utf-8", "replace")
         self._cubin_path: str = os.fsdecode(self._fn["kjit_kernel_cubin_path"](handle))
@@ -835,6 +822,8 @@ class Kernel:
         Raises :class:`DriverError` with the driver's error name when the launch fails, and
         ValueError after :meth:`release`. The launch is asynchronous, as in C.
         """
+        from . import _launch
+
         grid3, block3 = _launch.dims(grid, "grid"), _launch.dims(block, "block")
         shared = _launch.shared_bytes(shared_mem)
         handle = _launch.stream_handle(stream)
@@ -863,6 +852,8 @@ class Kernel:
         try:
             core._kjit_kernel = self
         except AttributeError:  # a class with no __dict__ (cuda.core's is a cdef class): beside it
+            import weakref
+
             weakref.finalize(core, _forget_core, id(core))
             _CORE_OWNERS[id(core)] = self
         return core
@@ -877,7 +868,7 @@ class Kernel:
         Raises DriverError without a current context."""
         out = ctypes.c_void_p()
         status = self._fn["kjit_kernel_cufunction"](self._live(), ctypes.byref(out))
-        if status != Status.OK:
+        if status != _OK:
             raise self._library._error(status, "kjit_kernel_cufunction")
         return out.value or 0
 
@@ -914,7 +905,7 @@ class Kernel:
 # Module-level functions on a default Library, loaded on first use
 
 _default: Optional[Library] = None
-_default_lock = threading.Lock()
+_default_lock = _thread.allocate_lock()
 
 
 def load_library(path: Optional[PathLike] = None) -> Library:
@@ -1040,7 +1031,7 @@ def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
 
 # The public classes defined in the private modules read as kjit's, as they did when this
 # package was one module (in reprs, tracebacks and pickles).
-for _public in (Status, CacheProblem, KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
+for _public in (KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
                 KjitIOError, CompileError, DriverError, Compiled, Prepared):
     _public.__module__ = __name__
 del _public

@@ -17,7 +17,6 @@ repeated call finds its request with one dictionary look-up (see ``Library._requ
 from __future__ import annotations
 
 import _thread
-import collections
 import ctypes
 import os
 
@@ -26,7 +25,7 @@ from . import _abi, _convert
 # For type checkers only, as in _abi.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+    from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
     from . import Kernel, Library
 
@@ -34,13 +33,51 @@ _OK = 0  # Status.OK, as a plain int: compared on every call
 _TOO_SMALL = 10  # Status.ERROR_BUFFER_TOO_SMALL
 
 
-class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
-    """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
-    mangled name in it (both str)."""
+if TYPE_CHECKING:
+    class Compiled(NamedTuple):
+        """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
+        mangled name in it (both str)."""
 
-    __slots__ = ()
-    cubin_path: str
-    name: str
+        cubin_path: str
+        name: str
+else:
+    class Compiled(tuple):
+        """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
+        mangled name in it (both str). A named tuple, written out: collections.namedtuple
+        would import collections, which costs more than the rest of ``import kjit``."""
+
+        __slots__ = ()
+        _fields = ("cubin_path", "name")
+
+        def __new__(cls, cubin_path: str, name: str) -> Compiled:
+            return tuple.__new__(cls, (cubin_path, name))
+
+        @property
+        def cubin_path(self) -> str:
+            """The cached cubin's absolute path."""
+            return self[0]
+
+        @property
+        def name(self) -> str:
+            """The kernel's mangled name in the cubin."""
+            return self[1]
+
+        def __repr__(self) -> str:
+            return f"Compiled(cubin_path={self[0]!r}, name={self[1]!r})"
+
+        def __getnewargs__(self) -> Tuple[str, str]:  # pickle and copy make it with __new__
+            return (self[0], self[1])
+
+        def _asdict(self) -> Dict[str, str]:
+            return {"cubin_path": self[0], "name": self[1]}
+
+        def _replace(self, **changes: str) -> Compiled:
+            fields = self._asdict()
+            for field in changes:
+                if field not in fields:
+                    raise ValueError(f"Got unexpected field names: {[field]!r}")
+            fields.update(changes)
+            return Compiled(**fields)
 
 
 class Prepared:
