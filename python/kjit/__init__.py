@@ -967,7 +967,12 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
-    return (_default or _lib())._request("compile_named", source, keyword, options).compile_named()
+    lib = _default or _lib()
+    try:  # Library._request's look-up, inline: a repeat is this and one C call
+        prepared = lib._requests[(source, keyword, *options.items())]
+    except (KeyError, TypeError):
+        prepared = lib._request("compile_named", source, keyword, options)
+    return prepared.compile_named()
 
 
 def prepare(source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
