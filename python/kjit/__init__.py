@@ -226,15 +226,22 @@ class Library:
         if missing:
             raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
+        self._untyped_fns: Dict[str, Any] = {}
 
     def _untyped(self, function: str) -> Any:
         """A function object of its own for ``function``, with no argtypes (None if the library
-        lacks it): for prepared requests, whose arguments are ctypes objects already, so ctypes
-        has nothing to convert on each call. kjit_status is the default restype, int."""
+        lacks it), shared by the prepared requests: their arguments are ctypes objects already,
+        so ctypes has nothing to convert on each call. kjit_status is the default restype, int."""
         try:
-            return self._cdll[function]
+            return self._untyped_fns[function]
+        except KeyError:
+            pass
+        try:
+            fn = self._cdll[function]  # a new object: the declared one keeps its argtypes
         except AttributeError:
-            return None
+            fn = None
+        self._untyped_fns[function] = fn
+        return fn
 
     def __repr__(self) -> str:
         return f"<kjit.Library {self.path!r} {self.version_string()}>"

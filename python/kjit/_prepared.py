@@ -126,7 +126,7 @@ class Prepared:
         """:meth:`Library.compile_named` of this request: a :class:`Compiled` (cubin_path, name)."""
         lock = self._lock
         if not lock.acquire(False):  # another thread is in a call: its buffers are busy
-            return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
+            return self._unshared_named()
         try:
             named = self._named
             if named is None:  # libkjit before 0.5: two calls
@@ -146,6 +146,21 @@ class Prepared:
             raise self.library._error(status, "kjit_compile_named")
         finally:
             lock.release()
+
+    def _unshared_named(self) -> Compiled:
+        """compile_named with out buffers of its own, for a thread that found this request's
+        busy (libkjit only reads the rest, from any number of threads)."""
+        if self._named is None:
+            return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
+        path, name = ctypes.create_string_buffer(len(self._path)), ctypes.create_string_buffer(len(self._name))
+        src, kw, opts, _ = self._keep
+        status = self._named(src, kw, ctypes.byref(opts), path, ctypes.c_size_t(len(path)), None, name,
+                             ctypes.c_size_t(len(name)), None)
+        if status == _OK:
+            return Compiled(os.fsdecode(path.value), name.value.decode("ascii"))
+        if status == _TOO_SMALL:  # rare: a request of its own grows its buffers
+            return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
+        raise self.library._error(status, "kjit_compile_named")
 
     def compile(self) -> str:
         """:meth:`Library.compile` of this request: the cubin's path (str)."""

@@ -191,6 +191,21 @@ def test_threads_share_a_prepared_request(tree):
     assert not errors and len(results) == 1200 and set(results) == {expected}
 
 
+def test_a_call_that_finds_the_buffers_busy_uses_its_own(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    expected = prepared.compile_named()
+    failing = kjit.prepare(SOURCE, "other", **_options(tree))
+    for request in (prepared, failing):
+        assert request._lock.acquire(False)  # as another thread in a call would hold it
+    try:
+        assert prepared.compile_named() == expected and prepared.compile() == expected.cubin_path
+        with pytest.raises(kjit.NotFound):
+            failing.compile_named()
+    finally:
+        prepared._lock.release()
+        failing._lock.release()
+
+
 def test_a_prepared_request_loads(tree):
     if not os.environ.get("KJIT_LIBCUDA"):
         pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
