@@ -9,11 +9,16 @@ The package
 -----------
 ``kjit`` (this module) is the API: :class:`Library`, :class:`Kernel`, the errors, the results
 and the module-level functions. Its private modules: ``_abi`` (the mirror of the three
-headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_launch``
+headers: enums, constants, structs, every function's ``argtypes``/``restype``), ``_enums``
+(its two enum classes, :class:`Status` and :class:`CacheProblem`), ``_prepared`` (prepared
+requests, :class:`Compiled`, and the memo that makes a repeated call one C call), ``_launch``
 (:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_results`` (the
-dataclasses of stats and cache results, re-exported here), ``_progress`` (compile_batch's
-progress bar), ``_convert`` (Python arguments to C), ``_errors`` (the exceptions, re-exported
-here) and ``_signals`` (Ctrl-C during a batch).
+dataclasses of stats and cache results, re-exported here), ``_batch`` (:class:`BatchItem`),
+``_progress`` (compile_batch's progress bar), ``_convert`` (Python arguments to C),
+``_errors`` (the exceptions, re-exported here) and ``_signals`` (Ctrl-C during a batch).
+``import kjit`` imports ctypes, ``_abi``, ``_convert``, ``_errors`` and ``_prepared``: what a
+compile and its hits need. The rest, and the standard modules they need (enum, collections,
+threading, signal, dataclasses), come with their first use.
 
 Finding libkjit.so
 ------------------
@@ -54,15 +59,13 @@ per thread by the library and read right after the failing call, on the same thr
 
 from __future__ import annotations
 
-import collections
+import _thread
 import ctypes
 import os
 import sys
-import threading
-import weakref
 
-from . import _abi, _convert, _launch, _progress, _signals
-from ._abi import CacheProblem, Status
+from . import _abi, _convert, _prepared
+from ._prepared import Compiled, Prepared
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
 from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
@@ -75,7 +78,10 @@ if TYPE_CHECKING:
     import datetime
     from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+    from . import _launch
+    from ._batch import BatchItem
     from ._convert import Headers, PathLike
+    from ._enums import CacheProblem, Status
     from ._results import (ArchUsage, CacheStats, Problem, PruneReport, RemoteDescription, RemoteServer, Stats,
                            VerifyReport)
 
@@ -88,7 +94,7 @@ __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
     "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
-    "resolve_name", "compile", "compile_named", "Compiled", "compile_batch", "BatchItem",
+    "resolve_name", "compile", "compile_named", "Compiled", "prepare", "Prepared", "compile_batch", "BatchItem",
     "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
@@ -96,22 +102,26 @@ __all__ = [
     "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
 ]
 
-# The results in kjit._results, imported at their first use (see there): by __getattr__ below
-# for kjit.<name>, by the functions that return them.
+# What is imported at its first use, by __getattr__ below for kjit.<name> and by the functions
+# that need it: the results in kjit._results (see there), BatchItem, and the enum classes
+# (importing enum, or collections for a namedtuple, would cost more than ctypes, and a hit
+# needs none of them).
 _RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
             "RemoteServer")
+_LATER = {"Status": "_enums", "CacheProblem": "_enums", "BatchItem": "_batch", **{n: "_results" for n in _RESULTS}}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RESULTS:
-        from . import _results
+    module = _LATER.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(_results, name)
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_RESULTS))
+    return sorted(set(globals()) | set(_LATER))
 
 
 # kjit_pch_mode
@@ -126,55 +136,12 @@ WORKERS_AUTOMATIC: int = _abi.WORKER_KINDS["AUTOMATIC"]
 # kjit_sidecar_rejection, in enum order (the index into kjit_stats.sidecar_rejections).
 SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECAR_REJECTIONS)
 
-# Bound here: compile's hot path looks it up per argument.
-_PLAIN_TYPES = _convert.PLAIN_TYPES
+# kjit_status values compared on every call, as plain ints (kjit.Status is imported later).
+_OK = 0  # KJIT_OK
+_TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage", "filename")
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-
-class Compiled(collections.namedtuple("Compiled", "cubin_path name")):
-    """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
-    mangled name in it (both str)."""
-
-    __slots__ = ()
-    cubin_path: str
-    name: str
-
-
-class BatchItem(collections.namedtuple("BatchItem", "status cubin_path error")):
-    """One item of :meth:`Library.compile_batch`: ``status`` (a :class:`Status`), ``cubin_path``
-    (str, None unless OK) and ``error`` (the text kjit_last_error() would give for it: the NVRTC
-    log of a compile error; "" when OK). ``ok`` is True on success. ``kernel_name`` is the
-    kernel's mangled name in the cubin (None unless OK; from libkjit 0.5 on, else None): an
-    attribute, not a fourth field, so ``status, path, error = item`` still works."""
-
-    status: Union[Status, int]
-    cubin_path: Optional[str]
-    error: str
-    kernel_name: Optional[str]
-
-    def __new__(cls, status: Union[Status, int], cubin_path: Optional[str], error: str,
-                kernel_name: Optional[str] = None) -> BatchItem:
-        self = super().__new__(cls, status, cubin_path, error)
-        self.kernel_name = kernel_name
-        return self
-
-    @property
-    def ok(self) -> bool:
-        """True when the item succeeded."""
-        return self.status == Status.OK
-
-
-def _status(value: int) -> Union[Status, int]:
-    """A status code as a Status where this package knows it."""
-    try:
-        return Status(value)
-    except ValueError:
-        return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,18 +212,36 @@ class Library:
     # First buffer sizes for out strings; a longer result is retried with the reported length.
     name_buffer_size = 512
     path_buffer_size = 512
-    # Compile options encoded once per distinct set of keyword arguments (libkjit only reads
-    # them), so a hit does not build the C struct again; emptied when it holds this many.
-    _OPTIONS_MEMO_MAX = 256
+    # The plain calls' prepared requests (kjit._prepared.Memo): emptied when it holds this many,
+    # or sources of this many bytes.
+    _MEMO_MAX_ENTRIES = 256
+    _MEMO_MAX_BYTES = 64 << 20
 
     def __init__(self, path: Optional[PathLike] = None) -> None:
         cdll, self.path = _open_cdll(path)
         _nvrtc_from_wheel()
-        self._options_memo: Dict[Any, Tuple[_abi.CompileOptions, List[Any]]] = {}
+        self._memo = _prepared.Memo(self._MEMO_MAX_ENTRIES, self._MEMO_MAX_BYTES)
+        self._requests = self._memo.requests  # the same dict, for the look-up of a repeat
         self._fn, missing = _abi.bind(cdll)
         if missing:
             raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
+        self._untyped_fns: Dict[str, Any] = {}
+
+    def _untyped(self, function: str) -> Any:
+        """A function object of its own for ``function``, with no argtypes (None if the library
+        lacks it), shared by the prepared requests: their arguments are ctypes objects already,
+        so ctypes has nothing to convert on each call. kjit_status is the default restype, int."""
+        try:
+            return self._untyped_fns[function]
+        except KeyError:
+            pass
+        try:
+            fn = self._cdll[function]  # a new object: the declared one keeps its argtypes
+        except AttributeError:
+            fn = None
+        self._untyped_fns[function] = fn
+        return fn
 
     def __repr__(self) -> str:
         return f"<kjit.Library {self.path!r} {self.version_string()}>"
@@ -282,9 +267,9 @@ class Library:
         for _ in range(4):  # the needed length only changes if the file is replaced meanwhile
             buf, length = ctypes.create_string_buffer(size), ctypes.c_size_t(0)
             status = fn(*args, buf, size, ctypes.byref(length))
-            if status == Status.OK:
+            if status == _OK:
                 return buf.raw[:length.value]
-            if status != Status.ERROR_BUFFER_TOO_SMALL:
+            if status != _TOO_SMALL:
                 raise self._error(status, function)
             size = max(length.value + 1, size * 2)
         raise self._error(status, function)
@@ -344,77 +329,43 @@ class Library:
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
-        src = _text_bytes(source, "source", allow_bytes=True)
-        kw = _text_bytes(keyword, "keyword")
-        opts = self._options_for(cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                                 include_paths=include_paths, headers=headers, name_expression=name_expression,
-                                 max_cache_size=max_cache_size, remote_storage=remote_storage,
-                                 filename=filename)
-        path = self._string_out("kjit_compile", (src, kw, ctypes.byref(opts)), self.path_buffer_size)
-        return os.fsdecode(path)
-
-    def _options_for(self, cache_dir: Any = None, arch: Any = None, nvrtc_options: Any = (), include_paths: Any = (),
-                     headers: Any = None, name_expression: Any = None, max_cache_size: Any = None,
-                     remote_storage: Any = None, filename: Any = None) -> _abi.CompileOptions:
-        """The CompileOptions for compile's keyword arguments: made once per distinct set and
-        kept, with what it points at, in a small memo. Plain values (str, bytes, numbers, None,
-        tuples of them) are the key as they are; lists, mappings and paths are frozen first;
-        what cannot be frozen (a generator, say) is encoded anew each time."""
-        key: Any = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
-                    remote_storage, filename)
-        try:
-            if not all(type(v) in _PLAIN_TYPES for v in key):
-                key = tuple(_convert.frozen(v) for v in key)
-            made = self._options_memo.get(key)
-        except TypeError:
-            key, made = None, None
-        if made is not None:
-            return made[0]
-        keep: List[Any] = []  # everything the struct points at, alive as long as the struct is used
-        opts = _convert.compile_options(keep, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
-                                        include_paths=include_paths, headers=headers,
-                                        name_expression=name_expression, max_cache_size=max_cache_size,
-                                        remote_storage=remote_storage, filename=filename)
-        if key is not None:
-            if len(self._options_memo) >= self._OPTIONS_MEMO_MAX:
-                self._options_memo.clear()
-            self._options_memo[key] = (opts, keep)
-        return opts
+        options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
+                   "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
+                   "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename}
+        return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
         """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
         name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
         :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
         :meth:`compile`. With an older libkjit, it calls those two."""
-        fn = self._fn.get("kjit_compile_named")
-        if fn is None:
-            path = self.compile(source, keyword, **options)
-            return Compiled(path, self.resolve_name(path, keyword))
-        src, kw, opts = self._compile_arguments("compile_named", source, keyword, options)
-        path_size, name_size = self.path_buffer_size, 256
-        status = 0  # KJIT_OK, for the type checker: the loop sets it
-        for _ in range(4):  # the lengths only change if the entry is replaced meanwhile
-            path_buf, name_buf = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
-            path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            status = fn(src, kw, ctypes.byref(opts), path_buf, path_size, ctypes.byref(path_len), name_buf, name_size,
-                        ctypes.byref(name_len))
-            if status == Status.OK:
-                return Compiled(os.fsdecode(path_buf.raw[:path_len.value]),
-                                name_buf.raw[:name_len.value].decode("ascii"))
-            if status != Status.ERROR_BUFFER_TOO_SMALL:
-                raise self._error(status, "kjit_compile_named")
-            path_size, name_size = max(path_len.value + 1, path_size), max(name_len.value + 1, name_size)
-        raise self._error(status, "kjit_compile_named")
+        return self._request("compile_named", source, keyword, options).compile_named()
 
-    def _compile_arguments(self, method: str, source: Union[str, bytes], keyword: str,
-                           options: Mapping[str, Any]) -> Tuple[bytes, bytes, _abi.CompileOptions]:
-        """(source, keyword, options struct) for the C call of ``method``, which takes
-        :meth:`compile`'s keyword arguments as ``**options``. TypeError for an unknown one."""
+    def prepare(self, source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+        """A :class:`Prepared` request: :meth:`compile`'s arguments checked and encoded once,
+        whose ``compile_named()``, ``compile()`` and ``compile_and_load()`` each make one C call
+        (libkjit still proves the entry unchanged on every call). Raises what :meth:`compile`
+        raises for bad Python arguments (TypeError, ValueError); libkjit's errors come from the
+        calls."""
+        self._check_keywords("prepare", options)
+        return Prepared(self, source, keyword, options)
+
+    def _request(self, method: str, source: Union[str, bytes], keyword: str, options: Mapping[str, Any]) -> Prepared:
+        """The prepared request of a plain call (compile, compile_named, compile_and_load): a
+        repeat with plain arguments (str, bytes, None, tuples of them) finds it by one look-up
+        of the arguments as given; others are frozen first (kjit._prepared.Memo)."""
+        try:
+            return self._requests[(source, keyword, *options.items())]
+        except (KeyError, TypeError):  # not kept yet, or a list, a mapping, ... among them
+            pass
+        self._check_keywords(method, options)
+        return self._memo.prepare(self, source, keyword, options)
+
+    @staticmethod
+    def _check_keywords(method: str, options: Mapping[str, Any]) -> None:
         for name in options:
             if name not in _COMPILE_KEYWORDS:
                 raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
-        return (_text_bytes(source, "source", allow_bytes=True), _text_bytes(keyword, "keyword"),
-                self._options_for(**options))
 
     def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
                       pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
@@ -466,7 +417,9 @@ class Library:
         batch = _batch_options(workers, pch, worker_kind)
         if progress is not True:
             return self._run_batch(fn, structs, batch, progress or None)
-        bar = _progress.Bar(len(structs))
+        from ._progress import Bar
+
+        bar = Bar(len(structs))
         try:
             return self._run_batch(fn, structs, batch, bar)
         finally:
@@ -481,8 +434,13 @@ class Library:
         exception cancels the batch (the user's callback is not called again) and is raised
         once kjit_compile_batch has returned; the items that finished are published in the
         cache all the same."""
+        import threading
+
+        from ._batch import status_of
+        from ._signals import gate as main_gate
+
         raised: List[BaseException] = []
-        gate = _signals.gate if threading.current_thread() is threading.main_thread() else None
+        gate = main_gate if threading.current_thread() is threading.main_thread() else None
 
         def on_item(_user: Any, done: int, total: int, index: int, status: int, path: Optional[bytes]) -> int:
             # A handler that runs here, before the try, is the gate's, which only records.
@@ -496,7 +454,7 @@ class Library:
                 elif progress is None:
                     decision = 0
                 else:
-                    cancel = progress(done, total, index, _status(status), os.fsdecode(path) if path else None)
+                    cancel = progress(done, total, index, status_of(status), os.fsdecode(path) if path else None)
                     decision = 1 if cancel else 0
                 if gate is not None:
                     gate.armed = False
@@ -526,6 +484,8 @@ class Library:
 
     def _batch_items(self, result: ctypes.c_void_p) -> List[BatchItem]:
         """The BatchItems of a kjit_batch_result, which it releases."""
+        from ._batch import BatchItem, status_of
+
         f = self._fn
         name_of = f.get("kjit_batch_result_kernel_name")
         try:
@@ -534,7 +494,7 @@ class Library:
                 path = f["kjit_batch_result_cubin_path"](result, i)
                 error = f["kjit_batch_result_error"](result, i) or b""
                 name = name_of(result, i) if name_of is not None else None
-                items.append(BatchItem(_status(f["kjit_batch_result_status"](result, i)),
+                items.append(BatchItem(status_of(f["kjit_batch_result_status"](result, i)),
                                        os.fsdecode(path) if path else None, error.decode("utf-8", "replace"),
                                        name.decode("ascii") if name else None))
         finally:
@@ -554,7 +514,7 @@ class Library:
         if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
             out.struct_size = _abi.offset_of(_abi.Stats, "remote_hits")
         status = fn(ctypes.byref(out))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_get_stats")
         names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
                  (_abi.STATS_REMOTE if with_remote else ()))
@@ -603,7 +563,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         out, arches = _abi.CacheSummary(), ctypes.c_void_p()
         status = fn(os.fsencode(folder), ctypes.byref(out), ctypes.byref(arches))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_summarize")
         f = self._fn
         try:
@@ -636,7 +596,7 @@ class Library:
         fn = self._needs("kjit_cache_prune", "0.4")
         options = _abi.PruneOptions()
         status = self._fn["kjit_prune_options_init"](ctypes.byref(options), ctypes.sizeof(options))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_prune_options_init")
         if max_size is not None:
             options.max_size = _prune_max_size(max_size)
@@ -645,7 +605,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(options), ctypes.byref(report))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_prune")
         return self._prune_report(folder, report)
 
@@ -656,7 +616,7 @@ class Library:
         folder = self.cache_dir(cache_dir)
         report = _abi.PruneReport()
         status = fn(os.fsencode(folder), ctypes.byref(report))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_clear")
         return self._prune_report(folder, report)
 
@@ -667,11 +627,12 @@ class Library:
         Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_verify", "0.4")
         from . import _results
+        from ._enums import CacheProblem
 
         folder = self.cache_dir(cache_dir)
         handle = ctypes.c_void_p()
         status = fn(os.fsencode(folder), 1 if fix else 0, ctypes.byref(handle))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_cache_verify")
         f = self._fn
         try:
@@ -698,7 +659,7 @@ class Library:
         args = (_path_bytes(cubin_path, "cubin_path"), _text_bytes(keyword, "keyword"))
         handle = ctypes.c_void_p()
         status = self._fn["kjit_load_cached"](*args, ctypes.byref(handle))
-        if status != Status.OK:
+        if status != _OK:
             raise self._error(status, "kjit_load_cached")
         return Kernel(self, handle.value)
 
@@ -709,15 +670,7 @@ class Library:
         library (while a Kernel of it is alive). Same keyword arguments as :meth:`compile`;
         raises what :meth:`compile` and :meth:`load_cached` raise. With an older libkjit, it
         calls those two."""
-        fn = self._fn.get("kjit_compile_and_load")
-        if fn is None:
-            return self.load_cached(self.compile(source, keyword, **options), keyword)
-        src, kw, opts = self._compile_arguments("compile_and_load", source, keyword, options)
-        handle = ctypes.c_void_p()
-        status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
-        if status != Status.OK:
-            raise self._error(status, "kjit_compile_and_load")
-        return Kernel(self, handle.value)
+        return self._request("compile_and_load", source, keyword, options).compile_and_load()
 
 
 def _batch_requests(requests: Iterable[Any], options: Mapping[str, Any],
@@ -813,7 +766,7 @@ class Kernel:
         if not handle:
             raise ValueError("NULL kjit_kernel handle")
         self._library, self._fn = library, library._fn  # keep the CDLL alive, also at exit
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._handle: Optional[int] = handle
         self._name: str = self._fn["kjit_kernel_name"](handle).decode("utf-8", "replace")
         self._cubin_path: str = os.fsdecode(self._fn["kjit_kernel_cubin_path"](handle))
@@ -876,6 +829,8 @@ class Kernel:
         Raises :class:`DriverError` with the driver's error name when the launch fails, and
         ValueError after :meth:`release`. The launch is asynchronous, as in C.
         """
+        from . import _launch
+
         grid3, block3 = _launch.dims(grid, "grid"), _launch.dims(block, "block")
         shared = _launch.shared_bytes(shared_mem)
         handle = _launch.stream_handle(stream)
@@ -904,6 +859,8 @@ class Kernel:
         try:
             core._kjit_kernel = self
         except AttributeError:  # a class with no __dict__ (cuda.core's is a cdef class): beside it
+            import weakref
+
             weakref.finalize(core, _forget_core, id(core))
             _CORE_OWNERS[id(core)] = self
         return core
@@ -918,7 +875,7 @@ class Kernel:
         Raises DriverError without a current context."""
         out = ctypes.c_void_p()
         status = self._fn["kjit_kernel_cufunction"](self._live(), ctypes.byref(out))
-        if status != Status.OK:
+        if status != _OK:
             raise self._library._error(status, "kjit_kernel_cufunction")
         return out.value or 0
 
@@ -955,7 +912,7 @@ class Kernel:
 # Module-level functions on a default Library, loaded on first use
 
 _default: Optional[Library] = None
-_default_lock = threading.Lock()
+_default_lock = _thread.allocate_lock()
 
 
 def load_library(path: Optional[PathLike] = None) -> Library:
@@ -1017,7 +974,17 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
-    return _lib().compile_named(source, keyword, **options)
+    lib = _default or _lib()
+    try:  # Library._request's look-up, inline: a repeat is this and one C call
+        prepared = lib._requests[(source, keyword, *options.items())]
+    except (KeyError, TypeError):
+        prepared = lib._request("compile_named", source, keyword, options)
+    return prepared.compile_named()
+
+
+def prepare(source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+    """See :meth:`Library.prepare`; returns a :class:`Prepared`."""
+    return _lib().prepare(source, keyword, **options)
 
 
 def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = None, pch: int = PCH_DEFAULT,
@@ -1076,7 +1043,7 @@ def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
 
 # The public classes defined in the private modules read as kjit's, as they did when this
 # package was one module (in reprs, tracebacks and pickles).
-for _public in (Status, CacheProblem, KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
-                KjitIOError, CompileError, DriverError):
+for _public in (KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
+                KjitIOError, CompileError, DriverError, Compiled, Prepared):
     _public.__module__ = __name__
 del _public

@@ -1,10 +1,11 @@
 """libkjit's C ABI for ctypes: the mirror of include/kjit/kjit.h, kjit_batch.h and kjit_cache.h.
 
-Everything the binding knows of the C side is here, and nothing else is: the header version
-mirrored, the enums and constants, every struct as a ``ctypes.Structure`` with its fields in
-header order and under their C names, and every exported function's ``restype`` and
-``argtypes`` with the symbol version node that exports it (abi/libkjit.symbols). The rest of
-the package reads the C side only through this module.
+Everything the binding knows of the C side is here (and in ``_enums``, the two enums that are
+classes of the API), and nothing else is: the header version mirrored, the enums and
+constants, every struct as a ``ctypes.Structure`` with its fields in header order and under
+their C names, and every exported function's ``restype`` and ``argtypes`` with the symbol
+version node that exports it (abi/libkjit.symbols). The rest of the package reads the C side
+only through these two modules.
 
 Keeping it in step with the headers:
 
@@ -23,7 +24,6 @@ which release).
 from __future__ import annotations
 
 import ctypes
-import enum
 # typing is for type checkers only: importing it costs more than the rest of the package, and
 # annotations are never evaluated (from __future__ import annotations). Type checkers take any
 # `if TYPE_CHECKING:` as true.
@@ -35,27 +35,9 @@ if TYPE_CHECKING:
 HEADER_VERSION = (0, 7, 0)
 
 
-class Status(enum.IntEnum):
-    """kjit_status values, as kjit.h fixes them (``KJIT_`` + the member's name)."""
-
-    OK = 0
-    ERROR_INVALID_ARGUMENT = 1
-    ERROR_NOT_FOUND = 2
-    ERROR_AMBIGUOUS = 3
-    ERROR_BAD_CUBIN = 4
-    ERROR_IO = 5
-    ERROR_COMPILE = 6
-    ERROR_NVRTC = 7
-    ERROR_DRIVER_UNAVAILABLE = 8
-    ERROR_DRIVER = 9
-    ERROR_BUFFER_TOO_SMALL = 10
-    ERROR_OUT_OF_MEMORY = 11
-    ERROR_INTERNAL = 12
-    ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
-
-
-# The other enums, as name: value (the C name is the prefix in ENUMS + the name): plain ints in
-# the API, and enum classes would cost the import for nothing.
+# kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
+# kjit._enums: imported at their first use, as enum costs more to import than ctypes. The other
+# enums, as name: value (the C name is the prefix in enums() + the name): plain ints in the API.
 PCH_MODES: Dict[str, int] = {"DEFAULT": 0, "ON": 1, "OFF": 2}  # kjit_pch_mode
 WORKER_KINDS: Dict[str, int] = {"DEFAULT": 0, "THREADS": 1, "PROCESSES": 2, "AUTOMATIC": 3}  # kjit_worker_kind, 0.5
 # kjit_sidecar_rejection: the index into kjit_stats.sidecar_rejections
@@ -63,30 +45,20 @@ SIDECAR_REJECTIONS: Dict[str, int] = {"UNREADABLE": 0, "TOO_LARGE": 1, "EMPTY": 
                                       "NO_LINE": 5, "STALE": 6, "NAME_FAILS_RULE": 7, "DISTRUSTED": 8}
 
 
-class CacheProblem(enum.IntEnum):
-    """kjit_cache_problem: what :func:`kjit.verify` found wrong with a path (``KJIT_CACHE_`` +
-    the member's name)."""
-
-    MISPLACED = 0
-    MISSING_FILE = 1
-    BAD_MANIFEST = 2
-    BAD_CUBIN = 3
-    TRUNCATED_CUBIN = 4
-    SIDECAR_MISSING = 5
-    SIDECAR_DAMAGED = 6
-    SIDECAR_STALE = 7
-    SIDECAR_WRONG_NAME = 8
-    STALE_TEMP = 9
 
 
-# Each enum, as name: value, with the prefix that makes its members' C names.
-ENUMS: Dict[str, Dict[str, int]] = {
-    "KJIT_": {member.name: member.value for member in Status},
-    "KJIT_PCH_": PCH_MODES,
-    "KJIT_WORKERS_": WORKER_KINDS,
-    "KJIT_SIDECAR_": SIDECAR_REJECTIONS,
-    "KJIT_CACHE_": {member.name: member.value for member in CacheProblem},
-}
+def enums() -> Dict[str, Dict[str, int]]:
+    """Each enum, as name: value, with the prefix that makes its members' C names (imports
+    kjit._enums, the two that are enum classes)."""
+    from ._enums import CacheProblem, Status
+
+    return {
+        "KJIT_": {member.name: member.value for member in Status},
+        "KJIT_PCH_": PCH_MODES,
+        "KJIT_WORKERS_": WORKER_KINDS,
+        "KJIT_SIDECAR_": SIDECAR_REJECTIONS,
+        "KJIT_CACHE_": {member.name: member.value for member in CacheProblem},
+    }
 
 # The header's numeric macros.
 STATS_REJECTION_SLOTS = 16  # KJIT_STATS_REJECTION_SLOTS
@@ -106,7 +78,7 @@ MACROS: Dict[str, int] = {
 def constants() -> Dict[str, int]:
     """Every constant this module mirrors, by its C name: the macros and each enumerator."""
     out = dict(MACROS)
-    for prefix, values in ENUMS.items():
+    for prefix, values in enums().items():
         out.update({prefix + name: value for name, value in values.items()})
     return out
 

@@ -50,17 +50,17 @@ def string_array(values: object, what: str, convert: Callable[[object, str], byt
     return ((ctypes.c_char_p * len(items))(*items) if items else None), len(items)
 
 
-# Argument types that are their own memo key (hashing a tuple hashes its items: a list inside
-# one raises TypeError, and the arguments are then frozen).
-PLAIN_TYPES = (str, bytes, int, float, type(None), tuple)
-
-
 def frozen(value: object) -> object:
-    """A hashable stand-in for one of compile's keyword arguments, equal for arguments that
-    encode to the same C struct (a list and a tuple of the same strings, say). TypeError for
-    what it cannot freeze."""
-    if value is None or isinstance(value, (str, bytes, int, float)):
+    """A hashable stand-in for one of compile's arguments, equal for arguments that encode to
+    the same C struct (a list and a tuple of the same strings, say), and never for two that
+    encode differently or of which only one is accepted: numbers carry their type (1.0 is
+    refused where 1 is taken). TypeError for what it cannot freeze."""
+    if value is None or isinstance(value, (str, bytes)):
         return value
+    if isinstance(value, (int, float)):
+        return (type(value), value)
+    if isinstance(value, bytearray):
+        return ("bytearray", bytes(value))
     if isinstance(value, tuple):
         return ("seq",) + tuple(frozen(v) for v in value)
     if isinstance(value, os.PathLike):

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 
-from ._abi import Status
+from ._enums import Status
 from ._errors import DriverError
 
 # For type checkers only, as in _abi.

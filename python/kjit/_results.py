@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._abi import CacheProblem
+from ._enums import CacheProblem
 
 # For type checkers only, as in _abi.
 TYPE_CHECKING = False

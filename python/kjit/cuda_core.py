@@ -11,7 +11,8 @@ sidecar), so a hit, in this process or a fresh one, gives it back without runnin
     kernel = mod.get_kernel("scale<3>")        # a cuda.core Kernel, for cuda.core's launch()
 
 This submodule imports cuda.core (cuda-core 0.6 or newer: ``pip install cuda-core
-cuda-bindings==13.*``); ``import kjit`` alone never does. It uses only kjit's public functions.
+cuda-bindings==13.*``); ``import kjit`` alone never does. It calls libkjit through kjit's
+public functions (``kjit.prepare``, ``kjit.compile_batch``).
 
 One name expression per cache entry
 -----------------------------------
@@ -20,15 +21,28 @@ caches one kernel's name per entry, so :func:`compile` takes at most one. Severa
 :func:`compile_each`: one cache entry per name expression, compiled as one
 ``kjit.compile_batch`` (hits answered at once, misses compiled in parallel), returned as
 ``{name_expression: ObjectCode}``, each ``ObjectCode`` mapping its own name expression.
+
+Repeats
+-------
+A repeated :func:`compile` is kjit's call and two dictionary look-ups: the request of each set
+of arguments is kept (a ``kjit.Prepared``, keyed on the arguments' values, the
+``ProgramOptions`` by its NVRTC translation), and so is the ``ObjectCode`` of each cubin file,
+keyed on the path libkjit answers with and the file's identity (inode, size, mtime). libkjit
+proves its entry unchanged on every call; an answer naming another cubin, or a file replaced
+since, gets an ``ObjectCode`` of its own bytes. A repeat therefore returns the same
+``ObjectCode`` object while the answer is the same file (its module is loaded once by
+``get_kernel``).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Tuple, Union
 
 import kjit
 from kjit._errors import ERROR_CLASSES
+from kjit._prepared import plain as _plain
 
 try:
     import cuda.core
@@ -133,6 +147,53 @@ def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
 
     Raises kjit's errors (``kjit.CompileError`` with NVRTC's log, ...), ValueError for
     options kjit cannot honour, TypeError for arguments of the wrong type."""
+    try:
+        key: Any = _request_key(code, options, name_expressions, keyword, cache_dir, kjit_compile_options)
+        request = _requests.get(key)
+    except Exception:  # noqa: BLE001: arguments the full path below checks, and raises for
+        key, request = None, None
+    if request is None or request[0].library is not kjit._default:  # a new library since: prepared anew
+        request = _prepare(code, options, name_expressions, keyword, cache_dir, kjit_compile_options)
+        if key is not None and _plain(key[1:]):
+            if len(_requests) >= _MEMO_MAX_ENTRIES:
+                _requests.clear()
+            _requests[key] = request
+    prepared, mapping_key, label = request
+    compiled = prepared.compile_named()
+    return _object_code(compiled.cubin_path, compiled.name, mapping_key, label)
+
+
+# compile()'s memo: (kjit.Prepared, the symbol_mapping's key, the ObjectCode's name) by the
+# arguments' key; emptied when it holds this many.
+_MEMO_MAX_ENTRIES = 256
+_requests: dict[Any, Tuple[kjit.Prepared, NameExpression, str]] = {}
+
+
+def _request_key(code: str, options: ProgramOptions | None, name_expressions: Sequence[NameExpression],
+                 keyword: str | None, cache_dir: Any, extra: Mapping[str, Any]) -> Any:
+    """compile()'s arguments as a key: equal for two calls that make the same request. The
+    ProgramOptions by its type, its NVRTC translation (what kjit_options reads), its name and the
+    NVVM-only fields (which the translation leaves out, and kjit refuses). Raises (TypeError,
+    AttributeError, ...) for what the full path should look at; only keys whose parts after the
+    options are plain (str, bytes, None, tuples of them) are kept."""
+    if options is None:
+        options_key: Any = None
+    else:
+        options_key = (type(options), tuple(options.as_bytes("nvrtc", "cubin")), options.name,
+                       getattr(options, "extra_sources", None), getattr(options, "use_libdevice", None))  # _NVVM_ONLY
+    kind = type(name_expressions)
+    if kind is not tuple and kind is not list:
+        raise TypeError("name_expressions: the full path says what it takes")
+    if cache_dir is not None and type(cache_dir) is not str:
+        cache_dir = os.fspath(cache_dir)  # a path: the same request as its text
+    return (options_key, code, tuple(name_expressions), keyword, cache_dir, *extra.items())
+
+
+def _prepare(code: str, options: ProgramOptions | None, name_expressions: Sequence[NameExpression],
+             keyword: str | None, cache_dir: Any,
+             extra: Mapping[str, Any]) -> Tuple[kjit.Prepared, NameExpression, str]:
+    """compile()'s arguments checked and encoded: (kjit.Prepared, the symbol_mapping's key, the
+    ObjectCode's name)."""
     expressions = _expressions(name_expressions)
     if len(expressions) > 1:
         raise ValueError(f"kjit.cuda_core.compile takes one name expression, got {len(expressions)}: libkjit caches "
@@ -140,11 +201,11 @@ def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
                          "gives {name_expression: ObjectCode}")
     expression = expressions[0] if expressions else None
     kw = _keyword(expression, keyword)
-    kwargs = _compile_kwargs(options, cache_dir, kjit_compile_options)
+    kwargs = _compile_kwargs(options, cache_dir, extra)
     if expression is not None:
         kwargs["name_expression"] = _text(expression, "name expression")
-    compiled = kjit.compile_named(code, kw, **kwargs)
-    return _object_code(compiled.cubin_path, compiled.name, expression if expression is not None else kw, options)
+    prepared = kjit.prepare(code, kw, **kwargs)
+    return prepared, expression if expression is not None else kw, _program_name(options)
 
 
 def compile_each(code: str, options: ProgramOptions | None = None,
@@ -173,7 +234,7 @@ def compile_each(code: str, options: ProgramOptions | None = None,
             name = kjit.compile_named(code, request["keyword"], name_expression=request["name_expression"],
                                       **kwargs).name
         assert item.cubin_path is not None  # an item that is ok has its cubin
-        result[expression] = _object_code(item.cubin_path, name, expression, options)
+        result[expression] = _object_code(item.cubin_path, name, expression, _program_name(options))
     return result
 
 
@@ -237,14 +298,41 @@ def _refuse(option: str) -> None:
             raise ValueError(f"ProgramOptions.{field} ({option}): {why}")
 
 
-def _object_code(cubin_path: str, name: str, key: NameExpression, options: ProgramOptions | None) -> ObjectCode:
+# The ObjectCodes made, by (cubin path, the file's identity, kernel name, mapping key, label);
+# emptied when it holds this many, or cubins of this many bytes.
+_OBJECTS_MAX_ENTRIES = 256
+_OBJECTS_MAX_BYTES = 256 << 20
+_objects: dict[Any, ObjectCode] = {}
+_objects_bytes = 0
+
+
+def _identity(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+def _object_code(cubin_path: str, name: str, key: NameExpression, label: str) -> ObjectCode:
+    """The ObjectCode of the cubin libkjit answered with: the one made before for this file, as
+    long as it is the same file (a replaced one has another inode or mtime), else a new one."""
+    global _objects_bytes
+    try:
+        found = _objects.get((cubin_path, _identity(os.stat(cubin_path)), name, key, label))
+    except OSError:  # gone since libkjit's answer (evicted, cleared): the open below says so
+        found = None
+    if found is not None:
+        return found
     # The bytes, not the path: the ObjectCode then holds this entry's cubin, whatever later
-    # happens to the file (eviction, kjit.clear()).
+    # happens to the file (eviction, kjit.clear()). Identity and bytes from one open file.
     with open(cubin_path, "rb") as f:
+        identity = _identity(os.fstat(f.fileno()))
         cubin = f.read()
     mapping = {} if key == name else {key: name.encode("utf-8")}
-    label = _program_name(options)
-    return ObjectCode.from_cubin(cubin, name=label, symbol_mapping=mapping)
+    made = ObjectCode.from_cubin(cubin, name=label, symbol_mapping=mapping)
+    if len(_objects) >= _OBJECTS_MAX_ENTRIES or _objects_bytes + len(cubin) > _OBJECTS_MAX_BYTES:
+        _objects.clear()
+        _objects_bytes = 0
+    _objects[(cubin_path, identity, name, key, label)] = made
+    _objects_bytes += len(cubin)
+    return made
 
 
 def _batch_error(item: Any, expression: NameExpression) -> kjit.KjitError:

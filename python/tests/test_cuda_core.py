@@ -225,6 +225,55 @@ def test_program_options_reach_nvrtc_and_headers_enter_the_key(tmp_path):
     assert delta(before, after, "nvrtc_compiles", "compile_hits") == {"nvrtc_compiles": 1, "compile_hits": 1}
 
 
+def test_a_repeat_gives_the_same_object_code_while_the_cubin_file_is_the_same(tmp_path):
+    first = kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path)
+    good = bytes(first.code)
+    assert kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path) is first
+    # Another program name: another request, entry and ObjectCode.
+    other = kjit.cuda_core.compile(SOURCE, ProgramOptions(arch=ARCH, define_macro=("FACTOR", "2"), name="other"),
+                                   ("scale<3>",), cache_dir=tmp_path)
+    assert other is not first and other.name == "other" and first.name == "kjit-test"
+    # The file replaced: libkjit proves the entry changed and rebuilds it, at the same path; the
+    # ObjectCode made from the old file is not given for the new one.
+    path = pathlib.Path(kjit.cuda_core._prepare(SOURCE, options(), ("scale<3>",), None, tmp_path, {})[0].compile())
+    assert path.read_bytes() == good
+    path.write_bytes(b"junk")
+    before = kjit.stats()
+    rebuilt = kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path)
+    assert kjit.stats()["nvrtc_compiles"] == before["nvrtc_compiles"] + 1
+    assert rebuilt is not first and bytes(rebuilt.code) == path.read_bytes() == good
+    assert kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path) is rebuilt
+
+
+def test_a_changed_program_options_is_another_request(tmp_path):
+    opts = options()
+    three = kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path)
+    opts.define_macro = ("FACTOR", "5")  # the same object, changed: NVRTC gets the new macro
+    five = kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path)
+    assert bytes(five.code) != bytes(three.code)
+    assert kjit.cache_stats(tmp_path)["entries"] == 2
+    # Fields kjit refuses are still refused after the same request succeeded without them.
+    opts.define_macro = ("FACTOR", "2")
+    kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path, max_cache_size=1 << 40)
+    with pytest.raises(ValueError, match="max_cache_size"):
+        kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path, max_cache_size=float(1 << 40))
+    opts.use_libdevice = True
+    with pytest.raises(ValueError, match="use_libdevice.*NVVM"):
+        kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path)
+
+
+def test_a_library_loaded_later_answers_the_repeats(tmp_path):
+    kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path)
+    old = kjit._lib()
+    new = kjit.load_library(old.path)
+    try:
+        kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path)
+        key = kjit.cuda_core._request_key(SOURCE, options(), ("scale<3>",), None, tmp_path, {})
+        assert kjit.cuda_core._requests[key][0].library is new
+    finally:
+        kjit.load_library(old.path)
+
+
 @pytest.mark.parametrize("field, value, says", [
     ("relocatable_device_code", True, "relocatable_device_code.*link step"),
     ("extensible_whole_program", True, "extensible_whole_program"),

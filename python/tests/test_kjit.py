@@ -700,23 +700,45 @@ def test_results_are_frozen_dataclasses_that_read_by_name_too(tmp_path):
     assert hash(s) is not None  # the dict fields stay out of the hash
 
 
-def test_import_leaves_the_costly_modules_for_later():
+def test_import_leaves_the_costly_modules_for_later(tmp_path):
     # import kjit stays cheap (the bench's "ready from before import kjit" counts it): typing
-    # and dataclasses (with inspect) come with the first result, ctypes.util with the search.
-    r = _run_python("""
+    # and dataclasses (with inspect) come with the first result, ctypes.util with the search,
+    # enum with the first error or kjit.Status, collections with the first batch. A compile
+    # and its hits import none of them.
+    r = _run_python(f"""
         import sys
         before = set(sys.modules)
         import kjit
         print(sorted(set(sys.modules) - before))
+        for _ in range(2):  # a miss, then a hit
+            kjit.compile_named("__global__ void k() {{}}", "k", cache_dir={str(tmp_path)!r}, arch="sm_90")
+        kjit.prepare("__global__ void k() {{}}", "k", cache_dir={str(tmp_path)!r}, arch="sm_90").compile_named()
+        print(sorted(set(sys.modules) - before))
         kjit.stats()
+        print(sorted(set(sys.modules) - before))
+        kjit.Status.OK
         print(sorted(set(sys.modules) - before))
         """)
     assert r.returncode == 0, r.stderr
-    at_import, after_stats = (eval(line) for line in r.stdout.splitlines())
+    at_import, after_hits, after_stats, after_status = (eval(line) for line in r.stdout.splitlines())
     assert "kjit" in at_import and "kjit._abi" in at_import and "kjit._results" not in at_import
-    for costly in ("typing", "dataclasses", "inspect", "ctypes.util", "datetime", "re"):
+    later = ("enum", "collections", "functools", "threading", "weakref", "signal", "kjit._enums", "kjit._launch")
+    for costly in ("typing", "dataclasses", "inspect", "ctypes.util", "datetime", "re") + later:
         assert costly not in at_import, at_import
+    for costly in later:
+        assert costly not in after_hits, after_hits
     assert "kjit._results" in after_stats
+    assert "kjit._enums" in after_status
+
+
+def test_error_classes_by_status_name():
+    # kjit._errors keys its table by value, so that raising needs no enum: the values named.
+    from kjit._errors import ERROR_CLASSES
+    assert {kjit.Status(value).name: cls for value, cls in ERROR_CLASSES.items()} == {
+        "ERROR_INVALID_ARGUMENT": kjit.InvalidArgument, "ERROR_NOT_FOUND": kjit.NotFound,
+        "ERROR_AMBIGUOUS": kjit.Ambiguous, "ERROR_BAD_CUBIN": kjit.BadCubin, "ERROR_IO": kjit.KjitIOError,
+        "ERROR_COMPILE": kjit.CompileError, "ERROR_NVRTC": kjit.CompileError,
+        "ERROR_DRIVER_UNAVAILABLE": kjit.DriverError, "ERROR_DRIVER": kjit.DriverError}
 
 
 def test_remote_description_reads_every_server():
@@ -915,11 +937,15 @@ def test_compile_and_load_in_one_call(tmp_path):
 def test_compile_options_are_encoded_once_per_distinct_set(tmp_path):
     lib = kjit._lib()
     options = ["-DX=1"]
-    first = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
-    assert lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=["-DX=1"]) is first
+
+    def request(**changes):
+        return lib._request("compile", "src", "gemm", {"cache_dir": str(tmp_path), "arch": "sm_90",
+                                                       "nvrtc_options": options, **changes})
+    first = request()
+    assert request() is first and request(nvrtc_options=("-DX=1",)) is first
     options.append("-DY=2")  # the same list, changed: another struct
-    second = lib._options_for(cache_dir=str(tmp_path), arch="sm_90", nvrtc_options=options)
-    assert second is not first and second.nvrtc_option_count == 2
+    second = request()
+    assert second is not first and second._keep[2].nvrtc_option_count == 2
     # Through compile: a mapping of headers changed between calls compiles its new text.
     src = '#include "v.h"\n__global__ void gemm(float *p) { p[0] = V; }\n'
     headers = {"v.h": "#define V 1\n"}

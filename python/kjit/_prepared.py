@@ -1,0 +1,288 @@
+"""Prepared requests: a compile request encoded once, so that asking again is one C call.
+
+A :class:`Prepared` holds what ``kjit_compile_named`` (or ``kjit_compile``) takes, made once
+from Python's arguments: the source and keyword as bytes, the ``kjit_compile_options`` struct
+and what it points at, and the out buffers. Asking it again converts nothing: the call goes to a
+function object with no ``argtypes`` (ctypes passes bytes, buffers and ``byref``s as they are,
+so it has nothing to check), and the answer's bytes are compared with the last answer's, whose
+``Compiled`` is given back when they are equal. libkjit still answers every call (its hit memo
+proves the entry unchanged each time: an edited header or a replaced cubin gives the new
+answer); only the Python objects of an unchanged answer are reused.
+
+:class:`kjit.Library` keeps the prepared requests of its plain calls (``compile``,
+``compile_named``, ``compile_and_load``) in a bounded memo keyed on the arguments' values, so a
+repeated call finds its request with one dictionary look-up (see ``Library._request``).
+"""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import os
+
+from . import _abi, _convert
+
+# For type checkers only, as in _abi.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+
+    from . import Kernel, Library
+
+_OK = 0  # Status.OK, as a plain int: compared on every call
+_TOO_SMALL = 10  # Status.ERROR_BUFFER_TOO_SMALL
+
+
+if TYPE_CHECKING:
+    class Compiled(NamedTuple):
+        """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
+        mangled name in it (both str)."""
+
+        cubin_path: str
+        name: str
+else:
+    class Compiled(tuple):
+        """What :meth:`Library.compile_named` returns: the cached cubin's path and the kernel's
+        mangled name in it (both str). A named tuple, written out: collections.namedtuple
+        would import collections, which costs more than the rest of ``import kjit``."""
+
+        __slots__ = ()
+        _fields = ("cubin_path", "name")
+
+        def __new__(cls, cubin_path: str, name: str) -> Compiled:
+            return tuple.__new__(cls, (cubin_path, name))
+
+        @property
+        def cubin_path(self) -> str:
+            """The cached cubin's absolute path."""
+            return self[0]
+
+        @property
+        def name(self) -> str:
+            """The kernel's mangled name in the cubin."""
+            return self[1]
+
+        def __repr__(self) -> str:
+            return f"Compiled(cubin_path={self[0]!r}, name={self[1]!r})"
+
+        def __getnewargs__(self) -> Tuple[str, str]:  # pickle and copy make it with __new__
+            return (self[0], self[1])
+
+        def _asdict(self) -> Dict[str, str]:
+            return {"cubin_path": self[0], "name": self[1]}
+
+        def _replace(self, **changes: str) -> Compiled:
+            fields = self._asdict()
+            for field in changes:
+                if field not in fields:
+                    raise ValueError(f"Got unexpected field names: {[field]!r}")
+            fields.update(changes)
+            return Compiled(**fields)
+
+
+class Prepared:
+    """A compile request encoded once (:func:`kjit.prepare`): asking it again is one C call.
+
+    ``source``, ``keyword`` and the keyword arguments are :meth:`Library.compile`'s; they are
+    checked and encoded when the request is made (the same TypeError or ValueError as
+    ``compile``), and a later change to a list or mapping given then does not reach it. Every
+    call asks libkjit, which proves the entry unchanged each time, so an edited header or a
+    replaced cubin gives the new answer; libkjit's errors are raised as ``compile`` raises them.
+
+    Thread safe: a call made while another thread is in one uses buffers of its own.
+    """
+
+    __slots__ = ("library", "source", "keyword", "options", "_keep", "_lock", "_named", "_path_only", "_path",
+                 "_name", "_named_args", "_path_args", "_last")
+
+    def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Mapping[str, Any]) -> None:
+        src = _convert.text_bytes(source, "source", allow_bytes=True)
+        kw = _convert.text_bytes(keyword, "keyword")
+        keep: List[Any] = []  # everything the struct points at, alive as long as this request
+        opts = _convert.compile_options(keep, **options)
+        self.library, self.source, self.keyword, self.options = library, source, keyword, dict(options)
+        self._keep = (src, kw, opts, keep)
+        self._lock = _thread.allocate_lock()
+        self._named = library._untyped("kjit_compile_named")  # None before libkjit 0.5
+        self._path_only = library._untyped("kjit_compile")
+        self._last: Optional[Tuple[bytes, bytes, Compiled]] = None
+        self._buffers(library.path_buffer_size, library.name_buffer_size)
+
+    def _buffers(self, path_size: int, name_size: int) -> None:
+        """(Re)makes the out buffers and the argument tuples that name them."""
+        src, kw, opts, _ = self._keep
+        self._path, self._name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
+        # The sizes as size_t objects: with no argtypes, a plain int would be passed as a C int.
+        path_n, name_n = ctypes.c_size_t(path_size), ctypes.c_size_t(name_size)
+        ref = ctypes.byref(opts)
+        # The lengths are not asked for (NULL): only a too-small buffer needs them (_grow).
+        self._named_args = (src, kw, ref, self._path, path_n, None, self._name, name_n, None)
+        self._path_args = (src, kw, ref, self._path, path_n, None)
+
+    def __repr__(self) -> str:
+        return f"<kjit.Prepared {self.keyword!r} {self.options!r}>"
+
+    def compile_named(self) -> Compiled:
+        """:meth:`Library.compile_named` of this request: a :class:`Compiled` (cubin_path, name)."""
+        lock = self._lock
+        if not lock.acquire(False):  # another thread is in a call: its buffers are busy
+            return self._unshared_named()
+        try:
+            named = self._named
+            if named is None:  # libkjit before 0.5: two calls
+                cubin_path = self._compile_path()
+                return Compiled(cubin_path, self.library.resolve_name(cubin_path, self.keyword))
+            status = named(*self._named_args)
+            if status == _OK:
+                path, name = self._path.value, self._name.value
+                last = self._last
+                if last is not None and last[0] == path and last[1] == name:
+                    return last[2]
+                compiled = Compiled(os.fsdecode(path), name.decode("ascii"))
+                self._last = (path, name, compiled)
+                return compiled
+            if status == _TOO_SMALL and self._grow():
+                return self._retry_named()
+            raise self.library._error(status, "kjit_compile_named")
+        finally:
+            lock.release()
+
+    def _unshared_named(self) -> Compiled:
+        """compile_named with out buffers of its own, for a thread that found this request's
+        busy (libkjit only reads the rest, from any number of threads)."""
+        if self._named is None:
+            return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
+        path, name = ctypes.create_string_buffer(len(self._path)), ctypes.create_string_buffer(len(self._name))
+        src, kw, opts, _ = self._keep
+        status = self._named(src, kw, ctypes.byref(opts), path, ctypes.c_size_t(len(path)), None, name,
+                             ctypes.c_size_t(len(name)), None)
+        if status == _OK:
+            return Compiled(os.fsdecode(path.value), name.value.decode("ascii"))
+        if status == _TOO_SMALL:  # rare: a request of its own grows its buffers
+            return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
+        raise self.library._error(status, "kjit_compile_named")
+
+    def compile(self) -> str:
+        """:meth:`Library.compile` of this request: the cubin's path (str)."""
+        lock = self._lock
+        if not lock.acquire(False):
+            return Prepared(self.library, self.source, self.keyword, self.options).compile()
+        try:
+            return self._compile_path()
+        finally:
+            lock.release()
+
+    def compile_and_load(self) -> Kernel:
+        """:meth:`Library.compile_and_load` of this request: a :class:`Kernel`."""
+        from . import Kernel
+
+        library = self.library
+        fn = library._fn.get("kjit_compile_and_load")
+        if fn is None:  # libkjit before 0.5
+            return library.load_cached(self.compile(), self.keyword)
+        src, kw, opts, _ = self._keep
+        handle = ctypes.c_void_p()
+        status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
+        if status != _OK:
+            raise library._error(status, "kjit_compile_and_load")
+        return Kernel(library, handle.value)
+
+    def _compile_path(self) -> str:
+        """kjit_compile, with the lock held."""
+        for _ in range(4):  # the length only changes if the entry is replaced meanwhile
+            status = self._path_only(*self._path_args)
+            if status == _OK:
+                return os.fsdecode(self._path.value)
+            if status != _TOO_SMALL or not self._grow():
+                break
+        raise self.library._error(status, "kjit_compile")
+
+    def _retry_named(self) -> Compiled:
+        """kjit_compile_named after the buffers grew, with the lock held."""
+        status = _TOO_SMALL
+        for _ in range(3):  # the lengths only change if the entry is replaced meanwhile
+            status = self._named(*self._named_args)
+            if status == _OK:
+                compiled = Compiled(os.fsdecode(self._path.value), self._name.value.decode("ascii"))
+                self._last = (self._path.value, self._name.value, compiled)
+                return compiled
+            if status != _TOO_SMALL or not self._grow():
+                break
+        raise self.library._error(status, "kjit_compile_named")
+
+    def _grow(self) -> bool:
+        """After KJIT_ERROR_BUFFER_TOO_SMALL: asks the lengths (the call is a hit now, or fails
+        as it would anyway) and grows the buffers to them. False when the call fails otherwise."""
+        path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        src, kw, opts, _ = self._keep
+        if self._named is not None:
+            status = self._named(src, kw, ctypes.byref(opts), None, ctypes.c_size_t(0), ctypes.byref(path_len), None,
+                                 ctypes.c_size_t(0), ctypes.byref(name_len))
+        else:
+            status = self._path_only(src, kw, ctypes.byref(opts), None, ctypes.c_size_t(0), ctypes.byref(path_len))
+        if status not in (_OK, _TOO_SMALL):
+            return False
+        self._buffers(max(path_len.value + 1, len(self._path)), max(name_len.value + 1, len(self._name)))
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# The Library's memo of prepared requests
+
+# The first item of a key made of frozen arguments: no key of the arguments as given holds it.
+_FROZEN = object()
+
+
+def plain(value: object) -> bool:
+    """True for an argument that is its own key: its equal values are the ones that encode the
+    same, and it cannot change. str, bytes, None and tuples of those; not numbers (1 == 1.0,
+    though 1.0 is refused as a size) nor anything mutable or user-defined."""
+    kind = type(value)
+    if kind is str or kind is bytes or value is None:
+        return True
+    return kind is tuple and all(plain(v) for v in value)  # type: ignore[attr-defined]
+
+
+def frozen_key(source: object, keyword: object, options: Mapping[str, Any]) -> Any:
+    """The memo key of arguments that are not all plain: frozen values, numbers with their
+    type. TypeError for what cannot be frozen (a generator, say)."""
+    return (_FROZEN, _convert.frozen(source), _convert.frozen(keyword),
+            tuple(sorted((name, _convert.frozen(value)) for name, value in options.items())))
+
+
+class Memo:
+    """The prepared requests of a Library's plain calls, by key; emptied when it holds
+    ``max_entries`` requests or their sources ``max_bytes`` bytes (it keeps them alive)."""
+
+    __slots__ = ("requests", "max_entries", "max_bytes", "bytes")
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.requests: Dict[Any, Prepared] = {}
+        self.max_entries, self.max_bytes, self.bytes = max_entries, max_bytes, 0
+
+    def prepare(self, library: Library, source: Union[str, bytes], keyword: str,
+                options: Mapping[str, Any]) -> Prepared:
+        """The request for these arguments: from the memo, else made (which checks them all)
+        and kept, under its frozen key and, when every argument is plain, under the key of the
+        arguments as given (what the fast look-up tries first)."""
+        try:
+            key = frozen_key(source, keyword, options)
+        except TypeError:
+            key = None
+        prepared = self.requests.get(key) if key is not None else None
+        if prepared is None:
+            prepared = Prepared(library, source, keyword, options)
+            if key is not None:
+                self._keep(key, prepared)
+        if plain(source) and plain(keyword) and all(plain(v) for v in options.values()):
+            self._keep((source, keyword, *options.items()), prepared)
+        return prepared
+
+    def _keep(self, key: Any, prepared: Prepared) -> None:
+        size = len(prepared._keep[0])
+        if len(self.requests) >= self.max_entries or self.bytes + size > self.max_bytes:
+            self.requests.clear()
+            self.bytes = 0
+        if key not in self.requests:
+            self.bytes += size
+        self.requests[key] = prepared

@@ -1,0 +1,214 @@
+"""Prepared requests (kjit.prepare) and the memo of the plain calls' requests, against the built
+libkjit.so: a repeat makes one C call, and libkjit still proves the entry on every one.
+
+Environment as for test_kjit.py (KJIT_LIBRARY; cubins for arch sm_90 into temporary caches).
+"""
+
+import os
+import pathlib
+import sys
+import threading
+
+import pytest
+
+PYTHON_DIR = pathlib.Path(__file__).resolve().parent.parent
+if os.environ.get("KJIT_TEST_INSTALLED") != "1":
+    sys.path.insert(0, str(PYTHON_DIR))
+
+import kjit  # noqa: E402
+
+SOURCE = '#include "v.h"\nextern "C" __global__ void gemm(float *p) { p[0] = V; }\n'
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A cache folder and an include folder whose v.h the kernel reads."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "v.h").write_text("#define V 1\n")
+    return tmp_path
+
+
+def _options(tree, **more):
+    return dict(cache_dir=str(tree / "cache"), arch="sm_90", include_paths=(str(tree / "include"),), **more)
+
+
+def _compiles():
+    return kjit.stats().nvrtc_compiles
+
+
+def test_a_prepared_request_gives_what_the_plain_calls_give(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    got = prepared.compile_named()
+    assert isinstance(got, kjit.Compiled) and got == kjit.compile_named(SOURCE, "gemm", **_options(tree))
+    assert got.name == "gemm" and pathlib.Path(got.cubin_path).is_file()
+    assert prepared.compile() == got.cubin_path == kjit.compile(SOURCE, "gemm", **_options(tree))
+    before = _compiles()
+    assert prepared.compile_named() == got and prepared.compile_named() == got  # hits
+    assert _compiles() == before
+    assert prepared.keyword == "gemm" and prepared.options["arch"] == "sm_90" and "gemm" in repr(prepared)
+    assert type(prepared) is kjit.Prepared and kjit.Prepared.__module__ == "kjit"
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["prepared", "plain"])
+def test_a_repeat_after_a_header_is_edited_gives_the_new_entry(tree, plain):
+    if plain:  # the plain call, through the memo of prepared requests
+        def call():
+            return kjit.compile_named(SOURCE, "gemm", **_options(tree))
+    else:
+        call = kjit.prepare(SOURCE, "gemm", **_options(tree)).compile_named
+    first = call()
+    first_bytes = pathlib.Path(first.cubin_path).read_bytes()
+    assert call() == first
+    (tree / "include" / "v.h").write_text("#define V 2\n")  # the same size: only the text differs
+    before = _compiles()
+    second = call()
+    assert _compiles() == before + 1
+    assert pathlib.Path(second.cubin_path).read_bytes() != first_bytes
+    assert call() == second
+    (tree / "include" / "v.h").write_text("#define V 1\n")  # back: the first entry again, a hit
+    before = _compiles()
+    assert call() == first and _compiles() == before
+    assert pathlib.Path(first.cubin_path).read_bytes() == first_bytes
+
+
+def test_a_repeat_after_the_cubin_is_damaged_or_removed_gives_a_good_cubin(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    got = prepared.compile_named()
+    good = pathlib.Path(got.cubin_path).read_bytes()
+    for damage in (lambda p: p.write_bytes(b"junk"), lambda p: p.unlink()):
+        damage(pathlib.Path(got.cubin_path))
+        before = _compiles()
+        again = prepared.compile_named()
+        assert _compiles() == before + 1  # proven changed, compiled again
+        assert again == got and pathlib.Path(again.cubin_path).read_bytes() == good
+        assert kjit.resolve_name(again.cubin_path, "gemm") == "gemm"
+
+
+# Bad Python arguments: the exception compile() raises, raised by prepare() itself.
+BAD_PYTHON_ARGUMENTS = [
+    ((5, "gemm"), {}),
+    ((SOURCE, b"gemm"), {}),
+    ((SOURCE + "\0", "gemm"), {}),
+    ((SOURCE, "gemm"), {"nvrtc_options": "-DX=1"}),
+    ((SOURCE, "gemm"), {"include_paths": [5]}),
+    ((SOURCE, "gemm"), {"max_cache_size": 1.0}),
+    ((SOURCE, "gemm"), {"max_cache_size": -1}),
+    ((SOURCE, "gemm"), {"headers": [("v.h",)]}),
+    ((SOURCE, "gemm"), {"no_such_option": 1}),
+]
+
+
+@pytest.mark.parametrize("args, bad", BAD_PYTHON_ARGUMENTS)
+def test_bad_python_arguments_raise_what_compile_raises(tree, args, bad):
+    with pytest.raises((TypeError, ValueError)) as plain:
+        kjit.compile(*args, **_options(tree), **bad)
+    with pytest.raises((TypeError, ValueError)) as prepared:
+        kjit.prepare(*args, **_options(tree), **bad)
+    assert type(prepared.value) is type(plain.value)
+    assert str(prepared.value).replace("prepare()", "compile()") == str(plain.value)
+
+
+# libkjit's errors: raised by each call of the prepared request, as compile() raises them.
+BAD_REQUESTS = [
+    (SOURCE, "gemm", {"arch": "compute_90"}, kjit.InvalidArgument),
+    (SOURCE, "gemm", {"nvrtc_options": ("-arch=sm_80",)}, kjit.InvalidArgument),
+    (SOURCE, "gemm", {"nvrtc_options": ("--no-such-nvrtc-option",)}, kjit.CompileError),
+    ('extern "C" __global__ void gemm(float *p) { p[0] = nope; }', "gemm", {}, kjit.CompileError),
+    (SOURCE, "other", {}, kjit.NotFound),
+]
+
+
+@pytest.mark.parametrize("source, keyword, bad, error", BAD_REQUESTS)
+def test_libkjit_errors_are_raised_by_every_call_as_compile_raises_them(tree, source, keyword, bad, error):
+    options = {**_options(tree), **bad}
+    with pytest.raises(error) as plain:
+        kjit.compile(source, keyword, **options)
+    prepared = kjit.prepare(source, keyword, **options)
+    for call in (prepared.compile_named, prepared.compile_named, prepared.compile):
+        with pytest.raises(error) as got:
+            call()
+        assert got.value.status == plain.value.status and got.value.message == plain.value.message
+
+
+def test_the_memo_keys_equal_requests_only(tree):
+    lib = kjit._lib()
+    fast = (SOURCE, "gemm", *_options(tree).items())
+    kjit.compile_named(SOURCE, "gemm", **_options(tree))
+    assert fast in lib._requests  # plain arguments: kept under the arguments as given
+    # A list and a tuple of the same options encode alike: one request.
+    one = lib._request("compile_named", SOURCE, "gemm", _options(tree, nvrtc_options=["-DX=1"]))
+    assert lib._request("compile_named", SOURCE, "gemm", _options(tree, nvrtc_options=("-DX=1",))) is one
+    # A tuple that looks like a frozen list is not one: "seq" reaches NVRTC, which refuses it.
+    with pytest.raises(kjit.CompileError):
+        kjit.compile_named(SOURCE, "gemm", **_options(tree, nvrtc_options=("seq", "-DX=1")))
+    # A size taken as an int is still refused as a float equal to it.
+    kjit.compile_named(SOURCE, "gemm", **_options(tree, max_cache_size=1 << 40))
+    with pytest.raises(ValueError, match="max_cache_size"):
+        kjit.compile_named(SOURCE, "gemm", **_options(tree, max_cache_size=float(1 << 40)))
+    # str and bytes sources are two requests, each giving the same entry.
+    assert kjit.compile_named(SOURCE.encode(), "gemm", **_options(tree)) == kjit.compile_named(
+        SOURCE, "gemm", **_options(tree))
+
+
+def test_the_memo_is_bounded(tree, monkeypatch):
+    monkeypatch.setattr(kjit.Library, "_MEMO_MAX_ENTRIES", 3)
+    lib = kjit.Library(kjit._lib().path)
+    sources = [SOURCE + f"// {i}\n" for i in range(8)]
+    for source in sources:
+        lib.compile_named(source, "gemm", **_options(tree))
+        assert len(lib._requests) <= 3
+    monkeypatch.setattr(kjit.Library, "_MEMO_MAX_BYTES", len(SOURCE) * 2)
+    lib = kjit.Library(kjit._lib().path)
+    for source in sources:
+        lib.compile_named(source, "gemm", **_options(tree))
+        assert lib._memo.bytes <= len(SOURCE) * 2 + 16
+
+
+def test_buffers_grow_to_the_reported_lengths(tree, monkeypatch):
+    expected = kjit.compile_named(SOURCE, "gemm", **_options(tree))
+    monkeypatch.setattr(kjit.Library, "path_buffer_size", 8)
+    monkeypatch.setattr(kjit.Library, "name_buffer_size", 2)
+    assert kjit.prepare(SOURCE, "gemm", **_options(tree)).compile_named() == expected
+    assert kjit.prepare(SOURCE, "gemm", **_options(tree)).compile() == expected.cubin_path
+
+
+def test_threads_share_a_prepared_request(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    expected = prepared.compile_named()
+    results, errors = [], []
+
+    def run():
+        try:
+            for _ in range(300):
+                results.append(prepared.compile_named())
+        except Exception as e:  # noqa: BLE001: reported by the assert below
+            errors.append(e)
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 1200 and set(results) == {expected}
+
+
+def test_a_call_that_finds_the_buffers_busy_uses_its_own(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    expected = prepared.compile_named()
+    failing = kjit.prepare(SOURCE, "other", **_options(tree))
+    for request in (prepared, failing):
+        assert request._lock.acquire(False)  # as another thread in a call would hold it
+    try:
+        assert prepared.compile_named() == expected and prepared.compile() == expected.cubin_path
+        with pytest.raises(kjit.NotFound):
+            failing.compile_named()
+    finally:
+        prepared._lock.release()
+        failing._lock.release()
+
+
+def test_a_prepared_request_loads(tree):
+    if not os.environ.get("KJIT_LIBCUDA"):
+        pytest.skip("KJIT_LIBCUDA is unset (no driver test double)")
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    with prepared.compile_and_load() as kernel:
+        assert kernel.name == "gemm" and kernel.cubin_path == prepared.compile()
