@@ -140,6 +140,8 @@ if [ "${KJIT_SKIP_SANITIZERS:-0}" != 1 ]; then
     # the interception LSan still scans static TLS, and dynamic TLS blocks (malloc'd by glibc,
     # reachable from the thread's DTV) as ordinary heap.
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:intercept_tls_get_addr=0
+    # NVRTC's own leaks (tests/lsan.supp says which): not ours to fix, and they would hide ours.
+    export LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp
     BUILD_DIR="$ROOT/build-asan" bash "$ROOT/scripts/setup.sh" \
