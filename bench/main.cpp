@@ -25,6 +25,10 @@
 //            processes, each with a cache of its own, ask for the same 24 kernels at once, with
 //            the tier and without; a new node joining warm; a warm local hit sends no command
 //            (cluster_scenario.cpp)
+//   real-clients  kernels real clients generate (DeepGEMM sm90, humming), from
+//            bench/real_clients/prepare.py's manifests in --clients: sequential plain NVRTC
+//            against kjit_compile_batch with its defaults, PCH on and PCH off, each in a fresh
+//            process; skipped, and said, without them (real_clients_scenario.cpp)
 //   scaling  not by default: the CUB sweep with PCH on 1, 2, 4, 8, 16 workers, threads against
 //            worker processes, for machines with many cores (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
@@ -108,6 +112,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("headers")) run_headers(o, report);
     if (o.wants("node")) run_node(o, report);
     if (o.wants("cluster")) run_cluster(o, report);
+    if (o.wants("real-clients")) run_real_clients(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -142,6 +147,9 @@ int main(int argc, char **argv) {
     if (argc == 6 && std::strcmp(argv[1], "--cluster-child") == 0) {
         return cluster_child_main(argv[2], std::atoi(argv[3]), argv[4], argv[5]);
     }
+    if (argc == 6 && std::strcmp(argv[1], "--clients-child") == 0) {
+        return clients_child_main(argv[2], argv[3], argv[4], argv[5]);
+    }
     if (argc == 7 && std::strcmp(argv[1], "--headers-child") == 0) {
         return headers_child_main(argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6]);
     }
@@ -151,13 +159,14 @@ int main(int argc, char **argv) {
     o.peers_script = KJIT_BENCH_SOURCE_DIR "/peers_python.py";
     o.python_module_dir = KJIT_BENCH_SOURCE_DIR "/../python";
     o.work_dir = "kjit-bench-data";
+    o.clients_dir = KJIT_BENCH_SOURCE_DIR "/../build/bench/real-clients";
     std::string json_path, chart_path;
     bool no_chart = false;
     CLI::App app{"kjit-bench: libkjit warm vs cold, side by side with the pyelftools lookup it replaces", "kjit-bench"};
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
-        ->check(CLI::IsMember(
-            {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster", "scaling"}));
+        ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster",
+                               "scaling", "real-clients"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -250,13 +259,16 @@ int main(int argc, char **argv) {
     app.add_option("--cluster-rounds", o.cluster_rounds, "Rounds of each way in the cluster scenario")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--clients", o.clients_dir,
+                   "Folder of the real clients' kernels (bench/real_clients/prepare.py --out)")
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
     if (o.scenarios.empty()) {
-        o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node"};
+        o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "real-clients"};
 #if KJIT_BENCH_CLUSTER
         o.scenarios.push_back("cluster");
 #endif

@@ -8,8 +8,10 @@
 # before issue 24 (built the same way), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
 # itself (hits against header-free kernels, a warm start of 300 in a fresh process, cold batches
 # with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
-# headers` runs it alone), one compile per key on the node, and the Redis cluster tier against a
-# redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server).
+# headers` runs it alone), one compile per key on the node, the Redis cluster tier against a
+# redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server),
+# and real clients' kernels (DeepGEMM, humming; bench/real_clients/prepare.py generates them from
+# git mirrors when they are there) as batches against sequential plain NVRTC.
 # Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
@@ -79,8 +81,21 @@ if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nv
     echo "bench: no GPU found: the load rows go through the driver test double, not a real driver"
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
+# The real-clients scenario's kernels: DeepGEMM's and humming's, generated with their own
+# generators from bare git mirrors (DeepGEMM, humming, CUTLASS) under $KJIT_REAL_CLIENTS_MIRRORS
+# (default /work/.mirror), into $BUILD_DIR/bench/real-clients. Without the mirrors the scenario
+# says it is skipped. Alone: bash bench/run.sh --only real-clients
+CLIENTS="$BUILD_DIR/bench/real-clients"
+clients_rc=0
+python3 "$ROOT/bench/real_clients/prepare.py" --out "$CLIENTS" || clients_rc=$?
+if [ "$clients_rc" -eq 3 ]; then
+    echo "bench: no mirrors of the real clients: the real-clients scenario is skipped"
+elif [ "$clients_rc" -ne 0 ]; then
+    echo "bench: bench/real_clients/prepare.py failed (exit $clients_rc)" >&2
+    exit "$clients_rc"
+fi
 "$BUILD_DIR/bench/kjit-bench" --work-dir "$DATA" --cubin "$CUBIN" --json "$DATA/bench.json" \
-    "${baseline_args[@]}" "${bench_args[@]}"
+    --clients "$CLIENTS" "${baseline_args[@]}" "${bench_args[@]}"
 
 # The sweep's warm cache as the kjit command sees it (docs/cli.md).
 if [ -d "$DATA/sweep-cache" ]; then

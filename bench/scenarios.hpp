@@ -11,9 +11,9 @@
 namespace kjit_bench {
 
 struct BenchOptions {
-    std::vector<std::string>
-        scenarios;         // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "scaling"
-    std::string work_dir;  // caches and temp folders go here
+    std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers",
+                                         // "node", "scaling", "real-clients"
+    std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
     int kernels = 300;
@@ -59,6 +59,8 @@ struct BenchOptions {
     int cluster_nodes = 8;     // node processes started at once, each with a cache of its own
     int cluster_kernels = 24;  // the same kernels each asks for
     int cluster_rounds = 2;    // rounds of each way (with the tier, without it)
+    // real-clients: the folder bench/real_clients/prepare.py wrote (deepgemm.json, humming.json)
+    std::string clients_dir;
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -129,5 +131,15 @@ int cluster_child_main(const std::string &cache, int n, const std::string &arch,
 // the hits, misses and NVRTC runs its calls counted. Returns the exit code.
 int headers_child_main(const std::string &mode, const std::string &cache, const std::string &tree_root, int n,
                        const std::string &arch);
+
+// 11: real clients' kernels (DeepGEMM, humming; bench/real_clients/prepare.py), sequential plain
+// NVRTC against kjit_compile_batch with its defaults, PCH on and PCH off, each in a fresh
+// process (real_clients_scenario.cpp). Skipped, and said, without the manifests.
+void run_real_clients(const BenchOptions &o, Report &report);
+// The spawned real-clients process (kjit-bench --clients-child MODE CACHE CLIENTS_DIR SET):
+// compiles SET (deepgemm, humming or both) the way MODE says (raw, default, pch_on, pch_off)
+// and prints "wall_us <time>". Returns the exit code.
+int clients_child_main(const std::string &mode, const std::string &cache, const std::string &clients,
+                       const std::string &set);
 
 }  // namespace kjit_bench

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest's guard against the bench rotting: every scenario of kjit-bench on a small scale (a
 # 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, one trust round, 2 kernels over the generated
-# header tree, 2 cluster nodes and kernels against a redis-server it starts, few iterations), through
+# header tree, 2 cluster nodes and kernels against a redis-server it starts, the real-clients
+# scenario without its kernels (it must say it is skipped), few iterations), through
 # the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
@@ -16,17 +17,20 @@ KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.c
     --trust-rounds 1 --trust-calls 50 --trust-loads 5 \
     --header-kernels 2 --header-batch 2 --header-repeats 1 --header-hit-rounds 2 \
     --node-processes 2 --node-kernels 2 --node-repeats 1 --peers-rounds 1 --peers-repeats 40 \
-    --cluster-nodes 2 --cluster-kernels 2 --cluster-rounds 1 \
+    --cluster-nodes 2 --cluster-kernels 2 --cluster-rounds 1 --clients "$work/no-clients" \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
 grep -q '^== targets' "$work/stdout.txt"
+grep -q 'real-clients: skipped: no real-clients kernels' "$work/stdout.txt"
 python3 - "$work/out.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
 assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "peers", "headers",
-                         "headers_pch", "headers_edit", "node", "cluster"}, sections.keys()
+                         "headers_pch", "headers_edit", "node", "cluster", "real-clients"}, sections.keys()
+# No manifests in --clients: the scenario says so and the bench goes on.
+assert not sections["real-clients"], sections["real-clients"]
 assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.python.small.repeat.now",
         "peers.c.sweep.ready.now", "peers.python.sweep.ready.now"} <= set(sections["peers"]), sections["peers"].keys()
 assert set(sections["pch"]) == {"pch.plain", "pch.create", "pch.use"}, sections["pch"]

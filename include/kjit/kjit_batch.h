@@ -38,7 +38,8 @@ typedef struct kjit_compile_request {
 } kjit_compile_request;
 
 /** @brief Initializer for ::kjit_compile_request: the size set, everything else NULL. */
-#define KJIT_COMPILE_REQUEST_INIT { sizeof(kjit_compile_request), NULL, NULL, NULL }
+#define KJIT_COMPILE_REQUEST_INIT \
+    { sizeof(kjit_compile_request), NULL, NULL, NULL }
 
 /**
  * @brief Fills a ::kjit_compile_request as #KJIT_COMPILE_REQUEST_INIT does (since 0.4).
@@ -96,9 +97,9 @@ typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total
 
 /** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
 typedef enum kjit_pch_mode {
-    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on for misses that `#include` the same
-                               headers as another miss of the batch, off for the rest (see
-                               kjit_batch_options::pch). */
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on where two or more misses that
+                               `#include` the same headers compile in one process, off for the
+                               rest (see kjit_batch_options::pch). */
     KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
     KJIT_PCH_OFF = 2      /**< Plain compiles. */
 } kjit_pch_mode;
@@ -133,12 +134,13 @@ typedef struct kjit_batch_options {
         else the CPUs this process may run on. Fewer start when there are fewer misses; more
         than 256 means 256. */
     unsigned workers;
-    /** A ::kjit_pch_mode; #KJIT_PCH_DEFAULT (0) uses NVRTC's automatic precompiled header for
-        the misses that share their headers with another miss of the batch. Each distinct set
-        of headers gets PCHs of its own, under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. Not
-        in the cache key. `--pch` among an item's NVRTC options asks for it as #KJIT_PCH_ON
-        would, unless this is #KJIT_PCH_OFF. When it pays off, and the measurements:
-        docs/batch.md, "Precompiled headers". */
+    /** A ::kjit_pch_mode; #KJIT_PCH_DEFAULT (0) uses NVRTC's automatic precompiled header
+        where at least two misses with the same headers compile in one process (a PCH's
+        creation costs about what each later use saves), and sends those misses to one worker;
+        `--pch` among an item's NVRTC options changes nothing then (0.7 and before: it asked for
+        a PCH as #KJIT_PCH_ON would). Each distinct set of headers gets PCHs of its own,
+        under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. Not in the cache key. When it pays
+        off, and the measurements: docs/batch.md, "Precompiled headers". */
     int pch;
     /** Called for each finished item; NULL for none. */
     kjit_batch_progress_fn progress;
@@ -153,7 +155,8 @@ typedef struct kjit_batch_options {
 } kjit_batch_options;
 
 /** @brief Initializer for ::kjit_batch_options: the size set, everything else default. */
-#define KJIT_BATCH_OPTIONS_INIT { sizeof(kjit_batch_options), 0, KJIT_PCH_DEFAULT, NULL, NULL, KJIT_WORKERS_DEFAULT, 0 }
+#define KJIT_BATCH_OPTIONS_INIT \
+    { sizeof(kjit_batch_options), 0, KJIT_PCH_DEFAULT, NULL, NULL, KJIT_WORKERS_DEFAULT, 0 }
 
 /**
  * @brief Fills a ::kjit_batch_options as #KJIT_BATCH_OPTIONS_INIT does (since 0.4).

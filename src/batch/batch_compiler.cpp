@@ -40,6 +40,14 @@ struct Job {
 // precompile, and what makes NVRTC compile one at a time within a process.
 bool includes_headers(const key::Request &r) { return r.source.find("#include") != std::string::npos; }
 
+// The fewest misses of one header identity that one process must compile for NVRTC's PCH to
+// pay for itself. The compile that makes it costs about what each later one saves (raw NVRTC,
+// one kernel: CUB 0.49 s more to make it, 0.54 s less for each use; DeepGEMM's sm90 FP8 GEMM
+// 1.0 s and 1.2 s; humming's weight quantizer 0.53 s and 0.50 s; docs/batch.md), so a PCH
+// pays from its second compile in the process that made it, and one compile alone only pays
+// for its creation.
+constexpr std::size_t kMinPchUses = 2;
+
 Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
 }
@@ -82,9 +90,12 @@ std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cach
 // throwing progress callback) never leaves a thread or a worker process running.
 class Pool {
 public:
-    // `helper`: the worker helper's path when the compiles run in worker processes, else empty.
-    Pool(cache::Cache &cache, std::vector<Job> &jobs, std::string helper)
-        : cache_(cache), jobs_(jobs), helper_(std::move(helper)) {}
+    // `units`: the jobs (indices into `jobs`), each unit compiled in order by one worker (the
+    // misses that share a PCH, where it lives); every job in one unit. `helper`: the worker
+    // helper's path when the compiles run in worker processes, else empty.
+    Pool(cache::Cache &cache, std::vector<Job> &jobs, const std::vector<std::vector<std::size_t>> &units,
+         std::string helper)
+        : cache_(cache), jobs_(jobs), units_(units), helper_(std::move(helper)), untaken_(jobs.size()) {}
     Pool(const Pool &) = delete;
     Pool &operator=(const Pool &) = delete;
     ~Pool() {
@@ -138,7 +149,7 @@ public:
                 ++collected_;
                 return j;
             }
-            if ((stopped_ || (next_ == jobs_.size() && put_off_.empty())) && collected_ == handed_) return std::nullopt;
+            if ((stopped_ || (untaken_ == 0 && put_off_.empty())) && collected_ == handed_) return std::nullopt;
             if (finished_cv_.wait_for(lock, idle_every) == std::cv_status::timeout) {
                 lock.unlock();
                 idle();
@@ -148,25 +159,40 @@ public:
     }
 
 private:
+    // The next job for a worker whose unit is `*unit` (null before its first), of which it
+    // took `*taken`: the rest of its unit, else the next unit's first, else one put off
+    // (`*again`); nothing once none is left or the pool is stopped. Under the lock.
+    std::optional<std::size_t> take(const std::vector<std::size_t> **unit, std::size_t *taken, bool *again) {
+        if (stopped_) return std::nullopt;
+        if ((!*unit || *taken == (*unit)->size()) && next_unit_ < units_.size()) {
+            *unit = &units_[next_unit_++];
+            *taken = 0;
+        }
+        if (*unit && *taken < (*unit)->size()) {
+            --untaken_;
+            return (**unit)[(*taken)++];
+        }
+        if (put_off_.empty()) return std::nullopt;
+        const std::size_t j = put_off_.front();
+        put_off_.pop_front();
+        *again = true;
+        return j;
+    }
+
     void work() {
         pthread_setname_np(pthread_self(), "kjit-batch");
         std::optional<batch::worker_pool::WorkerProcess> process;
         if (!helper_.empty()) process.emplace(helper_);
+        const std::vector<std::size_t> *unit = nullptr;
+        std::size_t taken = 0;
         for (;;) {
             std::size_t j = 0;
             bool again = false;  // put off once already
             {
                 std::lock_guard<std::mutex> lock(mutex_);
-                if (stopped_) break;
-                if (next_ < jobs_.size()) {
-                    j = next_++;
-                } else if (!put_off_.empty()) {
-                    j = put_off_.front();
-                    put_off_.pop_front();
-                    again = true;
-                } else {
-                    break;
-                }
+                const std::optional<std::size_t> next = take(&unit, &taken, &again);
+                if (!next) break;
+                j = *next;
                 ++handed_;
             }
             compile::compile_job::Runner *runner = process ? &*process : nullptr;
@@ -197,13 +223,15 @@ private:
 
     cache::Cache &cache_;
     std::vector<Job> &jobs_;
+    const std::vector<std::vector<std::size_t>> &units_;
     const std::string helper_;
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable finished_cv_;
     std::deque<std::size_t> finished_;
     std::deque<std::size_t> put_off_;  // jobs busy on another node when first taken
-    std::size_t next_ = 0;             // the next job not taken yet
+    std::size_t next_unit_ = 0;        // the next unit no worker has taken yet
+    std::size_t untaken_;              // jobs not taken from their unit yet
     std::size_t handed_ = 0;           // jobs taken and not put off: each will be collected
     std::size_t collected_ = 0;
     bool stopped_ = false;
@@ -269,7 +297,7 @@ private:
 
 // One kjit_compile_batch call, on the calling thread: its items' results as they come, the
 // jobs its misses became, and what it handed out. Its steps run in order: look_up_all,
-// choose_pch, compile_misses, then results().
+// fetch_from_cluster, compile_misses (which plans the PCHs first), then results().
 class Batch {
 public:
     Batch(const Options &options, std::size_t total)
@@ -283,9 +311,7 @@ public:
     //    (cache.hpp's fetch_from_cluster); what is left is compiled (build() settles each with
     //    the cluster).
     void fetch_from_cluster();
-    // 3. Which misses use NVRTC's PCH (see the definition).
-    void choose_pch();
-    // 4. Compiles the misses on the workers, reporting each as it finishes.
+    // 3. Compiles the misses on the workers (plan_units first), reporting each as it finishes.
     void compile_misses();
     // 5. and 6.: every entry handed out stays in use for the in-use window after the batch
     //    returns; whatever did not start (after a cancel) has no result.
@@ -299,11 +325,14 @@ private:
     // The worker helper's path when the misses compile in worker processes, empty for threads;
     // an error when they should and cannot (explicit processes, no helper).
     Result<std::string> worker_helper(unsigned wanted) const;
+    // Splits the jobs into units_, each compiled in order by one worker, and decides which use
+    // NVRTC's PCH (see the definition). `workers`: how many; `processes`: worker processes.
+    void plan_units(unsigned workers, bool processes);
     // Compiles the jobs not reported yet on this thread, in order, until cancelled.
     void finish_here(std::vector<bool> &reported);
-    // Collects what the pool's workers finish, starting the rest of them after the first
-    // wave; a child forked by the progress callback finishes on this thread.
-    void collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported);
+    // Collects what the pool's workers finish; a child forked by the progress callback
+    // finishes on this thread.
+    void collect(Pool &pool, std::vector<bool> &reported);
 
     cache::Cache &cache_;
     const Options &options_;
@@ -313,6 +342,7 @@ private:
     bool cancelled_ = false;
     HandedOut handed_out_;
     std::vector<Job> jobs_;
+    std::vector<std::vector<std::size_t>> units_;  // plan_units
     std::unordered_map<std::string, std::size_t> job_of_entry_;
     std::unordered_map<std::string, cache::Found> hit_of_entry_;
 };
@@ -388,29 +418,56 @@ void Batch::fetch_from_cluster() {
     jobs_ = std::move(left);
 }
 
-// By default, the misses that share their header identity with another miss of the batch
-// (pch_texts) use NVRTC's PCH: a PCH serves the compiles after the one that makes it, so
-// one used by a single compile only costs its creation (humming's items, each with its
-// configuration before the #include or a header of its own, were about 20% slower with one
-// each). Sources without #include have nothing to precompile. `--pch` among an item's options
-// (key_request took it out) asks for it as KJIT_PCH_ON would, except under KJIT_PCH_OFF.
-void Batch::choose_pch() {
-    if (options_.pch != Pch::automatic) {
-        for (Job &job : jobs_) job.keyed.request.use_pch = options_.pch == Pch::on;
-        return;
-    }
-    std::vector<std::string> texts(jobs_.size());
-    std::unordered_map<std::string, std::size_t> misses_of;
+// The misses of one header identity (pch_texts) share a PCH only within the process that made
+// it, and only from its second compile on: the one that makes it costs about what each later
+// one saves (kMinPchUses). So, by default, a PCH is made where at least kMinPchUses misses of
+// one identity will compile in one process, and those misses go to one worker, in order, as
+// one unit: on threads, a whole group (one process, whose compiles of headers NVRTC runs one
+// at a time anyway); on worker processes, a group split into up to one share per worker, each
+// of at least kMinPchUses (a group spread over the workers made a PCH in each, used by one
+// compile or none). Every other miss is a unit of its own and gets no PCH: one alone in its
+// header identity (humming's kernels, each configuration before the #include or a header of
+// its own; most of DeepGEMM's), a source without #include (nothing to precompile; -pch cost
+// the header-free sweep 10-15%). No worker waits for another's PCH: each unit's first compile
+// makes it while the other workers compile other units. `--pch` among an item's options
+// (key_request took it out), which DeepGEMM passes on every compile, changes nothing: the
+// batch decides for every item (as KJIT_PCH_ON, it made a PCH for each of DeepGEMM's). KJIT_PCH_ON: every miss uses it,
+// the groups split the same way, so each process makes one per identity; KJIT_PCH_OFF: none, every miss a unit of its
+// own. Units that share a PCH go first (the longest), the rest in request order.
+void Batch::plan_units(unsigned workers, bool processes) {
+    std::vector<std::vector<std::size_t>> groups;
+    std::unordered_map<std::string, std::size_t> group_of;
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         const key::Request &r = jobs_[j].keyed.request;
-        if (!includes_headers(r)) continue;
-        texts[j] = key::pch_texts(r);
-        ++misses_of[texts[j]];
+        if (options_.pch == Pch::off || !includes_headers(r)) {
+            groups.push_back({j});
+            continue;
+        }
+        const auto added = group_of.emplace(key::pch_texts(r), groups.size());
+        if (added.second) groups.emplace_back();
+        groups[added.first->second].push_back(j);
     }
-    for (std::size_t j = 0; j < jobs_.size(); ++j) {
-        key::Request &r = jobs_[j].keyed.request;
-        r.use_pch = r.pch_requested || (!texts[j].empty() && misses_of[texts[j]] >= 2);
+    units_.clear();
+    std::vector<std::vector<std::size_t>> alone;
+    for (const std::vector<std::size_t> &group : groups) {
+        const std::size_t n = group.size();
+        const std::size_t shares = processes ? std::clamp<std::size_t>(n / kMinPchUses, 1, workers) : 1;
+        for (std::size_t share = 0, begin = 0; share < shares; ++share) {
+            const std::size_t end = begin + (n - begin) / (shares - share);
+            const bool pch = options_.pch == Pch::on || (options_.pch == Pch::automatic && end - begin >= kMinPchUses);
+            for (std::size_t k = begin; k < end; ++k) jobs_[group[k]].keyed.request.use_pch = pch;
+            if (pch && end - begin > 1) {
+                units_.emplace_back(group.begin() + static_cast<std::ptrdiff_t>(begin),
+                                    group.begin() + static_cast<std::ptrdiff_t>(end));
+            } else {
+                for (std::size_t k = begin; k < end; ++k) alone.push_back({group[k]});
+            }
+            begin = end;
+        }
     }
+    std::stable_sort(units_.begin(), units_.end(), [](const auto &a, const auto &b) { return a.size() > b.size(); });
+    std::sort(alone.begin(), alone.end());
+    units_.insert(units_.end(), alone.begin(), alone.end());
 }
 
 void Batch::finish_here(std::vector<bool> &reported) {
@@ -425,9 +482,8 @@ void Batch::finish_here(std::vector<bool> &reported) {
 // The progress callback may fork: a child then returns into this loop without the parent's
 // workers (fork_guard.hpp) and compiles what was not reported yet itself, on this thread
 // (`reported` is this thread's own record, never written by a worker).
-void Batch::collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vector<bool> &reported) {
+void Batch::collect(Pool &pool, std::vector<bool> &reported) {
     const std::uint64_t generation = fork_guard::generation();
-    bool all_started = first_wave == wanted;
     while (auto j = pool.next_finished(handed_out_.refresh_every(), [&] { handed_out_.refresh_when_due(); })) {
         reported[*j] = true;
         for (std::size_t item : jobs_[*j].items) finish(item, *jobs_[*j].result);
@@ -438,12 +494,7 @@ void Batch::collect(Pool &pool, unsigned wanted, unsigned first_wave, std::vecto
             finish_here(reported);
             return;
         }
-        if (cancelled_) {
-            pool.stop();
-        } else if (!all_started) {
-            pool.start(wanted - first_wave);
-            all_started = true;
-        }
+        if (cancelled_) pool.stop();
     }
 }
 
@@ -477,24 +528,21 @@ void Batch::compile_misses() {
         }
         return;
     }
-    const bool first_uses_pch = jobs_.front().keyed.request.use_pch;
+    plan_units(wanted, !helper->empty());
     const std::size_t with_pch = static_cast<std::size_t>(
         std::count_if(jobs_.begin(), jobs_.end(), [](const Job &job) { return job.keyed.request.use_pch; }));
-    log().debug("batch: {} items, {} to compile on {} {}, {} with a PCH ({})", total_, jobs_.size(), wanted,
-                helper->empty() ? "threads" : "worker processes", with_pch,
+    log().debug("batch: {} items, {} to compile on {} {}, {} with a PCH, {} units ({})", total_, jobs_.size(), wanted,
+                helper->empty() ? "threads" : "worker processes", with_pch, units_.size(),
                 options_.pch == Pch::on    ? "on"
                 : options_.pch == Pch::off ? "off"
                                            : "for misses that share their headers");
-    Pool pool(cache_, jobs_, *helper);
-    // With PCH on threads the first compile runs alone: it creates the precompiled header the
-    // others then use, where workers started together would each parse the headers and make
-    // their own (measured: 10 CUB kernels on 2 workers, 5.0 s against 5.8 s). Worker processes
-    // each make their own anyway.
-    const unsigned first_wave = first_uses_pch && helper->empty() ? 1u : wanted;
-    if (pool.start(first_wave) == 0) {
+    Pool pool(cache_, jobs_, units_, *helper);
+    // Every worker at once: misses that share a PCH are one unit, on one worker, so none waits
+    // for another's PCH (the first compile used to run alone when it made one, and held them all).
+    if (pool.start(static_cast<unsigned>(std::min<std::size_t>(wanted, units_.size()))) == 0) {
         finish_here(reported);  // no thread could be started: compile on this one
     } else {
-        collect(pool, wanted, first_wave, reported);
+        collect(pool, reported);
     }
 }
 
@@ -512,7 +560,6 @@ std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> item
     Batch batch(options, items.size());
     batch.look_up_all(items);
     batch.fetch_from_cluster();
-    batch.choose_pch();
     batch.compile_misses();
     return batch.results();
 }

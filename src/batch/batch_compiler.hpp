@@ -28,10 +28,10 @@ using Progress =
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
-    automatic,  // for misses of the batch that share their header identity (pch_texts)
-                // with another miss: a PCH used by one compile only costs its creation, and a
-                // header-free source has nothing to precompile (-pch cost it 10-15% on 2
-                // workers); and for items whose NVRTC options hold --pch
+    automatic,  // where at least 2 misses of one header identity (pch_texts) compile in one
+                // process, those on one worker: a PCH's creation costs about what each later
+                // use saves, and a header-free source has nothing to precompile (-pch cost it
+                // 10-15% on 2 workers); --pch among an item's options changes nothing
     on,
     off,
 };

@@ -670,89 +670,150 @@ TEST(CompileBatch, PchNeverServesAnotherHeadersContent) {
     }
 }
 
-// The default PCH policy: a PCH only for misses that share their header identity with another
-// miss of the batch. Items that put their configuration before the #include, or each include a
+// The default PCH policy: a PCH only where at least two misses of one header identity compile
+// in one process (the compile that makes it costs about what a later one saves), those misses
+// on one worker. Items that put their configuration before the #include, or each include a
 // header of their own (humming's style), share nothing: a PCH would cost each a creation and
-// serve none (about 20% slower). Counted by the batch's compiles (internal counters), not timed.
-// Below the C ABI, with the internal library's own cache and counters.
-TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
-    TempDir dir;
+// serve none (about 20% slower), and `--pch` among their options (DeepGEMM passes it on every
+// compile) does not change that. Counted by the batch's compiles (internal counters), not timed. Below the C ABI, with
+// the internal library's own cache and counters, on 2 worker threads (no worker helper beside this test).
+namespace pch_policy {
+
+struct Count {
+    std::uint64_t compiles, pch_compiles, pch_identities;
+};
+
+Count count() {
+    const auto &c = kjit::cache::Cache::instance().counters();
+    return Count{c.nvrtc_compiles.load(), c.pch_compiles.load(), c.pch_identities.load()};
+}
+
+// A folder of headers: kernel0..2.h (each uses CFG, defined before the #include) and shared.h.
+std::string make_headers(TempDir &dir) {
     const std::string include = dir.file("include");
-    ASSERT_EQ(::mkdir(include.c_str(), 0700), 0);
+    EXPECT_EQ(::mkdir(include.c_str(), 0700), 0);
     for (int i = 0; i < 3; ++i) {
         write_file(include + "/kernel" + std::to_string(i) + ".h",
                    "template <int V> __global__ void gemm(float *p) { p[0] = V + CFG; }\n");
     }
     write_file(include + "/shared.h", "#define CFG 7\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\n");
-    kjit::cache::Cache &cache = kjit::cache::Cache::instance();
-    struct Count {
-        std::uint64_t compiles, pch_compiles, pch_identities;
-    };
-    auto count = [&] {
-        return Count{cache.counters().nvrtc_compiles.load(), cache.counters().pch_compiles.load(),
-                     cache.counters().pch_identities.load()};
-    };
-    auto run = [&](const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch,
-                   const std::string &cache_dir) {
-        std::vector<kjit::Result<kjit::key::Request>> items;
-        for (const std::string &source : sources) {
-            kjit::key::Request r;
-            r.source = source;
-            r.keyword = "gemm";
-            r.cache_dir = cache_dir;
-            r.arch = "sm_90";
-            r.include_paths = {include};
-            items.emplace_back(std::move(r));
-        }
-        kjit::batch::batch_compiler::Options options;
-        options.workers = 2;
-        options.pch = pch;
-        const Count before = count();
-        for (const auto &result : kjit::batch::batch_compiler::compile(std::move(items), options)) {
-            EXPECT_TRUE(result.ok()) << result.error().message;
-        }
-        const Count after = count();
-        return Count{after.compiles - before.compiles, after.pch_compiles - before.pch_compiles,
-                     after.pch_identities - before.pch_identities};
-    };
-    auto instantiate = [](int v) { return "template __global__ void gemm<" + std::to_string(v) + ">(float *);\n"; };
+    return include;
+}
+
+std::string instantiate(int v) { return "template __global__ void gemm<" + std::to_string(v) + ">(float *);\n"; }
+
+// Compiles `sources` as one batch on 2 workers; what the batch's compiles counted. `first_report`
+// (when given) gets the NVRTC compiles started when the first item was reported.
+Count run(const std::string &include, const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch,
+          const std::string &cache_dir, const std::vector<std::string> &nvrtc_options = {},
+          std::uint64_t *first_report = nullptr) {
+    std::vector<kjit::Result<kjit::key::Request>> items;
+    for (const std::string &source : sources) {
+        kjit::key::Request r;
+        r.source = source;
+        r.keyword = "gemm";
+        r.cache_dir = cache_dir;
+        r.arch = "sm_90";
+        r.include_paths = {include};
+        r.nvrtc_options = nvrtc_options;
+        items.emplace_back(std::move(r));
+    }
+    kjit::batch::batch_compiler::Options options;
+    options.workers = 2;
+    options.pch = pch;
+    const Count before = count();
+    if (first_report) {
+        options.progress = [&](std::size_t done, std::size_t, std::size_t, const auto &) {
+            if (done == 1) *first_report = count().compiles - before.compiles;
+            return false;
+        };
+    }
+    for (const auto &result : kjit::batch::batch_compiler::compile(std::move(items), options)) {
+        EXPECT_TRUE(result.ok()) << result.error().message;
+    }
+    const Count after = count();
+    return Count{after.compiles - before.compiles, after.pch_compiles - before.pch_compiles,
+                 after.pch_identities - before.pch_identities};
+}
+
+}  // namespace pch_policy
+
+TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
+    using kjit::batch::batch_compiler::Pch;
+    using pch_policy::instantiate;
+    using pch_policy::run;
+    TempDir dir;
+    const std::string include = pch_policy::make_headers(dir);
     // humming's style: the configuration before the #include, a header each.
     std::vector<std::string> own;
     for (int i = 0; i < 3; ++i) {
         own.push_back("#define CFG " + std::to_string(i) + "\n#include <kernel" + std::to_string(i) + ".h>\n" +
                       instantiate(i));
     }
-    Count c = run(own, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-own"));
+    pch_policy::Count c = run(include, own, Pch::automatic, dir.file("cache-own"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 0u) << "items that share no header each paid for a PCH";
     EXPECT_EQ(c.pch_identities, 0u);
     // The same configuration before the same header, three instantiations after it: one PCH.
     std::vector<std::string> same;
     for (int i = 0; i < 3; ++i) same.push_back("#include <shared.h>\n" + instantiate(10 + i));
-    c = run(same, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-same"));
+    c = run(include, same, Pch::automatic, dir.file("cache-same"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 3u);
     EXPECT_EQ(c.pch_identities, 1u);
-    // Two that share, one alone (its configuration differs): the pair only.
-    // (A PCH folder lives as long as the process: a prefix of their own, for an identity of their own.)
+    // `--pch` among the options of items that share nothing: still none (it made one each).
+    // (A PCH folder lives as long as the process: a prefix of their own, for identities of
+    // their own.)
+    std::vector<std::string> own_pch;
+    for (const std::string &source : own) own_pch.push_back("// with --pch\n" + source);
+    c = run(include, own_pch, Pch::automatic, dir.file("cache-own-pch"), {"--pch"});
+    EXPECT_EQ(c.compiles, 3u);
+    EXPECT_EQ(c.pch_compiles, 0u) << "--pch made a PCH for items that share nothing";
+    EXPECT_EQ(c.pch_identities, 0u);
+    // Two that share, one alone (its configuration differs): the pair only, one PCH.
     const std::string pair = "// the pair\n#include <shared.h>\n";
-    std::vector<std::string> mixed = {pair + instantiate(20), pair + instantiate(21),
-                                      "#define CFG 5\n#include <kernel0.h>\n" + instantiate(22)};
-    c = run(mixed, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
+    std::vector<std::string> mixed = {pair + instantiate(20), "#define CFG 5\n#include <kernel0.h>\n" + instantiate(22),
+                                      pair + instantiate(21)};
+    c = run(include, mixed, Pch::automatic, dir.file("cache-mixed"));
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 2u);
     EXPECT_EQ(c.pch_identities, 1u);
     // Hits and merged duplicates are not misses that share: one miss alone gets no PCH.
     std::vector<std::string> one = {pair + instantiate(20), pair + instantiate(30), pair + instantiate(30)};
-    c = run(one, kjit::batch::batch_compiler::Pch::automatic, dir.file("cache-mixed"));
+    c = run(include, one, Pch::automatic, dir.file("cache-mixed"));
     EXPECT_EQ(c.compiles, 1u);
     EXPECT_EQ(c.pch_compiles, 0u);
-    // KJIT_PCH_ON: every miss, shared or not (each of humming's a PCH of its own).
-    c = run(own, kjit::batch::batch_compiler::Pch::on, dir.file("cache-own-on"));
+    // KJIT_PCH_ON: every miss, shared or not (each of humming's a PCH of its own); KJIT_PCH_OFF:
+    // none.
+    c = run(include, own, Pch::on, dir.file("cache-own-on"));
     EXPECT_EQ(c.pch_compiles, 3u);
     EXPECT_EQ(c.pch_identities, 3u);
-    c = run(same, kjit::batch::batch_compiler::Pch::off, dir.file("cache-same-off"));
+    c = run(include, same, Pch::off, dir.file("cache-same-off"));
     EXPECT_EQ(c.pch_compiles, 0u);
+}
+
+// Misses that share a PCH go to one worker, whose first compile makes it, while the other
+// workers go on with other misses: two groups of three on two worker threads make one PCH
+// each (neither group's misses made a second one on another worker), and the second worker
+// started compiling before the first item was reported. (Before, a batch whose first miss made
+// a PCH started its other workers only after that compile: one NVRTC run at the first report.)
+TEST(CompileBatch, GroupsSharingAPchDoNotWaitForEachOther) {
+    using kjit::batch::batch_compiler::Pch;
+    using pch_policy::instantiate;
+    TempDir dir;
+    const std::string include = pch_policy::make_headers(dir);
+    std::vector<std::string> sources;
+    for (int i = 0; i < 3; ++i) {
+        sources.push_back("// group a\n#include <shared.h>\n" + instantiate(40 + i));
+        sources.push_back("// group b\n#include <shared.h>\n" + instantiate(50 + i));
+    }
+    std::uint64_t started_at_first_report = 0;
+    const pch_policy::Count c =
+        pch_policy::run(include, sources, Pch::automatic, dir.file("cache"), {}, &started_at_first_report);
+    EXPECT_EQ(c.compiles, 6u);
+    EXPECT_EQ(c.pch_compiles, 6u);
+    EXPECT_EQ(c.pch_identities, 2u) << "a group's misses made more than one PCH";
+    EXPECT_GE(started_at_first_report, 2u) << "the second worker waited for the first one's PCH";
 }
 
 TEST(CompileBatch, RefusedCallsAndOlderStructs) {

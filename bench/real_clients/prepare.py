@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Kernels that real clients generate, for kjit-bench's `real-clients` scenario (docs/bench.md).
+
+Extracts three source trees from bare git mirrors (never copied into this project; nothing is
+fetched) into OUT/src, generates kernels with the projects' own generators, and writes one
+manifest per set, OUT/deepgemm.json and OUT/humming.json:
+
+  {"set": "deepgemm", "kernels": [{"name", "source" (a file under OUT/kernels), "keyword",
+   "program_name", "arch", "options": [NVRTC options], "include_paths": [folders]}]}
+
+- DeepGEMM (deepseek-ai/DeepGEMM): its generators are C++ (`generate_impl` in
+  csrc/jit_kernels/impls/*.hpp), each a `fmt::format(R"(...)", ...)` of a raw-string template
+  whose arguments come from heuristics that need torch and a GPU. This script reads each
+  template out of the header as the header says it and fills its `{}`s in order with a
+  configuration chosen here (the same values DeepGEMM's sm90 heuristics would give for the
+  shapes named below: 128 TMA threads, 128 or 256 math threads, 128-byte swizzles, 132 SMs);
+  `{{`/`}}` are fmt's escapes, which Python's str.format shares. The flags are those of
+  csrc/jit/compiler.hpp's NVRTCCompiler (C++20, `--pch`, `-default-device`, ...); the program is
+  named `kernel.cu` as there. CUTLASS/CuTe come from the NVIDIA/cutlass mirror's include/
+  (DeepGEMM's third-party/cutlass submodule is not mirrored). CUDA 13 keeps libcu++ (cuda/std/...,
+  which CuTe includes) in include/cccl, so both sets get CUDA's include/cccl and include.
+  NVRTC 13.0 has no <utility>, which deep_gemm/common/utils.cuh includes (every kernel reaches
+  it) for std::integer_sequence, std::make_integer_sequence and std::is_same_v, and does not
+  declare cudaGridDependencySynchronize (CUDA's cuda_device_runtime_api.h does), which every
+  sm90 kernel calls: the script writes OUT/nvrtc-std/deepgemm/utility, which takes the first from
+  libcu++ and includes the second, and puts that folder first. (std::forward and std::move are
+  NVRTC's own.)
+- humming (inclusionAI/humming): its generator is Python (humming/kernel/*.py). It imports
+  torch, cuda-python, pyelftools and filelock at module level and compiles in its kernels'
+  constructors; this script stubs those modules, replaces KernelRuntime.prepare (the compile)
+  by a capture of the generated `self.code`, and runs the kernels' own constructors. humming
+  compiles with nvcc; its flags (humming/jit/compiler.py) are given as NVRTC takes them. Its
+  headers include <cstdint> and <math.h>, and CUDA's cuda.h includes <stdint.h> and
+  <stdlib.h>, none of which NVRTC 13.0 has: OUT/nvrtc-std/humming holds minimal ones. Its
+  generated code instantiates a kernel with a namespace-scope `auto ptr =
+  reinterpret_cast<void*>(&kernel<...>);`, a host variable NVRTC refuses (or, with
+  -default-device, a __device__ one it cannot initialize): the script moves that one statement
+  into a function, as DeepGEMM's generated code has it (`static void __instantiate_kernel()
+  {...}`); the rest is the generator's text. Only its weight
+  preparation kernels are in the set: its GEMMs' SharedStorage declares zero-length arrays for
+  the features a configuration leaves out (a GNU extension nvcc accepts), which NVRTC refuses
+  ("the size of an array must be greater than zero") for every configuration, since the
+  group and channel input-scale arrays exclude each other.
+
+  python3 bench/real_clients/prepare.py [--out DIR] [--mirrors DIR] [--cuda DIR] [--check]
+
+--check compiles every kernel once with raw NVRTC (ctypes, no libkjit) and fails on an error.
+Exit status 0 when the manifests were written; 3 when a mirror is missing (nothing written).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (mirror folder under --mirrors, extracted folder under OUT/src, the paths archived: CUTLASS's
+# full tree has blobs missing from the mirror, and only its headers are used).
+TREES = [
+    ("deepseek-ai+DeepGEMM", "deepgemm", []),
+    ("inclusionAI+humming", "humming", []),
+    ("NVIDIA+cutlass", "cutlass", ["include"]),
+]
+
+# DeepGEMM sm90 kernels: (name, the kernel the template instantiates, the template's arguments
+# in order). Shapes of DeepSeek-V3's GEMMs; m is 0 (not compiled in), as DeepGEMM's default
+# compiled_dims "nk" gives.
+IDENTITY = "epilogue::transform::EpilogueIdentity"
+BF16 = "cutlass::bfloat16_t"
+DEEPGEMM_KERNELS = [
+    ("fp8_1d2d_n4096_k7168", "sm90_fp8_gemm_1d2d_impl",
+     ["cute::UMMA::Major::K", 0, 4096, 7168, 1, 64, 128, 128, 128, 128, 128, 8, 128, 128, 1, "false", 132,
+      "GemmType::Normal", BF16, IDENTITY]),
+    ("fp8_1d2d_n7168_k2048", "sm90_fp8_gemm_1d2d_impl",
+     ["cute::UMMA::Major::K", 0, 7168, 2048, 1, 128, 128, 128, 128, 128, 128, 5, 128, 256, 2, "false", 132,
+      "GemmType::Normal", BF16, IDENTITY]),
+    ("fp8_1d2d_grouped_masked", "sm90_fp8_gemm_1d2d_impl",
+     ["cute::UMMA::Major::K", 0, 4096, 7168, 4, 64, 128, 128, 128, 128, 128, 8, 128, 128, 1, "false", 132,
+      "GemmType::MGroupedMasked", BF16, IDENTITY]),
+    ("fp8_1d1d_n4096_k7168", "sm90_fp8_gemm_1d1d_impl",
+     [0, 4096, 7168, 1, 128, 128, 128, 128, 128, 5, 128, 256, 1, "false", 132, "GemmType::Normal", "float"]),
+    ("fp8_1d1d_k_grouped", "sm90_fp8_gemm_1d1d_impl",
+     [4096, 7168, 0, 4, 128, 128, 128, 128, 128, 5, 128, 256, 1, "false", 132, "GemmType::KGroupedContiguous",
+      "float"]),
+    ("bf16_nt_n4096_k7168", "sm90_bf16_gemm_impl",
+     ["cute::UMMA::Major::K", "cute::UMMA::Major::K", 0, 4096, 7168, 1, 128, 128, 64, 128, 128, 128, 6, 128, 256, 1,
+      "false", 132, "GemmType::Normal", "false", BF16]),
+    ("bf16_grouped_contiguous", "sm90_bf16_gemm_impl",
+     ["cute::UMMA::Major::K", "cute::UMMA::Major::K", 0, 7168, 2048, 8, 128, 128, 64, 128, 128, 128, 6, 128, 256, 1,
+      "false", 132, "GemmType::MGroupedContiguous", "false", BF16]),
+    ("layout_transpose_pack_ue8m0", "transpose_and_pack_fp32_into_ue8m0", [512, 128, 56, 1, "false"]),
+    ("layout_transpose_fp32", "transpose_fp32", [512, 128, 56]),
+]
+
+# csrc/jit/compiler.hpp, NVRTCCompiler (DG_JIT_CPP_STANDARD 20; -I the library's include and
+# CUDA's include go to include_paths; --gpu-architecture to arch).
+DEEPGEMM_OPTIONS = ["-std=c++20", "--diag-suppress=39,161,174,177,186,940",
+                    "--ptxas-options=--register-usage-level=10", "-default-device", "--pch", "--device-int128"]
+
+# humming/jit/compiler.py's nvcc flags that NVRTC takes, and -default-device (DeepGEMM's NVRTC
+# flags have it too), without which NVRTC refuses cuda.h's host API and the instantiating
+# function (see HUMMING_INSTANTIATION). Left out: -O3 and the host compiler's
+# options (NVRTC optimizes device code by default and compiles no host code), -cubin and
+# -gencode (arch), and --expt-relaxed-constexpr / --expt-extended-lambda, which NVRTC 13.0
+# refuses as unrecognized in every spelling.
+HUMMING_OPTIONS = ["-std=c++17", "--ptxas-options=--register-usage-level=10", "--diag-suppress=39,161,174,177,940,177",
+                   "-default-device"]
+
+
+def extract(mirrors, out):
+    """Extracts the trees into OUT/src (anew each time); None when a mirror is missing."""
+    src = os.path.join(out, "src")
+    for mirror, folder, paths in TREES:
+        git_dir = os.path.join(mirrors, mirror, "repo")
+        if not os.path.isdir(git_dir):
+            return f"no mirror at {git_dir}"
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(src)
+    for mirror, folder, paths in TREES:
+        git_dir = os.path.join(mirrors, mirror, "repo")
+        dest = os.path.join(src, folder)
+        os.makedirs(dest)
+        # git names blobs it does not hold (CUTLASS's images) on stderr even for paths it
+        # leaves out; only a failure is worth showing.
+        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "HEAD", *paths],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if archive.returncode != 0:
+            sys.exit(f"prepare: git archive of {git_dir} failed: {archive.stderr.decode(errors='replace')}")
+        archive = archive.stdout
+        subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+        commit = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                                text=True, check=True).stdout.strip()
+        print(f"prepare: {mirror} {commit[:12]} -> {dest}")
+    return None
+
+
+def deepgemm_templates(tree):
+    """kernel name -> the raw-string template of the generate_impl that instantiates it."""
+    impls = os.path.join(tree, "csrc", "jit_kernels", "impls")
+    templates = {}
+    for name in sorted(os.listdir(impls)):
+        with open(os.path.join(impls, name)) as f:
+            text = f.read()
+        for m in re.finditer(r'generate_impl\(.*?fmt::format\(R"\((.*?)\)"', text, re.S):
+            body = m.group(1)
+            kernel = re.search(r"&([\w:]+)<", body)
+            if kernel:
+                templates[kernel.group(1)] = body
+    return templates
+
+
+# The headers NVRTC 13.0 lacks, as far as each client uses them (see the docstring), written
+# into OUT/nvrtc-std/<client>, first on that client's include paths.
+NVRTC_CSTDINT = """// Written by libkjit's bench/real_clients/prepare.py: NVRTC 13.0 has no <cstdint>.
+#pragma once
+#include <cuda/std/cstdint>
+#include <cuda/std/type_traits>
+using cuda::std::int16_t;
+using cuda::std::int32_t;
+using cuda::std::int64_t;
+using cuda::std::int8_t;
+using cuda::std::intptr_t;
+using cuda::std::uint16_t;
+using cuda::std::uint32_t;
+using cuda::std::uint64_t;
+using cuda::std::uint8_t;
+using cuda::std::uintptr_t;
+namespace std {
+using cuda::std::conditional_t;
+using cuda::std::int16_t;
+using cuda::std::int32_t;
+using cuda::std::int64_t;
+using cuda::std::int8_t;
+using cuda::std::is_same;
+using cuda::std::uint16_t;
+using cuda::std::uint32_t;
+using cuda::std::uint64_t;
+using cuda::std::uint8_t;
+}  // namespace std
+"""
+HUMMING_SHIMS = {
+    "cstdint": NVRTC_CSTDINT,
+    "stdint.h": "#pragma once\n#include <cstdint>\n",  # CUDA's cuda.h includes these two
+    "stdlib.h": "#pragma once\n",
+    "math.h": "#pragma once\n#include <cuda/std/cmath>\n",
+}
+DEEPGEMM_SHIMS = {}
+DEEPGEMM_SHIMS["utility"] = """// Written by libkjit's bench/real_clients/prepare.py: what DeepGEMM's headers need and NVRTC
+// 13.0 lacks (no <utility>; cudaGridDependencySynchronize undeclared).
+#pragma once
+#include <cuda/std/type_traits>
+#include <cuda/std/utility>
+#include <cuda_device_runtime_api.h>
+namespace std {
+using cuda::std::integer_sequence;
+using cuda::std::is_same_v;
+using cuda::std::make_integer_sequence;
+}  // namespace std
+"""
+
+
+def write_shim(out, client, shims):
+    """OUT/nvrtc-std/CLIENT with `shims` (name -> text); returns its path."""
+    shim = os.path.join(out, "nvrtc-std", client)
+    os.makedirs(shim, exist_ok=True)
+    for name, text in shims.items():
+        with open(os.path.join(shim, name), "w") as f:
+            f.write(text)
+    return shim
+
+
+def generate_deepgemm(out):
+    tree = os.path.join(out, "src", "deepgemm")
+    shim = write_shim(out, "deepgemm", DEEPGEMM_SHIMS)
+    templates = deepgemm_templates(tree)
+    kernels = []
+    for name, kernel, args in DEEPGEMM_KERNELS:
+        if kernel not in templates:
+            sys.exit(f"prepare: no generate_impl in {tree}/csrc/jit_kernels/impls instantiates {kernel}")
+        template = templates[kernel]
+        holes = template.replace("{{", "").replace("}}", "").count("{}")
+        if holes != len(args):
+            sys.exit(f"prepare: {kernel}'s template has {holes} arguments, {len(args)} given for {name}")
+        source = template.format(*[str(a) for a in args])
+        # The kernels are in namespace deep_gemm (libkjit's keyword names it: a::k matches _ZN1a...).
+        kernels.append({"name": name, "keyword": "deep_gemm::" + kernel, "code": source})
+    include_paths = [shim, os.path.join(tree, "deep_gemm", "include"), os.path.join(out, "src", "cutlass", "include")]
+    return kernels, DEEPGEMM_OPTIONS, include_paths
+
+
+class _Stub(types.ModuleType):
+    """A module (or attribute) whose every attribute is another stub: what humming's imports of
+    torch and the CUDA bindings need at import time, and nothing they do."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Stub(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        return _Stub(f"{self.__name__}()")
+
+    def __hash__(self):
+        return hash(self.__name__)
+
+    def __eq__(self, other):
+        return isinstance(other, _Stub) and other.__name__ == self.__name__
+
+
+# humming's namespace-scope instantiation (see the docstring), and the function it goes into.
+HUMMING_INSTANTIATION = re.compile(r"^auto ptr = (reinterpret_cast<void\*>\(.*?\));$", re.S | re.M)
+INSTANTIATE_IN_FUNCTION = "static void __instantiate_kernel() {\n    auto ptr = \\1;\n}"
+
+
+def generate_humming(out):
+    tree = os.path.join(out, "src", "humming")
+    for module in ["torch", "torch.utils", "torch.utils.cpp_extension", "cuda", "cuda.bindings",
+                   "cuda.bindings.driver", "elftools", "elftools.elf", "elftools.elf.elffile", "filelock"]:
+        sys.modules.setdefault(module, _Stub(module))
+    sys.path.insert(0, tree)
+    import humming.jit.runtime as runtime
+    from humming import dtypes
+    from humming.kernel import (DequantKernel, PackWeightKernel, QuantWeightKernel, UnpackWeightKernel,
+                                WeightRepackKernel)
+
+    captured = []
+
+    def capture(self):  # replaces KernelRuntime.prepare: the compile, the cubin and its loading
+        captured.append((self.name, self.code))
+        self.inited = True
+
+    runtime.KernelRuntime.prepare = capture
+
+    # Weight preparation, as humming's layers run it before their GEMMs: quantize, pack,
+    # repack for the tensor cores, unpack, dequantize. (humming's GEMMs do not compile with
+    # NVRTC: see the docstring.)
+    names = []
+    QuantWeightKernel(dtypes.float16, dtypes.uint4, 128, True, False, sm_version=90)
+    names.append("quant_weight_f16_u4_g128")
+    QuantWeightKernel(dtypes.bfloat16, dtypes.uint8, 0, True, False, sm_version=90)
+    names.append("quant_weight_bf16_u8_channel")
+    PackWeightKernel(4, sm_version=90)
+    names.append("pack_weight_4bit")
+    WeightRepackKernel(4, 16, True, sm_version=90)
+    names.append("repack_weight_4bit_a16")
+    UnpackWeightKernel(4, sm_version=90)
+    names.append("unpack_weight_4bit")
+    DequantKernel(sm_version=90)
+    names.append("dequant_fp")
+    kernels = []
+    for n, (k, c) in zip(names, captured):
+        code, found = HUMMING_INSTANTIATION.subn(INSTANTIATE_IN_FUNCTION, c, count=1)
+        if found != 1:
+            sys.exit(f"prepare: humming's {n} has no namespace-scope `auto ptr = reinterpret_cast<void*>(...);`")
+        kernels.append({"name": n, "keyword": k, "code": code})
+    include_paths = [write_shim(out, "humming", HUMMING_SHIMS), os.path.join(tree, "humming", "include")]
+    return kernels, HUMMING_OPTIONS, include_paths
+
+
+def write_set(out, set_name, kernels, options, include_paths, cuda, program_name):
+    folder = os.path.join(out, "kernels", set_name)
+    os.makedirs(folder, exist_ok=True)
+    entries = []
+    for k in kernels:
+        path = os.path.join(folder, k["name"] + ".cu")
+        with open(path, "w") as f:
+            f.write(k["code"])
+        entries.append({"name": k["name"], "source": path, "keyword": k["keyword"], "program_name": program_name,
+                        "arch": "sm_90a", "options": list(options),
+                        "include_paths": include_paths + [os.path.join(cuda, "include", "cccl"), os.path.join(cuda, "include")]})
+    manifest = os.path.join(out, set_name + ".json")
+    with open(manifest + ".tmp", "w") as f:
+        json.dump({"set": set_name, "kernels": entries}, f, indent=1)
+    os.replace(manifest + ".tmp", manifest)
+    print(f"prepare: {manifest}: {len(entries)} kernels")
+    return entries
+
+
+def check(entries, cuda):
+    """Compiles each kernel once with raw NVRTC (no libkjit), `--pch` left out (it needs no
+    check and would make later compiles of this process reuse a PCH)."""
+    nvrtc = ctypes.CDLL(os.path.join(cuda, "lib64", "libnvrtc.so"))
+    nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+    for e in entries:
+        with open(e["source"]) as f:
+            code = f.read()
+        opts = [f"-arch={e['arch']}"] + [o for o in e["options"] if o != "--pch"]
+        opts += [f"-I{p}" for p in e["include_paths"]]
+        prog = ctypes.c_void_p()
+        nvrtc.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), e["program_name"].encode(), 0, None, None)
+        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        started = time.monotonic()
+        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), argv)
+        took = time.monotonic() - started
+        if rc != 0:
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            sys.exit(f"prepare: {e['name']} ({e['source']}) does not compile: "
+                     f"{nvrtc.nvrtcGetErrorString(rc).decode()}\n{log.value.decode(errors='replace')[:4000]}")
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+        print(f"prepare: {e['name']}: compiles with raw NVRTC ({took:.1f} s)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench", "real-clients"))
+    parser.add_argument("--mirrors", default=os.environ.get("KJIT_REAL_CLIENTS_MIRRORS", "/work/.mirror"),
+                        help="folder holding <owner>+<name>/repo bare git mirrors")
+    parser.add_argument("--cuda", default=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    parser.add_argument("--check", action="store_true", help="compile each kernel with raw NVRTC")
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    missing = extract(args.mirrors, out)
+    if missing:
+        print(f"prepare: {missing}: no real-clients kernels written")
+        return 3
+    shutil.rmtree(os.path.join(out, "kernels"), ignore_errors=True)
+    entries = []
+    for set_name, generate, program_name in [("deepgemm", generate_deepgemm, "kernel.cu"),
+                                             ("humming", generate_humming, "kernel.cu")]:
+        kernels, options, include_paths = generate(out)
+        entries += write_set(out, set_name, kernels, options, include_paths, args.cuda, program_name)
+    if args.check:
+        check(entries, args.cuda)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
