@@ -378,8 +378,9 @@ class Library:
         - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
           ``nvrtc_options``, ...) for every item; an item's dict overrides them.
         - ``workers``: workers (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
-          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default for misses
-          that share their headers with another miss of the batch).
+          PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default where two or
+          more misses with the same headers compile in one process, which the batch arranges;
+          ``--pch`` among an item's options is then only a hint).
         - ``worker_kind``: WORKERS_THREADS, WORKERS_PROCESSES (kjit-worker processes beside
           libkjit.so, ended with the batch), WORKERS_AUTOMATIC (processes when misses include
           headers and more than one worker compiles: NVRTC compiles those one at a time within
