@@ -51,6 +51,10 @@ namespace kjit::key::dependency_watch {
 // its key back), its files found as recorded, and no watched file or folder changed since. A
 // replaced entry folder (another inode) is not proven, nor one checked for another source key.
 bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key);
+// The same, with the generation it is proven at: while still_at() that generation, it stays
+// proven (the hit memo's repeats look once for the cubin and the files). Nothing when not proven.
+std::optional<std::uint64_t> proven_at(const std::string &entry, const struct stat &entry_st,
+                                       std::string_view source_key);
 
 // Before checking the files `deps` lists for the entry at `entry`: watches them. Returns the
 // generation to pass to remember() once the check passed; nothing when the watch cannot vouch
