@@ -10,6 +10,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -37,19 +38,27 @@ std::int64_t coarse_ns() {
 
 // The fields are laid end to end in a buffer of the thread's and hashed in one call: XXH3's
 // streaming interface costs more per field than these few bytes do.
-std::string &fields_buffer() {
-    thread_local std::string bytes;
-    return bytes;
+HitMemo::Fields::Buffer &fields_buffer() {
+    thread_local HitMemo::Fields::Buffer buffer;
+    return buffer;
 }
 constexpr std::size_t kKeptCapacity = 1 << 20;
 
 }  // namespace
 
-HitMemo::Fields::Fields() : bytes_(fields_buffer()) { bytes_.clear(); }
+HitMemo::Fields::Fields() : b_(fields_buffer()) { b_.size = 0; }
+
+void HitMemo::Fields::grow(std::size_t n) {
+    const std::size_t capacity = std::max<std::size_t>({4096, b_.size + n, 2 * b_.capacity});
+    std::unique_ptr<char[]> data(new char[capacity]);
+    if (b_.size) std::memcpy(data.get(), b_.data.get(), b_.size);
+    b_.data = std::move(data);
+    b_.capacity = capacity;
+}
 
 HitMemo::Digest HitMemo::Fields::digest() {
-    const XXH128_hash_t h = XXH3_128bits(bytes_.data(), bytes_.size());
-    if (bytes_.capacity() > kKeptCapacity) std::string().swap(bytes_);  // a huge source's buffer is not kept
+    const XXH128_hash_t h = XXH3_128bits(b_.data.get(), b_.size);
+    if (b_.capacity > kKeptCapacity) b_ = Buffer{};  // a huge source's buffer is not kept
     return Digest{h.low64, h.high64};
 }
 

@@ -41,6 +41,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -77,16 +79,29 @@ public:
         Fields();
         void field(std::string_view s) {
             count(s.size());
-            bytes_.append(s.data(), s.size());
+            append(s.data(), s.size());
         }
         void count(std::size_t n) {
             const std::uint64_t v = n;
-            bytes_.append(reinterpret_cast<const char *>(&v), sizeof v);
+            append(&v, sizeof v);
         }
         Digest digest();
 
+        // The thread's buffer: grown, never shrunk but past kKeptCapacity (a huge source's).
+        struct Buffer {
+            std::unique_ptr<char[]> data;
+            std::size_t size = 0, capacity = 0;
+        };
+
     private:
-        std::string &bytes_;
+        // Inline, without std::string's checks per call: a repeat appends a dozen fields.
+        void append(const void *p, std::size_t n) {
+            if (b_.capacity - b_.size < n) grow(n);
+            std::memcpy(b_.data.get() + b_.size, p, n);
+            b_.size += n;
+        }
+        void grow(std::size_t n);
+        Buffer &b_;
     };
 
     // What a full look-up proved about an answer, to serve it again from memory.
