@@ -73,9 +73,10 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
 // watch cannot vouch for it.
 std::optional<std::uint64_t> arm_file(const std::string &path);
 
-// Whether no event that matters came since `generation` was current (reads the queue first,
-// one non-blocking read, unless the caller just did through proven()). False where the watch
-// is off or broken.
+// Whether no event that matters came since `generation` was current (asks the queue first, one
+// epoll_wait with no timeout, and reads it only when something is queued; not with
+// read_queue false, where the caller just read it through proven()). False where the watch is
+// off or broken.
 bool still_at(std::uint64_t generation, bool read_queue = true);
 
 // After a check of `deps` that passed at `generation` (arm()'s): each file is as its record
