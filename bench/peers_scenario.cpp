@@ -9,6 +9,10 @@
 //   - a fresh process that gets the 300 sweep kernels (--kernels) ready (path and name of
 //     each), C and Python, from the start of main() or of the script (the import of kjit
 //     included).
+//   - beside them, jitify2's in-memory layer (NVIDIA/jitify, branch jitify2) on the same request,
+//     small and CUB: a repeat of jitify2::ProgramCache::get_program with its lowered name, and of
+//     get_kernel (bench/peers_jitify2_child.cpp, built only where jitify2.hpp was given: else
+//     its rows say not run), against this libkjit's C repeat in the same rounds.
 // Each build uses the best call it has: kjit_compile_named (kjit.compile_named) where it
 // exists, else kjit_compile + kjit_resolve_name. The caches are filled first (untimed), one
 // per build. Rounds alternate the builds; each row is the median over rounds.
@@ -25,8 +29,11 @@
 
 #include <nlohmann/json.hpp>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -42,10 +49,12 @@ std::string small_source() {
            "p[i] = p[i] * 2.0f + 1.0f; }\n";
 }
 
-// One request of the scenario: source, keyword, NVRTC options.
+// One request of the scenario: source, keyword, NVRTC options; for the measured kernels, the
+// C++ name expression jitify2 is asked for (it takes no keyword).
 struct Kernel {
     std::string source, keyword;
     std::vector<std::string> options;
+    std::string expression;
 };
 
 // MODE small and cub: the measured kernel, then another of its kind (the child's first call, so
@@ -53,17 +62,92 @@ struct Kernel {
 // `sweep_kernels` kernels (--kernels, 300).
 std::vector<Kernel> kernels_for(const std::string &mode, int sweep_kernels) {
     if (mode == "small") {
-        return {{small_source(), kSmallKeyword, {}},
-                {"__global__ void peers_scale(float *p) { p[threadIdx.x] += 1.0f; }\n", kSmallKeyword, {}}};
+        return {{small_source(), kSmallKeyword, {}, kSmallKeyword},
+                {"__global__ void peers_scale(float *p) { p[threadIdx.x] += 1.0f; }\n", kSmallKeyword, {}, ""}};
     }
     if (mode == "cub") {
         const std::vector<CubConfig> configs = cub_configs(2);
-        return {{cub_source(configs[0]), kCubKeyword, cub_nvrtc_options()},
-                {cub_source(configs[1]), kCubKeyword, cub_nvrtc_options()}};
+        const CubConfig &c = configs[0];
+        const std::string expression = std::string(kCubKeyword) + "<" + c.type + ", " + std::to_string(c.block) + ", " +
+                                       std::to_string(c.items) + ", cub::" + c.algorithm + ">";
+        return {{cub_source(c), kCubKeyword, cub_nvrtc_options(), expression},
+                {cub_source(configs[1]), kCubKeyword, cub_nvrtc_options(), ""}};
     }
     std::vector<Kernel> all;
-    for (const GemmConfig &c : sweep_configs(sweep_kernels)) all.push_back({sweep_source(c), kSweepKeyword, {}});
+    for (const GemmConfig &c : sweep_configs(sweep_kernels)) all.push_back({sweep_source(c), kSweepKeyword, {}, ""});
     return all;
+}
+
+// jitify2's side (bench/peers_jitify2_child.cpp): its child, and the LD_LIBRARY_PATH folder where
+// libcuda.so (the name jitify2 opens) leads to $KJIT_LIBCUDA, the driver libkjit is given (the
+// test double without a GPU); empty where none is given (the system's libcuda.so serves).
+struct Jitify2 {
+    std::string child;
+    std::string why_not;  // not empty: not run, and why
+    std::string driver_dir;
+    std::map<std::string, std::vector<double>> us;  // "<mode>.repeat" / "<mode>.repeat_kernel" -> per round
+};
+
+Jitify2 jitify2_side(const std::string &bench_dir, const std::string &work_dir) {
+    Jitify2 j;
+#ifdef KJIT_BENCH_JITIFY2
+    j.child = bench_dir + "/kjit-peers-jitify2-child";
+    if (const char *libcuda = std::getenv("KJIT_LIBCUDA"); libcuda && *libcuda) {
+        j.driver_dir = work_dir + "/jitify2-driver";
+        ::mkdir(j.driver_dir.c_str(), 0755);
+        const std::string link = j.driver_dir + "/libcuda.so";
+        ::unlink(link.c_str());
+        if (::symlink(libcuda, link.c_str()) != 0) j.why_not = "not run: cannot link " + link + " to $KJIT_LIBCUDA";
+    }
+#else
+    (void)bench_dir;
+    (void)work_dir;
+    j.why_not = "not run: jitify2.hpp not found (configure with -DKJIT_BENCH_JITIFY2_DIR=FOLDER; bench/run.sh "
+                "extracts it from a mirror of NVIDIA/jitify)";
+#endif
+    return j;
+}
+
+// jitify2's rows (or why not run), its ratio to this libkjit's C repeat, and issue 35's target: a
+// C repeat proven unchanged costs no more than jitify2's in-memory repeat.
+void add_jitify2_rows(Section &s, Report &report, const Jitify2 &jitify2,
+                      const std::map<std::string, std::vector<double>> &now_us) {
+    const std::vector<std::pair<std::string, std::string>> metrics = {
+        {"repeat", "repeat of get_program + its lowered name"}, {"repeat_kernel", "repeat of get_kernel"}};
+    for (const char *mode : {"small", "cub"}) {
+        const std::string m = mode;
+        for (const auto &[metric, label] : metrics) {
+            const std::string id = "peers.jitify2." + m + "." + metric;
+            const std::string text = "jitify2 in memory, " + m + " kernel: " + label;
+            const auto it = jitify2.us.find(m + "." + metric);
+            if (!jitify2.why_not.empty() || it == jitify2.us.end()) {
+                Row skipped;
+                skipped.id = id;
+                skipped.label = text;
+                skipped.skipped = true;
+                skipped.reason = jitify2.why_not.empty() ? "not run" : jitify2.why_not;
+                s.rows.push_back(skipped);
+                continue;
+            }
+            s.rows.push_back(summarize(id, text, it->second));
+        }
+        Target target{"peers_c_" + m + "_repeat_over_jitify2",
+                      "C, " + m + " kernel, path and name, repeat: kjit / jitify2's in-memory get_program", 1.0, true};
+        const auto theirs = jitify2.us.find(m + ".repeat");
+        const auto ours = now_us.find("c." + m + ".repeat");
+        if (!jitify2.why_not.empty() || theirs == jitify2.us.end() || ours == now_us.end()) {
+            target.available = false;
+            target.why_unavailable = jitify2.why_not.empty() ? "not run" : jitify2.why_not;
+        } else {
+            target.value = median(ours->second) / median(theirs->second);
+            char note[256];
+            std::snprintf(note, sizeof note, "c.%s.repeat: kjit / jitify2 get_program = %.3fx (%s vs %s)", mode,
+                          target.value, format_us(median(ours->second)).c_str(),
+                          format_us(median(theirs->second)).c_str());
+            s.notes.push_back(note);
+        }
+        report.add_target(target);
+    }
 }
 
 }  // namespace
@@ -83,7 +167,9 @@ void run_peers(const BenchOptions &o, Report &report) {
         nlohmann::json j;
         for (const char *mode : {"small", "cub", "sweep"}) {
             for (const Kernel &k : kernels_for(mode, o.kernels)) {
-                j[mode].push_back({{"source", k.source}, {"keyword", k.keyword}, {"nvrtc_options", k.options}});
+                nlohmann::json r = {{"source", k.source}, {"keyword", k.keyword}, {"nvrtc_options", k.options}};
+                if (!k.expression.empty()) r["name_expression"] = k.expression;
+                j[mode].push_back(r);
             }
         }
         std::ofstream(requests) << j.dump();
@@ -118,6 +204,26 @@ void run_peers(const BenchOptions &o, Report &report) {
             else b.us[key].push_back(std::stod(value));
         }
     };
+    Jitify2 jitify2 = jitify2_side(self.substr(0, self.rfind('/')), o.work_dir);
+    // One jitify2 child: its repeats recorded, or, when it fails, its rows say why (the peers
+    // rows of this libkjit do not depend on it).
+    auto run_jitify2 = [&](const std::string &mode) {
+        if (!jitify2.why_not.empty()) return;
+        library.use(jitify2.driver_dir);
+        const ChildResult r = run_child({jitify2.child, mode, o.arch, std::to_string(o.peers_repeats), requests});
+        if (!r.started || r.exit_status != 0) {
+            const std::string err = r.err.empty() ? r.out : r.err;
+            jitify2.why_not = "not run: the jitify2 child failed (" + mode + ", exit " + std::to_string(r.exit_status) +
+                              "): " + err.substr(0, err.find('\n'));
+            return;
+        }
+        std::istringstream lines(r.out);
+        std::string metric, value;
+        while (lines >> metric >> value) {
+            if (metric == "repeat" || metric == "repeat_kernel")
+                jitify2.us[mode + "." + metric].push_back(std::stod(value));
+        }
+    };
     const std::vector<std::string> langs = {"c", "python"};
     const std::vector<std::string> modes = {"small", "cub", "sweep"};
     {
@@ -143,6 +249,7 @@ void run_peers(const BenchOptions &o, Report &report) {
                     }
                 }
             }
+            for (const char *mode : {"small", "cub"}) run_jitify2(mode);
         }
     }
     library.use("");
@@ -187,6 +294,7 @@ void run_peers(const BenchOptions &o, Report &report) {
             s.notes.push_back(note);
         }
     }
+    add_jitify2_rows(s, report, jitify2, builds[0].us);
     if (builds.size() == 1) {
         s.notes.push_back(
             "no 'before' build: bench/run.sh builds it from git history (none here), or pass --before-lib");

@@ -31,6 +31,26 @@ set --   # setup.sh would otherwise see our arguments as extra cmake options
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # sets BUILD_DIR (absolute) and KJIT_ROOT, or fails
 
+# jitify2's in-memory layer, timed beside libkjit's repeats in the peers scenario: its header
+# (NVIDIA/jitify, branch jitify2) from a clone or mirror of that repository, $KJIT_JITIFY_REPO
+# (default /work/.mirror/NVIDIA+jitify/repo where it exists), extracted into the build tree; never
+# part of this project. Without one, the peers scenario's jitify2 rows say not run.
+JITIFY_REPO="${KJIT_JITIFY_REPO:-/work/.mirror/NVIDIA+jitify/repo}"
+if [ -d "$JITIFY_REPO" ]; then
+    for ref in jitify2 origin/jitify2; do
+        if commit=$(git -C "$JITIFY_REPO" rev-parse --verify -q "$ref^{commit}"); then
+            mkdir -p "$BUILD_DIR/jitify2"
+            git -C "$JITIFY_REPO" show "$commit:jitify2.hpp" >"$BUILD_DIR/jitify2/jitify2.hpp"
+            echo "$commit" >"$BUILD_DIR/jitify2/COMMIT"
+            echo "bench: jitify2.hpp of $commit (from $JITIFY_REPO) for the peers scenario"
+            cmake "$BUILD_DIR" -DKJIT_BENCH_JITIFY2_DIR="$BUILD_DIR/jitify2" >/dev/null
+            break
+        fi
+    done
+else
+    echo "bench: no clone of NVIDIA/jitify at $JITIFY_REPO (set KJIT_JITIFY_REPO): the jitify2 rows are not run"
+fi
+
 echo "bench: building kjit-bench, kjit-make-bigcubin and the driver test double"
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target kjit-bench kjit-make-bigcubin fake_cuda kjit_cli
 

@@ -502,9 +502,10 @@ KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keywor
  *        cache (or compiled into it) and loaded, for callers that ask for their kernel at every
  *        launch (since 0.5).
  *
- * A repeat costs the hit memo's check (one `lstat` of the cubin: docs/cache-layout.md, "The hit
- * memo") and the loader's reuse of the library it already loaded (one `stat`, while a handle to
- * it is alive): no sidecar read, no cubin read, no driver call.
+ * A repeat costs the hit memo's check (one look at the header watch's inotify queue, or an
+ * `lstat` of the cubin where it cannot vouch: docs/cache-layout.md, "The hit memo") and the
+ * loader's reuse of the library it already loaded (one `stat`, while a handle to it is alive):
+ * no sidecar read, no cubin read, no driver call.
  *
  * @param[in]  source, keyword, options As for kjit_compile().
  * @param[out] kernel Receives a new handle on success, NULL on failure. Release each handle with

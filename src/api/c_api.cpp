@@ -3,6 +3,7 @@
 #include "kjit/kjit.h"
 
 #include "api/defaults.hpp"
+#include "api/memo_digest.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
 #include "key/cache_key.hpp"
@@ -545,9 +546,11 @@ std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit
     return out;
 }
 
-// kjit_compile and kjit_compile_named: the request checked and compiled (or found).
+// kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
+// the hit memo's, when the caller tried the memo under it (memo_answer), else null.
 kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
-                                                 const kjit_compile_options *options) {
+                                                 const kjit_compile_options *options,
+                                                 const kjit::cache::HitMemo::Digest *digest) {
     const std::string f(function);
     if (!source) return invalid(f + ": source is NULL");
     if (!keyword) return invalid(f + ": keyword is NULL");
@@ -555,7 +558,38 @@ kjit::Result<kjit::cache::Found> compile_request(const char *function, const cha
     request.source = source;
     request.keyword = keyword;
     if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
-    return kjit::cache::Cache::instance().compile(std::move(request));
+    kjit::cache::Cache &cache = kjit::cache::Cache::instance();
+    return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
+}
+
+// A repeat answered by the hit memo straight from the caller's arguments (no Request built, no
+// strings copied but the answer's into the caller's buffers): `out(const Found &)` gives the
+// call's status. Returns whether the memo answered (then *status is set); when it did not,
+// *digest is the memo's digest of the call (for compile_request), or null when the memo is off
+// or the call is not one it may answer as it is.
+template <typename Out>
+bool memo_answer(const char *source, const char *keyword, const kjit_compile_options *options,
+                 kjit::cache::HitMemo::Digest &digest_storage, const kjit::cache::HitMemo::Digest *&digest,
+                 kjit_status &status, Out &&out) {
+    digest = nullptr;
+    if (!kjit::api::memo_digest_of(source, keyword, options, digest_storage)) return false;
+    digest = &digest_storage;
+    return kjit::cache::Cache::instance().recall_with(digest_storage, keyword,
+                                                      [&](const kjit::cache::Found &found) { status = out(found); });
+}
+
+// kjit_compile_named's result: both lengths first, then both strings or neither, so a caller
+// retrying with bigger buffers learns everything it needs from one failure.
+kjit_status copy_named(const kjit::cache::Found &found, char *cubin_path, size_t cubin_path_size,
+                       size_t *cubin_path_len, char *name, size_t name_size, size_t *name_len) {
+    if (cubin_path_len) *cubin_path_len = found.cubin.size();
+    if (name_len) *name_len = found.name.size();
+    const bool path_fits = (!cubin_path && cubin_path_size == 0) || cubin_path_size > found.cubin.size();
+    const bool name_fits = (!name && name_size == 0) || name_size > found.name.size();
+    if (!path_fits) return copy_out(found.cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
+    if (!name_fits) return copy_out(found.name, name, name_size, nullptr, "name");
+    (void)copy_out(found.cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
+    return copy_out(found.name, name, name_size, nullptr, "name");
 }
 
 }  // namespace
@@ -618,9 +652,16 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         if (!cubin_path && cubin_path_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: cubin_path is NULL but cubin_path_size is not 0");
         }
-        auto found = compile_request("kjit_compile", source, keyword, options);
+        const auto out = [&](const kjit::cache::Found &found) {
+            return copy_out(found.cubin, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
+        };
+        kjit::cache::HitMemo::Digest storage;
+        const kjit::cache::HitMemo::Digest *digest = nullptr;
+        kjit_status status = KJIT_OK;
+        if (memo_answer(source, keyword, options, storage, digest, status, out)) return status;
+        auto found = compile_request("kjit_compile", source, keyword, options, digest);
         if (!found) return fail(found.error());
-        return copy_out(found->cubin, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
+        return out(*found);
     });
 }
 
@@ -635,18 +676,16 @@ KJIT_API kjit_status kjit_compile_named(const char *source, const char *keyword,
         if (!name && name_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_named: name is NULL but name_size is not 0");
         }
-        auto found = compile_request("kjit_compile_named", source, keyword, options);
+        const auto out = [&](const kjit::cache::Found &found) {
+            return copy_named(found, cubin_path, cubin_path_size, cubin_path_len, name, name_size, name_len);
+        };
+        kjit::cache::HitMemo::Digest storage;
+        const kjit::cache::HitMemo::Digest *digest = nullptr;
+        kjit_status status = KJIT_OK;
+        if (memo_answer(source, keyword, options, storage, digest, status, out)) return status;
+        auto found = compile_request("kjit_compile_named", source, keyword, options, digest);
         if (!found) return fail(found.error());
-        // Both lengths first, then both strings or neither: a caller retrying with bigger
-        // buffers learns everything it needs from one failure.
-        if (cubin_path_len) *cubin_path_len = found->cubin.size();
-        if (name_len) *name_len = found->name.size();
-        const bool path_fits = (!cubin_path && cubin_path_size == 0) || cubin_path_size > found->cubin.size();
-        const bool name_fits = (!name && name_size == 0) || name_size > found->name.size();
-        if (!path_fits) return copy_out(found->cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
-        if (!name_fits) return copy_out(found->name, name, name_size, nullptr, "name");
-        (void)copy_out(found->cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
-        return copy_out(found->name, name, name_size, nullptr, "name");
+        return out(*found);
     });
 }
 
@@ -763,7 +802,7 @@ KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keywo
     if (kernel) *kernel = nullptr;
     return guarded("kjit_compile_and_load", [&]() -> kjit_status {
         if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_and_load: kernel (the out handle) is NULL");
-        auto found = compile_request("kjit_compile_and_load", source, keyword, options);
+        auto found = compile_request("kjit_compile_and_load", source, keyword, options, nullptr);
         if (!found) return fail(found.error());
         auto loaded = kjit::load::KernelLoader::instance().load(found->cubin, keyword);
         if (!loaded) return fail(loaded.error());

@@ -90,14 +90,25 @@ void Cache::renew_in_forked_child() {
 Result<Found> Cache::compile(key::Request request) {
     const bool memo_on = HitMemo::enabled();
     const HitMemo::Digest digest = memo_on ? HitMemo::digest(request) : HitMemo::Digest{};
-    bool by_watch = false;
-    if (auto remembered = memo_on ? memo_.recall(digest, &by_watch) : std::nullopt) {
-        counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
-        counters_.memo_answers.fetch_add(1, std::memory_order_relaxed);
-        if (by_watch) counters_.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
-        log().debug("cache hit [{}] from the hit memo: {}", request.keyword, remembered->cubin);
+    std::optional<Found> remembered;
+    if (memo_on && recall_with(digest, request.keyword, [&](const Found &found) { remembered = found; })) {
         return std::move(*remembered);
     }
+    return look_up(std::move(request), digest, memo_on);
+}
+
+Result<Found> Cache::compile_after_recall(key::Request request, const HitMemo::Digest &digest) {
+    return look_up(std::move(request), digest, /*remember=*/true);
+}
+
+void Cache::count_memo_answer(std::string_view keyword, const Found &found, bool by_watch) {
+    counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
+    counters_.memo_answers.fetch_add(1, std::memory_order_relaxed);
+    if (by_watch) counters_.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
+    log().debug("cache hit [{}] from the hit memo: {}", keyword, found.cubin);
+}
+
+Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest, bool remember) {
     const HitMemo::Proof proof = HitMemo::before_look_up();
     auto keyed = key::key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
@@ -105,7 +116,7 @@ Result<Found> Cache::compile(key::Request request) {
     auto found = find(*keyed, nullptr, &call);
     if (!found) return std::move(found).error();
     Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed, nullptr, &call);
-    if (answer && memo_on) memo_.remember(digest, *keyed, *answer, proof);
+    if (answer && remember) memo_.remember(digest, *keyed, *answer, proof);
     return answer;
 }
 

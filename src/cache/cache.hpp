@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kjit::cache {
@@ -50,6 +51,22 @@ public:
     // then build. A repeat of a request this cache answered is answered by its hit memo when
     // nothing can have changed the answer (hit_memo.hpp), counted as a hit. Thread safe.
     Result<Found> compile(key::Request request);
+    // compile() for a caller that tried the hit memo itself (recall_with) under `digest`, its
+    // request's (HitMemo::digest or the same fields through HitMemo::Fields): looks it up in
+    // full and remembers the answer under `digest`.
+    Result<Found> compile_after_recall(key::Request request, const HitMemo::Digest &digest);
+    // A repeat answered by the hit memo without a Request built: calls `use(const Found &)` with
+    // the answer remembered under `digest` (under the memo's lock: `use` must not call into the
+    // cache), counted as compile() counts it, and returns true; false when the memo cannot
+    // serve (then compile_after_recall). `keyword` is for the log. Thread safe.
+    template <typename Use>
+    bool recall_with(const HitMemo::Digest &digest, std::string_view keyword, Use &&use) {
+        bool by_watch = false;
+        return memo_.recall_with(digest, &by_watch, [&](const Found &found) {
+            count_memo_answer(keyword, found, by_watch);
+            use(found);
+        });
+    }
 
     // The steps of compile(), for callers that look many requests up before compiling any
     // (batch_compiler); the first is key_request. Each is thread safe.
@@ -95,6 +112,10 @@ public:
     void add_store(EntryStore &store) { stores_.push_back(&store); }
 
 private:
+    void count_memo_answer(std::string_view keyword, const Found &found, bool by_watch);
+    // compile()'s full look-up, remembering its answer under `digest` when `remember`.
+    Result<Found> look_up(key::Request request, const HitMemo::Digest &digest, bool remember);
+
     struct Flight {
         std::mutex mutex;
         std::condition_variable done_cv;

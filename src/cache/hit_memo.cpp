@@ -8,7 +8,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <chrono>
+#include <time.h>
+
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -25,39 +27,43 @@ std::string working_dir_now() {
     return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
 }
 
-// Each field with its length first, so that no two requests hash the same bytes. The fields
-// are laid end to end in a buffer of the thread's and hashed in one call: XXH3's streaming
-// interface costs more per field than these few bytes do.
-class FieldHasher {
-public:
-    FieldHasher() : bytes_(buffer()) { bytes_.clear(); }
-    void field(std::string_view s) {
-        count(s.size());
-        bytes_.append(s.data(), s.size());
-    }
-    void count(std::size_t n) {
-        const std::uint64_t v = n;
-        bytes_.append(reinterpret_cast<const char *>(&v), sizeof v);
-    }
-    HitMemo::Digest digest() {
-        const XXH128_hash_t h = XXH3_128bits(bytes_.data(), bytes_.size());
-        if (bytes_.capacity() > kKeptCapacity) std::string().swap(bytes_);  // a huge source's buffer is not kept
-        return HitMemo::Digest{h.low64, h.high64};
-    }
+// The monotonic clock at the kernel's tick (a few ms): read from the vDSO's page without a
+// system call and a fifth of CLOCK_MONOTONIC's price, and a second's revalidation interval does
+// not need more.
+std::int64_t coarse_ns() {
+    struct timespec ts {};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
-private:
-    static constexpr std::size_t kKeptCapacity = 1 << 20;
-    static std::string &buffer() {
-        thread_local std::string bytes;
-        return bytes;
-    }
-    std::string &bytes_;
-};
+// The fields are laid end to end in a buffer of the thread's and hashed in one call: XXH3's
+// streaming interface costs more per field than these few bytes do.
+HitMemo::Fields::Buffer &fields_buffer() {
+    thread_local HitMemo::Fields::Buffer buffer;
+    return buffer;
+}
+constexpr std::size_t kKeptCapacity = 1 << 20;
 
 }  // namespace
 
+HitMemo::Fields::Fields() : b_(fields_buffer()) { b_.size = 0; }
+
+void HitMemo::Fields::grow(std::size_t n) {
+    const std::size_t capacity = std::max<std::size_t>({4096, b_.size + n, 2 * b_.capacity});
+    std::unique_ptr<char[]> data(new char[capacity]);
+    if (b_.size) std::memcpy(data.get(), b_.data.get(), b_.size);
+    b_.data = std::move(data);
+    b_.capacity = capacity;
+}
+
+HitMemo::Digest HitMemo::Fields::digest() {
+    const XXH128_hash_t h = XXH3_128bits(b_.data.get(), b_.size);
+    if (b_.capacity > kKeptCapacity) b_ = Buffer{};  // a huge source's buffer is not kept
+    return Digest{h.low64, h.high64};
+}
+
 HitMemo::Digest HitMemo::digest(const key::Request &request) {
-    FieldHasher h;
+    Fields h;
     h.field(request.source);
     h.field(request.keyword);
     h.field(request.cache_dir);
@@ -85,37 +91,47 @@ bool HitMemo::enabled() {
 }
 
 std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const {
+    std::optional<Found> out;
+    recall_with(digest, by_watch, [&](const Found &found) { out = found; });
+    return out;
+}
+
+const HitMemo::Answer *HitMemo::serving(const Digest &digest, bool *by_watch) const {
     *by_watch = false;
-    std::shared_lock<std::shared_mutex> lock(mutex_);
     const auto it = answers_.find(digest);
-    if (it == answers_.end()) return std::nullopt;
+    if (it == answers_.end()) return nullptr;
     const Answer &a = it->second;
-    if (steady_ns() - a.proven_ns >= revalidate_ns_) return std::nullopt;
-    if (store::cache_entry::retirements() != a.retirements) return std::nullopt;
-    if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return std::nullopt;
-    if (a.reads_files) {
-        if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return std::nullopt;
-        *by_watch = true;
-    }
+    if (coarse_ns() - a.proven_ns >= revalidate_ns_) return nullptr;
+    if (store::cache_entry::retirements() != a.retirements) return nullptr;
+    if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return nullptr;
+    // One look at the watch's queue proves the cubin and, for a request that reads files, its
+    // files too: they were proven at the generation the cubin's watch was armed at (below).
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
-    // A request that reads files had the queue read just now, by proven().
-    if (watched != 0 && key::dependency_watch::still_at(watched, /*read_queue=*/!a.reads_files)) {
+    if (watched != 0 && key::dependency_watch::still_at(watched)) {
+        *by_watch = a.reads_files;
         answers_by_watch_.fetch_add(1, std::memory_order_relaxed);
-        return a.found;
+        return &a;
+    }
+    std::optional<std::uint64_t> files_at;
+    if (a.reads_files) {
+        files_at = key::dependency_watch::proven_at(a.entry, a.entry_st, a.source_key);
+        if (!files_at) return nullptr;
+        *by_watch = true;
     }
     const auto unchanged = [&] {
         struct stat now {};
         return ::lstat(a.found.cubin.c_str(), &now) == 0 && S_ISREG(now.st_mode) &&
                FileIdentity::from_stat(now) == a.cubin;
     };
-    if (!unchanged()) return std::nullopt;
+    if (!unchanged()) return nullptr;
     // Proven by the lstat: watch the cubin for the next repeats. The watch goes first and the
-    // file is proven again after it, so no change slips between the two.
+    // file is proven again after it, so no change slips between the two. Its generation proves
+    // the files as well only when nothing that matters came between their proof and it.
     if (const std::optional<std::uint64_t> armed = key::dependency_watch::arm_file(a.found.cubin);
-        armed && unchanged()) {
+        armed && unchanged() && (!files_at || *files_at == *armed)) {
         a.cubin_watched.generation.store(*armed, std::memory_order_release);
     }
-    return a.found;
+    return &a;
 }
 
 void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof) {
@@ -139,7 +155,7 @@ void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, con
         a.working_dir = working_dir_now();
         if (a.working_dir.empty()) return;
     }
-    a.proven_ns = steady_ns();
+    a.proven_ns = coarse_ns();
     a.retirements = proof.retirements_before;
     std::unique_lock<std::shared_mutex> lock(mutex_);
     if (answers_.size() >= kMaxAnswers && !answers_.count(digest)) answers_.clear();

@@ -11,7 +11,10 @@
 //     inotify watch, placed before a second lstat that must agree); later repeats ask the
 //     watch's queue instead (key::dependency_watch::still_at: one ioctl without a lock, while
 //     nothing is queued; a change that finished before the call always shows there), and after
-//     any event that matters go back to the lstat. Where the
+//     any event that matters go back to the lstat. For a request that reads files, that one
+//     look also proves its files: the watch is only trusted for the cubin where the files were
+//     proven at the very generation the cubin's watch was armed at, so "no event that matters
+//     since" covers both. Where the
 //     watch cannot vouch (network or FUSE file systems, KJIT_WATCH_HEADERS=0, no inotify),
 //     every repeat takes the lstat. A cubin whose mtime has no sub-second part (a file system
 //     or copy that keeps whole seconds, where an edit within the second cannot show) is never
@@ -38,6 +41,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -62,6 +67,43 @@ public:
     };
     static Digest digest(const key::Request &request);
 
+    // The digest built field by field, for a caller that holds the request's fields in another
+    // form (the C ABI's arguments, hashed without building a Request): each field with its
+    // length first, so that no two requests hash the same bytes. digest(Request) is this over
+    // source, keyword, cache_dir, arch, the NVRTC options (count, then each), the include
+    // paths (likewise), the headers (count, then name and text of each), the name expression
+    // (0, or 1 and it) and the program name. Uses a buffer of the calling thread: one Fields at
+    // a time per thread.
+    class Fields {
+    public:
+        Fields();
+        void field(std::string_view s) {
+            count(s.size());
+            append(s.data(), s.size());
+        }
+        void count(std::size_t n) {
+            const std::uint64_t v = n;
+            append(&v, sizeof v);
+        }
+        Digest digest();
+
+        // The thread's buffer: grown, never shrunk but past kKeptCapacity (a huge source's).
+        struct Buffer {
+            std::unique_ptr<char[]> data;
+            std::size_t size = 0, capacity = 0;
+        };
+
+    private:
+        // Inline, without std::string's checks per call: a repeat appends a dozen fields.
+        void append(const void *p, std::size_t n) {
+            if (b_.capacity - b_.size < n) grow(n);
+            std::memcpy(b_.data.get() + b_.size, p, n);
+            b_.size += n;
+        }
+        void grow(std::size_t n);
+        Buffer &b_;
+    };
+
     // What a full look-up proved about an answer, to serve it again from memory.
     struct Proof {
         std::uint64_t retirements_before = 0;  // store::cache_entry::retirements() read before the look-up
@@ -76,6 +118,17 @@ public:
     // `*by_watch` says whether the header watch proved the files it reads. Thread safe (a
     // shared lock).
     std::optional<Found> recall(const Digest &digest, bool *by_watch) const;
+    // The same, without copying the answer out: calls `use(const Found &)` with the remembered
+    // answer, under the shared lock (`use` must not call into the memo), and returns true; false
+    // (and `use` not called) when there is none to serve.
+    template <typename Use>
+    bool recall_with(const Digest &digest, bool *by_watch, Use &&use) const {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        const Answer *a = serving(digest, by_watch);
+        if (!a) return false;
+        use(a->found);
+        return true;
+    }
 
     // Remembers `found`, the answer a full look-up of `keyed` just gave (raw request `digest`).
     // Nothing is remembered where it could not be served right later (the header watch cannot
@@ -115,9 +168,13 @@ private:
         std::string source_key;   // when it reads files: key::proof_context of the request's key
         bool reads_files = false;
         std::string working_dir;     // when the answer depends on it; else empty
-        std::int64_t proven_ns = 0;  // steady clock
+        std::int64_t proven_ns = 0;  // the coarse monotonic clock (a repeat reads it: no system call)
         std::uint64_t retirements = 0;
     };
+
+    // The answer for `digest` when it may be served now (the checks above), else null. With
+    // mutex_ held (shared).
+    const Answer *serving(const Digest &digest, bool *by_watch) const;
 
     std::int64_t revalidate_ns_ = kRevalidateNs;
     mutable std::shared_mutex mutex_;

@@ -4,6 +4,7 @@
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
@@ -64,6 +65,12 @@ struct State {
     // the descriptor while usable (else -1), the generation as last published, and how many
     // drains are under way (between taking events off the queue and publishing what they did).
     std::atomic<int> quick_fd{-1};
+    // An epoll instance over the inotify descriptor (level-triggered, for input), else -1:
+    // epoll_wait with no timeout says whether anything is queued for two thirds of FIONREAD's
+    // price (no security hook on its path), from the ready list the kernel fills inside the
+    // system call that queues the event.
+    int epoll_fd = -1;
+    std::atomic<int> quick_epoll{-1};
     std::atomic<std::uint64_t> published_generation{1};
     std::atomic<int> draining{0};
     std::uint64_t watches = 0;
@@ -97,10 +104,16 @@ State *const the_state = new State();
 
 // The child's copy of the descriptor is the parent's inotify instance: reading it would take
 // events from the parent. Close it; the child opens its own when it needs one.
+// Its generations go on from the parent's, never back to 1: a generation the parent handed out
+// (the hit memo, which the child keeps, holds some) must not name a state of the child's watch.
 void renew_in_forked_child() {
-    const int fd = the_state->fd;
+    const int fd = the_state->fd, epoll_fd = the_state->epoll_fd;
+    const std::uint64_t next = the_state->generation + 1;
     fork_guard::renew(*the_state);
+    the_state->generation = next;
+    the_state->published_generation.store(next);
     if (fd >= 0) ::close(fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
 }
 [[maybe_unused]] const bool fork_handler_registered =
     fork_guard::at_fork_child(fork_guard::State::header_watch, renew_in_forked_child);
@@ -109,6 +122,22 @@ bool turned_off() {
     const char *v = std::getenv("KJIT_WATCH_HEADERS");
     return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0 ||
                  std::strcmp(v, "no") == 0);
+}
+
+// With the lock held, the inotify descriptor just opened: the epoll instance over it, where one
+// can be made (else still_at asks FIONREAD).
+void watch_readiness(State &s) {
+    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return;
+    struct epoll_event ev {};
+    ev.events = EPOLLIN;
+    ev.data.fd = s.fd;
+    if (::epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev) != 0) {
+        ::close(ep);
+        return;
+    }
+    s.epoll_fd = ep;
+    s.quick_epoll.store(ep);
 }
 
 // With the lock held: whether the watch is usable, opening it on first use. KJIT_WATCH_HEADERS
@@ -122,6 +151,7 @@ bool usable(State &s) {
             s.fd = -1;
         }
         s.quick_fd.store(s.fd);
+        if (s.fd >= 0) watch_readiness(s);
     }
     return s.fd >= 0;
 }
@@ -161,6 +191,7 @@ void drain(State &s) {
             log().debug("header watch stopped (read: {}): every hit checks its files", std::strerror(errno));
             s.fd = -1;
             s.quick_fd.store(-1);
+            s.quick_epoll.store(-1);
             changed = true;
         }
         break;
@@ -283,13 +314,21 @@ bool same_record(const key::include_scanner::Dependency &a, const key::include_s
 }  // namespace
 
 bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key) {
+    return proven_at(entry, entry_st, source_key).has_value();
+}
+
+std::optional<std::uint64_t> proven_at(const std::string &entry, const struct stat &entry_st,
+                                       std::string_view source_key) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.fd < 0 || turned_off()) return false;
+    if (s.fd < 0 || turned_off()) return std::nullopt;
     drain(s);
     const auto it = s.remembered.find(entry);
-    return it != s.remembered.end() && it->second.generation == s.generation && it->second.dev == entry_st.st_dev &&
-           it->second.ino == entry_st.st_ino && it->second.source_key == source_key;
+    if (it != s.remembered.end() && it->second.generation == s.generation && it->second.dev == entry_st.st_dev &&
+        it->second.ino == entry_st.st_ino && it->second.source_key == source_key) {
+        return s.generation;
+    }
+    return std::nullopt;
 }
 
 std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps,
@@ -365,14 +404,19 @@ bool still_at(std::uint64_t generation, bool read_queue) {
     State &s = *the_state;
     if (read_queue) {
         // Without the lock, so that repeats on many threads do not queue for it: nothing is
-        // queued (FIONREAD, one ioctl), no drain is under way before or after that look, and
-        // the published generation is the one asked about. An event queued before this call
-        // is then either still queued (seen here) or was taken by a drain that, done, has
-        // published the generation it moved (seen here), or, not done, is seen under way.
+        // queued (one epoll_wait with no timeout, else FIONREAD), no drain is under way before
+        // or after that look, and the published generation is the one asked about. An event
+        // queued before this call is then either still queued (seen here) or was taken by a
+        // drain that, done, has published the generation it moved (seen here), or, not done,
+        // is seen under way.
         const int fd = s.quick_fd.load();
         if (fd >= 0 && s.draining.load() == 0 && !turned_off()) {
+            const int ep = s.quick_epoll.load();
+            struct epoll_event ready {};
             int queued = 0;
-            if (::ioctl(fd, FIONREAD, &queued) == 0 && queued == 0 && s.draining.load() == 0) {
+            const bool empty =
+                ep >= 0 ? ::epoll_wait(ep, &ready, 1, 0) == 0 : ::ioctl(fd, FIONREAD, &queued) == 0 && queued == 0;
+            if (empty && s.draining.load() == 0) {
                 return s.published_generation.load() == generation;
             }
         }

@@ -51,6 +51,10 @@ namespace kjit::key::dependency_watch {
 // its key back), its files found as recorded, and no watched file or folder changed since. A
 // replaced entry folder (another inode) is not proven, nor one checked for another source key.
 bool proven(const std::string &entry, const struct stat &entry_st, std::string_view source_key);
+// The same, with the generation it is proven at: while still_at() that generation, it stays
+// proven (the hit memo's repeats look once for the cubin and the files). Nothing when not proven.
+std::optional<std::uint64_t> proven_at(const std::string &entry, const struct stat &entry_st,
+                                       std::string_view source_key);
 
 // Before checking the files `deps` lists for the entry at `entry`: watches them. Returns the
 // generation to pass to remember() once the check passed; nothing when the watch cannot vouch
@@ -69,9 +73,10 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
 // watch cannot vouch for it.
 std::optional<std::uint64_t> arm_file(const std::string &path);
 
-// Whether no event that matters came since `generation` was current (reads the queue first,
-// one non-blocking read, unless the caller just did through proven()). False where the watch
-// is off or broken.
+// Whether no event that matters came since `generation` was current (asks the queue first, one
+// epoll_wait with no timeout, and reads it only when something is queued; not with
+// read_queue false, where the caller just read it through proven()). False where the watch is
+// off or broken.
 bool still_at(std::uint64_t generation, bool read_queue = true);
 
 // After a check of `deps` that passed at `generation` (arm()'s): each file is as its record

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -674,6 +675,103 @@ TEST(CApiCompile, CompileNamedGivesPathAndNameFromOneLookUp) {
             }
         }
     }
+}
+
+// A repeat is answered by the hit memo from the caller's arguments as they are (no request
+// built): every argument the caller gives still tells requests apart, a repeat reads no sidecar,
+// and what the full path would refuse (a NULL option, a bad setting in the environment) is
+// still refused at a repeat, never answered from memory.
+TEST(CApiCompile, ARepeatIsAnsweredFromTheArgumentsAndEachArgumentTellsRequestsApart) {
+    TempDir dir;
+    const std::string cache = dir.file("cache"), other_cache = dir.file("other-cache");
+    for (const char *folder : {"inc", "inc2"}) ::mkdir(dir.file(folder).c_str(), 0755);
+    write_file(dir.file("inc/scale.h"), "#define SCALE 3\n");
+    write_file(dir.file("inc2/scale.h"), "#define SCALE 4\n");
+    const std::string inc = dir.file("inc"), inc2 = dir.file("inc2");
+    const char *includes[] = {inc.c_str()}, *includes2[] = {inc2.c_str()};
+    const char *opts[] = {"-DOFF=1", "-DON=2"}, *joined[] = {"-DOFF=1 -DON=2"};
+    kjit_header h = {"tile.h", "#define TILE 8\n"}, h_text = {"tile.h", "#define TILE 9\n"};
+    const std::string source = "#include \"scale.h\"\n#include \"tile.h\"\n"
+                               "template <int N> __global__ void gemm(float *p) { p[0] = N * SCALE + TILE; }\n"
+                               "template __global__ void gemm<3>(float *);\n";
+    const std::string other_source = source + "// another text\n";
+    kjit_compile_options base = KJIT_COMPILE_OPTIONS_INIT;
+    base.cache_dir = cache.c_str();
+    base.arch = "sm_90";
+    base.nvrtc_options = opts;
+    base.nvrtc_option_count = 2;
+    base.include_paths = includes;
+    base.include_path_count = 1;
+    base.headers = &h;
+    base.header_count = 1;
+    base.name_expression = "gemm<3>";
+    const auto named = [](const char *src, const kjit_compile_options &o, std::string *name = nullptr) {
+        char path[4096], n[512];
+        const kjit_status st = kjit_compile_named(src, "gemm", &o, path, sizeof path, nullptr, n, sizeof n, nullptr);
+        EXPECT_EQ(st, KJIT_OK) << kjit_last_error();
+        if (name) *name = st == KJIT_OK ? n : "";
+        return st == KJIT_OK ? std::string(path) : std::string();
+    };
+    const std::string path = named(source.c_str(), base);
+    ASSERT_EQ(named(source.c_str(), base), path);  // the full look-up the memo remembers
+    for (int i = 0; i < 3; ++i) {
+        const kjit_stats before = stats_now();
+        std::string name;
+        EXPECT_EQ(named(source.c_str(), base, &name), path);
+        EXPECT_EQ(name, "_Z4gemmILi3EEvPf");
+        const kjit_stats after = stats_now();
+        EXPECT_EQ(after.compile_hits - before.compile_hits, 1u);
+        EXPECT_EQ(after.sidecar_hits - before.sidecar_hits, 0u) << "the repeat read the sidecar";
+    }
+    struct Variant {
+        const char *what;
+        std::function<void(kjit_compile_options &)> change;
+        bool other_text = false;
+    };
+    const std::vector<Variant> variants = {
+        {"the source", [](kjit_compile_options &) {}, true},
+        {"the cache folder", [&](kjit_compile_options &o) { o.cache_dir = other_cache.c_str(); }},
+        {"the arch", [](kjit_compile_options &o) { o.arch = "sm_80"; }},
+        {"an NVRTC option", [](kjit_compile_options &o) { o.nvrtc_option_count = 1; }},
+        {"the options' boundaries",
+         [&](kjit_compile_options &o) {
+             o.nvrtc_options = joined;
+             o.nvrtc_option_count = 1;
+         }},
+        {"an include path", [&](kjit_compile_options &o) { o.include_paths = includes2; }},
+        {"a header's text", [&](kjit_compile_options &o) { o.headers = &h_text; }},
+        {"the name expression", [](kjit_compile_options &o) { o.name_expression = nullptr; }},
+        {"the program name", [](kjit_compile_options &o) { o.program_name = "gemm.cu"; }},
+    };
+    for (const Variant &v : variants) {
+        SCOPED_TRACE(v.what);
+        kjit_compile_options o = base;
+        v.change(o);
+        const std::string src = v.other_text ? other_source : source;
+        const std::string got = named(src.c_str(), o);
+        EXPECT_NE(got, path) << "answered with another request's cubin";
+        ScopedEnv off("KJIT_HIT_MEMO", "0");
+        EXPECT_EQ(named(src.c_str(), o), got) << "the memo's answer is not the full look-up's";
+    }
+    {
+        ScopedEnv off("KJIT_HIT_MEMO", "0");
+        const kjit_stats before = stats_now();
+        EXPECT_EQ(named(source.c_str(), base), path);
+        EXPECT_EQ(stats_now().sidecar_hits - before.sidecar_hits, 1u) << "KJIT_HIT_MEMO=0 did not turn the memo off";
+    }
+    char p[4096], n[512];
+    {
+        ScopedEnv bad("KJIT_COMPILE_WAIT", "soon");
+        EXPECT_EQ(kjit_compile_named(source.c_str(), "gemm", &base, p, sizeof p, nullptr, n, sizeof n, nullptr),
+                  KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kjit_last_error()).find("KJIT_COMPILE_WAIT"), std::string::npos) << kjit_last_error();
+    }
+    const char *with_null[] = {"-DOFF=1", nullptr};
+    kjit_compile_options o = base;
+    o.nvrtc_options = with_null;
+    EXPECT_EQ(kjit_compile(source.c_str(), "gemm", &o, p, sizeof p, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("nvrtc_options[1] is NULL"), std::string::npos) << kjit_last_error();
+    EXPECT_EQ(named(source.c_str(), base), path);
 }
 
 TEST(CApiCompile, CompileNamedBuffersAndArguments) {

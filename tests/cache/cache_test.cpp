@@ -1798,6 +1798,46 @@ TEST(HitMemo, AHeaderEditIsSeenAtTheNextRepeat) {
     EXPECT_EQ(m.answers(), answers);
 }
 
+// Once the cubin's watch serves a request that reads files, one look at the watch's queue
+// proves the cubin and the files together: an edit of a header, of a header reached through
+// another header, or a header appearing where the search would now find it first, is still seen
+// at the next repeat.
+TEST(HitMemo, AfterTheWatchServedARequestThatReadsFilesAnEditOfItsFilesIsSeen) {
+    struct Edit {
+        const char *what;
+        std::function<void(TempDir &)> make;
+    };
+    const std::vector<Edit> edits = {
+        {"the header edited in place",
+         [](TempDir &d) { write_file(d.file("inc/v.h"), "#define V 2\n#include \"w.h\"\n"); }},
+        {"the header it includes edited", [](TempDir &d) { write_file(d.file("inc/w.h"), "#define W 5\n"); }},
+        {"a header put first on the search path",
+         [](TempDir &d) { write_file(d.file("first/v.h"), "#define V 3\n#define W 0\n"); }},
+    };
+    for (const Edit &edit : edits) {
+        SCOPED_TRACE(edit.what);
+        TempDir dir;
+        MemoCache m;
+        for (const char *folder : {"inc", "first"}) ::mkdir(dir.file(folder).c_str(), 0755);
+        write_file(dir.file("inc/v.h"), "#define V 1\n#include \"w.h\"\n");
+        write_file(dir.file("inc/w.h"), "#define W 4\n");
+        Request r = base_request(dir.file("cache"));
+        r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V + W; }\n";
+        r.include_paths = {dir.file("first"), dir.file("inc")};
+        const std::string path = miss_then_hit(m.cache, r);
+        if (!kjit::key::dependency_watch::stats().usable) GTEST_SKIP() << "no header watch here (inotify)";
+        const auto by_watch = m.cache.hit_memo().answers_by_watch();
+        for (int i = 0; i < 4; ++i) EXPECT_EQ(compile_ok(m.cache, r), path);
+        EXPECT_EQ(m.cache.hit_memo().answers_by_watch(), by_watch + 3) << "the watch did not serve";
+        const auto answers = m.answers();
+        edit.make(dir);
+        const auto runs = m.cache.counters().nvrtc_compiles.load();
+        EXPECT_NE(compile_ok(m.cache, r), path) << "the old variant's cubin after the edit";
+        EXPECT_EQ(m.answers(), answers) << "the memo answered after the edit";
+        EXPECT_EQ(m.cache.counters().nvrtc_compiles.load(), runs + 1);
+    }
+}
+
 TEST(HitMemo, ARelativeCacheFolderFollowsTheWorkingDirectory) {
     TempDir dir;
     MemoCache m;

@@ -1,0 +1,138 @@
+#include "api/memo_digest.hpp"
+
+#include "api/defaults.hpp"
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+namespace kjit::api {
+
+namespace {
+
+// Whether the caller's options struct (of its own struct_size) holds `field`: c_api.cpp's rule.
+#define KJIT_MEMO_OPTION_PRESENT(options, field) \
+    ((options)->struct_size >= offsetof(kjit_compile_options, field) + sizeof((options)->field))
+
+// A string list as Request holds it: its count, then each string. False on a NULL.
+bool strings(cache::HitMemo::Fields &f, const char *const *items, std::size_t count) {
+    if (count > 0 && !items) return false;
+    f.count(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (!items[i]) return false;
+        f.field(items[i]);
+    }
+    return true;
+}
+
+// The in-memory headers: their count, then name and text of each. False on a NULL.
+bool headers(cache::HitMemo::Fields &f, const kjit_header *items, std::size_t count) {
+    if (count > 0 && !items) return false;
+    f.count(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (!items[i].name || !items[i].source) return false;
+        f.field(items[i].name);
+        f.field(items[i].source);
+    }
+    return true;
+}
+
+// The cache folder and the arch: the option when set, else the default (as request_from).
+bool settings(cache::HitMemo::Fields &f, const char *cache_dir, const char *arch) {
+    if (cache_dir && *cache_dir) {
+        f.field(cache_dir);
+    } else {
+        auto found = defaults::cache_dir();
+        if (!found) return false;
+        f.field(*found);
+    }
+    if (arch && *arch) {
+        f.field(arch);
+    } else {
+        auto detected = defaults::arch();
+        if (!detected) return false;
+        f.field(*detected);
+    }
+    return true;
+}
+
+// The lists, the name expression and the program name, those the caller's struct_size holds.
+bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
+    const bool has_options = o && KJIT_MEMO_OPTION_PRESENT(o, nvrtc_option_count);
+    if (!strings(f, has_options ? o->nvrtc_options : nullptr, has_options ? o->nvrtc_option_count : 0)) return false;
+    const bool has_paths = o && KJIT_MEMO_OPTION_PRESENT(o, include_path_count);
+    if (!strings(f, has_paths ? o->include_paths : nullptr, has_paths ? o->include_path_count : 0)) return false;
+    const bool has_headers = o && KJIT_MEMO_OPTION_PRESENT(o, header_count);
+    if (!headers(f, has_headers ? o->headers : nullptr, has_headers ? o->header_count : 0)) return false;
+    const char *expression = o && KJIT_MEMO_OPTION_PRESENT(o, name_expression) ? o->name_expression : nullptr;
+    f.count(expression ? 1 : 0);
+    if (expression) f.field(expression);
+    const char *program = o && KJIT_MEMO_OPTION_PRESENT(o, program_name) ? o->program_name : nullptr;
+    f.field(program ? program : "");
+    return true;
+}
+
+// The variables a repeat reads, found in one pass over the environment: a getenv each (a pass
+// each) was a sixth of a repeat's time. The first of a name wins, as with getenv.
+struct MemoSettings {
+    const char *hit_memo = nullptr;
+    const char *max_cache_size = nullptr;
+    const char *compile_wait = nullptr;
+};
+
+MemoSettings memo_settings() {
+    MemoSettings found;
+    const struct {
+        const char *name;  // after "KJIT_", with its '='
+        std::size_t length;
+        const char *MemoSettings::*value;
+    } wanted[] = {{"HIT_MEMO=", 9, &MemoSettings::hit_memo},
+                  {"CACHE_MAX_SIZE=", 15, &MemoSettings::max_cache_size},
+                  {"COMPILE_WAIT=", 13, &MemoSettings::compile_wait}};
+    for (char **e = environ; e && *e; ++e) {
+        const char *v = *e;
+        if (v[0] != 'K' || std::strncmp(v, "KJIT_", 5) != 0) continue;
+        for (const auto &w : wanted) {
+            if (!(found.*w.value) && std::strncmp(v + 5, w.name, w.length) == 0) found.*w.value = v + 5 + w.length;
+        }
+    }
+    return found;
+}
+
+// Whether the memo may answer: it is on (HitMemo::enabled's rule), and the settings request_from
+// checks at every call although a hit does not use them are ones it accepts (else the full path
+// says what is wrong).
+bool memo_may_answer(const MemoSettings &env, std::uint64_t max_cache_size_option) {
+    if (env.hit_memo && std::strcmp(env.hit_memo, "0") == 0) return false;
+    if (max_cache_size_option == 0 && env.max_cache_size && *env.max_cache_size && !defaults::max_cache_bytes()) {
+        return false;
+    }
+    return !(env.compile_wait && *env.compile_wait && !defaults::compile_wait());
+}
+
+}  // namespace
+
+bool memo_digest_of(const char *source, const char *keyword, const kjit_compile_options *options,
+                    cache::HitMemo::Digest &out) {
+    if (!source || !keyword) return false;
+    if (options && (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options))) {
+        return false;
+    }
+    const char *cache_dir = options && KJIT_MEMO_OPTION_PRESENT(options, cache_dir) ? options->cache_dir : nullptr;
+    const char *arch = options && KJIT_MEMO_OPTION_PRESENT(options, arch) ? options->arch : nullptr;
+    const std::uint64_t max_size =
+        options && KJIT_MEMO_OPTION_PRESENT(options, max_cache_size) ? options->max_cache_size : 0;
+    if (!memo_may_answer(memo_settings(), max_size)) return false;
+    cache::HitMemo::Fields f;
+    f.field(source);
+    f.field(keyword);
+    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options)) return false;
+    out = f.digest();
+    return true;
+}
+
+#undef KJIT_MEMO_OPTION_PRESENT
+
+}  // namespace kjit::api
