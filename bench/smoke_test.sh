@@ -58,6 +58,10 @@ assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 for sid, rows in sections.items():
     for rid, r in rows.items():
+        if rid.startswith("peers.jitify2.") and r["skipped"]:
+            # jitify2 is not part of the project: its rows run where a build names its header.
+            assert "jitify2.hpp not found" in r["reason"], (rid, r)
+            continue
         assert not r["skipped"], (rid, r)  # the test double makes every row measurable
         assert r["median_us"] > 0 and r["p10_us"] <= r["median_us"] <= r["p90_us"], (rid, r)
 assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i", j["resolve"]
