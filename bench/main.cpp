@@ -215,10 +215,11 @@ int main(int argc, char **argv) {
     app.add_option("--trust-loads", o.trust_loads, "Timed loads per child and kernel (trust scenario)")
         ->check(CLI::Range(1L, 100'000L))
         ->capture_default_str();
-    app.add_option("--before-lib", o.before_lib,
-                   "Folder with the libkjit.so.0 of before issue 24, timed beside this one in the peers scenario "
-                   "(bench/run.sh builds it)");
-    app.add_option("--before-python", o.before_python_dir, "That build's python/ folder (its kjit.py)");
+    app.add_option(
+        "--before-lib", o.before_lib,
+        "Folder with an earlier libkjit.so.0 (bench/run.sh: 0.7.0), timed beside this one in the peers scenario "
+        "(bench/run.sh builds it)");
+    app.add_option("--before-python", o.before_python_dir, "That build's python/ folder (its kjit package)");
     app.add_option("--peers-rounds", o.peers_rounds, "Fresh processes per build, language and kernel (peers scenario)")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();

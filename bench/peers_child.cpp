@@ -45,8 +45,8 @@ struct Request {
     std::string source, keyword;
     std::vector<std::string> options;
     std::vector<const char *> argv;
-    // The size of 0.5's struct: the same child runs against the build before issue 24 (the
-    // baseline), which refuses a struct larger than its own.
+    // The size of 0.5's struct: the same child runs against an earlier build (the baseline),
+    // which refuses a struct larger than its own.
     kjit_compile_options opts = [] {
         kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
         o.struct_size = offsetof(kjit_compile_options, max_cache_size) + sizeof o.max_cache_size;

@@ -1,6 +1,6 @@
 // Scenario "peers": hits as a kernel library's code asks for them ("a loadable cubin and its
-// kernel's name"), this libkjit against the code of before the fast-hits work (issue 24: the
-// commit bench/run.sh builds as --before-lib), in one run, each in fresh processes chosen by
+// kernel's name"), this libkjit against an earlier one (the commit bench/run.sh builds as
+// --before-lib: 0.7.0, before issue 35's work on repeats), in one run, each in fresh processes chosen by
 // LD_LIBRARY_PATH as in the trust scenario (libkjit.so.0 keeps its ABI):
 //   - C, a small kernel and a CUB kernel: a process's first call (one-time set-up: NVRTC's
 //     identity, the trust checks, the header watch), the kernel's first hit in that warm
@@ -255,7 +255,7 @@ void run_peers(const BenchOptions &o, Report &report) {
     library.use("");
 
     Section &s = report.section("peers", "hits as kernel libraries ask for them (path and name), in fresh processes: "
-                                         "this libkjit against the code before the fast-hits work, in the same run");
+                                         "this libkjit against an earlier one (--before-lib), in the same run");
     const std::vector<std::pair<std::string, std::string>> metrics = {
         {"c.small.process_first", "C, small kernel: a process's first call"},
         {"c.small.kernel_first", "C, small kernel: its first hit in a warm process"},

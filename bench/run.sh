@@ -4,8 +4,9 @@
 # defaults: the tuning sweep of 300 GEMM-like kernels cold and warm with 1 and 2 threads,
 # kjit_compile against raw NVRTC, resolve against the pyelftools loop, and start-up of a fresh
 # process, the price of the trust checks against 0.3.0's libkjit (built once from git
-# history), hits as kernel libraries ask for them (path and name, C and Python) against the code
-# before issue 24 (built the same way), and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
+# history), hits as kernel libraries ask for them (path and name, C and Python) against 0.7.0
+# (built the same way) and jitify2's in-memory layer, real clients' kernels (DeepGEMM, humming)
+# in batches, kjit.cuda_core against cuda.core's program cache, and header-heavy kernels over a CuTe/CUTLASS-shaped header tree the bench writes
 # itself (hits against header-free kernels, a warm start of 300 in a fresh process, cold batches
 # with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
 # headers` runs it alone), one compile per key on the node, the Redis cluster tier against a
@@ -91,10 +92,12 @@ baseline_args=()
 if build_baseline 8fc1a124ffb11018db767bcdae6ece683c8b7121 baseline-0.3.0 "0.3.0 (the trust scenario's baseline)"; then
     baseline_args+=(--baseline-lib "$BUILD_DIR/baseline-0.3.0/build/src")
 fi
-# The peers scenario: the code before the fast-hits work (issue 24), with its own kjit.py.
-if build_baseline 05703641158ba962e502a7860d4bd49a02f6628b baseline-before-hits "the code before issue 24 (the peers scenario's baseline)"; then
-    baseline_args+=(--before-lib "$BUILD_DIR/baseline-before-hits/build/src"
-                    --before-python "$BUILD_DIR/baseline-before-hits/src/python")
+# The peers scenario: 0.7.0, the release before issue 35's work on repeats (C fast path, epoll,
+# Python prepared requests), with its own Python package. (Until issue 35 it was the code before
+# the fast-hits work of issue 24, 0570364: docs/bench.md keeps that table.)
+if build_baseline 87b81c35edba51a3cd88b95be7525afda49ff598 baseline-0.7.0 "0.7.0 (the peers scenario's baseline)"; then
+    baseline_args+=(--before-lib "$BUILD_DIR/baseline-0.7.0/build/src"
+                    --before-python "$BUILD_DIR/baseline-0.7.0/src/python")
 fi
 
 if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
@@ -116,6 +119,19 @@ elif [ "$clients_rc" -ne 0 ]; then
 fi
 "$BUILD_DIR/bench/kjit-bench" --work-dir "$DATA" --cubin "$CUBIN" --json "$DATA/bench.json" \
     --clients "$CLIENTS" "${baseline_args[@]}" "${bench_args[@]}"
+
+# kjit.cuda_core against cuda.core's program cache (the README's table, issue 35's 3x goal), with
+# the venv of cuda-core from PyPI that `ctest -R python_cuda_core` makes; without it, said.
+VENV="$BUILD_DIR/tests/cuda-core-venv"
+if [ -x "$VENV/bin/python" ] && [ -z "${bench_args[*]}" ]; then
+    echo "bench: kjit.cuda_core against cuda.core's program cache (bench/peers_cuda_core.py)"
+    KJIT_LIBRARY="$BUILD_DIR/src/libkjit.so.0" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+        "$VENV/bin/python" "$ROOT/bench/peers_cuda_core.py" --runs 11 --repeats 2000 \
+        --json "$DATA/peers_cuda_core.json"
+elif [ -z "${bench_args[*]}" ]; then
+    echo "bench: no cuda-core venv at $VENV (ctest -R python_cuda_core makes it): kjit.cuda_core" \
+        "against cuda.core's cache is not run"
+fi
 
 # The sweep's warm cache as the kjit command sees it (docs/cli.md).
 if [ -d "$DATA/sweep-cache" ]; then
