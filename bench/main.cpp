@@ -260,6 +260,9 @@ int main(int argc, char **argv) {
     app.add_option("--cluster-rounds", o.cluster_rounds, "Rounds of each way in the cluster scenario")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--clients-rounds", o.clients_rounds, "Rounds of each way (real-clients scenario; median)")
+        ->check(CLI::Range(1, 20))
+        ->capture_default_str();
     app.add_option("--clients", o.clients_dir,
                    "Folder of the real clients' kernels (bench/real_clients/prepare.py --out)")
         ->capture_default_str();

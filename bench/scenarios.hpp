@@ -61,6 +61,7 @@ struct BenchOptions {
     int cluster_rounds = 2;    // rounds of each way (with the tier, without it)
     // real-clients: the folder bench/real_clients/prepare.py wrote (deepgemm.json, humming.json)
     std::string clients_dir;
+    int clients_rounds = 3;  // rounds of the real-clients scenario's ways, interleaved (median)
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {

@@ -97,7 +97,7 @@ typedef int (*kjit_batch_progress_fn)(void *user_data, size_t done, size_t total
 
 /** @brief Whether a batch's compiles use NVRTC's automatic precompiled header (`-pch`). */
 typedef enum kjit_pch_mode {
-    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on where two or more misses that
+    KJIT_PCH_DEFAULT = 0, /**< The library's choice: on where enough misses that
                                `#include` the same headers compile in one process, off for the
                                rest (see kjit_batch_options::pch). */
     KJIT_PCH_ON = 1,      /**< Every compile of the batch passes `-pch`. */
@@ -135,8 +135,9 @@ typedef struct kjit_batch_options {
         than 256 means 256. */
     unsigned workers;
     /** A ::kjit_pch_mode; #KJIT_PCH_DEFAULT (0) uses NVRTC's automatic precompiled header
-        where at least two misses with the same headers compile in one process (a PCH's
-        creation costs about what each later use saves), and sends those misses to one worker;
+        where at least two misses with the same headers compile in one process, four where
+        those headers weigh over 6 MiB (a PCH's creation costs what one to three later uses
+        save, growing with the headers), and sends those misses to one worker;
         `--pch` among an item's NVRTC options changes nothing then (0.7 and before: it asked for
         a PCH as #KJIT_PCH_ON would). Each distinct set of headers gets PCHs of its own,
         under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. Not in the cache key. When it pays

@@ -41,12 +41,33 @@ struct Job {
 bool includes_headers(const key::Request &r) { return r.source.find("#include") != std::string::npos; }
 
 // The fewest misses of one header identity that one process must compile for NVRTC's PCH to
-// pay for itself. The compile that makes it costs about what each later one saves (raw NVRTC,
-// one kernel: CUB 0.49 s more to make it, 0.54 s less for each use; DeepGEMM's sm90 FP8 GEMM
-// 1.0 s and 1.2 s; humming's weight quantizer 0.53 s and 0.50 s; docs/batch.md), so a PCH
-// pays from its second compile in the process that made it, and one compile alone only pays
-// for its creation.
-constexpr std::size_t kMinPchUses = 2;
+// pay for itself: n compiles with a PCH save (n - 1) uses' savings and pay its making once.
+// Measured (docs/batch.md): CUB and humming's kernels pay about one use's saving to make it
+// (CUB 0.49 s more, 0.54 s less for each use; humming 0.53 s and 0.50 s), so they gain from the
+// second compile; DeepGEMM's CUTLASS kernels in a worker process on 2 idle cores pay about three
+// (the compile that made it 3.2 s against 1.2-1.4 s plain, uses 0.4-0.9 s), so a group of 2 or 3
+// made the batch slower than no PCH at all (7.3-9.1 s against 6.3 s for 9 kernels). 4: never a
+// loss beyond noise on DeepGEMM's, and most of CUB's gain (its sweeps are groups of tens).
+constexpr std::size_t kMinPchUses = 4;
+// What tells the two apart is the headers' weight, which the PCH written grows with (DeepGEMM's
+// GEMMs read 10.5 MB of headers and each worker wrote 120 MB or more of PCH; humming's kernels
+// read 3.8 MB): up to kLightHeaderBytes, a group gains from its kMinPchUsesLight-th miss.
+constexpr std::uint64_t kLightHeaderBytes = 6u << 20;
+constexpr std::size_t kMinPchUsesLight = 2;
+
+// The fewest misses of `r`'s header identity for its PCH to pay (kMinPchUses): the light rule
+// where the files its compile reads weigh at most kLightHeaderBytes. Costs a scan of its
+// includes (milliseconds, against the seconds of the compiles it decides about; the compile
+// scans again); a scan that fails gets the heavy rule, and its compile says what is wrong.
+std::size_t min_pch_uses(const key::Request &r) {
+    auto deps = key::include_scanner::scan(r.source, r.headers, r.search);
+    if (!deps) return kMinPchUses;
+    std::uint64_t bytes = 0;
+    for (const key::include_scanner::Dependency &d : *deps) {
+        if (d.exists && !d.pins_working_dir) bytes += d.size;
+    }
+    return bytes <= kLightHeaderBytes ? kMinPchUsesLight : kMinPchUses;
+}
 
 Error cancelled_error() {
     return Error{Errc::cancelled, "not compiled: the progress callback cancelled the batch before this item started"};
@@ -420,11 +441,11 @@ void Batch::fetch_from_cluster() {
 
 // The misses of one header identity (pch_texts) share a PCH only within the process that made
 // it, and only from its second compile on: the one that makes it costs about what each later
-// one saves (kMinPchUses). So, by default, a PCH is made where at least kMinPchUses misses of
-// one identity will compile in one process, and those misses go to one worker, in order, as
+// one to three save (kMinPchUses, by the headers' weight). So, by default, a PCH is made where at
+// least that many misses of one identity will compile in one process, and those misses go to one worker, in order, as
 // one unit: on threads, a whole group (one process, whose compiles of headers NVRTC runs one
 // at a time anyway); on worker processes, a group split into up to one share per worker, each
-// of at least kMinPchUses (a group spread over the workers made a PCH in each, used by one
+// of at least that many (a group spread over the workers made a PCH in each, used by one
 // compile or none). Every other miss is a unit of its own and gets no PCH: one alone in its
 // header identity (humming's kernels, each configuration before the #include or a header of
 // its own; most of DeepGEMM's), a source without #include (nothing to precompile; -pch cost
@@ -451,10 +472,14 @@ void Batch::plan_units(unsigned workers, bool processes) {
     std::vector<std::vector<std::size_t>> alone;
     for (const std::vector<std::size_t> &group : groups) {
         const std::size_t n = group.size();
-        const std::size_t shares = processes ? std::clamp<std::size_t>(n / kMinPchUses, 1, workers) : 1;
+        // Only a group the weight of its headers decides about is scanned for it.
+        const std::size_t min_uses = options_.pch != Pch::off && n >= kMinPchUsesLight && n < kMinPchUses * workers
+                                         ? min_pch_uses(jobs_[group.front()].keyed.request)
+                                         : kMinPchUses;
+        const std::size_t shares = processes ? std::clamp<std::size_t>(n / min_uses, 1, workers) : 1;
         for (std::size_t share = 0, begin = 0; share < shares; ++share) {
             const std::size_t end = begin + (n - begin) / (shares - share);
-            const bool pch = options_.pch == Pch::on || (options_.pch == Pch::automatic && end - begin >= kMinPchUses);
+            const bool pch = options_.pch == Pch::on || (options_.pch == Pch::automatic && end - begin >= min_uses);
             for (std::size_t k = begin; k < end; ++k) jobs_[group[k]].keyed.request.use_pch = pch;
             if (pch && end - begin > 1) {
                 units_.emplace_back(group.begin() + static_cast<std::ptrdiff_t>(begin),

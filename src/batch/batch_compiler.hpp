@@ -28,9 +28,10 @@ using Progress =
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
-    automatic,  // where at least 2 misses of one header identity (pch_texts) compile in one
-                // process, those on one worker: a PCH's creation costs about what each later
-                // use saves, and a header-free source has nothing to precompile (-pch cost it
+    automatic,  // where at least 2 misses of one header identity (pch_texts) over light headers
+                // (4 over heavy ones) compile in one process, those on one worker: a PCH's
+                // creation costs one to three later uses' savings, by the headers' weight
+                // (kMinPchUses), and a header-free source has nothing to precompile (-pch cost it
                 // 10-15% on 2 workers); --pch among an item's options changes nothing
     on,
     off,

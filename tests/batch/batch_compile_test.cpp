@@ -697,6 +697,12 @@ std::string make_headers(TempDir &dir) {
                    "template <int V> __global__ void gemm(float *p) { p[0] = V + CFG; }\n");
     }
     write_file(include + "/shared.h", "#define CFG 7\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\n");
+    // heavy.h: over the 6 MiB of headers up to which a PCH pays from a group's second miss (a
+    // comment: NVRTC reads it fast, the scan weighs it).
+    std::string heavy;
+    const std::string line = "// " + std::string(1021, 'x') + "\n";
+    while (heavy.size() < (7u << 20)) heavy += line;
+    write_file(include + "/heavy.h", heavy);
     return include;
 }
 
@@ -754,13 +760,28 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 0u) << "items that share no header each paid for a PCH";
     EXPECT_EQ(c.pch_identities, 0u);
-    // The same configuration before the same header, three instantiations after it: one PCH.
+    // The same configuration before the same header, four instantiations after it: one PCH.
     std::vector<std::string> same;
-    for (int i = 0; i < 3; ++i) same.push_back("#include <shared.h>\n" + instantiate(10 + i));
+    for (int i = 0; i < 4; ++i) same.push_back("#include <shared.h>\n" + instantiate(10 + i));
     c = run(include, same, Pch::automatic, dir.file("cache-same"));
-    EXPECT_EQ(c.compiles, 3u);
-    EXPECT_EQ(c.pch_compiles, 3u);
+    EXPECT_EQ(c.compiles, 4u);
+    EXPECT_EQ(c.pch_compiles, 4u);
     EXPECT_EQ(c.pch_identities, 1u);
+    // Three that share light headers (humming's 3.8 MB: a PCH's making costs about one use's
+    // saving): one PCH. Three over heavy headers (DeepGEMM's 10.5 MB: about three uses'
+    // savings, below kMinPchUses): none.
+    std::vector<std::string> three, heavy;
+    for (int i = 0; i < 3; ++i) {
+        three.push_back("// three\n#include <shared.h>\n" + instantiate(60 + i));
+        heavy.push_back("// heavy\n#include <heavy.h>\n#include <shared.h>\n" + instantiate(70 + i));
+    }
+    c = run(include, three, Pch::automatic, dir.file("cache-three"));
+    EXPECT_EQ(c.compiles, 3u);
+    EXPECT_EQ(c.pch_compiles, 3u) << "a group of three over light headers got no PCH";
+    EXPECT_EQ(c.pch_identities, 1u);
+    c = run(include, heavy, Pch::automatic, dir.file("cache-heavy"));
+    EXPECT_EQ(c.compiles, 3u);
+    EXPECT_EQ(c.pch_compiles, 0u) << "a group of three over heavy headers paid for a PCH";
     // `--pch` among the options of items that share nothing: still none (it made one each).
     // (A PCH folder lives as long as the process: a prefix of their own, for identities of
     // their own.)
@@ -770,13 +791,14 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
     EXPECT_EQ(c.compiles, 3u);
     EXPECT_EQ(c.pch_compiles, 0u) << "--pch made a PCH for items that share nothing";
     EXPECT_EQ(c.pch_identities, 0u);
-    // Two that share, one alone (its configuration differs): the pair only, one PCH.
-    const std::string pair = "// the pair\n#include <shared.h>\n";
+    // Four that share, one alone (its configuration differs): the four only, one PCH.
+    // (Four, so that the group gets one whatever its headers weigh.)
+    const std::string pair = "// the group\n#include <shared.h>\n";
     std::vector<std::string> mixed = {pair + instantiate(20), "#define CFG 5\n#include <kernel0.h>\n" + instantiate(22),
-                                      pair + instantiate(21)};
+                                      pair + instantiate(21), pair + instantiate(23), pair + instantiate(24)};
     c = run(include, mixed, Pch::automatic, dir.file("cache-mixed"));
-    EXPECT_EQ(c.compiles, 3u);
-    EXPECT_EQ(c.pch_compiles, 2u);
+    EXPECT_EQ(c.compiles, 5u);
+    EXPECT_EQ(c.pch_compiles, 4u);
     EXPECT_EQ(c.pch_identities, 1u);
     // Hits and merged duplicates are not misses that share: one miss alone gets no PCH.
     std::vector<std::string> one = {pair + instantiate(20), pair + instantiate(30), pair + instantiate(30)};
@@ -793,7 +815,7 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
 }
 
 // Misses that share a PCH go to one worker, whose first compile makes it, while the other
-// workers go on with other misses: two groups of three on two worker threads make one PCH
+// workers go on with other misses: two groups of four on two worker threads make one PCH
 // each (neither group's misses made a second one on another worker), and the second worker
 // started compiling before the first item was reported. (Before, a batch whose first miss made
 // a PCH started its other workers only after that compile: one NVRTC run at the first report.)
@@ -803,15 +825,15 @@ TEST(CompileBatch, GroupsSharingAPchDoNotWaitForEachOther) {
     TempDir dir;
     const std::string include = pch_policy::make_headers(dir);
     std::vector<std::string> sources;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
         sources.push_back("// group a\n#include <shared.h>\n" + instantiate(40 + i));
         sources.push_back("// group b\n#include <shared.h>\n" + instantiate(50 + i));
     }
     std::uint64_t started_at_first_report = 0;
     const pch_policy::Count c =
         pch_policy::run(include, sources, Pch::automatic, dir.file("cache"), {}, &started_at_first_report);
-    EXPECT_EQ(c.compiles, 6u);
-    EXPECT_EQ(c.pch_compiles, 6u);
+    EXPECT_EQ(c.compiles, 8u);
+    EXPECT_EQ(c.pch_compiles, 8u);
     EXPECT_EQ(c.pch_identities, 2u) << "a group's misses made more than one PCH";
     EXPECT_GE(started_at_first_report, 2u) << "the second worker waited for the first one's PCH";
 }
