@@ -302,18 +302,14 @@ void run_peers(const BenchOptions &o, Report &report) {
     const Build &now = builds[0];
     for (const char *mode : {"small", "cub"}) {
         const std::string m = mode;
-        if (builds.size() > 1) {
-            Target first{"peers_c_" + m + "_first_over_before",
-                         "C, " + m + " kernel, path and name, its first hit in a process: now / before", 1.0 / 3, true};
-            first.value = med(now, "c." + m + ".kernel_first") / med(builds[1], "c." + m + ".kernel_first");
-            report.add_target(first);
-        }
+        // (Issue 24's goal for a kernel's first hit, a third of the code before it, was against
+        // that code; the baseline is 0.7.0 now, so it is no longer reported.)
         Target repeat{"peers_c_" + m + "_repeat_us", "C, " + m + " kernel, path and name, repeat (us)", 1.0, true,
                       TargetUnit::microseconds};
         repeat.value = med(now, "c." + m + ".repeat");
         report.add_target(repeat);
         Target python{"peers_python_" + m + "_over_c_us",
-                      "Python over C, " + m + " kernel, path and name, repeat (us more)", 5.0, true,
+                      "Python over C, " + m + " kernel, path and name, repeat (us more)", 3.0, true,
                       TargetUnit::microseconds};
         python.value = med(now, "python." + m + ".repeat") - med(now, "c." + m + ".repeat");
         report.add_target(python);
