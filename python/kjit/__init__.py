@@ -172,6 +172,14 @@ def _nvrtc_from_wheel() -> Optional[str]:
 def _open_cdll(path: Optional[PathLike]) -> Tuple[ctypes.CDLL, str]:
     """Loads libkjit per the search order in the package docstring -> (CDLL, where)."""
     tried: List[Tuple[str, str]] = []
+
+    def attempt(place: str, target: str) -> Optional[ctypes.CDLL]:
+        try:
+            return ctypes.CDLL(target)
+        except OSError as e:
+            tried.append((place, str(e)))
+            return None
+
     if path is not None:
         target = os.fsdecode(_path_bytes(path, "library path"))
         places = [(f"explicit path {target!r}", target)]
@@ -180,14 +188,19 @@ def _open_cdll(path: Optional[PathLike]) -> Tuple[ctypes.CDLL, str]:
         places = [(f"$KJIT_LIBRARY={target!r}", target)]
     else:
         tried.append(("$KJIT_LIBRARY", "not set"))
-        places = []
         beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libkjit.so.0")
         if os.path.exists(beside):
-            places.append((f"beside this module: {beside!r}", beside))
+            # The wheel's: loaded without the search below, whose ctypes.util.find_library runs
+            # ldconfig in a subprocess (tens of milliseconds, and subprocess, signal, threading
+            # and enum imported into the caller's process).
+            cdll = attempt(f"beside this module: {beside!r}", beside)
+            if cdll is not None:
+                return cdll, beside
         else:
             tried.append((f"beside this module ({beside!r})", "no such file"))
         from ctypes import util  # here only: it costs more to import than the rest of the package
 
+        places = []
         found = util.find_library("kjit")
         if found:
             places.append((f"ctypes.util.find_library('kjit') -> {found!r}", found))
@@ -195,10 +208,9 @@ def _open_cdll(path: Optional[PathLike]) -> Tuple[ctypes.CDLL, str]:
             tried.append(("ctypes.util.find_library('kjit')", "found nothing"))
         places += [(f"dlopen({n!r})", n) for n in ("libkjit.so.0", "libkjit.so")]
     for place, target in places:
-        try:
-            return ctypes.CDLL(target), target
-        except OSError as e:
-            tried.append((place, str(e)))
+        cdll = attempt(place, target)
+        if cdll is not None:
+            return cdll, target
     raise LibraryNotFound(tried)
 
 
