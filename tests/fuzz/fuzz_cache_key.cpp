@@ -4,8 +4,9 @@
 // negligible at fuzzing scale). Layout: the two requests are separated by a 0x01 byte; each is
 // 0x00-separated tokens: source, keyword, arch, name expression ("" none, "=x" for x), then
 // tokens starting with 'o' (an option), 'i' (an include path) or 'h' (a header name, whose
-// source is the next token).
+// source is the next token). Options that only name an output file key by presence.
 #include "cache/cache.hpp"
+#include "compile/compiler.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -44,9 +45,17 @@ kjit::key::Request decode(std::string_view bytes) {
     return r;
 }
 
+// The options as the key covers them: an option that only names a file NVRTC writes
+// (-time=FILE) by its presence, not its path (compile::compiler::keyed_option).
+std::vector<std::string> keyed_options(const kjit::key::Request &r) {
+    std::vector<std::string> out;
+    for (const std::string &o : r.nvrtc_options) out.push_back(kjit::compile::compiler::keyed_option(o));
+    return out;
+}
+
 bool same_inputs(const kjit::key::Request &a, const kjit::key::Request &b) {
     return a.source == b.source && a.keyword == b.keyword && a.arch == b.arch &&
-           a.name_expression == b.name_expression && a.nvrtc_options == b.nvrtc_options &&
+           a.name_expression == b.name_expression && keyed_options(a) == keyed_options(b) &&
            a.include_paths == b.include_paths && a.headers == b.headers;
 }
 
