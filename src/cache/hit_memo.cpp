@@ -1,6 +1,7 @@
 #include "cache/hit_memo.hpp"
 
 #include "key/dependency_watch.hpp"
+#include "key/include_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
@@ -19,13 +20,6 @@
 namespace kjit::cache {
 
 namespace {
-
-// The working directory, or "" when it cannot be told (then nothing that depends on it is
-// served from memory).
-std::string working_dir_now() {
-    char buf[PATH_MAX];
-    return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
-}
 
 // The monotonic clock at the kernel's tick (a few ms): read from the vDSO's page without a
 // system call and a fifth of CLOCK_MONOTONIC's price, and a second's revalidation interval does
@@ -103,7 +97,7 @@ const HitMemo::Answer *HitMemo::serving(const Digest &digest, bool *by_watch) co
     const Answer &a = it->second;
     if (coarse_ns() - a.proven_ns >= revalidate_ns_) return nullptr;
     if (store::cache_entry::retirements() != a.retirements) return nullptr;
-    if (!a.working_dir.empty() && working_dir_now() != a.working_dir) return nullptr;
+    if (!a.working_dir.empty() && key::include_scanner::current_working_dir() != a.working_dir) return nullptr;
     // One look at the watch's queue proves the cubin and, for a request that reads files, its
     // files too: they were proven at the generation the cubin's watch was armed at (below).
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
@@ -152,7 +146,8 @@ void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, con
         if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
     }
     if (keyed.uses_working_dir) {
-        a.working_dir = working_dir_now();
+        // "" when it cannot be told: then nothing that depends on it is served from memory.
+        a.working_dir = key::include_scanner::current_working_dir();
         if (a.working_dir.empty()) return;
     }
     a.proven_ns = coarse_ns();
