@@ -44,5 +44,8 @@ fetch xxhash https://github.com/Cyan4973/xxHash/archive/refs/tags/v0.8.1.tar.gz
 make -C "$src/xxhash" -j"$(nproc)" install PREFIX=/usr/local
 fetch hiredis https://github.com/redis/hiredis/archive/refs/tags/v0.14.1.tar.gz
 make -C "$src/hiredis" -j"$(nproc)" install PREFIX=/usr/local
+# zstd's library (lib/: no command line tool), at Debian 12's version (AlmaLinux 8 has 1.4.4).
+fetch zstd https://github.com/facebook/zstd/archive/refs/tags/v1.5.4.tar.gz
+make -C "$src/zstd/lib" -j"$(nproc)" install PREFIX=/usr/local
 ldconfig
 rm -rf "$src"

@@ -8,7 +8,7 @@
 #     wheel nor on every system;
 #     libkjit.so.0 exports only the kjit_ ABI (tests/check_exports.sh);
 #   - it holds the package with py.typed, libkjit.so.0, kjit-worker, the kjit command, the
-#     libraries beside them, and the license of everything it carries in .dist-info/licenses/;
+#     libraries beside them (libelf, and hiredis and zstd for the cluster tier), and the license of everything it carries in .dist-info/licenses/;
 #     METADATA has the license expression, the classifiers and the [nvrtc] extra of libkjit's
 #     NVRTC major; the console script `kjit` is declared;
 #   - a fresh venv without system site packages installs it with --no-index (no compiler);
@@ -53,10 +53,10 @@ rm -rf "$unpacked"
 "$python" -m zipfile -e "$wheel" "$unpacked"
 dist_info="$unpacked/kjit-$version.dist-info"
 for f in kjit/__init__.py kjit/_cli.py kjit/_build.py kjit/py.typed kjit/libkjit.so.0 kjit/kjit-worker \
-    kjit/bin/kjit kjit/libelf.so.1 "${dist_info##*/}/licenses/LICENSE"; do
+    kjit/bin/kjit kjit/libelf.so.1 kjit/libzstd.so.1 "${dist_info##*/}/licenses/LICENSE"; do
     [ -f "$unpacked/$f" ] || fail "the wheel has no $f"
 done
-for f in elfutils-libelf hiredis xxhash fmt spdlog cli11 nlohmann-json gcc-runtime-libstdcxx-libgcc GPL-2 GPL-3 LGPL-3; do
+for f in elfutils-libelf hiredis zstd xxhash fmt spdlog cli11 nlohmann-json gcc-runtime-libstdcxx-libgcc GPL-2 GPL-3 LGPL-3; do
     [ -s "$dist_info/licenses/licenses/$f.txt" ] || fail "the wheel has no license file licenses/$f.txt in .dist-info/licenses/"
 done
 grep -qx 'kjit = kjit._cli:main' "$dist_info/entry_points.txt" || fail "no console script 'kjit = kjit._cli:main' in entry_points.txt"

@@ -301,7 +301,7 @@ bool Tier::wait_for_holder(ServerLink &link, Settling &s, Settled &out) {
 std::optional<Entry> Tier::verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
                                           const std::string &entry_key) {
     counters().bytes_in.fetch_add(value.len, std::memory_order_relaxed);
-    auto entry = decode(text_of(value), expected, entry_key);
+    auto entry = decode(text_of(value), expected, entry_key, config_.max_entry_bytes);
     if (entry) {
         counters().hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("remote hit {} ({} bytes, made on {})", entry_key, value.len, entry->producer);
@@ -352,10 +352,13 @@ void Tier::put(const Expected &expected, const store::cache_entry::Manifest &man
     ServerLink &link = link_for(expected.key);
     if (!link.usable()) return not_stored("the server failed moments ago");
     const std::string value = encode(manifest, cubin, expected.format, host_name());
-    if (value.size() > config_.max_entry_bytes) {
-        log().info("remote cache: {} not stored: {} bytes, over max-entry-size ({} bytes)", manifest.key, value.size(),
+    // Compressed, the value is smaller than its cubin; the reader bounds what a value may unpack
+    // to by max-entry-size too, so both are held to it.
+    const std::size_t size = std::max(value.size(), cubin.size());
+    if (size > config_.max_entry_bytes) {
+        log().info("remote cache: {} not stored: {} bytes, over max-entry-size ({} bytes)", manifest.key, size,
                    config_.max_entry_bytes);
-        return not_stored(std::to_string(value.size()) + " bytes, over max-entry-size");
+        return not_stored(std::to_string(size) + " bytes, over max-entry-size");
     }
     const std::string entry_key = redis_key(expected, 'b');
     auto replies = round_trip(link, {{"SET", entry_key, value, "NX"}});

@@ -1,7 +1,7 @@
-// The cluster tier in a libkjit built without hiredis (KJIT_REMOTE=OFF): a setting that asks
-// for a tier is checked as usual, then refused with what to do; "none" (and no setting) is
-// fine. No Tier is ever made, so the cache never reaches the members below, which only keep
-// the build whole.
+// The cluster tier in a libkjit built without hiredis and zstd (KJIT_REMOTE=OFF): a setting
+// that asks for a tier is checked as usual, then refused with what to do; "none" (and no
+// setting) is fine. No Tier is ever made, so the cache never reaches the members below, which
+// only keep the build whole.
 #include "remote/remote_store.hpp"
 
 namespace kjit::remote {
@@ -16,8 +16,9 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
     if (!config) return std::move(config).error();
     if (!*config) return static_cast<Tier *>(nullptr);
     return Error{Errc::invalid_argument,
-                 std::string(origin) + " asks for a remote cache, but this libkjit was built without hiredis "
-                                       "(KJIT_REMOTE=OFF); build it with libhiredis-dev installed, or set it to none"};
+                 std::string(origin) + " asks for a remote cache, but this libkjit was built without it "
+                                       "(KJIT_REMOTE=OFF); build it with libhiredis-dev and libzstd-dev installed, "
+                                       "or set it to none"};
 }
 
 Tier::Tier(Config config) : config_(std::move(config)) {}

@@ -8,6 +8,7 @@
 #include "fake_redis.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
+#include "util/hashing.hpp"
 
 #include <kjit/kjit.h>
 
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <atomic>
 #include <chrono>
@@ -448,6 +450,47 @@ TEST_F(RemoteDamage, ValueCopiedUnderAnotherKey) {
     ASSERT_FALSE(second_key.empty());
     server.command({"SET", second_key, value});  // kernel 502's entry where 503's belongs
     expect_detected_and_repaired(503);
+}
+
+// A compressed value (envelope version 2) as libkjit 0.6 to 0.8 stored it: version 1, the
+// manifest and cubin fields uncompressed, sealed again (remote_entry.hpp's layout).
+std::string as_version_one(const std::string &v2) {
+    auto u32_at = [&](std::size_t pos) {
+        std::uint32_t v = 0;
+        for (std::size_t i = 0; i < 4; ++i) v |= std::uint32_t{static_cast<unsigned char>(v2.at(pos + i))} << (8 * i);
+        return v;
+    };
+    std::size_t pos = 12;                                // magic, version
+    for (int i = 0; i < 6; ++i) pos += 4 + u32_at(pos);  // key, format, NVRTC, arch, host, time
+    std::string body = v2.substr(0, 8) + std::string("\x01\0\0\0", 4) + v2.substr(12, pos - 12);
+    std::string payload(u32_at(pos), '\0');
+    const std::size_t got = ZSTD_decompress(payload.data(), payload.size(), v2.data() + pos + 8, u32_at(pos + 4));
+    EXPECT_EQ(got, payload.size());
+    body += payload;
+    return body + kjit::hash128_hex(body);
+}
+
+// Values are sent compressed (remote_bytes_in counts them as sent), and values stored by
+// libkjit 0.6 to 0.8 (uncompressed) are still hits.
+TEST_F(RemoteDamage, CompressedAndOldValuesAreHits) {
+    on_new_node(504);
+    const std::string key = only_entry_key();
+    const std::string value = server.command({"GET", key});
+    const Stats before;
+    const kjit_stats fetched = on_new_node(504);
+    EXPECT_EQ(fetched.remote_hits, 1u);
+    EXPECT_EQ(fetched.nvrtc_compiles, 0u);
+    EXPECT_EQ(Stats().s.remote_bytes_in - before.s.remote_bytes_in, value.size());
+    const std::string old = as_version_one(value);
+    EXPECT_LT(2 * value.size(), old.size()) << "compressed " << value.size() << " bytes, uncompressed " << old.size();
+    server.command({"SET", key, old});
+    const Stats before_old;
+    const kjit_stats old_fetched = on_new_node(504);
+    EXPECT_EQ(old_fetched.remote_hits, 1u);
+    EXPECT_EQ(old_fetched.remote_corrupt, 0u);
+    EXPECT_EQ(old_fetched.nvrtc_compiles, 0u);
+    EXPECT_EQ(Stats().s.remote_bytes_in - before_old.s.remote_bytes_in, old.size());
+    EXPECT_EQ(server.command({"GET", key}), old) << "an old value is used as it is, not replaced";
 }
 
 // ---------------------------------------------------------------------------------------------
