@@ -159,11 +159,17 @@ typedef struct kjit_stats {
     /** Compile errors returned from another node's compile of the same key (shared for a
         minute), without running NVRTC here. */
     uint64_t remote_shared_failures;
+    /** Seed caches (since 0.9; kjit_compile_options::seed_dirs): local misses answered by an
+        entry of a seed folder (verified and published into the local cache). */
+    uint64_t seed_hits;
+    /** Seed entries that failed verification (damaged, another request's, headers changed
+        since) and seed folders refused as untrusted: each left as it is and skipped. */
+    uint64_t seed_rejections;
 } kjit_stats;
 
 /** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
 #define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, \
-                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * @brief Takes a snapshot of the process-wide counters (since 0.2).

@@ -204,6 +204,7 @@ struct GivenSettings {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
+    bool seed_dirs = false;  // the seed_dirs option was given (possibly "none")
 };
 
 // options->headers (in-memory headers), checked.
@@ -259,6 +260,17 @@ kjit::Status take_options(const kjit_compile_options *options, kjit::key::Reques
         r.remote_origin = "the remote_storage option";
     }
     if (KJIT_OPTION_PRESENT(options, program_name) && options->program_name) r.program_name = options->program_name;
+    if (KJIT_OPTION_PRESENT(options, seed_dir_count) && options->seed_dir_count > 0) {
+        if (auto s = take_strings(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs); !s) {
+            return s;
+        }
+        for (const std::string &dir : r.seed_dirs) {
+            if (dir.empty()) return invalid(where + ".seed_dirs has an empty folder name");
+        }
+        // "none" alone: no seed, whatever $KJIT_CACHE_SEED says (as remote_storage's "none").
+        if (r.seed_dirs.size() == 1 && r.seed_dirs[0] == "none") r.seed_dirs.clear();
+        given.seed_dirs = true;
+    }
     return kjit::Ok{};
 }
 
@@ -314,6 +326,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
         if (auto st = take_options(options, r, where, given); !st) return st;
     }
     if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
+    if (!given.seed_dirs) r.seed_dirs = kjit::api::defaults::seed_dirs();
     if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
     auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
@@ -892,6 +905,8 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.remote_lease_waits = remote.lease_waits.load(relaxed);
         s.remote_lease_takeovers = remote.lease_takeovers.load(relaxed);
         s.remote_shared_failures = remote.shared_failures.load(relaxed);
+        s.seed_hits = cache.seed_hits.load(relaxed);
+        s.seed_rejections = cache.seed_rejections.load(relaxed);
         std::memcpy(static_cast<void *>(stats), &s, size);
         return KJIT_OK;
     });

@@ -507,3 +507,74 @@ TEST(CacheApiProblems, EveryProblemHasItsName) {
     EXPECT_STREQ(kjit_cache_problem_string(KJIT_CACHE_STALE_TEMP + 1), "unknown");
     EXPECT_STREQ(kjit_cache_problem_string(-1), "unknown");
 }
+
+// ---- Seed caches (since 0.9) ------------------------------------------------------------------
+
+namespace {
+
+// kjit_compile of numbered kernel `i` into `cache` with `seeds` (nullptr: the option not
+// given), by a caller whose struct ends at `struct_size`; the status.
+kjit_status compile_with_seeds(const std::string &cache, int i, const std::vector<const char *> *seeds,
+                               size_t struct_size = sizeof(kjit_compile_options)) {
+    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+    options.struct_size = struct_size;
+    options.cache_dir = cache.c_str();
+    options.arch = "sm_90";
+    if (seeds) {
+        options.seed_dirs = seeds->data();
+        options.seed_dir_count = seeds->size();
+    }
+    const std::string source = sources::numbered_gemm(i);
+    char path[4096];
+    char name[256];
+    const kjit_status st =
+        kjit_compile_named(source.c_str(), "gemm", &options, path, sizeof path, nullptr, name, sizeof name, nullptr);
+    if (st == KJIT_OK) {
+        EXPECT_EQ(std::string(name), sources::numbered_gemm_name(i));
+        EXPECT_EQ(std::string(path).rfind(cache + "/", 0), 0u) << path;
+    }
+    return st;
+}
+
+}  // namespace
+
+// The seed_dirs option, $KJIT_CACHE_SEED, "none" whatever the variable says, and an older
+// caller's struct (before seed_dirs: the variable), counted in kjit_stats.seed_hits.
+TEST_F(CacheApi, SeedDirsOptionAndVariable) {
+    const std::string seed = cache_;  // the fixture's copy of a warm cache
+    const std::vector<const char *> given = {seed.c_str()};
+    const std::vector<const char *> none = {"none"};
+    const kjit_stats before = stats_now();
+    ASSERT_EQ(compile_with_seeds(dir_.file("a"), 0, &given), KJIT_OK) << error_text();
+    kjit_stats now = stats_now();
+    EXPECT_EQ(now.seed_hits - before.seed_hits, 1u);
+    EXPECT_EQ(now.nvrtc_compiles, before.nvrtc_compiles);
+    {
+        const ScopedEnv variable("KJIT_CACHE_SEED", (dir_.file("missing") + ":" + seed).c_str());
+        ASSERT_EQ(compile_with_seeds(dir_.file("b"), 1, nullptr), KJIT_OK) << error_text();
+        // An older caller's struct (0.8's, up to program_name) cannot give seeds: the variable's.
+        ASSERT_EQ(compile_with_seeds(dir_.file("c"), 1, &given, offsetof(kjit_compile_options, seed_dirs)), KJIT_OK);
+        now = stats_now();
+        EXPECT_EQ(now.seed_hits - before.seed_hits, 3u);
+        EXPECT_EQ(now.nvrtc_compiles, before.nvrtc_compiles);
+        // "none": no seed whatever the variable says; the kernel is compiled.
+        ASSERT_EQ(compile_with_seeds(dir_.file("d"), 2, &none), KJIT_OK) << error_text();
+        now = stats_now();
+        EXPECT_EQ(now.seed_hits - before.seed_hits, 3u);
+        EXPECT_EQ(now.nvrtc_compiles - before.nvrtc_compiles, 1u);
+    }
+    // A NULL array with a count, a NULL or empty entry: invalid, said.
+    kjit_compile_options bad = KJIT_COMPILE_OPTIONS_INIT;
+    bad.cache_dir = cache_.c_str();
+    bad.arch = "sm_90";
+    bad.seed_dir_count = 1;
+    char path[4096];
+    EXPECT_EQ(kjit_compile(sources::kPlain, "plain_kernel", &bad, path, sizeof path, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("seed_dirs is NULL but its count is 1"), std::string::npos) << error_text();
+    const char *empty[] = {""};
+    bad.seed_dirs = empty;
+    EXPECT_EQ(kjit_compile(sources::kPlain, "plain_kernel", &bad, path, sizeof path, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("seed_dirs has an empty folder name"), std::string::npos) << error_text();
+}
