@@ -10,6 +10,7 @@
 #include "load/kernel_loader.hpp"
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
+#include "store/cache_copy.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
 #include "store/cache_verification.hpp"
@@ -1065,6 +1066,67 @@ KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_veri
         out->report = std::move(*found);
         *report = out.release();
         return KJIT_OK;
+    });
+}
+
+namespace {
+
+// kjit_cache_export and kjit_cache_import: `from` into `to` (settled, absolute), reported.
+kjit_status copy_and_report(const char *function, const std::string &from, const std::string &to, const char *arch,
+                            kjit_copy_report *report, kjit_verify_report **refused) {
+    if (report) {
+        if (auto st = check_struct_size(*report, std::string(function) + ": report", "kjit_copy_report"); !st) {
+            return fail(st.error());
+        }
+    }
+    auto copied = kjit::store::cache_maintenance::copy_entries(from, to, arch ? arch : "");
+    if (!copied) return fail(copied.error());
+    if (report) {
+        kjit_copy_report c{};
+        c.struct_size = report->struct_size;
+        c.copied_entries = copied->copied;
+        c.copied_bytes = copied->copied_bytes;
+        c.present_entries = copied->present;
+        c.skipped_entries = copied->skipped;
+        c.refused_entries = copied->refused.findings.size();
+        std::memcpy(static_cast<void *>(report), &c, c.struct_size);
+    }
+    if (refused) {
+        auto out = std::make_unique<kjit_verify_report>();
+        out->report = std::move(copied->refused);
+        *refused = out.release();
+    }
+    return KJIT_OK;
+}
+
+}  // namespace
+
+KJIT_API kjit_status kjit_cache_export(const char *cache_dir, const char *dest_dir, const char *arch,
+                                       kjit_copy_report *report, kjit_verify_report **refused) {
+    if (refused) *refused = nullptr;
+    return guarded("kjit_cache_export", [&]() -> kjit_status {
+        if (!dest_dir || !*dest_dir)
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_export: dest_dir is NULL or empty");
+        auto from = cache_dir_from(cache_dir);
+        if (!from) return fail(from.error());
+        auto to = kjit::absolute_folder(dest_dir);
+        if (!to) return fail(to.error());
+        return copy_and_report("kjit_cache_export", *from, *to, arch, report, refused);
+    });
+}
+
+KJIT_API kjit_status kjit_cache_import(const char *source_dir, const char *cache_dir, kjit_copy_report *report,
+                                       kjit_verify_report **refused) {
+    if (refused) *refused = nullptr;
+    return guarded("kjit_cache_import", [&]() -> kjit_status {
+        if (!source_dir || !*source_dir) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_import: source_dir is NULL or empty");
+        }
+        auto from = kjit::absolute_folder(source_dir);
+        if (!from) return fail(from.error());
+        auto to = cache_dir_from(cache_dir);
+        if (!to) return fail(to.error());
+        return copy_and_report("kjit_cache_import", *from, *to, nullptr, report, refused);
     });
 }
 

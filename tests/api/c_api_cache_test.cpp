@@ -578,3 +578,52 @@ TEST_F(CacheApi, SeedDirsOptionAndVariable) {
               KJIT_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(error_text().find("seed_dirs has an empty folder name"), std::string::npos) << error_text();
 }
+
+// kjit_cache_export and kjit_cache_import: counts, the refused entries' report, struct_size rules.
+TEST_F(CacheApi, ExportAndImport) {
+    const std::string seed = dir_.file("seed");
+    kjit_copy_report report = KJIT_COPY_REPORT_INIT;
+    kjit_verify_report *raw = nullptr;
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), nullptr, &report, &raw), KJIT_OK) << error_text();
+    VerifyReport refused(raw);
+    EXPECT_EQ(report.copied_entries, static_cast<std::uint64_t>(kEntries));
+    EXPECT_GT(report.copied_bytes, 0u);
+    EXPECT_EQ(report.refused_entries, 0u);
+    EXPECT_EQ(kjit_verify_report_entries_checked(refused.get()), static_cast<size_t>(kEntries));
+    EXPECT_EQ(kjit_verify_report_count(refused.get()), 0u);
+    // Only entries: nothing at the top of the seed but shards.
+    for (const std::string &name : list_dir(seed)) EXPECT_EQ(name.size(), 2u) << name;
+    // Again: every entry there already; another arch: every entry skipped.
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), "sm_90", &report, nullptr), KJIT_OK);
+    EXPECT_EQ(report.copied_entries, 0u);
+    EXPECT_EQ(report.present_entries, static_cast<std::uint64_t>(kEntries));
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), dir_.file("other").c_str(), "sm_80", &report, nullptr), KJIT_OK);
+    EXPECT_EQ(report.skipped_entries, static_cast<std::uint64_t>(kEntries));
+    EXPECT_EQ(report.copied_entries, 0u);
+
+    // One entry of the seed damaged: imported without it, and named.
+    const std::string damaged = seed + cubins_[0].substr(cache_.size());
+    std::string bytes = read_file(damaged);
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
+    write_file(damaged, bytes);
+    const std::string imported = dir_.file("imported");
+    ASSERT_EQ(kjit_cache_import(seed.c_str(), imported.c_str(), &report, &raw), KJIT_OK) << error_text();
+    refused.reset(raw);
+    EXPECT_EQ(report.copied_entries, static_cast<std::uint64_t>(kEntries - 1));
+    EXPECT_EQ(report.refused_entries, 1u);
+    ASSERT_EQ(kjit_verify_report_count(refused.get()), 1u);
+    EXPECT_EQ(std::string(kjit_verify_report_path(refused.get(), 0)), folder_of(damaged));
+    EXPECT_EQ(kjit_verify_report_kind(refused.get(), 0), KJIT_CACHE_BAD_CUBIN);
+    EXPECT_EQ(std::string(kjit_verify_report_action(refused.get(), 0)), "not copied");
+    EXPECT_FALSE(exists(imported + cubins_[0].substr(cache_.size())));
+    EXPECT_TRUE(exists(imported + cubins_[1].substr(cache_.size())));
+
+    // Bad arguments.
+    EXPECT_EQ(kjit_cache_export(cache_.c_str(), nullptr, nullptr, nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_cache_import("", cache_.c_str(), nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_cache_import(cache_.c_str(), cache_.c_str(), nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("the same folder"), std::string::npos) << error_text();
+    EXPECT_EQ(kjit_cache_import(dir_.file("none").c_str(), cache_.c_str(), nullptr, nullptr), KJIT_ERROR_IO);
+    report.struct_size = sizeof report + 8;
+    EXPECT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), nullptr, &report, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+}
