@@ -1,12 +1,13 @@
 // The `kjit` command (docs/cli.md): resolve, compile and the cache's upkeep (stats, verify,
-// prune, clear), all through libkjit.so's public C ABI, as any program linking it would. It links
-// nothing else of libkjit: a second copy of the library's internals in the process would keep
+// prune, clear, export, import), all through libkjit.so's public C ABI, as any program linking
+// it would. It links nothing else of libkjit: a second copy of the library's internals in the process would keep
 // state of its own (the cache lock's registry, the eviction throttle, the logger). Only the
 // size and age units ("5G", "30d") are compiled in from src/util/size_units.cpp, the same source the
 // library parses $KJIT_CACHE_MAX_SIZE with.
 //
 // Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5
-// I/O error, ...); 20 `cache verify` found damage it did not repair; 64 a usage error.
+// I/O error, ...); 20 `cache verify` found damage it did not repair, or `cache export`/`import`
+// refused damaged entries; 64 a usage error.
 #include "kjit/kjit.h"
 
 #include "remote/remote_config.hpp"
@@ -60,6 +61,7 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.name_expression", "--name-expr"},
         {"kjit_compile_options.program_name", "--program-name"},
         {"the remote_storage option", "--remote-storage"},
+        {"options.seed_dirs", "--seed"},
         {"kjit_compile_options.include_paths", "-I"},
         {"kjit_compile_options.nvrtc_options", "the options after --"},
     };
@@ -167,6 +169,8 @@ struct CompileArgs {
     std::string program_name;    // "": each file's path as given
     std::vector<std::string> include_paths;
     std::vector<std::string> nvrtc_options;
+    std::vector<std::string> seed_dirs;       // --seed, in order ("none": none; empty: $KJIT_CACHE_SEED)
+    std::vector<const char *> seed_pointers;  // seed_dirs as the C option takes them
 };
 
 // The options of `file` of `kjit compile`; `options` and `includes` hold what they point at.
@@ -187,6 +191,8 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.name_expression = a.name_expression.empty() ? nullptr : a.name_expression.c_str();
     opts.remote_storage = a.remote_storage.empty() ? nullptr : a.remote_storage.c_str();
     opts.program_name = a.program_name.empty() ? file.c_str() : a.program_name.c_str();
+    opts.seed_dirs = a.seed_pointers.data();
+    opts.seed_dir_count = a.seed_pointers.size();
     return opts;
 }
 
@@ -590,6 +596,60 @@ int run_stats(const Global &g, const std::string *remote) {
     return all_answered ? 0 : report_remote_failures(servers);
 }
 
+// The refused entries of an export or import, as verify prints its findings.
+json print_refused(const Global &g, const kjit_verify_report *r) {
+    json refused = json::array();
+    for (size_t i = 0; i < kjit_verify_report_count(r); ++i) {
+        const char *problem = kjit_cache_problem_string(kjit_verify_report_kind(r, i));
+        if (g.json) {
+            refused.push_back({{"path", kjit_verify_report_path(r, i)},
+                               {"damage", problem},
+                               {"detail", kjit_verify_report_detail(r, i)}});
+        } else {
+            std::printf("%-18s %s: %s -> not copied\n", problem, kjit_verify_report_path(r, i),
+                        kjit_verify_report_detail(r, i));
+        }
+    }
+    return refused;
+}
+
+// `kjit cache export DIR` (export) and `kjit cache import DIR`: exit status 0, or kExitDamage
+// when entries were refused (each printed, as verify prints them).
+int run_copy(const Global &g, bool is_export, const std::string &other, const std::string &arch) {
+    std::string dir;
+    if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
+    kjit_copy_report c = KJIT_COPY_REPORT_INIT;
+    kjit_verify_report *raw = nullptr;
+    const kjit_status st =
+        is_export ? kjit_cache_export(dir.c_str(), other.c_str(), arch.empty() ? nullptr : arch.c_str(), &c, &raw)
+                  : kjit_cache_import(other.c_str(), dir.c_str(), &c, &raw);
+    if (st != KJIT_OK) return fail_with(g, st);
+    const std::unique_ptr<kjit_verify_report, decltype(&kjit_verify_report_release)> r(raw,
+                                                                                       &kjit_verify_report_release);
+    const json refused = print_refused(g, r.get());
+    auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+    if (g.json) {
+        std::cout << json{{"cache_dir", dir},
+                          {is_export ? "export_dir" : "import_dir", other},
+                          {"copied_entries", c.copied_entries},
+                          {"copied_bytes", c.copied_bytes},
+                          {"present_entries", c.present_entries},
+                          {"skipped_entries", c.skipped_entries},
+                          {"refused_entries", c.refused_entries},
+                          {"refused", refused}}
+                         .dump(2)
+                  << "\n";
+    } else {
+        std::printf("%s %llu entries (%s) %s %s; %llu there already", is_export ? "exported" : "imported",
+                    n(c.copied_entries), units::format_size(c.copied_bytes).c_str(), is_export ? "to" : "from",
+                    other.c_str(), n(c.present_entries));
+        if (c.skipped_entries > 0) std::printf(", %llu of other archs skipped", n(c.skipped_entries));
+        if (c.refused_entries > 0) std::printf(", %llu damaged ones refused (listed above)", n(c.refused_entries));
+        std::printf("\n");
+    }
+    return c.refused_entries > 0 ? kExitDamage : 0;
+}
+
 int run_verify(const Global &g, bool fix) {
     std::string dir;
     if (const kjit_status st = cache_dir_of(g, dir); st != KJIT_OK) return fail_with(g, st);
@@ -754,7 +814,8 @@ constexpr const char *kFooter = R"(Exit status:
   1-13  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument,
         2 not found, 3 ambiguous, 4 bad cubin, 5 I/O error (also a remote cache server that did not
         answer), 6 compile error (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error
-  20    cache verify found damage it did not repair (run it with --fix)
+  20    cache verify found damage it did not repair (run it with --fix); cache export or import
+        refused damaged entries (listed; the others were copied)
   64    usage error: unknown command or option, missing argument, bad --max-size or --older-than
   130   interrupted (Ctrl-C) during a compile of several files
 
@@ -764,6 +825,7 @@ Environment (an option given on the command line wins):
   KJIT_CACHE_MAX_SIZE  the cache's size limit, e.g. 5G (K, M, G, T); least recently used entries
                        are evicted after a compile; 0 or unset: no limit
   KJIT_REMOTE_STORAGE  the cluster tier (Redis) behind the cache; kjit compile --help has its syntax
+  KJIT_CACHE_SEED      read-only seed caches looked in after the cache (DIR[:DIR...]); kjit cache export
   KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
   KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
   KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
@@ -772,7 +834,8 @@ Examples:
   kjit compile gemm.cu -k gemm --arch sm_90a --name-expr 'gemm<128, 64>' -- -std=c++17
   kjit compile kernels/*.cu -k gemm -j 8      (several files: one batch, pre-warms a cache)
   kjit resolve ~/.cache/kjit/5c/5c0e.../kernel.cubin gemm
-  kjit cache stats;  kjit cache prune --max-size 5G;  kjit cache verify --fix)";
+  kjit cache stats;  kjit cache prune --max-size 5G;  kjit cache verify --fix
+  kjit cache export /image/kjit-seed --arch sm_90a;  KJIT_CACHE_SEED=/image/kjit-seed python serve.py)";
 
 constexpr const char *kRemoteStorageHelp =
     "The cluster tier (default: $KJIT_REMOTE_STORAGE; none: off): servers redis://HOST[:PORT][/DB] or "
@@ -823,6 +886,11 @@ int main(int argc, char **argv) {
     compile->add_option("--remote-storage", compile_args.remote_storage, kRemoteStorageHelp);
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);
+    compile
+        ->add_option("--seed", compile_args.seed_dirs,
+                     "Seed cache: a read-only cache folder looked in after the cache, never written (repeatable, in "
+                     "order; default: $KJIT_CACHE_SEED, folders separated by ':'; none: no seed)")
+        ->allow_extra_args(false);
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
     add_common(compile);
 
@@ -846,6 +914,18 @@ int main(int argc, char **argv) {
     add_common(prune);
     CLI::App *clear = cache->add_subcommand("clear", "Remove every entry");
     add_common(clear);
+    std::string copy_dir, export_arch;
+    CLI::App *export_cmd = cache->add_subcommand(
+        "export", "Write the cache's sound entries into DIR as a seed cache (entries only: no usage record, lock or "
+                  "temp folder), for a container image or a read-only share; damaged ones are refused and listed");
+    export_cmd->add_option("dir", copy_dir, "The seed folder to write (created when missing)")->required();
+    export_cmd->add_option("--arch", export_arch, "Only the entries of this arch, e.g. sm_90a");
+    add_common(export_cmd);
+    CLI::App *import_cmd = cache->add_subcommand(
+        "import", "Copy the sound entries of DIR (a seed cache, an export) into the cache; damaged ones are refused "
+                  "and listed");
+    import_cmd->add_option("dir", copy_dir, "The folder to copy from")->required();
+    add_common(import_cmd);
 
     // Everything after "--" is NVRTC options (CLI11 would give them to the file list).
     for (int i = 1; i < argc; ++i) {
@@ -866,6 +946,7 @@ int main(int argc, char **argv) {
                                   "password-file=PATH (readable by its owner only)");
         }
     }
+    for (const std::string &dir : compile_args.seed_dirs) compile_args.seed_pointers.push_back(dir.c_str());
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);
@@ -878,6 +959,8 @@ int main(int argc, char **argv) {
             return run_prune(g, max_size, older_than);
         }
         if (*clear) return run_clear(g);
+        if (*export_cmd) return run_copy(g, true, copy_dir, export_arch);
+        if (*import_cmd) return run_copy(g, false, copy_dir, std::string());
     } catch (const std::exception &e) {
         return report_failure(g, KJIT_ERROR_INTERNAL, kjit_status_string(KJIT_ERROR_INTERNAL), e.what());
     }

@@ -193,13 +193,13 @@ contains "kjit " "$WORK/out"
 # The help stands alone: it names no documentation file, which an installed kjit (or the one in
 # the Python wheel) may not have beside it, and says what the docs would: exit statuses, the
 # environment, the remote setting's syntax.
-for cmd in "" resolve compile cache "cache stats" "cache verify" "cache prune" "cache clear"; do
+for cmd in "" resolve compile cache "cache stats" "cache verify" "cache prune" "cache clear" "cache export" "cache import"; do
     # shellcheck disable=SC2086
     expect_rc 0 "$KJIT" $cmd --help
     if grep -qE 'docs/|\.md\b' "$WORK/out"; then fail "kjit $cmd --help points at a file: $(grep -E 'docs/|\.md' "$WORK/out")"; fi
 done
 expect_rc 0 "$KJIT" --help
-for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_LOG_LEVEL; do
+for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_CACHE_SEED KJIT_LOG_LEVEL; do
     contains "$what" "$WORK/out"
 done
 expect_rc 0 "$KJIT" compile --help
@@ -323,6 +323,52 @@ expect_rc 0 env -C "$WORK" "$KJIT" cache stats --cache-dir ./cache/ --json
 json_check "d['cache_dir'] == '$(cd "$WORK" && pwd -P)/cache'"
 KJIT_CACHE_DIR="$C" expect_rc 0 "$KJIT" cache verify --json
 json_check "d['cache_dir'] == '$C' and d['clean']"
+
+# Seed caches: export writes whole entries only; a fresh cache compiles from a seed with no NVRTC
+# run, through --seed or $KJIT_CACHE_SEED, and never writes it; import refuses damage, naming it.
+# (Root ignores file modes, so the seed's checksum, not chmod, shows it was not written.)
+S="$WORK/seed" W="$WORK/warm"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$W" -- -DX=1
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<3>' --arch sm_90 --cache-dir "$W" -- -DX=1
+expect_rc 0 "$KJIT" cache export "$S" --cache-dir "$W" --json
+json_check 'd["copied_entries"] == 2 and d["refused_entries"] == 0 and d["export_dir"].endswith("/seed")'
+EXPORTED=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["copied_entries"])' "$WORK/out")
+extra=$(find "$S" -mindepth 1 \( -name '.*' -o -type f ! -name kernel.cubin ! -name kernel.cubin.name ! -name manifest.txt \
+    ! -name source.cu ! -name deps.txt ! -name '*.variants' \) -print)
+[ -z "$extra" ] || fail "export wrote more than entries: $extra"
+expect_rc 0 "$KJIT" cache export "$S" --cache-dir "$W"
+contains "exported 0 entries (0 B) to $S; $EXPORTED there already" "$WORK/out"
+expect_rc 0 "$KJIT" cache export "$WORK/seed-sm80" --arch sm_80 --cache-dir "$W" --json
+json_check "d['copied_entries'] == 0 and d['skipped_entries'] == $EXPORTED"
+chmod -R a-w "$S"
+seed_sum() { (cd "$S" && find . -printf '%p %m %s %T@\n' | sort && find . -type f -exec md5sum {} + | sort); }
+before=$(seed_sum)
+KJIT_LOG_LEVEL=debug expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<3>' --arch sm_90 \
+    --cache-dir "$WORK/fresh" --seed "$WORK/no-such-seed" --seed "$S" -- -DX=1
+[ "$(sed -n 2p "$WORK/out")" = _Z5scaleILi3EEvPf ] || fail "compile from a seed printed $(cat "$WORK/out")"
+contains "seed hit" "$WORK/err"
+contains "no-such-seed' is not there" "$WORK/err"
+if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran with the entry in the seed: $(grep "compiled " "$WORK/err")"; fi
+KJIT_LOG_LEVEL=debug KJIT_CACHE_SEED="$S" expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 \
+    --cache-dir "$WORK/fresh2" -- -DX=1
+contains "seed hit" "$WORK/err"
+if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran with \$KJIT_CACHE_SEED's entry: $(grep "compiled " "$WORK/err")"; fi
+KJIT_LOG_LEVEL=debug KJIT_CACHE_SEED="$S" expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 \
+    --cache-dir "$WORK/fresh3" --seed none -- -DX=1
+contains "compiled " "$WORK/err"
+[ "$(seed_sum)" = "$before" ] || fail "the seed was written"
+chmod -R u+w "$S"
+# A damaged entry in the folder imported: the others are copied, it is refused and named (exit 20).
+victim=$(find "$S" -name manifest.txt | head -n 1)
+sed -i 's/^arch: sm_90$/arch: sm_80/' "$victim"
+expect_rc 20 "$KJIT" cache import "$S" --cache-dir "$WORK/imported"
+contains "bad_manifest" "$WORK/out"
+contains "$(dirname "$victim")" "$WORK/out"
+contains "imported $((EXPORTED - 1)) entries" "$WORK/out"
+contains "1 damaged ones refused" "$WORK/out"
+expect_rc 0 "$KJIT" cache verify --cache-dir "$WORK/imported"
+expect_rc 5 "$KJIT" cache import "$WORK/no-such-seed" --cache-dir "$WORK/imported"
+contains "no-such-seed' does not exist" "$WORK/err"
 
 # The command links only libkjit.so: of libkjit's internals it carries the size units and the
 # remote settings' parser alone (leaves: it refuses a password in --remote-storage by libkjit's

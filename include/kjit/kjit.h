@@ -331,10 +331,26 @@ typedef struct kjit_compile_options {
         in the name's folder (taken against the working directory when relative). A name
         ending in '/' is #KJIT_ERROR_INVALID_ARGUMENT. */
     const char *program_name;
+    /** Seed caches (since 0.9): cache folders searched, in order, after the local cache and
+        before the cluster tier, and never written (no lock, no recency record, no temp file:
+        a read-only mount or a folder baked into a container image). An entry found in one is
+        verified as a downloaded one is (its manifest's check line, its cubin's size and
+        XXH3-128, the kernel's name chosen again; its recorded headers as they are here) and
+        published into the local cache, so the next hits are local. NULL with seed_dir_count 0
+        (default): $KJIT_CACHE_SEED, folders separated by ':'; the single entry "none": no seed,
+        whatever the environment says. Relative folders are taken against the working directory.
+        Fails open: a missing seed folder is skipped (said at debug level), one the caller may
+        not trust (another user's and not root's, writable by others, a team cache of a group
+        the caller is not in) is skipped with a warning saying why, a damaged entry is compiled
+        instead (the seed is left as it is). `kjit cache export` makes one: docs/cache-layout.md,
+        "Seed caches". */
+    const char *const *seed_dirs;
+    /** Number of entries in seed_dirs (none may be NULL); 0: $KJIT_CACHE_SEED. */
+    size_t seed_dir_count;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0 }
 
 /**
  * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).

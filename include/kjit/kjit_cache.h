@@ -159,11 +159,17 @@ typedef struct kjit_stats {
     /** Compile errors returned from another node's compile of the same key (shared for a
         minute), without running NVRTC here. */
     uint64_t remote_shared_failures;
+    /** Seed caches (since 0.9; kjit_compile_options::seed_dirs): local misses answered by an
+        entry of a seed folder (verified and published into the local cache). */
+    uint64_t seed_hits;
+    /** Seed entries that failed verification (damaged, another request's, headers changed
+        since) and seed folders refused as untrusted: each left as it is and skipped. */
+    uint64_t seed_rejections;
 } kjit_stats;
 
 /** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
 #define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, \
-                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * @brief Takes a snapshot of the process-wide counters (since 0.2).
@@ -659,6 +665,89 @@ KJIT_API const char *kjit_verify_report_action(const kjit_verify_report *report,
  * @note Thread safe, but each handle is released once, after its last use by any thread.
  */
 KJIT_API void kjit_verify_report_release(kjit_verify_report *report);
+
+/** @} */
+
+/**
+ * @name Export and import (since 0.9): seed caches
+ * Whole entries copied between cache folders, each verified first (as kjit_cache_verify()
+ * checks it) and written as a compile publishes one; damaged ones are refused and listed. An
+ * export holds entries only (no usage record, lock or temp folder): a seed cache
+ * (kjit_compile_options::seed_dirs) to bake into a container image or put on a read-only share.
+ * docs/cache-layout.md, "Seed caches".
+ * @{
+ */
+
+/**
+ * @brief What kjit_cache_export() or kjit_cache_import() copied (since 0.9). The caller's
+ *        struct, with `struct_size` set (#KJIT_COPY_REPORT_INIT or `sizeof`): the library fills
+ *        its first struct_size bytes.
+ */
+typedef struct kjit_copy_report {
+    /** Set by the caller to `sizeof(kjit_copy_report)`. */
+    size_t struct_size;
+    /** Entries written whole into the destination. */
+    uint64_t copied_entries;
+    /** The bytes of their files. */
+    uint64_t copied_bytes;
+    /** Sound entries the destination held already: left as they were. */
+    uint64_t present_entries;
+    /** Entries of another arch than the one asked for (kjit_cache_export()'s `arch`). */
+    uint64_t skipped_entries;
+    /** Entries that failed verification: not copied (each listed in the `refused` report). */
+    uint64_t refused_entries;
+} kjit_copy_report;
+
+/** @brief Initializer for ::kjit_copy_report: the size set, every count 0. */
+#define KJIT_COPY_REPORT_INIT { sizeof(kjit_copy_report), 0, 0, 0, 0, 0 }
+
+/**
+ * @brief Writes the cache's sound entries (of one arch, or all) into `dest_dir` as a seed cache
+ *        (since 0.9): `kjit cache export`.
+ *
+ * Each entry is verified first (complete, its manifest passing its check line, its cubin the
+ * bytes published holding its kernel); a damaged one is refused and listed, not copied. The
+ * copies are published as a compile publishes (a temp folder renamed into place), with a fresh
+ * sidecar and their variants file lines; nothing else of the cache is copied. An entry
+ * `dest_dir` already holds, sound, is left as it is, so an export can be repeated to top a seed
+ * up. The cache is only read.
+ * @param[in]     cache_dir The cache folder; NULL or "" for the default (as in kjit_compile()).
+ * @param[in]     dest_dir  The seed folder to write; created (mode 0700) when missing. It is
+ *                          checked as a cache folder is (yours or root's, not writable by
+ *                          others). Give its readers access yourself (e.g. `chmod -R a+rX`).
+ * @param[in]     arch      Only the entries of this arch (e.g. "sm_90a"); NULL or "": all.
+ * @param[in,out] report    NULL, or a struct with struct_size set: the counts.
+ * @param[out]    refused   NULL, or receives a ::kjit_verify_report (release it with
+ *                          kjit_verify_report_release()) whose findings are the refused entries
+ *                          (action "not copied"); its entries_checked counts the entries of the
+ *                          arch asked for, entries_ok those copied or present. NULL on failure.
+ * @return #KJIT_OK (also when entries were refused), or the failure's status:
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL or empty dest_dir, a bad struct_size, the same folder
+ *                                     twice.
+ * @retval KJIT_ERROR_IO               The cache folder does not exist or is refused (another
+ *                                     user's, ...), or `dest_dir` cannot be made or written or is
+ *                                     refused; the message names it.
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
+ * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.
+ * @note Thread safe; safe while other processes use either folder.
+ */
+KJIT_API kjit_status kjit_cache_export(const char *cache_dir, const char *dest_dir, const char *arch,
+                                       kjit_copy_report *report, kjit_verify_report **refused);
+
+/**
+ * @brief Copies the sound entries of the cache folder `source_dir` (a seed, an export) into the
+ *        cache (since 0.9): `kjit cache import`. As kjit_cache_export() the other way, for every
+ *        arch: each entry verified first, damaged ones refused and listed, the source only read.
+ * @param[in]     source_dir The folder to copy from (checked as a cache folder is); not NULL.
+ * @param[in]     cache_dir  The cache folder; NULL or "" for the default (as in kjit_compile()),
+ *                           created when missing.
+ * @param[in,out] report     As for kjit_cache_export().
+ * @param[out]    refused    As for kjit_cache_export().
+ * @return As kjit_cache_export().
+ * @note Thread safe; safe while other processes use either folder.
+ */
+KJIT_API kjit_status kjit_cache_import(const char *source_dir, const char *cache_dir, kjit_copy_report *report,
+                                       kjit_verify_report **refused);
 
 /** @} */
 

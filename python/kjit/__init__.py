@@ -82,8 +82,8 @@ if TYPE_CHECKING:
     from ._batch import BatchItem
     from ._convert import Headers, PathLike
     from ._enums import CacheProblem, Status
-    from ._results import (ArchUsage, CacheStats, Problem, PruneReport, RemoteDescription, RemoteServer, Stats,
-                           VerifyReport)
+    from ._results import (ArchUsage, CacheStats, CopyReport, Problem, PruneReport, RemoteDescription, RemoteServer,
+                           Stats, VerifyReport)
 
     # A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
     BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
@@ -99,6 +99,7 @@ __all__ = [
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
     "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
+    "cache_export", "cache_import", "CopyReport",
     "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
 ]
 
@@ -107,7 +108,7 @@ __all__ = [
 # (importing enum, or collections for a namedtuple, would cost more than ctypes, and a hit
 # needs none of them).
 _RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
-            "RemoteServer")
+            "RemoteServer", "CopyReport")
 _LATER = {"Status": "_enums", "CacheProblem": "_enums", "BatchItem": "_batch", **{n: "_results" for n in _RESULTS}}
 
 
@@ -141,7 +142,7 @@ _OK = 0  # KJIT_OK
 _TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                     "max_cache_size", "remote_storage", "filename")
+                     "max_cache_size", "remote_storage", "filename", "seed_dirs")
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ class Library:
                 arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                 headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                 max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
-                filename: Optional[PathLike] = None) -> str:
+                filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -337,13 +338,18 @@ class Library:
           "none"; default $KJIT_REMOTE_STORAGE (docs/remote.md; libkjit 0.6);
         - ``filename``: the NVRTC program's name, e.g. "gemm_128x64.cu" (str or os.PathLike):
           NVRTC's log, device asserts and the cubin name it, and the source's quoted includes
-          are looked up in its folder first; default "source.cu" (libkjit 0.7).
+          are looked up in its folder first; default "source.cu" (libkjit 0.7);
+        - ``seed_dirs``: read-only seed caches, a list of folders looked in, in order, after the
+          cache and before the cluster tier, never written; an entry found there is verified and
+          copied into the cache; default $KJIT_CACHE_SEED (folders separated by ':'); ``[]``: none
+          whatever the variable says (libkjit 0.9; :func:`cache_export` makes one).
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
         """
         options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
                    "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
-                   "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename}
+                   "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename,
+                   "seed_dirs": seed_dirs}
         return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -523,14 +529,17 @@ class Library:
         from . import _results
 
         with_remote = "kjit_remote_describe" in self._fn
+        with_seed = "kjit_cache_export" in self._fn
         out = _abi.Stats()
         if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
             out.struct_size = _abi.offset_of(_abi.Stats, "remote_hits")
+        elif not with_seed:  # older than 0.9
+            out.struct_size = _abi.offset_of(_abi.Stats, "seed_hits")
         status = fn(ctypes.byref(out))
         if status != _OK:
             raise self._error(status, "kjit_get_stats")
         names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
-                 (_abi.STATS_REMOTE if with_remote else ()))
+                 (_abi.STATS_REMOTE if with_remote else ()) + (_abi.STATS_SEED if with_seed else ()))
         rejections = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
                       if out.sidecar_rejections[i]}
         errors = {self.status_string(i): out.errors[i] for i in range(1, _abi.STATS_STATUS_SLOTS) if out.errors[i]}
@@ -640,7 +649,6 @@ class Library:
         Needs libkjit 0.4."""
         fn = self._needs("kjit_cache_verify", "0.4")
         from . import _results
-        from ._enums import CacheProblem
 
         folder = self.cache_dir(cache_dir)
         handle = ctypes.c_void_p()
@@ -649,21 +657,66 @@ class Library:
             raise self._error(status, "kjit_cache_verify")
         f = self._fn
         try:
-            problems = []
-            for i in range(f["kjit_verify_report_count"](handle)):
-                kind: Union[CacheProblem, int] = f["kjit_verify_report_kind"](handle, i)
-                try:
-                    kind = CacheProblem(kind)
-                except ValueError:
-                    pass
-                problems.append(_results.Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
-                                                 f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
-                                                 f["kjit_verify_report_fixed"](handle, i) == 1,
-                                                 f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
             return _results.VerifyReport(folder, f["kjit_verify_report_entries_checked"](handle),
-                                         f["kjit_verify_report_entries_ok"](handle), problems)
+                                         f["kjit_verify_report_entries_ok"](handle), self._problems(handle))
         finally:
             f["kjit_verify_report_release"](handle)
+
+    def _problems(self, handle: ctypes.c_void_p) -> List[Problem]:
+        """The findings of a kjit_verify_report handle, as :class:`Problem` s."""
+        from . import _results
+        from ._enums import CacheProblem
+
+        f = self._fn
+        problems = []
+        for i in range(f["kjit_verify_report_count"](handle)):
+            kind: Union[CacheProblem, int] = f["kjit_verify_report_kind"](handle, i)
+            try:
+                kind = CacheProblem(kind)
+            except ValueError:
+                pass
+            problems.append(_results.Problem(os.fsdecode(f["kjit_verify_report_path"](handle, i)), kind,
+                                             f["kjit_verify_report_detail"](handle, i).decode("utf-8", "replace"),
+                                             f["kjit_verify_report_fixed"](handle, i) == 1,
+                                             f["kjit_verify_report_action"](handle, i).decode("utf-8", "replace")))
+        return problems
+
+    def cache_export(self, dest_dir: PathLike, cache_dir: Optional[PathLike] = None, *,
+                     arch: Optional[str] = None) -> CopyReport:
+        """Writes the cache's sound entries (of ``arch`` only, e.g. "sm_90a", when given) into
+        ``dest_dir`` as a seed cache (kjit_cache_export, ``kjit cache export``): entries only,
+        ready to bake into a container image or put on a read-only share, and to name in
+        ``seed_dirs=`` or $KJIT_CACHE_SEED. Each entry is verified first; damaged ones are in
+        the report's ``refused``, not raised. Returns a :class:`CopyReport`. Raises
+        KjitIOError for a folder that cannot be read, written or trusted. Needs libkjit 0.9."""
+        fn = self._needs("kjit_cache_export", "0.9")
+        folder = self.cache_dir(cache_dir)
+        dest = _path_bytes(dest_dir, "dest_dir")
+        return self._copy(fn, "kjit_cache_export", folder, os.fsdecode(dest),
+                          (os.fsencode(folder), dest, _text_bytes(arch, "arch") if arch else None))
+
+    def cache_import(self, source_dir: PathLike, cache_dir: Optional[PathLike] = None) -> CopyReport:
+        """Copies the sound entries of ``source_dir`` (a seed cache, an export) into the cache
+        (kjit_cache_import, ``kjit cache import``); damaged ones are in the report's
+        ``refused``. Returns a :class:`CopyReport`. Needs libkjit 0.9."""
+        fn = self._needs("kjit_cache_import", "0.9")
+        folder = self.cache_dir(cache_dir)
+        source = _path_bytes(source_dir, "source_dir")
+        return self._copy(fn, "kjit_cache_import", folder, os.fsdecode(source), (source, os.fsencode(folder)))
+
+    def _copy(self, fn: Any, name: str, folder: str, other: str, args: Tuple[Any, ...]) -> CopyReport:
+        from . import _results
+
+        report = _abi.CopyReport()
+        handle = ctypes.c_void_p()
+        status = fn(*args, ctypes.byref(report), ctypes.byref(handle))
+        if status != _OK:
+            raise self._error(status, name)
+        try:
+            return _results.CopyReport(folder, os.path.abspath(other), report.copied_entries, report.copied_bytes,
+                                       report.present_entries, report.skipped_entries, self._problems(handle))
+        finally:
+            self._fn["kjit_verify_report_release"](handle)
 
     def load_cached(self, cubin_path: PathLike, keyword: str) -> Kernel:
         """Loads kernel ``keyword`` of a cubin through the CUDA driver (libcuda.so.1, or
@@ -978,11 +1031,12 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
             arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
             headers: Optional[Headers] = None, name_expression: Optional[str] = None,
             max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
-            filename: Optional[PathLike] = None) -> str:
+            filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
-                          max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename)
+                          max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
+                          seed_dirs=seed_dirs)
 
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -1052,6 +1106,16 @@ def verify(cache_dir: Optional[PathLike] = None, fix: bool = False) -> VerifyRep
 def clear(cache_dir: Optional[PathLike] = None) -> PruneReport:
     """See :meth:`Library.clear`."""
     return _lib().clear(cache_dir)
+
+
+def cache_export(dest_dir: PathLike, cache_dir: Optional[PathLike] = None, *, arch: Optional[str] = None) -> CopyReport:
+    """See :meth:`Library.cache_export`."""
+    return _lib().cache_export(dest_dir, cache_dir, arch=arch)
+
+
+def cache_import(source_dir: PathLike, cache_dir: Optional[PathLike] = None) -> CopyReport:
+    """See :meth:`Library.cache_import`."""
+    return _lib().cache_import(source_dir, cache_dir)
 
 
 # The public classes defined in the private modules read as kjit's, as they did when this

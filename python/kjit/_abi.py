@@ -124,6 +124,8 @@ class CompileOptions(Sized):
         ("max_cache_size", ctypes.c_uint64),  # 0.2
         ("remote_storage", ctypes.c_char_p),  # 0.6
         ("program_name", ctypes.c_char_p),  # 0.7
+        ("seed_dirs", ctypes.POINTER(ctypes.c_char_p)),  # 0.9
+        ("seed_dir_count", ctypes.c_size_t),  # 0.9
     ]
 
 
@@ -167,10 +169,11 @@ STATS_COUNTERS_3 = ("swept_temp_folders",)
 STATS_REMOTE = ("remote_hits", "remote_misses", "remote_errors", "remote_timeouts", "remote_corrupt", "remote_puts",
                 "remote_bytes_in", "remote_bytes_out", "remote_leases_owned", "remote_lease_waits",
                 "remote_lease_takeovers", "remote_shared_failures")  # 0.6
+STATS_SEED = ("seed_hits", "seed_rejections")  # 0.9
 
 
 class Stats(Sized):
-    """kjit_stats (0.2; the remote_* counters 0.6)."""
+    """kjit_stats (0.2; the remote_* counters 0.6, the seed_* counters 0.9)."""
 
     _fields_ = ([("struct_size", ctypes.c_size_t)] +
                 [(n, ctypes.c_uint64) for n in STATS_COUNTERS] +
@@ -178,7 +181,8 @@ class Stats(Sized):
                 [(n, ctypes.c_uint64) for n in STATS_COUNTERS_2] +
                 [("errors", ctypes.c_uint64 * STATS_STATUS_SLOTS)] +
                 [(n, ctypes.c_uint64) for n in STATS_COUNTERS_3] +
-                [(n, ctypes.c_uint64) for n in STATS_REMOTE])
+                [(n, ctypes.c_uint64) for n in STATS_REMOTE] +
+                [(n, ctypes.c_uint64) for n in STATS_SEED])
 
 
 class CacheSummary(Sized):
@@ -205,6 +209,13 @@ class PruneReport(Sized):
     _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in COUNTS]
 
 
+class CopyReport(Sized):
+    """kjit_copy_report (0.9)."""
+
+    COUNTS = ("copied_entries", "copied_bytes", "present_entries", "skipped_entries", "refused_entries")
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in COUNTS]
+
+
 # Every struct of the headers, by its C name.
 STRUCTS: Dict[str, Type[ctypes.Structure]] = {
     "kjit_header": Header,
@@ -215,6 +226,7 @@ STRUCTS: Dict[str, Type[ctypes.Structure]] = {
     "kjit_cache_summary": CacheSummary,
     "kjit_prune_options": PruneOptions,
     "kjit_prune_report": PruneReport,
+    "kjit_copy_report": CopyReport,
 }
 
 
@@ -286,6 +298,9 @@ FUNCTIONS: Dict[str, Tuple[str, Optional[type], List[type]]] = {
     "kjit_batch_result_kernel_name": ("KJIT_1.4", _S, [HANDLE, _SZ]),
     # KJIT_1.5: 0.6
     "kjit_remote_describe": ("KJIT_1.5", STATUS, [_S, BUF, _SZ, SIZE_OUT]),
+    # KJIT_1.6: 0.9
+    "kjit_cache_export": ("KJIT_1.6", STATUS, [_S, _S, _S, ctypes.POINTER(CopyReport), HANDLE_OUT]),
+    "kjit_cache_import": ("KJIT_1.6", STATUS, [_S, _S, ctypes.POINTER(CopyReport), HANDLE_OUT]),
 }
 
 REQUIRED_NODE = "KJIT_1"

@@ -96,18 +96,28 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
                     nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                     headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                     max_cache_size: Union[int, float, None] = None,
-                    remote_storage: Optional[str] = None, filename: Optional[PathLike] = None) -> _abi.CompileOptions:
+                    remote_storage: Optional[str] = None, filename: Optional[PathLike] = None,
+                    seed_dirs: Optional[Iterable[PathLike]] = None) -> _abi.CompileOptions:
     """kjit_compile's keyword arguments -> a CompileOptions; what it points at goes in ``keep``.
 
     Its struct_size ends at the last field set (at least libkjit 0.5's), so that a library older
     than this module still takes it (it refuses a struct larger than its own)."""
     opts = _abi.CompileOptions()
-    if filename is not None:
-        opts.program_name = path_bytes(filename, "filename")
+    if seed_dirs is not None:
+        # An empty list: no seed whatever $KJIT_CACHE_SEED says (the C option's "none").
+        seeds, opts.seed_dir_count = string_array(seed_dirs, "seed_dirs", path_bytes)
+        if not opts.seed_dir_count:
+            seeds, opts.seed_dir_count = (ctypes.c_char_p * 1)(b"none"), 1
+        opts.seed_dirs = seeds
+        keep.append(seeds)
+    elif filename is not None:
+        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "seed_dirs")
     elif remote_storage is not None:
         opts.struct_size = _abi.offset_of(_abi.CompileOptions, "program_name")
     else:
         opts.struct_size = _abi.offset_of(_abi.CompileOptions, "remote_storage")
+    if filename is not None:
+        opts.program_name = path_bytes(filename, "filename")
     if remote_storage is not None:
         opts.remote_storage = text_bytes(remote_storage, "remote_storage")
     if cache_dir is not None:

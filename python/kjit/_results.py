@@ -72,6 +72,8 @@ class Stats(_ByName):
     remote_lease_waits: Optional[int] = None
     remote_lease_takeovers: Optional[int] = None
     remote_shared_failures: Optional[int] = None
+    seed_hits: Optional[int] = None
+    seed_rejections: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,25 @@ def _read_line(server: Dict[str, Any], name: str, value: str) -> None:
         server["info"][name] = value
 
 
+@dataclass(frozen=True)
+class CopyReport(_ByName):
+    """What :func:`kjit.cache_export` or :func:`kjit.cache_import` copied (kjit_copy_report):
+    the absolute ``cache_dir`` and ``other_dir`` (the seed folder written or read),
+    ``copied_entries`` and their ``copied_bytes``, ``present_entries`` (sound ones the
+    destination had already), ``skipped_entries`` (of another arch than asked for) and
+    ``refused`` (a list of :class:`Problem`: the damaged entries, not copied)."""
+
+    cache_dir: str
+    other_dir: str
+    copied_entries: int
+    copied_bytes: int
+    present_entries: int
+    skipped_entries: int
+    refused: List[Problem] = field(hash=False)
+
+
 # Read as kjit's, where they are re-exported.
-for _result in (Stats, ArchUsage, CacheStats, PruneReport, Problem, VerifyReport, RemoteServer, RemoteDescription):
+for _result in (Stats, ArchUsage, CacheStats, PruneReport, Problem, VerifyReport, RemoteServer, RemoteDescription,
+                CopyReport):
     _result.__module__ = "kjit"
 del _result

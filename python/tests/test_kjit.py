@@ -1312,6 +1312,44 @@ def test_verify_finds_and_fixes_damage(tmp_path):
     assert kjit.verify(cache) == kjit.VerifyReport(str(cache), 1, 1, [])
 
 
+def test_seed_dirs_warm_an_empty_cache_without_nvrtc(tmp_path, monkeypatch):
+    warm = tmp_path / "warm"
+    _cache_with_entries(warm, 2)
+    seed = tmp_path / "seed"
+    exported = kjit.cache_export(seed, warm)
+    assert (exported.copied_entries, exported.present_entries, exported.refused) == (2, 0, [])
+    assert exported.cache_dir == str(warm) and exported.other_dir == str(seed) and exported.copied_bytes > 0
+    assert kjit.cache_export(seed, warm).present_entries == 2
+    assert kjit.cache_export(tmp_path / "other", warm, arch="sm_80").skipped_entries == 2
+    before = kjit.stats()
+    source = SIMPLE + "\n// maintenance 1\n"
+    path = kjit.compile(source, "scale", cache_dir=tmp_path / "fresh", arch="sm_90", seed_dirs=[seed])
+    after = kjit.stats()
+    assert path.startswith(str(tmp_path / "fresh") + "/")
+    assert after.nvrtc_compiles == before.nvrtc_compiles and after.seed_hits == before.seed_hits + 1
+    # $KJIT_CACHE_SEED when the argument is not given; [] for none whatever it says.
+    monkeypatch.setenv("KJIT_CACHE_SEED", str(seed))
+    kjit.compile(source, "scale", cache_dir=tmp_path / "fresh2", arch="sm_90")
+    assert kjit.stats().seed_hits == before.seed_hits + 2
+    kjit.compile(source, "scale", cache_dir=tmp_path / "fresh3", arch="sm_90", seed_dirs=[])
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles + 1
+    with pytest.raises(TypeError):
+        kjit.compile(source, "scale", cache_dir=tmp_path / "fresh4", arch="sm_90", seed_dirs=str(seed))
+
+
+def test_cache_import_refuses_damaged_entries(tmp_path):
+    seed = tmp_path / "seed"
+    paths = _cache_with_entries(seed, 2)
+    os.truncate(paths[0], 100)
+    report = kjit.cache_import(seed, tmp_path / "cache")
+    assert report.copied_entries == 1 and len(report.refused) == 1
+    assert report.refused[0].path == os.path.dirname(paths[0])
+    assert report.refused[0].kind == kjit.CacheProblem.TRUNCATED_CUBIN and report.refused[0].action == "not copied"
+    assert kjit.verify(tmp_path / "cache") == kjit.VerifyReport(str(tmp_path / "cache"), 1, 1, [])
+    with pytest.raises(kjit.KjitIOError):
+        kjit.cache_import(tmp_path / "missing", tmp_path / "cache")
+
+
 def test_clear_and_folder_errors(tmp_path):
     cache = tmp_path / "cache"
     paths = _cache_with_entries(cache, 1)
@@ -1393,10 +1431,13 @@ def test_options_struct_stays_old_sized_without_newer_fields():
     plain = kjit._convert.compile_options([], arch="sm_90")
     remote = kjit._convert.compile_options([], arch="sm_90", remote_storage="none")
     named = kjit._convert.compile_options([], arch="sm_90", filename="gemm.cu")
+    seeded = kjit._convert.compile_options([], arch="sm_90", seed_dirs=["/seed"])
     assert plain.struct_size == kjit._abi.CompileOptions.remote_storage.offset
     assert remote.struct_size == kjit._abi.CompileOptions.program_name.offset
-    assert named.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert named.struct_size == kjit._abi.CompileOptions.seed_dirs.offset
     assert named.program_name == b"gemm.cu"
+    assert seeded.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert seeded.seed_dir_count == 1 and seeded.seed_dirs[0] == b"/seed"
 
 
 def test_filename_names_the_program_in_the_log_and_the_key(tmp_path):

@@ -10,6 +10,7 @@
 #include "load/kernel_loader.hpp"
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
+#include "store/cache_copy.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
 #include "store/cache_verification.hpp"
@@ -204,6 +205,7 @@ struct GivenSettings {
     const char *cache_dir = nullptr;
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
+    bool seed_dirs = false;  // the seed_dirs option was given (possibly "none")
 };
 
 // options->headers (in-memory headers), checked.
@@ -259,6 +261,17 @@ kjit::Status take_options(const kjit_compile_options *options, kjit::key::Reques
         r.remote_origin = "the remote_storage option";
     }
     if (KJIT_OPTION_PRESENT(options, program_name) && options->program_name) r.program_name = options->program_name;
+    if (KJIT_OPTION_PRESENT(options, seed_dir_count) && options->seed_dir_count > 0) {
+        if (auto s = take_strings(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs); !s) {
+            return s;
+        }
+        for (const std::string &dir : r.seed_dirs) {
+            if (dir.empty()) return invalid(where + ".seed_dirs has an empty folder name");
+        }
+        // "none" alone: no seed, whatever $KJIT_CACHE_SEED says (as remote_storage's "none").
+        if (r.seed_dirs.size() == 1 && r.seed_dirs[0] == "none") r.seed_dirs.clear();
+        given.seed_dirs = true;
+    }
     return kjit::Ok{};
 }
 
@@ -314,6 +327,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
         if (auto st = take_options(options, r, where, given); !st) return st;
     }
     if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
+    if (!given.seed_dirs) r.seed_dirs = kjit::api::defaults::seed_dirs();
     if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
     auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
@@ -892,6 +906,8 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.remote_lease_waits = remote.lease_waits.load(relaxed);
         s.remote_lease_takeovers = remote.lease_takeovers.load(relaxed);
         s.remote_shared_failures = remote.shared_failures.load(relaxed);
+        s.seed_hits = cache.seed_hits.load(relaxed);
+        s.seed_rejections = cache.seed_rejections.load(relaxed);
         std::memcpy(static_cast<void *>(stats), &s, size);
         return KJIT_OK;
     });
@@ -1050,6 +1066,67 @@ KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_veri
         out->report = std::move(*found);
         *report = out.release();
         return KJIT_OK;
+    });
+}
+
+namespace {
+
+// kjit_cache_export and kjit_cache_import: `from` into `to` (settled, absolute), reported.
+kjit_status copy_and_report(const char *function, const std::string &from, const std::string &to, const char *arch,
+                            kjit_copy_report *report, kjit_verify_report **refused) {
+    if (report) {
+        if (auto st = check_struct_size(*report, std::string(function) + ": report", "kjit_copy_report"); !st) {
+            return fail(st.error());
+        }
+    }
+    auto copied = kjit::store::cache_maintenance::copy_entries(from, to, arch ? arch : "");
+    if (!copied) return fail(copied.error());
+    if (report) {
+        kjit_copy_report c{};
+        c.struct_size = report->struct_size;
+        c.copied_entries = copied->copied;
+        c.copied_bytes = copied->copied_bytes;
+        c.present_entries = copied->present;
+        c.skipped_entries = copied->skipped;
+        c.refused_entries = copied->refused.findings.size();
+        std::memcpy(static_cast<void *>(report), &c, c.struct_size);
+    }
+    if (refused) {
+        auto out = std::make_unique<kjit_verify_report>();
+        out->report = std::move(copied->refused);
+        *refused = out.release();
+    }
+    return KJIT_OK;
+}
+
+}  // namespace
+
+KJIT_API kjit_status kjit_cache_export(const char *cache_dir, const char *dest_dir, const char *arch,
+                                       kjit_copy_report *report, kjit_verify_report **refused) {
+    if (refused) *refused = nullptr;
+    return guarded("kjit_cache_export", [&]() -> kjit_status {
+        if (!dest_dir || !*dest_dir)
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_export: dest_dir is NULL or empty");
+        auto from = cache_dir_from(cache_dir);
+        if (!from) return fail(from.error());
+        auto to = kjit::absolute_folder(dest_dir);
+        if (!to) return fail(to.error());
+        return copy_and_report("kjit_cache_export", *from, *to, arch, report, refused);
+    });
+}
+
+KJIT_API kjit_status kjit_cache_import(const char *source_dir, const char *cache_dir, kjit_copy_report *report,
+                                       kjit_verify_report **refused) {
+    if (refused) *refused = nullptr;
+    return guarded("kjit_cache_import", [&]() -> kjit_status {
+        if (!source_dir || !*source_dir) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_import: source_dir is NULL or empty");
+        }
+        auto from = kjit::absolute_folder(source_dir);
+        if (!from) return fail(from.error());
+        auto to = cache_dir_from(cache_dir);
+        if (!to) return fail(to.error());
+        return copy_and_report("kjit_cache_import", *from, *to, nullptr, report, refused);
     });
 }
 

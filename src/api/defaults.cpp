@@ -58,6 +58,19 @@ Result<std::optional<std::uint64_t>> max_cache_bytes() {
 
 std::string remote_storage() { return env("KJIT_REMOTE_STORAGE"); }
 
+std::vector<std::string> seed_dirs() {
+    const std::string v = env("KJIT_CACHE_SEED");
+    std::vector<std::string> dirs;
+    if (v == "none") return dirs;
+    for (std::size_t from = 0; from <= v.size();) {
+        std::size_t colon = v.find(':', from);
+        if (colon == std::string::npos) colon = v.size();
+        if (colon > from) dirs.push_back(v.substr(from, colon - from));
+        from = colon + 1;
+    }
+    return dirs;
+}
+
 Result<std::chrono::milliseconds> compile_wait() {
     constexpr long kDefaultSeconds = 600;
     constexpr long kMaxSeconds = 86'400;

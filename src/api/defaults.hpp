@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kjit::api::defaults {
 
@@ -36,6 +37,10 @@ Result<std::chrono::milliseconds> compile_wait();
 // The cluster tier's setting: $KJIT_REMOTE_STORAGE (remote_config.hpp's syntax), or "" for
 // none. Checked where it is used (a local miss), so that hits never parse it.
 std::string remote_storage();
+
+// The seed caches: $KJIT_CACHE_SEED's folders, separated by ':' (empty ones skipped), in order;
+// none when it is unset, empty or "none".
+std::vector<std::string> seed_dirs();
 
 // A batch's worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers of
 // batch/worker_kind.hpp; anything else is invalid_argument naming the variable), else the CPUs

@@ -69,7 +69,7 @@ remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string 
 
 }  // namespace
 
-Cache::Cache() : local_(counters_), stores_{&local_} {}
+Cache::Cache() : local_(counters_), seeds_(local_, counters_), stores_{&local_, &seeds_} {}
 
 Cache &Cache::instance() {
     return fork_guard::lazy(instance_slot, [] { return new Cache(); });  // leaked: usable during exit
@@ -84,6 +84,7 @@ void Cache::renew_in_forked_child() {
     fork_guard::renew(cache->flights_mutex_);
     fork_guard::renew(cache->flights_);
     cache->memo_.renew_in_forked_child();
+    cache->seeds_.renew_in_forked_child();
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 

@@ -1,6 +1,7 @@
 // Cache: kjit_compile's content-addressed cubin cache, as an orchestrator of its parts. A
 // request is keyed (cache_key.hpp), looked up in the entry stores in order (entry_store.hpp:
-// today the local cache folder, local_store.hpp), and on a miss compiled once per entry per
+// the local cache folder, local_store.hpp, then the request's read-only seed caches,
+// seed_store.hpp), and on a miss compiled once per entry per
 // process at a time (single flight), named (name_resolver.hpp) and published to the stores
 // (store::cache_entry::publish writes the entry atomically). Layout: docs/cache-layout.md.
 //
@@ -18,6 +19,7 @@
 #include "cache/cache_counters.hpp"
 #include "cache/hit_memo.hpp"
 #include "cache/local_store.hpp"
+#include "cache/seed_store.hpp"
 #include "compile/compile_job.hpp"
 #include "key/cache_key.hpp"
 #include "key/include_scanner.hpp"
@@ -159,7 +161,8 @@ private:
     Counters counters_;
     HitMemo memo_;
     LocalStore local_;
-    std::vector<EntryStore *> stores_;  // lookup order; &local_ first
+    SeedStore seeds_;                   // the request's seed caches, read-only, after the local one
+    std::vector<EntryStore *> stores_;  // lookup order; &local_ first, then &seeds_
     std::mutex flights_mutex_;
     std::map<std::string, std::shared_ptr<Flight>> flights_;  // by entry folder
 };

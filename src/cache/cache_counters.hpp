@@ -34,6 +34,10 @@ struct Counters {
     // them that stopped waiting after the request's compile_wait and compiled too.
     std::atomic<std::uint64_t> compile_lock_waits{0};
     std::atomic<std::uint64_t> compile_lock_timeouts{0};
+    // Seed caches (seed_store.hpp): local misses a seed's entry answered, and seed entries or
+    // folders refused (damaged, another request's, untrusted).
+    std::atomic<std::uint64_t> seed_hits{0};
+    std::atomic<std::uint64_t> seed_rejections{0};
     std::atomic<int> compiles_in_flight{0};
     std::atomic<int> max_compiles_in_flight{0};
 };

@@ -36,6 +36,9 @@ struct Found {
 // times). One thread uses a Call; it lives as long as the call.
 struct Call {
     std::optional<Result<folder_trust::CacheFolder>> local_folder;
+    // The seed caches had no entry for the call's request: a seed does not change during a call,
+    // so the miss's second look (after the node's compile lock) skips them.
+    bool seeds_missed = false;
 };
 
 class EntryStore {

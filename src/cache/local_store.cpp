@@ -23,8 +23,6 @@ namespace {
 // A deps.txt larger than this is not ours.
 constexpr std::size_t kMaxDepsFileSize = 64u << 20;
 
-enum class Lookup { hit, absent, unusable, foreign };
-
 void list_variant(const key::Request &request, const std::string &source_key, const std::string &entry_key,
                   folder_trust::CacheFolder &folder) {
     const std::string shard = request.cache_dir + "/" + source_key.substr(0, 2);
@@ -55,21 +53,11 @@ Error cannot_create(const key::Request &request, Error why) {
     return why;
 }
 
-// Whether the entry at `entry` answers `request`: every file it may read unchanged (deps.txt,
-// whenever the request may read any) and its cubin and sidecar intact. Reads the sidecar,
-// stats the cubin (and each recorded file); no cubin read, no scan, unless the sidecar does not
-// match the cubin as it is (damaged, lost, or the cubin's size or mtime changed). Then the
-// resolver rescans, which first confirms the cubin's bytes against the hash its manifest
-// recorded: a cubin changed on disk makes the entry unusable, so it is rebuilt, never served. (A
-// whole-second mtime also hashes the cubin on each hit: sidecar-format.md.) foreign: the entry
-// or its shard is owned by someone `folder` does not trust (*why is the error's text). Counts
-// the recorded files it hashes in `counters`. `source_key`: the entry is a variant of that source
-// key (then its deps.txt must give its key back: variant_key), else empty. `memo`: the call's
-// FileMemo (a batch's), or null.
-Lookup look_up(const key::Request &request, const std::string &entry, std::string_view source_key,
-               const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
-               std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
-    const std::string cubin = entry + "/" + store::cache_entry::kCubinFile;
+}  // namespace
+
+Lookup check_entry(const key::Request &request, const std::string &entry, std::string_view source_key,
+                   const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
+                   std::string *why, ReadOnlyCheck *read_only) {
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
     if (!S_ISDIR(st.st_mode)) {  // a link or file planted where the entry goes: never followed
@@ -88,52 +76,79 @@ Lookup look_up(const key::Request &request, const std::string &entry, std::strin
         return Lookup::foreign;
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.
-    store::cache_entry::note_use(entry, st, realtime_ns());
+    if (!read_only) store::cache_entry::note_use(entry, st, realtime_ns());
+    if (!request.reads_files) return Lookup::hit;
     // Checked earlier in this process, and nothing it depends on changed since (inotify,
     // dependency_watch.hpp): no deps.txt to read, no file to stat.
     const std::string proof_key = key::proof_context(request, source_key);
-    if (request.reads_files && key::dependency_watch::proven(entry, st, proof_key)) {
+    if (!read_only && key::dependency_watch::proven(entry, st, proof_key)) {
         counters.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
-    } else if (request.reads_files) {
-        const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
-        auto deps = text ? key::include_scanner::parse(*text, request.search.working_dir)
-                         : Result<std::vector<key::include_scanner::Dependency>>(Error{Errc::io, "missing"});
-        if (!deps) {
-            *why = "its header list is missing or damaged";
-            return Lookup::unusable;
-        }
-        if (!source_key.empty() &&
-            key::variant_key(source_key, *deps) != std::string_view(entry).substr(entry.size() - 32)) {
-            *why = "its header list does not give its key back (damaged, or another request's)";
-            return Lookup::unusable;
-        }
-        // Watched from before the check: a change during it is seen by the next lookup. Files
-        // another entry's check found as recorded since the last change are not stat'ed again.
-        key::include_scanner::FileMemo own_memo;
-        key::include_scanner::FileMemo *files = memo ? memo : &own_memo;
-        const std::optional<std::uint64_t> watched = key::dependency_watch::arm(*deps, files);
-        const key::include_scanner::Check checked = key::include_scanner::check(*deps, files);
-        counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
-        counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
-        if (!checked.current) {
-            *why = "a file it may read changed, appeared or went away (deps.txt)";
-            return Lookup::unusable;
-        }
-        if (key::include_scanner::settle(*deps) || checked.refreshed) {
-            // Headers that were young when recorded are verified and old now, or were found
-            // with the same content under a new mtime (a touch, a reinstall): store the list
-            // again (temp file and rename in the entry) so later hits only stat them. Best
-            // effort: a read-only cache keeps checking their content.
-            (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {},
-                               key::include_scanner::format(*deps), folder_trust::shared(folder) ? kGroupWritable : 0);
-        }
-        // Young headers too: an edit within their timestamp tick, which size and mtime cannot
-        // show, still raises an event. They are settled by the next full check once old.
-        if (watched) {
-            key::dependency_watch::note_checked(*deps, *watched);
-            key::dependency_watch::remember(entry, st, proof_key, *watched);
-        }
+        return Lookup::hit;
     }
+    const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
+    auto deps = text ? key::include_scanner::parse(*text, request.search.working_dir)
+                     : Result<std::vector<key::include_scanner::Dependency>>(Error{Errc::io, "missing"});
+    if (!deps) {
+        *why = "its header list is missing or damaged";
+        return Lookup::unusable;
+    }
+    if (!source_key.empty() &&
+        key::variant_key(source_key, *deps) != std::string_view(entry).substr(entry.size() - 32)) {
+        *why = "its header list does not give its key back (damaged, or another request's)";
+        return Lookup::unusable;
+    }
+    // Watched from before the check: a change during it is seen by the next lookup. Files
+    // another entry's check found as recorded since the last change are not stat'ed again.
+    key::include_scanner::FileMemo own_memo;
+    key::include_scanner::FileMemo *files = memo ? memo : &own_memo;
+    std::optional<std::uint64_t> watched;
+    if (!read_only) watched = key::dependency_watch::arm(*deps, files);
+    const key::include_scanner::Check checked = key::include_scanner::check(*deps, files);
+    counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
+    counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
+    if (!checked.current) {
+        *why = "a file it may read changed, appeared or went away (deps.txt)";
+        if (read_only) read_only->files_changed = true;
+        return Lookup::unusable;
+    }
+    if (read_only) {
+        read_only->deps = std::move(*deps);  // as checked: the copy published from it records them so
+        return Lookup::hit;
+    }
+    if (key::include_scanner::settle(*deps) || checked.refreshed) {
+        // Headers that were young when recorded are verified and old now, or were found
+        // with the same content under a new mtime (a touch, a reinstall): store the list
+        // again (temp file and rename in the entry) so later hits only stat them. Best
+        // effort: a read-only cache keeps checking their content.
+        (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {},
+                           key::include_scanner::format(*deps), folder_trust::shared(folder) ? kGroupWritable : 0);
+    }
+    // Young headers too: an edit within their timestamp tick, which size and mtime cannot
+    // show, still raises an event. They are settled by the next full check once old.
+    if (watched) {
+        key::dependency_watch::note_checked(*deps, *watched);
+        key::dependency_watch::remember(entry, st, proof_key, *watched);
+    }
+    return Lookup::hit;
+}
+
+namespace {
+
+// Whether the entry at `entry` answers `request`: check_entry (its owner, every file it may
+// read unchanged), then its cubin and sidecar intact. Reads the sidecar, stats the cubin; no
+// cubin read, no scan, unless the sidecar does not match the cubin as it is (damaged, lost, or
+// the cubin's size or mtime changed). Then the resolver rescans, which first confirms the
+// cubin's bytes against the hash its manifest recorded: a cubin changed on disk makes the entry
+// unusable, so it is rebuilt, never served. (A whole-second mtime also hashes the cubin on each
+// hit: sidecar-format.md.) foreign: the entry or its shard is owned by someone `folder` does not
+// trust (*why is the error's text). `source_key`: the entry is a variant of that source key,
+// else empty. `memo`: the call's FileMemo (a batch's), or null.
+Lookup look_up(const key::Request &request, const std::string &entry, std::string_view source_key,
+               const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
+               std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
+    const Lookup checked = check_entry(request, entry, source_key, folder, counters, memo, why);
+    if (checked != Lookup::hit) return checked;
+    const std::string cubin = entry + "/" + store::cache_entry::kCubinFile;
     auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, proven);
     if (!resolved) {
         *why = resolved.error().message;

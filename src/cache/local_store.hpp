@@ -10,7 +10,33 @@
 #include "cache/entry_store.hpp"
 #include "store/compile_lock.hpp"
 
+#include <string_view>
+#include <vector>
+
 namespace kjit::cache {
+
+// What a look at one entry folder found: an entry that passed, none there, one that cannot
+// serve (*why says why), or one owned by someone the folder's trust rules refuse (*why: the error).
+enum class Lookup { hit, absent, unusable, foreign };
+
+// What check_entry gives a reader that writes nothing (a seed's, seed_store.hpp).
+struct ReadOnlyCheck {
+    std::vector<key::include_scanner::Dependency> deps;  // deps.txt as checked (a request that reads files)
+    bool files_changed = false;  // unusable only because a file it may read differs here: a plain miss
+};
+
+// The checks of an entry folder `entry` of a cache that `folder` describes, before its cubin is
+// looked at, the same for the local cache and a seed (a cache folder read-only): a folder, not a
+// link; it and its shard owned by someone `folder` trusts; for a request that reads files, every
+// file its compile may read as deps.txt records it (and, for a variant of `source_key`, deps.txt
+// giving its key back). The local store's own (read_only null) records the entry's use, takes the
+// header watch's proof or gives it one, and stores deps.txt again when its records were brought
+// up to date. With `read_only`, nothing is written nor remembered, and it receives what was
+// checked. Counts the recorded files it hashes and stats in `counters`. `memo`: the call's
+// FileMemo (a batch's), or null.
+Lookup check_entry(const key::Request &request, const std::string &entry, std::string_view source_key,
+                   const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
+                   std::string *why, ReadOnlyCheck *read_only = nullptr);
 
 class LocalStore final : public EntryStore {
 public:

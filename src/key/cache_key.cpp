@@ -221,6 +221,12 @@ Result<KeyedRequest> key_request(Request request) {
     request.cache_dir = std::move(*cache_dir);
     std::error_code ec;
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
+    // Not in the key, nor in relative_folders: a seed only ever gives the entry of this key.
+    for (std::string &p : request.seed_dirs) {
+        auto seed = absolute_folder(p);
+        if (!seed) return std::move(seed).error();
+        p = std::move(*seed);
+    }
 
     // Every file NVRTC may read must be in the key by content, however it is reached: find how
     // it looks files up (docs/cache-layout.md). Relative include folders and pre-included files

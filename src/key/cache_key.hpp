@@ -58,6 +58,9 @@ struct Request {
     // change it.
     std::string remote_spec;
     const char *remote_origin = "KJIT_REMOTE_STORAGE";
+    // The seed caches a local miss looks in before the cluster tier (cache/seed_store.hpp), in
+    // order; made absolute by key_request. Not in the key either.
+    std::vector<std::string> seed_dirs;
     // Set by key_request, from the texts and options: how the compile looks files up (its
     // working directory only when something may be looked up relative to it; what is found
     // through it is then recorded relative to it), and whether it may read any file (then the

@@ -166,24 +166,9 @@ std::string manifest_mismatch(const store::cache_entry::Manifest &m, std::string
     return {};
 }
 
-// Whether the manifest's name is the one a fresh compile would choose (the lowered name is
-// NVRTC's: it must be a function of this cubin and pass the keyword rule): why not, or "".
+// Whether the manifest's name is the one a fresh compile would choose: why not, or "".
 std::string name_mismatch(const store::cache_entry::Manifest &m, std::string_view cubin, const std::string &where) {
-    const std::string what = "remote entry " + where;
-    if (m.name_expression) {
-        if (!cubin::name_matcher::matches(m.name, m.keyword)) return "name '" + m.name + "' does not match its keyword";
-        auto table = cubin::SymbolTable::from_view(cubin, what);
-        if (!table) return table.error().message;
-        const auto &fns = table->functions();
-        if (std::none_of(fns.begin(), fns.end(), [&](const cubin::FunctionSymbol &f) { return f.name == m.name; })) {
-            return "name '" + m.name + "' is not a function of its cubin";
-        }
-        return {};
-    }
-    auto name = resolve::name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
-    if (!name) return name.error().message;
-    if (*name != m.name) return "names '" + m.name + "' where the keyword rule chooses '" + *name + "'";
-    return {};
+    return resolve::recorded_name_problem(m, cubin, "remote entry " + where);
 }
 
 }  // namespace

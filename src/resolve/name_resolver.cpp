@@ -444,4 +444,22 @@ Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string
     return chosen;
 }
 
+std::string recorded_name_problem(const store::cache_entry::Manifest &m, std::string_view cubin,
+                                  const std::string &what) {
+    if (m.name_expression) {
+        if (!cubin::name_matcher::matches(m.name, m.keyword)) return "name '" + m.name + "' does not match its keyword";
+        auto table = cubin::SymbolTable::from_view(cubin, what);
+        if (!table) return table.error().message;
+        const auto &fns = table->functions();
+        if (std::none_of(fns.begin(), fns.end(), [&](const cubin::FunctionSymbol &f) { return f.name == m.name; })) {
+            return "name '" + m.name + "' is not a function of its cubin";
+        }
+        return {};
+    }
+    auto name = name_for_new_cubin(cubin, what, m.keyword, std::nullopt, std::string());
+    if (!name) return name.error().message;
+    if (*name != m.name) return "names '" + m.name + "' where the keyword rule chooses '" + *name + "'";
+    return {};
+}
+
 }  // namespace kjit::resolve

@@ -167,4 +167,13 @@ private:
 Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string &what, std::string_view keyword,
                                        const std::optional<std::string> &name_expression, const std::string &lowered);
 
+// Why the name `m` (a manifest) records for its keyword is not the one a compile of `cubin`
+// gives: with a name expression, the lowered name must pass the keyword rule and be a function
+// of the cubin (the lowering is NVRTC's, which cannot be asked again); else the keyword rule's
+// choice among the cubin's symbols must be it. "" when it is. `what` names the cubin in
+// messages. An entry that did not come from this process's compile (a downloaded one, a seed's)
+// is checked with it.
+std::string recorded_name_problem(const store::cache_entry::Manifest &m, std::string_view cubin,
+                                  const std::string &what);
+
 }  // namespace kjit::resolve

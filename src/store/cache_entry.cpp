@@ -597,13 +597,19 @@ Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolde
 Result<CubinBytes> read_cubin(const std::string &cubin_path) {
     note_use_of_cubin(cubin_path);
     const std::string entry(entry_of_cubin(cubin_path));
-    CubinBytes read;
     if (entry.empty()) {
+        CubinBytes read;
         auto bytes = cubin::read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity);
         if (!bytes) return std::move(bytes).error();
         read.bytes = std::move(*bytes);
         return read;
     }
+    return read_published(entry);
+}
+
+Result<CubinBytes> read_published(const std::string &entry) {
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    CubinBytes read;
     auto entry_fd = open_entry(entry);
     if (!entry_fd) return std::move(entry_fd).error();
     auto bytes = cubin::read_cubin_at(entry_fd->get(), kCubinFile, cubin_path, read.identity);

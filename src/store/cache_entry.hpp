@@ -255,5 +255,8 @@ struct CubinBytes {
 // cannot show a same-size change whose mtime was put back, the content hash can. Errors: io,
 // bad_cubin (confirm_published). Thread safe.
 Result<CubinBytes> read_cubin(const std::string &cubin_path);
+// read_cubin's reading of the cubin of the entry at `entry`, without recording its use: nothing
+// is written (a seed cache's entry, which is read-only). Errors as read_cubin's.
+Result<CubinBytes> read_published(const std::string &entry);
 
 }  // namespace kjit::store::cache_entry

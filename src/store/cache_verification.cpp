@@ -290,6 +290,14 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
 
 }  // namespace
 
+std::optional<Finding> entry_damage(const std::string &entry, const std::string &key) {
+    struct stat st {};
+    if (::lstat(entry.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return finding(entry, Damage::misplaced, "an entry name that is not a folder");
+    }
+    return check_entry(entry, key, realtime_ns()).fatal;
+}
+
 Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     auto checked = open_root(given_dir);
     if (!checked) return std::move(checked).error();

@@ -8,6 +8,7 @@
 
 #include "util/status.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,5 +56,10 @@ struct VerifyReport {
 // removes entries that cannot be repaired (the next kjit_compile rebuilds them) and sweeps
 // stale temps, under the cache lock. Errors: io when the folder cannot be read.
 Result<VerifyReport> verify(const std::string &cache_dir, bool fix);
+
+// verify()'s check of the one entry folder `entry` of key `key`, less its sidecar (which a copy
+// writes anew): what keeps it from serving (incomplete, manifest damaged or another key's, cubin
+// not the bytes published or without its kernel), or nullopt when it is sound. Reads only.
+std::optional<Finding> entry_damage(const std::string &entry, const std::string &key);
 
 }  // namespace kjit::store::cache_maintenance

@@ -237,6 +237,8 @@ Result<CacheFolder> check_cache_folder(const std::string &cache_dir) {
     return check_cache_folder_now(cache_dir);
 }
 
+Result<CacheFolder> check_folder_unmemoised(const std::string &dir) { return check_uncached(dir); }
+
 bool trusted_owner(const CacheFolder &folder, uid_t uid) {
     if (uid == ::geteuid() || uid == 0) return true;
     return folder.mode == Mode::team && is_member(uid, folder.group);

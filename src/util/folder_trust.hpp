@@ -46,6 +46,10 @@ struct CacheFolder {
 Result<CacheFolder> check_cache_folder(const std::string &cache_dir);
 // The same, never from the memo (and refreshing it): after creating the folder.
 Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir);
+// The same, never from the memo nor into it: for folders read beside the cache folder (seed
+// caches, cache/seed_store.hpp), so that checking them does not push the cache folder's check
+// out of this thread's memo.
+Result<CacheFolder> check_folder_unmemoised(const std::string &dir);
 // How many times this thread asked for a cache folder's check (either function above, from the
 // memo or not): the local store checks once per call, and tests count a call's checks with it.
 std::uint64_t checks_on_this_thread() noexcept;

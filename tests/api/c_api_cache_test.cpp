@@ -507,3 +507,123 @@ TEST(CacheApiProblems, EveryProblemHasItsName) {
     EXPECT_STREQ(kjit_cache_problem_string(KJIT_CACHE_STALE_TEMP + 1), "unknown");
     EXPECT_STREQ(kjit_cache_problem_string(-1), "unknown");
 }
+
+// ---- Seed caches (since 0.9) ------------------------------------------------------------------
+
+namespace {
+
+// kjit_compile of numbered kernel `i` into `cache` with `seeds` (nullptr: the option not
+// given), by a caller whose struct ends at `struct_size`; the status.
+kjit_status compile_with_seeds(const std::string &cache, int i, const std::vector<const char *> *seeds,
+                               size_t struct_size = sizeof(kjit_compile_options)) {
+    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+    options.struct_size = struct_size;
+    options.cache_dir = cache.c_str();
+    options.arch = "sm_90";
+    if (seeds) {
+        options.seed_dirs = seeds->data();
+        options.seed_dir_count = seeds->size();
+    }
+    const std::string source = sources::numbered_gemm(i);
+    char path[4096];
+    char name[256];
+    const kjit_status st =
+        kjit_compile_named(source.c_str(), "gemm", &options, path, sizeof path, nullptr, name, sizeof name, nullptr);
+    if (st == KJIT_OK) {
+        EXPECT_EQ(std::string(name), sources::numbered_gemm_name(i));
+        EXPECT_EQ(std::string(path).rfind(cache + "/", 0), 0u) << path;
+    }
+    return st;
+}
+
+}  // namespace
+
+// The seed_dirs option, $KJIT_CACHE_SEED, "none" whatever the variable says, and an older
+// caller's struct (before seed_dirs: the variable), counted in kjit_stats.seed_hits.
+TEST_F(CacheApi, SeedDirsOptionAndVariable) {
+    const std::string seed = cache_;  // the fixture's copy of a warm cache
+    const std::vector<const char *> given = {seed.c_str()};
+    const std::vector<const char *> none = {"none"};
+    const kjit_stats before = stats_now();
+    ASSERT_EQ(compile_with_seeds(dir_.file("a"), 0, &given), KJIT_OK) << error_text();
+    kjit_stats now = stats_now();
+    EXPECT_EQ(now.seed_hits - before.seed_hits, 1u);
+    EXPECT_EQ(now.nvrtc_compiles, before.nvrtc_compiles);
+    {
+        const ScopedEnv variable("KJIT_CACHE_SEED", (dir_.file("missing") + ":" + seed).c_str());
+        ASSERT_EQ(compile_with_seeds(dir_.file("b"), 1, nullptr), KJIT_OK) << error_text();
+        // An older caller's struct (0.8's, up to program_name) cannot give seeds: the variable's.
+        ASSERT_EQ(compile_with_seeds(dir_.file("c"), 1, &given, offsetof(kjit_compile_options, seed_dirs)), KJIT_OK);
+        now = stats_now();
+        EXPECT_EQ(now.seed_hits - before.seed_hits, 3u);
+        EXPECT_EQ(now.nvrtc_compiles, before.nvrtc_compiles);
+        // "none": no seed whatever the variable says; the kernel is compiled.
+        ASSERT_EQ(compile_with_seeds(dir_.file("d"), 2, &none), KJIT_OK) << error_text();
+        now = stats_now();
+        EXPECT_EQ(now.seed_hits - before.seed_hits, 3u);
+        EXPECT_EQ(now.nvrtc_compiles - before.nvrtc_compiles, 1u);
+    }
+    // A NULL array with a count, a NULL or empty entry: invalid, said.
+    kjit_compile_options bad = KJIT_COMPILE_OPTIONS_INIT;
+    bad.cache_dir = cache_.c_str();
+    bad.arch = "sm_90";
+    bad.seed_dir_count = 1;
+    char path[4096];
+    EXPECT_EQ(kjit_compile(sources::kPlain, "plain_kernel", &bad, path, sizeof path, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("seed_dirs is NULL but its count is 1"), std::string::npos) << error_text();
+    const char *empty[] = {""};
+    bad.seed_dirs = empty;
+    EXPECT_EQ(kjit_compile(sources::kPlain, "plain_kernel", &bad, path, sizeof path, nullptr),
+              KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("seed_dirs has an empty folder name"), std::string::npos) << error_text();
+}
+
+// kjit_cache_export and kjit_cache_import: counts, the refused entries' report, struct_size rules.
+TEST_F(CacheApi, ExportAndImport) {
+    const std::string seed = dir_.file("seed");
+    kjit_copy_report report = KJIT_COPY_REPORT_INIT;
+    kjit_verify_report *raw = nullptr;
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), nullptr, &report, &raw), KJIT_OK) << error_text();
+    VerifyReport refused(raw);
+    EXPECT_EQ(report.copied_entries, static_cast<std::uint64_t>(kEntries));
+    EXPECT_GT(report.copied_bytes, 0u);
+    EXPECT_EQ(report.refused_entries, 0u);
+    EXPECT_EQ(kjit_verify_report_entries_checked(refused.get()), static_cast<size_t>(kEntries));
+    EXPECT_EQ(kjit_verify_report_count(refused.get()), 0u);
+    // Only entries: nothing at the top of the seed but shards.
+    for (const std::string &name : list_dir(seed)) EXPECT_EQ(name.size(), 2u) << name;
+    // Again: every entry there already; another arch: every entry skipped.
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), "sm_90", &report, nullptr), KJIT_OK);
+    EXPECT_EQ(report.copied_entries, 0u);
+    EXPECT_EQ(report.present_entries, static_cast<std::uint64_t>(kEntries));
+    ASSERT_EQ(kjit_cache_export(cache_.c_str(), dir_.file("other").c_str(), "sm_80", &report, nullptr), KJIT_OK);
+    EXPECT_EQ(report.skipped_entries, static_cast<std::uint64_t>(kEntries));
+    EXPECT_EQ(report.copied_entries, 0u);
+
+    // One entry of the seed damaged: imported without it, and named.
+    const std::string damaged = seed + cubins_[0].substr(cache_.size());
+    std::string bytes = read_file(damaged);
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
+    write_file(damaged, bytes);
+    const std::string imported = dir_.file("imported");
+    ASSERT_EQ(kjit_cache_import(seed.c_str(), imported.c_str(), &report, &raw), KJIT_OK) << error_text();
+    refused.reset(raw);
+    EXPECT_EQ(report.copied_entries, static_cast<std::uint64_t>(kEntries - 1));
+    EXPECT_EQ(report.refused_entries, 1u);
+    ASSERT_EQ(kjit_verify_report_count(refused.get()), 1u);
+    EXPECT_EQ(std::string(kjit_verify_report_path(refused.get(), 0)), folder_of(damaged));
+    EXPECT_EQ(kjit_verify_report_kind(refused.get(), 0), KJIT_CACHE_BAD_CUBIN);
+    EXPECT_EQ(std::string(kjit_verify_report_action(refused.get(), 0)), "not copied");
+    EXPECT_FALSE(exists(imported + cubins_[0].substr(cache_.size())));
+    EXPECT_TRUE(exists(imported + cubins_[1].substr(cache_.size())));
+
+    // Bad arguments.
+    EXPECT_EQ(kjit_cache_export(cache_.c_str(), nullptr, nullptr, nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_cache_import("", cache_.c_str(), nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(kjit_cache_import(cache_.c_str(), cache_.c_str(), nullptr, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(error_text().find("the same folder"), std::string::npos) << error_text();
+    EXPECT_EQ(kjit_cache_import(dir_.file("none").c_str(), cache_.c_str(), nullptr, nullptr), KJIT_ERROR_IO);
+    report.struct_size = sizeof report + 8;
+    EXPECT_EQ(kjit_cache_export(cache_.c_str(), seed.c_str(), nullptr, &report, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+}
