@@ -25,6 +25,9 @@
 //            processes, each with a cache of its own, ask for the same 24 kernels at once, with
 //            the tier and without; a new node joining warm; a warm local hit sends no command
 //            (cluster_scenario.cpp)
+//   fleet    4 nodes ask for the same 20 kernels under each server condition (full, a shard
+//            down, a restart, a Redis Cluster endpoint, a killed lease holder) and a new node
+//            warm from a seed, against 0.8.0 with --fleet-before-lib (fleet_scenario.cpp)
 //   real-clients  kernels real clients generate (DeepGEMM sm90, humming), from
 //            bench/real_clients/prepare.py's manifests in --clients: sequential plain NVRTC
 //            against kjit_compile_batch with its defaults, PCH on and PCH off, each in a fresh
@@ -112,6 +115,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("headers")) run_headers(o, report);
     if (o.wants("node")) run_node(o, report);
     if (o.wants("cluster")) run_cluster(o, report);
+    if (o.wants("fleet")) run_fleet(o, report);
     if (o.wants("real-clients")) run_real_clients(o, report);
 
     report.print_summary(stdout);
@@ -166,7 +170,7 @@ int main(int argc, char **argv) {
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
         ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster",
-                               "scaling", "real-clients"}));
+                               "fleet", "scaling", "real-clients"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -260,6 +264,14 @@ int main(int argc, char **argv) {
     app.add_option("--cluster-rounds", o.cluster_rounds, "Rounds of each way in the cluster scenario")
         ->check(CLI::Range(1, 100))
         ->capture_default_str();
+    app.add_option("--fleet-nodes", o.fleet_nodes, "Node processes started at once in the fleet scenario")
+        ->check(CLI::Range(2, 64))
+        ->capture_default_str();
+    app.add_option("--fleet-kernels", o.fleet_kernels, "The same kernels each node asks for (fleet scenario)")
+        ->check(CLI::Range(1, sweep_size() / 2))
+        ->capture_default_str();
+    app.add_option("--fleet-before-lib", o.fleet_before_lib,
+                   "Folder of an earlier libkjit.so.0 (0.8.0) for the fleet scenario's before figures");
     app.add_option("--clients-rounds", o.clients_rounds, "Rounds of each way (real-clients scenario; median)")
         ->check(CLI::Range(1, 20))
         ->capture_default_str();
@@ -275,6 +287,7 @@ int main(int argc, char **argv) {
         o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "real-clients"};
 #if KJIT_BENCH_CLUSTER
         o.scenarios.push_back("cluster");
+        o.scenarios.push_back("fleet");
 #endif
     }
     if (o.wants("startup") && !o.wants("sweep")) {

@@ -99,6 +99,11 @@ if build_baseline 87b81c35edba51a3cd88b95be7525afda49ff598 baseline-0.7.0 "0.7.0
     baseline_args+=(--before-lib "$BUILD_DIR/baseline-0.7.0/build/src"
                     --before-python "$BUILD_DIR/baseline-0.7.0/src/python")
 fi
+# The fleet scenario: 0.8.0, the release before issue 36's work on the cluster tier (server
+# conditions, compressed values, seeds).
+if build_baseline 9b67a21b2af6fe9a0ffec3b4a9fad1bdff65999e baseline-0.8.0 "0.8.0 (the fleet scenario's baseline)"; then
+    baseline_args+=(--fleet-before-lib "$BUILD_DIR/baseline-0.8.0/build/src")
+fi
 
 if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
     echo "bench: no GPU found: the load rows go through the driver test double, not a real driver"

@@ -59,6 +59,10 @@ struct BenchOptions {
     int cluster_nodes = 8;     // node processes started at once, each with a cache of its own
     int cluster_kernels = 24;  // the same kernels each asks for
     int cluster_rounds = 2;    // rounds of each way (with the tier, without it)
+    // fleet
+    int fleet_nodes = 4;           // node processes started at once under each server condition
+    int fleet_kernels = 20;        // the same kernels each asks for
+    std::string fleet_before_lib;  // an earlier libkjit.so.0's folder (0.8.0), timed beside this one
     // real-clients: the folder bench/real_clients/prepare.py wrote (deepgemm.json, humming.json)
     std::string clients_dir;
     int clients_rounds = 3;  // rounds of the real-clients scenario's ways, interleaved (median)
@@ -127,6 +131,9 @@ void run_cluster(const BenchOptions &o, Report &report);
 // first N sweep kernels with remote_storage REMOTE ("none": off); prints one line of
 // "name=value" counters (kjit_get_stats, and loop_us: its N calls). Returns the exit code.
 int cluster_child_main(const std::string &cache, int n, const std::string &arch, const std::string &remote);
+// 11: a fleet under each server condition (full, a shard down, a restart, a cluster endpoint, a
+// killed lease holder) and a node warm from a seed, against 0.8.0 when given (fleet_scenario.cpp).
+void run_fleet(const BenchOptions &o, Report &report);
 // The spawned headers process (kjit-bench --headers-child MODE CACHE TREE_ROOT N ARCH): gets the
 // first N tree (or humming-style) kernels the way MODE says and prints "call_us <time>", then
 // the hits, misses and NVRTC runs its calls counted. Returns the exit code.
