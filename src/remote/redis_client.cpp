@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -25,6 +26,8 @@ namespace {
 // error (64 KiB of log), a SCAN page or INFO text. More than that is no answer libkjit asked for.
 constexpr std::uint64_t kReplyEnvelopeBytes = 1ull << 20;
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Failed probes at the breaker's first back-off before it starts doubling.
+constexpr std::int64_t kSteadyProbes = 4;
 
 // Milliseconds left until `deadline_ns` for poll(), rounded up; 0 when it has passed.
 int ms_left(std::int64_t deadline_ns) {
@@ -275,29 +278,63 @@ ServerLink::ServerLink(Server server, const Config &config)
 
 bool ServerLink::usable() const {
     const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
-    return until == 0 || steady_ns() >= until;
+    return until == 0 || (steady_ns() >= until && !probing_.load(std::memory_order_relaxed));
 }
 
-Error ServerLink::trip(Error why, LinkFailure failure) {
+bool ServerLink::admit(bool *probe) {
+    *probe = false;
+    const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
+    if (until == 0) return true;
+    if (steady_ns() < until) return false;
+    // Half open: one round trip, the first to come, probes the server; the others wait for it.
+    bool expected = false;
+    if (!probing_.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return false;
+    *probe = true;
+    return true;
+}
+
+Error ServerLink::trip(Error why, LinkFailure failure, std::uint64_t epoch, bool probe) {
     why.message = "remote cache " + display(server_) + ": " + why.message;
-    const std::int64_t now = steady_ns();
-    std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
-    if (until != 0 && now < until) return why;  // open already: this failure is the same outage's
-    const std::int64_t last = backoff_ms_.load(std::memory_order_relaxed);
-    const std::int64_t next = last == 0 ? breaker_ms_ : std::min<std::int64_t>(last * 2, kMaxBreaker.count());
-    // Of threads failing at once, one opens it: the others' failures are the same outage's.
-    if (!open_until_ns_.compare_exchange_strong(until, now + next * 1'000'000, std::memory_order_relaxed)) return why;
-    backoff_ms_.store(next, std::memory_order_relaxed);
-    // One warning per trip: a thread that finds the breaker open says nothing.
-    log().warn("{}{}; compiling and caching locally only for the next {} ms", why.message,
-               failure == LinkFailure::timeout ? " (timed out)" : "", next);
+    const char *timed_out = failure == LinkFailure::timeout ? " (timed out)" : "";
+    const std::int64_t cap = std::max<std::int64_t>(kMaxBreaker.count(), breaker_ms_);
+    if (probe) {
+        // The first probes come at the first back-off's pace (a restart takes a second or so),
+        // then less and less often.
+        const std::int64_t failed = failed_probes_.fetch_add(1, std::memory_order_relaxed) + 1;
+        const std::int64_t last = backoff_ms_.load(std::memory_order_relaxed);
+        const std::int64_t next =
+            failed < kSteadyProbes ? breaker_ms_ : std::clamp<std::int64_t>(last * 2, breaker_ms_, cap);
+        backoff_ms_.store(next, std::memory_order_relaxed);
+        epoch_.fetch_add(1, std::memory_order_relaxed);
+        open_until_ns_.store(steady_ns() + next * 1'000'000, std::memory_order_release);
+        probing_.store(false, std::memory_order_release);
+        log().debug("{}{}; still failing: the next try in {} ms", why.message, timed_out, next);
+        return why;
+    }
+    // A round trip that began before the breaker last opened (or while it is open) is the same
+    // outage's: of threads failing at once, one opens it.
+    std::int64_t closed = 0;
+    if (epoch_.load(std::memory_order_relaxed) != epoch ||
+        !open_until_ns_.compare_exchange_strong(closed, steady_ns() + breaker_ms_ * 1'000'000,
+                                                std::memory_order_acq_rel)) {
+        return why;
+    }
+    epoch_.fetch_add(1, std::memory_order_relaxed);
+    backoff_ms_.store(breaker_ms_, std::memory_order_relaxed);
+    failed_probes_.store(0, std::memory_order_relaxed);
+    // One warning per outage: a thread that finds the breaker open says nothing, a failed probe
+    // says it at debug.
+    log().warn("{}{}; its keys go to the next server named, or are compiled and cached locally, until it "
+               "answers again (tried again in {} ms, then less and less often, up to every {} s)",
+               why.message, timed_out, breaker_ms_, cap / 1000);
     return why;
 }
 
 void ServerLink::reset_breaker() {
-    if (backoff_ms_.load(std::memory_order_relaxed) == 0) return;
+    if (open_until_ns_.load(std::memory_order_acquire) == 0) return;
     backoff_ms_.store(0, std::memory_order_relaxed);
-    open_until_ns_.store(0, std::memory_order_relaxed);
+    open_until_ns_.store(0, std::memory_order_release);
+    probing_.store(false, std::memory_order_release);
     log().info("remote cache {}: reachable again", display(server_));
 }
 
@@ -311,7 +348,14 @@ Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns
         thread_connections.open.push_back(mine);
     }
     if (mine->socket.valid() && mine->fork_generation != fork_guard::generation()) close_connection(mine);
-    if (mine->socket.valid()) return mine;
+    // A kept connection has nothing to read between round trips (every reply was read): if it
+    // has, the server closed it (a restart, an idle timeout) or is out of step. A new one then,
+    // rather than a failure that would open the breaker of a server that is up.
+    if (mine->socket.valid()) {
+        pollfd idle{mine->socket.get(), POLLIN, 0};
+        if (::poll(&idle, 1, 0) == 0) return mine;
+        close_connection(mine);
+    }
 
     const std::int64_t connect_deadline = std::min(deadline_ns, steady_ns() + connect_timeout_ms_ * 1'000'000);
     auto socket = open_socket(server_, connect_deadline, cancel_fd, failure);
@@ -350,25 +394,57 @@ Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns
     return mine;
 }
 
+namespace {
+
+// A reply of a server in Redis Cluster mode that does not hold the key's slot (MOVED, ASK) or
+// whose cluster is not whole (CLUSTERDOWN).
+bool is_cluster_reply(const redisReply &r) {
+    if (!is_error(r)) return false;
+    const std::string_view text = text_of(r);
+    return text.rfind("MOVED ", 0) == 0 || text.rfind("ASK ", 0) == 0 || text.rfind("CLUSTERDOWN", 0) == 0;
+}
+
+}  // namespace
+
 Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure, int cancel_fd) {
-    if (!usable()) {
+    bool probe = false;
+    if (!admit(&probe)) {
         *failure = LinkFailure::open_breaker;
         return Error{Errc::io, "remote cache " + display(server_) + ": not tried (it failed moments ago)"};
     }
+    const std::uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
     auto conn = connection(deadline, cancel_fd, failure);
-    if (!conn) {
-        if (*failure == LinkFailure::cancelled) return std::move(conn).error();
-        return trip(std::move(conn).error(), *failure);
+    if (conn) {
+        auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
+        if (!replies) {
+            close_connection(*conn);  // out of step now: a late reply would answer the next command
+            conn = std::move(replies).error();
+        } else if (auto cluster = std::find_if(replies->begin(), replies->end(),
+                                               [](const Reply &r) { return is_cluster_reply(*r); });
+                   cluster != replies->end()) {
+            // Following MOVED would need the cluster's slot map; libkjit shards over the servers
+            // it is given instead. Said once per process; each later probe fails quietly.
+            static std::atomic<bool> said{false};
+            const std::string reply(text_of(**cluster));
+            if (!said.exchange(true)) {
+                log().error("remote cache {}: Redis Cluster mode is not supported: name each primary as a server "
+                            "(run them with cluster-enabled no; it replied '{}'); compiling locally meanwhile",
+                            display(server_), reply);
+            }
+            conn = link_error(failure, LinkFailure::broken,
+                              "Redis Cluster mode is not supported (it replied '" + reply + "')");
+        } else {
+            reset_breaker();
+            return replies;
+        }
     }
-    auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
-    if (!replies) {
-        close_connection(*conn);  // out of step now: a late reply would answer the next command
-        if (*failure == LinkFailure::cancelled) return std::move(replies).error();
-        return trip(std::move(replies).error(), *failure);
+    Error e = std::move(conn).error();
+    if (*failure == LinkFailure::cancelled) {
+        if (probe) probing_.store(false, std::memory_order_release);
+        return e;
     }
-    reset_breaker();
-    return replies;
+    return trip(std::move(e), *failure, epoch, probe);
 }
 
 }  // namespace kjit::remote

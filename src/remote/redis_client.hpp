@@ -11,11 +11,20 @@
 // allocation. Commands go in pipelines (all sent, then all replies read).
 //
 // A link that fails (refused, reset, timed out, a reply out of step or too large) is closed, and
-// the server's circuit breaker, shared by the process's threads, keeps every thread off it for a
-// while (Config::breaker, doubling per failure in a row up to kMaxBreaker; failures of one outage
-// seen by several threads at once count once): meanwhile the tier is local-only. One warning per
-// trip, never a password (display()). A forked child never uses its parent's connections
-// (their sockets are shared with the parent): it makes its own. Knows hiredis only.
+// the server's circuit breaker, shared by the process's threads, opens: no thread uses it for a
+// short back-off (Config::breaker, 250 ms by default). Then it is half open: the next round trip
+// is let through alone, as a probe (the others still find it open); the probe's success closes
+// the breaker, its failure opens it again: for the same back-off the first few times (a restart
+// takes about a second), then for twice the last, up to kMaxBreaker (or Config::breaker when
+// longer). So a server restarted in 0.3 s is used again a quarter of a second after it is
+// back, and a server down for good costs one probe (a refused connect, mostly) per 30 s.
+// Failures of one outage seen by several threads at once count once: a round trip that began
+// before the breaker last opened is the same outage's. One warning per outage, never a password
+// (display()); the failed probes after it are said at debug, the recovery at info. A server in
+// Redis Cluster mode (a MOVED, ASK or CLUSTERDOWN reply) is not spoken to: the reply is a
+// failure of the link, said once per process as an error naming what to do. A forked child
+// never uses its parent's connections (their sockets are shared with the parent): it makes its
+// own. Knows hiredis only.
 #pragma once
 
 #include "remote/remote_config.hpp"
@@ -73,7 +82,9 @@ public:
     // Thread safe (each thread has its own connection).
     Result<std::vector<Reply>> run(const std::vector<Command> &commands, LinkFailure *failure, int cancel_fd = -1);
 
-    // Whether the breaker lets a round trip through now (cheap: one atomic load).
+    // Whether the breaker lets a round trip through now: closed, or half open with no probe
+    // under way (cheap: atomic loads). A caller that finds it usable may still be refused, by
+    // a probe another thread started a moment before.
     bool usable() const;
 
     // This thread's connection to the server (redis_client.cpp).
@@ -82,10 +93,14 @@ public:
 private:
     // This thread's connection, made (connected, AUTH, SELECT) by `deadline_ns` if it has none.
     Result<Connection *> connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure);
-    // Opens the breaker for `why` (logged once per trip) and returns it as the caller's error,
-    // naming the server. A breaker that another thread opened while this one's round trip was
-    // under way is left as it is: one outage is one trip, whatever number of threads saw it.
-    Error trip(Error why, LinkFailure failure);
+    // Whether a round trip may start now; *probe: it is the half-open breaker's one probe.
+    bool admit(bool *probe);
+    // Opens the breaker for `why` (the first failure of an outage: a warning) and returns it as
+    // the caller's error, naming the server. `epoch` is the breaker's epoch when the round trip
+    // began: one that began before the breaker last opened is the same outage's and changes
+    // nothing, whatever number of threads saw it. A failed `probe` opens it again, for twice
+    // as long.
+    Error trip(Error why, LinkFailure failure, std::uint64_t epoch, bool probe);
     void reset_breaker();
 
     Server server_;
@@ -95,6 +110,9 @@ private:
     std::uint64_t max_reply_bytes_;               // max-entry-size plus the envelope: a larger reply is a broken link
     std::atomic<std::int64_t> open_until_ns_{0};  // steady clock; 0: closed
     std::atomic<std::int64_t> backoff_ms_{0};     // the last trip's length; 0: not tripped
+    std::atomic<bool> probing_{false};            // half open: the probe is under way
+    std::atomic<std::int64_t> failed_probes_{0};  // in a row, in this outage
+    std::atomic<std::uint64_t> epoch_{0};         // one more at each opening of the breaker
 };
 
 }  // namespace kjit::remote

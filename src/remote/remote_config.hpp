@@ -2,8 +2,8 @@
 // KJIT_REMOTE_STORAGE or kjit_compile_options::remote_storage gives them:
 //
 //   redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]  redis+unix:PATH[?db=N]   (one or more servers)
-//   namespace=NAME connect-timeout=100ms operation-timeout=10s lease=30s wait-timeout=10m
-//   read-only=true|false max-entry-size=64M password-file=PATH breaker=10s
+//   namespace=NAME connect-timeout=100ms operation-timeout=10s lease=10s wait-timeout=10m
+//   read-only=true|false max-entry-size=64M password-file=PATH breaker=250ms
 //
 // Tokens are separated by blanks; an option may also follow a server after '|' (ccache's
 // attribute syntax, "redis://cache-a|read-only=true"); every option applies to every server.
@@ -46,11 +46,13 @@ struct Config {
     std::string name_space = "default";  // [A-Za-z0-9_.-], at most 64 characters
     std::chrono::milliseconds connect_timeout{100};
     std::chrono::milliseconds operation_timeout{10'000};
-    std::chrono::milliseconds lease{30'000};
+    // A lease's length: what a node that dies while it compiles costs the others at most. Short,
+    // since it is renewed every third of it on one connection per server for the process.
+    std::chrono::milliseconds lease{10'000};
     std::chrono::milliseconds wait_timeout{600'000};
-    // How long a server stays unused after a failure (the circuit breaker), doubling with each
-    // failure in a row up to kMaxBreaker.
-    std::chrono::milliseconds breaker{10'000};
+    // How long a server stays unused after a failure (the circuit breaker) before one request
+    // probes it; doubling with each failed probe, up to kMaxBreaker (or this, when longer).
+    std::chrono::milliseconds breaker{250};
     bool read_only = false;
     std::uint64_t max_entry_bytes = 64ull << 20;
     // The settings as text, passwords hidden, in a canonical order: names a config in logs and
@@ -58,7 +60,7 @@ struct Config {
     std::string canonical;
 };
 
-constexpr std::chrono::milliseconds kMaxBreaker{300'000};
+constexpr std::chrono::milliseconds kMaxBreaker{30'000};
 
 // Parses `spec` (from `origin`, e.g. "KJIT_REMOTE_STORAGE", for messages). nullopt: the tier is
 // off ("none", or only blanks). Errors: invalid_argument naming the origin, the token (password

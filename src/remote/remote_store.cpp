@@ -6,14 +6,15 @@
 #include "util/log.hpp"
 
 #include <hiredis/hiredis.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <map>
+#include <mutex>
 #include <random>
 
 namespace kjit::remote {
@@ -27,10 +28,15 @@ constexpr std::string_view kUnstored = "unstored:";
 // How long that marker stays: a waiter polling once a second sees it; later comers too.
 constexpr std::chrono::milliseconds kUnstoredAtLeast{5000};
 
+// Redis 7 runs a script so flagged even at maxmemory with noeviction, every write in it
+// included: the lease scripts write a hundred bytes that expire, and must work on a full server
+// (the entry's own SET is never sent so). An older server refuses the line: Shard::plain_scripts.
+constexpr std::string_view kAllowOom = "#!lua flags=allow-oom\n";
+
 // KEYS: entry, lease, failure. ARGV: token, lease length in ms. One atomic step: the entry is
 // there: "hit"; a shared failure: "failed" and its text; the lease was free and is now ours:
 // "owner"; its holder could not store the entry: "unstored" and the marker; else "wait".
-constexpr const char *kClaimScript =
+constexpr std::string_view kClaimScript =
     "if redis.call('EXISTS', KEYS[1]) == 1 then return {'hit'} end "
     "local f = redis.call('GET', KEYS[3]) "
     "if f then return {'failed', f} end "
@@ -38,23 +44,51 @@ constexpr const char *kClaimScript =
     "local l = redis.call('GET', KEYS[2]) "
     "if l and string.sub(l, 1, 9) == 'unstored:' then return {'unstored', l} end "
     "return {'wait'}";
-// Compare-and-PEXPIRE, compare-and-DEL: only the lease's own holder renews or releases it.
+// Compare-and-PEXPIRE, compare-and-DEL: only the lease's own holder renews or releases it
+// (PEXPIRE and DEL are allowed at maxmemory: no flag needed).
 constexpr const char *kRenewScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
 constexpr const char *kReleaseScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-// Compare-and-replace the lease by the kUnstored marker (ARGV[2], for ARGV[3] ms). A server at
-// maxmemory with noeviction refuses the SET (OOM) but not the DEL: then the lease is released
-// plainly, and the waiters' own claims, refused alike, send them to compile at once anyway.
-constexpr const char *kReleaseUnstoredScript = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
-                                               "local ok = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
-                                               "if type(ok) == 'table' and ok.err then redis.call('DEL', KEYS[1]) end "
-                                               "return 1";
+// Compare-and-replace the lease by the kUnstored marker (ARGV[2], for ARGV[3] ms). Should the
+// server refuse the SET anyway (no allow-oom before Redis 7), the lease is released plainly,
+// and the waiters' own claims, refused alike, send them to compile at once anyway.
+constexpr std::string_view kReleaseUnstoredScript =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local ok = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) "
+    "if type(ok) == 'table' and ok.err then redis.call('DEL', KEYS[1]) end "
+    "return 1";
 
 constexpr std::size_t kMaxFailureText = 64 * 1024;
 constexpr int kFailureSeconds = 60;
 constexpr auto kFirstPoll = std::chrono::milliseconds(50);
 constexpr auto kLongestPoll = std::chrono::milliseconds(1000);
+// A full server's eviction: keys sampled per SCAN page, pages at most, rounds of sample-delete-retry.
+constexpr const char *kScanPage = "128";
+constexpr int kMostScanPages = 16;
+constexpr std::size_t kEnoughCandidates = 32;
+constexpr int kStoreAttempts = 4;
+constexpr int kMostRemovalRounds = 8;
+
+bool is_out_of_memory(const redisReply &r) { return is_error(r) && text_of(r).rfind("OOM ", 0) == 0; }
+
+// A server that refused a script's first line (Redis 6: a Lua syntax error at '#'; a server that
+// does not know the flag).
+bool refused_shebang(const redisReply &r) {
+    const std::string_view text = text_of(r);
+    return is_error(r) &&
+           (text.find("near '#'") != std::string_view::npos || text.find("shebang") != std::string_view::npos ||
+            text.find("Unknown lua shebang") != std::string_view::npos);
+}
+
+// Whether `key` is an entry of namespace `name_space` ("kjit:<format>:<namespace>:...:b:{...}").
+bool entry_of_namespace(std::string_view key, const std::string &name_space) {
+    const auto first = key.find(':');
+    const auto second = first == std::string_view::npos ? first : key.find(':', first + 1);
+    if (second == std::string_view::npos || key.substr(0, first) != "kjit") return false;
+    return key.substr(second + 1, name_space.size() + 1) == name_space + ":" &&
+           key.find(":b:{") != std::string_view::npos;
+}
 
 // "host:pid:tid:random": unique per lease, and says who holds it to an operator reading it.
 std::string new_token() {
@@ -95,6 +129,102 @@ Settled shared_failure(std::string_view text) {
 
 }  // namespace
 
+// Renews every lease the process holds on one server: one thread, started by the first lease
+// and kept (its connection too), that sends one pipeline of compare-and-PEXPIREs every third of
+// the lease's length. Adding and removing a lease takes a lock the thread never holds across a
+// round trip, so a release never waits for a renewal. A forked child starts its own thread (the
+// parent's is not there) on a list of its own.
+class Renewer {
+public:
+    Renewer(Tier &tier, ServerLink &link) : tier_(tier), link_(link) {}
+
+    // Renews `key` while it holds `token`, until remove(): its id (0: no thread could start,
+    // the lease lapses after its length).
+    std::uint64_t add(const std::string &key, const std::string &token) {
+        State &st = state();
+        std::lock_guard<std::mutex> lock(st.mutex);
+        if (!st.running) {
+            try {
+                std::thread([this, &st] { run(st); }).detach();
+                st.running = true;
+            } catch (const std::system_error &) {
+                return 0;
+            }
+        }
+        const std::uint64_t id = ++st.last_id;
+        const bool first = st.leases.empty();
+        st.leases.emplace(id, std::make_pair(key, token));
+        if (first) st.wake.notify_one();  // else its tick comes anyway: no pipeline per new lease
+        return id;
+    }
+    void remove(std::uint64_t id) {
+        if (id == 0) return;
+        State &st = state();
+        std::lock_guard<std::mutex> lock(st.mutex);
+        st.leases.erase(id);
+    }
+
+private:
+    struct State {
+        std::uint64_t generation = fork_guard::generation();
+        std::mutex mutex;
+        std::condition_variable wake;
+        std::map<std::uint64_t, std::pair<std::string, std::string>> leases;  // id: key, token
+        std::uint64_t last_id = 0;
+        bool running = false;
+    };
+
+    // This process's state (a forked child's is a new one: the parent's lock may be held, and
+    // its thread is not in the child). Leaked: the thread uses it to the process's end.
+    State &state() {
+        State *st = state_.load(std::memory_order_acquire);
+        if (st && st->generation == fork_guard::generation()) return *st;
+        auto *fresh = new State();
+        if (state_.compare_exchange_strong(st, fresh, std::memory_order_acq_rel)) return *fresh;
+        delete fresh;
+        return *st;
+    }
+
+    void run(State &st) {
+        const auto every = std::chrono::milliseconds(std::max<std::int64_t>(tier_.config().lease.count() / 3, 1));
+        const std::string lease_ms = std::to_string(tier_.config().lease.count());
+        std::unique_lock<std::mutex> lock(st.mutex);
+        for (;;) {
+            st.wake.wait(lock, [&] { return !st.leases.empty(); });
+            // A new lease was set for its whole length: renewing it early or a tick late is fine.
+            st.wake.wait_for(lock, every);
+            std::vector<std::pair<std::string, std::string>> held;
+            for (const auto &entry : st.leases) held.push_back(entry.second);
+            if (held.empty()) continue;
+            lock.unlock();
+            std::vector<Command> renewals;
+            for (const auto &[key, token] : held) renewals.push_back({"EVAL", kRenewScript, "1", key, token, lease_ms});
+            (void)tier_.round_trip(link_, renewals);
+            lock.lock();
+        }
+    }
+
+    Tier &tier_;
+    ServerLink &link_;
+    std::atomic<State *> state_{nullptr};
+};
+
+struct Shard {
+    Shard(Tier &tier, const Server &server, const Config &config) : link(server, config), renewer(tier, link) {}
+    ServerLink link;
+    Renewer renewer;
+    std::atomic<bool> plain_scripts{false};     // the server refused kAllowOom (Redis 6): scripts go without it
+    std::atomic<std::uint64_t> scan_cursor{0};  // where make_room's sampling goes on
+
+    // `script` with the allow-oom flag, unless the server refused it.
+    std::string flagged(std::string_view script) const {
+        return plain_scripts.load(std::memory_order_relaxed) ? std::string(script)
+                                                             : std::string(kAllowOom) + std::string(script);
+    }
+};
+
+void ShardFree::operator()(Shard *shard) const noexcept { delete shard; }
+
 Counters &counters() {
     static Counters c;
     return c;
@@ -122,27 +252,34 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
 }
 
 Tier::Tier(Config config) : config_(std::move(config)) {
-    for (const Server &s : config_.servers) links_.push_back(std::make_unique<ServerLink>(s, config_));
+    for (const Server &server : config_.servers) shards_.emplace_back(new Shard(*this, server, config_));
 }
+
+Tier::~Tier() = default;
 
 std::string Tier::redis_key(const Expected &expected, char kind) const {
     return "kjit:" + std::to_string(expected.format) + ":" + config_.name_space + ":" +
            nvrtc_release(expected.nvrtc_identity) + ":" + expected.arch + ":" + kind + ":{" + expected.key + "}";
 }
 
-ServerLink &Tier::link_for(const std::string &key) {
-    // Rendezvous hashing: each key goes to the server with the highest score for it, so adding
-    // or removing a server moves only the keys it wins or held.
-    ServerLink *best = links_.front().get();
-    std::uint64_t best_score = 0;
-    for (const auto &link : links_) {
-        const std::uint64_t score = hash64(link->server().id + "\n" + key);
-        if (score >= best_score) {
-            best_score = score;
-            best = link.get();
-        }
+std::vector<Shard *> Tier::order_of(const std::string &key) {
+    // Rendezvous hashing: each server scores the key; the key goes to the highest. Adding or
+    // removing a server moves only the keys it wins or held, and a server down hands each of
+    // its keys to that key's second, spreading them over the others.
+    std::vector<std::pair<std::uint64_t, Shard *>> scored;
+    for (const auto &shard : shards_) scored.emplace_back(hash64(shard->link.server().id + "\n" + key), shard.get());
+    std::stable_sort(scored.begin(), scored.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+    std::vector<Shard *> order;
+    for (const auto &entry : scored) order.push_back(entry.second);
+    return order;
+}
+
+Shard &Tier::first_usable(const std::string &key) {
+    const std::vector<Shard *> order = order_of(key);
+    for (Shard *shard : order) {
+        if (shard->link.usable()) return *shard;
     }
-    return *best;
+    return *order.front();
 }
 
 Result<std::vector<Reply>> Tier::round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd) {
@@ -168,8 +305,6 @@ void Tier::refused(ServerLink &link, const char *what, std::string_view reply_te
 }
 
 Settled Tier::settle(const Expected &expected, bool defer_waits) {
-    ServerLink &link = link_for(expected.key);
-    if (!link.usable()) return Settled{};  // compile_here: the breaker said so once already
     Settling s{expected,
                redis_key(expected, 'b'),
                redis_key(expected, 'l'),
@@ -178,9 +313,22 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
                std::to_string(config_.lease.count()),
                steady_ns() + config_.wait_timeout.count() * 1'000'000};
     s.poll = kFirstPoll;
+    // The key's servers in its order: a server that is down (its breaker open, or failing now)
+    // hands the key to the next, as every node does.
+    for (Shard *shard : order_of(expected.key)) {
+        if (!shard->link.usable()) continue;  // its breaker said so once already
+        s.link_failed = false;
+        Settled settled = settle_on(*shard, s, defer_waits);
+        if (!s.link_failed) return settled;
+        log().debug("remote cache: {} failed; {} goes to the next server", display(shard->link.server()), s.entry_key);
+    }
+    return Settled{};  // compile_here: no server is up
+}
+
+Settled Tier::settle_on(Shard &shard, Settling &s, bool defer_waits) {
     for (;;) {
         Settled settled;
-        const Claim claim = look_up_and_claim(link, s, settled);
+        const Claim claim = look_up_and_claim(shard, s, settled);
         if (claim == Claim::settled) return settled;
         if (claim == Claim::again) continue;
         // Another node compiles it: wait for its entry, its failure or its lease's end; or, asked
@@ -194,21 +342,26 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
             s.waited = true;
             log().debug("remote cache: waiting for another node's compile of {}", s.entry_key);
         }
-        if (wait_for_holder(link, s, settled)) return settled;
+        if (wait_for_holder(shard, s, settled)) return settled;
     }
 }
 
-Tier::Claim Tier::look_up_and_claim(ServerLink &link, Settling &s, Settled &out) {
+Tier::Claim Tier::look_up_and_claim(Shard &shard, Settling &s, Settled &out) {
+    ServerLink &link = shard.link;
     // The entry, and in the same round trip the claim (or, read-only, what a claim would see).
+    const std::string claim_script = shard.flagged(kClaimScript);
     std::vector<Command> first{{"GET", s.entry_key}};
     if (config_.read_only) {
         first.push_back({"GET", s.lease_key});
         first.push_back({"GET", s.failure_key});
     } else {
-        first.push_back({"EVAL", kClaimScript, "3", s.entry_key, s.lease_key, s.failure_key, s.token, s.lease_ms});
+        first.push_back({"EVAL", claim_script, "3", s.entry_key, s.lease_key, s.failure_key, s.token, s.lease_ms});
     }
     auto replies = round_trip(link, first);
-    if (!replies) return Claim::settled;
+    if (!replies) {
+        s.link_failed = true;
+        return Claim::settled;
+    }
     const redisReply &value = *(*replies)[0];
     if (value.type == REDIS_REPLY_STRING) {
         if (auto entry = verify_fetched(link, value, s.expected, s.entry_key)) {
@@ -239,8 +392,17 @@ Tier::Claim Tier::look_up_and_claim(ServerLink &link, Settling &s, Settled &out)
         }
         return Claim::settled;
     }
+    return take_verdict(shard, s, second, out);
+}
+
+Tier::Claim Tier::take_verdict(Shard &shard, Settling &s, const redisReply &second, Settled &out) {
+    if (refused_shebang(second) && !shard.plain_scripts.exchange(true)) {
+        log().debug("remote cache {}: no script flags (before Redis 7): leases are refused when it is full",
+                    display(shard.link.server()));
+        return Claim::again;
+    }
     if (is_error(second) || second.type != REDIS_REPLY_ARRAY || second.elements == 0) {
-        refused(link, "the lease script", is_error(second) ? text_of(second) : "an unexpected reply");
+        refused(shard.link, "the lease script", is_error(second) ? text_of(second) : "an unexpected reply");
         return Claim::settled;
     }
     const std::string_view verdict = text_of(*second.element[0]);
@@ -249,7 +411,7 @@ Tier::Claim Tier::look_up_and_claim(ServerLink &link, Settling &s, Settled &out)
         counters().leases_owned.fetch_add(1, std::memory_order_relaxed);
         if (s.waited) counters().lease_takeovers.fetch_add(1, std::memory_order_relaxed);
         out.kind = Settled::Kind::owner;
-        out.lease = std::make_unique<Lease>(*this, link, s.lease_key, s.token);
+        out.lease = std::make_unique<Lease>(*this, shard, s.lease_key, s.token);
         return Claim::settled;
     }
     if (verdict == "failed" && second.elements >= 2) {
@@ -264,7 +426,8 @@ Tier::Claim Tier::look_up_and_claim(ServerLink &link, Settling &s, Settled &out)
     return Claim::wait;
 }
 
-bool Tier::wait_for_holder(ServerLink &link, Settling &s, Settled &out) {
+bool Tier::wait_for_holder(Shard &shard, Settling &s, Settled &out) {
+    ServerLink &link = shard.link;
     for (;;) {
         const std::int64_t now = steady_ns();
         if (now >= s.deadline_ns) {
@@ -272,14 +435,24 @@ bool Tier::wait_for_holder(ServerLink &link, Settling &s, Settled &out) {
                        config_.wait_timeout.count(), s.entry_key);
             return true;
         }
-        const auto sleep_ns = std::min<std::int64_t>(std::chrono::nanoseconds(s.poll).count(), s.deadline_ns - now);
+        // Never past the lease's end (plus a little): a holder that died costs at most its lease.
+        std::int64_t sleep_ns = std::chrono::nanoseconds(s.poll).count();
+        if (s.lease_left_ms >= 0) sleep_ns = std::min<std::int64_t>(sleep_ns, (s.lease_left_ms + 5) * 1'000'000);
+        sleep_ns = std::min<std::int64_t>(sleep_ns, s.deadline_ns - now);
         std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
         s.poll = std::min<std::chrono::milliseconds>(kLongestPoll, s.poll * 3 / 2);
-        auto state = round_trip(link, {{"EXISTS", s.entry_key}, {"GET", s.lease_key}, {"GET", s.failure_key}});
-        if (!state) return true;
+        auto state =
+            round_trip(link,
+                       {{"EXISTS", s.entry_key}, {"GET", s.lease_key}, {"GET", s.failure_key}, {"PTTL", s.lease_key}});
+        if (!state) {
+            s.link_failed = true;
+            return true;
+        }
         const redisReply &has_entry = *(*state)[0];
         const redisReply &lease = *(*state)[1];
         const redisReply &failure = *(*state)[2];
+        const redisReply &ttl = *(*state)[3];
+        s.lease_left_ms = ttl.type == REDIS_REPLY_INTEGER && ttl.integer >= 0 ? ttl.integer : -1;
         if (failure.type == REDIS_REPLY_STRING) {
             out = shared_failure(text_of(failure));
             return true;
@@ -320,7 +493,7 @@ std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &
     std::vector<std::optional<Entry>> found(wanted.size());
     // The keys of each server, in order.
     std::map<ServerLink *, std::vector<std::size_t>> by_link;
-    for (std::size_t i = 0; i < wanted.size(); ++i) by_link[&link_for(wanted[i].key)].push_back(i);
+    for (std::size_t i = 0; i < wanted.size(); ++i) by_link[&first_usable(wanted[i].key).link].push_back(i);
     for (auto &[link, indexes] : by_link) {
         for (std::size_t start = 0; start < indexes.size() && link->usable(); start += kKeysPerRoundTrip) {
             const std::size_t end = std::min(indexes.size(), start + kKeysPerRoundTrip);
@@ -349,8 +522,9 @@ void Tier::put(const Expected &expected, const store::cache_entry::Manifest &man
         if (lease) lease->not_stored(std::move(why));
     };
     if (config_.read_only) return not_stored("read-only");
-    ServerLink &link = link_for(expected.key);
-    if (!link.usable()) return not_stored("the server failed moments ago");
+    // The lease's server; that one down, the key's next (where the nodes now look for it).
+    Shard &shard = lease && lease->shard().link.usable() ? lease->shard() : first_usable(expected.key);
+    if (!shard.link.usable()) return not_stored("the server failed moments ago");
     const std::string value = encode(manifest, cubin, expected.format, host_name());
     // Compressed, the value is smaller than its cubin; the reader bounds what a value may unpack
     // to by max-entry-size too, so both are held to it.
@@ -361,23 +535,126 @@ void Tier::put(const Expected &expected, const store::cache_entry::Manifest &man
         return not_stored(std::to_string(size) + " bytes, over max-entry-size");
     }
     const std::string entry_key = redis_key(expected, 'b');
-    auto replies = round_trip(link, {{"SET", entry_key, value, "NX"}});
-    if (!replies) return not_stored(replies.error().message);
-    const redisReply &r = *(*replies)[0];
+    auto reply = store(shard, entry_key, value);
+    if (!reply) return not_stored(reply.error().message);
+    const redisReply &r = **reply;
     if (is_error(r)) {
-        refused(link, "SET", text_of(r));  // e.g. OOM at maxmemory with noeviction
+        refused(shard.link, "SET", text_of(r));  // e.g. OOM, with nothing of this namespace to remove
         return not_stored("SET refused: " + std::string(text_of(r)));
     }
     if (r.type == REDIS_REPLY_STATUS) {
         counters().puts.fetch_add(1, std::memory_order_relaxed);
         counters().bytes_out.fetch_add(value.size(), std::memory_order_relaxed);
     }
-    if (lease) lease->stored();  // ours, or (NX lost) another writer's: the entry is there
+    if (lease && &lease->shard() == &shard) lease->stored();  // ours, or (NX lost) another writer's: it is there
+}
+
+Result<Reply> Tier::store(Shard &shard, const std::string &entry_key, const std::string &value) {
+    for (int attempt = 0;; ++attempt) {
+        auto replies = round_trip(shard.link, {{"SET", entry_key, value, "NX"}});
+        if (!replies) return std::move(replies).error();
+        Reply reply = std::move((*replies)[0]);
+        if (!is_out_of_memory(*reply) || attempt + 1 == kStoreAttempts) return reply;
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true)) {
+            log().warn("remote cache {}: the server is full and refused an entry ({}): libkjit now removes the least "
+                       "recently used entries of its namespace '{}' there to make room. Set maxmemory-policy "
+                       "allkeys-lru on the server (Redis then evicts by itself), or give libkjit more maxmemory or "
+                       "a server of its own (said once per process)",
+                       display(shard.link.server()), text_of(*reply), config_.name_space);
+        }
+        if (make_room(shard, room_wanted(shard, value.size())) == 0) return reply;
+    }
+}
+
+std::uint64_t Tier::room_wanted(Shard &shard, std::size_t value_bytes) {
+    // What the server is over its maxmemory (its clients' buffers count too: the connections of
+    // many nodes), then room for the value twice (it sits in the request's buffer as it is
+    // stored) and for what other nodes store meanwhile.
+    std::uint64_t over = 0;
+    if (auto info = round_trip(shard.link, {{"INFO", "memory"}}); info && !is_error(*(*info)[0])) {
+        const std::string_view text = text_of(*(*info)[0]);
+        auto field = [&](std::string_view name) -> std::uint64_t {
+            const auto at = text.find("\n" + std::string(name) + ":");
+            return at == std::string_view::npos ? 0 : std::strtoull(text.data() + at + name.size() + 2, nullptr, 10);
+        };
+        const std::uint64_t used = field("used_memory"), limit = field("maxmemory");
+        if (limit != 0 && used > limit) over = used - limit;
+    }
+    return over + 2 * static_cast<std::uint64_t>(value_bytes) + 64 * 1024;
+}
+
+std::uint64_t Tier::make_room(Shard &shard, std::uint64_t bytes) {
+    std::uint64_t freed = 0;
+    for (int round = 0; round < kMostRemovalRounds && freed < bytes; ++round) {
+        const std::uint64_t now = remove_idlest(shard, bytes - freed);
+        if (now == 0) break;
+        freed += now;
+    }
+    if (freed != 0) {
+        log().debug("remote cache {}: full: removed {} bytes of namespace {}'s least recently used entries",
+                    display(shard.link.server()), freed, config_.name_space);
+    }
+    return freed;
+}
+
+std::uint64_t Tier::remove_idlest(Shard &shard, std::uint64_t bytes) {
+    // A sample of this namespace's entries, from where the last sampling stopped (a clock hand
+    // over the key space), as Redis's own LRU samples: then the longest idle go first.
+    const std::string pattern = "kjit:*:" + config_.name_space + ":*:b:*";
+    std::vector<std::string> sample;
+    std::uint64_t cursor = shard.scan_cursor.load(std::memory_order_relaxed);
+    for (int page = 0; page < kMostScanPages && sample.size() < kEnoughCandidates; ++page) {
+        const std::string from = std::to_string(cursor);
+        auto scan = round_trip(shard.link, {{"SCAN", from, "MATCH", pattern, "COUNT", kScanPage}});
+        if (!scan) return 0;
+        const redisReply &r = *(*scan)[0];
+        if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) break;
+        cursor = std::strtoull(std::string(text_of(*r.element[0])).c_str(), nullptr, 10);
+        for (std::size_t i = 0; i < r.element[1]->elements; ++i) {
+            const std::string_view key = text_of(*r.element[1]->element[i]);
+            if (entry_of_namespace(key, config_.name_space)) sample.emplace_back(key);
+        }
+        if (cursor == 0 && page > 0) break;  // once round the key space
+    }
+    shard.scan_cursor.store(cursor, std::memory_order_relaxed);
+    if (sample.empty()) return 0;
+    // Idle time and size of each (neither touches the key: the sampling leaves the LRU as it is).
+    std::vector<Command> ask;
+    for (const std::string &key : sample) {
+        ask.push_back({"OBJECT", "IDLETIME", key});
+        ask.push_back({"MEMORY", "USAGE", key});
+    }
+    auto facts = round_trip(shard.link, ask);
+    if (!facts) return 0;
+    struct Candidate {
+        long long idle, bytes;
+        const std::string *key;
+    };
+    std::vector<Candidate> candidates;
+    for (std::size_t i = 0; i < sample.size(); ++i) {
+        const redisReply &idle = *(*facts)[2 * i];
+        const redisReply &size = *(*facts)[2 * i + 1];
+        if (size.type != REDIS_REPLY_INTEGER) continue;  // gone since
+        // An LFU policy does not keep idle times: then the sample's order.
+        candidates.push_back({idle.type == REDIS_REPLY_INTEGER ? idle.integer : 0, size.integer, &sample[i]});
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate &a, const Candidate &b) { return a.idle > b.idle; });
+    std::vector<Command> removals;
+    std::uint64_t freed = 0;
+    for (const Candidate &c : candidates) {
+        if (freed >= bytes) break;
+        removals.push_back({"DEL", *c.key});
+        freed += static_cast<std::uint64_t>(c.bytes);
+    }
+    if (removals.empty() || !round_trip(shard.link, removals)) return 0;
+    return freed;
 }
 
 void Tier::put_failure(const Expected &expected, const Error &error, Lease &lease) {
     if (config_.read_only) return;
-    ServerLink &link = link_for(expected.key);
+    ServerLink &link = lease.shard().link;
     if (!link.usable()) return;
     std::string text = error.message.substr(0, kMaxFailureText);
     text += "\n(compiled on " + host_name() + "; shared by libkjit's remote cache for " +
@@ -390,7 +667,8 @@ void Tier::put_failure(const Expected &expected, const Error &error, Lease &leas
 
 std::string Tier::describe_servers() {
     std::string out;
-    for (const auto &link : links_) {
+    for (const auto &shard : shards_) {
+        ServerLink *const link = &shard->link;
         out += "server " + display(link->server()) + "\n";
         auto info = round_trip(*link, {{"INFO", "server"}, {"INFO", "memory"}, {"INFO", "stats"}, {"DBSIZE"}});
         if (!info) {
@@ -450,44 +728,23 @@ std::string Tier::describe_servers() {
     return out;
 }
 
-Lease::Lease(Tier &tier, ServerLink &link, std::string key, std::string token)
-    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)),
-      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    // No descriptor or no thread: the lease lapses after its length, costing another node a
-    // duplicate compile at worst.
-    if (!wake_.valid()) return;
-    try {
-        renewer_ = std::thread([this] { renew_until_released(); });
-    } catch (const std::system_error &) {
-    }
-}
-
-void Lease::renew_until_released() {
-    const int every_ms = static_cast<int>(std::max<std::int64_t>(tier_.config().lease.count() / 3, 1));
-    const std::string lease_ms = std::to_string(tier_.config().lease.count());
-    for (;;) {
-        pollfd released{wake_.get(), POLLIN, 0};
-        const int n = ::poll(&released, 1, every_ms);
-        if (n > 0) return;
-        if (n < 0 && errno != EINTR) return;  // cannot wait: let it lapse rather than spin
-        if (n == 0) (void)tier_.round_trip(link_, {{"EVAL", kRenewScript, "1", key_, token_, lease_ms}}, wake_.get());
-    }
+Lease::Lease(Tier &tier, Shard &shard, std::string key, std::string token)
+    : tier_(tier), shard_(shard), key_(std::move(key)), token_(std::move(token)) {
+    renewal_ = shard_.renewer.add(key_, token_);
 }
 
 Lease::~Lease() {
-    if (renewer_.joinable()) {
-        const std::uint64_t one = 1;
-        (void)!::write(wake_.get(), &one, sizeof one);  // an eventfd's write of 1 cannot block or fail here
-        renewer_.join();
-    }
-    if (!link_.usable()) return;  // the server failed moments ago (perhaps this very store): it lapses
+    shard_.renewer.remove(renewal_);
+    ServerLink &link = shard_.link;
+    if (!link.usable()) return;  // the server failed moments ago (perhaps this very store): it lapses
     if (stored_) {
-        (void)tier_.round_trip(link_, {{"EVAL", kReleaseScript, "1", key_, token_}});
+        (void)tier_.round_trip(link, {{"EVAL", kReleaseScript, "1", key_, token_}});
         return;
     }
     const std::string marker = std::string(kUnstored) + host_name() + ": " + why_not_stored_;
     const std::string marker_ms = std::to_string(std::max(tier_.config().lease, kUnstoredAtLeast).count());
-    (void)tier_.round_trip(link_, {{"EVAL", kReleaseUnstoredScript, "1", key_, token_, marker, marker_ms}});
+    const std::string script = shard_.flagged(kReleaseUnstoredScript);
+    (void)tier_.round_trip(link, {{"EVAL", script, "1", key_, token_, marker, marker_ms}});
 }
 
 }  // namespace kjit::remote

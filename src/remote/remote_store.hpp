@@ -7,21 +7,41 @@
 //   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (remote_entry.hpp)
 //   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
 //   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
-// Servers are chosen per key by rendezvous hashing over their ids.
+// Servers are ranked per key by rendezvous hashing over their ids: a key lives on the first of
+// its order whose breaker lets it through. A server that is down (refused, timed out, its
+// breaker open) hands its keys to the next of their order, the same one on every node, so the
+// single flight holds across the outage; when its breaker's probe finds it back, its keys
+// return to it (entries stored elsewhere meanwhile are not moved back: a node that lacks one
+// compiles it once more, under the lease).
 //
 // Cluster single flight (settle): GET the entry; none: take the lease atomically (a script: the
 // entry there: a hit; a shared failure: that error; the lease free: SET NX PX, the caller owns
-// it and compiles, renewing it while it does; else wait). A waiter polls entry, lease and
-// failure in one pipeline, backing off from 50 ms to 1 s: the entry: fetched; the failure:
-// returned; the lease gone without either (its holder died): it tries to take it; after
+// it and compiles, renewing it while it does; else wait). A waiter polls entry, lease (and its
+// time to live) and failure in one pipeline, backing off from 50 ms to 1 s but never past the
+// lease's end: the entry: fetched; the failure: returned; the lease gone without either (its
+// holder died): it tries to take it, so a dead holder costs at most the lease; after
 // wait-timeout it compiles itself. The lease only saves work: entries are content-addressed and
 // put with SET NX (first writer wins), so a duplicate compile costs CPU, never correctness.
+// Every lease the process holds on a server is renewed by one thread per server, in one
+// pipeline, on that thread's one connection: no connection per lease.
 //
-// Fail open, always: a server that is down, slow, full or read-only makes libkjit slower,
-// never wrong and never failing: every problem ends in "compile here" (counted, and logged once
-// per breaker trip). A value that fails verification counts as corrupt, is deleted (unless
-// read-only) and is a miss. Knows the Redis client, remote entries and the config; nothing of
-// the cache above it.
+// A full server (maxmemory with maxmemory-policy noeviction) refuses every SET, the lease's
+// too. The single flight survives it: (1) the lease scripts run with Redis 7's allow-oom flag
+// (a lease is a hundred bytes that expire: they always fit, and Redis allows them past
+// maxmemory only in such a flagged script), so nodes still agree on who compiles; (2) a store
+// refused for memory makes room by deleting this namespace's least recently used entries
+// (sampled with SCAN, ranked by OBJECT IDLETIME, as Redis's own LRU samples; DEL is allowed at
+// maxmemory) and tries again, so the holder's entry still reaches the waiters. Only this
+// namespace's entries are removed, never another project's keys; where nothing of it is there
+// to remove, the holder says so in its lease (the waiters compile at once). Said once per
+// process as a warning with what to configure (maxmemory-policy allkeys-lru). A server older
+// than Redis 7 refuses the flagged scripts: the tier then sends them without the flag.
+//
+// Fail open, always: a server that is down, slow, full, read-only or in Redis Cluster mode makes
+// libkjit slower, never wrong and never failing: every problem ends in "the next server" or
+// "compile here" (counted, and logged once per outage). A value that fails verification counts
+// as corrupt, is deleted (unless read-only) and is a miss. Knows the Redis client, remote
+// entries and the config; nothing of the cache above it.
 #pragma once
 
 #include "remote/redis_client.hpp"
@@ -59,12 +79,20 @@ struct Counters {
 Counters &counters();
 
 class Tier;
+class Renewer;
+// One server of a tier: its link, the renewer of the leases held there, and what the tier
+// learned of it (remote_store.cpp).
+struct Shard;
+struct ShardFree {
+    void operator()(Shard *shard) const noexcept;
+};
 
-// A held lease, renewed in the background (every third of its length) until released by its
-// destructor. Renewal failures are ignored: a lapsed lease costs another node a duplicate
-// compile at worst. The release never waits on a renewal: one under way is abandoned (its
-// round trip polls the lease's wake-up descriptor too), so a server that stalls while the holder
-// stores costs the holder one operation timeout, not two.
+// A held lease, renewed in the background (every third of its length, by the renewer of its
+// server: one thread and one connection per server for the whole process) until released by
+// its destructor. Renewal failures are ignored: a lapsed lease costs another node a duplicate
+// compile at worst. The release never waits on a renewal: it only takes the lease off the
+// renewer's list (a renewal under way compares the token and finds the lease gone or changed),
+// so a server that stalls while the holder stores costs the holder one operation timeout.
 //
 // The release says what the waiters are to do: with the entry (or the compile error) stored
 // (stored()), it deletes the lease (compare-and-delete), and they fetch what is there; without,
@@ -73,7 +101,7 @@ class Tier;
 // over one after another. Used by the thread that took the lease.
 class Lease {
 public:
-    Lease(Tier &tier, ServerLink &link, std::string key, std::string token);
+    Lease(Tier &tier, Shard &shard, std::string key, std::string token);
     Lease(const Lease &) = delete;
     Lease &operator=(const Lease &) = delete;
     ~Lease();
@@ -82,18 +110,17 @@ public:
     void stored() { stored_ = true; }
     // Why the holder could not store it (the waiters' log says so).
     void not_stored(std::string why) { why_not_stored_ = std::move(why); }
+    // The server that holds it (and gets the entry).
+    Shard &shard() const { return shard_; }
 
 private:
-    void renew_until_released();
-
     Tier &tier_;
-    ServerLink &link_;
+    Shard &shard_;
     std::string key_;
     std::string token_;
     bool stored_ = false;
     std::string why_not_stored_ = "its compile gave no entry";
-    UniqueFd wake_;  // an eventfd, written once by the release: the renewer stops at once
-    std::thread renewer_;
+    std::uint64_t renewal_ = 0;  // its place on the renewer's list; 0: not renewed
 };
 
 // What settle() decided.
@@ -120,6 +147,7 @@ public:
     static Result<Tier *> for_spec(const std::string &spec, std::string_view origin);
 
     explicit Tier(Config config);
+    ~Tier();
     Tier(const Tier &) = delete;
     Tier &operator=(const Tier &) = delete;
 
@@ -139,9 +167,11 @@ public:
     // Thread safe.
     std::vector<std::optional<Entry>> fetch_many(const std::vector<Expected> &wanted);
 
-    // Stores a freshly compiled entry (SET NX: the first writer wins). Not in read-only mode,
-    // nor over max-entry-size. Failures are counted and logged, never returned; with `lease`
-    // (the caller's, when it holds one), it is told whether the entry is there now.
+    // Stores a freshly compiled entry (SET NX: the first writer wins) on the lease's server (or,
+    // that one down, or without a lease, the first of the key's order that is up). Not in
+    // read-only mode, nor over max-entry-size. A server full with noeviction gets room made
+    // (see above). Failures are counted and logged, never returned; with `lease` (the caller's,
+    // when it holds one), it is told whether the entry is there now.
     void put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin,
              Lease *lease = nullptr);
     // Shares a deterministic compile error for 60 s (its text cut to 64 KiB). Only the lease's
@@ -158,7 +188,8 @@ public:
 
 private:
     friend class Lease;
-    // One settle() call's state across its round trips.
+    friend class Renewer;
+    // One settle() call's state across its round trips (and servers, when one fails).
     struct Settling {
         const Expected &expected;
         std::string entry_key, lease_key, failure_key;
@@ -167,24 +198,44 @@ private:
         std::int64_t deadline_ns = 0;  // steady clock: the end of wait-timeout
         bool counted_miss = false;
         bool waited = false;
+        bool link_failed = false;  // the server failed (or its breaker is open): try the next one
         int corrupt_values = 0;
         std::chrono::milliseconds poll{};  // the next wait between polls (kFirstPoll, growing)
+        std::int64_t lease_left_ms = -1;   // the lease's time to live at the last poll; -1: unknown
     };
     enum class Claim {
         settled,  // `out` says what to do
         again,    // the entry appeared, or a bad one was deleted: look it up again
         wait,     // another node holds the lease
     };
+    // settle() on one server: what it decided, or s.link_failed.
+    Settled settle_on(Shard &shard, Settling &s, bool defer_waits);
     // One round trip: the entry, and the claim of its lease (settle()'s first step).
-    Claim look_up_and_claim(ServerLink &link, Settling &s, Settled &out);
+    Claim look_up_and_claim(Shard &shard, Settling &s, Settled &out);
+    // The claim's verdict (the lease script's reply `verdict`, an array).
+    Claim take_verdict(Shard &shard, Settling &s, const redisReply &verdict, Settled &out);
     // Polls until the lease's holder is done: true when `out` is settled (a shared failure, the
     // holder's unstored marker, wait-timeout, a server problem); false when the entry is there
     // or the lease went free without it: look it up and claim it again.
-    bool wait_for_holder(ServerLink &link, Settling &s, Settled &out);
-    ServerLink &link_for(const std::string &key);
+    bool wait_for_holder(Shard &shard, Settling &s, Settled &out);
+    // The servers in `key`'s rendezvous order.
+    std::vector<Shard *> order_of(const std::string &key);
+    // The first of them whose breaker lets a round trip through (the first of all when none does).
+    Shard &first_usable(const std::string &key);
     // Runs `commands` on `link`, counting failures; errors as ServerLink::run (with its
     // `cancel_fd`).
     Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd = -1);
+    // SET NX of `value` under `entry_key` on `shard`, making room when it is full: its reply, or
+    // the link's error.
+    Result<Reply> store(Shard &shard, const std::string &entry_key, const std::string &value);
+    // How many bytes a store of `value_bytes` on full `shard` wants freed (INFO memory).
+    std::uint64_t room_wanted(Shard &shard, std::size_t value_bytes);
+    // Deletes this namespace's least recently used entries on `shard` until about `bytes` are
+    // free, a sample at a time (as Redis's LRU): the bytes freed (0: none found).
+    std::uint64_t make_room(Shard &shard, std::uint64_t bytes);
+    // One sample's worth of that: the idlest of a sample, deleted until `bytes` or the sample
+    // runs out: the bytes freed.
+    std::uint64_t remove_idlest(Shard &shard, std::uint64_t bytes);
     // A fetched value (`value`, a GET's reply, under `entry_key`) verified for `expected`:
     // counted as a hit, or as corrupt (then deleted there unless read-only, if still the same).
     std::optional<Entry> verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
@@ -193,7 +244,7 @@ private:
     void refused(ServerLink &link, const char *what, std::string_view reply_text);
 
     Config config_;
-    std::vector<std::unique_ptr<ServerLink>> links_;
+    std::vector<std::unique_ptr<Shard, ShardFree>> shards_;
     std::atomic<std::int64_t> last_refusal_log_ns_{0};
 };
 

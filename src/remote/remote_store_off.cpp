@@ -21,7 +21,9 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
                                        "or set it to none"};
 }
 
+void ShardFree::operator()(Shard *) const noexcept {}
 Tier::Tier(Config config) : config_(std::move(config)) {}
+Tier::~Tier() = default;
 Settled Tier::settle(const Expected &, bool) { return Settled{}; }
 std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
     return std::vector<std::optional<Entry>>(wanted.size());
@@ -31,8 +33,8 @@ void Tier::put_failure(const Expected &, const Error &, Lease &) {}
 std::string Tier::describe_servers() { return std::string(); }
 std::string Tier::redis_key(const Expected &, char) const { return std::string(); }
 
-Lease::Lease(Tier &tier, ServerLink &link, std::string key, std::string token)
-    : tier_(tier), link_(link), key_(std::move(key)), token_(std::move(token)) {}
+Lease::Lease(Tier &tier, Shard &shard, std::string key, std::string token)
+    : tier_(tier), shard_(shard), key_(std::move(key)), token_(std::move(token)) {}
 Lease::~Lease() = default;
 
 }  // namespace kjit::remote

@@ -57,7 +57,8 @@ TEST(RemoteConfig, OffAndDefaults) {
     EXPECT_EQ((*c)->servers[0].port, 6379);
     EXPECT_EQ((*c)->connect_timeout.count(), 100);
     EXPECT_EQ((*c)->operation_timeout.count(), 10000);
-    EXPECT_EQ((*c)->lease.count(), 30000);
+    EXPECT_EQ((*c)->lease.count(), 10000);
+    EXPECT_EQ((*c)->breaker.count(), 250);
     EXPECT_EQ((*c)->wait_timeout.count(), 600000);
     EXPECT_FALSE((*c)->read_only);
 }

@@ -16,10 +16,8 @@
 
 namespace kjit_test {
 
-namespace {
-
-// A port nothing listens on now (bound to port 0, then released).
-int free_port() {
+// Bound to port 0, then released.
+int RedisServer::free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
     sockaddr_in addr{};
@@ -34,6 +32,8 @@ int free_port() {
     ::close(fd);
     return ntohs(addr.sin_port);
 }
+
+namespace {
 
 std::string server_binary() {
     if (const char *p = std::getenv("KJIT_TEST_REDIS_SERVER"); p && *p) return p;
@@ -196,6 +196,13 @@ long long RedisServer::calls_except_info() const {
         total += std::atoll(info.c_str() + calls + 6);
     }
     return total;
+}
+
+long long RedisServer::info_number(const std::string &section, const std::string &field) const {
+    const std::string info = command({"INFO", section});
+    const std::string tag = "\n" + field + ":";
+    const auto at = info.find(tag);
+    return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + tag.size());
 }
 
 std::vector<std::string> RedisServer::keys(const std::string &pattern) const {

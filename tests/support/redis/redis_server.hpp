@@ -21,6 +21,12 @@ public:
     RedisServer &operator=(const RedisServer &) = delete;
 
     int port() const { return port_; }
+    // A TCP port on 127.0.0.1 that nothing listens on now (e.g. a cluster bus port to pass in
+    // `extra`: --cluster-port).
+    static int free_port();
+    // A number of INFO `section`, e.g. info_number("stats", "total_connections_received"); -1
+    // when INFO has no such field.
+    long long info_number(const std::string &section, const std::string &field) const;
     // "redis://127.0.0.1:<port>"
     std::string url() const;
 
