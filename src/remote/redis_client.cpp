@@ -28,6 +28,8 @@ constexpr std::uint64_t kReplyEnvelopeBytes = 1ull << 20;
 constexpr std::size_t kReadChunk = 64 * 1024;
 // Failed probes at the breaker's first back-off before it starts doubling.
 constexpr std::int64_t kSteadyProbes = 4;
+// How soon a caller waiting for a probe under way looks again (quick_retry_at_ns).
+constexpr std::int64_t kProbePollNs = 5'000'000;
 
 // Milliseconds left until `deadline_ns` for poll(), rounded up; 0 when it has passed.
 int ms_left(std::int64_t deadline_ns) {
@@ -279,6 +281,14 @@ ServerLink::ServerLink(Server server, const Config &config)
 bool ServerLink::usable() const {
     const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
     return until == 0 || (steady_ns() >= until && !probing_.load(std::memory_order_relaxed));
+}
+
+std::int64_t ServerLink::quick_retry_at_ns() const {
+    const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
+    if (until == 0 || failed_probes_.load(std::memory_order_relaxed) >= kSteadyProbes) return 0;
+    const std::int64_t now = steady_ns();
+    if (probing_.load(std::memory_order_relaxed)) return now + kProbePollNs;
+    return std::max(until, now);
 }
 
 bool ServerLink::admit(bool *probe) {

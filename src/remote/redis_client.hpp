@@ -87,6 +87,14 @@ public:
     // a probe another thread started a moment before.
     bool usable() const;
 
+    // While the server is in the first, quick probes of an outage (kSteadyProbes of them at the
+    // first back-off's pace: a restart takes about a second), the steady-clock time (ns) at which
+    // a caller may find it usable again: its next probe, or in a few milliseconds when a probe is
+    // under way. 0 when the breaker is closed, or the outage has outlasted its quick probes. A
+    // caller that has no server left may wait for it rather than go on without the tier (cheap:
+    // atomic loads).
+    std::int64_t quick_retry_at_ns() const;
+
     // This thread's connection to the server (redis_client.cpp).
     struct Connection;
 

@@ -62,6 +62,13 @@ constexpr std::string_view kReleaseUnstoredScript =
 constexpr std::size_t kMaxFailureText = 64 * 1024;
 constexpr int kFailureSeconds = 60;
 constexpr auto kFirstPoll = std::chrono::milliseconds(50);
+// How long one call may wait for a server that failed moments ago (its breaker's quick probes)
+// before it goes on without the tier. A restart takes about a second: a call that waits it out
+// costs that wait, one that compiles at once costs a compile the cluster already has under way,
+// and the node that compiled through the outage can still store what it made. A server down for
+// good costs only the calls of its outage's first second, since the wait ends with the quick
+// probes (kSteadyProbes in redis_client.cpp).
+constexpr std::int64_t kQuickRetryWindowNs = 2'000'000'000;
 constexpr auto kLongestPoll = std::chrono::milliseconds(1000);
 // A full server's eviction: keys sampled per SCAN page, pages at most, rounds of sample-delete-retry.
 constexpr const char *kScanPage = "128";
@@ -315,14 +322,30 @@ Settled Tier::settle(const Expected &expected, bool defer_waits) {
     s.poll = kFirstPoll;
     // The key's servers in its order: a server that is down (its breaker open, or failing now)
     // hands the key to the next, as every node does.
-    for (Shard *shard : order_of(expected.key)) {
-        if (!shard->link.usable()) continue;  // its breaker said so once already
-        s.link_failed = false;
-        Settled settled = settle_on(*shard, s, defer_waits);
-        if (!s.link_failed) return settled;
-        log().debug("remote cache: {} failed; {} goes to the next server", display(shard->link.server()), s.entry_key);
-    }
+    const std::vector<Shard *> order = order_of(expected.key);
+    const std::int64_t quick_deadline = steady_ns() + kQuickRetryWindowNs;
+    do {
+        for (Shard *shard : order) {
+            if (!shard->link.usable()) continue;  // its breaker said so once already
+            s.link_failed = false;
+            Settled settled = settle_on(*shard, s, defer_waits);
+            if (!s.link_failed) return settled;
+            log().debug("remote cache: {} failed; {} goes to the next server", display(shard->link.server()),
+                        s.entry_key);
+        }
+    } while (wait_for_quick_retry(order, quick_deadline));
     return Settled{};  // compile_here: no server is up
+}
+
+bool Tier::wait_for_quick_retry(const std::vector<Shard *> &order, std::int64_t deadline_ns) {
+    std::int64_t at = 0;
+    for (const Shard *shard : order) {
+        const std::int64_t when = shard->link.quick_retry_at_ns();
+        if (when != 0 && (at == 0 || when < at)) at = when;
+    }
+    if (at == 0 || at > deadline_ns) return false;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(at - steady_ns()));
+    return true;
 }
 
 Settled Tier::settle_on(Shard &shard, Settling &s, bool defer_waits) {
@@ -522,9 +545,6 @@ void Tier::put(const Expected &expected, const store::cache_entry::Manifest &man
         if (lease) lease->not_stored(std::move(why));
     };
     if (config_.read_only) return not_stored("read-only");
-    // The lease's server; that one down, the key's next (where the nodes now look for it).
-    Shard &shard = lease && lease->shard().link.usable() ? lease->shard() : first_usable(expected.key);
-    if (!shard.link.usable()) return not_stored("the server failed moments ago");
     const std::string value = encode(manifest, cubin, expected.format, host_name());
     // Compressed, the value is smaller than its cubin; the reader bounds what a value may unpack
     // to by max-entry-size too, so both are held to it.
@@ -535,18 +555,33 @@ void Tier::put(const Expected &expected, const store::cache_entry::Manifest &man
         return not_stored(std::to_string(size) + " bytes, over max-entry-size");
     }
     const std::string entry_key = redis_key(expected, 'b');
-    auto reply = store(shard, entry_key, value);
-    if (!reply) return not_stored(reply.error().message);
-    const redisReply &r = **reply;
-    if (is_error(r)) {
-        refused(shard.link, "SET", text_of(r));  // e.g. OOM, with nothing of this namespace to remove
-        return not_stored("SET refused: " + std::string(text_of(r)));
-    }
-    if (r.type == REDIS_REPLY_STATUS) {
-        counters().puts.fetch_add(1, std::memory_order_relaxed);
-        counters().bytes_out.fetch_add(value.size(), std::memory_order_relaxed);
-    }
-    if (lease && &lease->shard() == &shard) lease->stored();  // ours, or (NX lost) another writer's: it is there
+    // The lease's server; that one down, the key's next (where the nodes now look for it); all
+    // of them down, or failing as it is stored, moments ago: the next quick probe's (a restart:
+    // the entry still reaches the cluster, and the lease is released rather than left to lapse,
+    // which a server restored from a snapshot would otherwise keep for its waiters to wait out).
+    const std::int64_t quick_deadline = steady_ns() + kQuickRetryWindowNs;
+    std::string why = "the server failed moments ago";
+    do {
+        Shard &shard = lease && lease->shard().link.usable() ? lease->shard() : first_usable(expected.key);
+        if (!shard.link.usable()) continue;
+        auto reply = store(shard, entry_key, value);
+        if (!reply) {
+            why = reply.error().message;
+            continue;
+        }
+        const redisReply &r = **reply;
+        if (is_error(r)) {
+            refused(shard.link, "SET", text_of(r));  // e.g. OOM, with nothing of this namespace to remove
+            return not_stored("SET refused: " + std::string(text_of(r)));
+        }
+        if (r.type == REDIS_REPLY_STATUS) {
+            counters().puts.fetch_add(1, std::memory_order_relaxed);
+            counters().bytes_out.fetch_add(value.size(), std::memory_order_relaxed);
+        }
+        if (lease && &lease->shard() == &shard) lease->stored();  // ours, or (NX lost) another writer's: it is there
+        return;
+    } while (wait_for_quick_retry(order_of(expected.key), quick_deadline));
+    not_stored(why);
 }
 
 Result<Reply> Tier::store(Shard &shard, const std::string &entry_key, const std::string &value) {

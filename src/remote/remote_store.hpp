@@ -222,6 +222,10 @@ private:
     std::vector<Shard *> order_of(const std::string &key);
     // The first of them whose breaker lets a round trip through (the first of all when none does).
     Shard &first_usable(const std::string &key);
+    // When none of `order` is usable but one is in the quick probes of a young outage, sleeps
+    // until it may be (ServerLink::quick_retry_at_ns) and returns true: ask again. False when
+    // none is, or that moment is past `deadline_ns` (steady clock): go on without the tier.
+    bool wait_for_quick_retry(const std::vector<Shard *> &order, std::int64_t deadline_ns);
     // Runs `commands` on `link`, counting failures; errors as ServerLink::run (with its
     // `cancel_fd`).
     Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd = -1);

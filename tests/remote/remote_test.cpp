@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -346,8 +347,15 @@ TEST(RemoteFailOpen, ServerKilledThenBack) {
     const Stats down;
     EXPECT_GE(down.s.remote_errors - before.s.remote_errors, 1u);
     server.restart();
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the breaker's first trip (200 ms) ends
-    compile_kernel(cache.path(), 203, spec.c_str());
+    // The calls while it was down waited out its quick probes (up to a second or so) and then
+    // compiled here; the breaker now probes less often. Misses from now on reach it again at
+    // its next probe: within the 30 s cap (kMaxBreaker), by far sooner.
+    int kernel = 203;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+    while (Stats().s.remote_puts == down.s.remote_puts && std::chrono::steady_clock::now() < deadline) {
+        compile_kernel(cache.path(), kernel++, spec.c_str());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     const Stats back;
     EXPECT_EQ(back.s.remote_puts - down.s.remote_puts, 1u) << "the tier recovers when the server returns";
     EXPECT_EQ(server.keys("kjit:*:b:*").size(), 1u);
@@ -980,13 +988,16 @@ TEST(RemoteConditions, RestartOfAFewTenthsCostsFewCompiles) {
     ASSERT_TRUE(restarted);
     const auto after_restart = server.keys("kjit:*:b:*").size();
     EXPECT_GE(after_restart, static_cast<std::size_t>(kKeys / 2)) << "the nodes stayed away after the restart";
-    // What a restart costs: what each node compiles from the failure until a probe finds the
-    // server back (a quarter of a second after it is), about 0.6 s here, eleven compiles of this
-    // test's 45 ms kernels per node; and the entries it lost (no persistence) that a node had
-    // not fetched yet. 0.6 stayed away for 10 s: every node compiled every kernel left.
+    // What a restart costs: the entries it lost (no persistence) that a node had not fetched yet,
+    // compiled once more under a new lease. A node whose servers all failed moments ago waits
+    // for the breaker's quick probes (every 250 ms, for about a second) rather than compiling,
+    // and a holder whose store failed stores again when the probe finds the server back: 62
+    // NVRTC runs for 60 kernels here. Compiling at once instead cost 87 to 96 (about eleven
+    // local compiles per node of this test's 45 ms kernels); 0.6 stayed away for 10 s: every
+    // node compiled every kernel left.
     std::printf("restart of 0.3 s: %lld NVRTC runs for %d kernels on %zu nodes\n", sum(nodes, "nvrtc"), kKeys,
                 modes.size());
-    EXPECT_LE(sum(nodes, "nvrtc"), 2 * kKeys) << counters_of(nodes);
+    EXPECT_LE(sum(nodes, "nvrtc"), kKeys + kKeys / 2) << counters_of(nodes);
 }
 
 // 0.6's lease was 30 s: a killed holder kept its waiters 34.6 s. The default is 10 s now, so a
@@ -1010,6 +1021,44 @@ TEST(RemoteConditions, KilledHolderCostsAtMostTheDefaultLease) {
     EXPECT_EQ(waiter.counters["waits"], 1);
     EXPECT_EQ(waiter.counters["takeovers"], 1) << "the waiter ran out its wait-timeout: the lease outlived it";
     EXPECT_EQ(waiter.counters["remote_puts"], 1);
+}
+
+// A server restarted from a snapshot (SAVE, then killed and started again, as after a crash
+// with RDB persistence) restores a lease whose holder was compiling. The holder's store, made
+// while the server is still down, fails; it waits for the breaker's quick probe, stores again
+// when the server is back, and releases its lease: the waiter gets the entry. Storing once and
+// giving up left the restored lease to lapse, and the waiter waited it out (10 s), took it over
+// and compiled the kernel again.
+TEST(RemoteConditions, HolderStoresAfterARestartFromASnapshot) {
+    RedisServer server;
+    TempDir root;
+    RemoteSetting remote(server.url());  // the defaults: 10 s lease, 250 ms breaker
+    const std::string holder_cache = root.path() + "/holder";
+    Node holder(holder_cache, 0, 1, "slow", "", root.path(), 100);
+    ASSERT_GT(holder.pid(), 0);
+    wait_until([&] { return !server.keys("kjit:*:l:*").empty(); });
+    ASSERT_EQ(server.command({"SAVE"}), "OK");
+    server.kill();
+    // The holder publishes locally, then stores: with the server still down.
+    auto has_cubin = [&] {
+        std::error_code ec;
+        for (auto it = std::filesystem::recursive_directory_iterator(holder_cache, ec);
+             !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+            if (it->path().extension() == ".cubin") return true;
+        }
+        return false;
+    };
+    wait_until(has_cubin);
+    ASSERT_TRUE(has_cubin()) << "the holder never published its compile";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server.restart();  // from the snapshot: the lease is back, the entry is not
+    Node waiter(root.path() + "/waiter", 0, 1, "slow", "", root.path(), 101);
+    EXPECT_EQ(holder.finish(), 0) << holder.errors();
+    EXPECT_EQ(waiter.finish(), 0) << waiter.errors();
+    EXPECT_EQ(holder.counters["remote_puts"], 1) << "the holder's entry never reached the restarted server";
+    EXPECT_EQ(waiter.counters["takeovers"], 0) << "the waiter waited out the restored lease";
+    EXPECT_EQ(waiter.counters["nvrtc"], 0) << "the kernel was compiled twice";
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), 1u);
 }
 
 // 0.6 renewed each lease from a thread of its own, with a connection of its own. Now one thread
