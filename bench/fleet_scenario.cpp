@@ -6,7 +6,8 @@
 //   healthy      one server: the reference (NVRTC runs, the worst call), and the bytes each entry
 //                takes in Redis (STRLEN of its value) against its cubin's size
 //   full         one server at maxmemory with noeviction, full of the namespace's own entries (a
-//                node asked for K other kernels first, then maxmemory was set to what it used)
+//                node asked for 3 K other kernels (at least 60) first, then maxmemory was set to
+//                what the server used)
 //   shard down   three servers named, one of them killed before the start
 //   restart      one server, saved, killed and started again 0.3 s later, a third of the way into
 //                the healthy run's time (it comes back with its data, as from a restart)
@@ -14,7 +15,7 @@
 //                the nodes naming the first (so each command answers MOVED)
 //   killed holder  one node takes the lease of a kernel that compiles for about a second and is
 //                killed (SIGKILL) while it compiles; a second node then asks for that kernel: its
-//                call's time is what the dead holder costs
+//                call's time less its own compile (NVRTC's time) is what the dead holder costs
 //   seed         a new node with an empty cache, no server, and KJIT_CACHE_SEED on an export of a
 //                healthy node's cache (kjit cache export): its NVRTC runs and time, against the
 //                same node without the seed
@@ -27,6 +28,7 @@
 #include "progress.hpp"
 #include "stats.hpp"
 #include "support.hpp"
+#include "sweep_kernels.hpp"
 
 #if KJIT_BENCH_CLUSTER
 #include "redis_server.hpp"
@@ -224,13 +226,19 @@ Outcome killed_holder(const Fleet &f, RedisServer &server) {
     return out;
 }
 
+// What the killed holder cost the next node: its call less its own compile (NVRTC's time).
+double holder_cost_us(const Outcome &o) { return o.worst_us - o.sums.at("nvrtc_us"); }
+
 // One condition done: a tick, and where the output is not a terminal (a log), its figures.
 void said(Progress &progress, const char *label, const char *id, const std::map<std::string, Outcome> &out) {
     progress.tick();
     if (::isatty(STDOUT_FILENO)) return;
     const Outcome &o = out.at(id);
-    std::printf("fleet (%s): %s: %.0f NVRTC runs, worst call %s, %.0f remote errors\n", label, id, o.nvrtc,
-                format_us(o.worst_us).c_str(), o.sums.count("remote_errors") ? o.sums.at("remote_errors") : 0.0);
+    auto sum = [&](const char *name) { return o.sums.count(name) ? o.sums.at(name) : 0.0; };
+    std::printf("fleet (%s): %s: %.0f NVRTC runs, worst call %s, %.0f remote errors, %.0f lease waits, %.0f "
+                "takeovers\n",
+                label, id, o.nvrtc, format_us(o.worst_us).c_str(), sum("remote_errors"), sum("lease_waits"),
+                sum("lease_takeovers"));
     std::fflush(stdout);
 }
 
@@ -249,8 +257,10 @@ std::map<std::string, Outcome> run_conditions(const Fleet &f, const char *label,
     said(progress, label, "healthy", out);
     {
         auto server = start_server();
+        // Enough of the namespace's entries that removing them makes room for the run's (with
+        // the nodes' connections, whose buffers Redis counts too): 3 K of them, at least 60.
         TempDir prefill(f.o.work_dir, "fleet-prefill-");
-        f.run_one(prefill.path(), server->url(), f.sweep(k, k));
+        f.run_one(prefill.path(), server->url(), f.sweep(k, std::min(std::max(3 * k, 60), sweep_size() - k)));
         const long long used = info_field(*server, "memory", "used_memory");
         require_ok(server->command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "CONFIG SET");
         require_ok(server->command({"CONFIG", "SET", "maxmemory", std::to_string(used)}), "CONFIG SET");
@@ -290,8 +300,7 @@ std::map<std::string, Outcome> run_conditions(const Fleet &f, const char *label,
     {
         auto server = start_server();
         out["killed_holder"] = killed_holder(f, *server);
-        TempDir alone(f.o.work_dir, "fleet-alone-");
-        facts["slow_compile_us"] = f.run_one(alone.path(), "none", "slow").at("loop_us");
+        facts["holder_cost_us"] = holder_cost_us(out["killed_holder"]);
     }
     said(progress, label, "killed_holder", out);
     {
@@ -387,8 +396,9 @@ void run_fleet(const BenchOptions &o, Report &report) {
         before ? (" (0.8.0: " + std::to_string(static_cast<long long>(then_facts["value_bytes"])) + " B)").c_str()
                : "");
     s.notes.push_back(line);
-    std::snprintf(line, sizeof line, "killed holder: the slow kernel compiles in %s alone",
-                  format_us(now_facts.at("slow_compile_us")).c_str());
+    std::snprintf(line, sizeof line, "killed holder: the next node's call less its own compile: %s%s",
+                  format_us(now_facts.at("holder_cost_us")).c_str(),
+                  before ? (" (0.8.0: " + format_us(then_facts.at("holder_cost_us")) + ")").c_str() : "");
     s.notes.push_back(line);
 
     nlohmann::json meta = {{"nodes", n}, {"kernels", k}, {"arch", o.arch}};
@@ -412,9 +422,10 @@ void run_fleet(const BenchOptions &o, Report &report) {
     restart.value = (now.at("restart").nvrtc - now.at("healthy").nvrtc) / k;
     report.add_target(restart);
     Target holder{"fleet_killed_holder_wait",
-                  "fleet: a killed lease holder costs the next node beyond its own compile (s), at most the lease",
-                  10.0, true, TargetUnit::seconds};
-    holder.value = (now.at("killed_holder").worst_us - now_facts.at("slow_compile_us")) / 1e6;
+                  "fleet: a killed lease holder costs the next node beyond its own compile (s): the 10 s lease and "
+                  "a poll",
+                  10.05, true, TargetUnit::seconds};
+    holder.value = now_facts.at("holder_cost_us") / 1e6;
     report.add_target(holder);
     Target seed{"fleet_seed_nvrtc_runs", "fleet: NVRTC runs of a new node warm from a seed", 0.0, true,
                 TargetUnit::count};
