@@ -105,7 +105,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 8
+#define KJIT_VERSION_MINOR 9
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
