@@ -425,6 +425,7 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
     const std::uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
     auto conn = connection(deadline, cancel_fd, failure);
+    bool cluster_mode = false;
     if (conn) {
         auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
         if (!replies) {
@@ -444,6 +445,7 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
             }
             conn = link_error(failure, LinkFailure::broken,
                               "Redis Cluster mode is not supported (it replied '" + reply + "')");
+            cluster_mode = true;
         } else {
             reset_breaker();
             return replies;
@@ -454,7 +456,11 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
         if (probe) probing_.store(false, std::memory_order_release);
         return e;
     }
-    return trip(std::move(e), *failure, epoch, probe);
+    Error tripped = trip(std::move(e), *failure, epoch, probe);
+    // A server in cluster mode is set up wrong, not restarting: no call waits for its quick
+    // probes (quick_retry_at_ns), and it is probed less and less often from the first.
+    if (cluster_mode) failed_probes_.store(kSteadyProbes, std::memory_order_relaxed);
+    return tripped;
 }
 
 }  // namespace kjit::remote
