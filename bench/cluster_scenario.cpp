@@ -87,21 +87,8 @@ const char *const kCountNames[] = {"nvrtc",           "local_hits",      "remote
                                    "bytes_in",        "bytes_out",       "leases_owned",   "lease_waits",
                                    "lease_takeovers", "shared_failures", "loop_us",        "first_us"};
 
-Counts parse_counts(const std::string &out) {
-    Counts c;
-    std::size_t at = 0;
-    while (at < out.size()) {
-        const std::size_t end = out.find_first_of(" \n", at);
-        const std::string word = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        const std::size_t eq = word.find('=');
-        if (eq != std::string::npos) c[word.substr(0, eq)] = std::strtod(word.c_str() + eq + 1, nullptr);
-        if (end == std::string::npos) break;
-        at = end + 1;
-    }
-    for (const char *name : kCountNames) {
-        if (!c.count(name)) fail("a cluster child printed no '" + std::string(name) + "=': '" + out + "'");
-    }
-    return c;
+Counts parse_child(const std::string &out) {
+    return parse_counts(out, {std::begin(kCountNames), std::end(kCountNames)}, "a cluster child");
 }
 
 // A redis-server of the scenario's own on 127.0.0.1 and a free port, in a folder under the work
@@ -124,7 +111,7 @@ Counts run_one(const BenchOptions &o, const std::string &cache, const std::strin
     if (!r.started || r.exit_status != 0) {
         fail("a cluster child failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
     }
-    return parse_counts(r.out);
+    return parse_child(r.out);
 }
 
 struct ClusterStart {
@@ -153,7 +140,7 @@ ClusterStart run_nodes(const BenchOptions &o, const std::string &remote) {
         if (!r.started || r.exit_status != 0) {
             fail("a cluster node failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
         }
-        for (const auto &[name, value] : parse_counts(r.out)) run.sums[name] += value;
+        for (const auto &[name, value] : parse_child(r.out)) run.sums[name] += value;
     }
     return run;
 }

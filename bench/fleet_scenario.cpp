@@ -66,20 +66,7 @@ const char *const kNodeCounts[] = {"nvrtc",           "local_hits", "remote_hits
                                    "lease_takeovers", "loop_us",    "first_us",    "worst_us"};
 
 Counts parse_node(const std::string &out) {
-    Counts c;
-    std::size_t at = 0;
-    while (at < out.size()) {
-        const std::size_t end = out.find_first_of(" \n", at);
-        const std::string word = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        const std::size_t eq = word.find('=');
-        if (eq != std::string::npos) c[word.substr(0, eq)] = std::strtod(word.c_str() + eq + 1, nullptr);
-        if (end == std::string::npos) break;
-        at = end + 1;
-    }
-    for (const char *name : kNodeCounts) {
-        if (!c.count(name)) fail("a fleet node printed no '" + std::string(name) + "=': '" + out + "'");
-    }
-    return c;
+    return parse_counts(out, {std::begin(kNodeCounts), std::end(kNodeCounts)}, "a fleet node");
 }
 
 // What one condition cost, over its nodes.

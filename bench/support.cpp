@@ -143,6 +143,24 @@ void drain(int fd, std::string &out) {
 
 }  // namespace
 
+std::map<std::string, double> parse_counts(const std::string &out, const std::vector<std::string> &required,
+                                           const std::string &who) {
+    std::map<std::string, double> c;
+    std::size_t at = 0;
+    while (at < out.size()) {
+        const std::size_t end = out.find_first_of(" \n", at);
+        const std::string word = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        const std::size_t eq = word.find('=');
+        if (eq != std::string::npos) c[word.substr(0, eq)] = std::strtod(word.c_str() + eq + 1, nullptr);
+        if (end == std::string::npos) break;
+        at = end + 1;
+    }
+    for (const std::string &name : required) {
+        if (!c.count(name)) fail(who + " printed no '" + name + "=': '" + out + "'");
+    }
+    return c;
+}
+
 ChildResult run_child(const std::vector<std::string> &args) {
     ChildResult r;
     // stdout through a pipe, stderr through an unlinked temp file: the two can never deadlock

@@ -2,6 +2,7 @@
 // description of the machine the numbers were measured on.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,6 +68,11 @@ struct ChildResult {
     std::string out, err;
     double wall_seconds = 0;  // from just before the spawn to the child's exit
 };
+
+// The "name=value" words a child printed (a node of the cluster or fleet scenario), as numbers.
+// Fails, naming `who` and the output, when one of `required` is missing.
+std::map<std::string, double> parse_counts(const std::string &out, const std::vector<std::string> &required,
+                                           const std::string &who);
 
 // Runs args[0] (a path, not searched on PATH) with args, stdout and stderr captured.
 ChildResult run_child(const std::vector<std::string> &args);
