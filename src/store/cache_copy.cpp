@@ -63,7 +63,8 @@ struct Copier {
             const auto source = entry_file(entry, cache_entry::kSourceFile);
             cache_entry::NewEntry copy;
             copy.cubin = read->bytes;
-            copy.source = source ? *source : std::string();
+            // A view of `source` itself: "source ? *source : std::string()" would be a temporary.
+            copy.source = source ? std::string_view(*source) : std::string_view();
             copy.manifest = manifest;
             copy.deps_text = entry_file(entry, cache_entry::kDepsFile);
             // Reached only when the entry there is damaged (checked just above) or was just put there.
