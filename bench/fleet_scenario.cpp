@@ -134,13 +134,6 @@ std::unique_ptr<RedisServer> start_server(std::vector<std::string> extra = {}) {
     }
 }
 
-long long info_field(const RedisServer &server, const std::string &section, const std::string &field) {
-    const std::string info = server.command({"INFO", section});
-    const std::size_t at = info.find(field + ":");
-    if (at == std::string::npos) fail("redis-server's INFO " + section + " has no " + field);
-    return std::atoll(info.c_str() + at + field.size() + 1);
-}
-
 // Bytes of the tier's entries in Redis (their values' lengths), per entry.
 double bytes_per_entry(const RedisServer &server) {
     const std::vector<std::string> keys = server.keys("kjit:*:b:*");
@@ -248,7 +241,8 @@ std::map<std::string, Outcome> run_conditions(const Fleet &f, const char *label,
         // the nodes' connections, whose buffers Redis counts too): 3 K of them, at least 60.
         TempDir prefill(f.o.work_dir, "fleet-prefill-");
         f.run_one(prefill.path(), server->url(), f.sweep(k, std::min(std::max(3 * k, 60), sweep_size() - k)));
-        const long long used = info_field(*server, "memory", "used_memory");
+        const long long used = server->info_number("memory", "used_memory");
+        if (used < 0) fail("redis-server's INFO memory has no used_memory");
         require_ok(server->command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "CONFIG SET");
         require_ok(server->command({"CONFIG", "SET", "maxmemory", std::to_string(used)}), "CONFIG SET");
         out["full"] = f.run_nodes(n, server->url());

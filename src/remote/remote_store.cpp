@@ -89,6 +89,23 @@ bool refused_shebang(const redisReply &r) {
 }
 
 // Whether `key` is an entry of namespace `name_space` ("kjit:<format>:<namespace>:...:b:{...}").
+// The value of `name` in the text of an INFO reply ("name:value" lines ending in CRLF), if there.
+std::optional<std::string_view> info_field(std::string_view text, std::string_view name) {
+    for (std::size_t pos = 0; pos < text.size();) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view line = text.substr(pos, end - pos);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        const auto colon = line.find(':');
+        if (colon != std::string_view::npos && line.substr(0, colon) == name) return line.substr(colon + 1);
+        pos = end + 1;
+    }
+    return std::nullopt;
+}
+
+// The SCAN pattern of a namespace's entries (entry_of_namespace checks what it matches).
+std::string entries_pattern(const std::string &name_space) { return "kjit:*:" + name_space + ":*:b:*"; }
+
 bool entry_of_namespace(std::string_view key, const std::string &name_space) {
     const auto first = key.find(':');
     const auto second = first == std::string_view::npos ? first : key.find(':', first + 1);
@@ -610,8 +627,8 @@ std::uint64_t Tier::room_wanted(Shard &shard, std::size_t value_bytes) {
     if (auto info = round_trip(shard.link, {{"INFO", "memory"}}); info && !is_error(*(*info)[0])) {
         const std::string_view text = text_of(*(*info)[0]);
         auto field = [&](std::string_view name) -> std::uint64_t {
-            const auto at = text.find("\n" + std::string(name) + ":");
-            return at == std::string_view::npos ? 0 : std::strtoull(text.data() + at + name.size() + 2, nullptr, 10);
+            const auto value = info_field(text, name);
+            return value ? std::strtoull(std::string(*value).c_str(), nullptr, 10) : 0;
         };
         const std::uint64_t used = field("used_memory"), limit = field("maxmemory");
         if (limit != 0 && used > limit) over = used - limit;
@@ -636,7 +653,7 @@ std::uint64_t Tier::make_room(Shard &shard, std::uint64_t bytes) {
 std::uint64_t Tier::remove_idlest(Shard &shard, std::uint64_t bytes) {
     // A sample of this namespace's entries, from where the last sampling stopped (a clock hand
     // over the key space), as Redis's own LRU samples: then the longest idle go first.
-    const std::string pattern = "kjit:*:" + config_.name_space + ":*:b:*";
+    const std::string pattern = entries_pattern(config_.name_space);
     std::vector<std::string> sample;
     std::uint64_t cursor = shard.scan_cursor.load(std::memory_order_relaxed);
     for (int page = 0; page < kMostScanPages && sample.size() < kEnoughCandidates; ++page) {
@@ -721,26 +738,16 @@ std::string Tier::describe_servers() {
         const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
                                 "evicted_keys",  "keyspace_hits",     "keyspace_misses"};
         for (std::size_t i = 0; i < 3; ++i) {
-            std::string_view text = text_of(*(*info)[i]);
-            for (std::size_t pos = 0; pos < text.size();) {
-                std::size_t end = text.find('\n', pos);
-                if (end == std::string_view::npos) end = text.size();
-                std::string_view line = text.substr(pos, end - pos);
-                if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-                const auto colon = line.find(':');
-                for (const char *w : wanted) {
-                    if (colon != std::string_view::npos && line.substr(0, colon) == w) {
-                        out += "  " + std::string(line.substr(0, colon)) + ": " + std::string(line.substr(colon + 1)) +
-                               "\n";
-                    }
+            for (const char *w : wanted) {
+                if (const auto value = info_field(text_of(*(*info)[i]), w)) {
+                    out += "  " + std::string(w) + ": " + std::string(*value) + "\n";
                 }
-                pos = end + 1;
             }
         }
         const redisReply &dbsize = *(*info)[3];
         if (dbsize.type == REDIS_REPLY_INTEGER) out += "  keys: " + std::to_string(dbsize.integer) + "\n";
         // libkjit's entries in this namespace, counted by SCAN (bounded: an operator's view).
-        const std::string pattern = "kjit:*:" + config_.name_space + ":*:b:*";
+        const std::string pattern = entries_pattern(config_.name_space);
         std::string cursor = "0";
         std::uint64_t entries = 0;
         int rounds = 0;
