@@ -105,7 +105,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 9
+#define KJIT_VERSION_MINOR 10
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -170,8 +170,12 @@ typedef enum kjit_status {
     KJIT_ERROR_BUFFER_TOO_SMALL = 10,   /**< An out buffer is too small; the needed length was reported. */
     KJIT_ERROR_OUT_OF_MEMORY = 11,      /**< An allocation failed. */
     KJIT_ERROR_INTERNAL = 12,           /**< A bug in libkjit; please report it with kjit_last_error(). */
-    KJIT_ERROR_CANCELLED = 13           /**< A kjit_compile_batch() item that was not started because the
+    KJIT_ERROR_CANCELLED = 13,          /**< A kjit_compile_batch() item that was not started because the
                                              progress callback cancelled the batch (since 0.3). */
+    KJIT_ERROR_LINK = 14                /**< nvJitLink refused a link (an unresolved function, an input
+                                             for another arch, a bad link option: its log, naming the
+                                             input, is in kjit_last_error()), or no usable nvJitLink could
+                                             be loaded (since 0.10). */
 } kjit_status;
 
 /**
@@ -347,10 +351,33 @@ typedef struct kjit_compile_options {
     const char *const *seed_dirs;
     /** Number of entries in seed_dirs (none may be NULL); 0: $KJIT_CACHE_SEED. */
     size_t seed_dir_count;
+    /** Link-time inputs (since 0.10): files linked with the kernel by nvJitLink, each LTO-IR
+        (NVRTC's or nvcc's `-dlto` output), a cubin, a fatbin, PTX, a relocatable host object
+        (`.o` with device code) or a library of them (`.a`), told apart by their content, not
+        their names. With any, the source is compiled to LTO-IR (`-dlto`, relocatable device
+        code), linked with them in order for `arch` (`-arch=<arch> -lto`, then link_options),
+        and the linked cubin is the entry: its kernel is named and loaded as any other. Each
+        file's content (not its path) is in the cache key, so editing one is a miss and putting
+        it back hits the earlier entry; the hit memo proves them unchanged by their stat.
+        nvJitLink is loaded only by a process that links (the toolkit's libnvJitLink.so.<major>,
+        or $KJIT_LIBNVJITLINK): docs/link.md. A missing or unreadable file is #KJIT_ERROR_IO, a
+        file of no kind above #KJIT_ERROR_INVALID_ARGUMENT, nvJitLink's refusal (an input for
+        another arch, an unresolved function) #KJIT_ERROR_LINK with its log naming the input;
+        nothing is published then. NULL with link_input_count 0 (default): no link, a plain
+        NVRTC compile. */
+    const char *const *link_inputs;
+    /** Number of entries in link_inputs (none may be NULL or ""). */
+    size_t link_input_count;
+    /** Extra nvJitLink options in order (since 0.10), e.g. "-O3", "-maxrregcount=128",
+        "-ftz=true"; in the key. Not -arch (use arch) nor -lto (always given). NULL for none;
+        ignored without link inputs. */
+    const char *const *link_options;
+    /** Number of entries in link_options (none may be NULL). */
+    size_t link_option_count;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0 }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0 }
 
 /**
  * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).
@@ -411,11 +438,14 @@ KJIT_API kjit_status kjit_compile_options_init(kjit_compile_options *options, si
  *                                     usable NVRTC could be loaded (also for a hit): the files
  *                                     tried, why each failed, and what to do are in
  *                                     kjit_last_error().
- * @retval KJIT_ERROR_NOT_FOUND        No symbol of the fresh cubin matches the keyword.
+ * @retval KJIT_ERROR_NOT_FOUND        No symbol of the fresh cubin matches the keyword (for a
+ *                                     link, also a linked cubin with no kernel at all).
  * @retval KJIT_ERROR_AMBIGUOUS        Several symbols of the fresh cubin match the keyword.
  * @retval KJIT_ERROR_IO               The cache folder cannot be created or written, or a header
- *                                     under the include paths cannot be read; a read-only cache
- *                                     still answers hits.
+ *                                     under the include paths or a link input cannot be read; a
+ *                                     read-only cache still answers hits.
+ * @retval KJIT_ERROR_LINK             nvJitLink refused the link (its log, naming the input), or
+ *                                     no usable nvJitLink could be loaded (only with link inputs).
  * @retval KJIT_ERROR_BUFFER_TOO_SMALL Nothing but the length is written.
  * @retval KJIT_ERROR_OUT_OF_MEMORY    An allocation failed.
  * @retval KJIT_ERROR_INTERNAL         A bug in libkjit.

@@ -74,6 +74,7 @@ KJIT_SAME_VALUE(buffer_too_small, KJIT_ERROR_BUFFER_TOO_SMALL);
 KJIT_SAME_VALUE(out_of_memory, KJIT_ERROR_OUT_OF_MEMORY);
 KJIT_SAME_VALUE(internal, KJIT_ERROR_INTERNAL);
 KJIT_SAME_VALUE(cancelled, KJIT_ERROR_CANCELLED);
+KJIT_SAME_VALUE(link, KJIT_ERROR_LINK);
 #undef KJIT_SAME_VALUE
 
 static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
@@ -82,7 +83,7 @@ static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::distruste
                   static_cast<int>(kjit::resolve::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
                   static_cast<int>(kjit::resolve::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
               "resolve::NameResolver::Rejection and kjit_sidecar_rejection differ");
-static_assert(KJIT_ERROR_CANCELLED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
+static_assert(KJIT_ERROR_LINK < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
 #define KJIT_SAME_PROBLEM(damage, problem)                                                                       \
@@ -627,6 +628,7 @@ KJIT_API const char *kjit_status_string(kjit_status status) {
         case KJIT_ERROR_OUT_OF_MEMORY: return "out of memory";
         case KJIT_ERROR_INTERNAL: return "internal error";
         case KJIT_ERROR_CANCELLED: return "cancelled";
+        case KJIT_ERROR_LINK: return "link failed";
     }
     return "unknown status";
 }

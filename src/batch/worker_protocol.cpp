@@ -127,7 +127,7 @@ private:
     std::string fail_;
 };
 
-constexpr std::uint64_t kCodeMax = static_cast<std::uint64_t>(Errc::cancelled);
+constexpr std::uint64_t kCodeMax = static_cast<std::uint64_t>(Errc::link);
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include "compile/nvrtc_library.hpp"
 
+#include "compile/runtime_library.hpp"
+
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
@@ -28,24 +30,6 @@ struct Loaded {
     std::string error;
 };
 
-// "major.minor <file name> <file size>" of the library that holds `symbol`: patch releases of
-// NVRTC change code generation, so the cache key needs more than major.minor. The folder is left
-// out, so the same toolkit installed elsewhere gives the same identity. (The text libkjit has
-// always put in keys and manifests: caches made while it linked NVRTC keep their keys.)
-// `*file` receives the library's path, links resolved (empty where dladdr cannot tell).
-std::string identity_of(const std::string &version, void *symbol, std::string *file) {
-    std::string id = version;
-    Dl_info info{};
-    if (::dladdr(symbol, &info) == 0 || !info.dli_fname) return id + " unknown-build";
-    char resolved[PATH_MAX];
-    const std::string path(::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname);
-    struct stat st {};
-    id += " " + path.substr(path.rfind('/') + 1);
-    if (::stat(path.c_str(), &st) == 0) id += " " + std::to_string(st.st_size);
-    *file = path;
-    return id;
-}
-
 // NVRTC opens its builtins library (libnvrtc-builtins[.alt].so.<major>.<minor>) by name when it
 // first compiles, through the dynamic linker's search from libnvrtc itself (it has no RUNPATH),
 // not from its own folder. An NVRTC that libkjit found by path (the toolkit folder of the build,
@@ -71,31 +55,14 @@ void preload_builtins(const Api &a) {
     }
 }
 
-template <typename Fn>
-bool bind(void *handle, Fn &fn, const char *symbol, std::string &why) {
-    fn = reinterpret_cast<Fn>(::dlsym(handle, symbol));
-    if (!fn) {
-        why = std::string("opened, but it has no ") + symbol + " (not NVRTC, or an NVRTC older than libkjit needs)";
-    }
-    return fn != nullptr;
-}
-
-#define KJIT_BIND(name) bind(handle, a.name, #name, why)
+#define KJIT_BIND(name) runtime_library::bind(handle, a.name, #name, "NVRTC", why)
 
 // Opens `file` and fills `a` from it; false with `why` when it is not a usable NVRTC. A handle
 // that was opened stays open even then: closing runs the library's destructors, and it may be
 // a library the process uses for something else.
 bool open_one(const std::string &file, Api &a, std::string &why) {
-    if (void *mapped = ::dlopen(file.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
-        a.preexisting = true;
-        ::dlclose(mapped);
-    }
-    void *handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-        const char *e = ::dlerror();
-        why = std::string("failed: ") + (e ? e : "unknown error");
-        return false;
-    }
+    void *handle = runtime_library::open(file, &a.preexisting, why);
+    if (!handle) return false;
     if (!KJIT_BIND(nvrtcVersion) || !KJIT_BIND(nvrtcGetErrorString) || !KJIT_BIND(nvrtcCreateProgram) ||
         !KJIT_BIND(nvrtcDestroyProgram) || !KJIT_BIND(nvrtcAddNameExpression) || !KJIT_BIND(nvrtcCompileProgram) ||
         !KJIT_BIND(nvrtcGetProgramLogSize) || !KJIT_BIND(nvrtcGetProgramLog) || !KJIT_BIND(nvrtcGetCUBINSize) ||
@@ -119,7 +86,7 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
         return false;
     }
     a.library = file;
-    a.identity = identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion), &a.file);
+    a.identity = runtime_library::identity_of(a.version, reinterpret_cast<void *>(a.nvrtcVersion), &a.file);
     preload_builtins(a);
     return true;
 }
@@ -175,11 +142,8 @@ void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
 std::string library_name() { return "libnvrtc.so." + std::to_string(kMajor); }
 
 std::vector<std::string> candidates() {
-    const char *env = std::getenv("KJIT_LIBNVRTC");
-    if (env && *env) return {env};  // pinned: nothing else, so a test or deployment can rule NVRTC out
-    const std::string name = library_name();
     // LD_LIBRARY_PATH, ldconfig's cache, ...; then the toolkit the build used.
-    return {name, std::string(KJIT_NVRTC_DIR) + "/" + name};
+    return runtime_library::candidates("KJIT_LIBNVRTC", library_name(), KJIT_NVRTC_DIR);
 }
 
 const Api *opened() {

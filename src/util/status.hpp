@@ -24,6 +24,7 @@ enum class Errc {
     out_of_memory = 11,
     internal = 12,
     cancelled = 13,
+    link = 14,  // nvJitLink refused a link, or none could be loaded
 };
 
 struct Error {

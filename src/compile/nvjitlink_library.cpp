@@ -1,0 +1,130 @@
+#include "compile/nvjitlink_library.hpp"
+
+#include "compile/runtime_library.hpp"
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+namespace kjit::compile::nvjitlink_library {
+
+namespace {
+
+// The major version this build was compiled against: nvJitLink ships with the toolkit, so it is
+// NVRTC's (the headers the table is typed by).
+constexpr int kMajor = KJIT_NVRTC_MAJOR;
+static_assert(kMajor == CUDA_VERSION / 1000, "KJIT_NVRTC_MAJOR differs from the toolkit headers' CUDA_VERSION");
+
+struct Loaded {
+    Api api;
+    std::string error;
+};
+
+// The versioned symbol nvJitLink.h's wrapper of `name` calls: "__nvJitLinkCreate_13_0".
+std::string versioned(const char *name) { return std::string("__") + name + "_" + std::to_string(kMajor) + "_0"; }
+
+template <typename Fn>
+bool bind_versioned(void *handle, Fn &fn, const char *name, std::string &why) {
+    return runtime_library::bind(handle, fn, versioned(name).c_str(), "nvJitLink", why);
+}
+
+// Opens `file` and fills `a` from it; false with `why` when it is not a usable nvJitLink.
+bool open_one(const std::string &file, Api &a, std::string &why) {
+    void *handle = runtime_library::open(file, &a.preexisting, why);
+    if (!handle) return false;
+    // The version first (an unversioned symbol in every release): another major has none of the
+    // versioned names below, and saying its version is the clearer message.
+    if (!runtime_library::bind(handle, a.version_of, "nvJitLinkVersion", "nvJitLink", why)) return false;
+    unsigned major = 0, minor = 0;
+    if (const nvJitLinkResult r = a.version_of(&major, &minor); r != NVJITLINK_SUCCESS) {
+        why = "opened, but its nvJitLinkVersion failed (" + std::to_string(static_cast<int>(r)) + ")";
+        return false;
+    }
+    a.version = std::to_string(major) + "." + std::to_string(minor);
+    if (static_cast<int>(major) != kMajor) {
+        why = "opened, but it is nvJitLink " + a.version + " and this libkjit was built against CUDA " +
+              std::to_string(kMajor);
+        return false;
+    }
+    if (!bind_versioned(handle, a.create, "nvJitLinkCreate", why) ||
+        !bind_versioned(handle, a.destroy, "nvJitLinkDestroy", why) ||
+        !bind_versioned(handle, a.add_data, "nvJitLinkAddData", why) ||
+        !bind_versioned(handle, a.complete, "nvJitLinkComplete", why) ||
+        !bind_versioned(handle, a.linked_cubin_size, "nvJitLinkGetLinkedCubinSize", why) ||
+        !bind_versioned(handle, a.linked_cubin, "nvJitLinkGetLinkedCubin", why) ||
+        !bind_versioned(handle, a.error_log_size, "nvJitLinkGetErrorLogSize", why) ||
+        !bind_versioned(handle, a.error_log, "nvJitLinkGetErrorLog", why) ||
+        !bind_versioned(handle, a.info_log_size, "nvJitLinkGetInfoLogSize", why) ||
+        !bind_versioned(handle, a.info_log, "nvJitLinkGetInfoLog", why)) {
+        return false;
+    }
+    a.library = file;
+    a.identity = runtime_library::identity_of(a.version, reinterpret_cast<void *>(a.version_of), &a.file);
+    return true;
+}
+
+Loaded open_library() {
+    const char *env = std::getenv("KJIT_LIBNVJITLINK");
+    const bool from_env = env && *env;
+    Loaded loaded;
+    std::string tried;
+    for (const std::string &file : candidates()) {
+        Api a;
+        std::string why;
+        if (open_one(file, a, why)) {
+            log().debug("nvjitlink: {} (nvJitLink {}) loaded{}", file, a.version,
+                        from_env ? " from KJIT_LIBNVJITLINK" : "");
+            loaded.api = std::move(a);
+            return loaded;
+        }
+        if (!tried.empty()) tried += "; ";
+        tried += "dlopen(\"" + file + "\")" + (from_env ? " (from KJIT_LIBNVJITLINK) " : " ") + why;
+    }
+    loaded.error = "no usable nvJitLink: " + tried + ". A compile with link inputs needs nvJitLink " +
+                   std::to_string(kMajor) + ": install the CUDA toolkit's nvJitLink (" + library_name() +
+                   ": the libnvjitlink-" + std::to_string(kMajor) +
+                   "-<minor> package, or the nvidia-nvjitlink wheel for Python) or set KJIT_LIBNVJITLINK to the "
+                   "path of its " +
+                   library_name();
+    return loaded;
+}
+
+// Opened once per process, on first need, and never closed (as NVRTC: nvjitlink_library keeps
+// no per-process state a forked child must renew; the child keeps the parent's outcome).
+std::atomic<const Loaded *> loaded_slot{nullptr};
+
+// Serialises the first open (its initialisers run inside dlopen: see nvrtc_library.cpp).
+std::mutex open_mutex;
+void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::nvjitlink_open, renew_open_mutex_in_forked_child);
+
+}  // namespace
+
+std::string library_name() { return "libnvJitLink.so." + std::to_string(kMajor); }
+
+std::vector<std::string> candidates() {
+    return runtime_library::candidates("KJIT_LIBNVJITLINK", library_name(), KJIT_NVRTC_DIR);
+}
+
+const Api *opened() {
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    return published && published->error.empty() ? &published->api : nullptr;
+}
+
+Result<const Api *> api() {
+    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
+    if (!published) {
+        std::lock_guard<std::mutex> lock(open_mutex);
+        published = &fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
+    }
+    const Loaded &l = *published;
+    if (!l.error.empty()) return Error{Errc::link, l.error};
+    return &l.api;
+}
+
+}  // namespace kjit::compile::nvjitlink_library
