@@ -165,11 +165,16 @@ typedef struct kjit_stats {
     /** Seed entries that failed verification (damaged, another request's, headers changed
         since) and seed folders refused as untrusted: each left as it is and skipped. */
     uint64_t seed_rejections;
+    /** Links run by nvJitLink (since 0.10; kjit_compile_options::link_inputs): misses of requests
+        with link inputs that compiled here. Hits run none. */
+    uint64_t nvjitlink_links;
+    /** Their wall time in nanoseconds (also counted in nvrtc_nanoseconds, the whole compile). */
+    uint64_t nvjitlink_nanoseconds;
 } kjit_stats;
 
 /** @brief Initializer for ::kjit_stats: the size set, every counter 0. */
 #define KJIT_STATS_INIT { sizeof(kjit_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, \
-                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /**
  * @brief Takes a snapshot of the process-wide counters (since 0.2).

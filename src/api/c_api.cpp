@@ -224,8 +224,8 @@ kjit::Status take_headers(const kjit_compile_options *options, kjit::key::Reques
     return kjit::Ok{};
 }
 
-// The string arrays of the options (NVRTC options, include paths, in-memory headers), those
-// the caller's struct_size holds, checked.
+// The string arrays of the options (NVRTC options, include paths, link inputs and options,
+// in-memory headers), those the caller's struct_size holds, checked.
 kjit::Status take_lists(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
     if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
         if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
@@ -237,6 +237,22 @@ kjit::Status take_lists(const kjit_compile_options *options, kjit::key::Request 
     if (KJIT_OPTION_PRESENT(options, include_path_count)) {
         if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
                                   r.include_paths);
+            !s) {
+            return s;
+        }
+    }
+    if (KJIT_OPTION_PRESENT(options, link_input_count)) {
+        if (auto s = take_strings(options->link_inputs, options->link_input_count, where, "link_inputs", r.link_inputs);
+            !s) {
+            return s;
+        }
+        for (const std::string &input : r.link_inputs) {
+            if (input.empty()) return invalid(where + ".link_inputs has an empty file name");
+        }
+    }
+    if (KJIT_OPTION_PRESENT(options, link_option_count)) {
+        if (auto s =
+                take_strings(options->link_options, options->link_option_count, where, "link_options", r.link_options);
             !s) {
             return s;
         }
@@ -910,6 +926,8 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.remote_shared_failures = remote.shared_failures.load(relaxed);
         s.seed_hits = cache.seed_hits.load(relaxed);
         s.seed_rejections = cache.seed_rejections.load(relaxed);
+        s.nvjitlink_links = cache.nvjitlink_links.load(relaxed);
+        s.nvjitlink_nanoseconds = cache.nvjitlink_nanoseconds.load(relaxed);
         std::memcpy(static_cast<void *>(stats), &s, size);
         return KJIT_OK;
     });

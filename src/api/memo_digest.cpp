@@ -58,7 +58,8 @@ bool settings(cache::HitMemo::Fields &f, const char *cache_dir, const char *arch
     return true;
 }
 
-// The lists, the name expression and the program name, those the caller's struct_size holds.
+// The lists, the name expression, the program name and the link lists, those the caller's
+// struct_size holds.
 bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
     const bool has_options = o && KJIT_MEMO_OPTION_PRESENT(o, nvrtc_option_count);
     if (!strings(f, has_options ? o->nvrtc_options : nullptr, has_options ? o->nvrtc_option_count : 0)) return false;
@@ -71,7 +72,10 @@ bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
     if (expression) f.field(expression);
     const char *program = o && KJIT_MEMO_OPTION_PRESENT(o, program_name) ? o->program_name : nullptr;
     f.field(program ? program : "");
-    return true;
+    const bool has_inputs = o && KJIT_MEMO_OPTION_PRESENT(o, link_input_count);
+    if (!strings(f, has_inputs ? o->link_inputs : nullptr, has_inputs ? o->link_input_count : 0)) return false;
+    const bool has_link_options = o && KJIT_MEMO_OPTION_PRESENT(o, link_option_count);
+    return strings(f, has_link_options ? o->link_options : nullptr, has_link_options ? o->link_option_count : 0);
 }
 
 // The variables a repeat reads, found in one pass over the environment: a getenv each (a pass

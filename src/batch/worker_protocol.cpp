@@ -109,6 +109,11 @@ public:
         }
         return true;
     }
+    // Fails the message: `field` `what` ("is unknown"); false.
+    bool fail(const char *field, const char *what) {
+        if (fail_.empty()) fail_ = std::string("worker protocol: a ") + message_ + " message's " + field + " " + what;
+        return false;
+    }
     // The message's error, or none once every field was read and nothing is left over.
     std::optional<Error> finish() {
         if (fail_.empty() && !in_.empty()) fail("its end", "has bytes after the last field");
@@ -117,11 +122,6 @@ public:
     }
 
 private:
-    bool fail(const char *field, const char *what) {
-        if (fail_.empty()) fail_ = std::string("worker protocol: a ") + message_ + " message's " + field + " " + what;
-        return false;
-    }
-
     std::string_view in_;
     const char *message_;
     std::string fail_;
@@ -164,6 +164,32 @@ Result<Hello> decode_hello(std::string_view payload) {
     return hello;
 }
 
+namespace {
+
+// A job's link inputs: their count, then each one's path, kind and bytes (what the parent keyed:
+// the worker links these, never the files as they are by then).
+bool read_link_inputs(Reader &r, std::vector<compile::linker::Input> &inputs) {
+    std::uint64_t n = 0;
+    if (!r.number(n, "link input count")) return false;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        compile::linker::Input in;
+        std::uint64_t kind = 0;
+        std::string bytes;
+        if (!r.text(in.path, "link input path") || !r.number(kind, "link input kind") ||
+            !r.text(bytes, "link input bytes")) {
+            return false;
+        }
+        if (kind > static_cast<std::uint64_t>(compile::linker::Kind::library))
+            return r.fail("link input kind", "is unknown");
+        in.kind = static_cast<compile::linker::Kind>(kind);
+        in.bytes = std::make_shared<const std::string>(std::move(bytes));
+        inputs.push_back(std::move(in));
+    }
+    return true;
+}
+
+}  // namespace
+
 std::string encode_job(const compile::compile_job::Job &job) {
     Writer w;
     w.text(job.request.source)
@@ -172,7 +198,12 @@ std::string encode_job(const compile::compile_job::Job &job) {
         .pairs(job.request.headers)
         .texts(job.request.name_expressions)
         .text(job.pch_identity)
-        .texts(job.pch_options);
+        .texts(job.pch_options)
+        .number(job.request.link_inputs.size());
+    for (const compile::linker::Input &in : job.request.link_inputs) {
+        w.text(in.path).number(static_cast<std::uint64_t>(in.kind)).text(*in.bytes);
+    }
+    w.texts(job.request.link_options).text(job.request.link_arch);
     return w.take();
 }
 
@@ -182,7 +213,8 @@ Result<compile::compile_job::Job> decode_job(std::string_view payload) {
     r.text(job.request.source, "source") && r.text(job.request.program_name, "program name") &&
         r.texts(job.request.options, "options") && r.pairs(job.request.headers, "headers") &&
         r.texts(job.request.name_expressions, "name expressions") && r.text(job.pch_identity, "PCH identity") &&
-        r.texts(job.pch_options, "PCH options");
+        r.texts(job.pch_options, "PCH options") && read_link_inputs(r, job.request.link_inputs) &&
+        r.texts(job.request.link_options, "link options") && r.text(job.request.link_arch, "link arch");
     if (auto bad = r.finish()) return std::move(*bad);
     return job;
 }
@@ -192,6 +224,7 @@ std::string encode_outcome(const compile::compile_job::Outcome &outcome) {
     w.number(outcome.used_pch ? 1 : 0).number(outcome.made_pch ? 1 : 0).number(outcome.output ? 1 : 0);
     if (outcome.output) {
         w.text(outcome.output->cubin).text(outcome.output->log).pairs(outcome.output->lowered_names);
+        w.number(static_cast<std::uint64_t>(outcome.output->link_nanoseconds + 1));  // 0: no link
     } else {
         const Error &e = outcome.output.error();
         w.number(static_cast<std::uint64_t>(e.code)).text(e.message).number(static_cast<std::uint64_t>(e.sys_errno));
@@ -207,7 +240,10 @@ Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload) {
     std::uint64_t code = 0, sys_errno = 0;
     if (r.flag(used, "PCH use") && r.flag(made, "PCH creation") && r.flag(ok, "status")) {
         if (ok) {
-            r.text(out.cubin, "cubin") && r.text(out.log, "log") && r.pairs(out.lowered_names, "lowered names");
+            std::uint64_t link_ns = 0;
+            r.text(out.cubin, "cubin") && r.text(out.log, "log") && r.pairs(out.lowered_names, "lowered names") &&
+                r.number(link_ns, "link time");
+            out.link_nanoseconds = static_cast<std::int64_t>(link_ns & 0x7fffffffffffffff) - 1;
         } else if (r.number(code, "error code") && r.text(error.message, "error message") &&
                    r.number(sys_errno, "errno")) {
             error.code = code == 0 || code > kCodeMax ? Errc::internal : static_cast<Errc>(code);

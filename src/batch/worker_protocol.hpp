@@ -27,7 +27,7 @@
 namespace kjit::batch::worker_protocol {
 
 // Raised whenever a message's layout changes; the parent refuses a worker of another version.
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: link inputs in jobs, the link time in outcomes
 // The largest payload either side accepts (a cubin is well below).
 constexpr std::uint64_t kMaxPayload = std::uint64_t{1} << 32;
 

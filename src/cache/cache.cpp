@@ -1,6 +1,7 @@
 #include "cache/cache.hpp"
 
 #include "compile/compiler.hpp"
+#include "compile/nvjitlink_probe.hpp"
 #include "compile/nvrtc_probe.hpp"
 #include "key/include_scanner.hpp"
 #include "remote/remote_store.hpp"
@@ -29,6 +30,14 @@ compile::compiler::Request nvrtc_request(const key::Request &request) {
     for (const std::string &p : request.include_paths) nvrtc.options.push_back("-I" + p);
     nvrtc.headers = request.headers;
     if (request.name_expression) nvrtc.name_expressions.push_back(*request.name_expression);
+    if (!request.link_files.empty()) {
+        // LTO-IR (relocatable device code) for nvJitLink, which links it with the inputs.
+        nvrtc.options.push_back("-dlto");
+        nvrtc.options.push_back("-rdc=true");
+        nvrtc.link_inputs = request.link_files;
+        nvrtc.link_options = request.link_options;
+        nvrtc.link_arch = request.arch;
+    }
     return nvrtc;
 }
 
@@ -65,6 +74,19 @@ Result<remote::Tier *> tier_for(const key::Request &request) {
 remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string &entry_key) {
     const key::Request &r = keyed.request;
     return remote::Expected{entry_key, key::kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
+}
+
+// A linked cubin without the kernel: said as such (what a link keeps), nothing published.
+Error linked_name_problem(const key::Request &request, Error e) {
+    if (e.code != Errc::not_found || request.link_files.empty()) return e;
+    e.message = "the cubin linked from '" +
+                (request.program_name.empty() ? std::string(key::kDefaultProgramName) : request.program_name) +
+                "' and its " + std::to_string(request.link_files.size()) + " link input(s) has no kernel '" +
+                request.keyword +
+                "' (a link keeps the source's __global__ functions and what they call; a link input's kernels are "
+                "only kept when the source declares and launches them): " +
+                e.message;
+    return e;
 }
 
 }  // namespace
@@ -151,6 +173,7 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
         // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
         // record that spares the next processes loading it (once per folder).
         compile::nvrtc_probe::record(keyed.request.cache_dir);
+        if (!keyed.request.link_files.empty()) compile::nvjitlink_probe::record(keyed.request.cache_dir);
         compile::compiler::create_output_files_of_hit(keyed.request.nvrtc_options, keyed.request.program_name);
         return found;
     }
@@ -210,7 +233,10 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
         }
     }();
     const bool put_off = busy && *busy;
-    if (result && !put_off) compile::nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
+    if (result && !put_off) {
+        compile::nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
+        if (!keyed.request.link_files.empty()) compile::nvjitlink_probe::record(keyed.request.cache_dir);
+    }
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
         flight->result = result;
@@ -290,7 +316,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     const std::string lowered = request.name_expression ? compiled->lowered_names.at(0).second : std::string();
     auto name = resolve::name_for_new_cubin(compiled->cubin, "fresh cubin for " + keyed.key, request.keyword,
                                             request.name_expression, lowered);
-    if (!name) return std::move(name).error();
+    if (!name) return linked_name_problem(request, std::move(name).error());
 
     store::cache_entry::NewEntry entry;
     entry.cubin = compiled->cubin;
@@ -315,6 +341,11 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
         return std::move(st).error();
     }
+    if (!request.link_files.empty()) {
+        if (auto st = compile::nvjitlink_probe::confirm(request.nvjitlink_identity, request.cache_dir); !st) {
+            return std::move(st).error();
+        }
+    }
     compile::compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
     if (request.use_pch) {
         job.pch_identity = key::pch_identity(request, deps);
@@ -333,6 +364,11 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
     if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
     Result<compile::compiler::Output> compiled = std::move(outcome.output);
+    if (compiled && compiled->link_nanoseconds >= 0) {
+        counters_.nvjitlink_links.fetch_add(1, std::memory_order_relaxed);
+        counters_.nvjitlink_nanoseconds.fetch_add(static_cast<std::uint64_t>(compiled->link_nanoseconds),
+                                                  std::memory_order_relaxed);
+    }
     if (!compiled && compiled.error().code == Errc::nvrtc &&
         compiled.error().message.find("--gpu-architecture") != std::string::npos) {
         // NVRTC's own words are "invalid value for --gpu-architecture (-arch)": say which value,

@@ -14,7 +14,9 @@ struct Counters {
     std::atomic<std::uint64_t> memo_answers{0};
     std::atomic<std::uint64_t> compile_misses{0};
     std::atomic<std::uint64_t> nvrtc_compiles{0};
-    std::atomic<std::uint64_t> nvrtc_nanoseconds{0};  // wall time inside compile::compiler::compile
+    std::atomic<std::uint64_t> nvrtc_nanoseconds{0};      // wall time inside compile::compiler::compile
+    std::atomic<std::uint64_t> nvjitlink_links{0};        // links run (requests with link inputs)
+    std::atomic<std::uint64_t> nvjitlink_nanoseconds{0};  // their wall time (also in nvrtc_nanoseconds)
     std::atomic<std::uint64_t> entries_published{0};
     std::atomic<std::uint64_t> compile_shared_waits{0};  // callers that waited for another's compile
     std::atomic<std::uint64_t> entries_rebuilt{0};       // damaged or stale entries replaced

@@ -74,6 +74,10 @@ HitMemo::Digest HitMemo::digest(const key::Request &request) {
     h.count(request.name_expression ? 1 : 0);
     if (request.name_expression) h.field(*request.name_expression);
     h.field(request.program_name);
+    h.count(request.link_inputs.size());
+    for (const std::string &p : request.link_inputs) h.field(p);
+    h.count(request.link_options.size());
+    for (const std::string &o : request.link_options) h.field(o);
     return h.digest();
 }
 
@@ -98,6 +102,12 @@ const HitMemo::Answer *HitMemo::serving(const Digest &digest, bool *by_watch) co
     if (coarse_ns() - a.proven_ns >= revalidate_ns_) return nullptr;
     if (store::cache_entry::retirements() != a.retirements) return nullptr;
     if (!a.working_dir.empty() && key::include_scanner::current_working_dir() != a.working_dir) return nullptr;
+    // Link inputs are in the key by content: each must still be the file that was read (a stat
+    // each; no watch covers them).
+    for (const auto &[path, identity] : a.link_files) {
+        struct stat now {};
+        if (::stat(path.c_str(), &now) != 0 || FileIdentity::from_stat(now) != identity) return nullptr;
+    }
     // One look at the watch's queue proves the cubin and, for a request that reads files, its
     // files too: they were proven at the generation the cubin's watch was armed at (below).
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
@@ -144,6 +154,10 @@ void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, con
         if (::lstat(a.entry.c_str(), &a.entry_st) != 0) return;
         a.source_key = key::proof_context(keyed.request, keyed.key);
         if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
+    }
+    for (const compile::linker::Input &in : keyed.request.link_files) {
+        if (in.identity.mtime_nsec == 0) return;  // whole-second times: an edit may not show
+        a.link_files.emplace_back(in.path, in.identity);
     }
     if (keyed.uses_working_dir) {
         // "" when it cannot be told: then nothing that depends on it is served from memory.

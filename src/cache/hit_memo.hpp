@@ -22,6 +22,8 @@
 //   - The files the request may read (include paths, the working directory): proven unchanged
 //     by the header watch (dependency_watch.hpp), one non-blocking read of the inotify queue;
 //     where the watch cannot vouch for them, the answer is not remembered.
+//   - The link inputs (kjit_compile_options::link_inputs), keyed by content: each path's stat
+//     (device, inode, size, mtime and ctime to the nanosecond) must be that of the file read.
 //   - The working directory, when the answer depends on it (a relative folder, or NVRTC
 //     searching it): compared.
 //   - Any entry this process began to remove since the look-up: every answer is looked up again.
@@ -47,6 +49,8 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace kjit::cache {
 
@@ -72,8 +76,8 @@ public:
     // length first, so that no two requests hash the same bytes. digest(Request) is this over
     // source, keyword, cache_dir, arch, the NVRTC options (count, then each), the include
     // paths (likewise), the headers (count, then name and text of each), the name expression
-    // (0, or 1 and it) and the program name. Uses a buffer of the calling thread: one Fields at
-    // a time per thread.
+    // (0, or 1 and it), the program name, the link inputs and the link options (counted lists). Uses a buffer of the
+    // calling thread: one Fields at a time per thread.
     class Fields {
     public:
         Fields();
@@ -167,7 +171,9 @@ private:
         struct stat entry_st {};  // as the look-up saw it
         std::string source_key;   // when it reads files: key::proof_context of the request's key
         bool reads_files = false;
-        std::string working_dir;     // when the answer depends on it; else empty
+        std::string working_dir;  // when the answer depends on it; else empty
+        // Each link input (absolute path) as the look-up read it: a repeat stats each.
+        std::vector<std::pair<std::string, FileIdentity>> link_files;
         std::int64_t proven_ns = 0;  // the coarse monotonic clock (a repeat reads it: no system call)
         std::uint64_t retirements = 0;
     };

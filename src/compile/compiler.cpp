@@ -313,7 +313,32 @@ std::vector<std::string> supported_archs() {
     return out;
 }
 
-Result<Output> compile(const Request &request) {
+namespace {
+
+// The compiled program's cubin, or its LTO-IR when the request links, into `out`.
+Status take_output(const Api &api, nvrtcProgram prog, const Request &request, std::string &out) {
+    const bool lto = !request.link_inputs.empty();
+    size_t size = 0;
+    if (lto) {
+        if (!api.nvrtcGetLTOIRSize || !api.nvrtcGetLTOIR) {
+            return Error{Errc::nvrtc, "this NVRTC cannot give LTO-IR (no nvrtcGetLTOIR), which a link needs"};
+        }
+        if (auto st = check(api, api.nvrtcGetLTOIRSize(prog, &size), "nvrtcGetLTOIRSize"); !st) return st;
+    } else if (auto st = check(api, api.nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize"); !st) {
+        return st;
+    }
+    if (size == 0) {
+        return Error{Errc::nvrtc, lto ? "NVRTC produced no LTO-IR for '" + request.program_name + "'"
+                                      : "NVRTC produced no cubin for '" + request.program_name +
+                                            "' (a virtual compute_XX target gives PTX only; use -arch=sm_XX)"};
+    }
+    out.resize(size);
+    if (lto) return check(api, api.nvrtcGetLTOIR(prog, out.data()), "nvrtcGetLTOIR");
+    return check(api, api.nvrtcGetCUBIN(prog, out.data()), "nvrtcGetCUBIN");
+}
+
+// NVRTC's part of compile(): the cubin, or with link inputs the LTO-IR (in Output::cubin).
+Result<Output> run_nvrtc(const Request &request) {
     // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
     // gets the error without waiting for a fork.
     auto loaded = compile::nvrtc_library::api();
@@ -363,18 +388,7 @@ Result<Output> compile(const Request &request) {
         if (!out.log.empty()) msg += "\n" + out.log;
         return Error{Errc::nvrtc, std::move(msg)};
     }
-    size_t cubin_size = 0;
-    if (auto st = check(api, api.nvrtcGetCUBINSize(prog.get(), &cubin_size), "nvrtcGetCUBINSize"); !st) {
-        return std::move(st).error();
-    }
-    if (cubin_size == 0) {
-        return Error{Errc::nvrtc, "NVRTC produced no cubin for '" + request.program_name +
-                                      "' (a virtual compute_XX target gives PTX only; use -arch=sm_XX)"};
-    }
-    out.cubin.resize(cubin_size);
-    if (auto st = check(api, api.nvrtcGetCUBIN(prog.get(), out.cubin.data()), "nvrtcGetCUBIN"); !st) {
-        return std::move(st).error();
-    }
+    if (auto st = take_output(api, prog.get(), request, out.cubin); !st) return std::move(st).error();
     for (const auto &e : request.name_expressions) {
         const char *lowered = nullptr;
         if (auto st = check(api, api.nvrtcGetLoweredName(prog.get(), e.c_str(), &lowered), "nvrtcGetLoweredName");
@@ -383,6 +397,23 @@ Result<Output> compile(const Request &request) {
         }
         out.lowered_names.emplace_back(e, lowered ? lowered : "");
     }
+    return out;
+}
+
+}  // namespace
+
+Result<Output> compile(const Request &request) {
+    auto out = run_nvrtc(request);  // its gate left: a link calls no NVRTC
+    if (!out || request.link_inputs.empty()) return out;
+    const auto start = std::chrono::steady_clock::now();
+    std::string info;
+    auto linked = linker::link(out->cubin, request.program_name, request.link_arch, request.link_inputs,
+                               request.link_options, &info);
+    if (!linked) return std::move(linked).error();
+    out->link_nanoseconds =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    out->cubin = std::move(*linked);
+    if (!info.empty()) out->log += (out->log.empty() ? "" : "\n") + info;
     return out;
 }
 

@@ -1,10 +1,13 @@
-// Compiler: one NVRTC program -> cubin bytes, the compile log and lowered names. Knows NVRTC
-// only (reached through nvrtc_library, which dlopens it on first need): no files, no cache.
+// Compiler: one NVRTC program -> cubin bytes, the compile log and lowered names; with link
+// inputs, NVRTC's LTO-IR linked with them by the linker (nvJitLink). Knows NVRTC (reached
+// through nvrtc_library, which dlopens it on first need) and the linker: no files, no cache.
 #pragma once
 
+#include "compile/linker.hpp"
 #include "util/status.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +20,11 @@ struct Request {
     std::vector<std::string> options;                          // e.g. "-arch=sm_90", "-std=c++17"
     std::vector<std::pair<std::string, std::string>> headers;  // (include name, source)
     std::vector<std::string> name_expressions;                 // e.g. "gemm<128, 64>"
+    // With link inputs: `options` ask NVRTC for LTO-IR (-dlto), which is linked with these, in
+    // order, for `link_arch` with `link_options` (linker::link); the linked cubin is the output.
+    std::vector<linker::Input> link_inputs;
+    std::vector<std::string> link_options;
+    std::string link_arch;  // e.g. "sm_90"
 };
 
 // The archs this NVRTC compiles for ("sm_75", ...), for messages; empty when it cannot say.
@@ -26,9 +34,11 @@ struct Output {
     std::string cubin;
     std::string log;
     std::vector<std::pair<std::string, std::string>> lowered_names;  // (expression, mangled name)
+    std::int64_t link_nanoseconds = -1;                              // the link's wall time; -1: no link
 };
 
-// Compiles `request`. Errc::compile with the whole NVRTC log when the source does not compile;
+// Compiles `request` (and links it, with link inputs: Errc::link with nvJitLink's log naming
+// the input, linker::link). Errc::compile with the whole NVRTC log when the source does not compile;
 // Errc::nvrtc with NVRTC's text for other NVRTC failures (unknown option, no cubin for a
 // virtual arch, ...), when NVRTC cannot be loaded (compile::nvrtc_library::api()'s message: what was
 // tried, what to do), and in a child forked while NVRTC was busy (below). Thread safe: NVRTC

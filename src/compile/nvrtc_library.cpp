@@ -73,6 +73,8 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
         reinterpret_cast<decltype(a.nvrtcGetNumSupportedArchs)>(::dlsym(handle, "nvrtcGetNumSupportedArchs"));
     a.nvrtcGetSupportedArchs =
         reinterpret_cast<decltype(a.nvrtcGetSupportedArchs)>(::dlsym(handle, "nvrtcGetSupportedArchs"));
+    a.nvrtcGetLTOIRSize = reinterpret_cast<decltype(a.nvrtcGetLTOIRSize)>(::dlsym(handle, "nvrtcGetLTOIRSize"));
+    a.nvrtcGetLTOIR = reinterpret_cast<decltype(a.nvrtcGetLTOIR)>(::dlsym(handle, "nvrtcGetLTOIR"));
     int major = 0, minor = 0;
     if (const nvrtcResult r = a.nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS) {
         why = std::string("opened, but its nvrtcVersion failed: ") + a.nvrtcGetErrorString(r);

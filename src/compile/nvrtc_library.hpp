@@ -41,6 +41,9 @@ struct Api {
     // Optional (nullptr where absent): only for messages.
     decltype(&::nvrtcGetNumSupportedArchs) nvrtcGetNumSupportedArchs = nullptr;
     decltype(&::nvrtcGetSupportedArchs) nvrtcGetSupportedArchs = nullptr;
+    // Optional: only a compile with link inputs asks for LTO-IR.
+    decltype(&::nvrtcGetLTOIRSize) nvrtcGetLTOIRSize = nullptr;
+    decltype(&::nvrtcGetLTOIR) nvrtcGetLTOIR = nullptr;
 
     std::string library;       // what dlopen was given, as the messages name it
     std::string file;          // the file it opened, links resolved (realpath)

@@ -1,6 +1,7 @@
 #include "key/cache_key.hpp"
 
 #include "compile/compiler.hpp"
+#include "compile/nvjitlink_probe.hpp"
 #include "compile/nvrtc_probe.hpp"
 #include "cubin/name_matcher.hpp"
 #include "store/cache_entry.hpp"
@@ -166,7 +167,41 @@ std::string key_of(const Request &r) {
     field(state, "keyword", r.keyword);
     // Only when given: the keys of requests without it are those of before the option.
     if (!r.program_name.empty()) field(state, "program_name", r.program_name);
+    // Only with link inputs, likewise: what is linked, by content (a library moved elsewhere is
+    // the same library; one edited in place is another), the link options, and nvJitLink.
+    if (!r.link_files.empty()) {
+        field(state, "nvjitlink", r.nvjitlink_identity);
+        field(state, "link_inputs", std::to_string(r.link_files.size()));
+        for (const compile::linker::Input &in : r.link_files) {
+            field(state, "link_input.kind", compile::linker::kind_name(in.kind));
+            field(state, "link_input.content", in.content_hash);
+        }
+        field(state, "link_options", std::to_string(r.link_options.size()));
+        for (const std::string &o : r.link_options) field(state, "link_option", o);
+    }
     return hex_digest(state);
+}
+
+Status read_link_inputs(Request &request) {
+    for (const std::string &o : request.link_options) {
+        if (o.rfind("-arch", 0) == 0 || o.rfind("--arch", 0) == 0) {
+            return Error{Errc::invalid_argument, "link option '" + o +
+                                                     "' sets the target: pass the arch in kjit_compile_options.arch, "
+                                                     "which NVRTC and nvJitLink both get"};
+        }
+    }
+    request.link_files.clear();
+    for (const std::string &given : request.link_inputs) {
+        if (given.empty()) return Error{Errc::invalid_argument, "a link input is an empty file name"};
+        std::error_code ec;
+        const std::string path =
+            given[0] == '/' ? given : std::filesystem::absolute(given, ec).lexically_normal().string();
+        if (ec) return Error{Errc::io, "cannot make link input '" + given + "' absolute: " + ec.message()};
+        auto in = compile::linker::read_input(path);
+        if (!in) return std::move(in).error();
+        request.link_files.push_back(std::move(*in));
+    }
+    return Ok{};
 }
 
 std::string pch_texts(const Request &r) {
@@ -197,6 +232,21 @@ std::string pch_texts(const Request &r) {
     return hex_digest(state);
 }
 
+namespace {
+
+// The link's part of the key, with link inputs: each file read, then nvJitLink's build (so a
+// missing file is said even where there is no nvJitLink).
+Status key_link(Request &request) {
+    if (request.link_inputs.empty()) return Ok{};
+    if (auto st = read_link_inputs(request); !st) return st;
+    auto nvjitlink = compile::nvjitlink_probe::identity(request.cache_dir);
+    if (!nvjitlink) return std::move(nvjitlink).error();
+    request.nvjitlink_identity = std::move(*nvjitlink);
+    return Ok{};
+}
+
+}  // namespace
+
 Result<KeyedRequest> key_request(Request request) {
     if (auto st = cubin::name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
     if (auto st = check_arch(request.arch); !st) return std::move(st).error();
@@ -215,7 +265,8 @@ Result<KeyedRequest> key_request(Request request) {
     // compile with absolute ones.
     const auto relative = [](const std::string &p) { return p.empty() || p[0] != '/'; };
     const bool relative_folders = relative(request.cache_dir) ||
-                                  std::any_of(request.include_paths.begin(), request.include_paths.end(), relative);
+                                  std::any_of(request.include_paths.begin(), request.include_paths.end(), relative) ||
+                                  std::any_of(request.link_inputs.begin(), request.link_inputs.end(), relative);
     auto cache_dir = absolute_folder(request.cache_dir);
     if (!cache_dir) return std::move(cache_dir).error();
     request.cache_dir = std::move(*cache_dir);
@@ -276,6 +327,7 @@ Result<KeyedRequest> key_request(Request request) {
     auto nvrtc = compile::nvrtc_probe::identity(request.cache_dir);
     if (!nvrtc) return std::move(nvrtc).error();
     request.nvrtc_identity = std::move(*nvrtc);
+    if (auto st = key_link(request); !st) return std::move(st).error();
 
     KeyedRequest keyed;
     keyed.key = key_of(request);

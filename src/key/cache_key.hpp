@@ -7,6 +7,7 @@
 // keyword rule) and the compiler (NVRTC's identity and PCH options); nothing on disk.
 #pragma once
 
+#include "compile/linker.hpp"
 #include "key/include_scanner.hpp"
 #include "util/status.hpp"
 
@@ -61,6 +62,16 @@ struct Request {
     // The seed caches a local miss looks in before the cluster tier (cache/seed_store.hpp), in
     // order; made absolute by key_request. Not in the key either.
     std::vector<std::string> seed_dirs;
+    // Link-time inputs (kjit_compile_options::link_inputs) as the caller named them, and the
+    // nvJitLink options. With any input, the source is compiled to LTO-IR and linked with them.
+    std::vector<std::string> link_inputs;
+    std::vector<std::string> link_options;
+    // Set by key_request: each link input read once (absolute path, kind, content, fstat), in
+    // order. In the key by content, never by path; the compile links these very bytes.
+    std::vector<compile::linker::Input> link_files;
+    // Set by key_request when there are link inputs: nvJitLink's build (nvjitlink_probe.hpp),
+    // in the key, so an entry linked by another nvJitLink is not served.
+    std::string nvjitlink_identity;
     // Set by key_request, from the texts and options: how the compile looks files up (its
     // working directory only when something may be looked up relative to it; what is found
     // through it is then recorded relative to it), and whether it may read any file (then the
@@ -102,6 +113,12 @@ struct KeyedRequest {
     // folder or include path (made absolute against it), or NVRTC may look files up in it.
     bool uses_working_dir = false;
 };
+
+// Reads the request's link inputs into `request.link_files` (paths made absolute against the
+// working directory) and checks its link options. Errors: io for a file that cannot be read,
+// invalid_argument for an empty name, a file of no kind nvJitLink links, or an -arch among the
+// link options. Called by key_request.
+Status read_link_inputs(Request &request);
 
 // Checks `request` and keys it: NVRTC's PCH options taken out (compile::compiler::take_pch_options), no
 // target among the NVRTC options, the cache folder and include paths made absolute, how the
