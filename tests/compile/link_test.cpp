@@ -321,6 +321,52 @@ TEST_F(Link, AnEmptyOrNullInputNameIsInvalid) {
     EXPECT_EQ(kjit_compile(kKernel, "use_lib", &options, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
 }
 
+// A batch on worker processes (kjit-worker beside libkjit.so): each job carries the bytes the
+// parent keyed, and each linked cubin holds its own library's constant.
+TEST_F(Link, BatchOnWorkerProcessesLinksEachItem) {
+    constexpr int kItems = 4;
+    std::vector<std::string> libs;
+    for (int i = 0; i < kItems; ++i) {
+        libs.push_back(dir_.file("lib" + std::to_string(i) + ".ltoir"));
+        write_ltoir_library(libs.back(), 100 + i);
+    }
+    std::vector<const char *> inputs;
+    for (const std::string &l : libs) inputs.push_back(l.c_str());
+    std::vector<kjit_compile_options> options(kItems, kjit_compile_options KJIT_COMPILE_OPTIONS_INIT);
+    std::vector<kjit_compile_request> requests(kItems, kjit_compile_request KJIT_COMPILE_REQUEST_INIT);
+    std::vector<const kjit_compile_request *> items;
+    for (std::size_t i = 0; i < kItems; ++i) {
+        options[i].cache_dir = cache_.c_str();
+        options[i].arch = "sm_90";
+        options[i].link_inputs = &inputs[i];
+        options[i].link_input_count = 1;
+        requests[i].source = kKernel;
+        requests[i].keyword = "use_lib";
+        requests[i].options = &options[i];
+        items.push_back(&requests[i]);
+    }
+    kjit_batch_options batch = KJIT_BATCH_OPTIONS_INIT;
+    batch.workers = 2;
+    batch.worker_kind = KJIT_WORKERS_PROCESSES;
+    kjit_batch_result *result = nullptr;
+    const kjit_stats before = kjit_test::stats_now();
+    ASSERT_EQ(kjit_compile_batch(items.data(), items.size(), &batch, &result), KJIT_OK) << kjit_last_error();
+    for (std::size_t i = 0; i < kItems; ++i) {
+        ASSERT_EQ(kjit_batch_result_status(result, i), KJIT_OK) << kjit_batch_result_error(result, i);
+        EXPECT_STREQ(kjit_batch_result_kernel_name(result, i), "_Z7use_libPii");
+        EXPECT_EQ(constant_in(kjit_batch_result_cubin_path(result, i)), 100 + static_cast<long>(i));
+    }
+    kjit_batch_result_release(result);
+    EXPECT_EQ(kjit_test::stats_now().nvjitlink_links - before.nvjitlink_links, static_cast<std::uint64_t>(kItems));
+    // The same requests one by one: hits on the entries the workers linked.
+    for (std::size_t i = 0; i < kItems; ++i) {
+        const Compiled c = compile_linked(cache_, {libs[i]});
+        ASSERT_EQ(c.status, KJIT_OK) << c.error;
+        EXPECT_EQ(constant_in(c.path), 100 + static_cast<long>(i));
+    }
+    EXPECT_EQ(kjit_test::stats_now().nvjitlink_links - before.nvjitlink_links, static_cast<std::uint64_t>(kItems));
+}
+
 // A fresh process (this binary run again) over the same cache and library: a hit with no
 // NVRTC or nvJitLink run. Exit codes say what went wrong.
 int child_hit(const std::string &cache, const std::string &lib, const std::string &expected) {

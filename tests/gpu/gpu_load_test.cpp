@@ -4,6 +4,7 @@
 // launches.
 #include "kjit/kjit.h"
 
+#include "compile/nvrtc_library.hpp"
 #include "test_support.hpp"
 
 #include <cuda.h>
@@ -191,4 +192,72 @@ TEST(Gpu, BatchOnWorkerProcessesLoadsAndLaunches) {
         kjit_kernel_release(k);
     }
     kjit_batch_result_release(result);
+}
+
+namespace {
+
+// A device-function library as LTO-IR for sm_75, which nvJitLink links into any newer target
+// (the current GPU's), made with NVRTC as a library vendor would ship it.
+std::string scale_library_ltoir() {
+    const char *const source = "extern \"C\" __device__ float lib_scale(int i) { return 3.0f * i + 0.25f; }\n";
+    auto api = kjit::compile::nvrtc_library::api();
+    if (!api) {
+        ADD_FAILURE() << api.error().message;
+        return "";
+    }
+    const auto &a = **api;
+    nvrtcProgram prog = nullptr;
+    EXPECT_EQ(a.nvrtcCreateProgram(&prog, source, "scale.cu", 0, nullptr, nullptr), NVRTC_SUCCESS);
+    const char *options[] = {"-arch=sm_75", "-rdc=true", "-dlto"};
+    EXPECT_EQ(a.nvrtcCompileProgram(prog, 3, options), NVRTC_SUCCESS);
+    std::size_t size = 0;
+    EXPECT_EQ(a.nvrtcGetLTOIRSize(prog, &size), NVRTC_SUCCESS);
+    std::string out(size, '\0');
+    EXPECT_EQ(a.nvrtcGetLTOIR(prog, &out[0]), NVRTC_SUCCESS);
+    a.nvrtcDestroyProgram(&prog);
+    return out;
+}
+
+}  // namespace
+
+// A kernel linked with a library function through link_inputs, the arch left to the driver:
+// it loads and computes with the library's function, first compiled, then as a hit.
+TEST(Gpu, LinkedKernelLaunchesWithTheLibrarysFunction) {
+    const Cuda &c = cuda();
+    TempDir dir;
+    const std::string lib = dir.file("scale.ltoir");
+    write_file(lib, scale_library_ltoir());
+    const std::string cache = dir.file("cache");
+    const char *inputs[] = {lib.c_str()};
+    kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
+    options.cache_dir = cache.c_str();
+    options.link_inputs = inputs;
+    options.link_input_count = 1;
+    const char *const source = "extern \"C\" __device__ float lib_scale(int i);\n"
+                               "__global__ void scaled(float *out, int n) {\n"
+                               "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "    if (i < n) out[i] = lib_scale(i);\n"
+                               "}\n";
+    for (int round = 0; round < 2; ++round) {  // the link, then the hit
+        char path[4096];
+        ASSERT_EQ(kjit_compile(source, "scaled", &options, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+        kjit_kernel *k = nullptr;
+        ASSERT_EQ(kjit_load_cached(path, "scaled", &k), KJIT_OK) << kjit_last_error();
+        constexpr int kCount = 1000;
+        CUdeviceptr out = 0;
+        ASSERT_EQ(c.mem_alloc(&out, kCount * sizeof(float)), CUDA_SUCCESS);
+        int count = kCount;
+        void *args[] = {&out, &count};
+        ASSERT_EQ(c.launch(static_cast<CUfunction>(kjit_kernel_cukernel(k)), (kCount + 127) / 128, 1, 1, 128, 1, 1, 0,
+                           nullptr, args, nullptr),
+                  CUDA_SUCCESS);
+        ASSERT_EQ(c.synchronize(), CUDA_SUCCESS);
+        std::vector<float> host(kCount);
+        ASSERT_EQ(c.memcpy_dtoh(host.data(), out, kCount * sizeof(float)), CUDA_SUCCESS);
+        c.mem_free(out);
+        kjit_kernel_release(k);
+        for (int i = 0; i < kCount; ++i) {
+            ASSERT_EQ(host[static_cast<std::size_t>(i)], 3.0f * static_cast<float>(i) + 0.25f) << i;
+        }
+    }
 }
