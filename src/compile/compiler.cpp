@@ -337,13 +337,9 @@ Status take_output(const Api &api, nvrtcProgram prog, const Request &request, st
     return check(api, api.nvrtcGetCUBIN(prog, out.data()), "nvrtcGetCUBIN");
 }
 
-// NVRTC's part of compile(): the cubin, or with link inputs the LTO-IR (in Output::cubin).
-Result<Output> run_nvrtc(const Request &request) {
-    // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
-    // gets the error without waiting for a fork.
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
-    const Api &api = **loaded;
+// NVRTC's part of compile(), inside the gate: the cubin, or with link inputs the LTO-IR (in
+// Output::cubin).
+Result<Output> run_nvrtc(const Api &api, const Request &request) {
     std::vector<const char *> header_sources, header_names, options;
     for (const auto &h : request.headers) {
         header_names.push_back(h.first.c_str());
@@ -351,15 +347,6 @@ Result<Output> run_nvrtc(const Request &request) {
     }
     for (const auto &o : request.options) options.push_back(o.c_str());
 
-    const Passage passage;
-    if (!passage.entered()) {
-        const std::int64_t ms = fork_wait_ms.load();
-        return Error{Errc::nvrtc, "NVRTC cannot be used in this process: it was forked while another thread of its "
-                                  "parent was compiling for longer than fork waits for a compile (" +
-                                      (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
-                                      "), and NVRTC may hold a lock of its own that no thread here will let go; "
-                                      "compile in the parent, or in a process started afresh (spawn, not fork)"};
-    }
     Program prog(api);
     if (auto st = check(api,
                         api.nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
@@ -403,7 +390,22 @@ Result<Output> run_nvrtc(const Request &request) {
 }  // namespace
 
 Result<Output> compile(const Request &request) {
-    auto out = run_nvrtc(request);  // its gate left: a link calls no NVRTC
+    // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
+    // gets the error without waiting for a fork.
+    auto loaded = compile::nvrtc_library::api();
+    if (!loaded) return std::move(loaded).error();
+    // The link passes the gate too: nvJitLink runs NVVM and ptxas, whose locks a child forked
+    // mid-link would find held for ever, as NVRTC's.
+    const Passage passage;
+    if (!passage.entered()) {
+        const std::int64_t ms = fork_wait_ms.load();
+        return Error{Errc::nvrtc, "NVRTC cannot be used in this process: it was forked while another thread of its "
+                                  "parent was compiling for longer than fork waits for a compile (" +
+                                      (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                                      "), and NVRTC may hold a lock of its own that no thread here will let go; "
+                                      "compile in the parent, or in a process started afresh (spawn, not fork)"};
+    }
+    auto out = run_nvrtc(**loaded, request);
     if (!out || request.link_inputs.empty()) return out;
     const auto start = std::chrono::steady_clock::now();
     std::string info;

@@ -46,7 +46,8 @@ struct Output {
 //
 // fork(): NVRTC holds a process-wide lock of its own inside a compile. A child forked while
 // another thread held it would wait for it for ever at its first compile, and that lock is not
-// libkjit's to renew (fork_guard.hpp). So compiles pass a gate, and fork() waits there: a
+// libkjit's to renew (fork_guard.hpp). So compiles (and their links: nvJitLink runs NVVM and
+// ptxas) pass a gate, and fork() waits there: a
 // prepare handler closes the gate (compiles that start meanwhile wait in front of it), waits
 // until the compiles inside have left, at most fork_wait(), and the parent's handler opens it
 // again. A fork therefore takes up to one compile longer while this process compiles. A child

@@ -217,6 +217,8 @@ std::string pch_texts(const Request &r) {
     for (const auto &p : r.include_paths) field(state, "include_path", p);
     field(state, "working_dir", r.search.working_dir);
     if (!r.program_name.empty()) field(state, "program_name", r.program_name);
+    // A link compiles to LTO-IR (-dlto -rdc=true): a PCH of other options is not its.
+    if (!r.link_inputs.empty()) field(state, "lto", "1");
     field(state, "headers", std::to_string(r.headers.size()));
     for (const auto &h : r.headers) {
         field(state, "header.name", h.first);
