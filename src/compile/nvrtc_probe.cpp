@@ -1,358 +1,47 @@
 #include "compile/nvrtc_probe.hpp"
 
+#include "compile/library_probe.hpp"
 #include "compile/nvrtc_library.hpp"
 #include "store/cache_layout.hpp"
-#include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
-#include "util/hashing.hpp"
-#include "util/log.hpp"
-
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <link.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cinttypes>
-#include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <set>
-#include <vector>
 
 namespace kjit::compile::nvrtc_probe {
 
 namespace {
 
+using Adapter = library_probe::Adapter<nvrtc_library::Api, nvrtc_library::opened, nvrtc_library::api,
+                                       &nvrtc_library::Api::nvrtcVersion>;
+
 // 2: every link on the way to each path is recorded too (a record of 1 could prove an NVRTC
 // reached through a link re-pointed behind another link): a record of 1 is another context.
-constexpr std::string_view kHeader = "kjit-nvrtc-record 2";
-constexpr std::size_t kMaxRecordBytes = 64 * 1024;
-// ldconfig's cache: the dynamic linker consults it between RUNPATH and the system folders.
-constexpr const char *kLdCache = "/etc/ld.so.cache";
+const library_probe::Library kNvrtc{"NVRTC",
+                                    "nvrtc",
+                                    "compile",
+                                    "kjit-nvrtc-record 2",
+                                    store::cache_layout::kNvrtcRecordPrefix,
+                                    Errc::nvrtc,
+                                    nvrtc_library::candidates,
+                                    nvrtc_library::library_name,
+                                    Adapter::opened,
+                                    Adapter::load};
 
-// What decides which NVRTC api() opens, as text lines, and the paths whose state must not change.
-struct Context {
-    std::string lines;  // "context ..." lines, in order
-    // Folders and files whose stat the record holds, links followed, and every link on whose
-    // paths it holds too (record_text): the folders searched, and in each the name the search
-    // would open, a path candidate itself.
-    std::vector<std::string> watch;
-    std::string record_name;  // store::cache_layout::kNvrtcRecordPrefix + euid + "-" + hash of `lines`
-};
-
-// A path's state as the record keeps it: "absent" for a missing one, else device, inode, mode,
-// size, mtime and ctime (ns), links followed (a link re-pointed changes its folder's mtime).
-// nullopt when stat fails otherwise: nothing can be proven about it.
-std::optional<std::string> state_of(const std::string &path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR) return std::string("absent");
-        return std::nullopt;
-    }
-    char text[192];
-    std::snprintf(text, sizeof text, "%" PRIu64 ":%" PRIu64 ":%o:%" PRId64 ":%" PRId64 ":%" PRId64,
-                  static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
-                  static_cast<unsigned>(st.st_mode), static_cast<std::int64_t>(st.st_size), mtime_ns(st),
-                  static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
-    return std::string(text);
-}
-
-constexpr std::string_view kLinkState = "link:";
-
-// A link's state as the record keeps it: "link:" and a hash of its text, "absent", or
-// "not-link" (something else is there now); nullopt when lstat or readlink fails otherwise.
-std::optional<std::string> link_state_of(const std::string &path) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR) return std::string("absent");
-        return std::nullopt;
-    }
-    if (!S_ISLNK(st.st_mode)) return std::string("not-link");
-    auto text = link_text(path, st);
-    if (!text) return std::nullopt;
-    return std::string(kLinkState) + hash128_hex(*text);
-}
-
-void anchor() {}
-
-// The folders the dynamic linker searches for a bare name dlopened from libkjit, in order
-// (RPATH, LD_LIBRARY_PATH, RUNPATH, the system folders), from dlinfo. nullopt when it cannot say.
-std::optional<std::vector<std::string>> search_folders() {
-    Dl_info info{};
-    void *handle = nullptr;
-    if (::dladdr(reinterpret_cast<void *>(&anchor), &info) != 0 && info.dli_fname) {
-        handle = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-    }
-    if (!handle) handle = ::dlopen(nullptr, RTLD_LAZY);  // linked into the program itself
-    if (!handle) return std::nullopt;
-    std::optional<std::vector<std::string>> folders;
-    Dl_serinfo size{};
-    if (::dlinfo(handle, RTLD_DI_SERINFOSIZE, &size) == 0 && size.dls_size >= sizeof(Dl_serinfo)) {
-        // Dl_serinfo holds an array of Dl_serpath and the strings they point to: aligned storage.
-        std::vector<Dl_serinfo> storage(size.dls_size / sizeof(Dl_serinfo) + 1);
-        Dl_serinfo *info_out = storage.data();
-        *info_out = size;
-        if (::dlinfo(handle, RTLD_DI_SERINFOSIZE, info_out) == 0 && ::dlinfo(handle, RTLD_DI_SERINFO, info_out) == 0) {
-            folders.emplace();
-            for (unsigned i = 0; i < info_out->dls_cnt; ++i) folders->emplace_back(info_out->dls_serpath[i].dls_name);
-        }
-    }
-    ::dlclose(handle);
-    return folders;
-}
-
-std::string folder_of(const std::string &path) {
-    const std::size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::optional<Context> context() {
-    Context c;
-    char host[HOST_NAME_MAX + 1] = {};
-    if (::gethostname(host, sizeof host - 1) != 0) return std::nullopt;
-    const std::vector<std::string> candidates = compile::nvrtc_library::candidates();
-    c.lines = std::string(kHeader) + "\ncontext library " + compile::nvrtc_library::library_name() + "\ncontext host " +
-              host + "\ncontext euid " + std::to_string(::geteuid()) + "\n";
-    bool searched = false;
-    for (const std::string &candidate : candidates) {
-        c.lines += "context candidate " + candidate + "\n";
-        if (candidate.find('/') != std::string::npos) {
-            // Its folder: the name re-pointed or replaced shows in its mtime; the path itself,
-            // which leads to another file when a link on the way (behind another link, in a
-            // folder that is on no path as spelled) is re-pointed.
-            c.watch.push_back(folder_of(candidate));
-            c.watch.push_back(candidate);
-        } else {
-            searched = true;
-        }
-    }
-    if (searched) {
-        auto folders = search_folders();
-        if (!folders) return std::nullopt;
-        for (const std::string &folder : *folders) {
-            c.lines += "context search " + folder + "\n";
-            c.watch.push_back(folder);
-            c.watch.push_back(folder + "/" + compile::nvrtc_library::library_name());  // as a path candidate
-            // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
-            const std::string hwcaps = folder + "/glibc-hwcaps";
-            c.watch.push_back(hwcaps);
-            struct stat st {};
-            if (::stat(hwcaps.c_str(), &st) == 0) {
-                auto reader = FolderReader::open(hwcaps);
-                if (!reader) return std::nullopt;
-                for (;;) {
-                    auto entry = reader->next();
-                    if (!entry) return std::nullopt;
-                    if (!*entry) break;
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name);
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + compile::nvrtc_library::library_name());
-                }
-            }
-        }
-        c.watch.push_back(kLdCache);
-    }
-    c.record_name =
-        std::string(store::cache_layout::kNvrtcRecordPrefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
-    return c;
-}
-
-// The record's text for `identity` found at `file` (links resolved) after dlopen opened it as
-// `opened_as` (the path the search found, links kept; may be empty), or nullopt when a path's
-// state is unknown. Each path's stat follows its links, so it proves where the path leads now;
-// every link on each path is recorded as well (kjit::walk_links, one link at a time), so that a
-// link re-pointed at any level, behind another link (`/usr/local/cuda -> /etc/alternatives/cuda
-// -> cuda-13.0`, whose middle folder no path names), is a difference even where a stat would not
-// show it. A path whose links cannot be walked (a loop, a relative path) gives no record.
-std::optional<std::string> record_text(const Context &c, const std::string &opened_as, const std::string &file,
-                                       const std::string &identity) {
-    std::string text = c.lines;
-    std::vector<std::string> watch = c.watch;
-    if (!opened_as.empty()) watch.push_back(opened_as);
-    std::vector<std::string> links;
-    for (const std::string &path : watch) {
-        auto walk = walk_links(path);
-        if (!walk) return std::nullopt;
-        for (const LinkWalk::Link &link : walk->links) {
-            if (std::find(links.begin(), links.end(), link.path) == links.end()) links.push_back(link.path);
-        }
-    }
-    for (const std::string &path : watch) {
-        auto state = state_of(path);
-        if (!state) return std::nullopt;
-        text += "watch " + *state + " " + path + "\n";
-    }
-    for (const std::string &link : links) {
-        auto state = link_state_of(link);
-        if (!state) return std::nullopt;
-        text += "watch " + *state + " " + link + "\n";
-    }
-    // The library file last (proven_identity: it must exist).
-    auto state = state_of(file);
-    if (!state) return std::nullopt;
-    text += "watch " + *state + " " + file + "\n";
-    return text + "identity " + identity + "\nend\n";
-}
-
-// The path dlopen opened the library `api` holds by, links kept (the dynamic linker's name for
-// it); empty when dladdr cannot tell.
-std::string opened_as(const compile::nvrtc_library::Api &api) {
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void *>(api.nvrtcVersion), &info) == 0 || !info.dli_fname) return std::string();
-    return info.dli_fname[0] == '/' ? std::string(info.dli_fname) : std::string();
-}
-
-// The identity a record in `cache_dir` proves for context `c`: the file is a regular file of
-// this user's, its context is `c`'s, every path it watches is in the state it says, and it
-// names a library file. nullopt otherwise (why: logged at debug).
-std::optional<std::string> proven_identity(const std::string &cache_dir, const Context &c) {
-    const std::string path = cache_dir + "/" + c.record_name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) return std::nullopt;
-    const UniqueFd owned(fd);
-    FileIdentity read_as;
-    auto text = read_whole_file(
-        fd, path, "NVRTC record",
-        [&](const struct stat &st) -> Status {
-            if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-                static_cast<std::uint64_t>(st.st_size) > kMaxRecordBytes) {
-                return Error{Errc::io, "not a record of this user's"};
-            }
-            return Ok{};
-        },
-        read_as);
-    if (!text) {
-        log().debug("nvrtc probe: '{}': {}; NVRTC is loaded", path, text.error().message);
-        return std::nullopt;
-    }
-    const auto rejected = [&](const char *why) -> std::optional<std::string> {
-        log().debug("nvrtc probe: record '{}' {}; NVRTC is loaded", path, why);
-        return std::nullopt;
-    };
-    if (text->compare(0, c.lines.size(), c.lines) != 0) return rejected("is of another context");
-    std::size_t at = c.lines.size();
-    bool watched_file = false;
-    std::string identity;
-    while (at < text->size()) {
-        const std::size_t end = text->find('\n', at);
-        if (end == std::string::npos) return rejected("is cut short");
-        const std::string_view line(text->data() + at, end - at);
-        at = end + 1;
-        if (line.compare(0, 6, "watch ") == 0) {
-            const std::size_t space = line.find(' ', 6);
-            if (space == std::string_view::npos) return rejected("has a damaged watch line");
-            const std::string_view state = line.substr(6, space - 6);
-            const std::string watched(line.substr(space + 1));
-            if (watched.empty() || watched[0] != '/') return rejected("watches a relative path");
-            const auto now =
-                state.compare(0, kLinkState.size(), kLinkState) == 0 ? link_state_of(watched) : state_of(watched);
-            if (!now || *now != state) {
-                log().debug("nvrtc probe: '{}' changed since the record '{}' was written; NVRTC is loaded", watched,
-                            path);
-                return std::nullopt;
-            }
-            watched_file = state != "absent";
-        } else if (line.compare(0, 9, "identity ") == 0) {
-            identity = std::string(line.substr(9));
-        } else if (line == "end") {
-            if (at != text->size()) return rejected("has text after its end");
-            // The last watch line is the library file itself, which must exist.
-            if (identity.empty() || !watched_file) return rejected("names no library");
-            return identity;
-        } else {
-            return rejected("has an unknown line");
-        }
-    }
-    return rejected("has no end line");
-}
-
-// Whether dlopen of a candidate would return a library something else already mapped: then
-// the probe cannot tell which file it is, but api() is cheap.
-bool already_mapped() {
-    for (const std::string &candidate : compile::nvrtc_library::candidates()) {
-        if (void *handle = ::dlopen(candidate.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
-            ::dlclose(handle);
-            return true;
-        }
-    }
-    return false;
-}
-
-// The identity a record gave this process (never freed; a forked child keeps it: same files).
-std::atomic<const std::string *> probed_slot{nullptr};
-
-// The folders record() has handled in this process.
-std::mutex recorded_mutex;
-std::set<std::string> recorded;
-void renew_in_forked_child() {
-    fork_guard::renew(recorded_mutex);
-    fork_guard::renew(recorded);
-}
+// The identity a record gave this process (kept in a forked child: same files) and the folders
+// record() has handled (emptied in a child).
+library_probe::Probe probe(kNvrtc);
+void renew_in_forked_child() { probe.renew_in_forked_child(); }
 [[maybe_unused]] const bool fork_handler_registered =
     fork_guard::at_fork_child(fork_guard::State::nvrtc_records, renew_in_forked_child);
 
 }  // namespace
 
-Result<std::string> identity(const std::string &cache_dir) {
-    if (const compile::nvrtc_library::Api *api = compile::nvrtc_library::opened()) return api->identity;
-    if (const std::string *probed = probed_slot.load(std::memory_order_acquire)) return *probed;
-    if (!already_mapped()) {
-        if (auto c = context()) {
-            if (auto proven = proven_identity(cache_dir, *c)) {
-                log().debug("nvrtc probe: NVRTC {} proven by the record in '{}', not loaded", *proven, cache_dir);
-                return fork_guard::lazy(probed_slot, [&] { return new std::string(*proven); });
-            }
-        }
-    }
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
-    return (*loaded)->identity;
-}
+Result<std::string> identity(const std::string &cache_dir) { return probe.identity(cache_dir); }
 
-void record(const std::string &cache_dir) {
-    const compile::nvrtc_library::Api *api = compile::nvrtc_library::opened();
-    // A library something else had mapped first says nothing about what the search finds.
-    if (!api || api->preexisting || api->file.empty()) return;
-    {
-        std::lock_guard<std::mutex> lock(recorded_mutex);
-        if (!recorded.insert(cache_dir).second) return;
-    }
-    auto c = context();
-    if (!c) return;
-    // The library must be what api() would open now (KJIT_LIBNVRTC may have changed since).
-    const std::vector<std::string> now = compile::nvrtc_library::candidates();
-    if (std::find(now.begin(), now.end(), api->library) == now.end()) return;
-    if (auto proven = proven_identity(cache_dir, *c); proven && *proven == api->identity) return;
-    auto text = record_text(*c, opened_as(*api), api->file, api->identity);
-    if (!text) return;
-    const std::string path = cache_dir + "/" + c->record_name;
-    if (auto st = replace_file(path, path + std::string(store::cache_layout::kNvrtcRecordTempInfix), {}, *text); !st) {
-        log().debug("nvrtc probe: no record written: {}", st.error().message);
-    }
-}
+void record(const std::string &cache_dir) { probe.record(cache_dir); }
 
 Status confirm(const std::string &keyed_identity, const std::string &cache_dir) {
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
-    if ((*loaded)->identity == keyed_identity) return Ok{};
-    std::string record = "a record";
-    if (auto c = context()) {
-        record = "the record '" + cache_dir + "/" + c->record_name + "'";
-        (void)::unlink((cache_dir + "/" + c->record_name).c_str());
-    }
-    return Error{Errc::nvrtc, "NVRTC " + (*loaded)->identity + " (" + (*loaded)->file +
-                                  "), loaded for this compile, is not the NVRTC " + keyed_identity + " that " + record +
-                                  " said this process would load, which keyed the request; the record is removed and "
-                                  "this process keys with the NVRTC it loaded from now on: retry the compile"};
+    return probe.confirm(keyed_identity, cache_dir);
 }
 
-bool nvrtc_loaded() { return compile::nvrtc_library::opened() != nullptr; }
+bool nvrtc_loaded() { return nvrtc_library::opened() != nullptr; }
 
 }  // namespace kjit::compile::nvrtc_probe

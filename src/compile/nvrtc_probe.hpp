@@ -1,22 +1,10 @@
 // NVRTC probe: the identity of the NVRTC this process would load (the cache key holds it),
 // proven without loading it, so that a process that only hits never pays for NVRTC (6 to 24 ms
-// to map and relocate its 100 MB, more from a cold disk).
-//
-// What api() would open depends only on: $KJIT_LIBNVRTC, the folders the dynamic linker
-// searches for libkjit (LD_LIBRARY_PATH, RPATH/RUNPATH, the system folders: dlinfo's
-// RTLD_DI_SERINFO lists them, in order) with their glibc-hwcaps subfolders, ldconfig's cache,
-// the build's toolkit folder, the host, and the file found. A process that loads NVRTC writes a
-// record of all of them into each cache folder it uses (docs/cache-layout.md, "NVRTC's
-// identity without NVRTC"): every folder's and file's stat (device, inode, mode, size, mtime and
-// ctime to the nanosecond) and the identity. A later process whose context is the same and
-// whose every stat still matches takes the identity from the record: a name added, removed or
-// re-pointed in any of those folders changes that folder's mtime, a rewritten library its own.
-// Every symbolic link on each of those paths, and on the path the library was opened by, is
-// recorded too, one link at a time (its text): a link reached through another link (KJIT_LIBNVRTC
-// or a search folder's libnvrtc -> /etc/alternatives/... -> a toolkit) re-pointed at any level
-// is a difference, though the folder it is in is on no path the record names.
-// Anything else (no record, another user's, a damaged one, a single difference, an NVRTC
-// already mapped into the process) loads NVRTC as before.
+// to map and relocate its 100 MB, more from a cold disk): library_probe.hpp's probe for NVRTC,
+// which says how (docs/cache-layout.md, "NVRTC's identity without loading NVRTC"). Its records:
+// `<cache>/.kjit-nvrtc-<euid>-<hash>`; what decides which NVRTC api() opens includes
+// $KJIT_LIBNVRTC. Anything else than a valid record (none, another user's, a damaged one, a
+// single difference, an NVRTC already mapped into the process) loads NVRTC as before.
 //
 // If a record was wrong all the same (a change no stat shows), the first compile, which loads
 // NVRTC, finds the loaded identity differs (confirm()); it fails that compile with

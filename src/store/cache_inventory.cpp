@@ -70,17 +70,22 @@ std::uint64_t tree_bytes(const std::string &path, int depth = 0) {
     return n;
 }
 
+// A probe's record (NVRTC's or nvJitLink's) or one of its temp files.
+bool is_probe_record(std::string_view name) {
+    return starts_with(name, cache_layout::kNvrtcRecordPrefix) ||
+           starts_with(name, cache_layout::kNvJitLinkRecordPrefix);
+}
+
 bool is_own_root_file(std::string_view name) {
     return name == cache_layout::kRemoversLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
-           name == cache_layout::kCompileLockFile || starts_with(name, cache_layout::kNvrtcRecordPrefix);
+           name == cache_layout::kCompileLockFile || is_probe_record(name);
 }
 
 }  // namespace
 
 bool is_root_temp(std::string_view name) {
     return starts_with(name, kUsageTempPrefix) ||
-           (starts_with(name, cache_layout::kNvrtcRecordPrefix) &&
-            name.find(cache_layout::kNvrtcRecordTempInfix) != std::string_view::npos);
+           (is_probe_record(name) && name.find(cache_layout::kRecordTempInfix) != std::string_view::npos);
 }
 
 bool is_transit_name(std::string_view name) {

@@ -95,7 +95,8 @@ using cache_layout::kUsageTempPrefix;
 constexpr std::size_t kMaxManifestBytes = 1u << 20;
 
 bool starts_with(std::string_view s, std::string_view prefix);
-// A temp file of one of the records at the top (usage, NVRTC), which a killed writer may leave.
+// A temp file of one of the records at the top (usage, the probes of NVRTC and nvJitLink), which a
+// killed writer may leave.
 bool is_root_temp(std::string_view name);
 // A .tmp- or .trash- name: an entry being written or removed.
 bool is_transit_name(std::string_view name);

@@ -18,10 +18,11 @@ constexpr const char *kUsageFile = ".kjit-usage";
 constexpr std::string_view kUsageTempPrefix = ".kjit-usage.tmp-";
 // The compile lock (compile_lock.hpp): one byte range per key.
 constexpr const char *kCompileLockFile = ".kjit-compile-lock";
-// The NVRTC probe's records (compile/nvrtc_probe.hpp): "<prefix><euid>-<XXH3-128 in hex>", each
-// written through a temp file "<record>.tmp-<random>".
+// The records of the probes of NVRTC and nvJitLink (compile/library_probe.hpp):
+// "<prefix><euid>-<XXH3-128 in hex>", each written through a temp file "<record>.tmp-<random>".
 constexpr std::string_view kNvrtcRecordPrefix = ".kjit-nvrtc-";
-constexpr std::string_view kNvrtcRecordTempInfix = ".tmp-";
+constexpr std::string_view kNvJitLinkRecordPrefix = ".kjit-nvjitlink-";
+constexpr std::string_view kRecordTempInfix = ".tmp-";
 
 // ---- In a shard "<cache>/<key[0..2]>" ----
 

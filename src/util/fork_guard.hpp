@@ -59,6 +59,7 @@ enum class State : unsigned {
     nvrtc_gate,         // compile/compiler.cpp (prepare, parent and child handlers)
     nvrtc_records,      // compile/nvrtc_probe.cpp
     nvjitlink_open,     // compile/nvjitlink_library.cpp
+    nvjitlink_records,  // compile/nvjitlink_probe.cpp
     pch_root,           // compile/pch_folders.cpp
     driver,             // load/driver.cpp
     resolver_memo,      // resolve/name_resolver.cpp
@@ -67,11 +68,12 @@ enum class State : unsigned {
     remote_tiers,       // remote/remote_store.cpp
     cache_flights,      // cache/cache.cpp
     // Kept as they are, on purpose (no handler):
-    api_counters,     // api/c_api.cpp
-    nvrtc_table,      // compile/nvrtc_library.cpp
-    nvrtc_identity,   // compile/nvrtc_probe.cpp
-    nvjitlink_table,  // compile/nvjitlink_library.cpp
-    per_thread,       // thread_local state (only the forking thread's copy reaches the child)
+    api_counters,        // api/c_api.cpp
+    nvrtc_table,         // compile/nvrtc_library.cpp
+    nvrtc_identity,      // compile/nvrtc_probe.cpp
+    nvjitlink_table,     // compile/nvjitlink_library.cpp
+    nvjitlink_identity,  // compile/nvjitlink_probe.cpp
+    per_thread,          // thread_local state (only the forking thread's copy reaches the child)
     count
 };
 
