@@ -100,9 +100,9 @@ int main(int argc, char **argv) {
     const double kernel_first = kernels > 1 ? median(std::vector<double>(first.begin() + 1, first.end())) : first[0];
     using ull = unsigned long long;
     std::printf("process_first_us=%.2f kernel_first_us=%.2f memo_us=%.3f hits=%llu misses=%llu nvrtc=%llu "
-                "nvrtc_mapped=%d nvjitlink_mapped=%d\n",
+                "nvjitlink=%llu nvrtc_mapped=%d nvjitlink_mapped=%d\n",
                 first[0], kernel_first, median(memo), static_cast<ull>(st.compile_hits),
-                static_cast<ull>(st.compile_misses), static_cast<ull>(st.nvrtc_compiles), mapped("libnvrtc") ? 1 : 0,
-                mapped("libnvJitLink") ? 1 : 0);
+                static_cast<ull>(st.compile_misses), static_cast<ull>(st.nvrtc_compiles),
+                static_cast<ull>(st.nvjitlink_links), mapped("libnvrtc") ? 1 : 0, mapped("libnvJitLink") ? 1 : 0);
     return 0;
 }

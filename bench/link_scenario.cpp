@@ -9,9 +9,14 @@
 //   cold  kjit_compile with link_inputs = {the library}, a miss (key, NVRTC, nvJitLink, name
 //         scan, publish); its NVRTC and nvJitLink time from kjit_get_stats
 // after an untimed warm-up of each (NVRTC's builtins, nvJitLink's dlopen, libkjit's set-up).
-// Then the hits: --link-rounds fresh processes (kjit-link-child, which links libkjit.so alone)
-// on the last round's cache time the process's first call, every other kernel's first hit and
-// --link-repeats rounds of memo hits, and say whether NVRTC or nvJitLink ran or were mapped.
+// Then the hits, in fresh processes (kjit-link-child, which links libkjit.so alone, as a client
+// does): one fills an empty cache with all the kernels (timed: cold in a fresh process, which
+// loads NVRTC and nvJitLink itself); --link-rounds more on that cache time the process's first
+// call, every other kernel's first hit and --link-repeats rounds of memo hits, and say whether
+// NVRTC or nvJitLink ran or were mapped. (Not on this process's caches: NVRTC was mapped here
+// before libkjit opened it, so libkjit leaves no record of it there, and the first process to
+// hit them would load NVRTC to learn its identity, as it would in a client's cache filled by a
+// process that had NVRTC mapped by something else.)
 #include "scenarios.hpp"
 
 #include "link_kernels.hpp"
@@ -80,7 +85,12 @@ struct LinkBench {
         if (kjit_get_stats(&after) != KJIT_OK) fail_kjit("kjit_get_stats", KJIT_ERROR_INVALID_ARGUMENT);
         if (after.compile_misses != before.compile_misses + 1)
             fail("the cold kjit_compile of kernel " + std::to_string(v) + " was not a miss");
-        p.kjit_nvrtc_us = static_cast<double>(after.nvrtc_nanoseconds - before.nvrtc_nanoseconds) / 1e3;
+        // nvrtc_nanoseconds counts the whole compile, the link included.
+        p.kjit_link_us = static_cast<double>(after.nvjitlink_nanoseconds - before.nvjitlink_nanoseconds) / 1e3;
+        p.kjit_nvrtc_us =
+            static_cast<double>(after.nvrtc_nanoseconds - before.nvrtc_nanoseconds) / 1e3 - p.kjit_link_us;
+        if (after.nvjitlink_links != before.nvjitlink_links + 1)
+            fail("the cold kjit_compile of kernel " + std::to_string(v) + " ran no nvJitLink link");
         p.path.assign(path, len);
     }
 };
@@ -135,21 +145,39 @@ void check_entries(const std::vector<Pair> &pairs) {
     }
 }
 
-const char *const kChildCounts[] = {"process_first_us", "kernel_first_us", "memo_us",      "hits",
-                                    "misses",           "nvrtc",           "nvrtc_mapped", "nvjitlink_mapped"};
+const char *const kChildCounts[] = {"process_first_us", "kernel_first_us", "memo_us",         "hits", "misses", "nvrtc",
+                                    "nvjitlink",        "nvrtc_mapped",    "nvjitlink_mapped"};
+
+// One kjit-link-child on `cache`: its counts.
+std::map<std::string, double> run_child_on(const LinkBench &b, const std::string &cache, int repeats) {
+    const std::string self = self_executable();
+    const std::string child = self.substr(0, self.rfind('/')) + "/kjit-link-child";
+    const ChildResult c =
+        run_child({child, cache, b.library, b.o.arch, std::to_string(b.o.link_kernels), std::to_string(repeats)});
+    if (!c.started || c.exit_status != 0)
+        fail("kjit-link-child failed, exit " + std::to_string(c.exit_status) + ": " + c.err);
+    return parse_counts(c.out, {std::begin(kChildCounts), std::end(kChildCounts)}, "kjit-link-child");
+}
+
+// A fresh process compiles every kernel into `cache`: each call a miss, with one NVRTC run and
+// one link.
+std::map<std::string, double> fill(const LinkBench &b, const std::string &cache) {
+    std::map<std::string, double> c = run_child_on(b, cache, 1);
+    const double n = b.o.link_kernels;
+    if (c.at("misses") != n || c.at("nvrtc") != n || c.at("nvjitlink") != n) {
+        fail("the process filling the hit cache had " + std::to_string(c.at("misses")) + " misses, " +
+             std::to_string(c.at("nvrtc")) + " NVRTC runs and " + std::to_string(c.at("nvjitlink")) + " links for " +
+             std::to_string(b.o.link_kernels) + " kernels");
+    }
+    return c;
+}
 
 // The hit-only processes on `cache`, one per round.
 std::vector<std::map<std::string, double>> run_children(const LinkBench &b, const std::string &cache) {
-    const std::string self = self_executable();
-    const std::string child = self.substr(0, self.rfind('/')) + "/kjit-link-child";
     std::vector<std::map<std::string, double>> out;
     Progress progress("link: hits in fresh processes", b.o.link_rounds, "processes");
     for (int r = 0; r < b.o.link_rounds; ++r) {
-        const ChildResult c = run_child(
-            {child, cache, b.library, b.o.arch, std::to_string(b.o.link_kernels), std::to_string(b.o.link_repeats)});
-        if (!c.started || c.exit_status != 0)
-            fail("kjit-link-child failed, exit " + std::to_string(c.exit_status) + ": " + c.err);
-        out.push_back(parse_counts(c.out, {std::begin(kChildCounts), std::end(kChildCounts)}, "kjit-link-child"));
+        out.push_back(run_child_on(b, cache, b.o.link_repeats));
         progress.tick();
     }
     return out;
@@ -178,11 +206,16 @@ double sum(const std::vector<double> &v) {
 struct Figures {
     std::vector<double> raw, raw_nvrtc, raw_link, cold, kjit_nvrtc, kjit_link, kjit_outside, ratio, extra;
     std::vector<double> process_first, kernel_first, memo;
-    double hit_runs = 0, hit_maps = 0, hit_misses = 0, hits = 0;
+    std::vector<double> fresh_cold;  // a miss in the filling process (not its first call)
+    double fresh_first = 0;          // its first call: NVRTC's and nvJitLink's loads too
+    double hit_runs = 0, hit_links = 0, nvrtc_maps = 0, nvjitlink_maps = 0, hit_misses = 0, hits = 0;
 };
 
-Figures figures(const std::vector<std::vector<Pair>> &rounds, const std::vector<std::map<std::string, double>> &kids) {
+Figures figures(const std::vector<std::vector<Pair>> &rounds, const std::map<std::string, double> &filled,
+                const std::vector<std::map<std::string, double>> &kids) {
     Figures f;
+    f.fresh_cold = {filled.at("kernel_first_us")};
+    f.fresh_first = filled.at("process_first_us");
     f.raw = field(rounds, &Pair::raw_us);
     f.raw_nvrtc = field(rounds, &Pair::raw_nvrtc_us);
     f.raw_link = field(rounds, &Pair::raw_link_us);
@@ -198,7 +231,9 @@ Figures figures(const std::vector<std::vector<Pair>> &rounds, const std::vector<
     f.kernel_first = field(kids, "kernel_first_us");
     f.memo = field(kids, "memo_us");
     f.hit_runs = sum(field(kids, "nvrtc"));
-    f.hit_maps = sum(field(kids, "nvrtc_mapped")) + sum(field(kids, "nvjitlink_mapped"));
+    f.hit_links = sum(field(kids, "nvjitlink"));
+    f.nvrtc_maps = sum(field(kids, "nvrtc_mapped"));
+    f.nvjitlink_maps = sum(field(kids, "nvjitlink_mapped"));
     f.hit_misses = sum(field(kids, "misses"));
     f.hits = sum(field(kids, "hits"));
     return f;
@@ -211,7 +246,11 @@ void add_rows(Section &s, const Figures &f) {
     s.rows.push_back(summarize("link.kjit_cold",
                                "kjit_compile with link_inputs, a miss into an empty cache (publish included)", f.cold));
     s.rows.push_back(summarize("link.kjit_nvrtc", "(info) of which its NVRTC (kjit_get_stats)", f.kjit_nvrtc));
+    s.rows.push_back(summarize("link.kjit_nvjitlink", "(info) of which its nvJitLink (kjit_get_stats)", f.kjit_link));
     s.rows.push_back(summarize("link.kjit_outside", "(info) of which all but NVRTC and nvJitLink", f.kjit_outside));
+    s.rows.push_back(summarize("link.kjit_cold_fresh",
+                               "(info) a miss in a fresh process that filled the hit cache (kjit-link-child)",
+                               f.fresh_cold));
     s.rows.push_back(
         summarize("link.hit_process_first", "hit: a fresh process's first call (libkjit's set-up)", f.process_first));
     s.rows.push_back(summarize("link.hit_first", "hit: a kernel's first hit in a fresh process", f.kernel_first));
@@ -232,9 +271,14 @@ void add_notes(Section &s, const Figures &f, const BenchOptions &o, double libra
                   median(f.cold) / median(f.process_first));
     s.notes.push_back(line);
     std::snprintf(line, sizeof line,
-                  "hit-only processes: %.0f hits, %.0f misses, %.0f NVRTC runs; NVRTC or nvJitLink mapped %.0f times "
-                  "in %d processes",
-                  f.hits, f.hit_misses, f.hit_runs, f.hit_maps, o.link_rounds);
+                  "hit-only processes: %.0f hits, %.0f misses, %.0f NVRTC runs, %.0f nvJitLink links; NVRTC mapped "
+                  "in %.0f of %d, nvJitLink in %.0f",
+                  f.hits, f.hit_misses, f.hit_runs, f.hit_links, f.nvrtc_maps, o.link_rounds, f.nvjitlink_maps);
+    s.notes.push_back(line);
+    std::snprintf(line, sizeof line,
+                  "the fresh process that filled the hit cache: its first call %s (NVRTC and nvJitLink loaded), "
+                  "a later miss %s",
+                  format_us(f.fresh_first).c_str(), format_us(median(f.fresh_cold)).c_str());
     s.notes.push_back(line);
     std::snprintf(line, sizeof line, "library: %d functions, %zu bytes of LTO-IR, compiled once by NVRTC in %s",
                   link_library_functions(), library_bytes, format_us(library_us).c_str());
@@ -252,13 +296,13 @@ void add_targets(Report &report, const Figures &f) {
     Target memo{"link_cold_over_memo_hit", "link: cold vs a memo hit (medians)", 10000};
     memo.value = median(f.cold) / median(f.memo);
     report.add_target(memo);
-    Target runs{"link_hit_process_runs", "link: NVRTC runs and misses in the hit-only processes", 0, true,
-                TargetUnit::count};
-    runs.value = f.hit_runs + f.hit_misses;
+    Target runs{"link_hit_process_runs", "link: misses, NVRTC runs and nvJitLink links in the hit-only processes", 0,
+                true, TargetUnit::count};
+    runs.value = f.hit_runs + f.hit_links + f.hit_misses;
     report.add_target(runs);
     Target maps{"link_hit_process_maps", "link: NVRTC or nvJitLink mapped by a hit-only process", 0, true,
                 TargetUnit::count};
-    maps.value = f.hit_maps;
+    maps.value = f.nvrtc_maps + f.nvjitlink_maps;
     report.add_target(maps);
 }
 
@@ -284,9 +328,11 @@ void run_link(const BenchOptions &o, Report &report) {
     std::unique_ptr<TempDir> last;
     const std::vector<std::vector<Pair>> rounds = run_rounds(b, folder.path(), last);
     check_entries(rounds.back());
-    const std::vector<std::map<std::string, double>> kids = run_children(b, last->path());
+    TempDir hit_cache(folder.path(), "hits-");
+    const std::map<std::string, double> filled = fill(b, hit_cache.path());
+    const std::vector<std::map<std::string, double>> kids = run_children(b, hit_cache.path());
 
-    const Figures f = figures(rounds, kids);
+    const Figures f = figures(rounds, filled, kids);
     Section &s =
         report.section("link", "link-time kernels: " + std::to_string(o.link_kernels) +
                                    " kernels calling an LTO-IR library of " + std::to_string(link_library_functions()) +
@@ -306,7 +352,9 @@ void run_link(const BenchOptions &o, Report &report) {
                            {"hits", f.hits},
                            {"hit_misses", f.hit_misses},
                            {"hit_nvrtc_runs", f.hit_runs},
-                           {"hit_maps", f.hit_maps}};
+                           {"hit_nvjitlink_links", f.hit_links},
+                           {"hit_nvrtc_maps", f.nvrtc_maps},
+                           {"hit_nvjitlink_maps", f.nvjitlink_maps}};
 }
 
 }  // namespace kjit_bench

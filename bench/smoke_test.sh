@@ -58,12 +58,12 @@ assert 0 < fleet["value_bytes"] < fleet["cubin_bytes"], fleet
 # call (2 first hits, 5 rounds of 2 memo hits) with no NVRTC run, and mapped neither NVRTC nor
 # nvJitLink.
 assert set(sections["link"]) == {"link.raw", "link.raw_nvrtc", "link.raw_nvjitlink", "link.kjit_cold",
-                                 "link.kjit_nvrtc", "link.kjit_outside",
+                                 "link.kjit_nvrtc", "link.kjit_nvjitlink", "link.kjit_outside", "link.kjit_cold_fresh",
                                  "link.hit_process_first", "link.hit_first", "link.hit_memo"}, sections["link"].keys()
 link = j["link"]
 assert link["hit_processes"] == 1 and link["hits"] == 2 + 5 * 2, link
-assert link["hit_misses"] == 0 and link["hit_nvrtc_runs"] == 0, link
-assert link["hit_maps"] == 0, link
+assert link["hit_misses"] == 0 and link["hit_nvrtc_runs"] == 0 and link["hit_nvjitlink_links"] == 0, link
+assert link["hit_nvrtc_maps"] == 0 and link["hit_nvjitlink_maps"] == 0, link
 assert link["library_functions"] >= 24 and link["library_ltoir_bytes"] > 0, link
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
 assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
