@@ -49,7 +49,7 @@ struct Pair {
 
 struct LinkBench {
     const BenchOptions &o;
-    std::string source = link_kernel_source();
+    std::string source;   // the kernels' program (link_kernel_source())
     std::string library;  // the LTO-IR file
     std::vector<std::vector<std::string>> options;
 
@@ -75,14 +75,14 @@ struct LinkBench {
         opts.link_inputs = inputs;
         opts.link_input_count = 1;
         kjit_stats before = KJIT_STATS_INIT, after = KJIT_STATS_INIT;
-        if (kjit_get_stats(&before) != KJIT_OK) fail_kjit("kjit_get_stats", KJIT_ERROR_INVALID_ARGUMENT);
+        if (const kjit_status st = kjit_get_stats(&before); st != KJIT_OK) fail_kjit("kjit_get_stats", st);
         char path[4096];
         std::size_t len = 0;
         kjit_status s = KJIT_OK;
         p.cold_us = time_once([&] { s = kjit_compile(src.c_str(), kLinkKeyword, &opts, path, sizeof path, &len); });
         if (s != KJIT_OK)
             fail_kjit("kjit_compile with link_inputs (" + options[static_cast<std::size_t>(v)][0] + ")", s);
-        if (kjit_get_stats(&after) != KJIT_OK) fail_kjit("kjit_get_stats", KJIT_ERROR_INVALID_ARGUMENT);
+        if (const kjit_status st = kjit_get_stats(&after); st != KJIT_OK) fail_kjit("kjit_get_stats", st);
         if (after.compile_misses != before.compile_misses + 1)
             fail("the cold kjit_compile of kernel " + std::to_string(v) + " was not a miss");
         // nvrtc_nanoseconds counts the whole compile, the link included.
@@ -165,9 +165,9 @@ std::map<std::string, double> fill(const LinkBench &b, const std::string &cache)
     std::map<std::string, double> c = run_child_on(b, cache, 1);
     const double n = b.o.link_kernels;
     if (c.at("misses") != n || c.at("nvrtc") != n || c.at("nvjitlink") != n) {
-        fail("the process filling the hit cache had " + std::to_string(c.at("misses")) + " misses, " +
-             std::to_string(c.at("nvrtc")) + " NVRTC runs and " + std::to_string(c.at("nvjitlink")) + " links for " +
-             std::to_string(b.o.link_kernels) + " kernels");
+        auto count = [&](const char *name) { return std::to_string(static_cast<long>(c.at(name))); };
+        fail("the process filling the hit cache had " + count("misses") + " misses, " + count("nvrtc") +
+             " NVRTC runs and " + count("nvjitlink") + " links for " + std::to_string(b.o.link_kernels) + " kernels");
     }
     return c;
 }
