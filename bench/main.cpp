@@ -32,6 +32,10 @@
 //            bench/real_clients/prepare.py's manifests in --clients: sequential plain NVRTC
 //            against kjit_compile_batch with its defaults, PCH on and PCH off, each in a fresh
 //            process; skipped, and said, without them (real_clients_scenario.cpp)
+//   link     link-time kernels (issue 37): 8 variants of a tile kernel that call a 36-function
+//            device library the bench compiles to LTO-IR, cold kjit_compile with link_inputs
+//            against raw NVRTC to LTO-IR + nvJitLink, interleaved over 3 rounds, and hits in
+//            fresh processes (kjit-link-child): first hit, memo hit (link_scenario.cpp)
 //   scaling  not by default: the CUB sweep with PCH on 1, 2, 4, 8, 16 workers, threads against
 //            worker processes, for machines with many cores (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
@@ -40,6 +44,7 @@
 
 #include "cub_kernels.hpp"
 #include "header_tree.hpp"
+#include "link_kernels.hpp"
 #include "raw_nvrtc.hpp"
 #include "report.hpp"
 #include "scenarios.hpp"
@@ -117,6 +122,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("cluster")) run_cluster(o, report);
     if (o.wants("fleet")) run_fleet(o, report);
     if (o.wants("real-clients")) run_real_clients(o, report);
+    if (o.wants("link")) run_link(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -170,7 +176,7 @@ int main(int argc, char **argv) {
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
         ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster",
-                               "fleet", "scaling", "real-clients"}));
+                               "fleet", "scaling", "real-clients", "link"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -278,13 +284,24 @@ int main(int argc, char **argv) {
     app.add_option("--clients", o.clients_dir,
                    "Folder of the real clients' kernels (bench/real_clients/prepare.py --out)")
         ->capture_default_str();
+    app.add_option("--link-kernels", o.link_kernels, "Kernels linked with the device library (link scenario)")
+        ->check(CLI::Range(1, link_kernel_variants()))
+        ->capture_default_str();
+    app.add_option("--link-rounds", o.link_rounds,
+                   "Rounds of raw and cold compiles, and hit-only processes (link scenario; median)")
+        ->check(CLI::Range(1, 20))
+        ->capture_default_str();
+    app.add_option("--link-repeats", o.link_repeats, "Memo-hit rounds per hit-only process (link scenario)")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
     if (o.scenarios.empty()) {
-        o.scenarios = {"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "real-clients"};
+        o.scenarios = {"sweep", "resolve", "startup", "cub",          "trust",
+                       "peers", "headers", "node",    "real-clients", "link"};
 #if KJIT_BENCH_CLUSTER
         o.scenarios.push_back("cluster");
         o.scenarios.push_back("fleet");

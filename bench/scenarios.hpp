@@ -12,7 +12,7 @@ namespace kjit_bench {
 
 struct BenchOptions {
     std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers",
-                                         // "node", "scaling", "real-clients"
+                                         // "node", "scaling", "real-clients", "link"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -63,6 +63,10 @@ struct BenchOptions {
     int fleet_nodes = 4;           // node processes started at once under each server condition
     int fleet_kernels = 20;        // the same kernels each asks for
     std::string fleet_before_lib;  // an earlier libkjit.so.0's folder (0.8.0), timed beside this one
+    // link
+    int link_kernels = 8;    // kernels linked with the library (variants of one tile kernel)
+    int link_rounds = 3;     // rounds of raw and cold (each on an empty cache), and hit-only processes
+    int link_repeats = 200;  // memo-hit rounds over all kernels in each hit-only process
     // real-clients: the folder bench/real_clients/prepare.py wrote (deepgemm.json, humming.json)
     std::string clients_dir;
     int clients_rounds = 3;  // rounds of the real-clients scenario's ways, interleaved (median)
@@ -134,6 +138,10 @@ int cluster_child_main(const std::string &cache, int n, const std::string &arch,
 // 11: a fleet under each server condition (full, a shard down, a restart, a cluster endpoint, a
 // killed lease holder) and a node warm from a seed, against 0.8.0 when given (fleet_scenario.cpp).
 void run_fleet(const BenchOptions &o, Report &report);
+// 12: link-time kernels (issue 37): kernels that call an LTO-IR device-function library the
+// scenario builds, cold kjit_compile with link_inputs against raw NVRTC + nvJitLink, and hits
+// in fresh processes (link_scenario.cpp).
+void run_link(const BenchOptions &o, Report &report);
 // The spawned headers process (kjit-bench --headers-child MODE CACHE TREE_ROOT N ARCH): gets the
 // first N tree (or humming-style) kernels the way MODE says and prints "call_us <time>", then
 // the hits, misses and NVRTC runs its calls counted. Returns the exit code.
