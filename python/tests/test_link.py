@@ -217,3 +217,27 @@ def test_the_struct_reaches_0_10_only_with_link_arguments():
     assert optioned.link_option_count == 1 and optioned.link_options[0] == b"-O3"
     with pytest.raises(ValueError):
         kjit._convert.compile_options([], link_inputs=["/lib/a\0b"])
+
+
+def test_the_installed_package_finds_the_nvjitlink_wheel(tmp_path, monkeypatch):
+    # What the installed package does (its kjit._build holds libkjit's CUDA major): with
+    # $KJIT_LIBNVJITLINK unset, it is pointed at the nvidia-nvjitlink wheel's library on sys.path
+    # (nvidia/cu13/lib for 13, nvidia/nvjitlink/lib for 12), and a value given is left alone.
+    import types
+
+    build = types.ModuleType("kjit._build")
+    monkeypatch.setitem(sys.modules, "kjit._build", build)
+    monkeypatch.delenv("KJIT_LIBNVJITLINK", raising=False)
+    for major, folder in ((13, "cu13"), (12, "nvjitlink")):
+        build.NVRTC_MAJOR = major
+        site = tmp_path / str(major)
+        monkeypatch.setattr(sys, "path", [str(tmp_path / "empty"), str(site)])
+        assert kjit._nvjitlink_from_wheel() is None and "KJIT_LIBNVJITLINK" not in os.environ
+        wheel = site / "nvidia" / folder / "lib" / f"libnvJitLink.so.{major}"
+        wheel.parent.mkdir(parents=True)
+        wheel.write_bytes(b"")
+        assert kjit._nvjitlink_from_wheel() == str(wheel) == os.environ["KJIT_LIBNVJITLINK"]
+        monkeypatch.setenv("KJIT_LIBNVJITLINK", "/opt/mine/libnvJitLink.so")
+        assert kjit._nvjitlink_from_wheel() is None
+        assert os.environ["KJIT_LIBNVJITLINK"] == "/opt/mine/libnvJitLink.so"
+        monkeypatch.delenv("KJIT_LIBNVJITLINK")
