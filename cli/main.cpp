@@ -5,7 +5,7 @@
 // size and age units ("5G", "30d") are compiled in from src/util/size_units.cpp, the same source the
 // library parses $KJIT_CACHE_MAX_SIZE with.
 //
-// Exit status: 0 success; 1-13 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5
+// Exit status: 0 success; 1-14 the kjit_status of the failure (of the first failed file) (2 not found, 3 ambiguous, 5
 // I/O error, ...); 20 `cache verify` found damage it did not repair, or `cache export`/`import`
 // refused damaged entries; 64 a usage error.
 #include "kjit/kjit.h"
@@ -62,6 +62,8 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.program_name", "--program-name"},
         {"the remote_storage option", "--remote-storage"},
         {"options.seed_dirs", "--seed"},
+        {"options.link_inputs", "--link"},
+        {"options.link_options", "--link-option"},
         {"kjit_compile_options.include_paths", "-I"},
         {"kjit_compile_options.nvrtc_options", "the options after --"},
     };
@@ -171,6 +173,9 @@ struct CompileArgs {
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> seed_dirs;       // --seed, in order ("none": none; empty: $KJIT_CACHE_SEED)
     std::vector<const char *> seed_pointers;  // seed_dirs as the C option takes them
+    std::vector<std::string> link_inputs;     // --link, in order: files nvJitLink links the kernel with
+    std::vector<std::string> link_options;    // --link-option, in order
+    std::vector<const char *> link_pointers, link_option_pointers;  // the two as the C options take them
 };
 
 // The options of `file` of `kjit compile`; `options` and `includes` hold what they point at.
@@ -193,6 +198,10 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.program_name = a.program_name.empty() ? file.c_str() : a.program_name.c_str();
     opts.seed_dirs = a.seed_pointers.data();
     opts.seed_dir_count = a.seed_pointers.size();
+    opts.link_inputs = a.link_pointers.data();
+    opts.link_input_count = a.link_pointers.size();
+    opts.link_options = a.link_option_pointers.data();
+    opts.link_option_count = a.link_option_pointers.size();
     return opts;
 }
 
@@ -811,9 +820,11 @@ constexpr const char *kDescription =
 
 constexpr const char *kFooter = R"(Exit status:
   0     success (cache verify: nothing wrong, or everything found repaired)
-  1-13  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument,
-        2 not found, 3 ambiguous, 4 bad cubin, 5 I/O error (also a remote cache server that did not
-        answer), 6 compile error (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error
+  1-14  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument
+        (also a --link file of no kind nvJitLink takes), 2 not found, 3 ambiguous, 4 bad cubin, 5 I/O
+        error (also a missing --link file, a remote cache server that did not answer), 6 compile error
+        (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error, 14 link failed
+        (nvJitLink's log on stderr: an unresolved function, an input for another arch)
   20    cache verify found damage it did not repair (run it with --fix); cache export or import
         refused damaged entries (listed; the others were copied)
   64    usage error: unknown command or option, missing argument, bad --max-size or --older-than
@@ -829,10 +840,13 @@ Environment (an option given on the command line wins):
   KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
   KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
   KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
+  KJIT_LIBNVJITLINK    the nvJitLink library a --link compile loads (else libnvJitLink.so.<major>, then
+                       the toolkit's)
 
 Examples:
   kjit compile gemm.cu -k gemm --arch sm_90a --name-expr 'gemm<128, 64>' -- -std=c++17
   kjit compile kernels/*.cu -k gemm -j 8      (several files: one batch, pre-warms a cache)
+  kjit compile tile.cu -k tile --arch sm_90a --link cublasdx.fatbin --link-option=-O3
   kjit resolve ~/.cache/kjit/5c/5c0e.../kernel.cubin gemm
   kjit cache stats;  kjit cache prune --max-size 5G;  kjit cache verify --fix
   kjit cache export /image/kjit-seed --arch sm_90a;  KJIT_CACHE_SEED=/image/kjit-seed python serve.py)";
@@ -891,6 +905,15 @@ int main(int argc, char **argv) {
                      "Seed cache: a read-only cache folder looked in after the cache, never written (repeatable, in "
                      "order; default: $KJIT_CACHE_SEED, folders separated by ':'; none: no seed)")
         ->allow_extra_args(false);
+    compile
+        ->add_option("--link", compile_args.link_inputs,
+                     "Link the kernel with this file through nvJitLink: LTO-IR, a cubin, fatbin, PTX, a relocatable "
+                     "object or a library of them (repeatable, in order); its content is in the key")
+        ->allow_extra_args(false);
+    compile
+        ->add_option("--link-option", compile_args.link_options,
+                     "An nvJitLink option for --link, e.g. --link-option=-O3 (repeatable, in order; not -arch)")
+        ->allow_extra_args(false);
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
     add_common(compile);
 
@@ -947,6 +970,8 @@ int main(int argc, char **argv) {
         }
     }
     for (const std::string &dir : compile_args.seed_dirs) compile_args.seed_pointers.push_back(dir.c_str());
+    for (const std::string &f : compile_args.link_inputs) compile_args.link_pointers.push_back(f.c_str());
+    for (const std::string &o : compile_args.link_options) compile_args.link_option_pointers.push_back(o.c_str());
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);

@@ -370,6 +370,51 @@ expect_rc 0 "$KJIT" cache verify --cache-dir "$WORK/imported"
 expect_rc 5 "$KJIT" cache import "$WORK/no-such-seed" --cache-dir "$WORK/imported"
 contains "no-such-seed' does not exist" "$WORK/err"
 
+# Link-time kernels: --link FILE links the kernel with a device-function library through
+# nvJitLink (here LTO-IR that NVRTC itself made, through python/tests/nvrtc_ltoir.py); the
+# library's content is in the key (an edit is a miss, putting it back hits); a missing --link
+# file is an I/O error naming it, a function no input defines nvJitLink's refusal (14) with its log.
+LTOIR="$(dirname "$0")/../python/tests/nvrtc_ltoir.py"
+L="$WORK/link-cache"
+printf 'extern "C" __device__ int lib_value() { return 0x5EED1234; }\n' >"$WORK/lib.cu"
+printf 'extern "C" __device__ int lib_value() { return 0x0BADF00D; }\n' >"$WORK/lib2.cu"
+cat >"$WORK/use.cu" <<'CU'
+extern "C" __device__ int lib_value();
+extern "C" __global__ void use_lib(int *out) { *out = lib_value(); }
+CU
+python3 "$LTOIR" "$WORK/lib.ltoir" "$WORK/lib.cu" sm_90 || fail "NVRTC did not make lib.ltoir"
+expect_rc 0 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir"
+[ "$(sed -n 2p "$WORK/out")" = use_lib ] || fail "compile --link printed $(cat "$WORK/out")"
+LINKED=$(sed -n 1p "$WORK/out")
+[ -f "$LINKED" ] || fail "compile --link's path $LINKED is no file"
+KJIT_LOG_LEVEL=debug expect_rc 0 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" \
+    --link "$WORK/lib.ltoir" --json
+json_check "d['cubin'] == '$LINKED' and d['name'] == 'use_lib'"
+if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran for a linked kernel in the cache: $(grep "compiled " "$WORK/err")"; fi
+python3 "$LTOIR" "$WORK/lib.ltoir" "$WORK/lib2.cu" sm_90 || fail "NVRTC did not make the edited lib.ltoir"
+expect_rc 0 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir"
+[ "$(sed -n 1p "$WORK/out")" != "$LINKED" ] || fail "an edited --link file hit the entry linked with the old one"
+python3 "$LTOIR" "$WORK/lib.ltoir" "$WORK/lib.cu" sm_90 || fail "NVRTC did not make lib.ltoir again"
+expect_rc 0 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir"
+[ "$(sed -n 1p "$WORK/out")" = "$LINKED" ] || fail "the --link file put back did not hit its entry: $(cat "$WORK/out")"
+expect_rc 0 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir" \
+    --link-option=-O3 --link-option -maxrregcount=128
+[ "$(sed -n 1p "$WORK/out")" != "$LINKED" ] || fail "--link-option did not reach the key"
+expect_rc 14 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir" \
+    --link-option=-no-such-option
+contains "no-such-option" "$WORK/err"
+expect_rc 5 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/no-such.ltoir"
+contains "$WORK/no-such.ltoir" "$WORK/err"
+expect_rc 1 "$KJIT" compile "$WORK/use.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.cu"
+contains "$WORK/lib.cu" "$WORK/err"
+sed 's/lib_value/lib_other/g' "$WORK/use.cu" >"$WORK/other.cu"
+expect_rc 14 "$KJIT" compile "$WORK/other.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir"
+contains "lib_other" "$WORK/err"
+contains "kjit: link failed: " "$WORK/err"
+expect_rc 14 "$KJIT" compile "$WORK/other.cu" -k use_lib --arch sm_90 --cache-dir "$L" --link "$WORK/lib.ltoir" --json
+json_check 'd["code"] == 14 and d["status"] == "link failed" and "lib_other" in d["error"]'
+if grep -q "options.link\|kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+
 # The command links only libkjit.so: of libkjit's internals it carries the size units and the
 # remote settings' parser alone (leaves: it refuses a password in --remote-storage by libkjit's
 # own reading), with the Error/Result types they return and errno_text (the types' header-only

@@ -69,7 +69,7 @@ from ._prepared import Compiled, Prepared
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
 from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
-                      LibraryNotFound, NotFound)
+                      LibraryNotFound, LinkError, NotFound)
 
 # For type checkers only, as in _abi: typing (and datetime) would cost more to import than the
 # rest of the package, and annotations are never evaluated.
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
-    "BadCubin", "KjitIOError", "CompileError", "DriverError", "Library", "Kernel",
+    "BadCubin", "KjitIOError", "CompileError", "DriverError", "LinkError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
     "resolve_name", "compile", "compile_named", "Compiled", "prepare", "Prepared", "compile_batch", "BatchItem",
     "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
@@ -142,7 +142,7 @@ _OK = 0  # KJIT_OK
 _TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                     "max_cache_size", "remote_storage", "filename", "seed_dirs")
+                     "max_cache_size", "remote_storage", "filename", "seed_dirs", "link_inputs", "link_options")
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,19 +153,37 @@ def _nvrtc_from_wheel() -> Optional[str]:
     ``nvidia-cuda-nvrtc`` wheel, when one of the major libkjit was built against is installed
     (``nvidia/cu<major>/lib``, or ``nvidia/cuda_nvrtc/lib`` for 12 and older), as cuda-python
     does; libkjit opens it at the first compile, and the worker processes inherit the variable.
-    Returns the path set, or None (unset: libkjit's own search decides)."""
-    if os.environ.get("KJIT_LIBNVRTC"):
+    Also $KJIT_LIBNVJITLINK, for the ``nvidia-nvjitlink`` wheel's nvJitLink (the link step of a
+    compile with link inputs), by the same rule (:func:`_nvjitlink_from_wheel`).
+    Returns the NVRTC path set, or None (unset: libkjit's own search decides)."""
+    _nvjitlink_from_wheel()
+    return _from_wheel("KJIT_LIBNVRTC", "libnvrtc", "cuda_nvrtc")
+
+
+def _nvjitlink_from_wheel() -> Optional[str]:
+    """In the installed package, with $KJIT_LIBNVJITLINK unset: points it at the nvJitLink of
+    the ``nvidia-nvjitlink`` wheel of libkjit's major (``nvidia/cu<major>/lib``, or
+    ``nvidia/nvjitlink/lib`` for 12 and older). Setting it loads nothing: libkjit opens
+    nvJitLink only at the first link. Returns the path set, or None."""
+    return _from_wheel("KJIT_LIBNVJITLINK", "libnvJitLink", "nvjitlink")
+
+
+def _from_wheel(variable: str, stem: str, old_folder: str) -> Optional[str]:
+    """Sets ``variable``, when unset and this is the installed package, to the first
+    ``nvidia/cu<major>/lib/<stem>.so.<major>`` (``nvidia/<old_folder>/lib`` for CUDA 12 and
+    older) on sys.path, ``<major>`` being the CUDA major libkjit was built against."""
+    if os.environ.get(variable):
         return None
     try:
         from ._build import NVRTC_MAJOR  # type: ignore[import]  # only in the installed package
     except ImportError:
         return None
-    name = f"libnvrtc.so.{NVRTC_MAJOR}"
+    name = f"{stem}.so.{NVRTC_MAJOR}"
     for entry in sys.path:
-        for folder in (f"cu{NVRTC_MAJOR}", "cuda_nvrtc"):
+        for folder in (f"cu{NVRTC_MAJOR}", old_folder):
             candidate = os.path.join(entry or os.getcwd(), "nvidia", folder, "lib", name)
             if os.path.isfile(candidate):
-                os.environ["KJIT_LIBNVRTC"] = candidate
+                os.environ[variable] = candidate
                 return candidate
     return None
 
@@ -319,7 +337,8 @@ class Library:
                 arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                 headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                 max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
-                filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None) -> str:
+                filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = ()) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -342,14 +361,25 @@ class Library:
         - ``seed_dirs``: read-only seed caches, a list of folders looked in, in order, after the
           cache and before the cluster tier, never written; an entry found there is verified and
           copied into the cache; default $KJIT_CACHE_SEED (folders separated by ':'); ``[]``: none
-          whatever the variable says (libkjit 0.9; :func:`cache_export` makes one).
+          whatever the variable says (libkjit 0.9; :func:`cache_export` makes one);
+        - ``link_inputs``: files linked with the kernel by nvJitLink, in order (str, bytes,
+          os.PathLike): LTO-IR, cubin, fatbin, PTX, a relocatable object or a library of them
+          (a MathDx device library, say), told apart by content. With any, the source is compiled
+          to LTO-IR and linked with them for ``arch``; the linked cubin is the entry. Each file's
+          content is in the key: an edited file is a miss, the file put back hits the earlier
+          entry. A missing file raises KjitIOError naming it, a file of no such kind
+          InvalidArgument, nvJitLink's refusal :class:`LinkError` with its log (docs/link.md;
+          libkjit 0.10);
+        - ``link_options``: nvJitLink options in order, e.g. ("-O3", "-ftz=1"); no -arch nor
+          -lto; ignored without ``link_inputs`` (libkjit 0.10).
 
-        Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError, ...
+        Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError,
+        LinkError (nvJitLink's log), ...
         """
         options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
                    "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
                    "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename,
-                   "seed_dirs": seed_dirs}
+                   "seed_dirs": seed_dirs, "link_inputs": link_inputs, "link_options": link_options}
         return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -530,16 +560,20 @@ class Library:
 
         with_remote = "kjit_remote_describe" in self._fn
         with_seed = "kjit_cache_export" in self._fn
+        with_link = with_seed and self.version() >= (0, 10, 0)  # 0.10 added no function to tell it
         out = _abi.Stats()
         if not with_remote:  # a library older than 0.6 refuses a struct larger than its own
             out.struct_size = _abi.offset_of(_abi.Stats, "remote_hits")
         elif not with_seed:  # older than 0.9
             out.struct_size = _abi.offset_of(_abi.Stats, "seed_hits")
+        elif not with_link:  # older than 0.10
+            out.struct_size = _abi.offset_of(_abi.Stats, "nvjitlink_links")
         status = fn(ctypes.byref(out))
         if status != _OK:
             raise self._error(status, "kjit_get_stats")
         names = (_abi.STATS_COUNTERS + _abi.STATS_COUNTERS_2 + _abi.STATS_COUNTERS_3 +
-                 (_abi.STATS_REMOTE if with_remote else ()) + (_abi.STATS_SEED if with_seed else ()))
+                 (_abi.STATS_REMOTE if with_remote else ()) + (_abi.STATS_SEED if with_seed else ()) +
+                 (_abi.STATS_LINK if with_link else ()))
         rejections = {r: out.sidecar_rejections[i] for i, r in enumerate(SIDECAR_REJECTIONS)
                       if out.sidecar_rejections[i]}
         errors = {self.status_string(i): out.errors[i] for i in range(1, _abi.STATS_STATUS_SLOTS) if out.errors[i]}
@@ -1031,12 +1065,13 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
             arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
             headers: Optional[Headers] = None, name_expression: Optional[str] = None,
             max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
-            filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None) -> str:
+            filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+            link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = ()) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
-                          seed_dirs=seed_dirs)
+                          seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options)
 
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -1121,6 +1156,6 @@ def cache_import(source_dir: PathLike, cache_dir: Optional[PathLike] = None) -> 
 # The public classes defined in the private modules read as kjit's, as they did when this
 # package was one module (in reprs, tracebacks and pickles).
 for _public in (KjitError, LibraryNotFound, InvalidArgument, NotFound, Ambiguous, BadCubin,
-                KjitIOError, CompileError, DriverError, Compiled, Prepared):
+                KjitIOError, CompileError, DriverError, LinkError, Compiled, Prepared):
     _public.__module__ = __name__
 del _public

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 9, 0)
+HEADER_VERSION = (0, 10, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
@@ -126,6 +126,10 @@ class CompileOptions(Sized):
         ("program_name", ctypes.c_char_p),  # 0.7
         ("seed_dirs", ctypes.POINTER(ctypes.c_char_p)),  # 0.9
         ("seed_dir_count", ctypes.c_size_t),  # 0.9
+        ("link_inputs", ctypes.POINTER(ctypes.c_char_p)),  # 0.10
+        ("link_input_count", ctypes.c_size_t),  # 0.10
+        ("link_options", ctypes.POINTER(ctypes.c_char_p)),  # 0.10
+        ("link_option_count", ctypes.c_size_t),  # 0.10
     ]
 
 
@@ -170,10 +174,12 @@ STATS_REMOTE = ("remote_hits", "remote_misses", "remote_errors", "remote_timeout
                 "remote_bytes_in", "remote_bytes_out", "remote_leases_owned", "remote_lease_waits",
                 "remote_lease_takeovers", "remote_shared_failures")  # 0.6
 STATS_SEED = ("seed_hits", "seed_rejections")  # 0.9
+STATS_LINK = ("nvjitlink_links", "nvjitlink_nanoseconds")  # 0.10
 
 
 class Stats(Sized):
-    """kjit_stats (0.2; the remote_* counters 0.6, the seed_* counters 0.9)."""
+    """kjit_stats (0.2; the remote_* counters 0.6, the seed_* counters 0.9, the nvjitlink_*
+    counters 0.10)."""
 
     _fields_ = ([("struct_size", ctypes.c_size_t)] +
                 [(n, ctypes.c_uint64) for n in STATS_COUNTERS] +
@@ -182,7 +188,8 @@ class Stats(Sized):
                 [("errors", ctypes.c_uint64 * STATS_STATUS_SLOTS)] +
                 [(n, ctypes.c_uint64) for n in STATS_COUNTERS_3] +
                 [(n, ctypes.c_uint64) for n in STATS_REMOTE] +
-                [(n, ctypes.c_uint64) for n in STATS_SEED])
+                [(n, ctypes.c_uint64) for n in STATS_SEED] +
+                [(n, ctypes.c_uint64) for n in STATS_LINK])
 
 
 class CacheSummary(Sized):

@@ -17,8 +17,9 @@ def main() -> None:
     if not os.access(binary, os.X_OK):
         sys.exit(f"kjit: {binary} is missing or not executable: this installation of the kjit "
                  "package has no command (reinstall the wheel, or build with KJIT_BUILD_CLI=ON)")
-    # The NVRTC the package itself would use (an nvidia-cuda-nvrtc wheel in this environment,
-    # through $KJIT_LIBNVRTC), so that `kjit compile` and kjit.compile compile with the same one.
+    # The NVRTC and nvJitLink the package itself would use (the nvidia-cuda-nvrtc and
+    # nvidia-nvjitlink wheels in this environment, through $KJIT_LIBNVRTC and $KJIT_LIBNVJITLINK),
+    # so that `kjit compile` and kjit.compile compile and link with the same ones.
     from . import _nvrtc_from_wheel
     _nvrtc_from_wheel()
     try:

@@ -92,12 +92,23 @@ def _headers(headers: Any, keep: List[Any]) -> Tuple[Any, int]:
     return array, len(pairs)
 
 
+def _struct_size(linking: bool, seeding: bool, naming: bool, remote: bool) -> int:
+    """kjit_compile_options' struct_size for a call that sets these fields: up to the last one
+    set, at least libkjit 0.5's struct (up to remote_storage); a struct that sets none of a
+    release's fields ends before them, so a libkjit older than that release still takes it."""
+    for used, after in ((linking, None), (seeding, "link_inputs"), (naming, "seed_dirs"), (remote, "program_name")):
+        if used:
+            return ctypes.sizeof(_abi.CompileOptions) if after is None else _abi.offset_of(_abi.CompileOptions, after)
+    return _abi.offset_of(_abi.CompileOptions, "remote_storage")
+
+
 def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
                     nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
                     headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                     max_cache_size: Union[int, float, None] = None,
                     remote_storage: Optional[str] = None, filename: Optional[PathLike] = None,
-                    seed_dirs: Optional[Iterable[PathLike]] = None) -> _abi.CompileOptions:
+                    seed_dirs: Optional[Iterable[PathLike]] = None, link_inputs: Iterable[PathLike] = (),
+                    link_options: Iterable[str] = ()) -> _abi.CompileOptions:
     """kjit_compile's keyword arguments -> a CompileOptions; what it points at goes in ``keep``.
 
     Its struct_size ends at the last field set (at least libkjit 0.5's), so that a library older
@@ -110,12 +121,12 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
             seeds, opts.seed_dir_count = (ctypes.c_char_p * 1)(b"none"), 1
         opts.seed_dirs = seeds
         keep.append(seeds)
-    elif filename is not None:
-        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "seed_dirs")
-    elif remote_storage is not None:
-        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "program_name")
-    else:
-        opts.struct_size = _abi.offset_of(_abi.CompileOptions, "remote_storage")
+    inputs, opts.link_input_count = string_array(link_inputs, "link_inputs", path_bytes)
+    links, opts.link_option_count = string_array(link_options, "link_options", text_bytes)
+    opts.link_inputs, opts.link_options = inputs, links
+    keep += [inputs, links]
+    opts.struct_size = _struct_size(bool(opts.link_input_count or opts.link_option_count), seed_dirs is not None,
+                                    filename is not None, remote_storage is not None)
     if filename is not None:
         opts.program_name = path_bytes(filename, "filename")
     if remote_storage is not None:

@@ -26,6 +26,7 @@ class Status(enum.IntEnum):
     ERROR_OUT_OF_MEMORY = 11
     ERROR_INTERNAL = 12
     ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
+    ERROR_LINK = 14  # 0.10: nvJitLink refused a link (its log), or no usable nvJitLink
 
 
 class CacheProblem(enum.IntEnum):

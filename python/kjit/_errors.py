@@ -85,10 +85,17 @@ class DriverError(KjitError):
     """KJIT_ERROR_DRIVER_UNAVAILABLE (no usable libcuda.so.1) or KJIT_ERROR_DRIVER."""
 
 
+class LinkError(KjitError):
+    """KJIT_ERROR_LINK (libkjit 0.10): nvJitLink refused the link of a compile with
+    ``link_inputs`` (an unresolved function, an input for another arch, a bad link option; its
+    log, naming the input, is in ``message``), or no usable nvJitLink could be loaded (see
+    ``$KJIT_LIBNVJITLINK``)."""
+
+
 # By the status's value (Status, an IntEnum, hashes as its int): ERROR_INVALID_ARGUMENT,
 # ERROR_NOT_FOUND, ERROR_AMBIGUOUS, ERROR_BAD_CUBIN, ERROR_IO, ERROR_COMPILE, ERROR_NVRTC,
-# ERROR_DRIVER_UNAVAILABLE, ERROR_DRIVER (python/tests/test_kjit.py checks them by name).
+# ERROR_DRIVER_UNAVAILABLE, ERROR_DRIVER, ERROR_LINK (python/tests/test_kjit.py checks them by name).
 ERROR_CLASSES: Dict[int, Type[KjitError]] = {
     1: InvalidArgument, 2: NotFound, 3: Ambiguous, 4: BadCubin, 5: KjitIOError, 6: CompileError, 7: CompileError,
-    8: DriverError, 9: DriverError,
+    8: DriverError, 9: DriverError, 14: LinkError,
 }

@@ -34,7 +34,8 @@ class Stats(_ByName):
     """libkjit's process-wide counters (kjit_get_stats), every one of kjit_stats by its C name.
     ``sidecar_rejections`` is {reason: count} (reasons as in ``kjit.SIDECAR_REJECTIONS``) and
     ``errors`` {status name: count}, both with non-zero entries only. The ``remote_*`` counters
-    (libkjit 0.6) are None with an older library. Counters only grow: subtract two snapshots."""
+    (libkjit 0.6), ``seed_*`` (0.9) and ``nvjitlink_*`` (0.10: links nvJitLink ran, and the
+    time in them) are None with an older library. Counters only grow: subtract two snapshots."""
 
     compile_hits: int
     compile_misses: int
@@ -74,6 +75,8 @@ class Stats(_ByName):
     remote_shared_failures: Optional[int] = None
     seed_hits: Optional[int] = None
     seed_rejections: Optional[int] = None
+    nvjitlink_links: Optional[int] = None
+    nvjitlink_nanoseconds: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -738,7 +738,8 @@ def test_error_classes_by_status_name():
         "ERROR_INVALID_ARGUMENT": kjit.InvalidArgument, "ERROR_NOT_FOUND": kjit.NotFound,
         "ERROR_AMBIGUOUS": kjit.Ambiguous, "ERROR_BAD_CUBIN": kjit.BadCubin, "ERROR_IO": kjit.KjitIOError,
         "ERROR_COMPILE": kjit.CompileError, "ERROR_NVRTC": kjit.CompileError,
-        "ERROR_DRIVER_UNAVAILABLE": kjit.DriverError, "ERROR_DRIVER": kjit.DriverError}
+        "ERROR_DRIVER_UNAVAILABLE": kjit.DriverError, "ERROR_DRIVER": kjit.DriverError,
+        "ERROR_LINK": kjit.LinkError}
 
 
 def test_remote_description_reads_every_server():
@@ -1436,7 +1437,7 @@ def test_options_struct_stays_old_sized_without_newer_fields():
     assert remote.struct_size == kjit._abi.CompileOptions.program_name.offset
     assert named.struct_size == kjit._abi.CompileOptions.seed_dirs.offset
     assert named.program_name == b"gemm.cu"
-    assert seeded.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert seeded.struct_size == kjit._abi.CompileOptions.link_inputs.offset  # the link fields: test_link.py
     assert seeded.seed_dir_count == 1 and seeded.seed_dirs[0] == b"/seed"
 
 
