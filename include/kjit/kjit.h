@@ -359,7 +359,7 @@ typedef struct kjit_compile_options {
         and the linked cubin is the entry: its kernel is named and loaded as any other. Each
         file's content (not its path) is in the cache key, so editing one is a miss and putting
         it back hits the earlier entry; the hit memo proves them unchanged by their stat.
-        nvJitLink is loaded only by a process that links (the toolkit's libnvJitLink.so.<major>,
+        nvJitLink is loaded only by a process that links (the toolkit's `libnvJitLink.so.<major>`,
         or $KJIT_LIBNVJITLINK): docs/link.md. A missing or unreadable file is #KJIT_ERROR_IO, a
         file of no kind above #KJIT_ERROR_INVALID_ARGUMENT, nvJitLink's refusal (an input for
         another arch, an unresolved function) #KJIT_ERROR_LINK with its log naming the input;
@@ -369,7 +369,7 @@ typedef struct kjit_compile_options {
     /** Number of entries in link_inputs (none may be NULL or ""). */
     size_t link_input_count;
     /** Extra nvJitLink options in order (since 0.10), e.g. "-O3", "-maxrregcount=128",
-        "-ftz=true"; in the key. Not -arch (use arch) nor -lto (always given). NULL for none;
+        "-ftz=1"; in the key. Not -arch (use arch) nor -lto (always given). NULL for none;
         ignored without link inputs. */
     const char *const *link_options;
     /** Number of entries in link_options (none may be NULL). */
