@@ -19,11 +19,6 @@ namespace {
 constexpr int kMajor = KJIT_NVRTC_MAJOR;
 static_assert(kMajor == CUDA_VERSION / 1000, "KJIT_NVRTC_MAJOR differs from the toolkit headers' CUDA_VERSION");
 
-struct Loaded {
-    Api api;
-    std::string error;
-};
-
 // The versioned symbol nvJitLink.h's wrapper of `name` calls: "__nvJitLinkCreate_13_0".
 std::string versioned(const char *name) { return std::string("__") + name + "_" + std::to_string(kMajor) + "_0"; }
 
@@ -67,37 +62,23 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
     return true;
 }
 
-Loaded open_library() {
-    const char *env = std::getenv("KJIT_LIBNVJITLINK");
-    const bool from_env = env && *env;
-    Loaded loaded;
-    std::string tried;
-    for (const std::string &file : candidates()) {
-        Api a;
-        std::string why;
-        if (open_one(file, a, why)) {
-            log().debug("nvjitlink: {} (nvJitLink {}) loaded{}", file, a.version,
-                        from_env ? " from KJIT_LIBNVJITLINK" : "");
-            loaded.api = std::move(a);
-            return loaded;
-        }
-        if (!tried.empty()) tried += "; ";
-        tried += "dlopen(\"" + file + "\")" + (from_env ? " (from KJIT_LIBNVJITLINK) " : " ") + why;
-    }
-    loaded.error = "no usable nvJitLink: " + tried + ". A compile with link inputs needs nvJitLink " +
-                   std::to_string(kMajor) + ": install the CUDA toolkit's nvJitLink (" + library_name() +
-                   ": the libnvjitlink-" + std::to_string(kMajor) +
-                   "-<minor> package, or the nvidia-nvjitlink wheel for Python) or set KJIT_LIBNVJITLINK to the "
-                   "path of its " +
-                   library_name();
+runtime_library::Loaded<Api> open_library() {
+    auto loaded = runtime_library::open_first<Api>(candidates(), "KJIT_LIBNVJITLINK", "nvJitLink", open_one);
+    if (loaded.error.empty()) return loaded;
+    loaded.error += ". A compile with link inputs needs nvJitLink " + std::to_string(kMajor) +
+                    ": install the CUDA toolkit's nvJitLink (" + library_name() + ": the libnvjitlink-" +
+                    std::to_string(kMajor) +
+                    "-<minor> package, or the nvidia-nvjitlink wheel for Python) or set KJIT_LIBNVJITLINK to the "
+                    "path of its " +
+                    library_name();
     return loaded;
 }
 
-// Opened once per process, on first need, and never closed (as NVRTC: nvjitlink_library keeps
-// no per-process state a forked child must renew; the child keeps the parent's outcome).
-std::atomic<const Loaded *> loaded_slot{nullptr};
+// Opened once per process, on first need, and never closed (as NVRTC; nvJitLink keeps no
+// per-process state a forked child must renew: the child keeps the parent's outcome).
+runtime_library::Slot<Api> slot;
 
-// Serialises the first open (its initialisers run inside dlopen: see nvrtc_library.cpp).
+// Serialises the first open (runtime_library::Slot::get says why).
 std::mutex open_mutex;
 void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
 [[maybe_unused]] const bool fork_handler_registered =
@@ -111,18 +92,10 @@ std::vector<std::string> candidates() {
     return runtime_library::candidates("KJIT_LIBNVJITLINK", library_name(), KJIT_NVRTC_DIR);
 }
 
-const Api *opened() {
-    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
-    return published && published->error.empty() ? &published->api : nullptr;
-}
+const Api *opened() { return slot.opened(); }
 
 Result<const Api *> api() {
-    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
-    if (!published) {
-        std::lock_guard<std::mutex> lock(open_mutex);
-        published = &fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
-    }
-    const Loaded &l = *published;
+    const runtime_library::Loaded<Api> &l = slot.get(open_mutex, open_library);
     if (!l.error.empty()) return Error{Errc::link, l.error};
     return &l.api;
 }

@@ -24,12 +24,6 @@ namespace {
 constexpr int kMajor = KJIT_NVRTC_MAJOR;
 static_assert(kMajor == CUDA_VERSION / 1000, "KJIT_NVRTC_MAJOR differs from the toolkit headers' CUDA_VERSION");
 
-// What api() publishes: the table, or why there is none.
-struct Loaded {
-    Api api;
-    std::string error;
-};
-
 // NVRTC opens its builtins library (libnvrtc-builtins[.alt].so.<major>.<minor>) by name when it
 // first compiles, through the dynamic linker's search from libnvrtc itself (it has no RUNPATH),
 // not from its own folder. An NVRTC that libkjit found by path (the toolkit folder of the build,
@@ -95,30 +89,17 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
 
 #undef KJIT_BIND
 
-Loaded open_library() {
+runtime_library::Loaded<Api> open_library() {
+    auto loaded = runtime_library::open_first<Api>(candidates(), "KJIT_LIBNVRTC", "NVRTC", open_one);
+    if (loaded.error.empty()) return loaded;
     const std::string name = library_name();
-    const char *env = std::getenv("KJIT_LIBNVRTC");
-    const bool from_env = env && *env;
-    Loaded loaded;
-    std::string tried;
-    for (const std::string &file : candidates()) {
-        Api a;
-        std::string why;
-        if (open_one(file, a, why)) {
-            log().debug("nvrtc: {} (NVRTC {}) loaded{}", file, a.version, from_env ? " from KJIT_LIBNVRTC" : "");
-            loaded.api = std::move(a);
-            return loaded;
-        }
-        if (!tried.empty()) tried += "; ";
-        tried += "dlopen(\"" + file + "\")" + (from_env ? " (from KJIT_LIBNVRTC) " : " ") + why;
-    }
-    loaded.error = "no usable NVRTC: " + tried + ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
-                   ", also to key a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
-                   "NVRTC (" +
-                   name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
-                   "-<minor> package, or the nvidia-cuda-nvrtc wheel for Python) or set KJIT_LIBNVRTC to the path "
-                   "of its " +
-                   name;
+    loaded.error += ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
+                    ", also to key a cache hit (NVRTC's build is part of the cache key): install the CUDA toolkit's "
+                    "NVRTC (" +
+                    name + ": the cuda-nvrtc-" + std::to_string(kMajor) +
+                    "-<minor> package, or the nvidia-cuda-nvrtc wheel for Python) or set KJIT_LIBNVRTC to the path "
+                    "of its " +
+                    name;
     return loaded;
 }
 
@@ -126,14 +107,10 @@ Loaded open_library() {
 // and NVRTC keeps process-wide state such as its PCH heap). A forked child keeps the parent's
 // outcome: the library stays mapped in it and holds no per-process state that libkjit renews
 // (NVRTC's own lock is the compiler's gate's business).
-std::atomic<const Loaded *> loaded_slot{nullptr};
+runtime_library::Slot<Api> slot;
 
-// Serialises the first open. NVRTC's initialisers run inside dlopen; a second thread whose
-// dlopen of the same library waited for the first (inside the loader's own lock, which no tool
-// sees) and that then compiled at once used NVRTC's globals with no ordering ThreadSanitizer can
-// see against their initialisation (reported in Cache.EightThreadsOnOneKeyRunNvrtcOnce). Held
-// only until the library is published; no once-guard (fork_guard.hpp): a child forked while a
-// parent's thread held it gets it anew.
+// Serialises the first open (Slot::get; reported in Cache.EightThreadsOnOneKeyRunNvrtcOnce
+// before it was held).
 std::mutex open_mutex;
 void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
 [[maybe_unused]] const bool fork_handler_registered =
@@ -148,18 +125,10 @@ std::vector<std::string> candidates() {
     return runtime_library::candidates("KJIT_LIBNVRTC", library_name(), KJIT_NVRTC_DIR);
 }
 
-const Api *opened() {
-    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
-    return published && published->error.empty() ? &published->api : nullptr;
-}
+const Api *opened() { return slot.opened(); }
 
 Result<const Api *> api() {
-    const Loaded *published = loaded_slot.load(std::memory_order_acquire);
-    if (!published) {
-        std::lock_guard<std::mutex> lock(open_mutex);
-        published = &fork_guard::lazy(loaded_slot, [] { return new Loaded(open_library()); });
-    }
-    const Loaded &l = *published;
+    const runtime_library::Loaded<Api> &l = slot.get(open_mutex, open_library);
     if (!l.error.empty()) return Error{Errc::nvrtc, l.error};
     return &l.api;
 }

@@ -3,9 +3,16 @@
 // one is opened and its entry points bound, and the identity the cache key holds for it.
 #pragma once
 
+#include "util/fork_guard.hpp"
+#include "util/log.hpp"
+
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kjit::compile::runtime_library {
@@ -42,5 +49,65 @@ bool bind(void *handle, Fn &fn, const char *symbol, const char *what, std::strin
 // "unknown-build"). (For NVRTC, the text libkjit has always put in keys and manifests: caches
 // made while it linked NVRTC keep their keys.)
 std::string identity_of(const std::string &version, const void *symbol, std::string *file);
+
+// What a library's api() publishes once per process: its table, or why there is none.
+template <typename Api>
+struct Loaded {
+    Api api;
+    std::string error;
+};
+
+// The first of `candidates` that `open_one(file, api, why)` opens (said at debug level, with
+// Api::version), else an error "no usable <what>: " listing each file tried and why, in order
+// ("(from <env_var>)" when the variable named it), to which the caller adds what to do.
+template <typename Api, typename OpenOne>
+Loaded<Api> open_first(const std::vector<std::string> &candidates, const char *env_var, const char *what,
+                       OpenOne &&open_one) {
+    const char *env = std::getenv(env_var);
+    const bool from_env = env && *env;
+    Loaded<Api> loaded;
+    std::string tried;
+    for (const std::string &file : candidates) {
+        Api a;
+        std::string why;
+        if (open_one(file, a, why)) {
+            log().debug("{} ({} {}) loaded{}", file, what, a.version, from_env ? std::string(" from ") + env_var : "");
+            loaded.api = std::move(a);
+            return loaded;
+        }
+        if (!tried.empty()) tried += "; ";
+        tried += "dlopen(\"" + file + "\")" + (from_env ? std::string(" (from ") + env_var + ") " : " ") + why;
+    }
+    loaded.error = std::string("no usable ") + what + ": " + tried;
+    return loaded;
+}
+
+// One library's outcome for the process: opened on the first get(), never closed (what it
+// made may be in use) nor forgotten (a forked child keeps it: the library stays mapped there).
+template <typename Api>
+class Slot {
+public:
+    // The table when get() opened one, else nullptr; opens nothing. Thread safe.
+    const Api *opened() const {
+        const Loaded<Api> *published = slot_.load(std::memory_order_acquire);
+        return published && published->error.empty() ? &published->api : nullptr;
+    }
+    // The outcome, from `open()` (a Loaded<Api>) on the first call. `open_mutex` serialises the
+    // first open: a library's initialisers run inside dlopen, and a second thread whose dlopen
+    // of the same library waited for the first (inside the loader's own lock, which no tool
+    // sees) and then used the library at once would use its globals with no ordering
+    // ThreadSanitizer can see against their initialisation. Its owner renews it in a forked
+    // child (no once-guard, fork_guard.hpp). Thread safe.
+    template <typename Open>
+    const Loaded<Api> &get(std::mutex &open_mutex, Open &&open) {
+        const Loaded<Api> *published = slot_.load(std::memory_order_acquire);
+        if (published) return *published;
+        std::lock_guard<std::mutex> lock(open_mutex);
+        return fork_guard::lazy(slot_, [&] { return new Loaded<Api>(open()); });
+    }
+
+private:
+    std::atomic<const Loaded<Api> *> slot_{nullptr};
+};
 
 }  // namespace kjit::compile::runtime_library

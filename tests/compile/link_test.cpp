@@ -5,7 +5,6 @@
 #include "kjit/kjit.h"
 
 #include "c_api_support.hpp"
-#include "compile/nvrtc_library.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -40,34 +39,10 @@ std::string library_source(int constant) {
 const char *const kKernel = "extern \"C\" __device__ int lib_value(int i);\n"
                             "__global__ void use_lib(int *out, int i) { *out = lib_value(i); }\n";
 
-// Compiles `source` with NVRTC (dlopened by libkjit's own loader) for `arch`: LTO-IR with
-// `lto`, else a relocatable cubin (-rdc=true).
+// `source` as a library ships it: LTO-IR with `lto`, else a relocatable cubin.
 std::string nvrtc_output(const std::string &source, const std::string &arch, bool lto) {
-    auto api = kjit::compile::nvrtc_library::api();
-    if (!api) {
-        ADD_FAILURE() << api.error().message;
-        return "";
-    }
-    const auto &a = **api;
-    nvrtcProgram prog = nullptr;
-    EXPECT_EQ(a.nvrtcCreateProgram(&prog, source.c_str(), "lib.cu", 0, nullptr, nullptr), NVRTC_SUCCESS);
-    const std::string arch_option = "-arch=" + arch;
-    std::vector<const char *> options = {arch_option.c_str(), "-rdc=true"};
-    if (lto) options.push_back("-dlto");
-    EXPECT_EQ(a.nvrtcCompileProgram(prog, static_cast<int>(options.size()), options.data()), NVRTC_SUCCESS);
-    std::size_t size = 0;
-    std::string out;
-    if (lto) {
-        EXPECT_EQ(a.nvrtcGetLTOIRSize(prog, &size), NVRTC_SUCCESS);
-        out.resize(size);
-        EXPECT_EQ(a.nvrtcGetLTOIR(prog, &out[0]), NVRTC_SUCCESS);
-    } else {
-        EXPECT_EQ(a.nvrtcGetCUBINSize(prog, &size), NVRTC_SUCCESS);
-        out.resize(size);
-        EXPECT_EQ(a.nvrtcGetCUBIN(prog, &out[0]), NVRTC_SUCCESS);
-    }
-    a.nvrtcDestroyProgram(&prog);
-    return out;
+    return kjit_test::device_code_for(source, arch,
+                                      lto ? kjit_test::DeviceCode::ltoir : kjit_test::DeviceCode::relocatable_cubin);
 }
 
 // The library with `constant` as LTO-IR for sm_90, written to `path`.

@@ -35,17 +35,10 @@ Lines run_worker(const std::string &cache, int n, const std::string &env = "", b
     const std::string command = "env " + env + " '" + (worker ? worker : "") + "' '" + cache + "' " +
                                 std::to_string(n) + (retry ? " retry" : "") + " 2>&1";
     Lines lines;
-    FILE *out = ::popen(command.c_str(), "r");
-    if (!out) {
-        ADD_FAILURE() << "cannot run " << command;
-        return lines;
-    }
-    char buffer[8192];
+    int status = 0;
     std::string all;
-    while (std::fgets(buffer, sizeof buffer, out)) {
-        std::string line(buffer);
-        all += line;
-        if (!line.empty() && line.back() == '\n') line.pop_back();
+    for (const std::string &line : output_lines_of(command, &status)) {
+        all += line + "\n";
         const std::size_t space = line.find(' ');
         const std::string key = line.substr(0, space);
         const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
@@ -53,7 +46,7 @@ Lines run_worker(const std::string &cache, int n, const std::string &env = "", b
         lines[key] = value;
     }
     lines["all"] = all;
-    EXPECT_EQ(::pclose(out), 0) << all;
+    EXPECT_EQ(status, 0) << all;
     return lines;
 }
 
@@ -247,15 +240,7 @@ TEST_F(NvrtcProbe, ARecordThatIsNotThisUsersOrNotWholeIsNotUsed) {
         EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "mapped");
         EXPECT_EQ(run_worker(cache, 1).at("nvrtc"), "absent") << "the user's own record was not written back";
     }
-    // Cut short, an unknown line, a relative watched path, no identity, text after the end.
-    const std::vector<std::string> damaged = {
-        text.substr(0, text.size() / 2),
-        text + "extra\n",
-        text.substr(0, text.find("\nwatch ") + 1) + "watch absent relative/path\n" +
-            text.substr(text.find("\nwatch ") + 1),
-        text.substr(0, text.find("\nidentity ") + 1) + "end\n",
-        text + "end\n",
-    };
+    const std::vector<std::string> damaged = damaged_probe_records(text);
     for (const std::string &bad : damaged) {
         write_file(record, bad);
         const Lines run = run_worker(cache, 1);

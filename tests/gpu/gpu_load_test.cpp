@@ -4,7 +4,6 @@
 // launches.
 #include "kjit/kjit.h"
 
-#include "compile/nvrtc_library.hpp"
 #include "test_support.hpp"
 
 #include <cuda.h>
@@ -199,23 +198,8 @@ namespace {
 // A device-function library as LTO-IR for sm_75, which nvJitLink links into any newer target
 // (the current GPU's), made with NVRTC as a library vendor would ship it.
 std::string scale_library_ltoir() {
-    const char *const source = "extern \"C\" __device__ float lib_scale(int i) { return 3.0f * i + 0.25f; }\n";
-    auto api = kjit::compile::nvrtc_library::api();
-    if (!api) {
-        ADD_FAILURE() << api.error().message;
-        return "";
-    }
-    const auto &a = **api;
-    nvrtcProgram prog = nullptr;
-    EXPECT_EQ(a.nvrtcCreateProgram(&prog, source, "scale.cu", 0, nullptr, nullptr), NVRTC_SUCCESS);
-    const char *options[] = {"-arch=sm_75", "-rdc=true", "-dlto"};
-    EXPECT_EQ(a.nvrtcCompileProgram(prog, 3, options), NVRTC_SUCCESS);
-    std::size_t size = 0;
-    EXPECT_EQ(a.nvrtcGetLTOIRSize(prog, &size), NVRTC_SUCCESS);
-    std::string out(size, '\0');
-    EXPECT_EQ(a.nvrtcGetLTOIR(prog, &out[0]), NVRTC_SUCCESS);
-    a.nvrtcDestroyProgram(&prog);
-    return out;
+    return device_code_for("extern \"C\" __device__ float lib_scale(int i) { return 3.0f * i + 0.25f; }\n", "sm_75",
+                           DeviceCode::ltoir);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #include "compile/compiler.hpp"
+#include "compile/nvrtc_library.hpp"
 #include "cubin/sidecar_store.hpp"
 #include "fake_cuda.h"
 
@@ -77,6 +78,37 @@ const std::string &cubin_for(const std::string &source, const std::vector<std::s
         std::abort();
     }
     return cache.emplace(key, std::move(out->cubin)).first->second;
+}
+
+std::string device_code_for(const std::string &source, const std::string &arch, DeviceCode kind) {
+    auto api = kjit::compile::nvrtc_library::api();
+    if (!api) {
+        std::fprintf(stderr, "test device code: %s\n", api.error().message.c_str());
+        std::abort();
+    }
+    const auto &a = **api;
+    const bool lto = kind == DeviceCode::ltoir;
+    nvrtcProgram prog = nullptr;
+    const std::string arch_option = "-arch=" + arch;
+    std::vector<const char *> options = {arch_option.c_str(), "-rdc=true"};
+    if (lto) options.push_back("-dlto");
+    std::size_t size = 0;
+    if (a.nvrtcCreateProgram(&prog, source.c_str(), "library.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS ||
+        a.nvrtcCompileProgram(prog, static_cast<int>(options.size()), options.data()) != NVRTC_SUCCESS ||
+        (lto ? a.nvrtcGetLTOIRSize(prog, &size) : a.nvrtcGetCUBINSize(prog, &size)) != NVRTC_SUCCESS) {
+        std::string log;
+        if (prog && a.nvrtcGetProgramLogSize(prog, &size) == NVRTC_SUCCESS) {
+            log.resize(size);
+            a.nvrtcGetProgramLog(prog, &log[0]);
+        }
+        std::fprintf(stderr, "test device code failed to compile: %s\n", log.c_str());
+        std::abort();
+    }
+    std::string out(size, '\0');
+    const nvrtcResult got = lto ? a.nvrtcGetLTOIR(prog, &out[0]) : a.nvrtcGetCUBIN(prog, &out[0]);
+    a.nvrtcDestroyProgram(&prog);
+    if (got != NVRTC_SUCCESS) std::abort();
+    return out;
 }
 
 void *dlsym_or_abort(void *lib, const char *symbol, const char *what) {
@@ -203,6 +235,38 @@ std::vector<std::string> temp_files_in(const std::string &dir) {
         if (kjit::cubin::sidecar::is_temp_file_name(n)) temps.push_back(n);
     }
     return temps;
+}
+
+std::vector<std::string> damaged_probe_records(const std::string &text) {
+    return {
+        text.substr(0, text.size() / 2),
+        text + "extra\n",
+        text.substr(0, text.find("\nwatch ") + 1) + "watch absent relative/path\n" +
+            text.substr(text.find("\nwatch ") + 1),
+        text.substr(0, text.find("\nidentity ") + 1) + "end\n",
+        text + "end\n",
+    };
+}
+
+std::vector<std::string> output_lines_of(const std::string &command, int *exit_status) {
+    std::vector<std::string> lines;
+    FILE *out = ::popen(command.c_str(), "r");
+    if (!out) {
+        *exit_status = -1;
+        return lines;
+    }
+    char buffer[8192];
+    std::string line;
+    while (std::fgets(buffer, sizeof buffer, out)) {
+        line += buffer;
+        if (line.back() != '\n') continue;  // a line longer than the buffer: read on
+        line.pop_back();
+        lines.push_back(std::move(line));
+        line.clear();
+    }
+    if (!line.empty()) lines.push_back(std::move(line));
+    *exit_status = ::pclose(out);
+    return lines;
 }
 
 int dup_of_descriptor_on(const std::string &path) {

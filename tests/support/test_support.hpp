@@ -36,6 +36,11 @@ std::string numbered_gemm_name(int i);
 // are cached within the process. Aborts the test binary (with NVRTC's log) if NVRTC fails.
 const std::string &cubin_for(const std::string &source, const std::vector<std::string> &extra_options = {});
 
+// `source` compiled with NVRTC (-rdc=true) for `arch` ("sm_90") as a device library ships:
+// LTO-IR (-dlto) or a relocatable cubin. Aborts the test binary (with NVRTC's log) if NVRTC fails.
+enum class DeviceCode { ltoir, relocatable_cubin };
+std::string device_code_for(const std::string &source, const std::string &arch, DeviceCode kind);
+
 // The CUDA driver test double (tests/fake_cuda), reached by dlopen()ing $KJIT_LIBCUDA: the same
 // library libkjit loads, so its counters see libkjit's calls. Aborts if KJIT_LIBCUDA is unset or
 // names something else.
@@ -111,6 +116,14 @@ bool exists(const std::string &path);
 std::vector<std::string> list_dir(const std::string &dir);
 // Entry names in `dir` that are sidecar temp files (nothing should ever leave one behind).
 std::vector<std::string> temp_files_in(const std::string &dir);
+// A library probe's record (src/compile/library_probe.hpp) spoiled each way a reader must
+// refuse: cut short, an unknown line, a relative watched path, no identity, text after the end.
+std::vector<std::string> damaged_probe_records(const std::string &text);
+
+// Runs `command` through the shell and returns what it printed, line by line (newlines taken
+// off); `*exit_status` receives pclose's status (-1 when it could not be run).
+std::vector<std::string> output_lines_of(const std::string &command, int *exit_status);
+
 // A dup() of a descriptor this process has open on `path` (found in /proc/self/fd), as a child
 // forked at the wrong instant would hold one; -1 when none is open.
 int dup_of_descriptor_on(const std::string &path);
