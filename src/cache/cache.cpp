@@ -76,6 +76,14 @@ remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string 
     return remote::Expected{entry_key, key::kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
 }
 
+// After a look-up or build in `request.cache_dir` that passed the folder's trust checks: where
+// this process loaded NVRTC (and, for a request that links, nvJitLink), the record that spares
+// the next processes loading it (once per folder).
+void record_library_identities(const key::Request &request) {
+    compile::nvrtc_probe::record(request.cache_dir);
+    if (!request.link_files.empty()) compile::nvjitlink_probe::record(request.cache_dir);
+}
+
 // A linked cubin without the kernel: said as such (what a link keeps), nothing published.
 Error linked_name_problem(const key::Request &request, Error e) {
     if (e.code != Errc::not_found || request.link_files.empty()) return e;
@@ -170,10 +178,7 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
     if (*found) {
         counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("cache hit {} [{}]: {}", keyed.key, keyed.request.keyword, (*found)->cubin);
-        // A look-up that passed the folder's trust checks: where this process loaded NVRTC, the
-        // record that spares the next processes loading it (once per folder).
-        compile::nvrtc_probe::record(keyed.request.cache_dir);
-        if (!keyed.request.link_files.empty()) compile::nvjitlink_probe::record(keyed.request.cache_dir);
+        record_library_identities(keyed.request);
         compile::compiler::create_output_files_of_hit(keyed.request.nvrtc_options, keyed.request.program_name);
         return found;
     }
@@ -233,10 +238,7 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
         }
     }();
     const bool put_off = busy && *busy;
-    if (result && !put_off) {
-        compile::nvrtc_probe::record(keyed.request.cache_dir);  // as for a hit (find)
-        if (!keyed.request.link_files.empty()) compile::nvjitlink_probe::record(keyed.request.cache_dir);
-    }
+    if (result && !put_off) record_library_identities(keyed.request);  // as for a hit (find)
     {
         std::lock_guard<std::mutex> lock(flight->mutex);
         flight->result = result;
