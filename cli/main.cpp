@@ -653,7 +653,7 @@ int run_copy(const Global &g, bool is_export, const std::string &other, const st
                     n(c.copied_entries), units::format_size(c.copied_bytes).c_str(), is_export ? "to" : "from",
                     other.c_str(), n(c.present_entries));
         if (c.skipped_entries > 0) std::printf(", %llu of other archs skipped", n(c.skipped_entries));
-        if (c.refused_entries > 0) std::printf(", %llu damaged ones refused (listed above)", n(c.refused_entries));
+        if (c.refused_entries > 0) std::printf(", %llu refused (listed above)", n(c.refused_entries));
         std::printf("\n");
     }
     return c.refused_entries > 0 ? kExitDamage : 0;

@@ -21,6 +21,9 @@ suppressions="$src/abi/libkjit.abignore"
 if (( update )); then
     abidw --exported-interfaces-only --headers-dir "$src/include/kjit" --drop-private-types --no-corpus-path \
         --no-comp-dir-path --no-show-locs --no-elf-needed --suppressions "$suppressions" "$lib" > "$baseline.new" &&
+        # A translation unit's path is as the compiler was given it: absolute, the checkout's.
+        # The baseline names it from the source folder, so no machine's folder is recorded.
+        sed -i "s|path='$src/|path='|" "$baseline.new" &&
         mv "$baseline.new" "$baseline" && echo "wrote $baseline"
     exit
 fi

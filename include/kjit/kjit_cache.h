@@ -547,7 +547,11 @@ typedef enum kjit_cache_problem {
                                             the entry's keyword. */
     KJIT_CACHE_SIDECAR_STALE = 7,      /**< The sidecar's line is for another version of the cubin. */
     KJIT_CACHE_SIDECAR_WRONG_NAME = 8, /**< The sidecar's line names another kernel than the manifest. */
-    KJIT_CACHE_STALE_TEMP = 9          /**< A temp folder or file left by a killed process. */
+    KJIT_CACHE_STALE_TEMP = 9,         /**< A temp folder or file left by a killed process. */
+    KJIT_CACHE_FOREIGN = 10            /**< An entry, its shard or a file in it owned by someone the
+                                            folder does not trust, or a link in their place
+                                            (since 0.11): never served, copied or counted as
+                                            there (docs/cache-layout.md, "Who may write a seed"). */
 } kjit_cache_problem;
 
 /**
@@ -695,11 +699,14 @@ typedef struct kjit_copy_report {
     uint64_t copied_entries;
     /** The bytes of their files. */
     uint64_t copied_bytes;
-    /** Sound entries the destination held already: left as they were. */
+    /** Entries the destination held already, trusted there and holding the very cubin copied
+        (since 0.11; before, any sound entry): left as they were. */
     uint64_t present_entries;
     /** Entries of another arch than the one asked for (kjit_cache_export()'s `arch`). */
     uint64_t skipped_entries;
-    /** Entries that failed verification: not copied (each listed in the `refused` report). */
+    /** Entries that failed verification, or of someone the folder read (or, at the destination,
+        the folder written) does not trust (#KJIT_CACHE_FOREIGN): not copied (each listed in the
+        `refused` report). */
     uint64_t refused_entries;
 } kjit_copy_report;
 
@@ -714,8 +721,12 @@ typedef struct kjit_copy_report {
  * bytes published holding its kernel); a damaged one is refused and listed, not copied. The
  * copies are published as a compile publishes (a temp folder renamed into place), with a fresh
  * sidecar and their variants file lines; nothing else of the cache is copied. An entry
- * `dest_dir` already holds, sound, is left as it is, so an export can be repeated to top a seed
- * up. The cache is only read.
+ * `dest_dir` already holds is left as it is when `dest_dir` trusts its owner (as a seed's reader
+ * would) and its cubin is the one exported, so an export can be repeated to top a seed up;
+ * another cubin under the key is replaced; an entry, shard or file there of someone `dest_dir`
+ * does not trust, or a link in a shard's place, is refused as #KJIT_CACHE_FOREIGN naming its
+ * owner, and left for its owner or root to remove (since 0.11; docs/cache-layout.md, "Who may
+ * write a seed"). The cache is only read.
  * @param[in]     cache_dir The cache folder; NULL or "" for the default (as in kjit_compile()).
  * @param[in]     dest_dir  The seed folder to write; created (mode 0700) when missing. It is
  *                          checked as a cache folder is (yours or root's, not writable by
@@ -743,6 +754,10 @@ KJIT_API kjit_status kjit_cache_export(const char *cache_dir, const char *dest_d
  * @brief Copies the sound entries of the cache folder `source_dir` (a seed, an export) into the
  *        cache (since 0.9): `kjit cache import`. As kjit_cache_export() the other way, for every
  *        arch: each entry verified first, damaged ones refused and listed, the source only read.
+ *        Each entry of `source_dir` is trusted as a seed's is: one whose folder, shard or a file
+ *        in it belongs to someone `source_dir` does not trust, or that lies behind a link, is
+ *        refused as #KJIT_CACHE_FOREIGN naming its owner (since 0.11; before, it was copied and
+ *        became the caller's).
  * @param[in]     source_dir The folder to copy from (checked as a cache folder is); not NULL.
  * @param[in]     cache_dir  The cache folder; NULL or "" for the default (as in kjit_compile()),
  *                           created when missing.

@@ -43,6 +43,7 @@ class CacheProblem(enum.IntEnum):
     SIDECAR_STALE = 7
     SIDECAR_WRONG_NAME = 8
     STALE_TEMP = 9
+    FOREIGN = 10
 
 
 # Read as kjit's, where they are re-exported.

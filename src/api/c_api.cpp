@@ -99,6 +99,7 @@ KJIT_SAME_PROBLEM(sidecar_damaged, KJIT_CACHE_SIDECAR_DAMAGED);
 KJIT_SAME_PROBLEM(sidecar_stale, KJIT_CACHE_SIDECAR_STALE);
 KJIT_SAME_PROBLEM(sidecar_wrong_name, KJIT_CACHE_SIDECAR_WRONG_NAME);
 KJIT_SAME_PROBLEM(stale_temp, KJIT_CACHE_STALE_TEMP);
+KJIT_SAME_PROBLEM(foreign, KJIT_CACHE_FOREIGN);
 #undef KJIT_SAME_PROBLEM
 
 // Counters only the C ABI sees: successful loads and every failure returned, by status.
@@ -1070,7 +1071,7 @@ KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *
 }
 
 KJIT_API const char *kjit_cache_problem_string(int problem) {
-    if (problem < KJIT_CACHE_MISPLACED || problem > KJIT_CACHE_STALE_TEMP) return "unknown";
+    if (problem < KJIT_CACHE_MISPLACED || problem > KJIT_CACHE_FOREIGN) return "unknown";
     return kjit::store::cache_maintenance::to_string(static_cast<kjit::store::cache_maintenance::Damage>(problem));
 }
 

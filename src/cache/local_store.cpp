@@ -64,15 +64,10 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
         *why = S_ISLNK(st.st_mode) ? "the entry is a symbolic link" : "the entry is not a folder";
         return Lookup::unusable;
     }
-    // Whoever owns the entry, or its shard (who can move entries around in it), chose its cubin.
-    if (!folder_trust::trusted_owner(folder, st.st_uid)) {
-        *why = folder_trust::foreign_error(folder, "cache entry", entry, st).message;
-        return Lookup::foreign;
-    }
-    const std::string shard = entry.substr(0, entry.find_last_of('/'));
-    struct stat shard_st {};
-    if (::lstat(shard.c_str(), &shard_st) == 0 && !folder_trust::trusted_owner(folder, shard_st.st_uid)) {
-        *why = folder_trust::foreign_error(folder, "cache shard folder", shard, shard_st).message;
+    // Whoever owns the entry, or its shard (who can move entries around in it), chose its cubin;
+    // in a seed, whoever owns a file in it too (cache_entry.hpp: the rule import and export apply).
+    if (auto untrusted = store::cache_entry::untrusted_entry(folder, entry, st, read_only != nullptr)) {
+        *why = std::move(untrusted->message);
         return Lookup::foreign;
     }
     // Recency for eviction: at most one utimensat per entry per kRecencyStepNs, usually none.

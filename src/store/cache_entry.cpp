@@ -437,6 +437,55 @@ Result<Manifest> parse_manifest(std::string_view text, const std::string &path) 
     return m;
 }
 
+std::optional<Error> untrusted_shard(const folder_trust::CacheFolder &folder, const std::string &shard) {
+    struct stat st {};
+    if (::lstat(shard.c_str(), &st) != 0) return std::nullopt;  // not there: nothing in it to trust
+    if (S_ISLNK(st.st_mode)) {
+        return Error{Errc::io, "cache shard folder '" + shard + "' is a symbolic link (owned by " +
+                                   folder_trust::user_text(st.st_uid) +
+                                   "), not a folder: libkjit never makes one, and it would lead readers to a "
+                                   "folder no one checked; remove it (rm '" +
+                                   shard + "') and check who can write the cache folder (docs/troubleshooting.md)"};
+    }
+    if (!folder_trust::trusted_owner(folder, st.st_uid)) {
+        return folder_trust::foreign_error(folder, "cache shard folder", shard, st);
+    }
+    return std::nullopt;
+}
+
+std::optional<Error> untrusted_entry(const folder_trust::CacheFolder &folder, const std::string &entry,
+                                     const struct stat &entry_st, bool files) {
+    if (!folder_trust::trusted_owner(folder, entry_st.st_uid)) {
+        return folder_trust::foreign_error(folder, "cache entry", entry, entry_st);
+    }
+    if (auto shard = untrusted_shard(folder, entry.substr(0, entry.find_last_of('/')))) return shard;
+    if (!files || !S_ISDIR(entry_st.st_mode)) return std::nullopt;
+    auto dir = open_entry(entry);
+    if (!dir) return std::move(dir).error();
+    auto reader = FolderReader::adopt(dir->release(), entry);
+    if (!reader) return std::move(reader).error();
+    for (;;) {
+        auto next = reader->next();
+        if (!next) return std::move(next).error();
+        if (!*next) return std::nullopt;
+        const std::string name = (*next)->d_name;
+        struct stat st {};
+        if (name == "." || name == ".." || ::fstatat(reader->fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            continue;  // gone meanwhile: nothing to read
+        }
+        const std::string path = entry + "/" + name;
+        if (!folder_trust::trusted_owner(folder, st.st_uid)) {
+            return folder_trust::foreign_error(folder, "file", path, st);
+        }
+        if (S_ISLNK(st.st_mode)) {
+            return Error{Errc::io, "'" + path +
+                                       "' in a cache entry is a symbolic link: libkjit never makes one, and it "
+                                       "would lead readers to a file no one checked; remove the entry (rm -rf '" +
+                                       entry + "')"};
+        }
+    }
+}
+
 Status ready_shard(const std::string &cache_dir, const std::string &shard, folder_trust::CacheFolder &folder) {
     if (auto made = make_folders(shard, folder_trust::folder_mode(folder), "cache folder"); !made) {
         return std::move(made).error();

@@ -220,6 +220,24 @@ struct Published {
 // someone else's) fails the publish.
 using ExistingEntryCheck = std::function<Result<bool>(std::string *why)>;
 
+// Whose entries a reader may believe (folder_trust.hpp): the one rule that a seed, `kjit cache
+// import` (each entry of the source), `kjit cache export` (an entry already at the destination)
+// and `kjit cache verify` apply to an entry they did not write, with `folder` the check of the
+// folder the entry lies in.
+//
+// Why the shard folder `shard` cannot be trusted: a link in a shard's place (libkjit never makes
+// one, and it would send readers to folders the check never saw), or a folder owned by someone
+// `folder` does not trust (who can move entries around in it); nullopt when it can, or when it
+// is not there. Errors name the path, the owner and what to do.
+std::optional<Error> untrusted_shard(const folder_trust::CacheFolder &folder, const std::string &shard);
+// Why the entry at `entry` (lstat'ed as `entry_st`) cannot be trusted: it, or its shard, is
+// someone else's (untrusted_shard), or with `files` a file in it is someone else's or a link;
+// nullopt when it can. Whoever owns any of them chose its cubin. `files` costs a listing of the
+// entry: the readers of entries from elsewhere (seeds, import, export, verify) pay it, a hit in
+// one's own cache does not (its entry folders are made 0700, or 02770 in a team cache).
+std::optional<Error> untrusted_entry(const folder_trust::CacheFolder &folder, const std::string &entry,
+                                     const struct stat &entry_st, bool files);
+
 // Makes the shard folder `shard` of the cache at `cache_dir` (as `folder` checked it; rechecked
 // when this creates it) ready to take a new entry or file: created when missing, never a link nor
 // owned by someone untrusted, and group-writable in a team cache. Errors: io naming the folder.

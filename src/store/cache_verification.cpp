@@ -40,6 +40,7 @@ const char *to_string(Damage damage) {
         case Damage::sidecar_stale: return "sidecar_stale";
         case Damage::sidecar_wrong_name: return "sidecar_wrong_name";
         case Damage::stale_temp: return "stale_temp";
+        case Damage::foreign: return "foreign";
     }
     return "unknown";
 }
@@ -222,8 +223,8 @@ EntryVerdict check_entry(const std::string &entry, const std::string &key, std::
 
 // A name in a shard of the cache's shape: a stale folder in transit, a misplaced entry, or an
 // entry, checked (and with `fix` repaired or removed). Anything else is not the cache's.
-void verify_shard_item(const std::string &shard, const std::string &shard_path, const DirEntry &e, std::int64_t now,
-                       bool fix, VerifyReport &report) {
+void verify_shard_item(const folder_trust::CacheFolder &folder, const std::string &shard, const std::string &shard_path,
+                       const DirEntry &e, std::int64_t now, bool fix, VerifyReport &report) {
     const std::string path = shard_path + "/" + e.name;
     if (is_transit_name(e.name)) {
         if (mtime_ns(e.st) >= now - kStaleTempNs) return;  // live, or nearly
@@ -239,6 +240,25 @@ void verify_shard_item(const std::string &shard, const std::string &shard_path, 
     }
     if (!store::cache_entry::is_key(e.name)) return;  // not the cache's: left alone
     ++report.entries_checked;
+    // Someone else's entry (or a file in it) is what kjit_compile refuses to serve: named, and
+    // removed with fix where the caller can (the shard is theirs).
+    if (auto untrusted = store::cache_entry::untrusted_entry(folder, path, e.st, S_ISDIR(e.st.st_mode))) {
+        Finding f = finding(path, Damage::foreign, untrusted->message);
+        if (fix) {
+            std::string failure;
+            if (S_ISDIR(e.st.st_mode)) {
+                if (auto retired = store::cache_entry::retire(path, store::cache_entry::InUse::remove); !retired) {
+                    failure = retired.error().message;
+                }
+            } else if (::unlink(path.c_str()) != 0) {
+                failure = io_error("cannot remove", path, errno).message;
+            }
+            f.fixed = failure.empty();
+            f.action = f.fixed ? "removed it" : "could not remove it: " + failure;
+        }
+        report.findings.push_back(std::move(f));
+        return;
+    }
     if (e.name.compare(0, 2, shard) != 0 || !S_ISDIR(e.st.st_mode)) {
         Finding f = finding(path, Damage::misplaced,
                             S_ISDIR(e.st.st_mode) ? "an entry in shard " + shard + " for key " + e.name
@@ -322,10 +342,21 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
             }
             report.findings.push_back(std::move(f));
         }
-        if (!store::cache_entry::is_shard(r.name) || !S_ISDIR(r.st.st_mode)) continue;
+        if (!store::cache_entry::is_shard(r.name)) continue;
+        if (auto untrusted = store::cache_entry::untrusted_shard(checked->folder, root_path)) {
+            // A link in a shard's place, or someone else's shard: its entries are never served.
+            Finding f = finding(root_path, Damage::foreign, untrusted->message);
+            if (fix && S_ISLNK(r.st.st_mode)) {
+                f.fixed = ::unlink(root_path.c_str()) == 0 || errno == ENOENT;
+                f.action = f.fixed ? "removed the link" : std::string("could not remove the link");
+            }
+            report.findings.push_back(std::move(f));
+            continue;
+        }
+        if (!S_ISDIR(r.st.st_mode)) continue;
         auto listing = list_dir(root_path, IfMissing::empty);
         if (!listing) return std::move(listing).error();
-        for (const DirEntry &e : *listing) verify_shard_item(r.name, root_path, e, now, fix, report);
+        for (const DirEntry &e : *listing) verify_shard_item(checked->folder, r.name, root_path, e, now, fix, report);
     }
     return report;
 }

@@ -29,6 +29,7 @@ enum class Damage {
     sidecar_stale = 7,       // its line belongs to another version of the cubin
     sidecar_wrong_name = 8,  // its line names another kernel than the manifest
     stale_temp = 9,          // a temp folder or temp file left by a killed writer
+    foreign = 10,            // the entry, its shard or a file in it is someone else's (folder_trust.hpp)
 };
 // Its name, as `kjit cache verify` prints it ("truncated_cubin"); "unknown" for another value.
 const char *to_string(Damage damage);

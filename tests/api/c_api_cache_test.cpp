@@ -500,11 +500,11 @@ TEST_F(CacheApi, VerifyFindsDamageAndFixRepairsIt) {
 TEST(CacheApiProblems, EveryProblemHasItsName) {
     const char *names[] = {"misplaced",          "missing_file",    "bad_manifest",    "bad_cubin",
                            "truncated_cubin",    "sidecar_missing", "sidecar_damaged", "sidecar_stale",
-                           "sidecar_wrong_name", "stale_temp"};
-    for (int p = KJIT_CACHE_MISPLACED; p <= KJIT_CACHE_STALE_TEMP; ++p) {
+                           "sidecar_wrong_name", "stale_temp",      "foreign"};
+    for (int p = KJIT_CACHE_MISPLACED; p <= KJIT_CACHE_FOREIGN; ++p) {
         EXPECT_STREQ(kjit_cache_problem_string(p), names[p]) << p;
     }
-    EXPECT_STREQ(kjit_cache_problem_string(KJIT_CACHE_STALE_TEMP + 1), "unknown");
+    EXPECT_STREQ(kjit_cache_problem_string(KJIT_CACHE_FOREIGN + 1), "unknown");
     EXPECT_STREQ(kjit_cache_problem_string(-1), "unknown");
 }
 
