@@ -57,6 +57,18 @@ expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir 
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
 contains "NVRTC option '-arch=sm_80' sets the target: pass the arch in --arch, not as an NVRTC option" "$WORK/err"
 if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+# An NVRTC output file that cannot be written is an error naming it (exit 5, KJIT_ERROR_IO), never
+# NVRTC 13's abort (issue 45): a trace folder that does not exist; "-" with a program name in a
+# folder that does not exist under the working directory; in a batch on worker processes.
+expect_rc 5 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=7 "-fdevice-time-trace=$WORK/no/such/t"
+contains "$WORK/no/such/t.json" "$WORK/err"
+pushd "$WORK" >/dev/null
+expect_rc 5 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --program-name gen/k.cu -- -DX=8 -fdevice-time-trace=-
+contains "gen/k.cu.json" "$WORK/err"
+popd >/dev/null
+cp "$WORK/k.cu" "$WORK/k2.cu"
+expect_rc 5 "$KJIT" compile "$WORK/k.cu" "$WORK/k2.cu" -k plain --arch sm_90 --cache-dir "$C" -j 2 --workers processes -- -DX=9 "-fdevice-time-trace=$WORK/no/such/t"
+contains "$WORK/no/such/t.json" "$WORK/err"
 expect_rc 1 env -u KJIT_ARCH KJIT_LIBCUDA=/nonexistent/libcuda.so.1 "$KJIT" compile "$WORK/k.cu" -k plain --cache-dir "$C" -- --gpu-architecture=sm_80
 contains "NVRTC option '--gpu-architecture=sm_80' sets the target: pass the arch in --arch" "$WORK/err"
 if grep -q "no target arch" "$WORK/err"; then fail "the missing GPU named: $(cat "$WORK/err")"; fi

@@ -138,6 +138,32 @@ def test_compile_error_carries_nvrtc_log(tmp_path):
     assert not list(tmp_path.rglob("*.cubin"))  # a failed compile publishes nothing
 
 
+def test_unwritable_trace_file_is_an_error_not_an_abort(tmp_path):
+    # NVRTC 13 aborts the process when it cannot create -fdevice-time-trace's file; libkjit checks
+    # it first (issue 45). Run in a child: an abort there fails this test instead of killing pytest.
+    path = "" if INSTALLED else f"sys.path.insert(0, {str(PYTHON_DIR)!r})"
+    code = textwrap.dedent(f"""
+        import os, sys
+        {path}
+        import kjit
+        src = "__global__ void traced(float *p) {{ p[0] = 1; }}"
+        os.chdir({str(tmp_path)!r})
+        for options, program, named in ((["-fdevice-time-trace={tmp_path}/missing/t"], None, "missing/t.json"),
+                                        (["-fdevice-time-trace=-"], "gen/k.cu", "gen/k.cu.json")):
+            try:
+                kjit.compile(src, "traced", cache_dir="cache", arch="sm_90", nvrtc_options=options,
+                             filename=program)
+            except kjit.KjitIOError as e:
+                assert named in e.message, e.message
+                assert e.status == kjit.Status.ERROR_IO
+            else:
+                sys.exit("no error for " + repr(options))
+        print("alive")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert run.returncode == 0 and run.stdout.strip() == "alive", (run.returncode, run.stdout, run.stderr)
+
+
 def test_compile_invalid_arguments_from_c(tmp_path):
     src = "__global__ void k(float *p) {}\n"
     with pytest.raises(kjit.InvalidArgument) as info:

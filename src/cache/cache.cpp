@@ -349,6 +349,10 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
         }
     }
     compile::compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
+    // Checked here too, before a worker is asked: an item that cannot run is no NVRTC run.
+    if (auto st = compile::compiler::check_output_files(job.request.options, job.request.program_name); !st) {
+        return std::move(st).error();
+    }
     if (request.use_pch) {
         job.pch_identity = key::pch_identity(request, deps);
         job.pch_options = request.pch_options;

@@ -5,6 +5,7 @@
 #include "util/log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -187,6 +188,42 @@ const OutputFileOption *output_file_option(const std::string &option) {
     return nullptr;
 }
 
+// The file NVRTC writes for the output-file option `o` whose value is `value`: the CSV itself,
+// or the trace's "<value>.json" ("-": "<program name>.json"); "" for "-time=-" (standard output).
+std::string output_file_of(const OutputFileOption &o, const std::string &value, const std::string &program_name) {
+    if (!o.trace) return value == "-" ? std::string() : value;
+    return (value == "-" ? (program_name.empty() ? std::string("source.cu") : program_name) : value) + ".json";
+}
+
+// Why the file `path` cannot be opened for writing, as NVRTC will open it (created when
+// missing): "" when it can. Creates nothing: an empty file would change what NVRTC writes
+// (the CSV's header line), and one removed again could be another process's trace.
+std::string cannot_write(const std::string &path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return "it is a folder";
+        // Opened, never truncated or written: a FIFO without a reader fails here too (ENXIO),
+        // where NVRTC would wait for one.
+        const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) return std::string("it cannot be opened for writing: ") + std::strerror(errno);
+        ::close(fd);
+        return {};
+    }
+    if (errno != ENOENT) return std::string("it cannot be reached: ") + std::strerror(errno);
+    const std::size_t slash = path.find_last_of('/');
+    const std::string folder = slash == std::string::npos ? std::string(".")
+                               : slash == 0               ? std::string("/")
+                                                          : path.substr(0, slash);
+    if (::stat(folder.c_str(), &st) != 0) {
+        return "its folder '" + folder + "' " + (errno == ENOENT ? "does not exist" : std::strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) return "'" + folder + "' is not a folder";
+    if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+        return "no file can be created in its folder '" + folder + "': " + std::strerror(errno);
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string keyed_option(const std::string &option) {
@@ -194,14 +231,28 @@ std::string keyed_option(const std::string &option) {
     return o ? std::string(o->keyed) : option;
 }
 
+Status check_output_files(const std::vector<std::string> &options, const std::string &program_name) {
+    for (const std::string &option : options) {
+        const OutputFileOption *o = output_file_option(option);
+        if (!o) continue;
+        const std::string path = output_file_of(*o, option.substr(o->prefix.size()), program_name);
+        if (path.empty()) continue;
+        if (const std::string why = cannot_write(path); !why.empty()) {
+            return Error{Errc::io, "NVRTC option '" + option + "' names the file '" + path +
+                                       "' for its output, which cannot be written: " + why +
+                                       (o->trace ? " (NVRTC would abort the whole process on it)" : "") +
+                                       "; create the folder, or name a file that can be written"};
+        }
+    }
+    return Ok{};
+}
+
 void create_output_files_of_hit(const std::vector<std::string> &options, const std::string &program_name) {
     for (const std::string &option : options) {
         const OutputFileOption *o = output_file_option(option);
         if (!o) continue;
-        std::string path = option.substr(o->prefix.size());
-        if (!o->trace && path == "-") continue;  // standard output: nothing was timed
-        if (o->trace)
-            path = (path == "-" ? (program_name.empty() ? std::string("source.cu") : program_name) : path) + ".json";
+        const std::string path = output_file_of(*o, option.substr(o->prefix.size()), program_name);
+        if (path.empty()) continue;  // standard output: nothing was timed
         // O_EXCL: created here or left alone, never truncated (a compile's rows stay).
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) {
@@ -390,6 +441,9 @@ Result<Output> run_nvrtc(const Api &api, const Request &request) {
 }  // namespace
 
 Result<Output> compile(const Request &request) {
+    // Before NVRTC: an output file it cannot open makes NVRTC 13 abort the process
+    // (-fdevice-time-trace), here or in a worker process alike.
+    if (auto st = check_output_files(request.options, request.program_name); !st) return std::move(st).error();
     // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
     // gets the error without waiting for a fork.
     auto loaded = compile::nvrtc_library::api();

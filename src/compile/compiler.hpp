@@ -81,6 +81,13 @@ Result<PchOptions> take_pch_options(const std::vector<std::string> &options);
 // left out, either spelling as one ("-time=<file>"); any other option as given.
 std::string keyed_option(const std::string &option);
 
+// Before a compile: each file those options in `options` name (as NVRTC will: "-" of a trace is
+// `program_name`.json) can be opened for writing, so NVRTC never meets one it cannot: NVRTC 13
+// aborts the process when it cannot open a trace's file (SIGABRT, "Could not open <file>.json")
+// and fails a compile on a CSV's. Errors: io naming the option, the file and why (its folder
+// missing, a folder in its place, no permission). Creates nothing. Thread safe.
+Status check_output_files(const std::vector<std::string> &options, const std::string &program_name);
+
 // After a hit, which ran no NVRTC: each file those options in `options` name that does not exist
 // yet is created as NVRTC starts it (the CSV's header line; a trace without events), so that
 // what reads it finds it; an existing file is left as it is (NVRTC appends to the CSV).
