@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <climits>
@@ -31,22 +32,37 @@ static_assert(kMajor == CUDA_VERSION / 1000, "KJIT_NVRTC_MAJOR differs from the 
 // libnvrtc-builtins.so.13.0" wherever that folder is not searched. So the builtins beside the
 // loaded libnvrtc are opened first: the loader then answers NVRTC's open by name with them (an
 // object already loaded matches by its SONAME), and they are the ones of the same release.
-// Missing there is not an error here: NVRTC may still find them by its own search, and says
-// clearly when it cannot.
+// "Beside" is beside the library file itself, every link followed (KJIT_LIBNVRTC may name a
+// link, or a link to a link, in a folder of its own: the builtins there may be of another
+// release); only where that folder has none, beside the name it was loaded by. Missing there is
+// not an error here: NVRTC may still find them by its own search, and says clearly when it cannot.
 void preload_builtins(const Api &a) {
     Dl_info info{};
     if (::dladdr(reinterpret_cast<void *>(a.nvrtcVersion), &info) == 0 || !info.dli_fname) return;
-    const std::string lib(info.dli_fname);
-    const std::size_t slash = lib.rfind('/');
-    if (slash == std::string::npos) return;
-    // libnvrtc.alt.so.* (the toolkit's other build) opens the .alt builtins.
-    const bool alt = lib.find(".alt.", slash) != std::string::npos;
-    const std::string builtins =
-        lib.substr(0, slash + 1) + (alt ? "libnvrtc-builtins.alt.so." : "libnvrtc-builtins.so.") + a.version;
-    if (!::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-        const char *e = ::dlerror();
-        log().debug("nvrtc: no builtins preloaded ({}); NVRTC will look for them itself", e ? e : builtins);
+    const std::string loaded(info.dli_fname);
+    std::vector<std::string> libraries;  // the file itself, then the name it was loaded by
+    if (char *real = ::realpath(loaded.c_str(), nullptr)) {
+        libraries.emplace_back(real);
+        std::free(real);
     }
+    if (libraries.empty() || libraries.front() != loaded) libraries.push_back(loaded);
+    std::string tried;
+    for (const std::string &lib : libraries) {
+        const std::size_t slash = lib.rfind('/');
+        if (slash == std::string::npos) continue;
+        // libnvrtc.alt.so.* (the toolkit's other build) opens the .alt builtins.
+        const bool alt = lib.find(".alt.", slash) != std::string::npos;
+        const std::string builtins =
+            lib.substr(0, slash + 1) + (alt ? "libnvrtc-builtins.alt.so." : "libnvrtc-builtins.so.") + a.version;
+        if (::access(builtins.c_str(), F_OK) != 0) {
+            tried += (tried.empty() ? "" : ", ") + builtins;
+            continue;
+        }
+        if (::dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL)) return;
+        const char *e = ::dlerror();
+        tried += (tried.empty() ? "" : ", ") + (e ? std::string(e) : builtins);
+    }
+    log().debug("nvrtc: no builtins preloaded ({}); NVRTC will look for them itself", tried);
 }
 
 #define KJIT_BIND(name) runtime_library::bind(handle, a.name, #name, "NVRTC", why)

@@ -17,11 +17,14 @@
 #include <gtest/gtest.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -207,13 +210,16 @@ TEST(NvrtcPinned, TheNamedLibraryIsLoadedOnTheFirstCompile) {
 
 // NVRTC opens its builtins library by name at its first compile, which fails wherever the
 // folder of an NVRTC found by path (a wheel, the build's toolkit folder) is not searched. libkjit
-// opens the builtins beside the libnvrtc it loaded first, so those are the ones NVRTC uses: here
-// a folder with a link to the toolkit's libnvrtc and a copy of its builtins, whose mapping tells
-// the copy from the toolkit's own.
-TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideThePinnedLibraryAreUsed) {
+// opens the builtins beside the libnvrtc it loaded first, so those are the ones NVRTC uses:
+// beside the library file itself, every link followed. Here KJIT_LIBNVRTC names a link to a
+// link to the toolkit's libnvrtc, and each link's folder holds a copy of the builtins (a release
+// that need not match): the toolkit's own are the ones mapped.
+TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideTheLibraryItselfAreUsedThroughTwoLinks) {
     const char *toolkit = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
     ASSERT_TRUE(toolkit && *toolkit) << "set KJIT_TEST_TOOLKIT_NVRTC";
-    const std::string lib(toolkit);
+    char real_lib[PATH_MAX];
+    ASSERT_NE(::realpath(toolkit, real_lib), nullptr) << toolkit;
+    const std::string lib(real_lib);
     const std::string folder = lib.substr(0, lib.rfind('/'));
     std::string builtins;  // libnvrtc-builtins.so.<major>.<minor>, the file itself
     for (const std::string &name : list_dir(folder)) {
@@ -222,13 +228,56 @@ TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideThePinnedLibraryAreUsed) {
         }
     }
     ASSERT_FALSE(builtins.empty()) << "no libnvrtc-builtins.so.<major>.<minor> in " << folder;
+    char real_builtins[PATH_MAX];
+    ASSERT_NE(::realpath((folder + "/" + builtins).c_str(), real_builtins), nullptr);
     TempDir dir;
-    const std::string link = dir.file(lib.substr(lib.rfind('/') + 1));
-    ASSERT_EQ(::symlink(lib.c_str(), link.c_str()), 0) << link;
-    write_file(dir.file(builtins), read_file(folder + "/" + builtins));
+    const std::string soname = lib.substr(lib.rfind('/') + 1);
+    for (const char *sub : {"first", "second"}) {
+        ASSERT_EQ(::mkdir(dir.file(sub).c_str(), 0755), 0);
+        write_file(dir.file(std::string(sub) + "/" + builtins), read_file(folder + "/" + builtins));
+    }
+    const std::string second = dir.file("second/" + soname);
+    const std::string first = dir.file("first/" + soname);
+    ASSERT_EQ(::symlink(lib.c_str(), second.c_str()), 0) << second;
+    ASSERT_EQ(::symlink(second.c_str(), first.c_str()), 0) << first;
+    const ScopedEnv pin("KJIT_LIBNVRTC", first.c_str());  // read at the first compile, below
+
+    ASSERT_EQ(compile_template(dir.file("cache")), KJIT_OK) << kjit_last_error();
+    const std::vector<std::string> mapped = mapped_files_like("libnvrtc-builtins");
+    EXPECT_EQ(mapped, std::vector<std::string>{real_builtins}) << joined(mapped);
+}
+
+// Where the library's own folder holds no builtins, those beside the name it was loaded by are
+// used: here the library is a hard link in a folder of its own (skipped, saying why, where the
+// toolkit lies on another file system), reached through a link beside a copy of the builtins.
+TEST(NvrtcBesideItsBuiltins, WithoutBuiltinsBesideTheFileThoseBesideTheLinkAreUsed) {
+    const char *toolkit = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
+    ASSERT_TRUE(toolkit && *toolkit) << "set KJIT_TEST_TOOLKIT_NVRTC";
+    char real_lib[PATH_MAX];
+    ASSERT_NE(::realpath(toolkit, real_lib), nullptr) << toolkit;
+    const std::string lib(real_lib);
+    const std::string folder = lib.substr(0, lib.rfind('/'));
+    std::string builtins;
+    for (const std::string &name : list_dir(folder)) {
+        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3) {
+            builtins = name;
+        }
+    }
+    ASSERT_FALSE(builtins.empty()) << "no libnvrtc-builtins.so.<major>.<minor> in " << folder;
+    TempDir dir;
+    const std::string soname = lib.substr(lib.rfind('/') + 1);
+    ASSERT_EQ(::mkdir(dir.file("bare").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(dir.file("pinned").c_str(), 0755), 0);
+    const std::string bare = dir.file("bare/" + soname);
+    if (::link(lib.c_str(), bare.c_str()) != 0) {
+        GTEST_SKIP() << "cannot hard-link " << lib << " into " << dir.path() << ": " << std::strerror(errno);
+    }
+    write_file(dir.file("pinned/" + builtins), read_file(folder + "/" + builtins));
     char copy[PATH_MAX];
-    ASSERT_NE(::realpath(dir.file(builtins).c_str(), copy), nullptr);
-    const ScopedEnv pin("KJIT_LIBNVRTC", link.c_str());  // read at the first compile, below
+    ASSERT_NE(::realpath(dir.file("pinned/" + builtins).c_str(), copy), nullptr);
+    const std::string link = dir.file("pinned/" + soname);
+    ASSERT_EQ(::symlink(bare.c_str(), link.c_str()), 0) << link;
+    const ScopedEnv pin("KJIT_LIBNVRTC", link.c_str());
 
     ASSERT_EQ(compile_template(dir.file("cache")), KJIT_OK) << kjit_last_error();
     const std::vector<std::string> mapped = mapped_files_like("libnvrtc-builtins");
