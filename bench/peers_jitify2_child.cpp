@@ -1,7 +1,7 @@
 // The peers scenario's jitify2 child (peers_scenario.cpp): the same request as kjit-peers-child's
 // measured kernel, asked again of jitify2's in-memory layer (NVIDIA/jitify, branch jitify2,
 // header-only). Built only where the bench is given jitify2.hpp's folder
-// (-DKJIT_BENCH_JITIFY2_DIR=..., which bench/run.sh extracts from a mirror of NVIDIA/jitify);
+// (-DKJIT_BENCH_JITIFY2_DIR=..., which bench/run.sh extracts from the pinned NVIDIA/jitify under $KJIT_BENCH_SOURCES);
 // jitify2 is never part of this project.
 //
 //   kjit-peers-jitify2-child MODE ARCH REPEATS REQUESTS_JSON

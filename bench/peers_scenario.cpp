@@ -103,7 +103,7 @@ Jitify2 jitify2_side(const std::string &bench_dir, const std::string &work_dir) 
     (void)bench_dir;
     (void)work_dir;
     j.why_not = "not run: jitify2.hpp not found (configure with -DKJIT_BENCH_JITIFY2_DIR=FOLDER; bench/run.sh "
-                "extracts it from a mirror of NVIDIA/jitify)";
+                "extracts it from $KJIT_BENCH_SOURCES, which scripts/get_bench_sources.sh DIR fills)";
 #endif
     return j;
 }

@@ -12,7 +12,7 @@
 # headers` runs it alone), one compile per key on the node, the Redis cluster tier against a
 # redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server),
 # and real clients' kernels (DeepGEMM, humming; bench/real_clients/prepare.py generates them from
-# git mirrors when they are there) as batches against sequential plain NVRTC.
+# their pinned sources under $KJIT_BENCH_SOURCES when given) as batches against sequential plain NVRTC.
 # Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
@@ -20,7 +20,9 @@
 #
 #   bash bench/run.sh [kjit-bench options, e.g. --kernels 100 --only sweep]
 #
-# Environment: BUILD_DIR (default <repo>/build). Everything goes to $BUILD_DIR/bench-data:
+# Environment: BUILD_DIR (default <repo>/build); KJIT_BENCH_SOURCES, the folder
+# scripts/get_bench_sources.sh fills with the pinned sources of jitify2 and the real clients
+# (unset: those rows are not run, and the bench says so). Everything goes to $BUILD_DIR/bench-data:
 # big.cubin (delete it to generate it again), bench.json, bench.png (with its .dat and .gp
 # files), sweep-cache/, the 300 kernels' warm cache, and header-tree/, the generated headers
 # (written anew on each run). Exits non-zero if any step fails.
@@ -32,24 +34,31 @@ set --   # setup.sh would otherwise see our arguments as extra cmake options
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # sets BUILD_DIR (absolute) and KJIT_ROOT, or fails
 
-# jitify2's in-memory layer, timed beside libkjit's repeats in the peers scenario: its header
-# (NVIDIA/jitify, branch jitify2) from a clone or mirror of that repository, $KJIT_JITIFY_REPO
-# (default /work/.mirror/NVIDIA+jitify/repo where it exists), extracted into the build tree; never
-# part of this project. Without one, the peers scenario's jitify2 rows say not run.
-JITIFY_REPO="${KJIT_JITIFY_REPO:-/work/.mirror/NVIDIA+jitify/repo}"
-if [ -d "$JITIFY_REPO" ]; then
-    for ref in jitify2 origin/jitify2; do
-        if commit=$(git -C "$JITIFY_REPO" rev-parse --verify -q "$ref^{commit}"); then
-            mkdir -p "$BUILD_DIR/jitify2"
-            git -C "$JITIFY_REPO" show "$commit:jitify2.hpp" >"$BUILD_DIR/jitify2/jitify2.hpp"
-            echo "$commit" >"$BUILD_DIR/jitify2/COMMIT"
-            echo "bench: jitify2.hpp of $commit (from $JITIFY_REPO) for the peers scenario"
-            cmake "$BUILD_DIR" -DKJIT_BENCH_JITIFY2_DIR="$BUILD_DIR/jitify2" >/dev/null
-            break
-        fi
-    done
+# The sources the bench reads beside libkjit (bench/sources.txt: jitify2, DeepGEMM, humming,
+# CUTLASS), each at its pinned commit, from $KJIT_BENCH_SOURCES: a folder that
+# `bash scripts/get_bench_sources.sh DIR` fills. None of them is part of this project; without
+# the folder the scenarios that need them say they are not run.
+SOURCES="${KJIT_BENCH_SOURCES:-}"
+if [ -n "$SOURCES" ]; then
+    echo "bench: reading the pinned sources (bench/sources.txt) from KJIT_BENCH_SOURCES=$SOURCES"
 else
-    echo "bench: no clone of NVIDIA/jitify at $JITIFY_REPO (set KJIT_JITIFY_REPO): the jitify2 rows are not run"
+    echo "bench: KJIT_BENCH_SOURCES is unset: the jitify2 rows and the real-clients scenario are not run" \
+         "(bash scripts/get_bench_sources.sh DIR fetches their sources; then KJIT_BENCH_SOURCES=DIR)"
+fi
+
+# jitify2's in-memory layer, timed beside libkjit's repeats in the peers scenario: its header
+# (NVIDIA/jitify at the commit bench/sources.txt pins on branch jitify2), extracted into the build
+# tree from $KJIT_BENCH_SOURCES/NVIDIA+jitify/repo.
+JITIFY_COMMIT=$(awk '$1 == "NVIDIA/jitify" { print $2 }' "$ROOT/bench/sources.txt")
+JITIFY_REPO="$SOURCES/NVIDIA+jitify/repo"
+if [ -n "$SOURCES" ] && git --git-dir="$JITIFY_REPO" cat-file -e "$JITIFY_COMMIT^{commit}" 2>/dev/null; then
+    mkdir -p "$BUILD_DIR/jitify2"
+    git --git-dir="$JITIFY_REPO" show "$JITIFY_COMMIT:jitify2.hpp" >"$BUILD_DIR/jitify2/jitify2.hpp"
+    echo "$JITIFY_COMMIT" >"$BUILD_DIR/jitify2/COMMIT"
+    echo "bench: jitify2.hpp of ${JITIFY_COMMIT:0:12} (from $JITIFY_REPO) for the peers scenario"
+    cmake "$BUILD_DIR" -DKJIT_BENCH_JITIFY2_DIR="$BUILD_DIR/jitify2" >/dev/null
+elif [ -n "$SOURCES" ]; then
+    echo "bench: no NVIDIA/jitify at ${JITIFY_COMMIT:0:12} in $JITIFY_REPO: the jitify2 rows are not run"
 fi
 
 echo "bench: building kjit-bench, kjit-make-bigcubin and the driver test double"
@@ -110,14 +119,14 @@ if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nv
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
 # The real-clients scenario's kernels: DeepGEMM's and humming's, generated with their own
-# generators from bare git mirrors (DeepGEMM, humming, CUTLASS) under $KJIT_REAL_CLIENTS_MIRRORS
-# (default /work/.mirror), into $BUILD_DIR/bench/real-clients. Without the mirrors the scenario
-# says it is skipped. Alone: bash bench/run.sh --only real-clients
+# generators from the pinned DeepGEMM, humming and CUTLASS under $KJIT_BENCH_SOURCES, into
+# $BUILD_DIR/bench/real-clients. Without them the scenario says it is skipped.
+# Alone: bash bench/run.sh --only real-clients
 CLIENTS="$BUILD_DIR/bench/real-clients"
 clients_rc=0
 python3 "$ROOT/bench/real_clients/prepare.py" --out "$CLIENTS" || clients_rc=$?
 if [ "$clients_rc" -eq 3 ]; then
-    echo "bench: no mirrors of the real clients: the real-clients scenario is skipped"
+    echo "bench: the real clients' sources are not there (above): the real-clients scenario is skipped"
 elif [ "$clients_rc" -ne 0 ]; then
     echo "bench: bench/real_clients/prepare.py failed (exit $clients_rc)" >&2
     exit "$clients_rc"

@@ -24,7 +24,7 @@ install(FILES "${PROJECT_BINARY_DIR}/kjitConfig.cmake" "${PROJECT_BINARY_DIR}/kj
 
 # kjit.pc is relocatable: its prefix is found from where the file lies (${pcfiledir}), so
 # `cmake --install build --prefix P` gives a kjit.pc that points at P.
-file(RELATIVE_PATH KJIT_PC_PREFIX_FROM_PCFILEDIR "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+file(RELATIVE_PATH KJIT_PC_PREFIX_FROM_PCFILEDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" KJIT_PC_PREFIX_FROM_PCFILEDIR "${KJIT_PC_PREFIX_FROM_PCFILEDIR}")
 configure_file("${PROJECT_SOURCE_DIR}/cmake/kjit.pc.in" "${PROJECT_BINARY_DIR}/kjit.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/kjit.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig" COMPONENT development)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Kernels that real clients generate, for kjit-bench's `real-clients` scenario (docs/bench.md).
 
-Extracts three source trees from bare git mirrors (never copied into this project; nothing is
-fetched) into OUT/src, generates kernels with the projects' own generators, and writes one
+Extracts three source trees, each at the commit bench/sources.txt pins, from git repositories
+under $KJIT_BENCH_SOURCES (scripts/get_bench_sources.sh DIR fetches them there; never copied
+into this project; nothing is fetched here) into OUT/src, generates kernels with the projects' own generators, and writes one
 manifest per set, OUT/deepgemm.json and OUT/humming.json:
 
   {"set": "deepgemm", "kernels": [{"name", "source" (a file under OUT/kernels), "keyword",
@@ -16,7 +17,7 @@ manifest per set, OUT/deepgemm.json and OUT/humming.json:
   shapes named below: 128 TMA threads, 128 or 256 math threads, 128-byte swizzles, 132 SMs);
   `{{`/`}}` are fmt's escapes, which Python's str.format shares. The flags are those of
   csrc/jit/compiler.hpp's NVRTCCompiler (C++20, `--pch`, `-default-device`, ...); the program is
-  named `kernel.cu` as there. CUTLASS/CuTe come from the NVIDIA/cutlass mirror's include/
+  named `kernel.cu` as there. CUTLASS/CuTe come from the NVIDIA/cutlass repository's include/
   (DeepGEMM's third-party/cutlass submodule is not mirrored). CUDA 13 keeps libcu++ (cuda/std/...,
   which CuTe includes) in include/cccl, so both sets get CUDA's include/cccl and include.
   NVRTC 13.0 has no <utility>, which deep_gemm/common/utils.cuh includes (every kernel reaches
@@ -45,7 +46,8 @@ manifest per set, OUT/deepgemm.json and OUT/humming.json:
   python3 bench/real_clients/prepare.py [--out DIR] [--mirrors DIR] [--cuda DIR] [--check]
 
 --check compiles every kernel once with raw NVRTC (ctypes, no libkjit) and fails on an error.
-Exit status 0 when the manifests were written; 3 when a mirror is missing (nothing written).
+Exit status 0 when the manifests were written; 3 when no sources folder is given, or a repository
+or its pinned commit is missing there (nothing written; the message says which).
 """
 
 import argparse
@@ -114,13 +116,31 @@ HUMMING_OPTIONS = ["-std=c++17", "--ptxas-options=--register-usage-level=10", "-
                    "-default-device"]
 
 
+def pinned_commits():
+    """owner+name -> the commit bench/sources.txt pins (scripts/get_bench_sources.sh fetches it)."""
+    pins = {}
+    with open(os.path.join(ROOT, "bench", "sources.txt")) as f:
+        for line in f:
+            words = line.split()
+            if words and not words[0].startswith("#"):
+                pins[words[0].replace("/", "+")] = words[1]
+    return pins
+
+
 def extract(mirrors, out):
-    """Extracts the trees into OUT/src (anew each time); None when a mirror is missing."""
+    """Extracts the trees, each at its pinned commit, into OUT/src (anew each time); a message
+    saying what is missing instead when a repository or its pinned commit is not there."""
     src = os.path.join(out, "src")
+    pins = pinned_commits()
     for mirror, folder, paths in TREES:
         git_dir = os.path.join(mirrors, mirror, "repo")
         if not os.path.isdir(git_dir):
-            return f"no mirror at {git_dir}"
+            return f"no repository at {git_dir} (scripts/get_bench_sources.sh {mirrors} fetches it)"
+        has = subprocess.run(["git", f"--git-dir={git_dir}", "cat-file", "-e", pins[mirror] + "^{commit}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if has.returncode != 0:
+            return (f"{git_dir} does not hold the pinned commit {pins[mirror][:12]} "
+                    f"(scripts/get_bench_sources.sh {mirrors} fetches it)")
     shutil.rmtree(src, ignore_errors=True)
     os.makedirs(src)
     for mirror, folder, paths in TREES:
@@ -129,15 +149,14 @@ def extract(mirrors, out):
         os.makedirs(dest)
         # git names blobs it does not hold (CUTLASS's images) on stderr even for paths it
         # leaves out; only a failure is worth showing.
-        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "HEAD", *paths],
+        commit = pins[mirror]
+        archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", commit, *paths],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if archive.returncode != 0:
             sys.exit(f"prepare: git archive of {git_dir} failed: {archive.stderr.decode(errors='replace')}")
         archive = archive.stdout
         subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
-        commit = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], stdout=subprocess.PIPE,
-                                text=True, check=True).stdout.strip()
-        print(f"prepare: {mirror} {commit[:12]} -> {dest}")
+        print(f"prepare: {mirror} {commit[:12]} from {git_dir} -> {dest}")
     return None
 
 
@@ -353,14 +372,20 @@ def check(entries, cuda):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "bench", "real-clients"))
-    parser.add_argument("--mirrors", default=os.environ.get("KJIT_REAL_CLIENTS_MIRRORS", "/work/.mirror"),
-                        help="folder holding <owner>+<name>/repo bare git mirrors")
+    parser.add_argument("--mirrors", default=os.environ.get("KJIT_BENCH_SOURCES"),
+                        help="folder holding <owner>+<name>/repo git repositories at the commits "
+                             "bench/sources.txt pins (default: $KJIT_BENCH_SOURCES; "
+                             "scripts/get_bench_sources.sh DIR fetches them)")
     parser.add_argument("--cuda", default=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     parser.add_argument("--check", action="store_true", help="compile each kernel with raw NVRTC")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    missing = extract(args.mirrors, out)
+    if not args.mirrors:
+        print("prepare: no sources folder (set KJIT_BENCH_SOURCES, or pass --mirrors; "
+              "scripts/get_bench_sources.sh DIR fetches them): no real-clients kernels written")
+        return 3
+    missing = extract(os.path.abspath(args.mirrors), out)
     if missing:
         print(f"prepare: {missing}: no real-clients kernels written")
         return 3

@@ -265,11 +265,11 @@ TEST(Headers, SecondWorkingDirectoryHitsWhenItsFilesAreTheSame) {
 TEST(Headers, RelativeLookupsAreSharedAcrossFoldersWithTheSameFiles) {
     TempDir dir;
     for (const char *p :
-         {"p1", "p1/work", "p1/work/inc", "p2", "p2/work", "p2/work/inc", "p3", "p3/work", "p3/work/inc"}) {
+         {"p1", "p1/wd", "p1/wd/inc", "p2", "p2/wd", "p2/wd/inc", "p3", "p3/wd", "p3/wd/inc"}) {
         make_dir(dir.file(p));
     }
     for (const char *p : {"p1", "p2", "p3"}) {
-        write_file(dir.file(std::string(p) + "/work/inc/cfg.h"), cfg_text(std::string(p) == "p3" ? 4 : 3));
+        write_file(dir.file(std::string(p) + "/wd/inc/cfg.h"), cfg_text(std::string(p) == "p3" ? 4 : 3));
         write_file(dir.file(std::string(p) + "/up.h"), std::string(p) == "p2" ? "#define UP 20\n" : "#define UP 0\n");
     }
     const std::string cache = dir.file("cache");
@@ -278,16 +278,16 @@ TEST(Headers, RelativeLookupsAreSharedAcrossFoldersWithTheSameFiles) {
                                "template __global__ void gemm<CFG + UP>(float *);\n";
     Answer in1, in2, in3;
     {
-        InFolder in(dir.file("p1/work"));
+        InFolder in(dir.file("p1/wd"));
         in1 = compile(cache, source, {"-Iinc"});
     }
     const kjit_stats after_first = stats();
     {
-        InFolder in(dir.file("p3/work"));
+        InFolder in(dir.file("p3/wd"));
         in3 = compile(cache, source, {"-Iinc"});
     }
     {
-        InFolder in(dir.file("p2/work"));
+        InFolder in(dir.file("p2/wd"));
         in2 = compile(cache, source, {"-Iinc"});
     }
     expect_name(in1, 3);
@@ -298,7 +298,7 @@ TEST(Headers, RelativeLookupsAreSharedAcrossFoldersWithTheSameFiles) {
     EXPECT_EQ(stats().compile_misses, after_first.compile_misses + 2);
     write_file(dir.file("p2/up.h"), "#define UP 0\n");  // now p2 is p1's twin
     const kjit_stats before_twin = stats();
-    InFolder in(dir.file("p2/work"));
+    InFolder in(dir.file("p2/wd"));
     const Answer twin = compile(cache, source, {"-Iinc"});
     expect_name(twin, 3);
     EXPECT_EQ(twin.cubin, in1.cubin);
