@@ -88,7 +88,7 @@ bool refused_shebang(const redisReply &r) {
             text.find("Unknown lua shebang") != std::string_view::npos);
 }
 
-// Whether `key` is an entry of namespace `name_space` ("kjit:<format>:<namespace>:...:b:{...}").
+// Whether `key` is an entry of namespace `name_space` ("kjit:<format>[e<envelope>]:<namespace>:...:b:{...}").
 // The value of `name` in the text of an INFO reply ("name:value" lines ending in CRLF), if there.
 std::optional<std::string_view> info_field(std::string_view text, std::string_view name) {
     for (std::size_t pos = 0; pos < text.size();) {
@@ -282,7 +282,11 @@ Tier::Tier(Config config) : config_(std::move(config)) {
 Tier::~Tier() = default;
 
 std::string Tier::redis_key(const Expected &expected, char kind) const {
-    return "kjit:" + std::to_string(expected.format) + ":" + config_.name_space + ":" +
+    // The envelope version beside the cache format: a node of another version never reads,
+    // counts as corrupt or replaces a value it cannot decode, and old and new nodes in a fleet
+    // being upgraded keep to their own keys (0.6-0.8 deleted version 2 values as damaged).
+    return "kjit:" + std::to_string(expected.format) + "e" + std::to_string(kEnvelopeVersion) + ":" +
+           config_.name_space + ":" +
            nvrtc_release(expected.nvrtc_identity) + ":" + expected.arch + ":" + kind + ":{" + expected.key + "}";
 }
 

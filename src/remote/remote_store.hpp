@@ -4,9 +4,9 @@
 // remote), so a local hit sends no command at all.
 //
 // Keys ("{key}" is a hash tag: the three live on one server, in one Redis Cluster slot):
-//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (remote_entry.hpp)
-//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
-//   kjit:<format>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
+//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (remote_entry.hpp)
+//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
+//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
 // Servers are ranked per key by rendezvous hashing over their ids: a key lives on the first of
 // its order whose breaker lets it through. A server that is down (refused, timed out, its
 // breaker open) hands its keys to the next of their order, the same one on every node, so the

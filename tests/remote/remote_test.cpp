@@ -512,6 +512,37 @@ TEST_F(RemoteDamage, CompressedAndOldValuesAreHits) {
     EXPECT_EQ(server.command({"GET", key}), old) << "an old value is used as it is, not replaced";
 }
 
+// A fleet being upgraded (issue 45, item 6): nodes of 0.6 to 0.8 counted a version 2 value as
+// corrupt, deleted it and stored version 1. Now the envelope version is in the key, so values of
+// other versions lie under keys this version never reads, deletes or replaces, and this
+// version's values under keys the others never read. Here an old node's value (version 1) and
+// an undecodable one sit under the old-style keys of kernel 506: a new node compiles it, stores
+// its own, and leaves both exactly as they were.
+TEST_F(RemoteDamage, OtherVersionsValuesAreNeverTouched) {
+    on_new_node(505);
+    const std::string key = only_entry_key();
+    const std::string format_field = key.substr(5, key.find(':', 5) - 5);  // "<format>e<envelope>"
+    ASSERT_NE(format_field.find('e'), std::string::npos) << key;
+    EXPECT_EQ(format_field.substr(format_field.find('e') + 1), "2") << "the envelope version is not in " << key;
+    const std::string value = server.command({"GET", key});
+    std::string old_key = key;
+    old_key.replace(5, format_field.size(), format_field.substr(0, format_field.find('e')));
+    const std::string old_value = as_version_one(value);
+    server.command({"SET", old_key, old_value});
+    server.command({"DEL", key});
+    const kjit_stats fresh = on_new_node(505);
+    EXPECT_EQ(fresh.nvrtc_compiles, 1u) << "an old node's value is not this version's";
+    EXPECT_EQ(fresh.remote_corrupt, 0u);
+    EXPECT_EQ(server.command({"GET", old_key}), old_value) << "an old node's value was changed";
+    EXPECT_EQ(server.command({"GET", key}).substr(0, 9), std::string("KJITRMT\n\x02", 9))
+        << "this version's value (envelope 2) is stored under its own key";
+    server.command({"SET", old_key, "garbage only an old version would see"});
+    server.command({"DEL", key});
+    const kjit_stats again = on_new_node(505);
+    EXPECT_EQ(again.remote_corrupt, 0u) << "a value under another version's key is not read";
+    EXPECT_EQ(server.command({"GET", old_key}), "garbage only an old version would see");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Servers that refuse writes: compiles succeed.
 
