@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,7 +17,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace kjit::remote {
 
@@ -95,6 +103,134 @@ Result<UniqueFd> connect_to(const sockaddr *address, socklen_t length, std::int6
     return Result<UniqueFd>(std::move(fd));
 }
 
+// Host names resolved under the caller's deadline. getaddrinfo has none of its own: a DNS
+// server that does not answer costs resolv.conf's timeout times attempts times servers (10 s
+// and more) inside the call, where every other step of an exchange is bounded by the operation's
+// timeout. A numeric address is resolved at once (AI_NUMERICHOST, no DNS); a name by a thread
+// of its own that the caller waits for, with its cancel descriptor, until the deadline: then it
+// gives up as for a server that does not answer (a timeout), and the thread's answer, when it
+// comes, is dropped. One lookup per name and port at a time in the process: callers that come
+// while one is under way wait for it instead of starting another, so a dead DNS holds at most
+// one thread per name however many calls time out on it. (getaddrinfo_a does the same with
+// threads of glibc's and needs glibc 2.34 for being in libc; this needs nothing.)
+struct Address {
+    sockaddr_storage storage{};
+    socklen_t length = 0;
+};
+
+struct HostLookup {
+    std::mutex mutex;
+    bool done = false;
+    int rc = 0;
+    std::vector<Address> addresses;
+    UniqueFd ready;  // an eventfd, readable from the moment the lookup is done
+};
+
+// The lookups in flight, by "host:port". Leaked: a lookup thread may outlive main.
+struct HostLookups {
+    std::mutex mutex;
+    std::map<std::string, std::shared_ptr<HostLookup>> in_flight;
+};
+HostLookups *host_lookups = new HostLookups;
+
+// A forked child has none of the parent's lookup threads: it forgets their lookups (leaking
+// them, as fork_guard.hpp says) and starts its own.
+[[maybe_unused]] const bool host_lookups_renewed_in_child =
+    fork_guard::at_fork_child(fork_guard::State::host_lookups, [] { host_lookups = new HostLookups; });
+
+std::vector<Address> addresses_of(const addrinfo *found) {
+    std::vector<Address> out;
+    for (const addrinfo *a = found; a; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
+        Address address;
+        std::memcpy(&address.storage, a->ai_addr, a->ai_addrlen);
+        address.length = a->ai_addrlen;
+        out.push_back(address);
+    }
+    return out;
+}
+
+// The lookup of `host`:`port` under way, or a new one on a thread of its own; null when no
+// thread can be started (the caller then resolves in its own thread, unbounded, as before).
+std::shared_ptr<HostLookup> lookup_of(const std::string &host, const std::string &port) {
+    HostLookups &lookups = *host_lookups;
+    const std::string name = host + ":" + port;
+    std::lock_guard<std::mutex> lock(lookups.mutex);
+    if (auto it = lookups.in_flight.find(name); it != lookups.in_flight.end()) return it->second;
+    auto lookup = std::make_shared<HostLookup>();
+    lookup->ready = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!lookup->ready.valid()) return nullptr;
+    try {
+        std::thread([lookup, host, port, name, table = &lookups] {
+            addrinfo hints{};
+            hints.ai_family = AF_UNSPEC;
+            hints.ai_socktype = SOCK_STREAM;
+            addrinfo *found = nullptr;
+            const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+            {
+                std::lock_guard<std::mutex> done(lookup->mutex);
+                lookup->rc = rc;
+                if (rc == 0) lookup->addresses = addresses_of(found);
+                lookup->done = true;
+            }
+            if (found) ::freeaddrinfo(found);
+            const std::uint64_t one = 1;
+            (void)!::write(lookup->ready.get(), &one, sizeof one);
+            // Gone from the table (unless a forked child's table replaced it: then not there).
+            std::lock_guard<std::mutex> held(table->mutex);
+            if (auto it = table->in_flight.find(name); it != table->in_flight.end() && it->second == lookup) {
+                table->in_flight.erase(it);
+            }
+        }).detach();
+    } catch (const std::system_error &) {
+        return nullptr;
+    }
+    lookups.in_flight.emplace(name, lookup);
+    return lookup;
+}
+
+// The addresses of `server` (a host name or a numeric address), by `deadline_ns`. Errors:
+// broken (the name does not resolve), timeout (no answer by the deadline), cancelled.
+Result<std::vector<Address>> resolve(const Server &server, std::int64_t deadline_ns, int cancel_fd,
+                                     LinkFailure *failure) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    const std::string port = std::to_string(server.port);
+    auto answer = [&](int rc, addrinfo *found) -> Result<std::vector<Address>> {
+        if (rc != 0) {
+            return link_error(failure, LinkFailure::broken,
+                              std::string("cannot resolve the host: ") + ::gai_strerror(rc));
+        }
+        std::vector<Address> out = addresses_of(found);
+        ::freeaddrinfo(found);
+        return out;
+    };
+    addrinfo *found = nullptr;
+    hints.ai_flags = AI_NUMERICHOST;
+    if (const int rc = ::getaddrinfo(server.host.c_str(), port.c_str(), &hints, &found); rc != EAI_NONAME) {
+        return answer(rc, found);
+    }
+    hints.ai_flags = 0;
+    const std::shared_ptr<HostLookup> lookup = lookup_of(server.host, port);
+    if (!lookup) return answer(::getaddrinfo(server.host.c_str(), port.c_str(), &hints, &found), found);
+    short revents = 0;
+    switch (wait_for(lookup->ready.get(), POLLIN, deadline_ns, cancel_fd, &revents)) {
+        case Ready::yes: break;
+        case Ready::timeout:
+            return link_error(failure, LinkFailure::timeout,
+                              "the host name did not resolve within connect-timeout (no answer from DNS)");
+        case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+        case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+    }
+    std::lock_guard<std::mutex> lock(lookup->mutex);
+    if (lookup->rc != 0) {
+        return link_error(failure, LinkFailure::broken,
+                          std::string("cannot resolve the host: ") + ::gai_strerror(lookup->rc));
+    }
+    return lookup->addresses;
+}
+
 // A connected socket to `server` by `deadline_ns` (every address of a name tried in turn).
 Result<UniqueFd> open_socket(const Server &server, std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
     if (server.kind == Server::Kind::unix_socket) {
@@ -108,25 +244,15 @@ Result<UniqueFd> open_socket(const Server &server, std::int64_t deadline_ns, int
         return connect_to(reinterpret_cast<const sockaddr *>(&address), sizeof address, deadline_ns, cancel_fd,
                           failure);
     }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo *found = nullptr;
-    const std::string port = std::to_string(server.port);
-    if (const int rc = ::getaddrinfo(server.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-        return link_error(failure, LinkFailure::broken, std::string("cannot resolve the host: ") + ::gai_strerror(rc));
-    }
+    auto addresses = resolve(server, deadline_ns, cancel_fd, failure);
+    if (!addresses) return std::move(addresses).error();
     Error last{Errc::io, "no address"};
-    for (const addrinfo *a = found; a; a = a->ai_next) {
-        auto fd = connect_to(a->ai_addr, a->ai_addrlen, deadline_ns, cancel_fd, failure);
-        if (fd) {
-            ::freeaddrinfo(found);
-            return fd;
-        }
+    for (const Address &a : *addresses) {
+        auto fd = connect_to(reinterpret_cast<const sockaddr *>(&a.storage), a.length, deadline_ns, cancel_fd, failure);
+        if (fd) return fd;
         last = std::move(fd).error();
         if (*failure != LinkFailure::broken) break;  // out of time, or abandoned
     }
-    ::freeaddrinfo(found);
     return last;
 }
 

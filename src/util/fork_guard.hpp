@@ -66,6 +66,7 @@ enum class State : unsigned {
     loaded_libraries,   // load/kernel_loader.cpp
     header_watch,       // key/dependency_watch.cpp
     remote_tiers,       // remote/remote_store.cpp
+    host_lookups,       // remote/redis_client.cpp
     cache_flights,      // cache/cache.cpp
     // Kept as they are, on purpose (no handler):
     api_counters,        // api/c_api.cpp
