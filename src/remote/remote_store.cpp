@@ -286,8 +286,8 @@ std::string Tier::redis_key(const Expected &expected, char kind) const {
     // counts as corrupt or replaces a value it cannot decode, and old and new nodes in a fleet
     // being upgraded keep to their own keys (0.6-0.8 deleted version 2 values as damaged).
     return "kjit:" + std::to_string(expected.format) + "e" + std::to_string(kEnvelopeVersion) + ":" +
-           config_.name_space + ":" +
-           nvrtc_release(expected.nvrtc_identity) + ":" + expected.arch + ":" + kind + ":{" + expected.key + "}";
+           config_.name_space + ":" + nvrtc_release(expected.nvrtc_identity) + ":" + expected.arch + ":" + kind + ":{" +
+           expected.key + "}";
 }
 
 std::vector<Shard *> Tier::order_of(const std::string &key) {

@@ -264,8 +264,7 @@ TEST(Headers, SecondWorkingDirectoryHitsWhenItsFilesAreTheSame) {
 // header reached with "../" from the working directory is checked in each folder's parent.
 TEST(Headers, RelativeLookupsAreSharedAcrossFoldersWithTheSameFiles) {
     TempDir dir;
-    for (const char *p :
-         {"p1", "p1/wd", "p1/wd/inc", "p2", "p2/wd", "p2/wd/inc", "p3", "p3/wd", "p3/wd/inc"}) {
+    for (const char *p : {"p1", "p1/wd", "p1/wd/inc", "p2", "p2/wd", "p2/wd/inc", "p3", "p3/wd", "p3/wd/inc"}) {
         make_dir(dir.file(p));
     }
     for (const char *p : {"p1", "p2", "p3"}) {

@@ -88,7 +88,9 @@ kjit_stats stats() {
 // lookup's thread ends.
 TEST(RemoteDnsDeadline, ADeadDnsCostsTheConnectTimeoutNotTheLookup) {
     TempDir dir;
-    const std::string spec = "redis://cache.dead-dns.invalid:6379 connect-timeout=100ms breaker=50ms";
+    // breaker=1ms: the server's breaker, open after each failed call, lets the next call (120 ms
+    // later) probe it again, so each call reaches the look-up.
+    const std::string spec = "redis://cache.dead-dns.invalid:6379 connect-timeout=100ms breaker=1ms";
     const kjit_stats before = stats();
     std::string error;
     for (int i = 0; i < 3; ++i) {
@@ -105,6 +107,7 @@ TEST(RemoteDnsDeadline, ADeadDnsCostsTheConnectTimeoutNotTheLookup) {
     const pid_t child = ::fork();
     if (child == 0) {
         std::string why;
+        ::usleep(120'000);  // past the breaker's back-off, as between the calls above
         const int started = dns_started.load();
         const kjit_status st = compile_with(dir.file("child-cache"), 10, spec, &why);
         // The child's own lookup thread is blocked too (nobody releases it here): the call
