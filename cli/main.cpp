@@ -60,6 +60,7 @@ std::string in_command_terms(std::string message) {
         {"kjit_compile_options.cache_dir", "--cache-dir"},
         {"kjit_compile_options.name_expression", "--name-expr"},
         {"kjit_compile_options.program_name", "--program-name"},
+        {"the compile_mode option", "--compile-mode"},
         {"the remote_storage option", "--remote-storage"},
         {"options.seed_dirs", "--seed"},
         {"options.link_inputs", "--link"},
@@ -169,6 +170,7 @@ struct CompileArgs {
     std::string name_expression;
     std::string remote_storage;  // "": $KJIT_REMOTE_STORAGE
     std::string program_name;    // "": each file's path as given
+    std::string compile_mode;    // "always", "warn" or "never" ("": $KJIT_NO_COMPILE)
     std::vector<std::string> include_paths;
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> seed_dirs;       // --seed, in order ("none": none; empty: $KJIT_CACHE_SEED)
@@ -202,6 +204,10 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.link_input_count = a.link_pointers.size();
     opts.link_options = a.link_option_pointers.data();
     opts.link_option_count = a.link_option_pointers.size();
+    opts.compile_mode = a.compile_mode == "always"  ? KJIT_COMPILE_ALWAYS
+                        : a.compile_mode == "warn"  ? KJIT_COMPILE_WARN
+                        : a.compile_mode == "never" ? KJIT_COMPILE_NEVER
+                                                    : KJIT_COMPILE_DEFAULT;
     return opts;
 }
 
@@ -820,13 +826,14 @@ constexpr const char *kDescription =
 
 constexpr const char *kFooter = R"(Exit status:
   0     success (cache verify: nothing wrong, or everything found repaired)
-  1-14  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument
+  1-15  libkjit's status of the failure (several files: the first failed file's): 1 invalid argument
         (also a --link file of no kind nvJitLink takes), 2 not found, 3 ambiguous, 4 bad cubin, 5 I/O
         error (also a missing --link file, a remote cache server that did not answer), 6 compile error
         (NVRTC's log on stderr), 7 NVRTC error, 8 no driver, 9 driver error, 14 link failed
-        (nvJitLink's log on stderr: an unresolved function, an input for another arch)
+        (nvJitLink's log on stderr: an unresolved function, an input for another arch), 15 not
+        cached and compiling refused (--compile-mode never, KJIT_NO_COMPILE=1)
   20    cache verify found damage it did not repair (run it with --fix); cache export or import
-        refused damaged entries (listed; the others were copied)
+        refused entries (damaged or someone else's: listed; the others were copied)
   64    usage error: unknown command or option, missing argument, bad --max-size or --older-than
   130   interrupted (Ctrl-C) during a compile of several files
 
@@ -838,6 +845,7 @@ Environment (an option given on the command line wins):
   KJIT_REMOTE_STORAGE  the cluster tier (Redis) behind the cache; kjit compile --help has its syntax
   KJIT_CACHE_SEED      read-only seed caches looked in after the cache (DIR[:DIR...]); kjit cache export
   KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
+  KJIT_NO_COMPILE      1: a miss fails (exit 15) instead of compiling; warn: it compiles and says so
   KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
   KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
   KJIT_LIBNVJITLINK    the nvJitLink library a --link compile loads (else libnvJitLink.so.<major>, then
@@ -897,6 +905,12 @@ int main(int argc, char **argv) {
     compile->add_option("--program-name", compile_args.program_name,
                         "The NVRTC program's name, in its log, device asserts and the key (default: the file as "
                         "given; its folder is searched first for the file's quoted includes)");
+    compile
+        ->add_option("--compile-mode", compile_args.compile_mode,
+                     "Whether a miss may compile: always; warn (compile, and say so once per kernel); never (a "
+                     "miss fails with exit status 15 at once, NVRTC not run: a serving process). "
+                     "Default: $KJIT_NO_COMPILE (1: never, warn), else always")
+        ->check(CLI::IsMember({"always", "warn", "never"}));
     compile->add_option("--remote-storage", compile_args.remote_storage, kRemoteStorageHelp);
     compile->add_option("-I,--include-path", compile_args.include_paths, "Folder searched for #include (repeatable)")
         ->allow_extra_args(false);

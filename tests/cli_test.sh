@@ -57,6 +57,17 @@ expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir 
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
 contains "NVRTC option '-arch=sm_80' sets the target: pass the arch in --arch, not as an NVRTC option" "$WORK/err"
 if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+# A serving process refuses to compile (issue 48): --compile-mode never or KJIT_NO_COMPILE=1 makes a
+# miss exit 15 naming the kernel, with no NVRTC run; a hit is a hit; warn compiles and says so.
+expect_rc 15 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --compile-mode never -- -DX=41
+contains "is not cached, and compiling is refused (by --compile-mode)" "$WORK/err"
+contains "kernel 'plain'" "$WORK/err"
+expect_rc 15 env KJIT_NO_COMPILE=1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=41
+contains '$KJIT_NO_COMPILE=1' "$WORK/err"
+expect_rc 0 env KJIT_NO_COMPILE=1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=1
+expect_rc 0 env KJIT_NO_COMPILE=warn "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$WORK/warned" -- -DX=42
+contains "which was not cached" "$WORK/err"
+expect_rc 64 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --compile-mode sometimes
 # An NVRTC output file that cannot be written is an error naming it (exit 5, KJIT_ERROR_IO), never
 # NVRTC 13's abort (issue 45): a trace folder that does not exist; "-" with a program name in a
 # folder that does not exist under the working directory; in a batch on worker processes.

@@ -105,7 +105,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 10
+#define KJIT_VERSION_MINOR 11
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -172,10 +172,15 @@ typedef enum kjit_status {
     KJIT_ERROR_INTERNAL = 12,           /**< A bug in libkjit; please report it with kjit_last_error(). */
     KJIT_ERROR_CANCELLED = 13,          /**< A kjit_compile_batch() item that was not started because the
                                              progress callback cancelled the batch (since 0.3). */
-    KJIT_ERROR_LINK = 14                /**< nvJitLink refused a link (an unresolved function, an input
+    KJIT_ERROR_LINK = 14,               /**< nvJitLink refused a link (an unresolved function, an input
                                              for another arch, a bad link option: its log, naming the
                                              input, is in kjit_last_error()), or no usable nvJitLink could
                                              be loaded (since 0.10). */
+    KJIT_ERROR_NOT_CACHED = 15          /**< A miss where compiling is refused (#KJIT_COMPILE_NEVER:
+                                             kjit_compile_options::compile_mode, or $KJIT_NO_COMPILE=1):
+                                             no cache, seed or cluster tier holds the kernel, and nothing
+                                             was compiled; the message names the request and how to warm
+                                             it (since 0.11). */
 } kjit_status;
 
 /**
@@ -268,6 +273,23 @@ typedef struct kjit_header {
     const char *name;   /**< Include name, e.g. "tile_config.h". Not NULL. */
     const char *source; /**< Its text (NUL-terminated). Not NULL. */
 } kjit_header;
+
+/**
+ * @brief Whether a miss may compile (kjit_compile_options::compile_mode; since 0.11). A serving
+ *        process refuses to compile: every kernel it needs was compiled ahead of time (a warm
+ *        cache, a seed, the cluster tier), and one that was not is an error it can act on, not
+ *        seconds of NVRTC in the middle of serving (docs/serving.md).
+ */
+typedef enum kjit_compile_mode {
+    KJIT_COMPILE_DEFAULT = 0, /**< $KJIT_NO_COMPILE: "1" or "never" is #KJIT_COMPILE_NEVER, "warn"
+                                   #KJIT_COMPILE_WARN; unset, "" or "0" #KJIT_COMPILE_ALWAYS. */
+    KJIT_COMPILE_ALWAYS = 1,  /**< A miss compiles (the behaviour before 0.11). */
+    KJIT_COMPILE_WARN = 2,    /**< A miss compiles, and logs one warning per kernel and process
+                                   naming it: a staging run that looks for what was not warmed. */
+    KJIT_COMPILE_NEVER = 3    /**< A miss is #KJIT_ERROR_NOT_CACHED, at once: the local cache, the
+                                   seeds and the cluster tier (a fetch, never a lease) are asked,
+                                   NVRTC is neither loaded nor run. */
+} kjit_compile_mode;
 
 /**
  * @brief Options for kjit_compile().
@@ -374,10 +396,13 @@ typedef struct kjit_compile_options {
     const char *const *link_options;
     /** Number of entries in link_options (none may be NULL). */
     size_t link_option_count;
+    /** Whether a miss may compile (since 0.11): a ::kjit_compile_mode, #KJIT_COMPILE_DEFAULT
+        ($KJIT_NO_COMPILE) by default. Not in the key: a hit is the same hit in every mode. */
+    int compile_mode;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0 }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0 }
 
 /**
  * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).

@@ -69,7 +69,7 @@ from ._prepared import Compiled, Prepared
 from ._convert import path_bytes as _path_bytes, text_bytes as _text_bytes
 from ._errors import ERROR_CLASSES as _ERROR_CLASSES
 from ._errors import (Ambiguous, BadCubin, CompileError, DriverError, InvalidArgument, KjitError, KjitIOError,
-                      LibraryNotFound, LinkError, NotFound)
+                      LibraryNotFound, LinkError, NotCachedError, NotFound)
 
 # For type checkers only, as in _abi: typing (and datetime) would cost more to import than the
 # rest of the package, and annotations are never evaluated.
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Status", "KjitError", "LibraryNotFound", "InvalidArgument", "NotFound", "Ambiguous",
-    "BadCubin", "KjitIOError", "CompileError", "DriverError", "LinkError", "Library", "Kernel",
+    "BadCubin", "KjitIOError", "CompileError", "DriverError", "LinkError", "NotCachedError", "Library", "Kernel",
     "load_library", "version", "version_string", "status_string", "last_error",
     "resolve_name", "compile", "compile_named", "Compiled", "prepare", "Prepared", "compile_batch", "BatchItem",
     "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
@@ -142,7 +142,8 @@ _OK = 0  # KJIT_OK
 _TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                     "max_cache_size", "remote_storage", "filename", "seed_dirs", "link_inputs", "link_options")
+                     "max_cache_size", "remote_storage", "filename", "seed_dirs", "link_inputs", "link_options",
+                     "compile_mode")
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,7 +339,8 @@ class Library:
                 headers: Optional[Headers] = None, name_expression: Optional[str] = None,
                 max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
                 filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
-                link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = ()) -> str:
+                link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                compile_mode: Optional[str] = None) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -371,15 +373,20 @@ class Library:
           InvalidArgument, nvJitLink's refusal :class:`LinkError` with its log (docs/link.md;
           libkjit 0.10);
         - ``link_options``: nvJitLink options in order, e.g. ("-O3", "-ftz=1"); no -arch nor
-          -lto; ignored without ``link_inputs`` (libkjit 0.10).
+          -lto; ignored without ``link_inputs`` (libkjit 0.10);
+        - ``compile_mode``: whether a miss may compile: "always", "warn" (compile, and log one
+          warning per kernel naming it), or "never" (a miss raises :class:`NotCachedError` at
+          once, NVRTC neither loaded nor run: a serving process, docs/serving.md); default
+          $KJIT_NO_COMPILE ("1": never, "warn"), else "always" (libkjit 0.11).
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError,
-        LinkError (nvJitLink's log), ...
+        LinkError (nvJitLink's log), NotCachedError, ...
         """
         options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
                    "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
                    "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename,
-                   "seed_dirs": seed_dirs, "link_inputs": link_inputs, "link_options": link_options}
+                   "seed_dirs": seed_dirs, "link_inputs": link_inputs, "link_options": link_options,
+                   "compile_mode": compile_mode}
         return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -1066,12 +1073,14 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
             headers: Optional[Headers] = None, name_expression: Optional[str] = None,
             max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
             filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
-            link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = ()) -> str:
+            link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+            compile_mode: Optional[str] = None) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
-                          seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options)
+                          seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options,
+                          compile_mode=compile_mode)
 
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:

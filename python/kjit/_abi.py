@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 10, 0)
+HEADER_VERSION = (0, 11, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
@@ -40,6 +40,7 @@ HEADER_VERSION = (0, 10, 0)
 # enums, as name: value (the C name is the prefix in enums() + the name): plain ints in the API.
 PCH_MODES: Dict[str, int] = {"DEFAULT": 0, "ON": 1, "OFF": 2}  # kjit_pch_mode
 WORKER_KINDS: Dict[str, int] = {"DEFAULT": 0, "THREADS": 1, "PROCESSES": 2, "AUTOMATIC": 3}  # kjit_worker_kind, 0.5
+COMPILE_MODES: Dict[str, int] = {"DEFAULT": 0, "ALWAYS": 1, "WARN": 2, "NEVER": 3}  # kjit_compile_mode, 0.11
 # kjit_sidecar_rejection: the index into kjit_stats.sidecar_rejections
 SIDECAR_REJECTIONS: Dict[str, int] = {"UNREADABLE": 0, "TOO_LARGE": 1, "EMPTY": 2, "BARE_NAME": 3, "BAD_HEADER": 4,
                                       "NO_LINE": 5, "STALE": 6, "NAME_FAILS_RULE": 7, "DISTRUSTED": 8}
@@ -56,6 +57,7 @@ def enums() -> Dict[str, Dict[str, int]]:
         "KJIT_": {member.name: member.value for member in Status},
         "KJIT_PCH_": PCH_MODES,
         "KJIT_WORKERS_": WORKER_KINDS,
+        "KJIT_COMPILE_": COMPILE_MODES,
         "KJIT_SIDECAR_": SIDECAR_REJECTIONS,
         "KJIT_CACHE_": {member.name: member.value for member in CacheProblem},
     }
@@ -130,6 +132,7 @@ class CompileOptions(Sized):
         ("link_input_count", ctypes.c_size_t),  # 0.10
         ("link_options", ctypes.POINTER(ctypes.c_char_p)),  # 0.10
         ("link_option_count", ctypes.c_size_t),  # 0.10
+        ("compile_mode", ctypes.c_int),  # 0.11
     ]
 
 

@@ -27,6 +27,7 @@ class Status(enum.IntEnum):
     ERROR_INTERNAL = 12
     ERROR_CANCELLED = 13  # 0.3: a batch item not started after the progress callback cancelled
     ERROR_LINK = 14  # 0.10: nvJitLink refused a link (its log), or no usable nvJitLink
+    ERROR_NOT_CACHED = 15  # 0.11: a miss where compiling is refused (compile_mode="never")
 
 
 class CacheProblem(enum.IntEnum):

@@ -92,10 +92,18 @@ class LinkError(KjitError):
     ``$KJIT_LIBNVJITLINK``)."""
 
 
+class NotCachedError(KjitError):
+    """KJIT_ERROR_NOT_CACHED (libkjit 0.11): a miss where compiling is refused
+    (``compile_mode="never"``, or ``$KJIT_NO_COMPILE=1``): no cache, seed or cluster tier holds
+    the kernel and nothing was compiled. ``message`` names the request (program, keyword or name
+    expression, arch) and how to warm it (docs/serving.md)."""
+
+
 # By the status's value (Status, an IntEnum, hashes as its int): ERROR_INVALID_ARGUMENT,
 # ERROR_NOT_FOUND, ERROR_AMBIGUOUS, ERROR_BAD_CUBIN, ERROR_IO, ERROR_COMPILE, ERROR_NVRTC,
-# ERROR_DRIVER_UNAVAILABLE, ERROR_DRIVER, ERROR_LINK (python/tests/test_kjit.py checks them by name).
+# ERROR_DRIVER_UNAVAILABLE, ERROR_DRIVER, ERROR_LINK, ERROR_NOT_CACHED (python/tests/test_kjit.py
+# checks them by name).
 ERROR_CLASSES: Dict[int, Type[KjitError]] = {
     1: InvalidArgument, 2: NotFound, 3: Ambiguous, 4: BadCubin, 5: KjitIOError, 6: CompileError, 7: CompileError,
-    8: DriverError, 9: DriverError, 14: LinkError,
+    8: DriverError, 9: DriverError, 14: LinkError, 15: NotCachedError,
 }

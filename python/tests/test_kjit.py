@@ -164,6 +164,33 @@ def test_unwritable_trace_file_is_an_error_not_an_abort(tmp_path):
     assert run.returncode == 0 and run.stdout.strip() == "alive", (run.returncode, run.stdout, run.stderr)
 
 
+def test_compile_mode_never_raises_not_cached_and_warn_compiles(tmp_path, monkeypatch):
+    # A serving process refuses to compile (libkjit 0.11): compile_mode="never" or
+    # $KJIT_NO_COMPILE=1 makes a miss NotCachedError, naming the request; a hit is a hit.
+    src = "template <int N> __global__ void served(float *p) { p[0] = N; }"
+    hit = kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", name_expression="served<1>")
+    before = kjit.stats()
+    assert kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", name_expression="served<1>",
+                        compile_mode="never") == hit
+    with pytest.raises(kjit.NotCachedError) as info:
+        kjit.compile_named(src, "served", cache_dir=tmp_path, arch="sm_90", name_expression="served<2>",
+                           compile_mode="never")
+    e = info.value
+    assert e.status == kjit.Status.ERROR_NOT_CACHED == 15 and isinstance(e, kjit.KjitError)
+    assert "served<2>" in e.message and "sm_90" in e.message and "docs/serving.md" in e.message, e.message
+    assert "compile_mode=" in e.message or "compile_mode option" in e.message, e.message
+    monkeypatch.setenv("KJIT_NO_COMPILE", "1")
+    with pytest.raises(kjit.NotCachedError) as info:
+        kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", name_expression="served<3>")
+    assert "$KJIT_NO_COMPILE=1" in info.value.message
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles
+    # The keyword wins over the variable; warn compiles.
+    kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", name_expression="served<4>", compile_mode="warn")
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles + 1
+    with pytest.raises(ValueError, match="compile_mode must be one of"):
+        kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", compile_mode="sometimes")
+
+
 def test_compile_invalid_arguments_from_c(tmp_path):
     src = "__global__ void k(float *p) {}\n"
     with pytest.raises(kjit.InvalidArgument) as info:
@@ -765,7 +792,7 @@ def test_error_classes_by_status_name():
         "ERROR_AMBIGUOUS": kjit.Ambiguous, "ERROR_BAD_CUBIN": kjit.BadCubin, "ERROR_IO": kjit.KjitIOError,
         "ERROR_COMPILE": kjit.CompileError, "ERROR_NVRTC": kjit.CompileError,
         "ERROR_DRIVER_UNAVAILABLE": kjit.DriverError, "ERROR_DRIVER": kjit.DriverError,
-        "ERROR_LINK": kjit.LinkError}
+        "ERROR_LINK": kjit.LinkError, "ERROR_NOT_CACHED": kjit.NotCachedError}
 
 
 def test_remote_description_reads_every_server():

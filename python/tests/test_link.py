@@ -210,7 +210,9 @@ def test_the_struct_reaches_0_10_only_with_link_arguments():
     optioned = kjit._convert.compile_options([], arch=ARCH, link_options=["-O3"])
     empty = kjit._convert.compile_options([], arch=ARCH, link_inputs=[], link_options=())
     assert seeded.struct_size == kjit._abi.CompileOptions.link_inputs.offset
-    assert linked.struct_size == optioned.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert linked.struct_size == optioned.struct_size == kjit._abi.CompileOptions.compile_mode.offset
+    moded = kjit._convert.compile_options([], arch=ARCH, compile_mode="never")
+    assert moded.struct_size == ctypes.sizeof(kjit._abi.CompileOptions) and moded.compile_mode == 3
     assert empty.struct_size == kjit._abi.CompileOptions.remote_storage.offset
     assert linked.link_input_count == 2 and linked.link_inputs[1] == b"/lib/b.fatbin"
     assert linked.link_option_count == 0

@@ -75,6 +75,7 @@ KJIT_SAME_VALUE(out_of_memory, KJIT_ERROR_OUT_OF_MEMORY);
 KJIT_SAME_VALUE(internal, KJIT_ERROR_INTERNAL);
 KJIT_SAME_VALUE(cancelled, KJIT_ERROR_CANCELLED);
 KJIT_SAME_VALUE(link, KJIT_ERROR_LINK);
+KJIT_SAME_VALUE(not_cached, KJIT_ERROR_NOT_CACHED);
 #undef KJIT_SAME_VALUE
 
 static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
@@ -83,7 +84,7 @@ static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::distruste
                   static_cast<int>(kjit::resolve::NameResolver::Rejection::unreadable) == KJIT_SIDECAR_UNREADABLE &&
                   static_cast<int>(kjit::resolve::NameResolver::Rejection::stale) == KJIT_SIDECAR_STALE,
               "resolve::NameResolver::Rejection and kjit_sidecar_rejection differ");
-static_assert(KJIT_ERROR_LINK < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
+static_assert(KJIT_ERROR_NOT_CACHED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
 #define KJIT_SAME_PROBLEM(damage, problem)                                                                       \
@@ -208,6 +209,7 @@ struct GivenSettings {
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
     bool seed_dirs = false;  // the seed_dirs option was given (possibly "none")
+    int compile_mode = KJIT_COMPILE_DEFAULT;
 };
 
 // options->headers (in-memory headers), checked.
@@ -279,6 +281,13 @@ kjit::Status take_options(const kjit_compile_options *options, kjit::key::Reques
         r.remote_origin = "the remote_storage option";
     }
     if (KJIT_OPTION_PRESENT(options, program_name) && options->program_name) r.program_name = options->program_name;
+    if (KJIT_OPTION_PRESENT(options, compile_mode)) {
+        if (options->compile_mode < KJIT_COMPILE_DEFAULT || options->compile_mode > KJIT_COMPILE_NEVER) {
+            return invalid(where + ".compile_mode is " + std::to_string(options->compile_mode) +
+                           ": use a kjit_compile_mode (KJIT_COMPILE_DEFAULT, _ALWAYS, _WARN or _NEVER)");
+        }
+        given.compile_mode = options->compile_mode;
+    }
     if (KJIT_OPTION_PRESENT(options, seed_dir_count) && options->seed_dir_count > 0) {
         if (auto s = take_strings(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs); !s) {
             return s;
@@ -338,6 +347,28 @@ kjit::Status settle_arch(const char *arch, kjit::key::Request &r) {
     return kjit::Ok{};
 }
 
+static_assert(kjit::api::defaults::kCompileAlways == KJIT_COMPILE_ALWAYS &&
+                  kjit::api::defaults::kCompileWarn == KJIT_COMPILE_WARN &&
+                  kjit::api::defaults::kCompileNever == KJIT_COMPILE_NEVER,
+              "the defaults' compile modes differ from kjit_compile_mode");
+
+// The compile mode given (KJIT_COMPILE_DEFAULT: $KJIT_NO_COMPILE's) into `r`.
+kjit::Status settle_compile_mode(int given, kjit::key::Request &r) {
+    int mode = given;
+    if (mode == KJIT_COMPILE_DEFAULT) {
+        auto from_env = kjit::api::defaults::compile_mode();
+        if (!from_env) return std::move(from_env).error();
+        mode = *from_env;
+    } else {
+        r.compile_mode_origin = "the compile_mode option";
+    }
+    using kjit::key::CompileMode;
+    r.compile_mode = mode == KJIT_COMPILE_NEVER  ? CompileMode::never
+                     : mode == KJIT_COMPILE_WARN ? CompileMode::warn
+                                                 : CompileMode::always;
+    return kjit::Ok{};
+}
+
 // The C options (any struct_size from the first release on) as a cache request.
 kjit::Status request_from(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
     GivenSettings given;
@@ -346,6 +377,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
     }
     if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
     if (!given.seed_dirs) r.seed_dirs = kjit::api::defaults::seed_dirs();
+    if (auto st = settle_compile_mode(given.compile_mode, r); !st) return st;
     if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
     auto wait = kjit::api::defaults::compile_wait();
     if (!wait) return std::move(wait).error();
@@ -646,6 +678,7 @@ KJIT_API const char *kjit_status_string(kjit_status status) {
         case KJIT_ERROR_INTERNAL: return "internal error";
         case KJIT_ERROR_CANCELLED: return "cancelled";
         case KJIT_ERROR_LINK: return "link failed";
+        case KJIT_ERROR_NOT_CACHED: return "not cached (compiling refused)";
     }
     return "unknown status";
 }

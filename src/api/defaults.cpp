@@ -109,6 +109,16 @@ Result<unsigned> workers() {
     return n > 0 ? n : 1u;
 }
 
+Result<int> compile_mode() {
+    const char *v = std::getenv("KJIT_NO_COMPILE");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return kCompileAlways;
+    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "never") == 0) return kCompileNever;
+    if (std::strcmp(v, "warn") == 0) return kCompileWarn;
+    return Error{Errc::invalid_argument, std::string("$KJIT_NO_COMPILE is '") + v +
+                                             "': set it to 1 (or never: a miss is an error, nothing is compiled), "
+                                             "warn (a miss compiles and says so), or 0 (or leave it unset)"};
+}
+
 Result<batch::batch_compiler::WorkerKind> worker_kind() {
     using batch::batch_compiler::WorkerKind;
     const char *v = std::getenv("KJIT_WORKER_KIND");

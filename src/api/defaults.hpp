@@ -42,6 +42,15 @@ std::string remote_storage();
 // none when it is unset, empty or "none".
 std::vector<std::string> seed_dirs();
 
+// Whether a miss may compile when the caller does not say, as kjit_compile_mode's values (c_api.cpp
+// checks they are the same): $KJIT_NO_COMPILE "1" or "never" is kCompileNever, "warn"
+// kCompileWarn, unset, "" or "0" kCompileAlways. Errors: invalid_argument naming the variable and
+// its values.
+constexpr int kCompileAlways = 1;
+constexpr int kCompileWarn = 2;
+constexpr int kCompileNever = 3;
+Result<int> compile_mode();
+
 // A batch's worker count when the caller asks for none: $KJIT_JOBS (1 to kMaxWorkers of
 // batch/worker_kind.hpp; anything else is invalid_argument naming the variable), else the CPUs
 // this process may run on.

@@ -78,6 +78,13 @@ bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
     return strings(f, has_link_options ? o->link_options : nullptr, has_link_options ? o->link_option_count : 0);
 }
 
+// Whether the caller's compile mode is one (not in the digest: a hit is the same in every mode).
+// One that is none goes to the full look-up, which says so.
+bool known_compile_mode(const kjit_compile_options *o) {
+    return !(o && KJIT_MEMO_OPTION_PRESENT(o, compile_mode) &&
+             (o->compile_mode < KJIT_COMPILE_DEFAULT || o->compile_mode > KJIT_COMPILE_NEVER));
+}
+
 // The variables a repeat reads, found in one pass over the environment: a getenv each (a pass
 // each) was a sixth of a repeat's time. The first of a name wins, as with getenv.
 struct MemoSettings {
@@ -132,7 +139,7 @@ bool memo_digest_of(const char *source, const char *keyword, const kjit_compile_
     cache::HitMemo::Fields f;
     f.field(source);
     f.field(keyword);
-    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options)) return false;
+    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options) || !known_compile_mode(options)) return false;
     out = f.digest();
     return true;
 }

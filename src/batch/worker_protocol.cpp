@@ -127,7 +127,7 @@ private:
     std::string fail_;
 };
 
-constexpr std::uint64_t kCodeMax = static_cast<std::uint64_t>(Errc::link);
+constexpr std::uint64_t kCodeMax = static_cast<std::uint64_t>(Errc::not_cached);
 
 }  // namespace
 

@@ -11,6 +11,8 @@
 #include "util/log.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 
@@ -113,6 +115,8 @@ void Cache::renew_in_forked_child() {
     if (!cache) return;
     fork_guard::renew(cache->flights_mutex_);
     fork_guard::renew(cache->flights_);
+    fork_guard::renew(cache->warned_mutex_);
+    fork_guard::renew(cache->warned_);
     cache->memo_.renew_in_forked_child();
     cache->seeds_.renew_in_forked_child();
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
@@ -293,6 +297,10 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     if (!found_tier) return std::move(found_tier).error();
     remote::Tier *const tier = *found_tier;
     const remote::Expected expected = expected_for(keyed, entry_key);
+    if (request.compile_mode == key::CompileMode::never) {
+        return refuse_to_compile(keyed, call, tier, entry_key, source_key, deps);
+    }
+    if (request.compile_mode == key::CompileMode::warn) warn_of_compile(keyed, entry_key);
     std::optional<remote::Settled> settled;
     if (tier) {
         settled = tier->settle(expected, busy != nullptr);
@@ -333,6 +341,64 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
                   settled && settled->lease ? settled->lease.get() : nullptr);
     }
     return published;
+}
+
+namespace {
+
+// The request a refused or warned miss names: its kernel, program, arch and key.
+std::string request_text(const key::Request &request, const std::string &entry_key) {
+    std::string text = "kernel '" + request.keyword + "'";
+    if (request.name_expression) text += " (name expression '" + *request.name_expression + "')";
+    text += " of program '" +
+            (request.program_name.empty() ? std::string(key::kDefaultProgramName) : request.program_name) + "' for " +
+            request.arch + ", key " + entry_key;
+    return text;
+}
+
+// What set the compile mode, as the caller would write it.
+std::string mode_origin(const key::Request &request) {
+    if (std::string_view(request.compile_mode_origin) != "KJIT_NO_COMPILE") return request.compile_mode_origin;
+    const char *v = std::getenv("KJIT_NO_COMPILE");
+    return std::string("$KJIT_NO_COMPILE=") + (v ? v : "");
+}
+
+}  // namespace
+
+Result<Found> Cache::refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
+                                       const std::string &entry_key, const std::string &source_key,
+                                       const std::vector<key::include_scanner::Dependency> &deps) {
+    const key::Request &request = keyed.request;
+    if (tier) {
+        auto fetched = tier->fetch_many({expected_for(keyed, entry_key)});
+        if (fetched.front()) return publish_fetched(keyed, call, std::move(*fetched.front()), source_key, deps);
+    }
+    std::string asked = "cache folder '" + request.cache_dir + "'";
+    if (!request.seed_dirs.empty()) asked += ", " + std::to_string(request.seed_dirs.size()) + " seed folder(s)";
+    if (tier) asked += ", the cluster tier";
+    return Error{Errc::not_cached,
+                 request_text(request, entry_key) + " is not cached, and compiling is refused (by " +
+                     mode_origin(request) + "); asked: " + asked +
+                     ". Warm it ahead of time: compile it once where compiling is allowed (a staging run, "
+                     "`kjit compile`, a batch) into this cache, a seed it reads (`kjit cache export`) or its "
+                     "cluster tier (docs/serving.md)"};
+}
+
+void Cache::warn_of_compile(const key::KeyedRequest &keyed, const std::string &entry_key) {
+    {
+        std::lock_guard<std::mutex> lock(warned_mutex_);
+        if (!warned_.insert(keyed.entry).second) return;
+    }
+    // Said whatever KJIT_LOG_LEVEL is (the log is silent by default): saying it is the mode's job.
+    const std::string text = "compiling " + request_text(keyed.request, entry_key) + ", which was not cached (" +
+                             mode_origin(keyed.request) +
+                             ": it is compiled, and said once per kernel; a serving run with compiling refused "
+                             "would fail here: docs/serving.md)";
+    if (log().should_log(spdlog::level::warn)) {
+        log().warn("{}", text);
+    } else {
+        std::fprintf(stderr, "[kjit warning] %s\n", text.c_str());
+        std::fflush(stderr);
+    }
 }
 
 Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,

@@ -31,9 +31,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace kjit::remote {
+class Tier;
+}  // namespace kjit::remote
 
 namespace kjit::cache {
 
@@ -149,6 +154,17 @@ private:
     Result<Found> publish_fetched(const key::KeyedRequest &keyed, Call &call, remote::Entry fetched,
                                   const std::string &source_key,
                                   const std::vector<key::include_scanner::Dependency> &deps);
+    // A miss where compiling is refused (key::CompileMode::never): the cluster tier's entry when
+    // `tier` holds one (a fetch, never a lease: this node will not compile it), published here
+    // as this node's entry `entry_key` (a variant of `source_key` with `deps`); else
+    // Errc::not_cached naming the request and how to warm it. NVRTC is neither loaded nor run.
+    Result<Found> refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
+                                    const std::string &entry_key, const std::string &source_key,
+                                    const std::vector<key::include_scanner::Dependency> &deps);
+    // Warn mode (key::CompileMode::warn): one warning per entry and process, naming the request,
+    // on stderr whatever KJIT_LOG_LEVEL says (through the log when it shows warnings).
+    void warn_of_compile(const key::KeyedRequest &keyed, const std::string &entry_key);
+
     // Publishes `entry` to every store; the local store's path is the answer.
     Result<Found> publish_everywhere(const key::KeyedRequest &keyed, Call &call,
                                      const store::cache_entry::NewEntry &entry);
@@ -165,6 +181,8 @@ private:
     std::vector<EntryStore *> stores_;  // lookup order; &local_ first, then &seeds_
     std::mutex flights_mutex_;
     std::map<std::string, std::shared_ptr<Flight>> flights_;  // by entry folder
+    std::mutex warned_mutex_;
+    std::set<std::string> warned_;  // entry folders warn mode has said compile (warn_of_compile)
 };
 
 }  // namespace kjit::cache

@@ -33,6 +33,11 @@ constexpr int kFormatVersion = 2;
 // kjit_compile_options::program_name, so that their keys and cubins stay what they were.
 constexpr const char *kDefaultProgramName = "source.cu";
 
+// Whether a miss may compile (kjit_compile_options::compile_mode, $KJIT_NO_COMPILE): always;
+// warn (compile, and say so once per kernel); never (a miss is Errc::not_cached: a serving
+// process that must not stall on NVRTC). Not in the key: a hit is the same in every mode.
+enum class CompileMode { always, warn, never };
+
 struct Request {
     std::string source;
     std::string keyword;
@@ -62,6 +67,10 @@ struct Request {
     // The seed caches a local miss looks in before the cluster tier (cache/seed_store.hpp), in
     // order; made absolute by key_request. Not in the key either.
     std::vector<std::string> seed_dirs;
+    // Whether a miss may compile, and where that came from ("KJIT_NO_COMPILE", "the compile_mode
+    // option"), for the message of a refused one. Not in the key.
+    CompileMode compile_mode = CompileMode::always;
+    const char *compile_mode_origin = "KJIT_NO_COMPILE";
     // Link-time inputs (kjit_compile_options::link_inputs) as the caller named them, and the
     // nvJitLink options. With any input, the source is compiled to LTO-IR and linked with them.
     std::vector<std::string> link_inputs;

@@ -24,7 +24,8 @@ enum class Errc {
     out_of_memory = 11,
     internal = 12,
     cancelled = 13,
-    link = 14,  // nvJitLink refused a link, or none could be loaded
+    link = 14,        // nvJitLink refused a link, or none could be loaded
+    not_cached = 15,  // a miss where compiling is refused (a serving process's strict mode)
 };
 
 struct Error {
