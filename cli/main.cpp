@@ -797,6 +797,81 @@ std::string command_problem(const CLI::App &app, int argc, char **argv) {
     return "kjit " + path + "needs a command: " + command_list(*at) + "; see kjit " + path + "--help";
 }
 
+// The command `argv` names (its deepest subcommand), with its path ("compile ", "cache export ").
+const CLI::App *command_of(const CLI::App &app, int argc, char **argv, std::string &path) {
+    const CLI::App *at = &app;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") break;
+        if (arg.empty() || arg[0] == '-') continue;
+        for (const CLI::App *sub : at->get_subcommands({})) {
+            if (sub->get_name() == arg) {
+                at = sub;
+                path += arg + " ";
+            }
+        }
+    }
+    return at;
+}
+
+// Levenshtein distance, bounded: enough to tell a typo of an option's name.
+std::size_t edit_distance(const std::string &a, const std::string &b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+// What an option the command does not know most likely is, said where CLI11 says only what it
+// missed ("--keyword is required" for --keywrd) or "not expected": a typo of one of its options
+// (named), or an NVRTC option given before "--". "" when none of the arguments is such.
+std::string option_problem(const CLI::App &app, int argc, char **argv) {
+    std::string path;
+    const CLI::App *command = command_of(app, argc, argv, path);
+    std::vector<std::string> known;
+    for (const CLI::App *at : {command, &app}) {
+        for (const CLI::Option *o : at->get_options()) {
+            for (const std::string &n : o->get_lnames()) known.push_back("--" + n);
+            for (const std::string &n : o->get_snames()) known.push_back("-" + n);
+        }
+    }
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "--") break;
+        if (arg.size() < 2 || arg[0] != '-') continue;
+        const std::string name = arg.substr(0, arg.find('='));
+        if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+        std::string best;
+        std::size_t best_distance = 3;  // at most two edits away
+        for (const std::string &k : known) {
+            if (k.size() < 3) continue;  // -k, -j, -I: too short to guess from
+            const std::size_t d = edit_distance(name, k);
+            if (d < best_distance) {
+                best_distance = d;
+                best = k;
+            }
+        }
+        if (!best.empty()) {
+            return "unknown option '" + name + "' of kjit " + path + "(did you mean " + best + "?); see kjit " + path +
+                   "--help";
+        }
+        if (path == "compile ") {
+            return "'" + arg + "' is not an option of kjit compile: NVRTC options go after --, e.g. kjit compile " +
+                   "FILE -k KEYWORD -- " + arg + "; see kjit compile --help";
+        }
+        return "unknown option '" + name + "' of kjit " + path + "; see kjit " + path + "--help";
+    }
+    return "";
+}
+
 // Parses the command line into `app`'s variables: -1 to go on, else the exit status (help and
 // version printed, or a usage error said).
 int parse_command_line(CLI::App &app, const Global &g, int argc, char **argv) {
@@ -810,6 +885,9 @@ int parse_command_line(CLI::App &app, const Global &g, int argc, char **argv) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
         if (const std::string problem = command_problem(app, argc, argv); !problem.empty()) {
+            return report_failure(g, kExitUsage, "usage", problem);
+        }
+        if (const std::string problem = option_problem(app, argc, argv); !problem.empty()) {
             return report_failure(g, kExitUsage, "usage", problem);
         }
         app.exit(e);

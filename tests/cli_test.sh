@@ -57,6 +57,15 @@ expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch compute_90 --cache-dir 
 expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -arch=sm_80
 contains "NVRTC option '-arch=sm_80' sets the target: pass the arch in --arch, not as an NVRTC option" "$WORK/err"
 if grep -q "kjit_compile_options" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+# An option the command does not know is named, with the one it most likely is (issue 49: CLI11 said
+# only "--keyword is required" for --keywrd), and an NVRTC option before -- says where it goes.
+expect_rc 64 "$KJIT" compile "$WORK/k.cu" --keywrd plain --arch sm_90 --cache-dir "$C"
+contains "unknown option '--keywrd' of kjit compile (did you mean --keyword?)" "$WORK/err"
+expect_rc 64 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -std=c++17
+contains "NVRTC options go after --, e.g. kjit compile FILE -k KEYWORD -- -std=c++17" "$WORK/err"
+expect_rc 64 "$KJIT" cache stats --cache-dri "$C"
+contains "unknown option '--cache-dri' of kjit cache stats (did you mean --cache-dir?)" "$WORK/err"
+
 # A serving process refuses to compile (issue 48): --compile-mode never or KJIT_NO_COMPILE=1 makes a
 # miss exit 15 naming the kernel, with no NVRTC run; a hit is a hit; warn compiles and says so.
 expect_rc 15 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --compile-mode never -- -DX=41

@@ -102,6 +102,11 @@ for example in "$work"/*.c; do
     rm -rf "$work/cache"
     if [[ $name == README-* ]]; then
         run_example "$work/${name%.c}" "with the driver test double" KJIT_LIBCUDA="$fake_libcuda"
+        [ "$run" != 1 ] || grep -q "^loaded " "$work/run.out" || fail "$name did not load: $(cat "$work/run.out")"
+        # The README's no-GPU path: compiles and names, says loading needs a driver, exit 0.
+        rm -rf "$work/cache"
+        run_example "$work/${name%.c}" "without a driver" KJIT_LIBCUDA="$work/no-driver/libcuda.so.1"
+        [ "$run" != 1 ] || grep -q "^not loaded: " "$work/run.out" || fail "$name without a driver: $(cat "$work/run.out")"
         continue
     fi
     run_example "$work/${name%.c}" "without a driver" KJIT_LIBCUDA="$work/no-driver/libcuda.so.1"
@@ -119,6 +124,10 @@ for example in "$work"/*.py; do
         rm -rf "$work/cache"
         run_example "$example" "with the driver test double" KJIT_LIBCUDA="$fake_libcuda" \
             KJIT_LIBRARY="$libdir/libkjit.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1
+        rm -rf "$work/cache"
+        run_example "$example" "without a driver" KJIT_LIBCUDA="$work/no-driver/libcuda.so.1" \
+            KJIT_LIBRARY="$libdir/libkjit.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1
+        [ "$run" != 1 ] || grep -q "^not loaded: " "$work/run.out" || fail "$name without a driver: $(cat "$work/run.out")"
     elif python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$example" 2>"$work/errors"; then
         echo "doc examples: $name is Python"
     else

@@ -85,7 +85,15 @@ Api open_api() {
     // The one symbol taken by name: every other entry point comes through it, versioned.
     a.get_proc_address = reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(a.handle, "cuGetProcAddress_v2"));
     if (!a.get_proc_address) {
-        a.error = a.library + origin + " has no cuGetProcAddress_v2: the driver predates CUDA 12.0";
+        // A library without the driver's first entry point is either no CUDA driver at all (a
+        // wrong KJIT_LIBCUDA) or one older than CUDA 12.0: say which it looks like.
+        const bool a_driver = ::dlsym(a.handle, "cuInit") != nullptr;
+        a.error =
+            a.library + origin +
+            (a_driver ? " has no cuGetProcAddress_v2: the driver predates CUDA 12.0 (install a newer NVIDIA driver)"
+                      : " is not a CUDA driver (it exports neither cuInit nor cuGetProcAddress_v2)" +
+                            std::string(from_env ? ": point KJIT_LIBCUDA at the driver's libcuda.so.1" : ""));
+        return a;
         return a;
     }
     if (!KJIT_BIND(a, cuGetErrorName, 6000) || !KJIT_BIND(a, cuGetErrorString, 6000) || !KJIT_BIND(a, cuInit, 2000) ||
@@ -136,7 +144,14 @@ void forget_the_parents_driver() { api_slot.store(nullptr, std::memory_order_rel
 [[maybe_unused]] const bool fork_handler_registered =
     fork_guard::at_fork_child(fork_guard::State::driver, forget_the_parents_driver);
 
-Error unavailable(const Api &a) { return Error{Errc::driver_unavailable, "no usable CUDA driver: " + a.error}; }
+// What to do is part of the message: loading is the only step that needs a driver.
+Error unavailable(const Api &a) {
+    return Error{Errc::driver_unavailable,
+                 "no usable CUDA driver: " + a.error +
+                     ". Loading a kernel needs the NVIDIA driver's libcuda.so.1 (on a machine with a GPU: install the "
+                     "driver; elsewhere: set KJIT_LIBCUDA to a libcuda.so.1); compiling, naming and the cache work "
+                     "without one"};
+}
 
 Result<int> attribute(const Api &a, CUdevice_attribute attr, CUdevice dev) {
     int value = 0;
