@@ -1153,7 +1153,12 @@ def progress(done, total, index, status, path):
 
 
 def first_on_disk():
-    while not list(pathlib.Path(cache).rglob("kernel.cubin")):
+    while True:
+        try:  # a temp folder may be renamed into place while rglob walks it
+            if list(pathlib.Path(cache).rglob("kernel.cubin")):
+                break
+        except FileNotFoundError:
+            pass
         first.wait(0.01)
     first.set()
 
