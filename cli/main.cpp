@@ -9,6 +9,7 @@
 // I/O error, ...); 20 `cache verify` found damage it did not repair, or `cache export`/`import`
 // refused damaged entries; 64 a usage error.
 #include "kjit/kjit.h"
+#include "warm.hpp"
 
 #include "remote/remote_config.hpp"
 #include "util/size_units.hpp"
@@ -762,7 +763,7 @@ int run_clear(const Global &g) {
 }
 
 // The names of `cmd`'s subcommands, each followed by its own in parentheses:
-// "resolve, compile, cache (stats, verify, prune, clear)".
+// "resolve, compile, warm, cache (stats, verify, prune, clear)".
 std::string command_list(const CLI::App &cmd) {
     std::string out;
     for (const CLI::App *sub : cmd.get_subcommands({})) {
@@ -1009,6 +1010,19 @@ int main(int argc, char **argv) {
     compile->footer("NVRTC options go after --, e.g. kjit compile k.cu -k gemm -- -std=c++17 -DTILE=128");
     add_common(compile);
 
+    kjit_cli::WarmArgs warm_args;
+    CLI::App *warm = app.add_subcommand(
+        "warm", "Compile every request of request records (KJIT_RECORD=FILE, kjit_record_start) ahead of time, as "
+                "one batch, into the cache: what a serving process with KJIT_NO_COMPILE=1 will ask for");
+    warm->add_option("records", warm_args.records, "Record files (JSON lines), in order")->required();
+    warm->add_option("--arch", warm_args.archs, "Each request for this arch (repeatable; default: as recorded)");
+    warm->add_option("-j,--jobs", warm_args.jobs, "Workers (default: $KJIT_JOBS, else one per CPU)");
+    warm->add_option("--workers", warm_args.workers, "Compile on threads, worker processes, or auto")
+        ->check(CLI::IsMember({"threads", "processes", "auto"}));
+    warm->add_option("--seed", warm_args.seed_dirs, "A seed cache asked before compiling (repeatable)");
+    warm->add_option("--remote-storage", warm_args.remote_storage, kRemoteStorageHelp);
+    add_common(warm);
+
     CLI::App *cache = app.add_subcommand("cache", "Look after a cache folder");
     cache->require_subcommand(1);
     CLI::App *stats = cache->add_subcommand("stats", "Entries, bytes, oldest and newest, by arch");
@@ -1052,7 +1066,7 @@ int main(int argc, char **argv) {
     }
     if (const int status = parse_command_line(app, g, argc, argv); status >= 0) return status;
     // A password given here would be in /proc/PID/cmdline, which every user of the machine reads.
-    for (const std::string *spec : {&compile_args.remote_storage, &remote_storage}) {
+    for (const std::string *spec : {&compile_args.remote_storage, &remote_storage, &warm_args.remote_storage}) {
         if (kjit::remote::names_a_password(*spec)) {
             return report_failure(g, KJIT_ERROR_INVALID_ARGUMENT, kjit_status_string(KJIT_ERROR_INVALID_ARGUMENT),
                                   "--remote-storage names a server with a password, which every user of this machine "
@@ -1067,6 +1081,11 @@ int main(int argc, char **argv) {
     try {
         if (*resolve) return run_resolve(g, cubin, keyword);
         if (*compile) return run_compile(g, compile_args);
+        if (*warm) {
+            warm_args.cache_dir = g.cache_dir;
+            warm_args.json = g.json;
+            return kjit_cli::run_warm(warm_args);
+        }
         if (*stats) return run_stats(g, remote || !remote_storage.empty() ? &remote_storage : nullptr);
         if (*verify) return run_verify(g, fix);
         if (*prune) {

@@ -77,6 +77,25 @@ expect_rc 0 env KJIT_NO_COMPILE=1 "$KJIT" compile "$WORK/k.cu" -k plain --arch s
 expect_rc 0 env KJIT_NO_COMPILE=warn "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$WORK/warned" -- -DX=42
 contains "which was not cached" "$WORK/err"
 expect_rc 64 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --compile-mode sometimes
+# Record a run, warm another cache from the record for two arches, serve it strict (issue 48): the
+# record holds each request once; warm compiles each for each arch, then finds them all; a
+# strict compile of each arch hits.
+REC="$WORK/requests.jsonl"
+expect_rc 0 env KJIT_RECORD="$REC" "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch sm_90 --cache-dir "$WORK/staging" -- -DX=1
+expect_rc 0 env KJIT_RECORD="$REC" "$KJIT" compile "$WORK/k.cu" "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$WORK/staging" -- -DX=1
+expect_rc 0 env KJIT_RECORD="$REC" "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch sm_90 --cache-dir "$WORK/staging" -- -DX=1
+[ "$(wc -l < "$REC")" = 2 ] || fail "the record holds $(wc -l < "$REC") lines, not 2: $(cat "$REC")"
+expect_rc 0 "$KJIT" warm "$REC" --arch sm_90 --arch sm_80 --cache-dir "$WORK/served"
+contains "warmed 2 request(s) x 2 arch(es): 4 items, 4 compiled, 0 found" "$WORK/out"
+expect_rc 0 "$KJIT" warm "$REC" --arch sm_90 --arch sm_80 --cache-dir "$WORK/served" --json
+json_check 'd["compiled"] == 0 and d["found"] == 4 and d["failed"] == 0'
+for arch in sm_90 sm_80; do
+    expect_rc 0 env KJIT_NO_COMPILE=1 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch "$arch" --cache-dir "$WORK/served" -- -DX=1
+done
+printf 'not a request\n{"kjit_request":1,"id":"00' > "$WORK/torn.jsonl"
+expect_rc 64 "$KJIT" warm "$WORK/torn.jsonl" --cache-dir "$WORK/served"
+contains "no request in 1 record(s) (2 line(s) that are none)" "$WORK/err"
+
 # An NVRTC output file that cannot be written is an error naming it (exit 5, KJIT_ERROR_IO), never
 # NVRTC 13's abort (issue 45): a trace folder that does not exist; "-" with a program name in a
 # folder that does not exist under the working directory; in a batch on worker processes.
@@ -211,7 +230,7 @@ expect_rc 0 env -C "$WORK/proj" "$KJIT" compile sub/gemm.cu other/gemm.cu -k gem
 json_check 'd[0]["name"] == "_Z4gemmILi333EEvPf" and d[1]["name"] == "_Z4gemmILi4EEvPf"'
 # An unknown command is named, with the commands there are (it said "A subcommand is required").
 expect_rc 64 "$KJIT" nosuch
-contains "unknown command 'nosuch'; the commands are: resolve, compile, cache" "$WORK/err"
+contains "unknown command 'nosuch'; the commands are: resolve, compile, warm, cache" "$WORK/err"
 expect_rc 64 "$KJIT" cache nosuch --cache-dir "$C"
 contains "unknown command 'cache nosuch'; the cache commands are: stats, verify, prune, clear" "$WORK/err"
 expect_rc 64 "$KJIT" --json nosuch

@@ -653,6 +653,37 @@ KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **fu
  */
 KJIT_API void kjit_kernel_release(kjit_kernel *kernel);
 
+/**
+ * @brief Starts recording every distinct request this process makes (since 0.11): each
+ *        kjit_compile(), kjit_compile_named(), kjit_compile_and_load() and kjit_compile_batch()
+ *        item, hit or miss, is appended once to `path` as one JSON line holding everything
+ *        needed to make it again (source, in-memory headers, options, arch, name expression,
+ *        keyword, program name, include folders and link inputs, absolute), for `kjit warm` to
+ *        compile ahead of time (docs/serving.md, "The record"). $KJIT_RECORD=FILE does the same
+ *        from a process's first call.
+ *
+ * Many threads and processes may record into one file at once: each line is written whole under
+ * the file's lock, and a request already there (by any process) is not written again. While a
+ * process records, repeats take the full look-up (a few microseconds) instead of the hit memo.
+ * A line that cannot be written is said once on stderr and recording stops; a compile never
+ * fails for it.
+ * @param[in] path The record file: appended to, created (mode 0644) when missing; a relative
+ *                 path is taken against the working directory. It replaces a recording under way.
+ * @return #KJIT_OK, or:
+ * @retval KJIT_ERROR_INVALID_ARGUMENT NULL or empty `path`.
+ * @retval KJIT_ERROR_IO               The file cannot be opened for appending (the message names
+ *                                     it), or is not a regular file.
+ * @note Thread safe; a forked child goes on recording into the same file.
+ */
+KJIT_API kjit_status kjit_record_start(const char *path);
+
+/**
+ * @brief Stops recording (since 0.11); from then on $KJIT_RECORD is not read either. Nothing is
+ *        left to flush: each line was written whole. Calling it when not recording does nothing.
+ * @note Thread safe.
+ */
+KJIT_API void kjit_record_stop(void);
+
 KJIT_END_DECLS
 
 /* The rest of the ABI, so that #include <kjit/kjit.h> declares all of it. */

@@ -97,7 +97,7 @@ __all__ = [
     "resolve_name", "compile", "compile_named", "Compiled", "prepare", "Prepared", "compile_batch", "BatchItem",
     "PCH_DEFAULT", "PCH_ON", "PCH_OFF",
     "WORKERS_DEFAULT", "WORKERS_THREADS", "WORKERS_PROCESSES", "WORKERS_AUTOMATIC",
-    "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS",
+    "load_cached", "compile_and_load", "stats", "SIDECAR_REJECTIONS", "record", "warm",
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
     "cache_export", "cache_import", "CopyReport",
     "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
@@ -745,6 +745,38 @@ class Library:
         source = _path_bytes(source_dir, "source_dir")
         return self._copy(fn, "kjit_cache_import", folder, os.fsdecode(source), (source, os.fsencode(folder)))
 
+    def record_start(self, path: PathLike) -> None:
+        """Records every distinct request this process makes, hit or miss, into ``path`` (one
+        JSON line each, appended; kjit_record_start, libkjit 0.11): the input of :meth:`warm`
+        and ``kjit warm``. See :func:`record` for the context manager."""
+        fn = self._needs("kjit_record_start", "0.11")
+        status = fn(_path_bytes(path, "path"))
+        if status != _OK:
+            raise self._error(status, "kjit_record_start")
+
+    def record_stop(self) -> None:
+        """Stops recording (kjit_record_stop, libkjit 0.11)."""
+        self._needs("kjit_record_stop", "0.11")()
+
+    def warm(self, records: Iterable[PathLike], *, arch: Union[str, Sequence[str], None] = None,
+             workers: Optional[int] = None, worker_kind: int = WORKERS_DEFAULT,
+             cache_dir: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+             remote_storage: Optional[str] = None) -> List[BatchItem]:
+        """Compiles every request of request records (:meth:`record_start`, ``$KJIT_RECORD``)
+        ahead of time as one batch, for each of ``arch`` (a name or a list; default: the arch
+        each was recorded with), into the cache; seeds and the cluster tier are asked first.
+        Each request once, whatever the records repeat; lines that are no request are skipped.
+        Returns the batch's items, in the records' order (arch by arch within a request): a
+        failed item has its status and error, nothing is raised for it (docs/serving.md)."""
+        from . import _record
+
+        requests = _record.read(records)
+        archs = [arch] if isinstance(arch, str) else list(arch) if arch is not None else None
+        batch: List[BatchRequest] = [dict(source=r.source, keyword=r.keyword, **r.options(a))
+                                     for r in requests for a in (archs or [r.arch])]
+        return self.compile_batch(batch, workers=workers, worker_kind=worker_kind, cache_dir=cache_dir,
+                                  seed_dirs=seed_dirs, remote_storage=remote_storage, compile_mode="always")
+
     def _copy(self, fn: Any, name: str, folder: str, other: str, args: Tuple[Any, ...]) -> CopyReport:
         from . import _results
 
@@ -1160,6 +1192,31 @@ def cache_export(dest_dir: PathLike, cache_dir: Optional[PathLike] = None, *, ar
 def cache_import(source_dir: PathLike, cache_dir: Optional[PathLike] = None) -> CopyReport:
     """See :meth:`Library.cache_import`."""
     return _lib().cache_import(source_dir, cache_dir)
+
+
+class record:  # noqa: N801 (used as a function: with kjit.record(path): ...)
+    """Records every distinct request made inside the ``with`` block (any thread of the process),
+    hit or miss, into ``path``: one JSON line each, appended, each request once even across
+    processes (libkjit 0.11). ``kjit warm PATH`` or :func:`warm` compiles them ahead of time::
+
+        with kjit.record("requests.jsonl"):
+            run_the_workload()
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self._path = path
+
+    def __enter__(self) -> "record":
+        _lib().record_start(self._path)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _lib().record_stop()
+
+
+def warm(records: Iterable[PathLike], **options: Any) -> List[BatchItem]:
+    """See :meth:`Library.warm`."""
+    return _lib().warm(records, **options)
 
 
 # The public classes defined in the private modules read as kjit's, as they did when this

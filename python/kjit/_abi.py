@@ -311,6 +311,9 @@ FUNCTIONS: Dict[str, Tuple[str, Optional[type], List[type]]] = {
     # KJIT_1.6: 0.9
     "kjit_cache_export": ("KJIT_1.6", STATUS, [_S, _S, _S, ctypes.POINTER(CopyReport), HANDLE_OUT]),
     "kjit_cache_import": ("KJIT_1.6", STATUS, [_S, _S, ctypes.POINTER(CopyReport), HANDLE_OUT]),
+    # KJIT_1.7: 0.11
+    "kjit_record_start": ("KJIT_1.7", STATUS, [_S]),
+    "kjit_record_stop": ("KJIT_1.7", None, []),
 }
 
 REQUIRED_NODE = "KJIT_1"

@@ -191,6 +191,30 @@ def test_compile_mode_never_raises_not_cached_and_warn_compiles(tmp_path, monkey
         kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", compile_mode="sometimes")
 
 
+def test_record_then_warm_then_serve_strict(tmp_path):
+    # Issue 48: a staging run recorded, a cache warmed from the record for two arches, a strict run.
+    src = "template <int N> __global__ void served(float *p) { p[0] = N; }"
+    record = tmp_path / "requests.jsonl"
+    with kjit.record(record):
+        for n in (1, 2, 1):
+            kjit.compile(src, "served", cache_dir=tmp_path / "staging", arch="sm_90", name_expression=f"served<{n}>",
+                         headers={"cfg.h": "#define X 1\n"}, nvrtc_options=["-DY=2"])
+    kjit.compile(src, "served", cache_dir=tmp_path / "staging", arch="sm_90", name_expression="served<9>")
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [line["name_expression"] for line in lines] == ["served<1>", "served<2>"], lines
+    assert lines[0]["headers"] == [["cfg.h", "#define X 1\n"]] and lines[0]["nvrtc_options"] == ["-DY=2"]
+    items = kjit.warm([record, record], arch=["sm_90", "sm_80"], cache_dir=tmp_path / "served")
+    assert [i.status for i in items] == [kjit.Status.OK] * 4, [i.error for i in items]
+    before = kjit.stats()
+    for arch in ("sm_90", "sm_80"):
+        kjit.compile(src, "served", cache_dir=tmp_path / "served", arch=arch, name_expression="served<2>",
+                     headers={"cfg.h": "#define X 1\n"}, nvrtc_options=["-DY=2"], compile_mode="never")
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles
+    (tmp_path / "empty.jsonl").write_text("not a request\n")
+    with pytest.raises(ValueError, match="no request"):
+        kjit.warm([tmp_path / "empty.jsonl"])
+
+
 def test_compile_invalid_arguments_from_c(tmp_path):
     src = "__global__ void k(float *p) {}\n"
     with pytest.raises(kjit.InvalidArgument) as info:

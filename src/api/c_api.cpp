@@ -4,6 +4,7 @@
 
 #include "api/defaults.hpp"
 #include "api/memo_digest.hpp"
+#include "api/request_record.hpp"
 #include "batch/batch_compiler.hpp"
 #include "cache/cache.hpp"
 #include "key/cache_key.hpp"
@@ -404,6 +405,7 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
     r.source = item->source;
     r.keyword = item->keyword;
     if (auto s = request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
+    kjit::api::request_record::note(r);
     return r;
 }
 
@@ -622,6 +624,7 @@ kjit::Result<kjit::cache::Found> compile_request(const char *function, const cha
     request.source = source;
     request.keyword = keyword;
     if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
+    kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
 }
@@ -636,6 +639,8 @@ bool memo_answer(const char *source, const char *keyword, const kjit_compile_opt
                  kjit::cache::HitMemo::Digest &digest_storage, const kjit::cache::HitMemo::Digest *&digest,
                  kjit_status &status, Out &&out) {
     digest = nullptr;
+    // While recording, every call takes the full look-up, which records it (a memo hit would not).
+    if (kjit::api::request_record::active()) return false;
     if (!kjit::api::memo_digest_of(source, keyword, options, digest_storage)) return false;
     digest = &digest_storage;
     return kjit::cache::Cache::instance().recall_with(digest_storage, keyword,
@@ -1222,5 +1227,15 @@ KJIT_API const char *kjit_verify_report_action(const kjit_verify_report *report,
 }
 
 KJIT_API void kjit_verify_report_release(kjit_verify_report *report) { delete report; }
+
+KJIT_API kjit_status kjit_record_start(const char *path) {
+    return guarded("kjit_record_start", [&]() -> kjit_status {
+        if (!path || !*path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_record_start: path is NULL or empty");
+        if (auto st = kjit::api::request_record::start(path); !st) return fail(st.error());
+        return KJIT_OK;
+    });
+}
+
+KJIT_API void kjit_record_stop(void) { kjit::api::request_record::stop(); }
 
 }  // extern "C"

@@ -47,6 +47,8 @@ constexpr Piece kPieces[kCount] = {
      "made anew (the tiers are kept; each thread's Redis connections are dropped at use by generation)", true},
     {State::host_lookups, "remote/redis_client.cpp", "the host name lookups in flight on threads of their own",
      "forgotten (leaked): the child has none of their threads, and starts its own", true},
+    {State::request_record, "api/request_record.cpp", "the request record's lock, file and the lines it knows",
+     "made anew for the same file, reopened at the child's first record (an flock is per open file)", true},
     {State::cache_flights, "cache/cache.cpp", "the single-flight table, the hit memo, the compiles in flight",
      "emptied: the parent's compiles do not run in the child", true},
     {State::api_counters, "api/c_api.cpp", "the counters kjit_get_stats reads", "kept: the child's go on from them",

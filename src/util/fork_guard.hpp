@@ -67,6 +67,7 @@ enum class State : unsigned {
     header_watch,       // key/dependency_watch.cpp
     remote_tiers,       // remote/remote_store.cpp
     host_lookups,       // remote/redis_client.cpp
+    request_record,     // api/request_record.cpp
     cache_flights,      // cache/cache.cpp
     // Kept as they are, on purpose (no handler):
     api_counters,        // api/c_api.cpp
