@@ -59,16 +59,6 @@ bool maps(const std::string &part) {
     return false;
 }
 
-// Runs `body` in a forked child: its exit code (128 + signal when killed).
-int in_child(const std::function<int()> &body) {
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) ::_exit(body());
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
 }  // namespace

@@ -208,6 +208,36 @@ TEST(NvrtcPinned, TheNamedLibraryIsLoadedOnTheFirstCompile) {
     EXPECT_EQ(stats.compile_hits, 1u);
 }
 
+// The toolkit's NVRTC ($KJIT_TEST_TOOLKIT_NVRTC, every link followed), its folder and the name
+// of its builtins there (libnvrtc-builtins.so.<major>.<minor>, the file itself); `error` says
+// what is missing.
+namespace {
+
+struct Toolkit {
+    std::string lib, folder, builtins, error;
+};
+
+Toolkit toolkit() {
+    Toolkit t;
+    const char *given = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
+    char real_lib[PATH_MAX];
+    if (!given || !*given || !::realpath(given, real_lib)) {
+        t.error = "set KJIT_TEST_TOOLKIT_NVRTC to the toolkit's libnvrtc";
+        return t;
+    }
+    t.lib = real_lib;
+    t.folder = t.lib.substr(0, t.lib.rfind('/'));
+    for (const std::string &name : list_dir(t.folder)) {
+        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3) {
+            t.builtins = name;
+        }
+    }
+    if (t.builtins.empty()) t.error = "no libnvrtc-builtins.so.<major>.<minor> in " + t.folder;
+    return t;
+}
+
+}  // namespace
+
 // NVRTC opens its builtins library by name at its first compile, which fails wherever the
 // folder of an NVRTC found by path (a wheel, the build's toolkit folder) is not searched. libkjit
 // opens the builtins beside the libnvrtc it loaded first, so those are the ones NVRTC uses:
@@ -215,19 +245,9 @@ TEST(NvrtcPinned, TheNamedLibraryIsLoadedOnTheFirstCompile) {
 // link to the toolkit's libnvrtc, and each link's folder holds a copy of the builtins (a release
 // that need not match): the toolkit's own are the ones mapped.
 TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideTheLibraryItselfAreUsedThroughTwoLinks) {
-    const char *toolkit = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
-    ASSERT_TRUE(toolkit && *toolkit) << "set KJIT_TEST_TOOLKIT_NVRTC";
-    char real_lib[PATH_MAX];
-    ASSERT_NE(::realpath(toolkit, real_lib), nullptr) << toolkit;
-    const std::string lib(real_lib);
-    const std::string folder = lib.substr(0, lib.rfind('/'));
-    std::string builtins;  // libnvrtc-builtins.so.<major>.<minor>, the file itself
-    for (const std::string &name : list_dir(folder)) {
-        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3) {
-            builtins = name;
-        }
-    }
-    ASSERT_FALSE(builtins.empty()) << "no libnvrtc-builtins.so.<major>.<minor> in " << folder;
+    const Toolkit t = toolkit();
+    ASSERT_TRUE(t.error.empty()) << t.error;
+    const std::string &lib = t.lib, &folder = t.folder, &builtins = t.builtins;
     char real_builtins[PATH_MAX];
     ASSERT_NE(::realpath((folder + "/" + builtins).c_str(), real_builtins), nullptr);
     TempDir dir;
@@ -251,19 +271,9 @@ TEST(NvrtcBesideItsBuiltins, TheBuiltinsBesideTheLibraryItselfAreUsedThroughTwoL
 // used: here the library is a hard link in a folder of its own (skipped, saying why, where the
 // toolkit lies on another file system), reached through a link beside a copy of the builtins.
 TEST(NvrtcBesideItsBuiltins, WithoutBuiltinsBesideTheFileThoseBesideTheLinkAreUsed) {
-    const char *toolkit = std::getenv("KJIT_TEST_TOOLKIT_NVRTC");
-    ASSERT_TRUE(toolkit && *toolkit) << "set KJIT_TEST_TOOLKIT_NVRTC";
-    char real_lib[PATH_MAX];
-    ASSERT_NE(::realpath(toolkit, real_lib), nullptr) << toolkit;
-    const std::string lib(real_lib);
-    const std::string folder = lib.substr(0, lib.rfind('/'));
-    std::string builtins;
-    for (const std::string &name : list_dir(folder)) {
-        if (name.rfind("libnvrtc-builtins.so.", 0) == 0 && std::count(name.begin(), name.end(), '.') == 3) {
-            builtins = name;
-        }
-    }
-    ASSERT_FALSE(builtins.empty()) << "no libnvrtc-builtins.so.<major>.<minor> in " << folder;
+    const Toolkit t = toolkit();
+    ASSERT_TRUE(t.error.empty()) << t.error;
+    const std::string &lib = t.lib, &folder = t.folder, &builtins = t.builtins;
     TempDir dir;
     const std::string soname = lib.substr(lib.rfind('/') + 1);
     ASSERT_EQ(::mkdir(dir.file("bare").c_str(), 0755), 0);

@@ -45,16 +45,6 @@ kjit_status compile(const std::string &cache, const std::vector<std::string> &op
     return st;
 }
 
-// Runs `body` in a forked child: its exit code, or 128 + the signal that killed it.
-int in_child(const std::function<int()> &body) {
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) ::_exit(body());
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
 
 }  // namespace

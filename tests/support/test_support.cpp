@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -214,6 +215,15 @@ std::string read_file(const std::string &path) {
 bool exists(const std::string &path) {
     struct stat st {};
     return ::lstat(path.c_str(), &st) == 0;
+}
+
+int in_child(const std::function<int()> &body) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(body());
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::vector<std::string> list_dir(const std::string &dir) {

@@ -4,6 +4,7 @@
 
 #include "fake_cuda.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,9 @@ void write_file(const std::string &path, const std::string &bytes);
 // The whole file, or "" if it cannot be read.
 std::string read_file(const std::string &path);
 bool exists(const std::string &path);
+// Runs `body` in a forked child and returns its exit code, or 128 + the signal that killed it:
+// for code that may abort the whole process, or a check of what a fresh process maps.
+int in_child(const std::function<int()> &body);
 // Entry names in `dir`, sorted, without "." and "..".
 std::vector<std::string> list_dir(const std::string &dir);
 // Entry names in `dir` that are sidecar temp files (nothing should ever leave one behind).
