@@ -307,6 +307,21 @@ if command -v redis-server >/dev/null; then
     if grep -q "Wr0ngGuess\|Right5ecret" "$WORK/err" "$WORK/out"; then fail "a password shown: $(cat "$WORK/err")"; fi
     KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/right-pw" expect_rc 0 "$KJIT" cache stats --remote --cache-dir "$C"
     contains "redis_version" "$WORK/out"
+    # Three warming nodes (processes with caches of their own) sharing the cluster tier warm the
+    # record at once: each of its 2 requests is compiled once among them (issue 48).
+    warm_pids=()
+    for n in 1 2 3; do
+        KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/right-pw" "$KJIT" warm "$REC" --arch sm_75 \
+            --cache-dir "$WORK/node$n" --json >"$WORK/warm$n.json" 2>"$WORK/warm$n.err" &
+        warm_pids+=($!)
+    done
+    for pid in "${warm_pids[@]}"; do wait "$pid" || fail "a warming node failed: $(cat "$WORK"/warm*.err)"; done
+    python3 - "$WORK"/warm1.json "$WORK"/warm2.json "$WORK"/warm3.json <<'PY' || fail "three warming nodes: $(cat "$WORK"/warm*.json)"
+import json, sys
+d = [json.load(open(f)) for f in sys.argv[1:]]
+sys.exit(0 if sum(x["compiled"] for x in d) == 2 and sum(x["found"] for x in d) == 4 and
+         not any(x["failed"] for x in d) else 1)
+PY
     kill "$REDIS_PID" && wait "$REDIS_PID" || true
     REDIS_PID=""
 else
