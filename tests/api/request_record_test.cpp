@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -82,12 +83,14 @@ TEST(RequestRecord, ManyProcessesAndThreadsRecordEachDistinctRequestOnce) {
         if (pid == 0) {
             if (kjit_record_start(record.c_str()) != KJIT_OK) ::_exit(2);
             std::vector<std::thread> threads;
-            bool failed = false;
+            std::atomic<bool> failed{false};
             for (int t = 0; t < 4; ++t) {
                 threads.emplace_back([&, t] {
                     for (int round = 0; round < 2; ++round) {
-                        for (int k = 0; k < 6; ++k) failed |= compile(cache, (k + t) % 6) != KJIT_OK;
-                        failed |= compile(cache, 100 + p) != KJIT_OK;
+                        for (int k = 0; k < 6; ++k) {
+                            if (compile(cache, (k + t) % 6) != KJIT_OK) failed = true;
+                        }
+                        if (compile(cache, 100 + p) != KJIT_OK) failed = true;
                     }
                 });
             }
