@@ -25,6 +25,7 @@ constexpr int kExitUsage = 64;
 
 // One recorded request, as a record line holds it.
 struct Recorded {
+    std::string id;  // the line's id ("" when it has none)
     std::string source, keyword, arch, program_name;
     std::optional<std::string> name_expression;
     std::vector<std::string> nvrtc_options, include_paths, link_inputs, link_options;
@@ -56,6 +57,7 @@ std::optional<Recorded> parse_line(const std::string &text) {
     const json line = json::parse(text, nullptr, false);
     if (line.is_discarded() || !line.is_object() || field<int>(line, "kjit_request") != 1) return std::nullopt;
     Recorded r;
+    r.id = field<std::string>(line, "id");
     r.source = field<std::string>(line, "source");
     r.keyword = field<std::string>(line, "keyword");
     r.arch = field<std::string>(line, "arch");
@@ -90,8 +92,7 @@ bool read_records(const std::vector<std::string> &files, std::deque<Recorded> &o
                 ++skipped;
                 continue;
             }
-            const std::string id = field<std::string>(json::parse(text, nullptr, false), "id");
-            if (seen.insert(id.empty() ? text : id).second) out.push_back(std::move(*r));
+            if (seen.insert(r->id.empty() ? text : r->id).second) out.push_back(std::move(*r));
         }
     }
     return true;
