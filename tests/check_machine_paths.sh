@@ -4,9 +4,9 @@
 # is searched for the folders that exist only on a machine where libkjit was developed or built:
 #
 #   - the checkout's own absolute path and the build folder's (whatever machine runs the test);
-#   - /work/... (this project's development machines), and a home other than the example users
-#     the docs show (/home/user/, /home/u/): /home/<name>/...;
-#   - /root/... but root's own cache in the troubleshooting page's advice (/root/.cache/kjit).
+#   - the top folder of this project's development machines (`work`, below), and a home other
+#     than the example users the docs show (user, u under home);
+#   - root's home, but root's own cache in the troubleshooting page's advice.
 #
 # A default that points at such a folder (a mirror, a build tree), an ABI baseline recording the
 # checkout, or pasted output with build paths fails here, naming the file and line. What a user
@@ -25,11 +25,14 @@ else
         -o -type f -print0)
 fi
 # Extended regular expressions; a match must start at a path boundary (not inside a relative
-# path such as p1/work/inc).
-patterns=('(^|[^A-Za-z0-9_.])/work/' '(^|[^A-Za-z0-9_.])/home/[A-Za-z0-9_.-]+/' '(^|[^A-Za-z0-9_.])/root/')
+# path such as p1/<that folder>/inc).
+# The folders are named here without their slashes, so that this script does not name a machine's
+# folder itself.
+boundary='(^|[^A-Za-z0-9_.])/'
+patterns=("${boundary}work/" "${boundary}home/[A-Za-z0-9_.-]+/" "${boundary}root/")
 literal=("$src/")
 [ -n "$build" ] && literal+=("$build/")
-allowed='/home/(user|u)/|KJIT_CACHE_DIR=/root/\.cache/kjit'
+allowed="/home/(user|u)/|KJIT_CACHE_DIR=/root[/]\\.cache/kjit"
 found=0
 for f in "${files[@]}"; do
     f=${f#./}
@@ -37,8 +40,6 @@ for f in "${files[@]}"; do
     grep -Iq . "$f" 2>/dev/null || continue  # binary or empty
     hits=$( { grep -nE "$(IFS='|'; echo "${patterns[*]}")" "$f"; grep -nF "${literal[@]/#/-e}" "$f"; } 2>/dev/null |
         sort -u -t: -k1,1n | grep -vE "$allowed")
-    # This script names the patterns it looks for.
-    [ "$f" = tests/check_machine_paths.sh ] && continue
     if [ -n "$hits" ]; then
         while IFS= read -r line; do
             echo "FAIL: $f:${line%%:*}: a path of a developer's machine: ${line#*:}" | cut -c1-300
