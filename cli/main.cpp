@@ -64,6 +64,7 @@ std::string in_command_terms(std::string message) {
         {"the compile_mode option", "--compile-mode"},
         {"the remote_storage option", "--remote-storage"},
         {"options.seed_dirs", "--seed"},
+        {"options.base_dirs", "--base-dir"},
         {"options.link_inputs", "--link"},
         {"options.link_options", "--link-option"},
         {"kjit_compile_options.include_paths", "-I"},
@@ -176,6 +177,8 @@ struct CompileArgs {
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> seed_dirs;       // --seed, in order ("none": none; empty: $KJIT_CACHE_SEED)
     std::vector<const char *> seed_pointers;  // seed_dirs as the C option takes them
+    std::vector<std::string> base_dirs;       // --base-dir, in order ("none": none; empty: $KJIT_BASE_DIRS)
+    std::vector<const char *> base_pointers;  // base_dirs as the C option takes them
     std::vector<std::string> link_inputs;     // --link, in order: files nvJitLink links the kernel with
     std::vector<std::string> link_options;    // --link-option, in order
     std::vector<const char *> link_pointers, link_option_pointers;  // the two as the C options take them
@@ -201,6 +204,8 @@ kjit_compile_options compile_options_of(const Global &g, const CompileArgs &a, c
     opts.program_name = a.program_name.empty() ? file.c_str() : a.program_name.c_str();
     opts.seed_dirs = a.seed_pointers.data();
     opts.seed_dir_count = a.seed_pointers.size();
+    opts.base_dirs = a.base_pointers.data();
+    opts.base_dir_count = a.base_pointers.size();
     opts.link_inputs = a.link_pointers.data();
     opts.link_input_count = a.link_pointers.size();
     opts.link_options = a.link_option_pointers.data();
@@ -923,6 +928,7 @@ Environment (an option given on the command line wins):
                        are evicted after a compile; 0 or unset: no limit
   KJIT_REMOTE_STORAGE  the cluster tier (Redis) behind the cache; kjit compile --help has its syntax
   KJIT_CACHE_SEED      read-only seed caches looked in after the cache (DIR[:DIR...]); kjit cache export
+  KJIT_BASE_DIRS       base folders (DIR[:DIR...]): a header folder under one is keyed relative to it
   KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
   KJIT_NO_COMPILE      1: a miss fails (exit 15) instead of compiling; warn: it compiles and says so
   KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
@@ -999,6 +1005,12 @@ int main(int argc, char **argv) {
                      "order; default: $KJIT_CACHE_SEED, folders separated by ':'; none: no seed)")
         ->allow_extra_args(false);
     compile
+        ->add_option("--base-dir", compile_args.base_dirs,
+                     "Base folder, as ccache's base_dir: a header folder under it is keyed by its path relative to "
+                     "it, so a cache built under one install prefix hits under another (absolute; repeatable, in "
+                     "order; default: $KJIT_BASE_DIRS, folders separated by ':'; none: none)")
+        ->allow_extra_args(false);
+    compile
         ->add_option("--link", compile_args.link_inputs,
                      "Link the kernel with this file through nvJitLink: LTO-IR, a cubin, fatbin, PTX, a relocatable "
                      "object or a library of them (repeatable, in order); its content is in the key")
@@ -1020,6 +1032,8 @@ int main(int argc, char **argv) {
     warm->add_option("--workers", warm_args.workers, "Compile on threads, worker processes, or auto")
         ->check(CLI::IsMember({"threads", "processes", "auto"}));
     warm->add_option("--seed", warm_args.seed_dirs, "A seed cache asked before compiling (repeatable)");
+    warm->add_option("--base-dir", warm_args.base_dirs,
+                     "A base folder, as kjit compile --base-dir (repeatable, in order; default: $KJIT_BASE_DIRS)");
     warm->add_option("--remote-storage", warm_args.remote_storage, kRemoteStorageHelp);
     add_common(warm);
 
@@ -1076,6 +1090,7 @@ int main(int argc, char **argv) {
         }
     }
     for (const std::string &dir : compile_args.seed_dirs) compile_args.seed_pointers.push_back(dir.c_str());
+    for (const std::string &dir : compile_args.base_dirs) compile_args.base_pointers.push_back(dir.c_str());
     for (const std::string &f : compile_args.link_inputs) compile_args.link_pointers.push_back(f.c_str());
     for (const std::string &o : compile_args.link_options) compile_args.link_option_pointers.push_back(o.c_str());
     try {

@@ -36,7 +36,7 @@ struct Recorded {
 struct Item {
     const Recorded *request = nullptr;
     std::string arch;
-    std::vector<const char *> nvrtc_options, include_paths, link_inputs, link_options, seed_dirs;
+    std::vector<const char *> nvrtc_options, include_paths, link_inputs, link_options, seed_dirs, base_dirs;
     std::vector<kjit_header> headers;
     kjit_compile_options options = KJIT_COMPILE_OPTIONS_INIT;
     kjit_compile_request item = KJIT_COMPILE_REQUEST_INIT;
@@ -105,6 +105,7 @@ void fill(Item &it, const WarmArgs &a) {
     for (const std::string &s : r.link_inputs) it.link_inputs.push_back(s.c_str());
     for (const std::string &s : r.link_options) it.link_options.push_back(s.c_str());
     for (const std::string &s : a.seed_dirs) it.seed_dirs.push_back(s.c_str());
+    for (const std::string &s : a.base_dirs) it.base_dirs.push_back(s.c_str());
     for (const auto &h : r.headers) it.headers.push_back(kjit_header{h.first.c_str(), h.second.c_str()});
     kjit_compile_options &o = it.options;
     o.cache_dir = a.cache_dir.empty() ? nullptr : a.cache_dir.c_str();
@@ -120,6 +121,8 @@ void fill(Item &it, const WarmArgs &a) {
     o.program_name = r.program_name.empty() ? nullptr : r.program_name.c_str();
     o.seed_dirs = it.seed_dirs.data();
     o.seed_dir_count = it.seed_dirs.size();
+    o.base_dirs = it.base_dirs.data();
+    o.base_dir_count = it.base_dirs.size();
     o.link_inputs = it.link_inputs.data();
     o.link_input_count = it.link_inputs.size();
     o.link_options = it.link_options.data();

@@ -1,8 +1,9 @@
-// `kjit warm RECORD... [--arch A]... [-j N] [--workers K] [--seed DIR]... [--remote-storage S]`:
-// every request of request records (kjit_record_start, $KJIT_RECORD: docs/serving.md, "The
-// record") compiled ahead of time as one kjit_compile_batch, for each arch given (else the arch
-// each was recorded with), into the cache (--cache-dir); seeds and the cluster tier are asked
-// first, as for any miss. Prints what it did: hits, compiled, failed with each error.
+// `kjit warm RECORD... [--arch A]... [-j N] [--workers K] [--seed DIR]... [--base-dir DIR]...
+// [--remote-storage S]`: every request of request records (kjit_record_start, $KJIT_RECORD:
+// docs/serving.md, "The record") compiled ahead of time as one kjit_compile_batch, for each arch
+// given (else the arch each was recorded with), into the cache (--cache-dir); seeds and the
+// cluster tier are asked first, as for any miss. Prints what it did: hits, compiled, failed with
+// each error.
 #pragma once
 
 #include <string>
@@ -16,8 +17,9 @@ struct WarmArgs {
     unsigned jobs = 0;                 // the batch's workers (0: its default)
     std::string workers;               // "threads", "processes" or "auto" ("": $KJIT_WORKER_KIND)
     std::vector<std::string> seed_dirs;
-    std::string remote_storage;  // "": $KJIT_REMOTE_STORAGE
-    std::string cache_dir;       // "": the default
+    std::vector<std::string> base_dirs;  // --base-dir, in order (none: $KJIT_BASE_DIRS)
+    std::string remote_storage;          // "": $KJIT_REMOTE_STORAGE
+    std::string cache_dir;               // "": the default
     bool json = false;
 };
 

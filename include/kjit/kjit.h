@@ -105,7 +105,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 11
+#define KJIT_VERSION_MINOR 12
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -399,10 +399,22 @@ typedef struct kjit_compile_options {
     /** Whether a miss may compile (since 0.11): a ::kjit_compile_mode, #KJIT_COMPILE_DEFAULT
         ($KJIT_NO_COMPILE) by default. Not in the key: a hit is the same hit in every mode. */
     int compile_mode;
+    /** Must be 0 (since 0.12): keeps the struct free of padding before base_dirs. */
+    int reserved;
+    /** Base folders (since 0.12), as ccache's base_dir: where the cubin may name the folder a
+        header was read from (line information, __FILE__, assert), a folder under one of these
+        is keyed by its path relative to it, so a cache built under one install prefix hits
+        under another with the same files. Absolute folders, in order (the same list on every
+        node that shares entries). NULL with base_dir_count 0 (default): $KJIT_BASE_DIRS,
+        folders separated by ':'; the single entry "none": none, whatever the environment
+        says. */
+    const char *const *base_dirs;
+    /** Number of entries in base_dirs (none may be NULL or ""); 0: $KJIT_BASE_DIRS. */
+    size_t base_dir_count;
 } kjit_compile_options;
 
 /** @brief Initializer for ::kjit_compile_options: the size set, everything else default. */
-#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0 }
+#define KJIT_COMPILE_OPTIONS_INIT { sizeof(kjit_compile_options), NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0, 0, NULL, 0 }
 
 /**
  * @brief Fills a ::kjit_compile_options as #KJIT_COMPILE_OPTIONS_INIT does (since 0.4).

@@ -143,7 +143,7 @@ _TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
 # compile()'s keyword arguments, one per field of kjit_compile_options.
 _COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
                      "max_cache_size", "remote_storage", "filename", "seed_dirs", "link_inputs", "link_options",
-                     "compile_mode")
+                     "compile_mode", "base_dirs")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ class Library:
                 max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
                 filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
                 link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
-                compile_mode: Optional[str] = None) -> str:
+                compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> str:
         """Compiles ``source`` (str or bytes) with NVRTC into the cubin cache, or finds it there,
         and returns the cubin's absolute path (str). One keyword argument per field of
         kjit_compile_options; None/empty is the library default:
@@ -377,7 +377,13 @@ class Library:
         - ``compile_mode``: whether a miss may compile: "always", "warn" (compile, and log one
           warning per kernel naming it), or "never" (a miss raises :class:`NotCachedError` at
           once, NVRTC neither loaded nor run: a serving process, docs/serving.md); default
-          $KJIT_NO_COMPILE ("1": never, "warn"), else "always" (libkjit 0.11).
+          $KJIT_NO_COMPILE ("1": never, "warn"), else "always" (libkjit 0.11);
+        - ``base_dirs``: base folders, as ccache's base_dir, a list of absolute folders in order
+          (the same on every node that shares entries): where the cubin may name the folder a
+          header was read from (line information, ``__FILE__``, assert), a folder under one of
+          these is keyed by its path relative to it, so a cache built under one install prefix
+          hits under another with the same files; default $KJIT_BASE_DIRS (folders separated by
+          ':'); ``[]``: none whatever the variable says (libkjit 0.12).
 
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError,
         LinkError (nvJitLink's log), NotCachedError, ...
@@ -386,7 +392,7 @@ class Library:
                    "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
                    "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename,
                    "seed_dirs": seed_dirs, "link_inputs": link_inputs, "link_options": link_options,
-                   "compile_mode": compile_mode}
+                   "compile_mode": compile_mode, "base_dirs": base_dirs}
         return self._request("compile", source, keyword, options).compile()
 
     def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
@@ -761,13 +767,17 @@ class Library:
     def warm(self, records: Iterable[PathLike], *, arch: Union[str, Sequence[str], None] = None,
              workers: Optional[int] = None, worker_kind: int = WORKERS_DEFAULT,
              cache_dir: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
-             remote_storage: Optional[str] = None) -> List[BatchItem]:
+             remote_storage: Optional[str] = None,
+             base_dirs: Optional[Iterable[PathLike]] = None) -> List[BatchItem]:
         """Compiles every request of request records (:meth:`record_start`, ``$KJIT_RECORD``)
         ahead of time as one batch, for each of ``arch`` (a name or a list; default: the arch
         each was recorded with), into the cache; seeds and the cluster tier are asked first.
         Each request once, whatever the records repeat; lines that are no request are skipped.
         Returns the batch's items, in the records' order (arch by arch within a request): a
-        failed item has its status and error, nothing is raised for it (docs/serving.md)."""
+        failed item has its status and error, nothing is raised for it (docs/serving.md).
+        ``seed_dirs``, ``remote_storage`` and ``base_dirs`` (base folders, libkjit 0.12) are
+        :meth:`compile`'s, for every request: warm with the base folders the serving processes
+        use, or their keys differ."""
         from . import _record
 
         requests = _record.read(records)
@@ -775,7 +785,8 @@ class Library:
         batch: List[BatchRequest] = [dict(source=r.source, keyword=r.keyword, **r.options(a))
                                      for r in requests for a in (archs or [r.arch])]
         return self.compile_batch(batch, workers=workers, worker_kind=worker_kind, cache_dir=cache_dir,
-                                  seed_dirs=seed_dirs, remote_storage=remote_storage, compile_mode="always")
+                                  seed_dirs=seed_dirs, remote_storage=remote_storage, compile_mode="always",
+                                  base_dirs=base_dirs)
 
     def _copy(self, fn: Any, name: str, folder: str, other: str, args: Tuple[Any, ...]) -> CopyReport:
         from . import _results
@@ -1106,13 +1117,13 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
             max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
             filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
             link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
-            compile_mode: Optional[str] = None) -> str:
+            compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> str:
     """See :meth:`Library.compile`; returns the cubin path."""
     return _lib().compile(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
                           include_paths=include_paths, headers=headers, name_expression=name_expression,
                           max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
                           seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options,
-                          compile_mode=compile_mode)
+                          compile_mode=compile_mode, base_dirs=base_dirs)
 
 
 def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:

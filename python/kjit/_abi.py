@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 11, 0)
+HEADER_VERSION = (0, 12, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
@@ -133,6 +133,9 @@ class CompileOptions(Sized):
         ("link_options", ctypes.POINTER(ctypes.c_char_p)),  # 0.10
         ("link_option_count", ctypes.c_size_t),  # 0.10
         ("compile_mode", ctypes.c_int),  # 0.11
+        ("reserved", ctypes.c_int),  # 0.12, 0
+        ("base_dirs", ctypes.POINTER(ctypes.c_char_p)),  # 0.12
+        ("base_dir_count", ctypes.c_size_t),  # 0.12
     ]
 
 

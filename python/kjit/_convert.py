@@ -97,12 +97,12 @@ COMPILE_MODES = {"always": _abi.COMPILE_MODES["ALWAYS"], "warn": _abi.COMPILE_MO
                  "never": _abi.COMPILE_MODES["NEVER"]}
 
 
-def _struct_size(moding: bool, linking: bool, seeding: bool, naming: bool, remote: bool) -> int:
+def _struct_size(basing: bool, moding: bool, linking: bool, seeding: bool, naming: bool, remote: bool) -> int:
     """kjit_compile_options' struct_size for a call that sets these fields: up to the last one
     set, at least libkjit 0.5's struct (up to remote_storage); a struct that sets none of a
     release's fields ends before them, so a libkjit older than that release still takes it."""
-    for used, after in ((moding, None), (linking, "compile_mode"), (seeding, "link_inputs"), (naming, "seed_dirs"),
-                        (remote, "program_name")):
+    for used, after in ((basing, None), (moding, "base_dirs"), (linking, "compile_mode"), (seeding, "link_inputs"),
+                        (naming, "seed_dirs"), (remote, "program_name")):
         if used:
             return ctypes.sizeof(_abi.CompileOptions) if after is None else _abi.offset_of(_abi.CompileOptions, after)
     return _abi.offset_of(_abi.CompileOptions, "remote_storage")
@@ -114,7 +114,8 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
                     max_cache_size: Union[int, float, None] = None,
                     remote_storage: Optional[str] = None, filename: Optional[PathLike] = None,
                     seed_dirs: Optional[Iterable[PathLike]] = None, link_inputs: Iterable[PathLike] = (),
-                    link_options: Iterable[str] = (), compile_mode: Optional[str] = None) -> _abi.CompileOptions:
+                    link_options: Iterable[str] = (), compile_mode: Optional[str] = None,
+                    base_dirs: Optional[Iterable[PathLike]] = None) -> _abi.CompileOptions:
     """kjit_compile's keyword arguments -> a CompileOptions; what it points at goes in ``keep``.
 
     Its struct_size ends at the last field set (at least libkjit 0.5's), so that a library older
@@ -127,6 +128,13 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
             seeds, opts.seed_dir_count = (ctypes.c_char_p * 1)(b"none"), 1
         opts.seed_dirs = seeds
         keep.append(seeds)
+    if base_dirs is not None:
+        # An empty list: no base folder whatever $KJIT_BASE_DIRS says (the C option's "none").
+        bases, opts.base_dir_count = string_array(base_dirs, "base_dirs", path_bytes)
+        if not opts.base_dir_count:
+            bases, opts.base_dir_count = (ctypes.c_char_p * 1)(b"none"), 1
+        opts.base_dirs = bases
+        keep.append(bases)
     inputs, opts.link_input_count = string_array(link_inputs, "link_inputs", path_bytes)
     links, opts.link_option_count = string_array(link_options, "link_options", text_bytes)
     opts.link_inputs, opts.link_options = inputs, links
@@ -135,8 +143,9 @@ def compile_options(keep: List[Any], *, cache_dir: Optional[PathLike] = None, ar
         if compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {', '.join(map(repr, COMPILE_MODES))}, not {compile_mode!r}")
         opts.compile_mode = COMPILE_MODES[compile_mode]
-    opts.struct_size = _struct_size(compile_mode is not None, bool(opts.link_input_count or opts.link_option_count),
-                                    seed_dirs is not None, filename is not None, remote_storage is not None)
+    opts.struct_size = _struct_size(base_dirs is not None, compile_mode is not None,
+                                    bool(opts.link_input_count or opts.link_option_count), seed_dirs is not None,
+                                    filename is not None, remote_storage is not None)
     if filename is not None:
         opts.program_name = path_bytes(filename, "filename")
     if remote_storage is not None:

@@ -191,6 +191,41 @@ def test_compile_mode_never_raises_not_cached_and_warn_compiles(tmp_path, monkey
         kjit.compile(src, "served", cache_dir=tmp_path, arch="sm_90", compile_mode="sometimes")
 
 
+def test_base_dirs_are_taken_by_every_compile_call_and_checked(tmp_path, monkeypatch):
+    # Base folders (libkjit 0.12, issue 47): base_dirs= on every compile entry point, passed in
+    # kjit_compile_options (the struct reaches 0.12 only with them); [] is "none". Folders that
+    # hold nothing the kernel reads: the same entry (the key holds no base folder itself).
+    monkeypatch.delenv("KJIT_BASE_DIRS", raising=False)
+    based = kjit._convert.compile_options([], arch="sm_90", base_dirs=["/opt/a", pathlib.Path("/opt/b")])
+    assert based.struct_size == ctypes.sizeof(kjit._abi.CompileOptions)
+    assert based.base_dir_count == 2 and based.base_dirs[0] == b"/opt/a" and based.base_dirs[1] == b"/opt/b"
+    none = kjit._convert.compile_options([], arch="sm_90", base_dirs=())
+    assert none.base_dir_count == 1 and none.base_dirs[0] == b"none"
+    moded = kjit._convert.compile_options([], arch="sm_90", compile_mode="never")
+    assert moded.struct_size == kjit._abi.CompileOptions.base_dirs.offset and moded.base_dir_count == 0
+    base, cache = tmp_path / "base", tmp_path / "cache"
+    base.mkdir()
+    path = kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90")
+    assert kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=[base]) == path
+    assert kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=[]) == path
+    assert kjit.compile_named(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=[str(base)]).cubin_path == path
+    assert kjit.prepare(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=(base,)).compile() == path
+    items = kjit.compile_batch([(SIMPLE, "scale")], cache_dir=cache, arch="sm_90", base_dirs=[base])
+    assert [i.cubin_path for i in items] == [path], items
+    items = kjit.compile_batch([dict(source=SIMPLE, keyword="scale", base_dirs=[base])], cache_dir=cache, arch="sm_90")
+    assert [i.cubin_path for i in items] == [path], items
+    monkeypatch.setenv("KJIT_BASE_DIRS", f"{base}::{base}")
+    assert kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90") == path
+    # Not a list of folders: refused here; an empty name: by libkjit, naming the field.
+    for wrong in (str(base), base, 5):
+        with pytest.raises(TypeError, match="base_dirs"):
+            kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=wrong)
+    with pytest.raises(TypeError, match="base_dirs"):
+        kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=[base, None])
+    with pytest.raises(kjit.InvalidArgument, match="base_dirs has an empty folder name"):
+        kjit.compile(SIMPLE, "scale", cache_dir=cache, arch="sm_90", base_dirs=[base, ""])
+
+
 def test_record_then_warm_then_serve_strict(tmp_path):
     # Issue 48: a staging run recorded, a cache warmed from the record for two arches, a strict run.
     src = "template <int N> __global__ void served(float *p) { p[0] = N; }"

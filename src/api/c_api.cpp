@@ -210,6 +210,7 @@ struct GivenSettings {
     const char *arch = nullptr;
     std::uint64_t max_cache_size = 0;
     bool seed_dirs = false;  // the seed_dirs option was given (possibly "none")
+    bool base_dirs = false;  // the base_dirs option was given (possibly "none")
     int compile_mode = KJIT_COMPILE_DEFAULT;
 };
 
@@ -265,6 +266,21 @@ kjit::Status take_lists(const kjit_compile_options *options, kjit::key::Request 
     return kjit::Ok{};
 }
 
+// A folder-list option (seed_dirs, base_dirs) into `out`, checked: no name NULL or empty; "none"
+// alone is none, whatever the variable behind the option says (as remote_storage's "none").
+// `given` tells the option from the variable: a count of 0 leaves it false.
+kjit::Status take_folders(const char *const *items, size_t count, const std::string &where, const char *what,
+                          std::vector<std::string> &out, bool &given) {
+    if (count == 0) return kjit::Ok{};
+    if (auto s = take_strings(items, count, where, what, out); !s) return s;
+    for (const std::string &dir : out) {
+        if (dir.empty()) return invalid(where + "." + what + " has an empty folder name");
+    }
+    if (out.size() == 1 && out[0] == "none") out.clear();
+    given = true;
+    return kjit::Ok{};
+}
+
 // The fields of the caller's options (those its struct_size holds): the lists and the name
 // expression into `r`, the settings with defaults into `given`.
 kjit::Status take_options(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where,
@@ -288,17 +304,21 @@ kjit::Status take_options(const kjit_compile_options *options, kjit::key::Reques
                            ": use a kjit_compile_mode (KJIT_COMPILE_DEFAULT, _ALWAYS, _WARN or _NEVER)");
         }
         given.compile_mode = options->compile_mode;
+        // Read with compile_mode: a struct that holds the one holds the other.
+        if (KJIT_OPTION_PRESENT(options, reserved) && options->reserved != 0) {
+            return invalid(where + ".reserved is " + std::to_string(options->reserved) + "; it must be 0");
+        }
     }
-    if (KJIT_OPTION_PRESENT(options, seed_dir_count) && options->seed_dir_count > 0) {
-        if (auto s = take_strings(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs); !s) {
+    if (KJIT_OPTION_PRESENT(options, seed_dir_count)) {
+        if (auto s = take_folders(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs,
+                                  given.seed_dirs);
+            !s) {
             return s;
         }
-        for (const std::string &dir : r.seed_dirs) {
-            if (dir.empty()) return invalid(where + ".seed_dirs has an empty folder name");
-        }
-        // "none" alone: no seed, whatever $KJIT_CACHE_SEED says (as remote_storage's "none").
-        if (r.seed_dirs.size() == 1 && r.seed_dirs[0] == "none") r.seed_dirs.clear();
-        given.seed_dirs = true;
+    }
+    if (KJIT_OPTION_PRESENT(options, base_dir_count)) {
+        return take_folders(options->base_dirs, options->base_dir_count, where, "base_dirs", r.base_dirs,
+                            given.base_dirs);
     }
     return kjit::Ok{};
 }
@@ -378,6 +398,7 @@ kjit::Status request_from(const kjit_compile_options *options, kjit::key::Reques
     }
     if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
     if (!given.seed_dirs) r.seed_dirs = kjit::api::defaults::seed_dirs();
+    if (!given.base_dirs) r.base_dirs = kjit::api::defaults::base_dirs();
     if (auto st = settle_compile_mode(given.compile_mode, r); !st) return st;
     if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
     auto wait = kjit::api::defaults::compile_wait();

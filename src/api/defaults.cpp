@@ -19,6 +19,14 @@ std::string env(const char *name) {
     return v ? std::string(v) : std::string();
 }
 
+// A folder-list variable's folders (for_each_folder's rule).
+std::vector<std::string> folder_list(const char *name) {
+    std::vector<std::string> dirs;
+    const char *v = std::getenv(name);
+    if (v) for_each_folder(v, [&](std::string_view dir) { dirs.emplace_back(dir); });
+    return dirs;
+}
+
 }  // namespace
 
 Result<std::string> cache_dir(const char **origin) {
@@ -58,18 +66,9 @@ Result<std::optional<std::uint64_t>> max_cache_bytes() {
 
 std::string remote_storage() { return env("KJIT_REMOTE_STORAGE"); }
 
-std::vector<std::string> seed_dirs() {
-    const std::string v = env("KJIT_CACHE_SEED");
-    std::vector<std::string> dirs;
-    if (v == "none") return dirs;
-    for (std::size_t from = 0; from <= v.size();) {
-        std::size_t colon = v.find(':', from);
-        if (colon == std::string::npos) colon = v.size();
-        if (colon > from) dirs.push_back(v.substr(from, colon - from));
-        from = colon + 1;
-    }
-    return dirs;
-}
+std::vector<std::string> seed_dirs() { return folder_list("KJIT_CACHE_SEED"); }
+
+std::vector<std::string> base_dirs() { return folder_list("KJIT_BASE_DIRS"); }
 
 Result<std::chrono::milliseconds> compile_wait() {
     constexpr long kDefaultSeconds = 600;

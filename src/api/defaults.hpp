@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kjit::api::defaults {
@@ -41,6 +42,24 @@ std::string remote_storage();
 // The seed caches: $KJIT_CACHE_SEED's folders, separated by ':' (empty ones skipped), in order;
 // none when it is unset, empty or "none".
 std::vector<std::string> seed_dirs();
+
+// The base folders (key::Request::base_dirs): $KJIT_BASE_DIRS's folders, separated by ':' (empty
+// ones skipped), in order; none when it is unset, empty or "none". key_request checks them.
+std::vector<std::string> base_dirs();
+
+// The folders of a folder-list variable's value ($KJIT_CACHE_SEED, $KJIT_BASE_DIRS), in order:
+// separated by ':', empty ones skipped, none for "none"; `each(std::string_view)` for each. The
+// rule of seed_dirs() and base_dirs(), for memo_digest.cpp, which finds the value itself.
+template <typename Each>
+void for_each_folder(std::string_view value, Each &&each) {
+    if (value == "none") return;
+    for (std::size_t from = 0; from <= value.size();) {
+        std::size_t colon = value.find(':', from);
+        if (colon == std::string_view::npos) colon = value.size();
+        if (colon > from) each(value.substr(from, colon - from));
+        from = colon + 1;
+    }
+}
 
 // Whether a miss may compile when the caller does not say, as kjit_compile_mode's values (c_api.cpp
 // checks they are the same): $KJIT_NO_COMPILE "1" or "never" is kCompileNever, "warn"

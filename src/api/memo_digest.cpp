@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace kjit::api {
 
@@ -78,11 +79,34 @@ bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
     return strings(f, has_link_options ? o->link_options : nullptr, has_link_options ? o->link_option_count : 0);
 }
 
+// The base folders as Request holds them (after the link lists): the option's, those the
+// caller's struct_size holds ("none" alone: none), else $KJIT_BASE_DIRS's (`from_env`, null when
+// unset), as request_from takes them. False on a NULL or empty name: the full look-up says so.
+bool base_folders(cache::HitMemo::Fields &f, const kjit_compile_options *o, const char *from_env) {
+    if (o && KJIT_MEMO_OPTION_PRESENT(o, base_dir_count) && o->base_dir_count > 0) {
+        if (!o->base_dirs) return false;
+        for (std::size_t i = 0; i < o->base_dir_count; ++i) {
+            if (!o->base_dirs[i] || !*o->base_dirs[i]) return false;
+        }
+        if (o->base_dir_count == 1 && std::strcmp(o->base_dirs[0], "none") == 0) {
+            f.count(0);
+            return true;
+        }
+        return strings(f, o->base_dirs, o->base_dir_count);
+    }
+    std::size_t count = 0;
+    if (from_env) defaults::for_each_folder(from_env, [&](std::string_view) { ++count; });
+    f.count(count);
+    if (count > 0) defaults::for_each_folder(from_env, [&](std::string_view dir) { f.field(dir); });
+    return true;
+}
+
 // Whether the caller's compile mode is one (not in the digest: a hit is the same in every mode).
 // One that is none goes to the full look-up, which says so.
 bool known_compile_mode(const kjit_compile_options *o) {
     return !(o && KJIT_MEMO_OPTION_PRESENT(o, compile_mode) &&
-             (o->compile_mode < KJIT_COMPILE_DEFAULT || o->compile_mode > KJIT_COMPILE_NEVER));
+             (o->compile_mode < KJIT_COMPILE_DEFAULT || o->compile_mode > KJIT_COMPILE_NEVER)) &&
+           !(o && KJIT_MEMO_OPTION_PRESENT(o, reserved) && o->reserved != 0);
 }
 
 // The variables a repeat reads, found in one pass over the environment: a getenv each (a pass
@@ -91,6 +115,7 @@ struct MemoSettings {
     const char *hit_memo = nullptr;
     const char *max_cache_size = nullptr;
     const char *compile_wait = nullptr;
+    const char *base_dirs = nullptr;
 };
 
 MemoSettings memo_settings() {
@@ -101,7 +126,8 @@ MemoSettings memo_settings() {
         const char *MemoSettings::*value;
     } wanted[] = {{"HIT_MEMO=", 9, &MemoSettings::hit_memo},
                   {"CACHE_MAX_SIZE=", 15, &MemoSettings::max_cache_size},
-                  {"COMPILE_WAIT=", 13, &MemoSettings::compile_wait}};
+                  {"COMPILE_WAIT=", 13, &MemoSettings::compile_wait},
+                  {"BASE_DIRS=", 10, &MemoSettings::base_dirs}};
     for (char **e = environ; e && *e; ++e) {
         const char *v = *e;
         if (v[0] != 'K' || std::strncmp(v, "KJIT_", 5) != 0) continue;
@@ -135,11 +161,15 @@ bool memo_digest_of(const char *source, const char *keyword, const kjit_compile_
     const char *arch = options && KJIT_MEMO_OPTION_PRESENT(options, arch) ? options->arch : nullptr;
     const std::uint64_t max_size =
         options && KJIT_MEMO_OPTION_PRESENT(options, max_cache_size) ? options->max_cache_size : 0;
-    if (!memo_may_answer(memo_settings(), max_size)) return false;
+    const MemoSettings env = memo_settings();
+    if (!memo_may_answer(env, max_size)) return false;
     cache::HitMemo::Fields f;
     f.field(source);
     f.field(keyword);
-    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options) || !known_compile_mode(options)) return false;
+    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options) || !base_folders(f, options, env.base_dirs) ||
+        !known_compile_mode(options)) {
+        return false;
+    }
     out = f.digest();
     return true;
 }

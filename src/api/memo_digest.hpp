@@ -10,12 +10,13 @@
 namespace kjit::api {
 
 // Into `out`: HitMemo::digest of the Request the C ABI would build from these arguments (the
-// same fields in the same order, through HitMemo::Fields), with the cache folder's and arch's
-// defaults resolved as request_from resolves them. False where the memo is off ($KJIT_HIT_MEMO=0,
-// as HitMemo::enabled) or the call is not one it may answer as it is: a NULL string or list, a
-// struct_size out of range, a default that cannot be resolved, or a setting in the environment
-// the full path would refuse ($KJIT_COMPILE_WAIT, $KJIT_CACHE_MAX_SIZE): the full path then
-// reports what is wrong.
+// same fields in the same order, through HitMemo::Fields), with the defaults of the cache
+// folder, the arch and the base folders ($KJIT_BASE_DIRS) resolved as request_from resolves
+// them. False where the memo is off ($KJIT_HIT_MEMO=0, as HitMemo::enabled) or the call is not
+// one it may answer as it is: a NULL string or list, an empty base folder name, a struct_size
+// out of range, a default that cannot be resolved, or a setting in the environment the full
+// path would refuse ($KJIT_COMPILE_WAIT, $KJIT_CACHE_MAX_SIZE): the full path then reports
+// what is wrong.
 bool memo_digest_of(const char *source, const char *keyword, const kjit_compile_options *options,
                     cache::HitMemo::Digest &out);
 

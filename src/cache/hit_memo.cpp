@@ -78,6 +78,9 @@ HitMemo::Digest HitMemo::digest(const key::Request &request) {
     for (const std::string &p : request.link_inputs) h.field(p);
     h.count(request.link_options.size());
     for (const std::string &o : request.link_options) h.field(o);
+    // They change the key where a folder is pinned or keyed by location (key::key_folders).
+    h.count(request.base_dirs.size());
+    for (const std::string &b : request.base_dirs) h.field(b);
     return h.digest();
 }
 

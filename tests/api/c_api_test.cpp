@@ -776,6 +776,86 @@ TEST(CApiCompile, ARepeatIsAnsweredFromTheArgumentsAndEachArgumentTellsRequestsA
     EXPECT_EQ(named(source.c_str(), base), path);
 }
 
+// The base_dirs option (since 0.12): read, checked, "none" alone for none, $KJIT_BASE_DIRS when
+// not given (or when the caller's struct predates it), and in the hit memo's digest: a repeat
+// that differs only in its base folders, given or from the variable, is not answered with
+// another's memoised answer. The folders here hold nothing the kernel reads, so every call hits
+// the same entry (the key holds no base folder itself).
+TEST(CApiCompile, BaseDirsAreReadCheckedAndTellMemoisedRequestsApart) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    for (const char *folder : {"base-a", "base-b"}) ::mkdir(dir.file(folder).c_str(), 0755);
+    const std::string base_a = dir.file("base-a"), base_b = dir.file("base-b");
+    const std::string from_env = ":" + base_b + "::";  // empty pieces are skipped: base_b alone
+    const char *one[] = {base_a.c_str()}, *two[] = {base_a.c_str(), base_b.c_str()}, *none[] = {"none"};
+    const char *b_only[] = {base_b.c_str()};
+    const char *empty[] = {base_a.c_str(), ""}, *with_null[] = {base_a.c_str(), nullptr};
+    ScopedEnv unset("KJIT_BASE_DIRS", "");
+    kjit_compile_options plain = KJIT_COMPILE_OPTIONS_INIT;
+    plain.cache_dir = cache.c_str();
+    plain.arch = "sm_90";
+    const auto with = [&](const char *const *dirs, size_t count, size_t struct_size = sizeof(kjit_compile_options)) {
+        kjit_compile_options o = plain;
+        o.struct_size = struct_size;
+        o.base_dirs = dirs;
+        o.base_dir_count = count;
+        return o;
+    };
+    char path[4096];
+    // Whether `o` hits `expected`, and whether the memo answered it (no sidecar read).
+    const auto memo_answers = [&](const kjit_compile_options &o, const std::string &expected) {
+        const kjit_stats before = stats_now();
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+        EXPECT_EQ(std::string(path), expected);
+        return stats_now().sidecar_hits == before.sidecar_hits;
+    };
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &plain, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+    const std::string cubin = path;
+    ASSERT_EQ(kjit_compile(kCompileSource, "gemm", &plain, path, sizeof path, nullptr), KJIT_OK);  // remembered
+    EXPECT_TRUE(memo_answers(plain, cubin));
+    EXPECT_FALSE(memo_answers(with(one, 1), cubin)) << "base_dirs not in the memo's digest";
+    EXPECT_TRUE(memo_answers(with(one, 1), cubin));
+    EXPECT_FALSE(memo_answers(with(two, 2), cubin)) << "a second base folder not in the memo's digest";
+    EXPECT_TRUE(memo_answers(with(none, 1), cubin)) << "\"none\" is not the same request as no base folder";
+    {
+        ScopedEnv variable("KJIT_BASE_DIRS", from_env.c_str());
+        EXPECT_FALSE(memo_answers(plain, cubin)) << "$KJIT_BASE_DIRS not in the memo's digest";
+        EXPECT_TRUE(memo_answers(plain, cubin));
+        // The variable's folders as the option gives them: the same request.
+        EXPECT_TRUE(memo_answers(with(b_only, 1), cubin)) << "the variable's list differs from the option's";
+        // The option wins; "none" alone is none whatever the variable says.
+        EXPECT_TRUE(memo_answers(with(one, 1), cubin));
+        EXPECT_TRUE(memo_answers(with(none, 1), cubin));
+        // A caller's struct before base_dirs (0.11's): the option is not read, the variable is.
+        EXPECT_TRUE(memo_answers(with(empty, 2, offsetof(kjit_compile_options, base_dirs)), cubin))
+            << kjit_last_error();
+    }
+    {
+        ScopedEnv no_memo("KJIT_HIT_MEMO", "0");
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &plain, path, sizeof path, nullptr), KJIT_OK);
+        kjit_compile_options o = with(two, 2);
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_OK) << kjit_last_error();
+        EXPECT_EQ(std::string(path), cubin);
+    }
+    // A NULL array with a count, an empty or NULL name: invalid, naming the field, memo or not.
+    for (const char *memo : {"1", "0"}) {
+        ScopedEnv hit_memo("KJIT_HIT_MEMO", memo);
+        kjit_compile_options o = with(nullptr, 1);
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kjit_last_error()).find("options.base_dirs is NULL but its count is 1"),
+                  std::string::npos)
+            << kjit_last_error();
+        o = with(empty, 2);
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kjit_last_error()).find("options.base_dirs has an empty folder name"), std::string::npos)
+            << kjit_last_error();
+        o = with(with_null, 2);
+        EXPECT_EQ(kjit_compile(kCompileSource, "gemm", &o, path, sizeof path, nullptr), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kjit_last_error()).find("options.base_dirs[1] is NULL"), std::string::npos)
+            << kjit_last_error();
+    }
+}
+
 TEST(CApiCompile, CompileNamedBuffersAndArguments) {
     TempDir dir;
     const std::string cache = dir.file("cache");
