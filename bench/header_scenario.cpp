@@ -33,6 +33,7 @@
 #include "support.hpp"
 #include "sweep_kernels.hpp"
 
+#include "key/cache_key.hpp"
 #include "key/include_scanner.hpp"
 #include "kjit/kjit.h"
 
@@ -346,6 +347,16 @@ void run_headers(const BenchOptions &o, Report &report) {
             if (tree0_path.empty()) tree0_path = step.path;
         }
         const std::string deps_file = folder_of(tree0_path) + "/deps.txt";
+        // The folders the entry's deps.txt names files relative to: the tree request's, as keyed.
+        kjit::key::Request tree_request;
+        tree_request.source = tree_sources.front();
+        tree_request.keyword = kTreeKeyword;
+        tree_request.cache_dir = warm.path();
+        tree_request.arch = o.arch;
+        tree_request.nvrtc_options = tree.nvrtc_options();
+        auto tree_keyed = kjit::key::key_request(tree_request);
+        if (!tree_keyed) fail("cannot key the tree request: " + tree_keyed.error().message);
+        const kjit::key::include_scanner::Search &tree_search = tree_keyed->request.search;
         const kjit_stats before = stats_now();
         for (int r = 0; r < o.header_hit_rounds; ++r) {
             char path[4096];
@@ -367,8 +378,7 @@ void run_headers(const BenchOptions &o, Report &report) {
             // What a tree hit checks, piece by piece, on the first kernel's entry.
             std::vector<kjit::key::include_scanner::Dependency> deps;
             parse_us.push_back(time_once([&] {
-                auto parsed = kjit::key::include_scanner::parse(read_file(deps_file),
-                                                                kjit::key::include_scanner::current_working_dir());
+                auto parsed = kjit::key::include_scanner::parse(read_file(deps_file), tree_search);
                 if (!parsed) fail("cannot parse '" + deps_file + "'");
                 deps = std::move(*parsed);
             }));

@@ -92,6 +92,21 @@ json_check 'd["compiled"] == 0 and d["found"] == 4 and d["failed"] == 0'
 for arch in sm_90 sm_80; do
     expect_rc 0 env KJIT_NO_COMPILE=1 "$KJIT" compile "$WORK/k.cu" -k scale --name-expr 'scale<2>' --arch "$arch" --cache-dir "$WORK/served" -- -DX=1
 done
+# Base folders (issue 47, since 0.12): --base-dir (repeatable) on compile and warm, and
+# $KJIT_BASE_DIRS, reach libkjit; folders that hold nothing the kernel reads change no entry; an
+# empty one is refused naming --base-dir, not the C field.
+mkdir -p "$WORK/base-a" "$WORK/base-b"
+expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --base-dir "$WORK/base-a" \
+    --base-dir "$WORK/base-b" -- -DX=1
+[ "$(sed -n 1p "$WORK/out")" = "$PLAIN" ] || fail "--base-dir gave another entry: $(cat "$WORK/out")"
+expect_rc 0 env KJIT_BASE_DIRS="$WORK/base-a:$WORK/base-b" "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 \
+    --cache-dir "$C" --base-dir none -- -DX=1
+[ "$(sed -n 1p "$WORK/out")" = "$PLAIN" ] || fail "--base-dir none gave another entry: $(cat "$WORK/out")"
+expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --base-dir "$WORK/base-a" --base-dir "" -- -DX=1
+contains "--base-dir has an empty folder name" "$WORK/err"
+if grep -q "base_dirs" "$WORK/err"; then fail "a C field name in: $(cat "$WORK/err")"; fi
+expect_rc 0 "$KJIT" warm "$REC" --arch sm_90 --cache-dir "$WORK/served" --base-dir "$WORK/base-a" --json
+json_check 'd["compiled"] == 0 and d["found"] == 2 and d["failed"] == 0'
 printf 'not a request\n{"kjit_request":1,"id":"00' > "$WORK/torn.jsonl"
 expect_rc 64 "$KJIT" warm "$WORK/torn.jsonl" --cache-dir "$WORK/served"
 contains "no request in 1 record(s) (2 line(s) that are none)" "$WORK/err"
@@ -250,7 +265,7 @@ for cmd in "" resolve compile cache "cache stats" "cache verify" "cache prune" "
     if grep -qE 'docs/|\.md\b' "$WORK/out"; then fail "kjit $cmd --help points at a file: $(grep -E 'docs/|\.md' "$WORK/out")"; fi
 done
 expect_rc 0 "$KJIT" --help
-for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_CACHE_SEED KJIT_LOG_LEVEL; do
+for what in "Exit status" "usage error: unknown command" "interrupted (Ctrl-C)" KJIT_CACHE_DIR KJIT_ARCH KJIT_CACHE_MAX_SIZE KJIT_REMOTE_STORAGE KJIT_CACHE_SEED KJIT_BASE_DIRS KJIT_LOG_LEVEL; do
     contains "$what" "$WORK/out"
 done
 expect_rc 0 "$KJIT" compile --help
@@ -322,6 +337,18 @@ d = [json.load(open(f)) for f in sys.argv[1:]]
 sys.exit(0 if sum(x["compiled"] for x in d) == 2 and sum(x["found"] for x in d) == 4 and
          not any(x["failed"] for x in d) else 1)
 PY
+    # Two nodes with different install prefixes share the tier: the second runs no NVRTC.
+    mkdir -p "$WORK/redis-a/inc" "$WORK/redis-b/inc"
+    printf '#include "tile.h"\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\ntemplate __global__ void gemm<CFG>(float *);\n' >"$WORK/tile.cu"
+    echo '#define CFG 128' >"$WORK/redis-a/inc/tile.h"
+    cp "$WORK/redis-a/inc/tile.h" "$WORK/redis-b/inc/tile.h"
+    for node in a b; do
+        KJIT_LOG_LEVEL=debug KJIT_REMOTE_STORAGE="redis+unix:$SOCK password-file=$WORK/right-pw" expect_rc 0 \
+            "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 --cache-dir "$WORK/redis-node-$node" \
+            -- -I "$WORK/redis-$node/inc"
+    done
+    contains "remote hit" "$WORK/err"
+    if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran on the node under another prefix: $(cat "$WORK/err")"; fi
     kill "$REDIS_PID" && wait "$REDIS_PID" || true
     REDIS_PID=""
 else
@@ -423,6 +450,25 @@ KJIT_LOG_LEVEL=debug KJIT_CACHE_SEED="$S" expect_rc 0 "$KJIT" compile "$WORK/k.c
     --cache-dir "$WORK/fresh3" --seed none -- -DX=1
 contains "compiled " "$WORK/err"
 [ "$(seed_sum)" = "$before" ] || fail "the seed was written"
+
+# Caches that move with the install (issue 47): tile.h under A/inc compiled and exported; the same
+# tile.h under B/inc, an empty cache and the seed: no NVRTC run. Another tile.h there compiles.
+mkdir -p "$WORK/A/inc" "$WORK/B/inc"
+echo '#define CFG 126' >"$WORK/A/inc/tile.h"
+cp "$WORK/A/inc/tile.h" "$WORK/B/inc/tile.h"
+printf '#include "tile.h"\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\ntemplate __global__ void gemm<CFG>(float *);\n' >"$WORK/tile.cu"
+expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 --cache-dir "$WORK/moved-a" -- -I "$WORK/A/inc"
+expect_rc 0 "$KJIT" cache export "$WORK/moved-seed" --cache-dir "$WORK/moved-a"
+KJIT_LOG_LEVEL=debug expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 --cache-dir "$WORK/moved-b" \
+    --seed "$WORK/moved-seed" -- -I "$WORK/B/inc"
+contains "seed hit" "$WORK/err"
+if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran under another prefix with the seed: $(cat "$WORK/err")"; fi
+[ "$(sed -n 2p "$WORK/out")" = _Z4gemmILi126EEvPf ] || fail "relocated compile printed $(cat "$WORK/out")"
+echo '#define CFG 127' >"$WORK/B/inc/tile.h"
+KJIT_LOG_LEVEL=debug expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 --cache-dir "$WORK/moved-b" \
+    --seed "$WORK/moved-seed" -- -I "$WORK/B/inc"
+contains "compiled " "$WORK/err"
+[ "$(sed -n 2p "$WORK/out")" = _Z4gemmILi127EEvPf ] || fail "an edited header under B printed $(cat "$WORK/out")"
 chmod -R u+w "$S"
 # A damaged entry in the folder imported: the others are copied, it is refused and named (exit 20).
 victim=$(find "$S" -name manifest.txt | head -n 1)

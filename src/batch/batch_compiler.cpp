@@ -64,7 +64,7 @@ std::size_t min_pch_uses(const key::Request &r) {
     if (!deps) return kMinPchUses;
     std::uint64_t bytes = 0;
     for (const key::include_scanner::Dependency &d : *deps) {
-        if (d.exists && !d.pins_working_dir) bytes += d.size;
+        if (d.exists && !d.is_pin()) bytes += d.size;
     }
     return bytes <= kLightHeaderBytes ? kMinPchUsesLight : kMinPchUses;
 }

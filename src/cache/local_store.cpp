@@ -81,7 +81,7 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
         return Lookup::hit;
     }
     const auto text = read_small_file(entry + "/" + store::cache_entry::kDepsFile, kMaxDepsFileSize);
-    auto deps = text ? key::include_scanner::parse(*text, request.search.working_dir)
+    auto deps = text ? key::include_scanner::parse(*text, request.search)
                      : Result<std::vector<key::include_scanner::Dependency>>(Error{Errc::io, "missing"});
     if (!deps) {
         *why = "its header list is missing or damaged";

@@ -64,9 +64,15 @@ void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::De
             field(state, "dep.working_dir", d.path);
             continue;
         }
-        // A file reached through the working directory by its path relative to it, which does
-        // not start with '/' (the same request from another folder over the same files: the
+        if (d.pins_anchor) {  // where the anchor was, as the cubin may name it
+            field(state, "dep.anchor_pin", std::to_string(d.anchor));
+            field(state, "dep.location", d.relative);
+            continue;
+        }
+        // A file reached through the working directory or an anchor by its path relative to it
+        // (the same request from another folder, or another install, over the same files: the
         // same variant).
+        if (!d.relative.empty() && d.anchor >= 0) field(state, "dep.anchor", std::to_string(d.anchor));
         field(state, "dep.path", d.relative.empty() ? d.path : d.relative);
         field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
     }
@@ -100,6 +106,10 @@ std::string variant_key(std::string_view source_key, const std::vector<key::incl
 std::string proof_context(const Request &request, std::string_view source_key) {
     std::string context(source_key);
     if (!request.search.working_dir.empty()) context.append("\n").append(request.search.working_dir);
+    // deps.txt names files relative to the anchors too: a proof holds where they are.
+    for (const std::string &a : request.search.anchors) context.append("\n@").append(a);
+    // A pin compares the anchors' locations, which the base folders give.
+    for (const std::string &b : request.search.base_dirs) context.append("\n{base}").append(b);
     return context;
 }
 
@@ -144,6 +154,60 @@ Status check_arch(const std::string &arch) {
     return Ok{};
 }
 
+namespace {
+
+// `path` without a trailing '/' (but "/" itself), as an anchor is numbered.
+std::string without_trailing_slash(std::string path) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    return path;
+}
+
+// The number of `folder` among `anchors`, added when not there yet.
+std::size_t anchor_number(std::vector<std::string> &anchors, const std::string &folder) {
+    const auto found = std::find(anchors.begin(), anchors.end(), folder);
+    if (found != anchors.end()) return static_cast<std::size_t>(found - anchors.begin());
+    anchors.push_back(folder);
+    return anchors.size() - 1;
+}
+
+std::string anchor_label(std::size_t n) { return "{anchor " + std::to_string(n) + "}"; }
+
+}  // namespace
+
+KeyedFolders keyed_folders(const Request &r) {
+    KeyedFolders k;
+    for (const std::string &o : r.nvrtc_options) k.options.push_back(compile::compiler::keyed_option(o));
+    auto files = key::include_scanner::file_options(r.nvrtc_options);
+    if (files) {
+        for (const auto &place : files->places) {
+            if (place.value.empty() || place.value[0] != '/') continue;  // relative: keyed as given
+            const std::string &given = r.nvrtc_options[place.option];
+            const std::size_t at = given.rfind(place.value);
+            if (at == std::string::npos) continue;
+            std::string label;
+            if (place.pre_include) {
+                const std::size_t slash = place.value.rfind('/');
+                label =
+                    anchor_label(anchor_number(k.anchors, place.value.substr(0, slash))) + place.value.substr(slash);
+            } else {
+                label = anchor_label(anchor_number(k.anchors, without_trailing_slash(place.value)));
+            }
+            k.options[place.option] = given.substr(0, at) + label + given.substr(at + place.value.size());
+        }
+    }
+    for (const std::string &p : r.include_paths) {
+        k.include_paths.push_back(
+            !p.empty() && p[0] == '/' ? anchor_label(anchor_number(k.anchors, without_trailing_slash(p))) : p);
+    }
+    k.program_name = r.program_name;
+    if (!r.program_name.empty() && r.program_name[0] == '/') {
+        const std::size_t slash = r.program_name.rfind('/');
+        const std::string folder = slash == 0 ? std::string("/") : r.program_name.substr(0, slash);
+        k.program_name = anchor_label(anchor_number(k.anchors, folder)) + r.program_name.substr(slash);
+    }
+    return k;
+}
+
 std::string key_of(const Request &r) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
@@ -155,18 +219,25 @@ std::string key_of(const Request &r) {
         field(state, "header.name", h.first);
         field(state, "header.source", h.second);
     }
-    field(state, "options", std::to_string(r.nvrtc_options.size()));
-    for (const auto &o : r.nvrtc_options) field(state, "option", compile::compiler::keyed_option(o));
-    field(state, "include_paths", std::to_string(r.include_paths.size()));
-    for (const auto &p : r.include_paths) field(state, "include_path", p);
+    // The folders it names by number (keyed_folders): what is found through them is in the
+    // variant key by content, by paths relative to them.
+    const KeyedFolders folders = keyed_folders(r);
+    field(state, "options", std::to_string(folders.options.size()));
+    for (const auto &o : folders.options) field(state, "option", o);
+    field(state, "include_paths", std::to_string(folders.include_paths.size()));
+    for (const auto &p : folders.include_paths) field(state, "include_path", p);
     // Empty unless the cubin itself may name it (keyed_working_dir). What is looked up relative
     // to it is in the variant key by content, by paths relative to it (variant_key).
     field(state, "working_dir", r.keyed_working_dir);
+    // Where the folders are, only when the cubin names them (line information): their locations,
+    // relative to the base folders where one holds them (keyed_locations).
+    field(state, "locations", std::to_string(r.keyed_locations.size()));
+    for (const auto &l : r.keyed_locations) field(state, "location", l);
     field(state, "arch", r.arch);
     field(state, "name_expression", r.name_expression ? "1" + *r.name_expression : std::string("0"));
     field(state, "keyword", r.keyword);
     // Only when given: the keys of requests without it are those of before the option.
-    if (!r.program_name.empty()) field(state, "program_name", r.program_name);
+    if (!folders.program_name.empty()) field(state, "program_name", folders.program_name);
     // Only with link inputs, likewise: what is linked, by content (a library moved elsewhere is
     // the same library; one edited in place is another), the link options, and nvJitLink.
     if (!r.link_files.empty()) {
@@ -247,6 +318,68 @@ Status key_link(Request &request) {
     return Ok{};
 }
 
+// Whether the NVRTC options define NDEBUG and undefine it nowhere (-U in any spelling).
+bool defines_ndebug(const std::vector<std::string> &options, const std::vector<std::string> &defines) {
+    const bool defined = std::any_of(defines.begin(), defines.end(), [](const std::string &d) {
+        return d.compare(0, 6, "NDEBUG") == 0 && (d.size() == 6 || d[6] == '=');
+    });
+    const auto undefines = [](const std::string &o) {
+        return (o.rfind("-U", 0) == 0 || o.rfind("--undefine-macro", 0) == 0 || o.rfind("-undefine-macro", 0) == 0) &&
+               (o.find("NDEBUG") != std::string::npos || o == "-U" || o == "--undefine-macro");
+    };
+    return defined && std::none_of(options.begin(), options.end(), undefines);
+}
+
+// Checks the base folders and makes each absolute and normal (no trailing '/').
+Status check_base_dirs(std::vector<std::string> &base_dirs) {
+    for (std::string &b : base_dirs) {
+        if (b.empty() || b[0] != '/') {
+            return Error{Errc::invalid_argument,
+                         "base folder '" + b + "' is not absolute: name the install root, e.g. '/opt/venv'"};
+        }
+        b = without_trailing_slash(std::filesystem::path(b).lexically_normal().string());
+    }
+    return Ok{};
+}
+
+// How `request` looks files up (its include folders, each with its anchor; the program's
+// folder) and, with line information, the locations the cubin names, in the key.
+Status key_folders(Request &request, const key::include_scanner::FileOptions &files) {
+    if (auto st = check_base_dirs(request.base_dirs); !st) return st;
+    key::include_scanner::Search &search = request.search;
+    const KeyedFolders folders = keyed_folders(request);
+    search.anchors = folders.anchors;
+    search.base_dirs = request.base_dirs;
+    const auto anchor = [&](const std::string &folder) {
+        const auto found = std::find(search.anchors.begin(), search.anchors.end(), without_trailing_slash(folder));
+        return found == search.anchors.end() ? -2 : static_cast<int>(found - search.anchors.begin());
+    };
+    for (const std::string &d : files.include_dirs) {
+        search.include_dirs.push_back(d[0] == '/' ? d : search.working_dir + "/" + d);
+        search.include_dir_anchor.push_back(d[0] == '/' ? anchor(d) : -1);
+    }
+    for (const std::string &p : request.include_paths) {
+        search.include_dirs.push_back(p);
+        search.include_dir_anchor.push_back(anchor(p));
+    }
+    search.source_folder = key::include_scanner::folder_of_name(request.program_name, search.working_dir);
+    search.source_folder_absolute = !request.program_name.empty() && request.program_name[0] == '/';
+    if (search.source_folder_absolute) search.source_folder_anchor = anchor(search.source_folder);
+    search.quiet_assert = defines_ndebug(request.nvrtc_options, files.defines);
+    // Line information names the program's file, and the headers', by absolute path: compiled
+    // from another folder, the cubin would name files there. Only then are the working
+    // directory and the anchors' locations in the key (relative to the base folders).
+    if (asks_for_line_info(request.nvrtc_options)) {
+        if (!search.working_dir.empty()) {
+            request.keyed_working_dir = key::include_scanner::location(search.working_dir, search.base_dirs);
+        }
+        for (const std::string &a : search.anchors) {
+            request.keyed_locations.push_back(key::include_scanner::location(a, search.base_dirs));
+        }
+    }
+    return Ok{};
+}
+
 }  // namespace
 
 Result<KeyedRequest> key_request(Request request) {
@@ -305,21 +438,7 @@ Result<KeyedRequest> key_request(Request request) {
                                        (cwd_ec ? cwd_ec.message() : "'" + request.search.working_dir + "'")};
         }
     }
-    for (const std::string &d : files->include_dirs) {
-        request.search.include_dirs.push_back(d[0] == '/' ? d : request.search.working_dir + "/" + d);
-        request.search.include_dir_in_working_dir.push_back(d[0] != '/');
-    }
-    request.search.include_dirs.insert(request.search.include_dirs.end(), request.include_paths.begin(),
-                                       request.include_paths.end());
-    request.search.source_folder =
-        key::include_scanner::folder_of_name(request.program_name, request.search.working_dir);
-    request.search.source_folder_absolute = !request.program_name.empty() && request.program_name[0] == '/';
-    // Line information names the program's file, and the headers', by absolute path: compiled
-    // from another folder, the cubin would name files there. Only then is the working directory
-    // in the key.
-    if (!request.search.working_dir.empty() && asks_for_line_info(request.nvrtc_options)) {
-        request.keyed_working_dir = request.search.working_dir;
-    }
+    if (auto st = key_folders(request, *files); !st) return std::move(st).error();
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
 

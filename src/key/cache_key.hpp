@@ -27,7 +27,10 @@ namespace kjit::key {
 // for every compile that may read a file (version 1 recorded headers under include_paths only);
 // the manifest records the cubin's XXH3-128 and ends in a check line, which loads and rescans of
 // an entry's cubin confirm (format-1 entries have neither, so they are rebuilt).
-constexpr int kFormatVersion = 2;
+// 3 (0.12): folders keyed by number, not path (KeyedFolders), files found through them by
+// paths relative to them (deps.txt's ":N:" records) and pins where a text names its own file.
+// Format-2 entries miss once and are rebuilt beside them (prune takes the old ones).
+constexpr int kFormatVersion = 3;
 
 // The NVRTC program's name when the caller gives none: the name every program had before
 // kjit_compile_options::program_name, so that their keys and cubins stay what they were.
@@ -67,6 +70,12 @@ struct Request {
     // The seed caches a local miss looks in before the cluster tier (cache/seed_store.hpp), in
     // order; made absolute by key_request. Not in the key either.
     std::vector<std::string> seed_dirs;
+    // Base folders (kjit_compile_options::base_dirs, else $KJIT_BASE_DIRS), as ccache's
+    // base_dir: where the cubin may name a folder (line information, __FILE__), a folder under
+    // one of them is keyed by its path relative to it, so an install moved under another base
+    // folder still hits. key_request checks that each is absolute and normalises it. Not in the
+    // key themselves: only the relative locations they give are.
+    std::vector<std::string> base_dirs;
     // Whether a miss may compile, and where that came from ("KJIT_NO_COMPILE", "the compile_mode
     // option"), for the message of a refused one. Not in the key.
     CompileMode compile_mode = CompileMode::always;
@@ -92,6 +101,10 @@ struct Request {
     // the same request from another folder over the same files shares the entry; only when the
     // cubin itself names it (line information: -lineinfo, -G) does the key hold it.
     std::string keyed_working_dir;
+    // Set by key_request, only with line information: the location of each anchor
+    // (KeyedFolders::anchors; include_scanner::location: relative to a base folder where one
+    // holds it), in the key, since the cubin names the files read through them.
+    std::vector<std::string> keyed_locations;
     // Set by key_request: the NVRTC build that compiles it (compile::compiler::nvrtc_identity()), in
     // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
     // by another NVRTC build must not be served.
@@ -145,6 +158,23 @@ Status check_arch(const std::string &arch);
 // for, so that the option is named, not the missing GPU.
 Status check_no_target_option(const std::vector<std::string> &nvrtc_options);
 
+// A request's folder-naming inputs as the key holds them: each absolute folder the request names
+// (an include folder, among the NVRTC options or in include_paths; the folder of an absolute
+// pre-included file or program name) is an *anchor*, numbered in that order, and keyed by its
+// number ("{anchor N}"), not its path: what is found through it is keyed by content under paths
+// relative to it (variant_key), so the same files under another install prefix give the same
+// keys. Where the cubin may name such a folder, the anchors' locations are keyed too (line
+// information: key_of) or pin the entry (__FILE__: include_scanner::scan).
+struct KeyedFolders {
+    std::vector<std::string> options;        // the NVRTC options as keyed (keyed_option too)
+    std::vector<std::string> include_paths;  // "{anchor N}", or as given when relative
+    std::string program_name;                // "{anchor N}/name" when absolute
+    std::vector<std::string> anchors;        // absolute, by number
+};
+// Reads the options' file spellings (include_scanner::file_options); an option it cannot read
+// is keyed as given (key_request refuses it anyway).
+KeyedFolders keyed_folders(const Request &request);
+
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see variant_key). Reads
 // `request.search.working_dir` and `request.nvrtc_identity`, which key_request sets.
@@ -159,8 +189,9 @@ std::string key_of(const Request &request);
 std::string variant_key(std::string_view source_key, const std::vector<key::include_scanner::Dependency> &deps);
 
 // What the header watch proves a variant of `request` under (key::dependency_watch::remember,
-// proven): `source_key`, and the working directory when the request has one, since deps.txt may
-// name files relative to it, which another folder must check for itself.
+// proven): `source_key`, the working directory when the request has one and its anchors, since
+// deps.txt may name files relative to them, which another folder must check for itself; and its
+// base folders, which give the locations a pin compares.
 std::string proof_context(const Request &request, std::string_view source_key);
 
 // The header identity of a PCH made while compiling `request` (keyed), less the content of

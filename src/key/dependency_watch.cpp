@@ -341,7 +341,7 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
     // The generation before any watch below is placed: an event from one of them moves it on.
     const std::uint64_t generation = s.generation;
     for (const key::include_scanner::Dependency &d : deps) {
-        if (d.pins_working_dir) continue;  // not a file: check() compares it, every time
+        if (d.is_pin()) continue;  // not a file: check() compares it, every time
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
         if (proven) {
             // Checked as recorded since the last change: it and its folders are watched already.
@@ -435,7 +435,7 @@ void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std
     if (s.fd < 0 || s.generation != generation) return;
     if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
     for (const key::include_scanner::Dependency &d : deps) {
-        if (!d.pins_working_dir) s.checked[d.path] = d;
+        if (!d.is_pin()) s.checked[d.path] = d;
     }
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -25,6 +26,12 @@ namespace kjit::key::include_scanner {
 namespace {
 
 constexpr std::string_view kHeader = "kjit-deps 1\n";
+
+// How the scanner reached a folder (Scanner::Folder::origin), besides an anchor's number (0, 1,
+// ...): through the working directory (the value Search::include_dir_anchor gives a folder
+// given relative to it), or by an absolute name.
+constexpr int kWorkingDir = -1;
+constexpr int kAbsolute = -2;
 constexpr std::size_t kMaxFilesUnderIncludePaths = 100000;
 
 struct Directive {
@@ -342,11 +349,12 @@ public:
     std::vector<Dependency> take_deps() { return std::move(deps_); }
 
 private:
-    // A folder searched first for quoted names, absolute ("" for none), and whether NVRTC got
-    // there through the working directory (what is found there is recorded relative to it).
+    // A folder searched first for quoted names, absolute ("" for none), and how NVRTC got
+    // there (`origin`): through the working directory or one of the request's anchors (what is
+    // found there is recorded relative to it), or by an absolute name.
     struct Folder {
         std::string path;
-        bool in_working_dir = false;
+        int origin = kAbsolute;
     };
     struct Pending {
         std::string text;
@@ -361,12 +369,13 @@ private:
     };
     struct Candidate {
         std::string path;
-        bool in_working_dir = false;
+        int origin = kAbsolute;
     };
 
     void mark_young(Dependency &d) const;
-    std::string relative_to_working_dir(const std::string &path) const;
+    void make_relative(Dependency &d, int origin) const;
     Status look_up(const std::string &name, bool quoted, const Folder &folder, bool every);
+    Status look_up_candidates(const std::string &name, const std::vector<Candidate> &candidates, bool every);
     Status read_pending();
     Status expand_computed();
 
@@ -380,6 +389,15 @@ private:
     std::vector<Computed> computed_includes_;
     key::include_macros::Table macros_;
     bool every_file_ = false;  // a computed include that cannot be followed
+
+    FileNaming naming_;  // what the texts read say that may name their own files
+
+public:
+    // Whether a text read may name its own file (its folder then in the cubin): __FILE__ and
+    // the like, or NVRTC's built-in assert (whose definition, in NVRTC, names __FILE__) unless
+    // the options define NDEBUG (Search::quiet_assert; NVRTC defines its assert before reading
+    // the source, so a later #undef NDEBUG does not bring it back: measured).
+    bool names_own_file() const { return naming_.own_file || (naming_.uses_assert && !search_.quiet_assert); }
 };
 
 // Starts a scan with the macros of the -D options defined.
@@ -398,17 +416,23 @@ void Scanner::mark_young(Dependency &d) const { d.verify_content = young_at(d.mt
 Status Scanner::look_up(const std::string &name, bool quoted, const Folder &folder, bool every) {
     std::vector<Candidate> candidates;
     if (name[0] == '/') {
-        candidates.push_back({fold_dots(name, real_folders_), false});
+        candidates.push_back({fold_dots(name, real_folders_), kAbsolute});
     } else {
         if (quoted && !folder.path.empty()) {
-            candidates.push_back({fold_dots(folder.path + "/" + name, real_folders_), folder.in_working_dir});
+            candidates.push_back({fold_dots(folder.path + "/" + name, real_folders_), folder.origin});
         }
         for (std::size_t i = 0; i < search_.include_dirs.size(); ++i) {
-            const bool in_working_dir =
-                i < search_.include_dir_in_working_dir.size() && search_.include_dir_in_working_dir[i];
-            candidates.push_back({fold_dots(search_.include_dirs[i] + "/" + name, real_folders_), in_working_dir});
+            // An anchor's number, or kWorkingDir for a folder given relative to it.
+            const int origin = i < search_.include_dir_anchor.size() ? search_.include_dir_anchor[i] : kAbsolute;
+            candidates.push_back({fold_dots(search_.include_dirs[i] + "/" + name, real_folders_), origin});
         }
     }
+    return look_up_candidates(name, candidates, every);
+}
+
+// Looks `candidates` up in order (look_up): each absent one before the first found recorded,
+// the found one by content and queued; `every`: all of them.
+Status Scanner::look_up_candidates(const std::string &name, const std::vector<Candidate> &candidates, bool every) {
     // A bound on what one compile may read, whatever the spellings (a header tree whose
     // "../" includes go through links can still give a file several): an error, not the
     // whole memory.
@@ -417,14 +441,14 @@ Status Scanner::look_up(const std::string &name, bool quoted, const Folder &fold
                                    " files and candidates (the last: '" + name + "'): libkjit cannot track them"};
     }
     for (const Candidate &candidate : candidates) {
-        // A file reached both through the working directory and not is recorded both ways: from
-        // another folder, only one of the two spellings leads to it.
-        const std::string seen = (candidate.in_working_dir ? "w" : "a") + candidate.path;
+        // A file reached both through a folder and not is recorded both ways: from another
+        // folder, only one of the spellings may lead to it.
+        const std::string seen = std::to_string(candidate.origin) + ":" + candidate.path;
         if (!is_regular(candidate.path)) {
             if (seen_missing_.insert(seen).second) {
                 Dependency absent;
                 absent.path = candidate.path;
-                if (candidate.in_working_dir) absent.relative = relative_to_working_dir(candidate.path);
+                make_relative(absent, candidate.origin);
                 absent.exists = false;
                 deps_.push_back(std::move(absent));
             }
@@ -435,46 +459,66 @@ Status Scanner::look_up(const std::string &name, bool quoted, const Folder &fold
             auto dep = describe(candidate.path, &content);
             if (!dep) return std::move(dep).error();
             mark_young(*dep);
-            if (candidate.in_working_dir) dep->relative = relative_to_working_dir(candidate.path);
+            make_relative(*dep, candidate.origin);
             deps_.push_back(std::move(*dep));
-            work_.push_back({std::move(content), Folder{folder_of(candidate.path), candidate.in_working_dir}});
+            work_.push_back({std::move(content), Folder{folder_of(candidate.path), candidate.origin}});
         }
         if (!every) break;
     }
     return Ok{};
 }
 
-// `path` (absolute, reached through the working directory) relative to the working directory:
-// the rest of it when it lies under it, else with ".." steps ("../x.h": the working directory
-// is a real path, so its ".." is its parent in every folder it is checked from).
-std::string Scanner::relative_to_working_dir(const std::string &path) const {
-    const std::string &wd = search_.working_dir;
-    if (wd == "/") return path.substr(1);
-    if (path.size() > wd.size() && path.compare(0, wd.size(), wd) == 0 && path[wd.size()] == '/') {
-        return path.substr(wd.size() + 1);
+// Records `d` (absolute path) relative to the folder it was reached through (`origin`: the
+// working directory or an anchor), as deps.txt records it and the variant key hashes it: the
+// rest of its path when it lies under it, else with ".." steps ("../x.h": the folder is taken
+// as a real path, so its ".." is its parent wherever it is checked). An absolute name stays so.
+void Scanner::make_relative(Dependency &d, int origin) const {
+    if (origin == kAbsolute) return;
+    const std::string &folder =
+        origin == kWorkingDir ? search_.working_dir : search_.anchors[static_cast<std::size_t>(origin)];
+    d.anchor = origin == kWorkingDir ? -1 : origin;
+    if (folder == "/") {
+        d.relative = d.path.substr(1);
+    } else if (d.path.size() > folder.size() && d.path.compare(0, folder.size(), folder) == 0 &&
+               d.path[folder.size()] == '/') {
+        d.relative = d.path.substr(folder.size() + 1);
+    } else {
+        d.relative = std::filesystem::path(d.path).lexically_relative(folder).string();
     }
-    return std::filesystem::path(path).lexically_relative(wd).string();
+    // The folder itself (never a file in practice): "." keeps the record relative.
+    if (d.relative.empty()) d.relative = ".";
 }
 
 // Queues what the compile starts from: the pre-included files (looked up), the source, and
 // every in-memory header.
 Status Scanner::queue_inputs(std::string_view source) {
     // Pre-included files first, as NVRTC reads them: the working directory, then the include
-    // folders (a pre-include is looked up like a quoted name of the source).
-    const Folder working_dir{search_.working_dir, !search_.working_dir.empty()};
+    // folders (a pre-include is looked up like a quoted name of the source). An absolute one is
+    // that file only, recorded relative to its folder (an anchor).
+    const Folder working_dir{search_.working_dir, search_.working_dir.empty() ? kAbsolute : kWorkingDir};
     for (const std::string &file : search_.pre_includes) {
-        if (auto st = look_up(file, true, working_dir, false); !st) return std::move(st).error();
+        if (file[0] == '/') {
+            const std::string path = fold_dots(file, real_folders_);
+            const auto anchor = std::find(search_.anchors.begin(), search_.anchors.end(), folder_of(file));
+            const int origin =
+                anchor == search_.anchors.end() ? kAbsolute : static_cast<int>(anchor - search_.anchors.begin());
+            if (auto st = look_up_candidates(file, {Candidate{path, origin}}, false); !st) return std::move(st).error();
+        } else if (auto st = look_up(file, true, working_dir, false); !st) {
+            return std::move(st).error();
+        }
     }
     if (search_.source_folder.empty()) {
         work_.push_back({std::string(source), working_dir});
     } else {
-        work_.push_back({std::string(source), Folder{search_.source_folder, !search_.source_folder_absolute}});
+        const int anchor = search_.source_folder_anchor >= 0 ? search_.source_folder_anchor : kAbsolute;
+        work_.push_back({std::string(source),
+                         Folder{search_.source_folder, search_.source_folder_absolute ? anchor : kWorkingDir}});
     }
     // Every in-memory header, included or not (a superset): its quoted names are looked up in
     // the working directory joined with the folder part of its own name.
     for (const auto &h : memory_headers_) {
         const std::string folder = folder_of_name(h.first, search_.working_dir);
-        work_.push_back({h.second, Folder{folder, h.first[0] != '/' && !folder.empty()}});
+        work_.push_back({h.second, Folder{folder, h.first[0] != '/' && !folder.empty() ? kWorkingDir : kAbsolute}});
     }
     return Ok{};
 }
@@ -501,6 +545,7 @@ Status Scanner::read_pending() {
     while (!work_.empty()) {
         Pending item = std::move(work_.front());
         work_.pop_front();
+        naming_ |= file_naming(item.text);
         for (Directive &d : directives(item.text, &macros_)) {
             if (d.computed) {
                 computed_includes_.push_back(Computed{std::move(d.name), item.folder, d.next});
@@ -634,13 +679,16 @@ Taken define_option(OptionList &options) {
 
 // Adds the value of an option of the kind `read` takes to `list`; true when the option was of
 // that kind (and `status` then says whether its value was good).
-bool take_option(Taken (*read)(OptionList &), OptionList &options, std::vector<std::string> &list, Status &status) {
+// With `places`, notes where the value was given (FileOptions::Place).
+bool take_option(Taken (*read)(OptionList &), OptionList &options, std::vector<std::string> &list, Status &status,
+                 std::vector<FileOptions::Place> *places = nullptr, bool pre_include = false) {
     Taken value = read(options);
     if (!value) return false;
     if (!*value) {
         status = std::move(*value).error();
         return true;
     }
+    if (places) places->push_back(FileOptions::Place{options.i, pre_include, **value});
     list.push_back(std::move(**value));
     return true;
 }
@@ -653,8 +701,8 @@ Result<FileOptions> file_options(const std::vector<std::string> &nvrtc_options) 
     for (OptionList options{nvrtc_options}; options.i < nvrtc_options.size() && status; ++options.i) {
         // The three kinds are told apart by their spellings: the order they are tried in does
         // not matter. Other options do not name files.
-        if (take_option(include_dir_option, options, out.include_dirs, status)) continue;
-        if (take_option(pre_include_option, options, out.pre_includes, status)) continue;
+        if (take_option(include_dir_option, options, out.include_dirs, status, &out.places, false)) continue;
+        if (take_option(pre_include_option, options, out.pre_includes, status, &out.places, true)) continue;
         take_option(define_option, options, out.defines, status);
     }
     if (!status) return std::move(status).error();
@@ -703,21 +751,81 @@ Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeader
     Scanner scanner(memory_headers, search);
     if (auto st = scanner.queue_inputs(source); !st) return std::move(st).error();
     if (auto st = scanner.follow_includes(); !st) return std::move(st).error();
-    std::vector<Dependency> deps;
-    if (scanner.every_file()) {
+    const bool every_file = scanner.every_file();
+    if (every_file) {
         if (auto st = scanner.record_every_file(); !st) return std::move(st).error();
-        deps = scanner.take_deps();
-        // What the computed include reads through the working directory cannot be listed: the
-        // entry serves this folder only.
-        if (!search.working_dir.empty()) {
+    }
+    std::vector<Dependency> deps = scanner.take_deps();
+    // What the computed include reads through the working directory cannot be listed: the
+    // entry serves this folder only.
+    if (every_file && !search.working_dir.empty()) {
+        Dependency pin;
+        pin.path = search.working_dir;
+        pin.pins_working_dir = true;
+        deps.push_back(std::move(pin));
+    }
+    // A text that names its own file may put the folder it was read from in the cubin (an
+    // assert's message, a __FILE__ in a macro expanded in another header): the entry serves
+    // these folders only (as located under the base folders). Files found through the working
+    // directory are named relative to it by NVRTC, so it is not pinned.
+    if (scanner.names_own_file()) {
+        for (std::size_t i = 0; i < search.anchors.size(); ++i) {
             Dependency pin;
-            pin.path = search.working_dir;
-            pin.pins_working_dir = true;
+            pin.pins_anchor = true;
+            pin.anchor = static_cast<int>(i);
+            pin.relative = location(search.anchors[i], search.base_dirs);
+            pin.path = pin.relative;
             deps.push_back(std::move(pin));
         }
-        return deps;
     }
-    return scanner.take_deps();
+    return deps;
+}
+
+std::string location(const std::string &folder, const std::vector<std::string> &base_dirs) {
+    for (std::size_t i = 0; i < base_dirs.size(); ++i) {
+        const std::string &base = base_dirs[i];
+        const std::string label = "{base " + std::to_string(i) + "}";
+        if (folder == base) return label;
+        if (base == "/") return label + folder;
+        if (folder.size() > base.size() && folder.compare(0, base.size(), base) == 0 && folder[base.size()] == '/') {
+            return label + folder.substr(base.size());
+        }
+    }
+    return folder;
+}
+
+int anchor_of(Search &search, const std::string &folder) {
+    const auto found = std::find(search.anchors.begin(), search.anchors.end(), folder);
+    if (found != search.anchors.end()) return static_cast<int>(found - search.anchors.begin());
+    search.anchors.push_back(folder);
+    return static_cast<int>(search.anchors.size() - 1);
+}
+
+namespace {
+
+bool identifier_char(char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+// Whether `text` has the identifier `name` (not as part of a longer one).
+bool has_identifier(std::string_view text, std::string_view name) {
+    for (std::size_t at = text.find(name); at != std::string_view::npos; at = text.find(name, at + 1)) {
+        const std::size_t end = at + name.size();
+        if ((at == 0 || !identifier_char(text[at - 1])) && (end == text.size() || !identifier_char(text[end]))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+FileNaming file_naming(std::string_view text) {
+    FileNaming n;
+    n.own_file = has_identifier(text, "__FILE__") || has_identifier(text, "__BASE_FILE__") ||
+                 has_identifier(text, "__FILE_NAME__");
+    n.uses_assert = has_identifier(text, "assert");
+    return n;
 }
 
 namespace {
@@ -752,6 +860,10 @@ Check check(std::vector<Dependency> &deps, FileMemo *memo) {
     for (Dependency &d : deps) {
         if (d.pins_working_dir) {
             if (current_working_dir() != d.path) return out;
+            continue;
+        }
+        if (d.pins_anchor) {
+            if (d.path != d.relative) return out;  // the folder is elsewhere now (parse)
             continue;
         }
         FileMemo::Seen here;
@@ -813,15 +925,29 @@ bool settle(std::vector<Dependency> &deps) {
     return changed;
 }
 
+namespace {
+
+// A record's path as deps.txt writes it: absolute; relative to the working directory (one
+// starting with ':' after "./", so that it is not taken for the next form); or ":N:" and the
+// path relative to anchor N (for a pin, the anchor's location).
+std::string recorded_path(const Dependency &d) {
+    if (d.pins_working_dir) return d.path;
+    if (d.pins_anchor || d.anchor >= 0) return ":" + std::to_string(d.anchor) + ":" + d.relative;
+    if (d.relative.empty()) return d.path;
+    return d.relative[0] == ':' ? "./" + d.relative : d.relative;
+}
+
+}  // namespace
+
 std::string format(const std::vector<Dependency> &deps) {
     std::string out(kHeader);
     for (const Dependency &d : deps) {
         char fields[128];
         // A relative record is written relative (its path here is the one it had where it was
-        // read); the working directory that pins an entry as "@".
-        const std::string &path = d.relative.empty() ? d.path : d.relative;
-        if (d.pins_working_dir) {
-            std::snprintf(fields, sizeof fields, "@ %zu ", d.path.size());
+        // read); the working directory or an anchor's location that pins an entry as "@".
+        const std::string path = recorded_path(d);
+        if (d.pins_working_dir || d.pins_anchor) {
+            std::snprintf(fields, sizeof fields, "@ %zu ", path.size());
         } else if (d.exists) {
             // '*' marks a young header, whose content is checked on every lookup.
             std::snprintf(fields, sizeof fields, "%c %" PRIu64 " %" PRId64 ".%09" PRIu32 " %016" PRIx64 " %zu ",
@@ -855,7 +981,43 @@ bool take(std::string_view &text, T &value, char separator, int base = 10, std::
 
 }  // namespace
 
-Result<std::vector<Dependency>> parse(std::string_view text, const std::string &working_dir) {
+namespace {
+
+// Gives a record read back (its path as recorded_path wrote it) its place in the current
+// request's folders (`search`): a relative path taken against the working directory or its
+// anchor, a pin's current location.
+Status place(Dependency &d, const Search &search) {
+    if (d.path[0] == '/') return d.pins_anchor ? Status(Error{Errc::io, "malformed dependency list"}) : Ok{};
+    if (d.path[0] == ':' && !d.pins_working_dir) {
+        std::string_view rest(d.path);
+        rest.remove_prefix(1);
+        std::size_t anchor = 0;
+        if (!take(rest, anchor, ':') || rest.empty()) return Error{Errc::io, "malformed dependency list"};
+        if (anchor >= search.anchors.size()) {
+            return Error{Errc::io, "the dependency list names a folder (number " + std::to_string(anchor) +
+                                       ") this request does not have"};
+        }
+        d.anchor = static_cast<int>(anchor);
+        d.relative.assign(rest);
+        const std::string &folder = search.anchors[anchor];
+        d.path = d.pins_anchor ? location(folder, search.base_dirs)
+                               : (folder == "/" ? "/" + d.relative : folder + "/" + d.relative);
+        return Ok{};
+    }
+    // Relative to the working directory: checked in the current one.
+    if (d.pins_working_dir || d.pins_anchor) return Error{Errc::io, "malformed dependency list"};
+    if (search.working_dir.empty()) {
+        return Error{Errc::io, "the dependency list names files relative to the working directory, "
+                               "which cannot be told"};
+    }
+    d.relative = d.path.compare(0, 3, "./:") == 0 ? d.path.substr(2) : std::move(d.path);
+    d.path = search.working_dir == "/" ? "/" + d.relative : search.working_dir + "/" + d.relative;
+    return Ok{};
+}
+
+}  // namespace
+
+Result<std::vector<Dependency>> parse(std::string_view text, const Search &search) {
     const Error bad{Errc::io, "malformed dependency list"};
     if (text.compare(0, kHeader.size(), kHeader) != 0) return bad;
     text.remove_prefix(kHeader.size());
@@ -879,7 +1041,9 @@ Result<std::vector<Dependency>> parse(std::string_view text, const std::string &
             d.exists = false;
         } else if (flag == '@') {
             if (!take(text, len, ' ')) return bad;
-            d.pins_working_dir = true;
+            // The working directory (absolute), or an anchor's location (":N:...").
+            d.pins_working_dir = len > 0 && len < text.size() && text[0] == '/';
+            d.pins_anchor = !d.pins_working_dir;
         } else {
             return bad;
         }
@@ -887,16 +1051,7 @@ Result<std::vector<Dependency>> parse(std::string_view text, const std::string &
         if (len == 0 || len >= text.size() || text[len] != '\n') return bad;
         d.path.assign(text.substr(0, len));
         text.remove_prefix(len + 1);
-        if (d.path[0] != '/') {
-            // Relative to the working directory: checked in the current one.
-            if (d.pins_working_dir) return bad;
-            if (working_dir.empty()) {
-                return Error{Errc::io, "the dependency list names files relative to the working directory, "
-                                       "which cannot be told"};
-            }
-            d.relative = std::move(d.path);
-            d.path = working_dir == "/" ? "/" + d.relative : working_dir + "/" + d.relative;
-        }
+        if (auto st = place(d, search); !st) return std::move(st).error();
         deps.push_back(std::move(d));
     }
     return deps;

@@ -36,10 +36,23 @@ struct Dependency {
     // the entry is shared when they are the same and missed when they are not (ccache's
     // manifests record what was read, not where the process stood).
     std::string relative;
+    // With `relative`: what it is relative to. -1: the working directory; else the request's
+    // folder Search::anchors[anchor] (an include folder, the folder of an absolute program name
+    // or pre-included file), through which NVRTC found it. Another install with the same files
+    // under another folder then shares the entry, unless it is pinned (below).
+    int anchor = -1;
     // Not a file: the working directory the compile ran in (`path`), which must be the current
     // one. Recorded when what was read through it cannot be listed (a computed include that
     // could name any file): the entry then serves that folder only.
     bool pins_working_dir = false;
+    // Not a file: the location of Search::anchors[anchor] (absolute, or relative to a base
+    // folder: location()), recorded in `relative`, that the request must have for the entry to
+    // serve it; `path` is the location the current request has (parse()). Recorded when a text
+    // the compile reads may name its own file (file_naming: __FILE__, NVRTC's assert): the
+    // cubin may then name the folder a file was read from, so an entry serves that folder only.
+    bool pins_anchor = false;
+    // A pin (either kind), not a file.
+    bool is_pin() const { return pins_working_dir || pins_anchor; }
     bool exists = true;  // false: a probed candidate that must stay absent
     std::uint64_t size = 0;
     std::int64_t mtime_sec = 0;
@@ -59,6 +72,14 @@ struct FileOptions {
     std::vector<std::string> include_dirs;
     std::vector<std::string> pre_includes;
     std::vector<std::string> defines;  // "NAME", "NAME=VALUE", "NAME(a)=VALUE"
+    // Where each include folder and pre-included file was given, in option order: the option
+    // holding the value (the second of "-I", "dir") and the value as taken from it.
+    struct Place {
+        std::size_t option = 0;
+        bool pre_include = false;
+        std::string value;
+    };
+    std::vector<Place> places;
 };
 
 // The file options among `nvrtc_options`, in every spelling NVRTC 13 accepts: -I<dir>, -I=<dir>,
@@ -92,14 +113,46 @@ struct Search {
     bool source_folder_absolute = false;
     // Absolute, in NVRTC's order: those among the NVRTC options, then include_paths.
     std::vector<std::string> include_dirs;
-    // Parallel to include_dirs (missing entries: false): given relative to the working directory
-    // (a relative -I), so that what is found under it is recorded relative (Dependency::relative).
-    std::vector<bool> include_dir_in_working_dir;
     // As given to -include / --pre-include.
     std::vector<std::string> pre_includes;
     // As given to -D / --define-macro (FileOptions::defines).
     std::vector<std::string> defines;
+    // The absolute folders the request names, each once, in the order first named: the include
+    // folders not given relative to the working directory, the folder of an absolute program
+    // name, the folder of each absolute pre-included file. What is found through one is
+    // recorded relative to it (Dependency::anchor), and the key names it by its number
+    // (key::key_of), so the same files under another install prefix give the same keys.
+    std::vector<std::string> anchors;
+    // Parallel to include_dirs: the anchor of each (-1: one given relative to the working
+    // directory). source_folder_anchor likewise for source_folder when absolute.
+    std::vector<int> include_dir_anchor;
+    int source_folder_anchor = -1;
+    // Base folders (key::Request::base_dirs): absolute, normalised. See location().
+    std::vector<std::string> base_dirs;
+    // The NVRTC options define NDEBUG (and undefine it nowhere): NVRTC's built-in assert is
+    // then empty and names no file (file_naming).
+    bool quiet_assert = false;
 };
+
+// Where `folder` (absolute) is, as the key and a pin record it: relative to the first of
+// `base_dirs` it lies in ("{base N}" or "{base N}/rest"), else the folder itself.
+std::string location(const std::string &folder, const std::vector<std::string> &base_dirs);
+
+// The number of `folder` among `search.anchors`, added when not there yet.
+int anchor_of(Search &search, const std::string &folder);
+
+// What a text says that may put its own file's name in the cubin, by identifiers anywhere in it
+// (in a comment too: a superset).
+struct FileNaming {
+    bool own_file = false;     // __FILE__, __BASE_FILE__ or __FILE_NAME__
+    bool uses_assert = false;  // assert: NVRTC's own expands to __FILE__ unless NDEBUG is defined
+    FileNaming &operator|=(const FileNaming &o) {
+        own_file = own_file || o.own_file;
+        uses_assert = uses_assert || o.uses_assert;
+        return *this;
+    }
+};
+FileNaming file_naming(std::string_view text);
 
 // Files that compiling `source` may read from disk. Errc::io when a found header cannot be read.
 // A computed include is looked up as every header name its macros may expand to (as a quoted or
@@ -163,10 +216,12 @@ bool still_current(const std::vector<Dependency> &deps);
 bool settle(std::vector<Dependency> &deps);
 
 // Text form kept in a cache entry (`deps.txt`), and back; a malformed text is Errc::io. A
-// relative record is written relative and parsed against `working_dir` (absolute; the current
-// one): Errc::io when there is a relative record and `working_dir` is empty.
+// relative record is written relative and parsed against the current request's folders
+// (`search`: its working directory, absolute, or the anchor it names): Errc::io when the request
+// has no such folder (another request's list). A pinned anchor's current location is taken from
+// `search` (Dependency::pins_anchor).
 std::string format(const std::vector<Dependency> &deps);
-Result<std::vector<Dependency>> parse(std::string_view text, const std::string &working_dir);
+Result<std::vector<Dependency>> parse(std::string_view text, const Search &search);
 
 // The working directory, absolute (getcwd); empty when it cannot be told.
 std::string current_working_dir();

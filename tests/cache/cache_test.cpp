@@ -60,6 +60,14 @@ std::string compile_ok(Cache &cache, const Request &r) {
     return path.ok() ? path->cubin : std::string();
 }
 
+// deps.txt read back as a request in `working_dir` (empty: none) with no anchors would.
+kjit::Result<std::vector<kjit::key::include_scanner::Dependency>> parse_in(std::string_view text,
+                                                                           const std::string &working_dir) {
+    kjit::key::include_scanner::Search s;
+    s.working_dir = working_dir;
+    return kjit::key::include_scanner::parse(text, s);
+}
+
 // A search of these include folders only (no working directory).
 kjit::key::include_scanner::Search in_folders(std::vector<std::string> dirs) {
     kjit::key::include_scanner::Search s;
@@ -180,7 +188,12 @@ TEST(Cache, HitMemoDigestChangesWithEachInputTheCallerGives) {
     };
     digests.insert(digest_of(base));
     std::size_t given = 1;
-    for (const Request &v : one_input_changed()) {
+    std::vector<Request> changed = one_input_changed();
+    // Base folders change the key only where a folder is pinned or keyed by location, which the
+    // memo cannot tell: they are always in its digest.
+    changed.push_back(base);
+    changed.back().base_dirs = {"/opt/venv"};
+    for (const Request &v : changed) {
         if (v.nvrtc_identity != base.nvrtc_identity) continue;
         digests.insert(digest_of(v));
         ++given;
@@ -327,7 +340,9 @@ TEST(Cache, HeadersUnderIncludePathsEnterByContent) {
     EXPECT_EQ(cache.counters().nvrtc_compiles, 3u);
     EXPECT_EQ(complete_entries(dir.file("cache")), 3);
     const std::string deps = read_file(entry_of(first) + "/deps.txt");
-    EXPECT_NE(deps.find(dir.file("inc1/config.h")), std::string::npos) << deps;  // recorded absent
+    // Recorded absent, relative to the first include folder (anchor 0), not by its path.
+    EXPECT_NE(deps.find("- 11 :0:config.h\n"), std::string::npos) << deps;
+    EXPECT_EQ(deps.find(dir.path()), std::string::npos) << deps;
 }
 
 TEST(Cache, DamagedEntriesAreRebuilt) {
@@ -575,7 +590,7 @@ TEST(IncludeScanner, FollowsIncludesAndRecordsShadowCandidates) {
     EXPECT_TRUE(absent.count(dir.file("a/top.h")));
     EXPECT_FALSE(absent.count(dir.file("a/sub/inner.h")));  // quoted: the includer's folder comes first
     EXPECT_TRUE(kjit::key::include_scanner::still_current(*deps));
-    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps), "");
+    const auto round = parse_in(kjit::key::include_scanner::format(*deps), "");
     ASSERT_TRUE(round.ok());
     EXPECT_EQ(round->size(), deps->size());
     EXPECT_TRUE(kjit::key::include_scanner::still_current(*round));
@@ -925,12 +940,12 @@ TEST(IncludeScanner, IncludeNextRecordsEveryCandidate) {
 TEST(IncludeScanner, ParseRejectsDamage) {
     for (const char *bad : {"", "kjit-deps 2\n", "kjit-deps 1\n+ 1 2.000000003 00000000000000ab 50 short\n",
                             "kjit-deps 1\n? 3 abc\n", "kjit-deps 1\n- 3 abcd\n"}) {
-        EXPECT_FALSE(kjit::key::include_scanner::parse(bad, "/w").ok()) << bad;
+        EXPECT_FALSE(parse_in(bad, "/w").ok()) << bad;
     }
     kjit::key::include_scanner::Dependency odd;
     odd.path = "/ path with\nnewline";
     odd.exists = false;
-    const auto back = kjit::key::include_scanner::parse(kjit::key::include_scanner::format({odd}), "");
+    const auto back = parse_in(kjit::key::include_scanner::format({odd}), "");
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->at(0).path, odd.path);
     EXPECT_EQ(back->at(0).relative, "");
@@ -956,7 +971,7 @@ TEST(IncludeScanner, RelativeRecordsRoundTripAgainstTheReadersWorkingDirectory) 
     pin.pins_working_dir = true;
     const std::string text = kjit::key::include_scanner::format({rel, up, pin});
     EXPECT_EQ(text.find("/a/proj/"), std::string::npos) << text;
-    const auto back = kjit::key::include_scanner::parse(text, "/elsewhere");
+    const auto back = parse_in(text, "/elsewhere");
     ASSERT_TRUE(back.ok()) << back.error().message;
     ASSERT_EQ(back->size(), 3u);
     EXPECT_EQ(back->at(0).path, "/elsewhere/ odd\nname.h");
@@ -966,9 +981,9 @@ TEST(IncludeScanner, RelativeRecordsRoundTripAgainstTheReadersWorkingDirectory) 
     EXPECT_FALSE(back->at(1).exists);
     EXPECT_TRUE(back->at(2).pins_working_dir);
     EXPECT_EQ(back->at(2).path, "/a/proj");
-    EXPECT_FALSE(kjit::key::include_scanner::parse(text, "").ok());
-    EXPECT_FALSE(kjit::key::include_scanner::parse("kjit-deps 1\n@ 4 proj\n", "/w").ok());
-    EXPECT_FALSE(kjit::key::include_scanner::parse("kjit-deps 1\n- 0 \n", "/w").ok());
+    EXPECT_FALSE(parse_in(text, "").ok());
+    EXPECT_FALSE(parse_in("kjit-deps 1\n@ 4 proj\n", "/w").ok());
+    EXPECT_FALSE(parse_in("kjit-deps 1\n- 0 \n", "/w").ok());
 }
 
 // KJIT_LOG_LEVEL=debug logs each miss and hit with its key (captured here from stderr).
@@ -1007,7 +1022,7 @@ TEST(IncludeScanner, YoungHeaderEditedWithSameSizeAndMtimeIsCaught) {
     ASSERT_TRUE(deps.ok());
     ASSERT_EQ(deps->size(), 1u);
     EXPECT_TRUE(deps->at(0).verify_content);
-    const auto round = kjit::key::include_scanner::parse(kjit::key::include_scanner::format(*deps), "");
+    const auto round = parse_in(kjit::key::include_scanner::format(*deps), "");
     ASSERT_TRUE(round.ok());
     EXPECT_TRUE(round->at(0).verify_content);
     struct stat st {};
@@ -1060,12 +1075,21 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
 namespace {
 
 // deps.txt's line for `path` (without the path), or "" if it has none.
+// The line of `deps_file` that records `path` (absolute), written absolute or relative to the
+// folder it was found through (":N:rel"), without its path.
 std::string deps_line(const std::string &deps_file, const std::string &path) {
-    const std::string text = read_file(deps_file);
-    const std::size_t at = text.find(" " + std::to_string(path.size()) + " " + path + "\n");
-    if (at == std::string::npos) return "";
-    const std::size_t start = text.rfind('\n', at) + 1;
-    return text.substr(start, at - start);
+    std::istringstream lines(read_file(deps_file));
+    for (std::string line; std::getline(lines, line);) {
+        const std::size_t space = line.rfind(' ');
+        if (space == std::string::npos) continue;
+        std::string recorded = line.substr(space + 1);
+        if (recorded.size() > 1 && recorded[0] == ':') recorded = "/" + recorded.substr(recorded.find(':', 1) + 1);
+        if (path == recorded || (recorded[0] == '/' && path.size() > recorded.size() &&
+                                 path.compare(path.size() - recorded.size(), recorded.size(), recorded) == 0)) {
+            return line.substr(0, line.rfind(' ', space - 1));
+        }
+    }
+    return "";
 }
 
 std::string mtime_text(std::time_t sec, long nsec) {

@@ -45,18 +45,17 @@ kjit::key::Request decode(std::string_view bytes) {
     return r;
 }
 
-// The options as the key covers them: an option that only names a file NVRTC writes
-// (-time=FILE) by its presence, not its path (compile::compiler::keyed_option).
-std::vector<std::string> keyed_options(const kjit::key::Request &r) {
-    std::vector<std::string> out;
-    for (const std::string &o : r.nvrtc_options) out.push_back(kjit::compile::compiler::keyed_option(o));
-    return out;
+// The folder-naming inputs as the key covers them (key::keyed_folders): an absolute include
+// folder by its number, not its path; an option that only names a file NVRTC writes
+// (-time=FILE) by its presence (compile::compiler::keyed_option).
+bool same_folders(const kjit::key::Request &a, const kjit::key::Request &b) {
+    const kjit::key::KeyedFolders fa = kjit::key::keyed_folders(a), fb = kjit::key::keyed_folders(b);
+    return fa.options == fb.options && fa.include_paths == fb.include_paths && fa.program_name == fb.program_name;
 }
 
 bool same_inputs(const kjit::key::Request &a, const kjit::key::Request &b) {
     return a.source == b.source && a.keyword == b.keyword && a.arch == b.arch &&
-           a.name_expression == b.name_expression && keyed_options(a) == keyed_options(b) &&
-           a.include_paths == b.include_paths && a.headers == b.headers;
+           a.name_expression == b.name_expression && same_folders(a, b) && a.headers == b.headers;
 }
 
 }  // namespace
