@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,9 @@ struct Recorded {
     std::optional<std::string> name_expression;
     std::vector<std::string> nvrtc_options, include_paths, link_inputs, link_options;
     std::vector<std::pair<std::string, std::string>> headers;
+    // How many base folders its paths name as "{base N}" (docs/serving.md): the recording
+    // process's, which a warming node gives as its own (--base-dir, $KJIT_BASE_DIRS).
+    std::size_t base_dirs = 0;
 };
 
 // What a batch item points at, kept alive until the batch ends.
@@ -68,6 +73,7 @@ std::optional<Recorded> parse_line(const std::string &text) {
     r.include_paths = field<std::vector<std::string>>(line, "include_paths");
     r.link_inputs = field<std::vector<std::string>>(line, "link_inputs");
     r.link_options = field<std::vector<std::string>>(line, "link_options");
+    r.base_dirs = field<std::size_t>(line, "base_dirs");
     for (const auto &h : field<std::vector<std::vector<std::string>>>(line, "headers")) {
         if (h.size() != 2) return std::nullopt;
         r.headers.emplace_back(h[0], h[1]);
@@ -93,6 +99,54 @@ bool read_records(const std::vector<std::string> &files, std::deque<Recorded> &o
                 continue;
             }
             if (seen.insert(r->id.empty() ? text : r->id).second) out.push_back(std::move(*r));
+        }
+    }
+    return true;
+}
+
+// This node's base folders: --base-dir's, else $KJIT_BASE_DIRS's ("none" alone: none).
+std::vector<std::string> base_folders(const WarmArgs &a) {
+    std::vector<std::string> out = a.base_dirs;
+    if (out.empty()) {
+        const char *env = std::getenv("KJIT_BASE_DIRS");
+        std::stringstream folders(env ? env : "");
+        for (std::string dir; std::getline(folders, dir, ':');) {
+            if (!dir.empty()) out.push_back(dir);
+        }
+    }
+    if (out.size() == 1 && out[0] == "none") out.clear();
+    return out;
+}
+
+// `text` with each "{base N}" (N < `names`) replaced by this node's base folder N.
+std::string under_base_folders(std::string text, std::size_t names, const std::vector<std::string> &bases) {
+    for (std::size_t n = 0; n < names; ++n) {
+        const std::string label = "{base " + std::to_string(n) + "}";
+        for (std::size_t at = text.find(label); at != std::string::npos; at = text.find(label, at + bases[n].size())) {
+            text.replace(at, label.size(), bases[n]);
+        }
+    }
+    return text;
+}
+
+// Gives the paths a record wrote relative to base folders ("{base N}/inc") this node's base
+// folders; false (said on stderr) when a record names more base folders than this node has.
+bool place_under_base_folders(std::deque<Recorded> &requests, const WarmArgs &a) {
+    const std::vector<std::string> bases = base_folders(a);
+    for (Recorded &r : requests) {
+        if (r.base_dirs == 0) continue;
+        if (r.base_dirs > bases.size()) {
+            std::fprintf(stderr,
+                         "kjit: warm: a record names its paths under %zu base folder(s) ('{base 0}'...), and %zu "
+                         "are given: pass this node's install roots, in the recording's order, with --base-dir "
+                         "(or $KJIT_BASE_DIRS)\n",
+                         r.base_dirs, bases.size());
+            return false;
+        }
+        const auto place = [&](std::string &text) { text = under_base_folders(std::move(text), r.base_dirs, bases); };
+        place(r.program_name);
+        for (auto *list : {&r.nvrtc_options, &r.include_paths, &r.link_inputs}) {
+            for (std::string &text : *list) place(text);
         }
     }
     return true;
@@ -157,6 +211,7 @@ int run_warm(const WarmArgs &a) {
                      skipped);
         return kExitUsage;
     }
+    if (!place_under_base_folders(requests, a)) return kExitUsage;
     std::deque<Item> items;
     for (const Recorded &r : requests) {
         for (const std::string &arch : a.archs.empty() ? std::vector<std::string>{r.arch} : a.archs) {

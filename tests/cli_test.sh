@@ -469,6 +469,17 @@ KJIT_LOG_LEVEL=debug expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch 
     --seed "$WORK/moved-seed" -- -I "$WORK/B/inc"
 contains "compiled " "$WORK/err"
 [ "$(sed -n 2p "$WORK/out")" = _Z4gemmILi127EEvPf ] || fail "an edited header under B printed $(cat "$WORK/out")"
+# A record made under A with base folder A names "{base 0}/inc"; kjit warm under B with --base-dir B
+# warms a cache that a strict run under B hits (with none given, warm says how many it needs).
+echo '#define CFG 126' >"$WORK/B/inc/tile.h"
+KJIT_RECORD="$WORK/moved.jsonl" expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 \
+    --cache-dir "$WORK/moved-stage" --base-dir "$WORK/A" -- -I "$WORK/A/inc" -lineinfo
+contains '"{base 0}/inc"' "$WORK/moved.jsonl"
+KJIT_BASE_DIRS= expect_rc 64 "$KJIT" warm "$WORK/moved.jsonl" --cache-dir "$WORK/moved-served"
+contains "under 1 base folder(s)" "$WORK/err"
+expect_rc 0 "$KJIT" warm "$WORK/moved.jsonl" --cache-dir "$WORK/moved-served" --base-dir "$WORK/B"
+expect_rc 0 "$KJIT" compile "$WORK/tile.cu" -k gemm --arch sm_90 --cache-dir "$WORK/moved-served" \
+    --compile-mode never --base-dir "$WORK/B" -- -I "$WORK/B/inc" -lineinfo
 chmod -R u+w "$S"
 # A damaged entry in the folder imported: the others are copied, it is refused and named (exit 20).
 victim=$(find "$S" -name manifest.txt | head -n 1)

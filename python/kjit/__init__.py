@@ -777,12 +777,14 @@ class Library:
         failed item has its status and error, nothing is raised for it (docs/serving.md).
         ``seed_dirs``, ``remote_storage`` and ``base_dirs`` (base folders, libkjit 0.12) are
         :meth:`compile`'s, for every request: warm with the base folders the serving processes
-        use, or their keys differ."""
+        use, or their keys differ; a record made with base folders names its paths under them
+        ("{base 0}/inc"), which these place under this process's (ValueError when it has fewer)."""
         from . import _record
 
         requests = _record.read(records)
         archs = [arch] if isinstance(arch, str) else list(arch) if arch is not None else None
-        batch: List[BatchRequest] = [dict(source=r.source, keyword=r.keyword, **r.options(a))
+        bases = _record.base_folders(base_dirs)
+        batch: List[BatchRequest] = [dict(source=r.source, keyword=r.keyword, **r.options(a, bases))
                                      for r in requests for a in (archs or [r.arch])]
         return self.compile_batch(batch, workers=workers, worker_kind=worker_kind, cache_dir=cache_dir,
                                   seed_dirs=seed_dirs, remote_storage=remote_storage, compile_mode="always",

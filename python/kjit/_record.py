@@ -29,17 +29,39 @@ class Recorded:
         self.headers = [(str(n), str(t)) for n, t in line.get("headers") or []]
         self.link_inputs: List[str] = list(line.get("link_inputs") or [])
         self.link_options: List[str] = list(line.get("link_options") or [])
+        # How many base folders its paths name as "{base N}": the recording process's, which a
+        # warming process gives as its own (docs/serving.md).
+        self.base_dirs: int = int(line.get("base_dirs") or 0)
 
-    def options(self, arch: str) -> Dict[str, Any]:
-        """The compile keyword arguments of this request for ``arch``."""
-        out: Dict[str, Any] = {"arch": arch, "nvrtc_options": self.nvrtc_options,
-                               "include_paths": self.include_paths, "headers": self.headers,
-                               "link_inputs": self.link_inputs, "link_options": self.link_options}
+    def options(self, arch: str, bases: List[str]) -> Dict[str, Any]:
+        """The compile keyword arguments of this request for ``arch``, its paths under this
+        process's base folders ``bases``. Raises ValueError when it names more than there are."""
+        if self.base_dirs > len(bases):
+            raise ValueError(f"a record names its paths under {self.base_dirs} base folder(s) ('{{base 0}}'...), "
+                             f"and {len(bases)} are given: pass this node's install roots, in the recording's "
+                             "order, as base_dirs= (or $KJIT_BASE_DIRS)")
+
+        def placed(text: str) -> str:
+            for n in range(self.base_dirs):
+                text = text.replace("{base %d}" % n, bases[n])
+            return text
+
+        out: Dict[str, Any] = {"arch": arch, "nvrtc_options": [placed(o) for o in self.nvrtc_options],
+                               "include_paths": [placed(p) for p in self.include_paths], "headers": self.headers,
+                               "link_inputs": [placed(p) for p in self.link_inputs], "link_options": self.link_options}
         if self.name_expression is not None:
             out["name_expression"] = self.name_expression
         if self.program_name:
-            out["filename"] = self.program_name
+            out["filename"] = placed(self.program_name)
         return out
+
+
+def base_folders(base_dirs: Optional[Iterable[PathLike]]) -> List[str]:
+    """The base folders a warming process gives: ``base_dirs``, else $KJIT_BASE_DIRS's."""
+    if base_dirs is not None:
+        return [os.fsdecode(b) for b in base_dirs]
+    folders = [d for d in os.environ.get("KJIT_BASE_DIRS", "").split(":") if d]
+    return [] if folders == ["none"] else folders
 
 
 def read(records: Iterable[PathLike]) -> List[Recorded]:

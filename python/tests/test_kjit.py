@@ -250,6 +250,30 @@ def test_record_then_warm_then_serve_strict(tmp_path):
         kjit.warm([tmp_path / "empty.jsonl"])
 
 
+def test_a_record_made_under_one_prefix_warms_a_cache_under_another(tmp_path):
+    # Issues 47 and 48: with base folders, a record names paths under them ("{base 0}/inc"); a
+    # node installed elsewhere warms from it with its own base folder and serves strictly.
+    src = ('#include "tile.h"\ntemplate <int V> __global__ void gemm(const char **p) { p[0] = __FILE__; }\n'
+           "template __global__ void gemm<CFG>(const char **);\n")
+    for prefix in ("A", "B"):
+        (tmp_path / prefix / "inc").mkdir(parents=True)
+        (tmp_path / prefix / "inc" / "tile.h").write_text("#define CFG 31\n")
+    record = tmp_path / "requests.jsonl"
+    with kjit.record(record):
+        kjit.compile(src, "gemm", cache_dir=tmp_path / "staging", arch="sm_90",
+                     nvrtc_options=["-I", str(tmp_path / "A" / "inc")], base_dirs=[tmp_path / "A"])
+    line = json.loads(record.read_text().splitlines()[0])
+    assert line["nvrtc_options"] == ["-I", "{base 0}/inc"] and line["base_dirs"] == 1, line
+    with pytest.raises(ValueError, match="1 base folder"):
+        kjit.warm([record], cache_dir=tmp_path / "served", base_dirs=[])
+    items = kjit.warm([record], cache_dir=tmp_path / "served", base_dirs=[tmp_path / "B"])
+    assert [i.status for i in items] == [kjit.Status.OK], [i.error for i in items]
+    before = kjit.stats()
+    kjit.compile(src, "gemm", cache_dir=tmp_path / "served", arch="sm_90", compile_mode="never",
+                 nvrtc_options=["-I", str(tmp_path / "B" / "inc")], base_dirs=[tmp_path / "B"])
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles
+
+
 def test_compile_invalid_arguments_from_c(tmp_path):
     src = "__global__ void k(float *p) {}\n"
     with pytest.raises(kjit.InvalidArgument) as info:
@@ -1453,6 +1477,36 @@ def test_seed_dirs_warm_an_empty_cache_without_nvrtc(tmp_path, monkeypatch):
     assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles + 1
     with pytest.raises(TypeError):
         kjit.compile(source, "scale", cache_dir=tmp_path / "fresh4", arch="sm_90", seed_dirs=str(seed))
+
+
+def test_a_seed_hits_under_another_install_prefix(tmp_path):
+    # Issue 47's probe: tile.h under A/inc compiled and exported; the same tile.h under B/inc, an
+    # empty cache and the seed: no NVRTC run. A header naming its file (__FILE__) hits only with
+    # base folders, whose cubin then names the folder it was built in.
+    source = ('#include "tile.h"\ntemplate <int V> __global__ void gemm(const char **p) { p[0] = WHERE; }\n'
+              "template __global__ void gemm<CFG>(const char **);\n")
+    for name, text in (("plain", '#define CFG 126\n#define WHERE "here"\n'),
+                       ("named", "#define CFG 127\n#define WHERE __FILE__\n")):
+        for prefix in ("A", "B"):
+            inc = tmp_path / name / prefix / "inc"
+            inc.mkdir(parents=True)
+            (inc / "tile.h").write_text(text)
+    def node(name, prefix, cache, **options):
+        return kjit.compile(source, "gemm", cache_dir=tmp_path / cache, arch="sm_90",
+                            nvrtc_options=["-I", str(tmp_path / name / prefix / "inc")], **options)
+    node("plain", "A", "a")
+    node("named", "A", "a")
+    node("named", "A", "a-based", base_dirs=[tmp_path / "named" / "A"])
+    seed = tmp_path / "seed"
+    assert kjit.cache_export(seed, tmp_path / "a").copied_entries == 2
+    assert kjit.cache_export(seed, tmp_path / "a-based").copied_entries == 1
+    before = kjit.stats()
+    plain = node("plain", "B", "b", seed_dirs=[seed])
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles and kjit.resolve_name(plain, "gemm") == "_Z4gemmILi126EEvPPKc"
+    node("named", "B", "b", seed_dirs=[seed])
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles + 1
+    node("named", "B", "b2", seed_dirs=[seed], base_dirs=[tmp_path / "named" / "B"])
+    assert kjit.stats().nvrtc_compiles == before.nvrtc_compiles + 1
 
 
 def test_cache_import_refuses_damaged_entries(tmp_path):

@@ -1,5 +1,6 @@
 #include "api/request_record.hpp"
 
+#include "key/include_scanner.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <unordered_set>
 
@@ -88,8 +90,43 @@ std::string absolute(const std::string &path) {
     return std::string(cwd) + "/" + path;
 }
 
+// The base folders of `r`, absolute and normal, as the key takes them (key::key_request has
+// checked them by the time a request is recorded).
+std::vector<std::string> base_folders(const key::Request &r) {
+    std::vector<std::string> out;
+    for (const std::string &b : r.base_dirs) {
+        std::string normal = std::filesystem::path(b).lexically_normal().string();
+        while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+        out.push_back(normal);
+    }
+    return out;
+}
+
+// `path` (absolute) as a record writes it: "{base N}/rest" under base folder N, so that a record
+// made under one install prefix warms a cache under another (kjit warm --base-dir).
+std::string portable(const std::string &path, const std::vector<std::string> &bases) {
+    return path.empty() || path[0] != '/' ? path : key::include_scanner::location(path, bases);
+}
+
+// The NVRTC options with each absolute include folder or pre-included file under a base folder
+// written relative to it (portable).
+std::vector<std::string> portable_options(const std::vector<std::string> &options,
+                                          const std::vector<std::string> &bases) {
+    std::vector<std::string> out = options;
+    if (bases.empty()) return out;
+    auto files = key::include_scanner::file_options(options);
+    if (!files) return out;
+    for (const auto &place : files->places) {
+        const std::size_t at = out[place.option].rfind(place.value);
+        if (at == std::string::npos || place.value[0] != '/') continue;
+        out[place.option].replace(at, place.value.size(), portable(place.value, bases));
+    }
+    return out;
+}
+
 // The record line of `r` (with its newline), and its id.
 std::string line_of(const key::Request &r, std::uint64_t *id) {
+    const std::vector<std::string> bases = base_folders(r);
     std::string body = "\"source\":";
     append_escaped(body, r.source);
     body += ",\"keyword\":";
@@ -103,10 +140,10 @@ std::string line_of(const key::Request &r, std::uint64_t *id) {
     body += ",\"arch\":";
     append_escaped(body, r.arch);
     body += ",\"program_name\":";
-    append_escaped(body, r.program_name);
-    append_list(body, "nvrtc_options", r.nvrtc_options);
+    append_escaped(body, portable(r.program_name, bases));
+    append_list(body, "nvrtc_options", portable_options(r.nvrtc_options, bases));
     std::vector<std::string> paths;
-    for (const std::string &p : r.include_paths) paths.push_back(absolute(p));
+    for (const std::string &p : r.include_paths) paths.push_back(portable(absolute(p), bases));
     append_list(body, "include_paths", paths);
     body += ",\"headers\":[";
     for (std::size_t i = 0; i < r.headers.size(); ++i) {
@@ -118,9 +155,11 @@ std::string line_of(const key::Request &r, std::uint64_t *id) {
     }
     body += ']';
     paths.clear();
-    for (const std::string &p : r.link_inputs) paths.push_back(absolute(p));
+    for (const std::string &p : r.link_inputs) paths.push_back(portable(absolute(p), bases));
     append_list(body, "link_inputs", paths);
     append_list(body, "link_options", r.link_options);
+    // How many base folders "{base N}" may name: a warming node needs as many of its own.
+    if (!bases.empty()) body += ",\"base_dirs\":" + std::to_string(bases.size());
     *id = hash64(body);
     char hex[kIdDigits + 1];
     std::snprintf(hex, sizeof hex, "%016" PRIx64, *id);

@@ -303,7 +303,8 @@ TEST(Relocation, AbsolutePreIncludeAndProgramNameMoveToo) {
 TEST(Relocation, BaseFoldersMoveWhatNamesItsFolder) {
     Installs in;
     in.write("dg/assert.h", "#define DG_HERE __FILE__\n");
-    in.write("dg/gemm.h", "#include \"assert.h\"\n#define CFG 23\n__device__ const char *where() { return DG_HERE; }\n");
+    in.write("dg/gemm.h",
+             "#include \"assert.h\"\n#define CFG 23\n__device__ const char *where() { return DG_HERE; }\n");
     const std::string source = "#include <dg/gemm.h>\n"
                                "template <int V> __global__ void gemm(const char **p) { p[V] = where(); }\n"
                                "template __global__ void gemm<CFG>(const char **);\n";
