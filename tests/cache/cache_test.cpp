@@ -986,6 +986,81 @@ TEST(IncludeScanner, RelativeRecordsRoundTripAgainstTheReadersWorkingDirectory) 
     EXPECT_FALSE(parse_in("kjit-deps 1\n- 0 \n", "/w").ok());
 }
 
+// Records relative to an anchor (an include folder the request names) are written ":N:rel" and
+// read back under the reader's anchor N; a pin is read back with the reader's location of it,
+// which check() compares; a working-directory record that starts with ':' is not taken for one.
+// An anchor the reader does not have, or a malformed number, is damage.
+TEST(IncludeScanner, AnchoredRecordsAndPinsRoundTripUnderTheReadersFolders) {
+    using kjit::key::include_scanner::Dependency;
+    Dependency tile;
+    tile.path = "/opt/A/inc/tile.h";
+    tile.relative = "tile.h";
+    tile.anchor = 1;
+    tile.size = 7;
+    tile.content_hash = 0xcd;
+    Dependency colon;
+    colon.path = "/w/:1:odd.h";
+    colon.relative = ":1:odd.h";
+    colon.exists = false;
+    Dependency pin;
+    pin.pins_anchor = true;
+    pin.anchor = 1;
+    pin.relative = pin.path = "{base 0}/inc";
+    const std::string text = kjit::key::include_scanner::format({tile, colon, pin});
+    EXPECT_NE(text.find(" :1:tile.h\n"), std::string::npos) << text;
+    EXPECT_NE(text.find(" ./:1:odd.h\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("@ 15 :1:{base 0}/inc\n"), std::string::npos) << text;
+    kjit::key::include_scanner::Search reader;
+    reader.working_dir = "/v";
+    reader.anchors = {"/opt/B/other", "/opt/B/inc"};
+    reader.base_dirs = {"/opt/B"};
+    auto back = kjit::key::include_scanner::parse(text, reader);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    ASSERT_EQ(back->size(), 3u);
+    EXPECT_EQ(back->at(0).path, "/opt/B/inc/tile.h");
+    EXPECT_EQ(back->at(0).anchor, 1);
+    EXPECT_EQ(back->at(1).path, "/v/:1:odd.h");
+    EXPECT_EQ(back->at(1).relative, ":1:odd.h");
+    EXPECT_EQ(back->at(1).anchor, -1);
+    EXPECT_TRUE(back->at(2).pins_anchor);
+    EXPECT_EQ(back->at(2).path, "{base 0}/inc");  // where the reader's anchor 1 is
+    EXPECT_EQ(kjit::key::include_scanner::format(*back), text);
+    // The same entry read under another base folder: the pin does not hold.
+    reader.base_dirs = {"/opt"};
+    back = kjit::key::include_scanner::parse(text, reader);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->at(2).path, "{base 0}/B/inc");
+    std::vector<Dependency> pins_only = {back->at(2)};
+    EXPECT_FALSE(kjit::key::include_scanner::check(pins_only).current);
+    reader.anchors.pop_back();
+    EXPECT_FALSE(kjit::key::include_scanner::parse(text, reader).ok());
+    EXPECT_FALSE(parse_in("kjit-deps 1\n- 4 :x:a\n", "/w").ok());
+    EXPECT_FALSE(parse_in("kjit-deps 1\n@ 8 /w/a.h\n- 3 :0:\n", "/w").ok());
+}
+
+// Where a folder lies, as a pin and a keyed location record it: relative to the first base
+// folder that holds it (component-wise), else as it is.
+TEST(IncludeScanner, LocationsAreRelativeToTheFirstBaseFolderThatHoldsThem) {
+    using kjit::key::include_scanner::location;
+    EXPECT_EQ(location("/opt/A/inc", {}), "/opt/A/inc");
+    EXPECT_EQ(location("/opt/A/inc", {"/opt/A"}), "{base 0}/inc");
+    EXPECT_EQ(location("/opt/A", {"/opt/A"}), "{base 0}");
+    EXPECT_EQ(location("/opt/AB/inc", {"/opt/A"}), "/opt/AB/inc");
+    EXPECT_EQ(location("/opt/A/inc", {"/srv", "/opt"}), "{base 1}/A/inc");
+    EXPECT_EQ(location("/opt/A/inc", {"/"}), "{base 0}/opt/A/inc");
+}
+
+// Which texts may name their own file: the identifiers, not longer ones; NVRTC's assert.
+TEST(IncludeScanner, FileNamingIsToldByIdentifiers) {
+    using kjit::key::include_scanner::file_naming;
+    EXPECT_TRUE(file_naming("return __FILE__;").own_file);
+    EXPECT_TRUE(file_naming("#define W __BASE_FILE__\n").own_file);
+    EXPECT_TRUE(file_naming("x(__FILE_NAME__)").own_file);
+    EXPECT_FALSE(file_naming("MY__FILE__X __FILE__S").own_file);
+    EXPECT_TRUE(file_naming("assert(p);").uses_assert);
+    EXPECT_FALSE(file_naming("static_assert(1); __assertfail(); assertion").uses_assert);
+}
+
 // KJIT_LOG_LEVEL=debug logs each miss and hit with its key (captured here from stderr).
 TEST(Cache, DebugLogNamesMissesAndHitsWithTheirKeys) {
     TempDir dir;
