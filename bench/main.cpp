@@ -36,6 +36,12 @@
 //            device library the bench compiles to LTO-IR, cold kjit_compile with link_inputs
 //            against raw NVRTC to LTO-IR + nvJitLink, interleaved over 3 rounds, and hits in
 //            fresh processes (kjit-link-child): first hit, memo hit (link_scenario.cpp)
+//   relocation  caches that move with the install (issue 47): a cache built under one install
+//            prefix and exported, and a fresh node (an empty cache, the export as its seed) under
+//            another prefix with the same files: NVRTC runs and time to ready, for the headers
+//            scenario's tree (32 kernels, no base folders) against a cold node, and for the
+//            real clients' DeepGEMM set from --clients without and with base_dirs (skipped, and
+//            said, without it), against 0.10.0 with --relocation-before-lib (relocation_scenario.cpp)
 //   scaling  not by default: the CUB sweep with PCH on 1, 2, 4, 8, 16 workers, threads against
 //            worker processes, for machines with many cores (cub_scenario.cpp)
 // Prints a progress line for long phases (on a terminal), a summary table at the end, and with
@@ -123,6 +129,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("fleet")) run_fleet(o, report);
     if (o.wants("real-clients")) run_real_clients(o, report);
     if (o.wants("link")) run_link(o, report);
+    if (o.wants("relocation")) run_relocation(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -176,7 +183,7 @@ int main(int argc, char **argv) {
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
         ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster",
-                               "fleet", "scaling", "real-clients", "link"}));
+                               "fleet", "scaling", "real-clients", "link", "relocation"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -294,14 +301,21 @@ int main(int argc, char **argv) {
     app.add_option("--link-repeats", o.link_repeats, "Memo-hit rounds per hit-only process (link scenario)")
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();
+    app.add_option("--relocation-kernels", o.relocation_kernels,
+                   "Header-only tree kernels built under one prefix and ready under another (relocation scenario)")
+        ->check(CLI::Range(1, tree_kernel_count()))
+        ->capture_default_str();
+    app.add_option("--relocation-before-lib", o.relocation_before_lib,
+                   "Folder of an earlier libkjit.so.0 (0.10.0) whose relocated node runs beside this one (relocation "
+                   "scenario; bench/run.sh builds it)");
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
     if (o.scenarios.empty()) {
-        o.scenarios = {"sweep", "resolve", "startup", "cub",          "trust",
-                       "peers", "headers", "node",    "real-clients", "link"};
+        o.scenarios = {"sweep",   "resolve", "startup",      "cub",  "trust",     "peers",
+                       "headers", "node",    "real-clients", "link", "relocation"};
 #if KJIT_BENCH_CLUSTER
         o.scenarios.push_back("cluster");
         o.scenarios.push_back("fleet");

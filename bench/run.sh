@@ -12,7 +12,10 @@
 # headers` runs it alone), one compile per key on the node, the Redis cluster tier against a
 # redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server),
 # and real clients' kernels (DeepGEMM, humming; bench/real_clients/prepare.py generates them from
-# their pinned sources under $KJIT_BENCH_SOURCES when given) as batches against sequential plain NVRTC.
+# their pinned sources under $KJIT_BENCH_SOURCES when given) as batches against sequential plain NVRTC,
+# and caches that move with the install (a cache built under one prefix, exported, and a fresh node
+# under another prefix with the seed: the header tree, and DeepGEMM without and with base_dirs,
+# beside 0.10.0; `--only relocation` runs it alone).
 # Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)
@@ -114,13 +117,20 @@ if build_baseline 9b67a21b2af6fe9a0ffec3b4a9fad1bdff65999e baseline-0.8.0 "0.8.0
     baseline_args+=(--fleet-before-lib "$BUILD_DIR/baseline-0.8.0/build/src")
 fi
 
+# The relocation scenario: 0.10.0 (its last commit, before 0.11.0's strict mode), whose keys hold
+# each include folder's absolute path: a node under another prefix compiles every kernel (issue 47).
+if build_baseline d8c20ba78f96e1da47553885855d91c17cd1a860 baseline-0.10.0 "0.10.0 (the relocation scenario's baseline)"; then
+    baseline_args+=(--relocation-before-lib "$BUILD_DIR/baseline-0.10.0/build/src")
+fi
+
 if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
     echo "bench: no GPU found: the load rows go through the driver test double, not a real driver"
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
 # The real-clients scenario's kernels: DeepGEMM's and humming's, generated with their own
 # generators from the pinned DeepGEMM, humming and CUTLASS under $KJIT_BENCH_SOURCES, into
-# $BUILD_DIR/bench/real-clients. Without them the scenario says it is skipped.
+# $BUILD_DIR/bench/real-clients. Without them the scenario says it is skipped (and the relocation
+# scenario, which reads the DeepGEMM set too, that its DeepGEMM part is not run).
 # Alone: bash bench/run.sh --only real-clients
 CLIENTS="$BUILD_DIR/bench/real-clients"
 clients_rc=0

@@ -12,7 +12,7 @@ namespace kjit_bench {
 
 struct BenchOptions {
     std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers",
-                                         // "node", "scaling", "real-clients", "link"
+                                         // "node", "scaling", "real-clients", "link", "relocation"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -70,6 +70,9 @@ struct BenchOptions {
     // real-clients: the folder bench/real_clients/prepare.py wrote (deepgemm.json, humming.json)
     std::string clients_dir;
     int clients_rounds = 3;  // rounds of the real-clients scenario's ways, interleaved (median)
+    // relocation (and the DeepGEMM manifest of clients_dir)
+    int relocation_kernels = 32;        // header-only tree kernels built under one prefix, ready under another
+    std::string relocation_before_lib;  // an earlier libkjit.so.0's folder (0.10.0), its relocated node beside this one
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -157,5 +160,12 @@ void run_real_clients(const BenchOptions &o, Report &report);
 // and prints "wall_us <time>". Returns the exit code.
 int clients_child_main(const std::string &mode, const std::string &cache, const std::string &clients,
                        const std::string &set);
+
+// 13: caches that move with the install (issue 47): a cache built under one install prefix and
+// exported, and a fresh node under another prefix with the export as its seed, for the
+// header-only tree and DeepGEMM (without and with base_dirs), against an earlier libkjit when
+// given (relocation_scenario.cpp, kjit-relocation-node). DeepGEMM's part is skipped, and said,
+// without its manifest.
+void run_relocation(const BenchOptions &o, Report &report);
 
 }  // namespace kjit_bench

@@ -3,7 +3,8 @@
 # 40-kernel cubin, 4 sweep kernels, 2 CUB kernels, one trust round, 2 kernels over the generated
 # header tree, 2 cluster nodes and kernels against a redis-server it starts, 2 fleet nodes and
 # kernels under each server condition, 2 link-time kernels in one round, the real-clients
-# scenario without its kernels (it must say it is skipped), few iterations), through
+# scenario without its kernels (it must say it is skipped), 2 header-tree kernels built under one
+# prefix and ready under another (DeepGEMM's part not run), few iterations), through
 # the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
@@ -19,7 +20,7 @@ KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.c
     --header-kernels 2 --header-batch 2 --header-repeats 1 --header-hit-rounds 2 \
     --node-processes 2 --node-kernels 2 --node-repeats 1 --peers-rounds 1 --peers-repeats 40 \
     --cluster-nodes 2 --cluster-kernels 2 --cluster-rounds 1 --fleet-nodes 2 --fleet-kernels 2 \
-    --link-kernels 2 --link-rounds 1 --link-repeats 5 \
+    --link-kernels 2 --link-rounds 1 --link-repeats 5 --relocation-kernels 2 \
     --clients "$work/no-clients" \
     --json "$work/out.json" \
     > "$work/stdout.txt"
@@ -31,7 +32,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
 assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "peers", "headers",
-                         "headers_pch", "headers_edit", "node", "cluster", "fleet", "real-clients", "link"}, sections.keys()
+                         "headers_pch", "headers_edit", "node", "cluster", "fleet", "real-clients", "link",
+                         "relocation"}, sections.keys()
 # No manifests in --clients: the scenario says so and the bench goes on.
 assert not sections["real-clients"], sections["real-clients"]
 assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.python.small.repeat.now",
@@ -65,6 +67,16 @@ assert link["hit_processes"] == 1 and link["hits"] == 2 + 5 * 2, link
 assert link["hit_misses"] == 0 and link["hit_nvrtc_runs"] == 0 and link["hit_nvjitlink_links"] == 0, link
 assert link["hit_nvrtc_maps"] == 0 and link["hit_nvjitlink_maps"] == 0, link
 assert link["library_functions"] >= 24 and link["library_ltoir_bytes"] > 0, link
+# Caches that move with the install: a fresh node under another prefix, with the export of a cache
+# built under the first as its seed, compiles nothing (the header tree needs no base folders); a
+# cold one compiles each kernel. DeepGEMM's part needs the manifests: not run here, and said.
+assert set(sections["relocation"]) == {"relocation.tree.build", "relocation.tree.seeded",
+                                       "relocation.tree.cold"}, sections["relocation"].keys()
+reloc = j["relocation"]
+assert reloc["tree"]["now"]["build"]["nvrtc_runs"] == 2 and reloc["tree"]["now"]["build"]["exported"] == 2, reloc
+assert reloc["tree"]["now"]["ready"]["nvrtc_runs"] == 0 and reloc["tree"]["now"]["ready"]["seed_hits"] == 2, reloc
+assert reloc["tree"]["cold"]["nvrtc_runs"] == 2, reloc
+assert "not_run" in reloc["deepgemm"] and not j["targets"]["relocation_deepgemm_base_dirs_nvrtc_runs"]["available"]
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
 assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
                                         "headers_pch.hum_off"}, sections["headers_pch"]
@@ -97,7 +109,7 @@ for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", 
             "cluster_warm_local_commands", "cluster_cold_wall_tier_over_none", "fleet_full_server_nvrtc_runs",
             "fleet_shard_down_nvrtc_runs", "fleet_restart_extra_compiles", "fleet_killed_holder_wait", "fleet_seed_nvrtc_runs", "peers_c_small_repeat_us", "peers_python_cub_over_c_us",
             "link_cold_over_raw", "link_cold_over_first_hit", "link_cold_over_memo_hit", "link_hit_process_runs",
-            "link_hit_process_maps"]:
+            "link_hit_process_maps", "relocation_tree_nvrtc_runs"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -120,7 +132,7 @@ fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
 grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_params.hpp" ||
     { echo "the headers scenario left its edit in the header tree"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*' -o -maxdepth 1 -name 'cluster-*' -o -maxdepth 1 -name 'fleet-*' -o -maxdepth 1 -name 'peers-*' -o -maxdepth 1 -name 'link-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*' -o -maxdepth 1 -name 'cluster-*' -o -maxdepth 1 -name 'fleet-*' -o -maxdepth 1 -name 'peers-*' -o -maxdepth 1 -name 'link-*' -o -maxdepth 1 -name 'relocation-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # The trust scenario runs this program over 0.3.0's libkjit (bench/run.sh): it may need no symbol
