@@ -140,10 +140,13 @@ SIDECAR_REJECTIONS: Tuple[str, ...] = tuple(name.lower() for name in _abi.SIDECA
 # kjit_status values compared on every call, as plain ints (kjit.Status is imported later).
 _OK = 0  # KJIT_OK
 _TOO_SMALL = 10  # KJIT_ERROR_BUFFER_TOO_SMALL
-# compile()'s keyword arguments, one per field of kjit_compile_options.
-_COMPILE_KEYWORDS = ("cache_dir", "arch", "nvrtc_options", "include_paths", "headers", "name_expression",
-                     "max_cache_size", "remote_storage", "filename", "seed_dirs", "link_inputs", "link_options",
-                     "compile_mode", "base_dirs")
+# compile()'s keyword arguments, one per field of kjit_compile_options, with their defaults, in
+# the order of its signature (and of the values in a memo key, kjit._prepared.Memo).
+_COMPILE_DEFAULTS: Dict[str, Any] = {
+    "cache_dir": None, "arch": None, "nvrtc_options": (), "include_paths": (), "headers": None,
+    "name_expression": None, "max_cache_size": None, "remote_storage": None, "filename": None, "seed_dirs": None,
+    "link_inputs": (), "link_options": (), "compile_mode": None, "base_dirs": None}
+_COMPILE_KEYWORDS = tuple(_COMPILE_DEFAULTS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,56 +391,73 @@ class Library:
         Raises CompileError (the NVRTC log is in ``.message``), InvalidArgument, KjitIOError,
         LinkError (nvJitLink's log), NotCachedError, ...
         """
-        options = {"cache_dir": cache_dir, "arch": arch, "nvrtc_options": nvrtc_options,
-                   "include_paths": include_paths, "headers": headers, "name_expression": name_expression,
-                   "max_cache_size": max_cache_size, "remote_storage": remote_storage, "filename": filename,
-                   "seed_dirs": seed_dirs, "link_inputs": link_inputs, "link_options": link_options,
-                   "compile_mode": compile_mode, "base_dirs": base_dirs}
-        return self._request("compile", source, keyword, options).compile()
+        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        return self._request(source, keyword, values).compile()
 
-    def compile_named(self, source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
+    def compile_named(self, source: Union[str, bytes], keyword: str,
+                      *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                      nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                      headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                      max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                      filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                      link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                      compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Compiled:
         """:meth:`compile` that also gives the kernel's name: a :class:`Compiled` (cubin_path,
         name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
         :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
         :meth:`compile`. With an older libkjit, it calls those two."""
-        return self._request("compile_named", source, keyword, options).compile_named()
+        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        return self._request(source, keyword, values).compile_named()
 
-    def prepare(self, source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+    def prepare(self, source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,
+                arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Prepared:
         """A :class:`Prepared` request: :meth:`compile`'s arguments checked and encoded once,
         whose ``compile_named()``, ``compile()`` and ``compile_and_load()`` each make one C call
         (libkjit still proves the entry unchanged on every call). Raises what :meth:`compile`
         raises for bad Python arguments (TypeError, ValueError); libkjit's errors come from the
         calls."""
-        self._check_keywords("prepare", options)
+        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        # Its options: the arguments given, those left at their defaults left out (as a **options would).
+        options = {name: value for (name, default), value in zip(_COMPILE_DEFAULTS.items(), values)
+                   if value is not default}
         return Prepared(self, source, keyword, options)
 
-    def _request(self, method: str, source: Union[str, bytes], keyword: str, options: Mapping[str, Any]) -> Prepared:
-        """The prepared request of a plain call (compile, compile_named, compile_and_load): a
-        repeat with plain arguments (str, bytes, None, tuples of them) finds it by one look-up
-        of the arguments as given; others are frozen first (kjit._prepared.Memo)."""
+    def _request(self, source: Union[str, bytes], keyword: str, values: Tuple[Any, ...]) -> Prepared:
+        """The prepared request of a plain call (compile, compile_named, compile_and_load), whose
+        keyword arguments are ``values``, in :data:`_COMPILE_KEYWORDS` order: a repeat with plain
+        arguments (str, bytes, None, tuples of them) finds it by one look-up of the arguments as
+        given; others are frozen first (kjit._prepared.Memo)."""
         try:
-            return self._requests[(source, keyword, *options.items())]
+            return self._requests[(source, keyword, *values)]
         except (KeyError, TypeError):  # not kept yet, or a list, a mapping, ... among them
             pass
-        self._check_keywords(method, options)
-        return self._memo.prepare(self, source, keyword, options)
-
-    @staticmethod
-    def _check_keywords(method: str, options: Mapping[str, Any]) -> None:
-        for name in options:
-            if name not in _COMPILE_KEYWORDS:
-                raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+        return self._memo.prepare(self, source, keyword, dict(zip(_COMPILE_KEYWORDS, values)))
 
     def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
                       pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
-                      worker_kind: int = WORKERS_DEFAULT, **options: Any) -> List[BatchItem]:
+                      worker_kind: int = WORKERS_DEFAULT, cache_dir: Optional[PathLike] = None,
+                      arch: Optional[str] = None, nvrtc_options: Iterable[str] = (),
+                      include_paths: Iterable[PathLike] = (), headers: Optional[Headers] = None,
+                      name_expression: Optional[str] = None, max_cache_size: Union[int, float, None] = None,
+                      remote_storage: Optional[str] = None, filename: Optional[PathLike] = None,
+                      seed_dirs: Optional[Iterable[PathLike]] = None, link_inputs: Iterable[PathLike] = (),
+                      link_options: Iterable[str] = (), compile_mode: Optional[str] = None,
+                      base_dirs: Optional[Iterable[PathLike]] = None) -> List[BatchItem]:
         """Compiles many kernels at once (kjit_compile_batch) and returns one :class:`BatchItem`
         per request, in order. Needs libkjit 0.3 or later.
 
         - ``requests``: a sequence of ``(source, keyword)`` pairs, or of dicts with ``source``,
           ``keyword`` and any of :meth:`compile`'s keyword arguments for that item alone.
-        - ``**options``: :meth:`compile`'s keyword arguments (``cache_dir``, ``arch``,
-          ``nvrtc_options``, ...) for every item; an item's dict overrides them.
+        - ``cache_dir``, ``arch``, ``nvrtc_options``, ...: :meth:`compile`'s keyword arguments,
+          for every item; an item's dict overrides them.
         - ``workers``: workers (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
           PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default where two or
           more misses with the same headers (four over 6 MiB of headers) compile in one process, which the batch arranges;
@@ -469,9 +489,9 @@ class Library:
         fn = self._fn.get("kjit_compile_batch")
         if fn is None:
             raise LibraryNotFound([(self.path, "loaded, but has no kjit_compile_batch (libkjit older than 0.3)")])
-        for name in options:
-            if name not in _COMPILE_KEYWORDS:
-                raise TypeError(f"compile_batch() got an unexpected keyword argument {name!r}")
+        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        options = dict(zip(_COMPILE_KEYWORDS, values))
         if not (progress is None or isinstance(progress, bool) or callable(progress)):
             raise TypeError(f"progress must be a callable, True or None, not {type(progress).__name__}")
         keep: List[Any] = []
@@ -815,14 +835,23 @@ class Library:
             raise self._error(status, "kjit_load_cached")
         return Kernel(self, handle.value)
 
-    def compile_and_load(self, source: Union[str, bytes], keyword: str, **options: Any) -> Kernel:
+    def compile_and_load(self, source: Union[str, bytes], keyword: str,
+                         *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                         nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                         headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                         max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                         filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                         link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                         compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Kernel:
         """:meth:`compile` then :meth:`load_cached` in one call (kjit_compile_and_load, libkjit
         0.5): a :class:`Kernel` for ``source``, for code that asks for its kernel at every
         launch. A repeat costs an ``lstat`` of the cubin and the loader's reuse of the loaded
         library (while a Kernel of it is alive). Same keyword arguments as :meth:`compile`;
         raises what :meth:`compile` and :meth:`load_cached` raise. With an older libkjit, it
         calls those two."""
-        return self._request("compile_and_load", source, keyword, options).compile_and_load()
+        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        return self._request(source, keyword, values).compile_and_load()
 
 
 def _batch_requests(requests: Iterable[Any], options: Mapping[str, Any],
@@ -999,7 +1028,11 @@ class Kernel:
         """This kernel as a ``cuda.core`` ``Kernel`` (``Kernel.from_handle`` of its CUkernel), to
         launch with cuda.core's ``launch()``. The returned object keeps this one alive, so the
         library stays loaded while it is in use; release this one only after it is gone.
-        Needs cuda.core (``pip install cuda-core``); ImportError saying so otherwise."""
+        Needs cuda.core (``pip install cuda-core``); ImportError saying so otherwise. cuda.core
+        calls the driver through ``libcuda.so.1``, by that name only: where no such library can
+        be loaded (this kernel's driver came from ``$KJIT_LIBCUDA`` under another name, say), it
+        raises :class:`DriverError` saying what cuda.core needs, instead of a ``SystemError``
+        from cuda.core at its first driver call."""
         try:
             from cuda.core import Kernel as CoreKernel
         except ImportError:
@@ -1007,7 +1040,19 @@ class Kernel:
                 from cuda.core.experimental import Kernel as CoreKernel
             except ImportError as e:
                 raise ImportError("Kernel.as_cuda_core needs cuda.core (pip install cuda-core)") from e
-        core = CoreKernel.from_handle(self.cukernel)
+        handle = self.cukernel  # ValueError once released
+        try:
+            ctypes.CDLL("libcuda.so.1")  # what cuda.core's driver calls load: already loaded, or none
+        except OSError as e:
+            from ._enums import Status
+
+            raise DriverError(Status.ERROR_DRIVER_UNAVAILABLE, "driver unavailable",
+                              f"no usable CUDA driver for cuda.core: {e}. cuda.core loads the NVIDIA driver's "
+                              "libcuda.so.1 by that name (this kernel was loaded through "
+                              f"{os.environ.get('KJIT_LIBCUDA') or 'libcuda.so.1'}): install the driver, or put "
+                              "the folder holding libcuda.so.1 on LD_LIBRARY_PATH; compiling, naming and the cache "
+                              "work without one", "Kernel.as_cuda_core") from None
+        core = CoreKernel.from_handle(handle)
         try:
             core._kjit_kernel = self
         except AttributeError:  # a class with no __dict__ (cuda.core's is a cdef class): beside it
@@ -1128,27 +1173,60 @@ def compile(source: Union[str, bytes], keyword: str, *, cache_dir: Optional[Path
                           compile_mode=compile_mode, base_dirs=base_dirs)
 
 
-def compile_named(source: Union[str, bytes], keyword: str, **options: Any) -> Compiled:
+def compile_named(source: Union[str, bytes], keyword: str,
+                  *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                  nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                  headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                  max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                  filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                  link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                  compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
     lib = _default or _lib()
     try:  # Library._request's look-up, inline: a repeat is this and one C call
-        prepared = lib._requests[(source, keyword, *options.items())]
+        prepared = lib._requests[(source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers,
+                                  name_expression, max_cache_size, remote_storage, filename, seed_dirs, link_inputs,
+                                  link_options, compile_mode, base_dirs)]
     except (KeyError, TypeError):
-        prepared = lib._request("compile_named", source, keyword, options)
+        prepared = lib._request(source, keyword, (cache_dir, arch, nvrtc_options, include_paths, headers,
+                                                  name_expression, max_cache_size, remote_storage, filename,
+                                                  seed_dirs, link_inputs, link_options, compile_mode, base_dirs))
     return prepared.compile_named()
 
 
-def prepare(source: Union[str, bytes], keyword: str, **options: Any) -> Prepared:
+def prepare(source: Union[str, bytes], keyword: str,
+            *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+            nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+            headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+            max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+            filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+            link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+            compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Prepared:
     """See :meth:`Library.prepare`; returns a :class:`Prepared`."""
-    return _lib().prepare(source, keyword, **options)
+    return _lib().prepare(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                          include_paths=include_paths, headers=headers, name_expression=name_expression,
+                          max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
+                          seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options,
+                          compile_mode=compile_mode, base_dirs=base_dirs)
 
 
 def compile_batch(requests: Iterable[BatchRequest], *, workers: Optional[int] = None, pch: int = PCH_DEFAULT,
                   progress: Union[ProgressCallback, bool, None] = None, worker_kind: int = WORKERS_DEFAULT,
-                  **options: Any) -> List[BatchItem]:
+                  cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                  nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                  headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                  max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                  filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                  link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                  compile_mode: Optional[str] = None,
+                  base_dirs: Optional[Iterable[PathLike]] = None) -> List[BatchItem]:
     """See :meth:`Library.compile_batch`; returns a list of :class:`BatchItem`."""
     return _lib().compile_batch(requests, workers=workers, pch=pch, progress=progress, worker_kind=worker_kind,
-                                **options)
+                                cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                                include_paths=include_paths, headers=headers, name_expression=name_expression,
+                                max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
+                                seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options,
+                                compile_mode=compile_mode, base_dirs=base_dirs)
 
 
 def stats() -> Stats:
@@ -1161,9 +1239,20 @@ def load_cached(cubin_path: PathLike, keyword: str) -> Kernel:
     return _lib().load_cached(cubin_path, keyword)
 
 
-def compile_and_load(source: Union[str, bytes], keyword: str, **options: Any) -> Kernel:
+def compile_and_load(source: Union[str, bytes], keyword: str,
+                     *, cache_dir: Optional[PathLike] = None, arch: Optional[str] = None,
+                     nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
+                     headers: Optional[Headers] = None, name_expression: Optional[str] = None,
+                     max_cache_size: Union[int, float, None] = None, remote_storage: Optional[str] = None,
+                     filename: Optional[PathLike] = None, seed_dirs: Optional[Iterable[PathLike]] = None,
+                     link_inputs: Iterable[PathLike] = (), link_options: Iterable[str] = (),
+                     compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Kernel:
     """See :meth:`Library.compile_and_load`; returns a :class:`Kernel`."""
-    return _lib().compile_and_load(source, keyword, **options)
+    return _lib().compile_and_load(source, keyword, cache_dir=cache_dir, arch=arch, nvrtc_options=nvrtc_options,
+                                   include_paths=include_paths, headers=headers, name_expression=name_expression,
+                                   max_cache_size=max_cache_size, remote_storage=remote_storage, filename=filename,
+                                   seed_dirs=seed_dirs, link_inputs=link_inputs, link_options=link_options,
+                                   compile_mode=compile_mode, base_dirs=base_dirs)
 
 
 def remote_describe(remote_storage: Optional[str] = None) -> RemoteDescription:
@@ -1227,9 +1316,13 @@ class record:  # noqa: N801 (used as a function: with kjit.record(path): ...)
         _lib().record_stop()
 
 
-def warm(records: Iterable[PathLike], **options: Any) -> List[BatchItem]:
+def warm(records: Iterable[PathLike], *, arch: Union[str, Sequence[str], None] = None,
+         workers: Optional[int] = None, worker_kind: int = WORKERS_DEFAULT, cache_dir: Optional[PathLike] = None,
+         seed_dirs: Optional[Iterable[PathLike]] = None, remote_storage: Optional[str] = None,
+         base_dirs: Optional[Iterable[PathLike]] = None) -> List[BatchItem]:
     """See :meth:`Library.warm`."""
-    return _lib().warm(records, **options)
+    return _lib().warm(records, arch=arch, workers=workers, worker_kind=worker_kind, cache_dir=cache_dir,
+                       seed_dirs=seed_dirs, remote_storage=remote_storage, base_dirs=base_dirs)
 
 
 # The public classes defined in the private modules read as kjit's, as they did when this

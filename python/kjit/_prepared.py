@@ -264,7 +264,8 @@ class Memo:
                 options: Mapping[str, Any]) -> Prepared:
         """The request for these arguments: from the memo, else made (which checks them all)
         and kept, under its frozen key and, when every argument is plain, under the key of the
-        arguments as given (what the fast look-up tries first)."""
+        arguments as given (what the fast look-up tries first): the source, the keyword and the
+        values of ``options``, which holds every keyword argument of ``compile``, in its order."""
         try:
             key = frozen_key(source, keyword, options)
         except TypeError:
@@ -275,7 +276,7 @@ class Memo:
             if key is not None:
                 self._keep(key, prepared)
         if plain(source) and plain(keyword) and all(plain(v) for v in options.values()):
-            self._keep((source, keyword, *options.items()), prepared)
+            self._keep((source, keyword, *options.values()), prepared)
         return prepared
 
     def _keep(self, key: Any, prepared: Prepared) -> None:

@@ -66,6 +66,25 @@ def test_every_public_callable_is_annotated():
         assert name in checked, name
 
 
+def test_compile_like_functions_take_compiles_keywords():
+    # Typed as compile is, never **options: Any, so that a type checker catches name_expr= or
+    # arch=90 on each (the ctest python_types checks that it does, python/tests/typing_misuse.py).
+    def keywords(function):
+        return [(p.name, p.kind, p.default, p.annotation) for p in inspect.signature(function).parameters.values()
+                if p.name in kjit._COMPILE_KEYWORDS]
+
+    for owner in (kjit, kjit.Library):
+        expected = keywords(owner.compile)
+        assert [k[0] for k in expected] == list(kjit._COMPILE_KEYWORDS)
+        assert all(k[1] is inspect.Parameter.KEYWORD_ONLY for k in expected)
+        assert [k[2] for k in expected] == list(kjit._COMPILE_DEFAULTS.values())
+        for name in ("compile_named", "prepare", "compile_and_load", "compile_batch"):
+            function = getattr(owner, name)
+            assert keywords(function) == expected, f"{owner.__name__}.{name}"
+            kinds = [p.kind for p in inspect.signature(function).parameters.values()]
+            assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{owner.__name__}.{name}"
+
+
 def test_the_check_finds_what_lacks_annotations():
     def bare(self, a, b: int, *args, **kwargs):
         return a

@@ -366,6 +366,50 @@ def test_as_cuda_core_gives_a_cuda_core_kernel_that_keeps_kjits_alive(tmp_path, 
     assert alive() is None
 
 
+@needs_double
+def test_as_cuda_core_without_a_driver_cuda_core_can_load_says_what_it_needs(tmp_path):
+    # cuda.core calls the driver through "libcuda.so.1", by that name. kjit's driver here is a
+    # copy of the double whose SONAME is changed, in a fresh process: kjit loads a kernel through
+    # it, and no library named libcuda.so.1 is loaded or on the search path (this machine has no
+    # GPU; on a GPU the driver is found and the test skips). Without kjit's check, cuda.core ends
+    # in a SystemError at its first driver call, saying nothing of the driver.
+    data = pathlib.Path(LIBCUDA).read_bytes()
+    assert data.count(b"libcuda.so.1\0") == 1, "the double's SONAME"
+    renamed = tmp_path / "libkjit-test-driver.so"
+    renamed.write_bytes(data.replace(b"libcuda.so.1\0", b"libcudX.so.1\0"))
+    child = textwrap.dedent("""\
+        import ctypes, sys
+        try:
+            ctypes.CDLL("libcuda.so.1")
+            sys.exit(3)  # a driver cuda.core can load: nothing to check here
+        except OSError:
+            pass
+        sys.path.insert(0, sys.argv[2])
+        import kjit
+        k = kjit.compile_and_load(sys.stdin.read(), "scale", name_expression="scale<3>", arch="sm_90",
+                                  nvrtc_options=["-DFACTOR=2"], cache_dir=sys.argv[1])
+        try:
+            k.as_cuda_core()
+        except kjit.DriverError as e:
+            print(repr(e.status), e.function)
+            print(e.message)
+            sys.exit(0)
+        sys.exit(4)
+        """)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", KJIT_LIBCUDA=str(renamed))
+    run = subprocess.run([sys.executable, "-c", child, str(tmp_path), str(PYTHON_DIR)], input=SOURCE,
+                         capture_output=True, text=True, env=env, timeout=120)
+    if run.returncode == 3:
+        pytest.skip("a libcuda.so.1 can be loaded here: cuda.core finds a driver")
+    assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
+    status, message = run.stdout.split("\n", 1)
+    assert status == "<Status.ERROR_DRIVER_UNAVAILABLE: 8> Kernel.as_cuda_core"
+    assert message.startswith("no usable CUDA driver for cuda.core: libcuda.so.1: cannot open shared object file")
+    for says in ("cuda.core loads the NVIDIA driver's libcuda.so.1 by that name", str(renamed),
+                 "install the driver", "LD_LIBRARY_PATH", "compiling, naming and the cache work without one"):
+        assert says in message, says
+
+
 # ---- on a GPU only (KJIT_TEST_GPU=1) ----
 
 GPU_SOURCE = textwrap.dedent("""\

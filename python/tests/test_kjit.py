@@ -1076,8 +1076,8 @@ def test_compile_options_are_encoded_once_per_distinct_set(tmp_path):
     options = ["-DX=1"]
 
     def request(**changes):
-        return lib._request("compile", "src", "gemm", {"cache_dir": str(tmp_path), "arch": "sm_90",
-                                                       "nvrtc_options": options, **changes})
+        given = {"cache_dir": str(tmp_path), "arch": "sm_90", "nvrtc_options": options, **changes}
+        return lib._request("src", "gemm", tuple({**kjit._COMPILE_DEFAULTS, **given}.values()))
     first = request()
     assert request() is first and request(nvrtc_options=("-DX=1",)) is first
     options.append("-DY=2")  # the same list, changed: another struct

@@ -36,6 +36,11 @@ def _compiles():
     return kjit.stats().nvrtc_compiles
 
 
+def _values(options):
+    """compile()'s keyword arguments as a plain call's request holds them: every one, in order."""
+    return tuple({**kjit._COMPILE_DEFAULTS, **options}.values())
+
+
 def test_a_prepared_request_gives_what_the_plain_calls_give(tree):
     prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
     got = prepared.compile_named()
@@ -132,12 +137,12 @@ def test_libkjit_errors_are_raised_by_every_call_as_compile_raises_them(tree, so
 
 def test_the_memo_keys_equal_requests_only(tree):
     lib = kjit._lib()
-    fast = (SOURCE, "gemm", *_options(tree).items())
+    fast = (SOURCE, "gemm", *_values(_options(tree)))
     kjit.compile_named(SOURCE, "gemm", **_options(tree))
     assert fast in lib._requests  # plain arguments: kept under the arguments as given
     # A list and a tuple of the same options encode alike: one request.
-    one = lib._request("compile_named", SOURCE, "gemm", _options(tree, nvrtc_options=["-DX=1"]))
-    assert lib._request("compile_named", SOURCE, "gemm", _options(tree, nvrtc_options=("-DX=1",))) is one
+    one = lib._request(SOURCE, "gemm", _values(_options(tree, nvrtc_options=["-DX=1"])))
+    assert lib._request(SOURCE, "gemm", _values(_options(tree, nvrtc_options=("-DX=1",)))) is one
     # A tuple that looks like a frozen list is not one: "seq" reaches NVRTC, which refuses it.
     with pytest.raises(kjit.CompileError):
         kjit.compile_named(SOURCE, "gemm", **_options(tree, nvrtc_options=("seq", "-DX=1")))
@@ -148,6 +153,75 @@ def test_the_memo_keys_equal_requests_only(tree):
     # str and bytes sources are two requests, each giving the same entry.
     assert kjit.compile_named(SOURCE.encode(), "gemm", **_options(tree)) == kjit.compile_named(
         SOURCE, "gemm", **_options(tree))
+
+
+COMPILE_LIKE = ("compile", "compile_named", "prepare", "compile_and_load", "compile_batch")
+
+
+@pytest.mark.parametrize("where", ["module", "library"])
+@pytest.mark.parametrize("function", COMPILE_LIKE)
+def test_each_keyword_argument_reaches_the_request_as_given(monkeypatch, where, function):
+    # Each function names compile()'s keyword arguments one by one and forwards them: each must
+    # arrive under its own name, the others at their defaults.
+    class Encoded(Exception):
+        pass
+
+    seen = []
+
+    def encode(keep, **options):
+        seen.append(options)
+        raise Encoded
+
+    monkeypatch.setattr(kjit._convert, "compile_options", encode)
+    call = getattr(kjit if where == "module" else kjit._lib(), function)
+    for name in kjit._COMPILE_KEYWORDS:
+        value = f"<{name} of {where} {function}>"  # plain and new: no request in the memo has it
+        with pytest.raises(Encoded):
+            if function == "compile_batch":
+                call([(SOURCE, "gemm")], **{name: value})
+            else:
+                call(SOURCE, "gemm", **{name: value})
+        options = seen.pop()
+        assert set(options) <= set(kjit._COMPILE_KEYWORDS)
+        given = {k: v for k, v in options.items() if v is not kjit._COMPILE_DEFAULTS[k]}
+        assert given == {name: value}, (name, options)
+    # A misspelt keyword is refused as before, naming the function and the keyword.
+    with pytest.raises(TypeError, match=rf"{function}\(\) got an unexpected keyword argument 'name_expr'"):
+        if function == "compile_batch":
+            call([(SOURCE, "gemm")], name_expr="gemm")
+        else:
+            call(SOURCE, "gemm", name_expr="gemm")
+    assert not seen
+
+
+def test_prepare_keeps_the_arguments_given(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree), name_expression=None)
+    assert prepared.options == _options(tree)  # those left at their defaults left out
+
+
+@pytest.mark.parametrize("function", ["compile", "compile_named", "compile_and_load"])
+def test_a_plain_repeat_is_one_look_up(tree, monkeypatch, function):
+    # The arguments as given are the memo's key: a repeat never makes a request.
+    lib = kjit._lib()
+    call = getattr(kjit, function)
+    if function == "compile_and_load":
+        monkeypatch.setattr(kjit.Prepared, "compile_and_load", kjit.Prepared.compile_named)  # no driver needed
+    first = call(SOURCE, "gemm", **_options(tree), filename="gemm.cu", link_options=())
+    kept = len(lib._requests)
+
+    def made(*args):
+        raise AssertionError("a repeat made a request")
+
+    monkeypatch.setattr(kjit._prepared.Memo, "prepare", made)
+    if function == "compile_named":  # its look-up is inline: a repeat does not even call _request
+        monkeypatch.setattr(kjit.Library, "_request", made)
+    assert call(SOURCE, "gemm", **_options(tree), filename="gemm.cu", link_options=()) == first
+    assert len(lib._requests) == kept
+    monkeypatch.undo()
+    if function == "compile_and_load":
+        monkeypatch.setattr(kjit.Prepared, "compile_and_load", kjit.Prepared.compile_named)
+    monkeypatch.setattr(kjit._prepared.Memo, "prepare", made)
+    assert getattr(lib, function)(SOURCE, "gemm", **_options(tree), filename="gemm.cu") == first
 
 
 def test_the_memo_is_bounded(tree, monkeypatch):
