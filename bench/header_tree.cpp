@@ -551,4 +551,19 @@ std::pair<std::string, std::string> hum_header(int i) {
     return {"hum_" + std::to_string(i) + ".cuh", t};
 }
 
+nlohmann::json tree_kernel_manifest(const HeaderTree &tree, const std::vector<std::string> &sources,
+                                    const std::string &arch) {
+    nlohmann::json kernels = nlohmann::json::array();
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        kernels.push_back({{"name", "tree_" + std::to_string(i)},
+                           {"source", sources[i]},
+                           {"keyword", kTreeKeyword},
+                           {"program_name", ""},
+                           {"arch", arch},
+                           {"options", tree.nvrtc_options()},
+                           {"include_paths", nlohmann::json::array()}});
+    }
+    return {{"set", "header-tree"}, {"kernels", kernels}};
+}
+
 }  // namespace kjit_bench

@@ -26,6 +26,8 @@
 // Everything is a function of the code alone: the same bytes on every run and machine.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,11 @@ HeaderTree write_header_tree(const std::string &root);
 // The tree kernels: distinct configurations of tree_gemm, each its own program and cache entry.
 int tree_kernel_count();
 std::string tree_kernel_source(int i);
+
+// A kernel manifest (the real clients' format: bench/real_clients/prepare.py) of the tree kernels
+// whose sources were written to `sources` (kernel i in sources[i]), compiled against `tree`.
+nlohmann::json tree_kernel_manifest(const HeaderTree &tree, const std::vector<std::string> &sources,
+                                    const std::string &arch);
 std::string tree_kernel_label(int i);  // "128x64x32 s3 float"
 
 // The humming-style kernels: each defines its configuration and then includes an in-memory

@@ -130,6 +130,7 @@ int run(const BenchOptions &o, const std::string &json_path, std::string chart_p
     if (o.wants("real-clients")) run_real_clients(o, report);
     if (o.wants("link")) run_link(o, report);
     if (o.wants("relocation")) run_relocation(o, report);
+    if (o.wants("serving")) run_serving(o, report);
 
     report.print_summary(stdout);
     if (!json_path.empty()) {
@@ -183,7 +184,7 @@ int main(int argc, char **argv) {
     app.add_option("--only", o.scenarios, "Scenarios to run (default: all)")
         ->delimiter(',')
         ->check(CLI::IsMember({"sweep", "resolve", "startup", "cub", "trust", "peers", "headers", "node", "cluster",
-                               "fleet", "scaling", "real-clients", "link", "relocation"}));
+                               "fleet", "scaling", "real-clients", "link", "relocation", "serving"}));
     app.add_option("--work-dir", o.work_dir, "Folder for the caches (the warm one is kept as WORK_DIR/sweep-cache)")
         ->capture_default_str();
     app.add_option("--arch", o.arch, "GPU architecture to compile for")->capture_default_str();
@@ -308,14 +309,26 @@ int main(int argc, char **argv) {
     app.add_option("--relocation-before-lib", o.relocation_before_lib,
                    "Folder of an earlier libkjit.so.0 (0.10.0) whose relocated node runs beside this one (relocation "
                    "scenario; bench/run.sh builds it)");
+    app.add_option("--serving-kernels", o.serving_kernels,
+                   "Header-tree kernels recorded when --clients has no manifests (serving scenario)")
+        ->check(CLI::Range(1, tree_kernel_count()))
+        ->capture_default_str();
+    app.add_option("--serving-rounds", o.serving_rounds,
+                   "Rounds of kjit warm against kjit_compile_batch, each on empty caches (serving scenario)")
+        ->check(CLI::Range(1, 20))
+        ->capture_default_str();
+    app.add_option("--serving-misses", o.serving_misses,
+                   "Strict misses timed in one process, and as many hits memo off and on (serving scenario)")
+        ->check(CLI::Range(1L, 1'000'000L))
+        ->capture_default_str();
     app.add_option("--json", json_path, "Also write the results as JSON to FILE, and a chart beside it");
     app.add_option("--chart", chart_path, "Where the PNG chart goes (default: the JSON's name with .png)");
     app.add_flag("--no-chart", no_chart, "Do not draw the chart");
     CLI11_PARSE(app, argc, argv);
 
     if (o.scenarios.empty()) {
-        o.scenarios = {"sweep",   "resolve", "startup",      "cub",  "trust",     "peers",
-                       "headers", "node",    "real-clients", "link", "relocation"};
+        o.scenarios = {"sweep",   "resolve", "startup",      "cub",  "trust",      "peers",
+                       "headers", "node",    "real-clients", "link", "relocation", "serving"};
 #if KJIT_BENCH_CLUSTER
         o.scenarios.push_back("cluster");
         o.scenarios.push_back("fleet");

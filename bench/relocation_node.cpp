@@ -20,6 +20,8 @@
 // It links libkjit.so alone and fills only the fields 0.10.0 knew unless base folders are
 // given, so that the scenario can run it against 0.10.0's libkjit (LD_LIBRARY_PATH) beside this
 // one, as the fleet scenario's node does.
+#include "node_files.hpp"
+
 #include "kjit/kjit.h"
 #include "kjit/kjit_batch.h"
 #include "kjit/kjit_cache.h"
@@ -35,6 +37,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+using kjit_bench::read_text;
 
 namespace {
 
@@ -52,15 +56,6 @@ struct Kernel {
     std::string source, keyword, program_name, arch;
     std::vector<std::string> options, include_paths;
 };
-
-bool read_text(const std::string &path, std::string &out) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return false;
-    std::ostringstream text;
-    text << in.rdbuf();
-    out = text.str();
-    return static_cast<bool>(in) || in.eof();
-}
 
 bool strings_of(const nlohmann::json &k, const char *key, std::vector<std::string> &out) {
     if (!k.contains(key) || !k[key].is_array()) return false;

@@ -136,20 +136,6 @@ struct TreePart {
     NodeRun cold;
 };
 
-nlohmann::json tree_manifest(const HeaderTree &tree, const std::vector<std::string> &sources, const std::string &arch) {
-    nlohmann::json kernels = nlohmann::json::array();
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-        kernels.push_back({{"name", "tree_" + std::to_string(i)},
-                           {"source", sources[i]},
-                           {"keyword", kTreeKeyword},
-                           {"program_name", ""},
-                           {"arch", arch},
-                           {"options", tree.nvrtc_options()},
-                           {"include_paths", nlohmann::json::array()}});
-    }
-    return {{"set", "header-tree"}, {"kernels", kernels}};
-}
-
 TreePart run_tree(const BenchOptions &o, const Nodes &nodes, const std::string &prefix_a, const std::string &prefix_b,
                   unsigned now_version, Progress &progress) {
     TreePart t;
@@ -164,8 +150,8 @@ TreePart run_tree(const BenchOptions &o, const Nodes &nodes, const std::string &
         write_file(sources.back(), tree_kernel_source(i));
     }
     const std::string manifest_a = nodes.work + "/tree-a.json", manifest_b = nodes.work + "/tree-b.json";
-    write_file(manifest_a, tree_manifest(a, sources, o.arch).dump(1));
-    write_file(manifest_b, tree_manifest(b, sources, o.arch).dump(1));
+    write_file(manifest_a, tree_kernel_manifest(a, sources, o.arch).dump(1));
+    write_file(manifest_b, tree_kernel_manifest(b, sources, o.arch).dump(1));
     t.now = nodes.relocate(manifest_a, manifest_b, "none", "none");
     progress.tick();
     const std::string cold_cache = nodes.work + "/tree-cold";

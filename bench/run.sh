@@ -15,7 +15,9 @@
 # their pinned sources under $KJIT_BENCH_SOURCES when given) as batches against sequential plain NVRTC,
 # and caches that move with the install (a cache built under one prefix, exported, and a fresh node
 # under another prefix with the seed: the header tree, and DeepGEMM without and with base_dirs,
-# beside 0.10.0; `--only relocation` runs it alone).
+# beside 0.10.0; `--only relocation` runs it alone), and serving without JIT (the real clients'
+# kernels recorded in a staging run, `kjit warm` of the record against the batch of the same set,
+# a strict run with KJIT_NO_COMPILE=1 and a strict miss's cost; `--only serving` runs it alone).
 # Prints a summary table; writes bench.json and bench.png (the chart). Ends with
 # `kjit cache stats` and `kjit cache verify` on the sweep's warm cache.
 # Without a GPU the load rows go through the driver test double (tests/fake_driver/libcuda.so.1)

@@ -12,7 +12,8 @@ namespace kjit_bench {
 
 struct BenchOptions {
     std::vector<std::string> scenarios;  // of "sweep", "resolve", "startup", "cub", "trust", "peers", "headers",
-                                         // "node", "scaling", "real-clients", "link", "relocation"
+                                         // "node", "scaling", "real-clients", "link", "relocation",
+                                         // "serving"
     std::string work_dir;                // caches and temp folders go here
     std::string arch = "sm_90";
     // sweep (and compile vs raw NVRTC, which it carries)
@@ -73,6 +74,10 @@ struct BenchOptions {
     // relocation (and the DeepGEMM manifest of clients_dir)
     int relocation_kernels = 32;        // header-only tree kernels built under one prefix, ready under another
     std::string relocation_before_lib;  // an earlier libkjit.so.0's folder (0.10.0), its relocated node beside this one
+    // serving (and the real clients' manifests of clients_dir)
+    int serving_kernels = 24;    // header-tree kernels recorded when clients_dir has no manifests
+    int serving_rounds = 2;      // rounds of `kjit warm` against the batch, each on empty caches
+    long serving_misses = 2000;  // strict misses timed in one process (and as many hits, memo off and on)
 
     bool wants(const std::string &scenario) const {
         for (const std::string &s : scenarios) {
@@ -167,5 +172,11 @@ int clients_child_main(const std::string &mode, const std::string &cache, const 
 // given (relocation_scenario.cpp, kjit-relocation-node). DeepGEMM's part is skipped, and said,
 // without its manifest.
 void run_relocation(const BenchOptions &o, Report &report);
+
+// 14: serving without JIT (issue 48): the real clients' kernels (else, and said, header-tree
+// kernels) recorded in a staging run (KJIT_RECORD), `kjit warm` of the record on an empty cache
+// against kjit_compile_batch of the same requests, a strict run (KJIT_NO_COMPILE=1) over the
+// warmed cache, and a strict miss's cost beside a hit's (serving_scenario.cpp, kjit-serving-node).
+void run_serving(const BenchOptions &o, Report &report);
 
 }  // namespace kjit_bench

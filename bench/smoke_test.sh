@@ -4,7 +4,8 @@
 # header tree, 2 cluster nodes and kernels against a redis-server it starts, 2 fleet nodes and
 # kernels under each server condition, 2 link-time kernels in one round, the real-clients
 # scenario without its kernels (it must say it is skipped), 2 header-tree kernels built under one
-# prefix and ready under another (DeepGEMM's part not run), few iterations), through
+# prefix and ready under another (DeepGEMM's part not run), 2 header-tree kernels recorded, warmed
+# with `kjit warm` and served strict (the real clients' set absent: said), few iterations), through
 # the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
@@ -21,19 +22,21 @@ KJIT_LIBCUDA=$2 "$bin/kjit-bench" --work-dir "$work/data" --cubin "$work/small.c
     --node-processes 2 --node-kernels 2 --node-repeats 1 --peers-rounds 1 --peers-repeats 40 \
     --cluster-nodes 2 --cluster-kernels 2 --cluster-rounds 1 --fleet-nodes 2 --fleet-kernels 2 \
     --link-kernels 2 --link-rounds 1 --link-repeats 5 --relocation-kernels 2 \
+    --serving-kernels 2 --serving-rounds 1 --serving-misses 20 \
     --clients "$work/no-clients" \
     --json "$work/out.json" \
     > "$work/stdout.txt"
 cat "$work/stdout.txt"
 grep -q '^== targets' "$work/stdout.txt"
 grep -q 'real-clients: skipped: no real-clients kernels' "$work/stdout.txt"
-python3 - "$work/out.json" <<'PY'
-import json, sys
+python3 - "$work/out.json" "$bin" <<'PY'
+import json, os, sys
 j = json.load(open(sys.argv[1]))
+bin_dir = os.path.abspath(sys.argv[2])
 sections = {s["id"]: {r["id"]: r for r in s["rows"]} for s in j["scenarios"]}
 assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch", "split", "trust", "peers", "headers",
                          "headers_pch", "headers_edit", "node", "cluster", "fleet", "real-clients", "link",
-                         "relocation"}, sections.keys()
+                         "relocation", "serving"}, sections.keys()
 # No manifests in --clients: the scenario says so and the bench goes on.
 assert not sections["real-clients"], sections["real-clients"]
 assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.python.small.repeat.now",
@@ -77,6 +80,29 @@ assert reloc["tree"]["now"]["build"]["nvrtc_runs"] == 2 and reloc["tree"]["now"]
 assert reloc["tree"]["now"]["ready"]["nvrtc_runs"] == 0 and reloc["tree"]["now"]["ready"]["seed_hits"] == 2, reloc
 assert reloc["tree"]["cold"]["nvrtc_runs"] == 2, reloc
 assert "not_run" in reloc["deepgemm"] and not j["targets"]["relocation_deepgemm_base_dirs_nvrtc_runs"]["available"]
+# Serving without JIT: the record holds each distinct request once; warm compiles each; the strict
+# run answers every recorded request with no NVRTC run and no miss, NVRTC never mapped; each strict
+# miss is KJIT_ERROR_NOT_CACHED, named, with no NVRTC run or mapping; the hits after are hits.
+assert set(sections["serving"]) == {"serving.stage", "serving.warm", "serving.batch", "serving.strict",
+                                    "serving.strict_each", "serving.miss", "serving.miss_plain", "serving.hit_full",
+                                    "serving.hit_memo"}, sections["serving"].keys()
+serving = j["serving"]
+assert serving["set"] == "header-tree" and "no real clients' manifests" in serving["fallback"], serving
+assert serving["record"] == {"lines": 2, "requests": 2, "distinct_ids": 2, "first_keyword": "tree_gemm"}, serving
+assert serving["distinct_requests"] == 2, serving
+assert serving["stage"]["asked"] == 4 and serving["stage"]["nvrtc"] == 2 and serving["stage"]["hits"] == 2, serving
+assert len(serving["warm"]) == 1 and len(serving["batch"]) == 1 and serving["batch"][0]["nvrtc"] == 2, serving
+if os.access(os.path.join(os.path.dirname(bin_dir), "bin", "kjit"), os.X_OK):
+    assert serving["warm_way"].startswith("kjit warm"), serving
+    assert serving["warm"][0]["compiled"] == 2 and serving["warm"][0]["failed"] == 0, serving
+strict = serving["strict"]
+assert strict["ok"] == 2 and strict["hits"] == 2 and strict["misses"] == 0 and strict["nvrtc"] == 0, strict
+assert strict["not_cached"] == 0 and strict["nvrtc_mapped"] == 0, strict
+miss = serving["miss"]
+assert miss["miss_calls"] >= 10 and miss["plain_calls"] == 20, miss
+assert miss["not_cached"] == miss["miss_calls"] + miss["plain_calls"] and miss["nvrtc"] == 0, miss
+assert miss["message_names_it"] == 1 and miss["nvrtc_mapped_after_misses"] == 0 and miss["nvrtc_mapped"] == 0, miss
+assert miss["hit_hits"] == 40 and miss["hit_misses"] == 0 and miss["hit_nvrtc"] == 0, miss
 assert {"headers.hit_tree", "headers.hit_free", "headers.warm_batch", "headers.warm_each"} <= set(sections["headers"])
 assert set(sections["headers_pch"]) == {"headers_pch.tree_default", "headers_pch.tree_off", "headers_pch.hum_default",
                                         "headers_pch.hum_off"}, sections["headers_pch"]
@@ -109,7 +135,8 @@ for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", 
             "cluster_warm_local_commands", "cluster_cold_wall_tier_over_none", "fleet_full_server_nvrtc_runs",
             "fleet_shard_down_nvrtc_runs", "fleet_restart_extra_compiles", "fleet_killed_holder_wait", "fleet_seed_nvrtc_runs", "peers_c_small_repeat_us", "peers_python_cub_over_c_us",
             "link_cold_over_raw", "link_cold_over_first_hit", "link_cold_over_memo_hit", "link_hit_process_runs",
-            "link_hit_process_maps", "relocation_tree_nvrtc_runs"]:
+            "link_hit_process_maps", "relocation_tree_nvrtc_runs", "serving_strict_nvrtc_runs",
+            "serving_strict_misses", "serving_record_lines_equal_distinct"]:
     assert j["targets"][key]["available"], key
 print("bench JSON OK")
 PY
@@ -132,7 +159,7 @@ fi
 test -d "$work/data/sweep-cache" || { echo "the warm sweep cache was not kept"; exit 1; }
 grep -q 'kTileParam = 7;' "$work/data/header-tree/tree/cutlass/gemm/kernel/tile_params.hpp" ||
     { echo "the headers scenario left its edit in the header tree"; exit 1; }
-leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*' -o -maxdepth 1 -name 'cluster-*' -o -maxdepth 1 -name 'fleet-*' -o -maxdepth 1 -name 'peers-*' -o -maxdepth 1 -name 'link-*' -o -maxdepth 1 -name 'relocation-*')
+leftover=$(find "$work/data" -maxdepth 1 -name 'sweep-*-*' -o -maxdepth 1 -name 'startup-cold-*' -o -maxdepth 1 -name 'cub-*' -o -maxdepth 1 -name 'trust-*' -o -maxdepth 1 -name 'headers-*' -o -maxdepth 1 -name 'node-*' -o -maxdepth 1 -name 'cluster-*' -o -maxdepth 1 -name 'fleet-*' -o -maxdepth 1 -name 'peers-*' -o -maxdepth 1 -name 'link-*' -o -maxdepth 1 -name 'relocation-*' -o -maxdepth 1 -name 'serving-*')
 [ -z "$leftover" ] || { echo "temp folders left behind: $leftover"; exit 1; }
 [ -z "$(find "$work" -name '*.tmp-*')" ] || { echo "temp file left behind"; exit 1; }
 # The trust scenario runs this program over 0.3.0's libkjit (bench/run.sh): it may need no symbol
