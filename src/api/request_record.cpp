@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <unordered_set>
 
@@ -90,15 +89,11 @@ std::string absolute(const std::string &path) {
     return std::string(cwd) + "/" + path;
 }
 
-// The base folders of `r`, absolute and normal, as the key takes them (key::key_request has
-// checked them by the time a request is recorded).
+// The base folders of `r` as the key takes them (the record notes a request before
+// key::key_request normalises them).
 std::vector<std::string> base_folders(const key::Request &r) {
     std::vector<std::string> out;
-    for (const std::string &b : r.base_dirs) {
-        std::string normal = std::filesystem::path(b).lexically_normal().string();
-        while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-        out.push_back(normal);
-    }
+    for (const std::string &b : r.base_dirs) out.push_back(key::normal_base_folder(b));
     return out;
 }
 

@@ -174,41 +174,52 @@ std::string anchor_label(std::size_t n) { return "{anchor " + std::to_string(n) 
 
 }  // namespace
 
-KeyedFolders keyed_folders(const Request &r) {
+std::string normal_base_folder(const std::string &folder) {
+    return without_trailing_slash(std::filesystem::path(folder).lexically_normal().string());
+}
+
+KeyedFolders keyed_folders(const Request &r, const key::include_scanner::FileOptions &files) {
     KeyedFolders k;
     for (const std::string &o : r.nvrtc_options) k.options.push_back(compile::compiler::keyed_option(o));
-    auto files = key::include_scanner::file_options(r.nvrtc_options);
-    if (files) {
-        for (const auto &place : files->places) {
-            if (place.value.empty() || place.value[0] != '/') continue;  // relative: keyed as given
-            const std::string &given = r.nvrtc_options[place.option];
-            const std::size_t at = given.rfind(place.value);
-            if (at == std::string::npos) continue;
-            std::string label;
-            if (place.pre_include) {
-                const std::size_t slash = place.value.rfind('/');
-                label =
-                    anchor_label(anchor_number(k.anchors, place.value.substr(0, slash))) + place.value.substr(slash);
-            } else {
-                label = anchor_label(anchor_number(k.anchors, without_trailing_slash(place.value)));
-            }
-            k.options[place.option] = given.substr(0, at) + label + given.substr(at + place.value.size());
-        }
+    for (const auto &place : files.places) {
+        int &origin = place.pre_include ? k.pre_include_anchors.emplace_back(KeyedFolders::kRelative)
+                                        : k.include_dir_anchors.emplace_back(KeyedFolders::kRelative);
+        if (place.value.empty() || place.value[0] != '/') continue;  // relative: keyed as given
+        origin = KeyedFolders::kUnanchored;
+        const std::string &given = r.nvrtc_options[place.option];
+        const std::size_t at = given.rfind(place.value);
+        if (at == std::string::npos) continue;
+        const std::size_t slash = place.value.rfind('/');
+        const std::size_t n = place.pre_include ? anchor_number(k.anchors, place.value.substr(0, slash))
+                                                : anchor_number(k.anchors, without_trailing_slash(place.value));
+        origin = static_cast<int>(n);
+        const std::string label = anchor_label(n) + (place.pre_include ? place.value.substr(slash) : std::string());
+        k.options[place.option] = given.substr(0, at) + label + given.substr(at + place.value.size());
     }
     for (const std::string &p : r.include_paths) {
-        k.include_paths.push_back(
-            !p.empty() && p[0] == '/' ? anchor_label(anchor_number(k.anchors, without_trailing_slash(p))) : p);
+        const bool absolute = !p.empty() && p[0] == '/';
+        const std::size_t n = absolute ? anchor_number(k.anchors, without_trailing_slash(p)) : 0;
+        k.include_path_anchors.push_back(absolute ? static_cast<int>(n) : KeyedFolders::kRelative);
+        k.include_paths.push_back(absolute ? anchor_label(n) : p);
     }
     k.program_name = r.program_name;
     if (!r.program_name.empty() && r.program_name[0] == '/') {
         const std::size_t slash = r.program_name.rfind('/');
-        const std::string folder = slash == 0 ? std::string("/") : r.program_name.substr(0, slash);
-        k.program_name = anchor_label(anchor_number(k.anchors, folder)) + r.program_name.substr(slash);
+        const std::size_t n = anchor_number(k.anchors, slash == 0 ? std::string("/") : r.program_name.substr(0, slash));
+        k.program_anchor = static_cast<int>(n);
+        k.program_name = anchor_label(n) + r.program_name.substr(slash);
     }
     return k;
 }
 
-std::string key_of(const Request &r) {
+KeyedFolders keyed_folders(const Request &r) {
+    auto files = key::include_scanner::file_options(r.nvrtc_options);
+    return keyed_folders(r, files ? *files : key::include_scanner::FileOptions{});
+}
+
+std::string key_of(const Request &r) { return key_of(r, keyed_folders(r)); }
+
+std::string key_of(const Request &r, const KeyedFolders &folders) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-cache-key", std::to_string(kFormatVersion));
@@ -221,7 +232,6 @@ std::string key_of(const Request &r) {
     }
     // The folders it names by number (keyed_folders): what is found through them is in the
     // variant key by content, by paths relative to them.
-    const KeyedFolders folders = keyed_folders(r);
     field(state, "options", std::to_string(folders.options.size()));
     for (const auto &o : folders.options) field(state, "option", o);
     field(state, "include_paths", std::to_string(folders.include_paths.size()));
@@ -337,34 +347,30 @@ Status check_base_dirs(std::vector<std::string> &base_dirs) {
             return Error{Errc::invalid_argument,
                          "base folder '" + b + "' is not absolute: name the install root, e.g. '/opt/venv'"};
         }
-        b = without_trailing_slash(std::filesystem::path(b).lexically_normal().string());
+        b = normal_base_folder(b);
     }
     return Ok{};
 }
 
 // How `request` looks files up (its include folders, each with its anchor; the program's
-// folder) and, with line information, the locations the cubin names, in the key.
-Status key_folders(Request &request, const key::include_scanner::FileOptions &files) {
+// folder) and, with line information, the locations the cubin names, in the key; `folders`, the
+// request's folders as keyed (keyed_folders), gives every anchor.
+Status key_folders(Request &request, const key::include_scanner::FileOptions &files, const KeyedFolders &folders) {
     if (auto st = check_base_dirs(request.base_dirs); !st) return st;
     key::include_scanner::Search &search = request.search;
-    const KeyedFolders folders = keyed_folders(request);
     search.anchors = folders.anchors;
     search.base_dirs = request.base_dirs;
-    const auto anchor = [&](const std::string &folder) {
-        const auto found = std::find(search.anchors.begin(), search.anchors.end(), without_trailing_slash(folder));
-        return found == search.anchors.end() ? -2 : static_cast<int>(found - search.anchors.begin());
-    };
     for (const std::string &d : files.include_dirs) {
         search.include_dirs.push_back(d[0] == '/' ? d : search.working_dir + "/" + d);
-        search.include_dir_anchor.push_back(d[0] == '/' ? anchor(d) : -1);
     }
-    for (const std::string &p : request.include_paths) {
-        search.include_dirs.push_back(p);
-        search.include_dir_anchor.push_back(anchor(p));
-    }
+    search.include_dir_anchor = folders.include_dir_anchors;
+    search.include_dirs.insert(search.include_dirs.end(), request.include_paths.begin(), request.include_paths.end());
+    search.include_dir_anchor.insert(search.include_dir_anchor.end(), folders.include_path_anchors.begin(),
+                                     folders.include_path_anchors.end());
+    search.pre_include_anchor = folders.pre_include_anchors;
     search.source_folder = key::include_scanner::folder_of_name(request.program_name, search.working_dir);
     search.source_folder_absolute = !request.program_name.empty() && request.program_name[0] == '/';
-    if (search.source_folder_absolute) search.source_folder_anchor = anchor(search.source_folder);
+    search.source_folder_anchor = folders.program_anchor;
     search.quiet_assert = defines_ndebug(request.nvrtc_options, files.defines);
     // Line information names the program's file, and the headers', by absolute path: compiled
     // from another folder, the cubin would name files there. Only then are the working
@@ -438,7 +444,9 @@ Result<KeyedRequest> key_request(Request request) {
                                        (cwd_ec ? cwd_ec.message() : "'" + request.search.working_dir + "'")};
         }
     }
-    if (auto st = key_folders(request, *files); !st) return std::move(st).error();
+    // Keyed once: the key and the search both take their anchors from it.
+    const KeyedFolders folders = keyed_folders(request, *files);
+    if (auto st = key_folders(request, *files, folders); !st) return std::move(st).error();
     request.search.pre_includes = std::move(files->pre_includes);
     request.search.defines = std::move(files->defines);
 
@@ -451,7 +459,7 @@ Result<KeyedRequest> key_request(Request request) {
     if (auto st = key_link(request); !st) return std::move(st).error();
 
     KeyedRequest keyed;
-    keyed.key = key_of(request);
+    keyed.key = key_of(request, folders);
     keyed.entry = store::cache_entry::folder_for(request.cache_dir, keyed.key);
     keyed.cubin = keyed.entry + "/" + store::cache_entry::kCubinFile;
     keyed.uses_working_dir = relative_folders || !request.search.working_dir.empty();

@@ -158,6 +158,10 @@ Status check_arch(const std::string &arch);
 // for, so that the option is named, not the missing GPU.
 Status check_no_target_option(const std::vector<std::string> &nvrtc_options);
 
+// A base folder (Request::base_dirs) as key_request leaves it and the request record reads it:
+// lexically normal, without a trailing '/' (but "/" itself).
+std::string normal_base_folder(const std::string &folder);
+
 // A request's folder-naming inputs as the key holds them: each absolute folder the request names
 // (an include folder, among the NVRTC options or in include_paths; the folder of an absolute
 // pre-included file or program name) is an *anchor*, numbered in that order, and keyed by its
@@ -170,15 +174,27 @@ struct KeyedFolders {
     std::vector<std::string> include_paths;  // "{anchor N}", or as given when relative
     std::string program_name;                // "{anchor N}/name" when absolute
     std::vector<std::string> anchors;        // absolute, by number
+    // The anchor of each folder, as include_scanner::Search takes them: of each include folder
+    // among the options, of each include path, of each pre-included file among the options
+    // (FileOptions order), and of the program's folder. A relative one is kRelative (looked up
+    // through the working directory); an absolute one the key could not name by number,
+    // kUnanchored (recorded by its path).
+    static constexpr int kRelative = -1;
+    static constexpr int kUnanchored = -2;
+    std::vector<int> include_dir_anchors, include_path_anchors, pre_include_anchors;
+    int program_anchor = kUnanchored;
 };
-// Reads the options' file spellings (include_scanner::file_options); an option it cannot read
-// is keyed as given (key_request refuses it anyway).
+// The options' file spellings as read by include_scanner::file_options (`files`); the first
+// form reads them itself, and keys an option it cannot read as given (key_request refuses it).
+KeyedFolders keyed_folders(const Request &request, const key::include_scanner::FileOptions &files);
 KeyedFolders keyed_folders(const Request &request);
 
 // The 32-hex-digit key: XXH3-128 of a labelled, length-prefixed encoding of every input that
 // changes the cubin (but not the content of files read from disk: see variant_key). Reads
 // `request.search.working_dir` and `request.nvrtc_identity`, which key_request sets.
 std::string key_of(const Request &request);
+// The same, with the request's folders as keyed already (keyed_folders), as key_request has them.
+std::string key_of(const Request &request, const KeyedFolders &folders);
 
 // The key of one result of a request that reads files (a variant, cache_entry.hpp): its source
 // key and the content of every file its compile may read (path, and XXH3-64 or absent, in the

@@ -496,13 +496,12 @@ Status Scanner::queue_inputs(std::string_view source) {
     // folders (a pre-include is looked up like a quoted name of the source). An absolute one is
     // that file only, recorded relative to its folder (an anchor).
     const Folder working_dir{search_.working_dir, search_.working_dir.empty() ? kAbsolute : kWorkingDir};
-    for (const std::string &file : search_.pre_includes) {
+    for (std::size_t i = 0; i < search_.pre_includes.size(); ++i) {
+        const std::string &file = search_.pre_includes[i];
         if (file[0] == '/') {
-            const std::string path = fold_dots(file, real_folders_);
-            const auto anchor = std::find(search_.anchors.begin(), search_.anchors.end(), folder_of(file));
-            const int origin =
-                anchor == search_.anchors.end() ? kAbsolute : static_cast<int>(anchor - search_.anchors.begin());
-            if (auto st = look_up_candidates(file, {Candidate{path, origin}}, false); !st) return std::move(st).error();
+            const int anchor = i < search_.pre_include_anchor.size() ? search_.pre_include_anchor[i] : kAbsolute;
+            const Candidate candidate{fold_dots(file, real_folders_), anchor >= 0 ? anchor : kAbsolute};
+            if (auto st = look_up_candidates(file, {candidate}, false); !st) return std::move(st).error();
         } else if (auto st = look_up(file, true, working_dir, false); !st) {
             return std::move(st).error();
         }
@@ -792,13 +791,6 @@ std::string location(const std::string &folder, const std::vector<std::string> &
         }
     }
     return folder;
-}
-
-int anchor_of(Search &search, const std::string &folder) {
-    const auto found = std::find(search.anchors.begin(), search.anchors.end(), folder);
-    if (found != search.anchors.end()) return static_cast<int>(found - search.anchors.begin());
-    search.anchors.push_back(folder);
-    return static_cast<int>(search.anchors.size() - 1);
 }
 
 namespace {

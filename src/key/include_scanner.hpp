@@ -127,6 +127,9 @@ struct Search {
     // directory). source_folder_anchor likewise for source_folder when absolute.
     std::vector<int> include_dir_anchor;
     int source_folder_anchor = -1;
+    // Parallel to pre_includes likewise: the anchor of an absolute pre-included file's folder
+    // (missing entries, or -2: recorded by its path).
+    std::vector<int> pre_include_anchor;
     // Base folders (key::Request::base_dirs): absolute, normalised. See location().
     std::vector<std::string> base_dirs;
     // The NVRTC options define NDEBUG (and undefine it nowhere): NVRTC's built-in assert is
@@ -137,9 +140,6 @@ struct Search {
 // Where `folder` (absolute) is, as the key and a pin record it: relative to the first of
 // `base_dirs` it lies in ("{base N}" or "{base N}/rest"), else the folder itself.
 std::string location(const std::string &folder, const std::vector<std::string> &base_dirs);
-
-// The number of `folder` among `search.anchors`, added when not there yet.
-int anchor_of(Search &search, const std::string &folder);
 
 // What a text says that may put its own file's name in the cubin, by identifiers anywhere in it
 // (in a comment too: a superset).
