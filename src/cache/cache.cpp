@@ -3,6 +3,7 @@
 #include "compile/compiler.hpp"
 #include "compile/nvjitlink_probe.hpp"
 #include "compile/nvrtc_probe.hpp"
+#include "key/dependency_watch.hpp"
 #include "key/include_scanner.hpp"
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
@@ -10,6 +11,9 @@
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -144,6 +148,18 @@ void Cache::count_memo_answer(std::string_view keyword, const Found &found, bool
 }
 
 Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest, bool remember) {
+    // A serving process asks again for what it was refused: refused again from memory while
+    // nothing could make it a hit (hit_memo.hpp), without keying, looking or scanning.
+    const bool strict = remember && request.compile_mode == key::CompileMode::never;
+    const std::string context = strict ? refusal_context(request) : std::string();
+    if (strict) {
+        if (std::optional<Error> refused = memo_.recall_refusal(digest, context)) {
+            counters_.compile_misses.fetch_add(1, std::memory_order_relaxed);
+            counters_.memo_refusals.fetch_add(1, std::memory_order_relaxed);
+            log().debug("cache miss [{}] refused from the hit memo", request.keyword);
+            return std::move(*refused);
+        }
+    }
     const HitMemo::Proof proof = HitMemo::before_look_up();
     auto keyed = key::key_request(std::move(request));
     if (!keyed) return std::move(keyed).error();
@@ -152,6 +168,9 @@ Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest
     if (!found) return std::move(found).error();
     Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed, nullptr, &call);
     if (answer && remember) memo_.remember(digest, *keyed, *answer, proof);
+    if (!answer && strict && call.refusal && answer.error().code == Errc::not_cached) {
+        memo_.remember_refusal(digest, *keyed, answer.error(), context, *call.refusal, proof);
+    }
     return answer;
 }
 
@@ -362,7 +381,44 @@ std::string mode_origin(const key::Request &request) {
     return std::string("$KJIT_NO_COMPILE=") + (v ? v : "");
 }
 
+// What a refused miss of `keyed` saw (RefusalProof), for the hit memo; none where an entry is
+// there that could not serve (a damaged one may be mended in place), or where the header watch
+// cannot vouch for the files `deps` the request reads (its entry `entry_key`).
+std::optional<RefusalProof> refusal_proof(const key::KeyedRequest &keyed, const std::string &entry_key,
+                                          const std::vector<key::include_scanner::Dependency> &deps) {
+    const key::Request &request = keyed.request;
+    RefusalProof seen;
+    if (request.reads_files) {
+        // Watched first, then proven as the scan found them: a change after this is an event.
+        seen.files_at = key::dependency_watch::arm(deps);
+        if (!seen.files_at || !key::include_scanner::still_current(deps)) return std::nullopt;
+    }
+    std::vector<std::string> dirs{request.cache_dir};
+    for (const std::string &seed : request.seed_dirs) {
+        if (std::find(dirs.begin(), dirs.end(), seed) == dirs.end()) dirs.push_back(seed);
+    }
+    for (const std::string &dir : dirs) {
+        const std::string entry = store::cache_entry::folder_for(dir, entry_key);
+        struct stat st {};
+        if (::lstat(entry.c_str(), &st) == 0) return std::nullopt;
+        seen.places.emplace_back(entry, std::nullopt);
+        if (!request.reads_files) continue;
+        const std::string variants = store::cache_entry::variants_file_for(dir, keyed.key);
+        std::optional<FileIdentity> listed;
+        if (::lstat(variants.c_str(), &st) == 0) listed = FileIdentity::from_stat(st);
+        seen.places.emplace_back(variants, listed);
+    }
+    return seen;
+}
+
 }  // namespace
+
+std::string Cache::refusal_context(const key::Request &request) {
+    std::string context = mode_origin(request);
+    for (const std::string &seed : request.seed_dirs) context.append(1, '\0').append(seed);
+    context.append(1, '\1').append(request.remote_spec);
+    return context;
+}
 
 Result<Found> Cache::refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
                                        const std::string &entry_key, const std::string &source_key,
@@ -372,6 +428,7 @@ Result<Found> Cache::refuse_to_compile(const key::KeyedRequest &keyed, Call &cal
         auto fetched = tier->fetch_many({expected_for(keyed, entry_key)});
         if (fetched.front()) return publish_fetched(keyed, call, std::move(*fetched.front()), source_key, deps);
     }
+    call.refusal = refusal_proof(keyed, entry_key, deps);
     std::string asked = "cache folder '" + request.cache_dir + "'";
     if (!request.seed_dirs.empty()) asked += ", " + std::to_string(request.seed_dirs.size()) + " seed folder(s)";
     if (tier) asked += ", the cluster tier";

@@ -161,6 +161,10 @@ private:
     Result<Found> refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
                                     const std::string &entry_key, const std::string &source_key,
                                     const std::vector<key::include_scanner::Dependency> &deps);
+    // What a refusal of `request` depends on besides the request (never mode): where the mode
+    // came from (as the message says it), the seeds and the cluster tier; the hit memo refuses a
+    // repeat from memory only under the same.
+    static std::string refusal_context(const key::Request &request);
     // Warn mode (key::CompileMode::warn): one warning per entry and process, naming the request,
     // on stderr whatever KJIT_LOG_LEVEL says (through the log when it shows warnings).
     void warn_of_compile(const key::KeyedRequest &keyed, const std::string &entry_key);

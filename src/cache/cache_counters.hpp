@@ -13,6 +13,8 @@ struct Counters {
     // Of those, hits the hit memo answered from memory (hit_memo.hpp); not in kjit_stats yet.
     std::atomic<std::uint64_t> memo_answers{0};
     std::atomic<std::uint64_t> compile_misses{0};
+    // Of those, misses refused a compile (never mode) that the hit memo refused from memory.
+    std::atomic<std::uint64_t> memo_refusals{0};
     std::atomic<std::uint64_t> nvrtc_compiles{0};
     std::atomic<std::uint64_t> nvrtc_nanoseconds{0};      // wall time inside compile::compiler::compile
     std::atomic<std::uint64_t> nvjitlink_links{0};        // links run (requests with link inputs)

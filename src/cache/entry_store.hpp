@@ -13,8 +13,11 @@
 #include "util/folder_trust.hpp"
 #include "util/status.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kjit::cache {
 
@@ -34,11 +37,25 @@ struct Found {
 // (folder_trust: its owner, its parents, whether the caller can write it) once per call, and
 // again only after creating it; before, each step of a miss checked it again (up to seven
 // times). One thread uses a Call; it lives as long as the call.
+// What a miss that was refused a compile (key::CompileMode::never) saw, so that the hit memo
+// can refuse its repeats without looking again (hit_memo.hpp): every path where an entry that
+// answers the request would appear (its entry folder, or for a request that reads files its
+// variants file and the entry of the files' state now; in the cache folder and in each seed),
+// each with its identity then, or none where it was absent; and for a request that reads files,
+// the header watch's generation that proves them as the refusal read them.
+struct RefusalProof {
+    std::vector<std::pair<std::string, std::optional<FileIdentity>>> places;
+    std::optional<std::uint64_t> files_at;
+};
+
 struct Call {
     std::optional<Result<folder_trust::CacheFolder>> local_folder;
     // The seed caches had no entry for the call's request: a seed does not change during a call,
     // so the miss's second look (after the node's compile lock) skips them.
     bool seeds_missed = false;
+    // Set by a refused miss whose repeats the hit memo may refuse (Cache::refuse_to_compile);
+    // the call's caller hands it to the memo.
+    std::optional<RefusalProof> refusal;
 };
 
 class EntryStore {

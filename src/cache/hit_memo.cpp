@@ -102,15 +102,7 @@ const HitMemo::Answer *HitMemo::serving(const Digest &digest, bool *by_watch) co
     const auto it = answers_.find(digest);
     if (it == answers_.end()) return nullptr;
     const Answer &a = it->second;
-    if (coarse_ns() - a.proven_ns >= revalidate_ns_) return nullptr;
-    if (store::cache_entry::retirements() != a.retirements) return nullptr;
-    if (!a.working_dir.empty() && key::include_scanner::current_working_dir() != a.working_dir) return nullptr;
-    // Link inputs are in the key by content: each must still be the file that was read (a stat
-    // each; no watch covers them).
-    for (const auto &[path, identity] : a.link_files) {
-        struct stat now {};
-        if (::stat(path.c_str(), &now) != 0 || FileIdentity::from_stat(now) != identity) return nullptr;
-    }
+    if (!a.conditions.hold(revalidate_ns_)) return nullptr;
     // One look at the watch's queue proves the cubin and, for a request that reads files, its
     // files too: they were proven at the generation the cubin's watch was armed at (below).
     const std::uint64_t watched = a.cubin_watched.generation.load(std::memory_order_acquire);
@@ -141,6 +133,61 @@ const HitMemo::Answer *HitMemo::serving(const Digest &digest, bool *by_watch) co
     return &a;
 }
 
+bool HitMemo::Conditions::hold(std::int64_t revalidate_ns) const {
+    if (coarse_ns() - proven_ns >= revalidate_ns) return false;
+    if (store::cache_entry::retirements() != retirements) return false;
+    if (!working_dir.empty() && key::include_scanner::current_working_dir() != working_dir) return false;
+    // Link inputs are in the key by content: each must still be the file that was read (a stat
+    // each; no watch covers them).
+    for (const auto &[path, identity] : link_files) {
+        struct stat now {};
+        if (::stat(path.c_str(), &now) != 0 || FileIdentity::from_stat(now) != identity) return false;
+    }
+    return true;
+}
+
+bool HitMemo::Conditions::take(const key::KeyedRequest &keyed, const Proof &proof) {
+    for (const compile::linker::Input &in : keyed.request.link_files) {
+        if (in.identity.mtime_nsec == 0) return false;  // whole-second times: an edit may not show
+        link_files.emplace_back(in.path, in.identity);
+    }
+    if (keyed.uses_working_dir) {
+        // "" when it cannot be told: then nothing that depends on it is served from memory.
+        working_dir = key::include_scanner::current_working_dir();
+        if (working_dir.empty()) return false;
+    }
+    proven_ns = coarse_ns();
+    retirements = proof.retirements_before;
+    return true;
+}
+
+std::optional<Error> HitMemo::recall_refusal(const Digest &digest, std::string_view context) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const auto it = refusals_.find(digest);
+    if (it == refusals_.end()) return std::nullopt;
+    const Refusal &r = it->second;
+    if (r.context != context || !r.conditions.hold(revalidate_ns_)) return std::nullopt;
+    // The files it reads: as the refusal read them, while no event that matters came since.
+    if (r.seen.files_at && !key::dependency_watch::still_at(*r.seen.files_at)) return std::nullopt;
+    // No entry appeared (a warm by another process, a seed replaced) and no variants file changed.
+    for (const auto &[path, was] : r.seen.places) {
+        struct stat now {};
+        const bool there = ::lstat(path.c_str(), &now) == 0;
+        if (there != was.has_value() || (there && FileIdentity::from_stat(now) != *was)) return std::nullopt;
+    }
+    return r.error;
+}
+
+void HitMemo::remember_refusal(const Digest &digest, const key::KeyedRequest &keyed, const Error &refusal,
+                               std::string context, const RefusalProof &seen, const Proof &proof) {
+    if (keyed.request.reads_files && !seen.files_at) return;
+    Refusal r{refusal, std::move(context), seen, {}};
+    if (!r.conditions.take(keyed, proof)) return;
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    if (refusals_.size() >= kMaxAnswers && !refusals_.count(digest)) refusals_.clear();
+    refusals_[digest] = std::move(r);
+}
+
 void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof) {
     Answer a;
     a.found = found;
@@ -158,25 +205,17 @@ void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, con
         a.source_key = key::proof_context(keyed.request, keyed.key);
         if (!key::dependency_watch::proven(a.entry, a.entry_st, a.source_key)) return;
     }
-    for (const compile::linker::Input &in : keyed.request.link_files) {
-        if (in.identity.mtime_nsec == 0) return;  // whole-second times: an edit may not show
-        a.link_files.emplace_back(in.path, in.identity);
-    }
-    if (keyed.uses_working_dir) {
-        // "" when it cannot be told: then nothing that depends on it is served from memory.
-        a.working_dir = key::include_scanner::current_working_dir();
-        if (a.working_dir.empty()) return;
-    }
-    a.proven_ns = coarse_ns();
-    a.retirements = proof.retirements_before;
+    if (!a.conditions.take(keyed, proof)) return;
     std::unique_lock<std::shared_mutex> lock(mutex_);
     if (answers_.size() >= kMaxAnswers && !answers_.count(digest)) answers_.clear();
     answers_[digest] = std::move(a);
+    refusals_.erase(digest);  // answered now
 }
 
 void HitMemo::clear() {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     answers_.clear();
+    refusals_.clear();
 }
 
 void HitMemo::renew_in_forked_child() { fork_guard::renew(mutex_); }

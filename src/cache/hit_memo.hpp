@@ -31,6 +31,18 @@
 // And at most kRevalidateNs after the full look-up that proved it, an answer is proved again in
 // full (the trust checks, the sidecar, recording the entry's use for other processes' eviction).
 //
+// Refusals: a serving process that refuses to compile (key::CompileMode::never) asks again for
+// what it was refused; a header-heavy request's refusal costs a scan of its include tree
+// (milliseconds). The memo refuses a repeat from memory (microseconds) under the same conditions
+// as an answer (its link inputs, working directory, removals by this process, kRevalidateNs;
+// with a cluster tier, that is how often the tier is asked again), and while nothing could make
+// it a hit: the same mode (and where it came from), seeds and tier (the caller's context); every
+// path where an entry that answers it would appear (RefusalProof: its entry folder, or its
+// variants file and the entry of its files' state, in the cache folder and every seed) as it was,
+// one lstat each; and the files it reads unchanged, by one look at the header watch's queue. A
+// refusal the watch cannot vouch for, or one with an entry there that could not serve, is not
+// remembered. An answer remembered for the same request replaces its refusal.
+//
 // Knows the cache key's Request (its raw fields), the entry stores' Found, the header watch and
 // the cache entry's retirement count.
 #pragma once
@@ -38,6 +50,7 @@
 #include "cache/entry_store.hpp"
 #include "key/cache_key.hpp"
 #include "util/filesystem.hpp"
+#include "util/status.hpp"
 
 #include <sys/stat.h>
 
@@ -48,6 +61,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -61,7 +75,8 @@ public:
     // Another interval for this memo (tests: a long one, so that what they check never depends
     // on the machine's speed).
     void set_revalidate_ns(std::int64_t ns) { revalidate_ns_ = ns; }
-    // The most answers remembered; when full, all are forgotten (the next repeats refill it).
+    // The most answers (and, apart, refusals) remembered; when full, all are forgotten (the next
+    // repeats refill it).
     static constexpr std::size_t kMaxAnswers = 16384;
 
     // 128 bits over the request's raw fields, as the caller gave them (defaults resolved).
@@ -139,6 +154,16 @@ public:
     // vouch for the files the request reads). Thread safe.
     void remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof);
 
+    // The refusal remembered for `digest` (an Errc::not_cached error), when it may still be
+    // served (see above) to a request of `context` (what Cache says of its mode, seeds and tier);
+    // else none. Thread safe (a shared lock).
+    std::optional<Error> recall_refusal(const Digest &digest, std::string_view context) const;
+    // Remembers `refusal`, what a full look-up of `keyed` (raw request `digest`, of `context`)
+    // just answered in never mode, with what it saw (`seen`). Nothing is remembered where the
+    // proof is not complete (see above). Thread safe.
+    void remember_refusal(const Digest &digest, const key::KeyedRequest &keyed, const Error &refusal,
+                          std::string context, const RefusalProof &seen, const Proof &proof);
+
     // Forgets everything (tests; a forked child renews the memo instead).
     void clear();
     // In a forked child: the lock made anew, the answers kept (the files are the same).
@@ -163,6 +188,19 @@ private:
             return *this;
         }
     };
+    // What an answer and a refusal alike must find unchanged at a repeat.
+    struct Conditions {
+        std::string working_dir;  // when the answer depends on it; else empty
+        // Each link input (absolute path) as the look-up read it: a repeat stats each.
+        std::vector<std::pair<std::string, FileIdentity>> link_files;
+        std::int64_t proven_ns = 0;  // the coarse monotonic clock (a repeat reads it: no system call)
+        std::uint64_t retirements = 0;
+
+        // Of `keyed`'s look-up, which began at `proof`; false where they cannot be told.
+        bool take(const key::KeyedRequest &keyed, const Proof &proof);
+        // Whether they still hold, at most `revalidate_ns` after the look-up.
+        bool hold(std::int64_t revalidate_ns) const;
+    };
     struct Answer {
         Found found;
         WatchedAt cubin_watched;  // the cubin's watch, armed at the first repeat
@@ -171,11 +209,13 @@ private:
         struct stat entry_st {};  // as the look-up saw it
         std::string source_key;   // when it reads files: key::proof_context of the request's key
         bool reads_files = false;
-        std::string working_dir;  // when the answer depends on it; else empty
-        // Each link input (absolute path) as the look-up read it: a repeat stats each.
-        std::vector<std::pair<std::string, FileIdentity>> link_files;
-        std::int64_t proven_ns = 0;  // the coarse monotonic clock (a repeat reads it: no system call)
-        std::uint64_t retirements = 0;
+        Conditions conditions;
+    };
+    struct Refusal {
+        Error error;
+        std::string context;  // the caller's, compared at each repeat
+        RefusalProof seen;
+        Conditions conditions;
     };
 
     // The answer for `digest` when it may be served now (the checks above), else null. With
@@ -186,6 +226,7 @@ private:
     mutable std::shared_mutex mutex_;
     mutable std::atomic<std::uint64_t> answers_by_watch_{0};
     std::unordered_map<Digest, Answer, DigestHash> answers_;
+    std::unordered_map<Digest, Refusal, DigestHash> refusals_;
 };
 
 }  // namespace kjit::cache
