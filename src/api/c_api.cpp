@@ -2,6 +2,8 @@
 // knows the public C types; no C++ type or exception crosses this boundary.
 #include "kjit/kjit.h"
 
+#include "api/c_struct.hpp"
+#include "api/compile_options.hpp"
 #include "api/defaults.hpp"
 #include "api/memo_digest.hpp"
 #include "api/request_record.hpp"
@@ -59,6 +61,9 @@ struct kjit_verify_report {
 namespace {
 
 using kjit::Errc;
+using kjit::api::c_struct::invalid;
+namespace c_struct = kjit::api::c_struct;
+namespace compile_options = kjit::api::compile_options;
 
 #define KJIT_SAME_VALUE(errc, status) \
     static_assert(static_cast<int>(Errc::errc) == static_cast<int>(status), "Errc and kjit_status differ")
@@ -173,250 +178,13 @@ kjit_status copy_out(const std::string &value, char *buf, size_t size, size_t *l
     return KJIT_OK;
 }
 
-kjit::Error invalid(std::string message) { return kjit::Error{Errc::invalid_argument, std::move(message)}; }
-
-// Whether a caller's versioned struct (of its own struct_size) holds `field`.
-#define KJIT_FIELD_PRESENT(type, ptr, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
-#define KJIT_OPTION_PRESENT(options, field) KJIT_FIELD_PRESENT(kjit_compile_options, options, field)
-
-// A caller's versioned struct must be at least `min_size` (what the first release had) and at
-// most this library's sizeof(T): a larger one is from a newer header and is never half-read.
-// `where` names it in the message, e.g. "kjit_compile: options".
-template <typename T>
-kjit::Status check_struct_size(const T &given, const std::string &where, const char *type,
-                               std::size_t min_size = sizeof(size_t)) {
-    if (given.struct_size >= min_size && given.struct_size <= sizeof(T)) return kjit::Ok{};
-    return invalid(where + "->struct_size is " + std::to_string(given.struct_size) + "; set it to sizeof(" + type +
-                   ") (" + std::to_string(sizeof(T)) + " in this libkjit, or smaller from an older header)");
-}
-
-// A NUL-terminated string array from the C side, checked. `where` names the options struct in
-// messages ("kjit_compile: options").
-kjit::Status take_strings(const char *const *items, size_t count, const std::string &where, const char *what,
-                          std::vector<std::string> &out) {
-    if (count > 0 && !items) {
-        return invalid(where + "." + what + " is NULL but its count is " + std::to_string(count));
-    }
-    for (size_t i = 0; i < count; ++i) {
-        if (!items[i]) return invalid(where + "." + what + "[" + std::to_string(i) + "] is NULL");
-        out.emplace_back(items[i]);
-    }
-    return kjit::Ok{};
-}
-
-// What the caller's options set explicitly; the rest comes from the environment's defaults.
-struct GivenSettings {
-    const char *cache_dir = nullptr;
-    const char *arch = nullptr;
-    std::uint64_t max_cache_size = 0;
-    bool seed_dirs = false;  // the seed_dirs option was given (possibly "none")
-    bool base_dirs = false;  // the base_dirs option was given (possibly "none")
-    int compile_mode = KJIT_COMPILE_DEFAULT;
-};
-
-// options->headers (in-memory headers), checked.
-kjit::Status take_headers(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
-    if (options->header_count > 0 && !options->headers) {
-        return invalid(where + ".headers is NULL but header_count is not 0");
-    }
-    for (size_t i = 0; i < options->header_count; ++i) {
-        const kjit_header &h = options->headers[i];
-        if (!h.name || !h.source) {
-            return invalid(where + ".headers[" + std::to_string(i) + "] has a NULL name or source");
-        }
-        r.headers.emplace_back(h.name, h.source);
-    }
-    return kjit::Ok{};
-}
-
-// The string arrays of the options (NVRTC options, include paths, link inputs and options,
-// in-memory headers), those the caller's struct_size holds, checked.
-kjit::Status take_lists(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
-    if (KJIT_OPTION_PRESENT(options, nvrtc_option_count)) {
-        if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
-                                  r.nvrtc_options);
-            !s) {
-            return s;
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, include_path_count)) {
-        if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
-                                  r.include_paths);
-            !s) {
-            return s;
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, link_input_count)) {
-        if (auto s = take_strings(options->link_inputs, options->link_input_count, where, "link_inputs", r.link_inputs);
-            !s) {
-            return s;
-        }
-        for (const std::string &input : r.link_inputs) {
-            if (input.empty()) return invalid(where + ".link_inputs has an empty file name");
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, link_option_count)) {
-        if (auto s =
-                take_strings(options->link_options, options->link_option_count, where, "link_options", r.link_options);
-            !s) {
-            return s;
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, header_count)) return take_headers(options, r, where);
-    return kjit::Ok{};
-}
-
-// A folder-list option (seed_dirs, base_dirs) into `out`, checked: no name NULL or empty; "none"
-// alone is none, whatever the variable behind the option says (as remote_storage's "none").
-// `given` tells the option from the variable: a count of 0 leaves it false.
-kjit::Status take_folders(const char *const *items, size_t count, const std::string &where, const char *what,
-                          std::vector<std::string> &out, bool &given) {
-    if (count == 0) return kjit::Ok{};
-    if (auto s = take_strings(items, count, where, what, out); !s) return s;
-    for (const std::string &dir : out) {
-        if (dir.empty()) return invalid(where + "." + what + " has an empty folder name");
-    }
-    if (out.size() == 1 && out[0] == "none") out.clear();
-    given = true;
-    return kjit::Ok{};
-}
-
-// The fields of the caller's options (those its struct_size holds): the lists and the name
-// expression into `r`, the settings with defaults into `given`.
-kjit::Status take_options(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where,
-                          GivenSettings &given) {
-    if (auto st = check_struct_size(*options, where, "kjit_compile_options"); !st) return st;
-    if (KJIT_OPTION_PRESENT(options, cache_dir)) given.cache_dir = options->cache_dir;
-    if (KJIT_OPTION_PRESENT(options, arch)) given.arch = options->arch;
-    if (auto s = take_lists(options, r, where); !s) return s;
-    if (KJIT_OPTION_PRESENT(options, name_expression) && options->name_expression) {
-        r.name_expression = options->name_expression;
-    }
-    if (KJIT_OPTION_PRESENT(options, max_cache_size)) given.max_cache_size = options->max_cache_size;
-    if (KJIT_OPTION_PRESENT(options, remote_storage) && options->remote_storage && *options->remote_storage) {
-        r.remote_spec = options->remote_storage;
-        r.remote_origin = "the remote_storage option";
-    }
-    if (KJIT_OPTION_PRESENT(options, program_name) && options->program_name) r.program_name = options->program_name;
-    if (KJIT_OPTION_PRESENT(options, compile_mode)) {
-        if (options->compile_mode < KJIT_COMPILE_DEFAULT || options->compile_mode > KJIT_COMPILE_NEVER) {
-            return invalid(where + ".compile_mode is " + std::to_string(options->compile_mode) +
-                           ": use a kjit_compile_mode (KJIT_COMPILE_DEFAULT, _ALWAYS, _WARN or _NEVER)");
-        }
-        given.compile_mode = options->compile_mode;
-        // Read with compile_mode: a struct that holds the one holds the other.
-        if (KJIT_OPTION_PRESENT(options, reserved) && options->reserved != 0) {
-            return invalid(where + ".reserved is " + std::to_string(options->reserved) + "; it must be 0");
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, seed_dir_count)) {
-        if (auto s = take_folders(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs,
-                                  given.seed_dirs);
-            !s) {
-            return s;
-        }
-    }
-    if (KJIT_OPTION_PRESENT(options, base_dir_count)) {
-        return take_folders(options->base_dirs, options->base_dir_count, where, "base_dirs", r.base_dirs,
-                            given.base_dirs);
-    }
-    return kjit::Ok{};
-}
-
-// The cache size limit: the option's, else $KJIT_CACHE_MAX_SIZE's. UINT64_MAX is no limit,
-// whatever the environment says; 0 is the default.
-kjit::Status settle_max_cache_size(std::uint64_t max_cache_size, kjit::key::Request &r) {
-    if (max_cache_size == UINT64_MAX) return kjit::Ok{};
-    if (max_cache_size != 0) {
-        r.max_cache_bytes = max_cache_size;
-        return kjit::Ok{};
-    }
-    auto from_env = kjit::api::defaults::max_cache_bytes();
-    if (!from_env) return std::move(from_env).error();
-    r.max_cache_bytes = *from_env;
-    return kjit::Ok{};
-}
-
-// The cache folder a call names, into `dir`: `given` when set, else the default (not yet
-// absolute; `origin`, if not null, then says where from). The one rule for kjit_compile's
-// options and the maintenance calls alike; written into the caller's string, so a hit's
-// request takes the folder with one copy, as before.
-kjit::Status given_or_default_cache_dir(const char *given, std::string &dir, const char **origin = nullptr) {
-    if (given && *given) {
-        dir = given;
-        return kjit::Ok{};
-    }
-    auto found = kjit::api::defaults::cache_dir(origin);
-    if (!found) return std::move(found).error();
-    dir = std::move(*found);
-    return kjit::Ok{};
-}
-
-// The architecture: the option's when set, else $KJIT_ARCH's or the current GPU's; with where it
-// came from, for messages.
-kjit::Status settle_arch(const char *arch, kjit::key::Request &r) {
-    if (arch && *arch) {
-        r.arch = arch;
-        r.arch_origin = "the arch option";
-        return kjit::Ok{};
-    }
-    auto detected = kjit::api::defaults::arch();
-    if (!detected) return std::move(detected).error();
-    r.arch = *detected;
-    const char *env = std::getenv("KJIT_ARCH");
-    r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
-    return kjit::Ok{};
-}
-
-static_assert(kjit::api::defaults::kCompileAlways == KJIT_COMPILE_ALWAYS &&
-                  kjit::api::defaults::kCompileWarn == KJIT_COMPILE_WARN &&
-                  kjit::api::defaults::kCompileNever == KJIT_COMPILE_NEVER,
-              "the defaults' compile modes differ from kjit_compile_mode");
-
-// The compile mode given (KJIT_COMPILE_DEFAULT: $KJIT_NO_COMPILE's) into `r`.
-kjit::Status settle_compile_mode(int given, kjit::key::Request &r) {
-    int mode = given;
-    if (mode == KJIT_COMPILE_DEFAULT) {
-        auto from_env = kjit::api::defaults::compile_mode();
-        if (!from_env) return std::move(from_env).error();
-        mode = *from_env;
-    } else {
-        r.compile_mode_origin = "the compile_mode option";
-    }
-    using kjit::key::CompileMode;
-    r.compile_mode = mode == KJIT_COMPILE_NEVER  ? CompileMode::never
-                     : mode == KJIT_COMPILE_WARN ? CompileMode::warn
-                                                 : CompileMode::always;
-    return kjit::Ok{};
-}
-
-// The C options (any struct_size from the first release on) as a cache request.
-kjit::Status request_from(const kjit_compile_options *options, kjit::key::Request &r, const std::string &where) {
-    GivenSettings given;
-    if (options) {
-        if (auto st = take_options(options, r, where, given); !st) return st;
-    }
-    if (r.remote_spec.empty()) r.remote_spec = kjit::api::defaults::remote_storage();
-    if (!given.seed_dirs) r.seed_dirs = kjit::api::defaults::seed_dirs();
-    if (!given.base_dirs) r.base_dirs = kjit::api::defaults::base_dirs();
-    if (auto st = settle_compile_mode(given.compile_mode, r); !st) return st;
-    if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
-    auto wait = kjit::api::defaults::compile_wait();
-    if (!wait) return std::move(wait).error();
-    r.compile_wait = *wait;
-    if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir, &r.cache_dir_origin); !st) return st;
-    // Before the default arch is looked for: without a GPU that fails, and would hide the option.
-    if (auto st = kjit::key::check_no_target_option(r.nvrtc_options); !st) return st;
-    return settle_arch(given.arch, r);
-}
-
 // One batch item's C request as a cache request, or why it is not one.
 kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *item, size_t index) {
     const std::string where = "kjit_compile_batch: requests[" + std::to_string(index) + "]";
     if (!item) return invalid(where + " is NULL");
     // Every field of the first version is needed: a request has no defaults.
-    if (auto st = check_struct_size(*item, where, "kjit_compile_request",
-                                    offsetof(kjit_compile_request, options) + sizeof(item->options));
+    if (auto st = c_struct::check_size(*item, where, "kjit_compile_request",
+                                       offsetof(kjit_compile_request, options) + sizeof(item->options));
         !st) {
         return std::move(st).error();
     }
@@ -425,7 +193,7 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
     kjit::key::Request r;
     r.source = item->source;
     r.keyword = item->keyword;
-    if (auto s = request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
+    if (auto s = compile_options::request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
     kjit::api::request_record::note(r);
     return r;
 }
@@ -434,7 +202,7 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
 // what kjit_compile works on for the same cache_dir (request_from, then key_request).
 kjit::Result<std::string> cache_dir_from(const char *given) {
     std::string dir;
-    if (auto st = given_or_default_cache_dir(given, dir); !st) return std::move(st).error();
+    if (auto st = compile_options::given_or_default_cache_dir(given, dir); !st) return std::move(st).error();
     return kjit::absolute_folder(dir);
 }
 
@@ -444,7 +212,7 @@ template <typename T>
 kjit_status init_struct(T *out, size_t struct_size, T defaults, const char *function, const char *type) {
     if (!out) return fail(KJIT_ERROR_INVALID_ARGUMENT, (std::string(function) + ": the struct is NULL").c_str());
     defaults.struct_size = struct_size;
-    if (auto st = check_struct_size(defaults, std::string(function) + ": the struct", type); !st)
+    if (auto st = c_struct::check_size(defaults, std::string(function) + ": the struct", type); !st)
         return fail(st.error());
     std::memcpy(static_cast<void *>(out), &defaults, struct_size);
     return KJIT_OK;
@@ -454,7 +222,7 @@ kjit_status init_struct(T *out, size_t struct_size, T defaults, const char *func
 kjit::Result<kjit::store::cache_maintenance::PruneOptions> prune_options_from(const kjit_prune_options *options) {
     kjit::store::cache_maintenance::PruneOptions out;
     if (!options) return out;
-    if (auto st = check_struct_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
+    if (auto st = c_struct::check_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
         return std::move(st).error();
     }
     if (KJIT_FIELD_PRESENT(kjit_prune_options, options, max_size) && options->max_size != KJIT_PRUNE_NO_LIMIT) {
@@ -503,7 +271,7 @@ kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit
     int pch = KJIT_PCH_DEFAULT;
     int kind = KJIT_WORKERS_DEFAULT;
     if (options) {
-        if (auto st = check_struct_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
+        if (auto st = c_struct::check_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
             return std::move(st).error();
         }
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, workers)) workers = options->workers;
@@ -582,7 +350,7 @@ struct ProgressBridge {
 template <typename Remove>
 kjit_status remove_and_report(const char *function, const char *cache_dir, kjit_prune_report *report, Remove remove) {
     if (report) {
-        if (auto st = check_struct_size(*report, std::string(function) + ": report", "kjit_prune_report"); !st) {
+        if (auto st = c_struct::check_size(*report, std::string(function) + ": report", "kjit_prune_report"); !st) {
             return fail(st.error());
         }
     }
@@ -644,7 +412,8 @@ kjit::Result<kjit::cache::Found> compile_request(const char *function, const cha
     kjit::key::Request request;
     request.source = source;
     request.keyword = keyword;
-    if (auto s = request_from(options, request, (f + ": options").c_str()); !s) return std::move(s).error();
+    if (auto s = compile_options::request_from(options, request, (f + ": options").c_str()); !s)
+        return std::move(s).error();
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
@@ -937,7 +706,7 @@ KJIT_API void kjit_kernel_release(kjit_kernel *kernel) { delete kernel; }
 KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
     return guarded("kjit_get_stats", [&]() -> kjit_status {
         if (!stats) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_get_stats: stats is NULL");
-        if (auto st = check_struct_size(*stats, "kjit_get_stats: stats", "kjit_stats"); !st) return fail(st.error());
+        if (auto st = c_struct::check_size(*stats, "kjit_get_stats: stats", "kjit_stats"); !st) return fail(st.error());
         const size_t size = stats->struct_size;
         constexpr auto relaxed = std::memory_order_relaxed;
         kjit_stats s{};
@@ -1055,7 +824,7 @@ KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summ
     if (arches) *arches = nullptr;
     return guarded("kjit_cache_summarize", [&]() -> kjit_status {
         if (!summary) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_summarize: summary is NULL");
-        if (auto st = check_struct_size(*summary, "kjit_cache_summarize: summary", "kjit_cache_summary"); !st) {
+        if (auto st = c_struct::check_size(*summary, "kjit_cache_summarize: summary", "kjit_cache_summary"); !st) {
             return fail(st.error());
         }
         auto dir = cache_dir_from(cache_dir);
@@ -1155,7 +924,7 @@ namespace {
 kjit_status copy_and_report(const char *function, const std::string &from, const std::string &to, const char *arch,
                             kjit_copy_report *report, kjit_verify_report **refused) {
     if (report) {
-        if (auto st = check_struct_size(*report, std::string(function) + ": report", "kjit_copy_report"); !st) {
+        if (auto st = c_struct::check_size(*report, std::string(function) + ": report", "kjit_copy_report"); !st) {
             return fail(st.error());
         }
     }

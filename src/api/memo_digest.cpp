@@ -1,5 +1,6 @@
 #include "api/memo_digest.hpp"
 
+#include "api/c_struct.hpp"
 #include "api/defaults.hpp"
 
 #include <unistd.h>
@@ -13,9 +14,8 @@ namespace kjit::api {
 
 namespace {
 
-// Whether the caller's options struct (of its own struct_size) holds `field`: c_api.cpp's rule.
-#define KJIT_MEMO_OPTION_PRESENT(options, field) \
-    ((options)->struct_size >= offsetof(kjit_compile_options, field) + sizeof((options)->field))
+// Whether the caller's options struct (of its own struct_size) holds `field` (c_struct.hpp).
+#define KJIT_MEMO_OPTION_PRESENT(options, field) KJIT_FIELD_PRESENT(kjit_compile_options, options, field)
 
 // A string list as Request holds it: its count, then each string. False on a NULL.
 bool strings(cache::HitMemo::Fields &f, const char *const *items, std::size_t count) {

@@ -1,7 +1,8 @@
 // The hit memo's digest of a kjit_compile / kjit_compile_named call, taken from the caller's
 // arguments as they are: a repeat is answered (cache::Cache::recall_with) without building a
-// key::Request, copying its strings or reading settings that cannot change the answer. Compiled
-// into libkjit.so with the C ABI (c_api.cpp).
+// key::Request, copying its strings or reading settings that cannot change the answer. Which
+// fields it holds: compile_options::kFields (keyed and digest_only), checked against
+// HitMemo::digest of compile_options::request_from's request by tests/api/compile_options_test.cpp.
 #pragma once
 
 #include "cache/hit_memo.hpp"
