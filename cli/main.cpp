@@ -11,7 +11,6 @@
 #include "kjit/kjit.h"
 #include "warm.hpp"
 
-#include "remote/remote_config.hpp"
 #include "util/size_units.hpp"
 
 #include <fcntl.h>
@@ -1079,14 +1078,12 @@ int main(int argc, char **argv) {
         }
     }
     if (const int status = parse_command_line(app, g, argc, argv); status >= 0) return status;
-    // A password given here would be in /proc/PID/cmdline, which every user of the machine reads.
+    // A password given here would be in /proc/PID/cmdline, which every user of the machine reads;
+    // and a malformed setting is said before any work starts.
     for (const std::string *spec : {&compile_args.remote_storage, &remote_storage, &warm_args.remote_storage}) {
-        if (kjit::remote::names_a_password(*spec)) {
-            return report_failure(g, KJIT_ERROR_INVALID_ARGUMENT, kjit_status_string(KJIT_ERROR_INVALID_ARGUMENT),
-                                  "--remote-storage names a server with a password, which every user of this machine "
-                                  "can read in the command line (/proc/PID/cmdline); give the setting in "
-                                  "$KJIT_REMOTE_STORAGE instead, or the password in a file named by "
-                                  "password-file=PATH (readable by its owner only)");
+        if (spec->empty()) continue;
+        if (const kjit_status st = kjit_remote_check(spec->c_str(), KJIT_REMOTE_CHECK_NO_PASSWORD); st != KJIT_OK) {
+            return report_failure(g, st, kjit_status_string(st), std::string("--remote-storage: ") + kjit_last_error());
         }
     }
     for (const std::string &dir : compile_args.seed_dirs) compile_args.seed_pointers.push_back(dir.c_str());

@@ -144,6 +144,10 @@ for spec in 'redis://:Hunter2@127.0.0.1:1' 'redis://:Hunter2 X9@127.0.0.1:1' 're
 done
 expect_rc 1 "$KJIT" cache stats --remote-storage 'redis://:Hunter2@127.0.0.1:1' --cache-dir "$C"
 contains "/proc/PID/cmdline" "$WORK/err"
+# A malformed setting is said by libkjit (kjit_remote_check) before anything is compiled.
+expect_rc 1 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" --remote-storage 'redis://127.0.0.1:1 lease=forever' -- -DX=1
+contains "--remote-storage: " "$WORK/err"
+contains "option lease='forever': 'forever' is not a duration" "$WORK/err"
 # The same setting from the environment is taken (here: nothing listens, so it compiles locally).
 KJIT_REMOTE_STORAGE='redis://:Hunter2@127.0.0.1:1 connect-timeout=50ms' expect_rc 0 "$KJIT" compile "$WORK/k.cu" -k plain --arch sm_90 --cache-dir "$C" -- -DX=1
 # Several files: one batch into a cache of its own, two lines per file in order (k.cu's entry

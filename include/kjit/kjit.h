@@ -85,7 +85,8 @@
  * @ref kjit_cache.h, statistics and cache maintenance (docs/cache-layout.md, docs/cli.md):
  *  - kjit_get_stats(), ::kjit_stats: process-wide counters (hits, misses, NVRTC time, sidecar
  *    use, loads, eviction, errors by status).
- *  - kjit_cache_dir(), kjit_remote_describe(): the cache folder in use, the cluster servers.
+ *  - kjit_cache_dir(), kjit_remote_describe(), kjit_remote_check(): the cache folder in use,
+ *    the cluster servers, a cluster setting checked.
  *  - Three maintenance reports, documented in one shape: kjit_cache_summarize()
  *    (::kjit_cache_summary, ::kjit_cache_arches), kjit_cache_prune() and kjit_cache_clear()
  *    (::kjit_prune_options, ::kjit_prune_report), kjit_cache_verify() (::kjit_verify_report,
@@ -105,7 +106,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 12
+#define KJIT_VERSION_MINOR 13
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */

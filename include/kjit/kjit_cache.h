@@ -244,6 +244,29 @@ KJIT_API kjit_status kjit_cache_dir(const char *cache_dir, char *path, size_t pa
  */
 KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text, size_t text_size, size_t *text_len);
 
+/** kjit_remote_check() flag: refuse a setting whose server URL names a password. */
+#define KJIT_REMOTE_CHECK_NO_PASSWORD 1u
+
+/**
+ * @brief Checks a cluster-tier setting as libkjit reads it (since 0.13), without connecting:
+ *        for a host that takes the setting from its user and wants to say what is wrong before
+ *        the first compile (the `kjit` command checks --remote-storage so).
+ * @param[in] remote_storage A setting as kjit_compile_options::remote_storage takes it; NULL or
+ *                           "" for $KJIT_REMOTE_STORAGE. "none" (the tier off) is a valid one.
+ * @param[in] flags          0, or #KJIT_REMOTE_CHECK_NO_PASSWORD: also refuse a setting whose
+ *                           server URL names a user or password (`redis://:secret@host`), for a
+ *                           setting that came from a command line, which every user of the
+ *                           machine can read (/proc/PID/cmdline); `password-file=` is accepted.
+ * @return #KJIT_OK: libkjit would use the setting as it is (or it turns the tier off), or:
+ * @retval KJIT_ERROR_INVALID_ARGUMENT A malformed setting (the message names the token, never a
+ *                                     password), a password in a URL with
+ *                                     #KJIT_REMOTE_CHECK_NO_PASSWORD, a tier asked of a libkjit
+ *                                     built without it, or an unknown flag.
+ * @retval KJIT_ERROR_IO               A password-file that cannot be read, or that others can.
+ * @note Thread safe. No server is asked: kjit_remote_describe() does that.
+ */
+KJIT_API kjit_status kjit_remote_check(const char *remote_storage, unsigned flags);
+
 /** @} */
 
 /**

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 12, 0)
+HEADER_VERSION = (0, 13, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
@@ -66,6 +66,7 @@ def enums() -> Dict[str, Dict[str, int]]:
 STATS_REJECTION_SLOTS = 16  # KJIT_STATS_REJECTION_SLOTS
 STATS_STATUS_SLOTS = 32  # KJIT_STATS_STATUS_SLOTS
 PRUNE_NO_LIMIT = 2**64 - 1  # KJIT_PRUNE_NO_LIMIT (UINT64_MAX)
+REMOTE_CHECK_NO_PASSWORD = 1  # KJIT_REMOTE_CHECK_NO_PASSWORD (kjit_remote_check's flag, 0.13)
 
 MACROS: Dict[str, int] = {
     "KJIT_VERSION_MAJOR": HEADER_VERSION[0],
@@ -74,6 +75,7 @@ MACROS: Dict[str, int] = {
     "KJIT_STATS_REJECTION_SLOTS": STATS_REJECTION_SLOTS,
     "KJIT_STATS_STATUS_SLOTS": STATS_STATUS_SLOTS,
     "KJIT_PRUNE_NO_LIMIT": PRUNE_NO_LIMIT,
+    "KJIT_REMOTE_CHECK_NO_PASSWORD": REMOTE_CHECK_NO_PASSWORD,
 }
 
 
@@ -317,6 +319,8 @@ FUNCTIONS: Dict[str, Tuple[str, Optional[type], List[type]]] = {
     # KJIT_1.7: 0.11
     "kjit_record_start": ("KJIT_1.7", STATUS, [_S]),
     "kjit_record_stop": ("KJIT_1.7", None, []),
+    # KJIT_1.8: 0.13
+    "kjit_remote_check": ("KJIT_1.8", STATUS, [_S, ctypes.c_uint]),
 }
 
 REQUIRED_NODE = "KJIT_1"

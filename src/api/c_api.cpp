@@ -819,6 +819,32 @@ KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text
     });
 }
 
+KJIT_API kjit_status kjit_remote_check(const char *remote_storage, unsigned flags) {
+    return guarded("kjit_remote_check", [&]() -> kjit_status {
+        if (flags & ~KJIT_REMOTE_CHECK_NO_PASSWORD) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, ("kjit_remote_check: unknown flags " + std::to_string(flags) +
+                                                      " (KJIT_REMOTE_CHECK_NO_PASSWORD is the only one)")
+                                                         .c_str());
+        }
+        const bool given = remote_storage && *remote_storage;
+        const std::string spec = given ? std::string(remote_storage) : kjit::api::defaults::remote_storage();
+        const char *origin = given ? "kjit_remote_check: remote_storage" : "KJIT_REMOTE_STORAGE";
+        // Before parsing: a malformed setting's message must not be the first to show it.
+        if ((flags & KJIT_REMOTE_CHECK_NO_PASSWORD) && kjit::remote::names_a_password(spec)) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        (std::string(origin) +
+                         " names a server with a password, which every user of this machine can read in a "
+                         "command line (/proc/PID/cmdline); give the setting in $KJIT_REMOTE_STORAGE instead, or "
+                         "the password in a file named by password-file=PATH (readable by its owner only)")
+                            .c_str());
+        }
+        // As a compile would take it: parsed, and refused by a libkjit built without the tier.
+        auto tier = kjit::remote::Tier::for_spec(spec, origin);
+        if (!tier) return fail(tier.error());
+        return KJIT_OK;
+    });
+}
+
 KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summary *summary,
                                           kjit_cache_arches **arches) {
     if (arches) *arches = nullptr;

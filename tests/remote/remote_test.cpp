@@ -334,6 +334,46 @@ TEST(RemoteFailOpen, DescribeNamesTheServerAsMessagesDo) {
     EXPECT_EQ(described.find("Pw0rd"), std::string::npos) << described;
 }
 
+// kjit_remote_check: a setting checked as a compile would take it, without a server asked; with
+// KJIT_REMOTE_CHECK_NO_PASSWORD, a password in a URL refused (the `kjit` command's check of
+// --remote-storage), never shown.
+TEST(RemoteCheck, SaysWhatIsWrongWithASettingWithoutConnecting) {
+    EXPECT_EQ(kjit_remote_check("redis://127.0.0.1:1 connect-timeout=50ms", 0), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(kjit_remote_check("none", KJIT_REMOTE_CHECK_NO_PASSWORD), KJIT_OK) << kjit_last_error();
+    {
+        kjit_test::ScopedEnv unset("KJIT_REMOTE_STORAGE", "");
+        EXPECT_EQ(kjit_remote_check(nullptr, 0), KJIT_OK) << kjit_last_error();
+    }
+    {
+        kjit_test::ScopedEnv from_env("KJIT_REMOTE_STORAGE", "redis://127.0.0.1:1 lease=forever");
+        EXPECT_EQ(kjit_remote_check("", 0), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kjit_last_error()).find("KJIT_REMOTE_STORAGE"), std::string::npos) << kjit_last_error();
+    }
+    EXPECT_EQ(kjit_remote_check("redis://127.0.0.1:99999", 0), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("kjit_remote_check: remote_storage"), std::string::npos)
+        << kjit_last_error();
+
+    const char *with_password = "redis://u:Pw0rd@127.0.0.1:1";
+    EXPECT_EQ(kjit_remote_check(with_password, 0), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(kjit_remote_check(with_password, KJIT_REMOTE_CHECK_NO_PASSWORD), KJIT_ERROR_INVALID_ARGUMENT);
+    const std::string refused = kjit_last_error();
+    EXPECT_NE(refused.find("/proc/PID/cmdline"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("password-file=PATH"), std::string::npos) << refused;
+    EXPECT_EQ(refused.find("Pw0rd"), std::string::npos) << refused;
+
+    TempDir dir;
+    kjit_test::write_file(dir.file("pw"), "Pw0rd\n");
+    ASSERT_EQ(::chmod(dir.file("pw").c_str(), 0644), 0);
+    const std::string readable = "redis://127.0.0.1:1 password-file=" + dir.file("pw");
+    EXPECT_EQ(kjit_remote_check(readable.c_str(), KJIT_REMOTE_CHECK_NO_PASSWORD), KJIT_ERROR_IO);
+    ASSERT_EQ(::chmod(dir.file("pw").c_str(), 0600), 0);
+    const std::string owner_only = "redis://127.0.0.1:2 password-file=" + dir.file("pw");
+    EXPECT_EQ(kjit_remote_check(owner_only.c_str(), KJIT_REMOTE_CHECK_NO_PASSWORD), KJIT_OK) << kjit_last_error();
+
+    EXPECT_EQ(kjit_remote_check("none", 2u), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("unknown flags 2"), std::string::npos) << kjit_last_error();
+}
+
 TEST(RemoteFailOpen, ServerKilledThenBack) {
     RedisServer server;
     TempDir cache;
