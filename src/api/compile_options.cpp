@@ -2,6 +2,7 @@
 
 #include "api/c_struct.hpp"
 #include "api/defaults.hpp"
+#include "util/environment.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -174,7 +175,7 @@ Status settle_arch(const char *arch, key::Request &r) {
     auto detected = defaults::arch();
     if (!detected) return std::move(detected).error();
     r.arch = *detected;
-    const char *env = std::getenv("KJIT_ARCH");
+    const char *env = environment::get(environment::Variable::arch);
     r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
     return Ok{};
 }

@@ -1,6 +1,7 @@
 #include "api/defaults.hpp"
 
 #include "load/driver.hpp"
+#include "util/environment.hpp"
 #include "util/size_units.hpp"
 
 #include <sched.h>
@@ -14,15 +15,15 @@ namespace kjit::api::defaults {
 
 namespace {
 
-std::string env(const char *name) {
-    const char *v = std::getenv(name);
+std::string env(environment::Variable name) {
+    const char *v = environment::get(name);
     return v ? std::string(v) : std::string();
 }
 
 // A folder-list variable's folders (for_each_folder's rule).
-std::vector<std::string> folder_list(const char *name) {
+std::vector<std::string> folder_list(environment::Variable name) {
     std::vector<std::string> dirs;
-    const char *v = std::getenv(name);
+    const char *v = environment::get(name);
     if (v) for_each_folder(v, [&](std::string_view dir) { dirs.emplace_back(dir); });
     return dirs;
 }
@@ -33,18 +34,18 @@ Result<std::string> cache_dir(const char **origin) {
     const char *unused = nullptr;
     const char *&from = origin ? *origin : unused;
     from = "$KJIT_CACHE_DIR";
-    if (std::string v = env("KJIT_CACHE_DIR"); !v.empty()) return v;
+    if (std::string v = env(environment::Variable::cache_dir); !v.empty()) return v;
     from = "$XDG_CACHE_HOME";
-    if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/kjit";
+    if (std::string v = env(environment::Variable::xdg_cache_home); !v.empty()) return v + "/kjit";
     from = "$HOME";
-    if (std::string v = env("HOME"); !v.empty()) return v + "/.cache/kjit";
+    if (std::string v = env(environment::Variable::home); !v.empty()) return v + "/.cache/kjit";
     from = nullptr;
     return Error{Errc::invalid_argument,
                  "no cache folder: set kjit_compile_options.cache_dir, $KJIT_CACHE_DIR, $XDG_CACHE_HOME or $HOME"};
 }
 
 Result<std::string> arch() {
-    if (std::string v = env("KJIT_ARCH"); !v.empty()) return v;
+    if (std::string v = env(environment::Variable::arch); !v.empty()) return v;
     auto detected = load::driver::current_device_arch();
     if (detected) return detected;
     return Error{Errc::invalid_argument, "no target arch: set kjit_compile_options.arch or $KJIT_ARCH (e.g. sm_90a); "
@@ -53,7 +54,7 @@ Result<std::string> arch() {
 }
 
 Result<std::optional<std::uint64_t>> max_cache_bytes() {
-    const std::string v = env("KJIT_CACHE_MAX_SIZE");
+    const std::string v = env(environment::Variable::cache_max_size);
     if (v.empty()) return std::optional<std::uint64_t>{};
     auto size = size_units::parse_size(v);
     if (!size) {
@@ -64,16 +65,16 @@ Result<std::optional<std::uint64_t>> max_cache_bytes() {
     return std::optional<std::uint64_t>(*size);
 }
 
-std::string remote_storage() { return env("KJIT_REMOTE_STORAGE"); }
+std::string remote_storage() { return env(environment::Variable::remote_storage); }
 
-std::vector<std::string> seed_dirs() { return folder_list("KJIT_CACHE_SEED"); }
+std::vector<std::string> seed_dirs() { return folder_list(environment::Variable::cache_seed); }
 
-std::vector<std::string> base_dirs() { return folder_list("KJIT_BASE_DIRS"); }
+std::vector<std::string> base_dirs() { return folder_list(environment::Variable::base_dirs); }
 
 Result<std::chrono::milliseconds> compile_wait() {
     constexpr long kDefaultSeconds = 600;
     constexpr long kMaxSeconds = 86'400;
-    const std::string v = env("KJIT_COMPILE_WAIT");
+    const std::string v = env(environment::Variable::compile_wait);
     if (v.empty()) return std::chrono::milliseconds(kDefaultSeconds * 1000);
     char *end = nullptr;
     errno = 0;
@@ -88,7 +89,7 @@ Result<std::chrono::milliseconds> compile_wait() {
 }
 
 Result<unsigned> workers() {
-    if (const char *jobs = std::getenv("KJIT_JOBS"); jobs && *jobs) {
+    if (const char *jobs = environment::get(environment::Variable::jobs); jobs && *jobs) {
         char *end = nullptr;
         errno = 0;
         const long n = std::strtol(jobs, &end, 10);
@@ -109,7 +110,7 @@ Result<unsigned> workers() {
 }
 
 Result<int> compile_mode() {
-    const char *v = std::getenv("KJIT_NO_COMPILE");
+    const char *v = environment::get(environment::Variable::no_compile);
     if (!v || !*v || std::strcmp(v, "0") == 0) return kCompileAlways;
     if (std::strcmp(v, "1") == 0 || std::strcmp(v, "never") == 0) return kCompileNever;
     if (std::strcmp(v, "warn") == 0) return kCompileWarn;
@@ -120,7 +121,7 @@ Result<int> compile_mode() {
 
 Result<batch::batch_compiler::WorkerKind> worker_kind() {
     using batch::batch_compiler::WorkerKind;
-    const char *v = std::getenv("KJIT_WORKER_KIND");
+    const char *v = environment::get(environment::Variable::worker_kind);
     if (!v || !*v || std::strcmp(v, "auto") == 0) return WorkerKind::automatic;
     if (std::strcmp(v, "threads") == 0) return WorkerKind::threads;
     if (std::strcmp(v, "processes") == 0) return WorkerKind::processes;

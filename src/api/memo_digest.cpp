@@ -2,8 +2,7 @@
 
 #include "api/c_struct.hpp"
 #include "api/defaults.hpp"
-
-#include <unistd.h>
+#include "util/environment.hpp"
 
 #include <cstddef>
 #include <cstdlib>
@@ -109,8 +108,8 @@ bool known_compile_mode(const kjit_compile_options *o) {
            !(o && KJIT_MEMO_OPTION_PRESENT(o, reserved) && o->reserved != 0);
 }
 
-// The variables a repeat reads, found in one pass over the environment: a getenv each (a pass
-// each) was a sixth of a repeat's time. The first of a name wins, as with getenv.
+// The variables a repeat reads, found in one pass over the environment (environment::get_all):
+// a getenv each (a pass each) was a sixth of a repeat's time.
 struct MemoSettings {
     const char *hit_memo = nullptr;
     const char *max_cache_size = nullptr;
@@ -119,23 +118,12 @@ struct MemoSettings {
 };
 
 MemoSettings memo_settings() {
-    MemoSettings found;
-    const struct {
-        const char *name;  // after "KJIT_", with its '='
-        std::size_t length;
-        const char *MemoSettings::*value;
-    } wanted[] = {{"HIT_MEMO=", 9, &MemoSettings::hit_memo},
-                  {"CACHE_MAX_SIZE=", 15, &MemoSettings::max_cache_size},
-                  {"COMPILE_WAIT=", 13, &MemoSettings::compile_wait},
-                  {"BASE_DIRS=", 10, &MemoSettings::base_dirs}};
-    for (char **e = environ; e && *e; ++e) {
-        const char *v = *e;
-        if (v[0] != 'K' || std::strncmp(v, "KJIT_", 5) != 0) continue;
-        for (const auto &w : wanted) {
-            if (!(found.*w.value) && std::strncmp(v + 5, w.name, w.length) == 0) found.*w.value = v + 5 + w.length;
-        }
-    }
-    return found;
+    using environment::Variable;
+    static constexpr Variable kRead[] = {Variable::hit_memo, Variable::cache_max_size, Variable::compile_wait,
+                                         Variable::base_dirs};
+    const char *values[4];
+    environment::get_all(kRead, 4, values);
+    return MemoSettings{values[0], values[1], values[2], values[3]};
 }
 
 // Whether the memo may answer: it is on (HitMemo::enabled's rule), and the settings request_from

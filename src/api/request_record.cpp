@@ -1,6 +1,7 @@
 #include "api/request_record.hpp"
 
 #include "key/include_scanner.hpp"
+#include "util/environment.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
@@ -247,7 +248,7 @@ void stop() {
 bool active() {
     const int now = state.load(std::memory_order_acquire);
     if (now != kUnknown) return now == kOn;
-    const char *env = std::getenv("KJIT_RECORD");
+    const char *env = environment::get(environment::Variable::record);
     if (!env || !*env) {
         int expected = kUnknown;
         state.compare_exchange_strong(expected, kOff);

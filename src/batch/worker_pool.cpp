@@ -2,6 +2,7 @@
 
 #include "batch/worker_protocol.hpp"
 #include "compile/compiler.hpp"
+#include "util/environment.hpp"
 #include "util/log.hpp"
 
 #include <dlfcn.h>
@@ -96,7 +97,7 @@ std::optional<int> reap_within(pid_t pid, std::chrono::milliseconds wait) {
 }  // namespace
 
 Result<std::string> helper_path() {
-    if (const char *env = std::getenv("KJIT_WORKER"); env && *env) {
+    if (const char *env = environment::get(environment::Variable::worker); env && *env) {
         if (!is_executable_file(env)) {
             return Error{Errc::not_found, std::string("$KJIT_WORKER is '") + env +
                                               "', which is not an executable file: point it at libkjit's kjit-worker, "

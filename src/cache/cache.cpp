@@ -8,6 +8,7 @@
 #include "remote/remote_store.hpp"
 #include "resolve/name_resolver.hpp"
 #include "store/cache_entry.hpp"
+#include "util/environment.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
@@ -377,7 +378,7 @@ std::string request_text(const key::Request &request, const std::string &entry_k
 // What set the compile mode, as the caller would write it.
 std::string mode_origin(const key::Request &request) {
     if (std::string_view(request.compile_mode_origin) != "KJIT_NO_COMPILE") return request.compile_mode_origin;
-    const char *v = std::getenv("KJIT_NO_COMPILE");
+    const char *v = environment::get(environment::Variable::no_compile);
     return std::string("$KJIT_NO_COMPILE=") + (v ? v : "");
 }
 

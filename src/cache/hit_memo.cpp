@@ -3,6 +3,7 @@
 #include "key/dependency_watch.hpp"
 #include "key/include_scanner.hpp"
 #include "store/cache_entry.hpp"
+#include "util/environment.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 
@@ -87,7 +88,7 @@ HitMemo::Digest HitMemo::digest(const key::Request &request) {
 HitMemo::Proof HitMemo::before_look_up() { return Proof{store::cache_entry::retirements()}; }
 
 bool HitMemo::enabled() {
-    const char *v = std::getenv("KJIT_HIT_MEMO");
+    const char *v = environment::get(environment::Variable::hit_memo);
     return !(v && std::strcmp(v, "0") == 0);
 }
 

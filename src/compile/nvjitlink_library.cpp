@@ -63,7 +63,8 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
 }
 
 runtime_library::Loaded<Api> open_library() {
-    auto loaded = runtime_library::open_first<Api>(candidates(), "KJIT_LIBNVJITLINK", "nvJitLink", open_one);
+    auto loaded =
+        runtime_library::open_first<Api>(candidates(), environment::Variable::libnvjitlink, "nvJitLink", open_one);
     if (loaded.error.empty()) return loaded;
     loaded.error += ". A compile with link inputs needs nvJitLink " + std::to_string(kMajor) +
                     ": install the CUDA toolkit's nvJitLink (" + library_name() + ": the libnvjitlink-" +
@@ -89,7 +90,7 @@ void renew_open_mutex_in_forked_child() { fork_guard::renew(open_mutex); }
 std::string library_name() { return "libnvJitLink.so." + std::to_string(kMajor); }
 
 std::vector<std::string> candidates() {
-    return runtime_library::candidates("KJIT_LIBNVJITLINK", library_name(), KJIT_NVRTC_DIR);
+    return runtime_library::candidates(environment::Variable::libnvjitlink, library_name(), KJIT_NVRTC_DIR);
 }
 
 const Api *opened() { return slot.opened(); }

@@ -106,7 +106,7 @@ bool open_one(const std::string &file, Api &a, std::string &why) {
 #undef KJIT_BIND
 
 runtime_library::Loaded<Api> open_library() {
-    auto loaded = runtime_library::open_first<Api>(candidates(), "KJIT_LIBNVRTC", "NVRTC", open_one);
+    auto loaded = runtime_library::open_first<Api>(candidates(), environment::Variable::libnvrtc, "NVRTC", open_one);
     if (loaded.error.empty()) return loaded;
     const std::string name = library_name();
     loaded.error += ". kjit_compile needs NVRTC " + std::to_string(kMajor) +
@@ -138,7 +138,7 @@ std::string library_name() { return "libnvrtc.so." + std::to_string(kMajor); }
 
 std::vector<std::string> candidates() {
     // LD_LIBRARY_PATH, ldconfig's cache, ...; then the toolkit the build used.
-    return runtime_library::candidates("KJIT_LIBNVRTC", library_name(), KJIT_NVRTC_DIR);
+    return runtime_library::candidates(environment::Variable::libnvrtc, library_name(), KJIT_NVRTC_DIR);
 }
 
 const Api *opened() { return slot.opened(); }

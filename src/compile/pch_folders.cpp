@@ -1,5 +1,6 @@
 #include "compile/pch_folders.hpp"
 
+#include "util/environment.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 
@@ -92,7 +93,7 @@ Result<std::string> folder_for(const std::string &identity, bool *made_now) {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (made_now) *made_now = false;
     if (r.path.empty() || r.pid != ::getpid()) {
-        const char *tmp = std::getenv("TMPDIR");
+        const char *tmp = environment::get(environment::Variable::tmpdir);
         std::string base = tmp && *tmp ? tmp : "/tmp";
         std::string templ = base + "/kjit-pch-" + std::to_string(::getpid()) + "-XXXXXX";
         std::vector<char> buf(templ.begin(), templ.end());

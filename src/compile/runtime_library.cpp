@@ -7,9 +7,9 @@
 
 namespace kjit::compile::runtime_library {
 
-std::vector<std::string> candidates(const char *env_var, const std::string &library_name,
+std::vector<std::string> candidates(environment::Variable env_var, const std::string &library_name,
                                     const std::string &toolkit_dir) {
-    const char *env = std::getenv(env_var);
+    const char *env = environment::get(env_var);
     if (env && *env) return {env};  // pinned: nothing else, so a test or deployment can rule it out
     return {library_name, toolkit_dir + "/" + library_name};
 }

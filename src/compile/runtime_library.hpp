@@ -3,6 +3,7 @@
 // one is opened and its entry points bound, and the identity the cache key holds for it.
 #pragma once
 
+#include "util/environment.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
@@ -21,7 +22,7 @@ namespace kjit::compile::runtime_library {
 // dlopen's search, so a deployment or a test can pin the library or rule it out), else the bare
 // `library_name` (the dynamic linker's search: LD_LIBRARY_PATH, ldconfig's cache, ...) and the
 // same name in `toolkit_dir`, the CUDA toolkit's lib folder the build found.
-std::vector<std::string> candidates(const char *env_var, const std::string &library_name,
+std::vector<std::string> candidates(environment::Variable env_var, const std::string &library_name,
                                     const std::string &toolkit_dir);
 
 // dlopen(`file`, RTLD_NOW | RTLD_LOCAL): the handle, or nullptr with `why` ("failed: <dlerror>").
@@ -61,9 +62,10 @@ struct Loaded {
 // Api::version), else an error "no usable <what>: " listing each file tried and why, in order
 // ("(from <env_var>)" when the variable named it), to which the caller adds what to do.
 template <typename Api, typename OpenOne>
-Loaded<Api> open_first(const std::vector<std::string> &candidates, const char *env_var, const char *what,
+Loaded<Api> open_first(const std::vector<std::string> &candidates, environment::Variable variable, const char *what,
                        OpenOne &&open_one) {
-    const char *env = std::getenv(env_var);
+    const char *env = environment::get(variable);
+    const char *env_var = environment::name(variable);
     const bool from_env = env && *env;
     Loaded<Api> loaded;
     std::string tried;

@@ -1,5 +1,6 @@
 #include "key/dependency_watch.hpp"
 
+#include "util/environment.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
@@ -119,7 +120,7 @@ void renew_in_forked_child() {
     fork_guard::at_fork_child(fork_guard::State::header_watch, renew_in_forked_child);
 
 bool turned_off() {
-    const char *v = std::getenv("KJIT_WATCH_HEADERS");
+    const char *v = environment::get(environment::Variable::watch_headers);
     return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0 ||
                  std::strcmp(v, "no") == 0);
 }

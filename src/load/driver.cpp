@@ -1,5 +1,6 @@
 #include "load/driver.hpp"
 
+#include "util/environment.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
 
@@ -72,7 +73,7 @@ bool bind(Api &a, Fn &fn, const char *symbol, int version) {
 
 Api open_api() {
     Api a;
-    const char *env = std::getenv("KJIT_LIBCUDA");
+    const char *env = environment::get(environment::Variable::libcuda);
     const bool from_env = env && *env;
     a.library = from_env ? env : "libcuda.so.1";
     const std::string origin = from_env ? " (from KJIT_LIBCUDA)" : "";

@@ -1,5 +1,6 @@
 #include "util/log.hpp"
 
+#include "util/environment.hpp"
 #include "util/fork_guard.hpp"
 
 #include <spdlog/sinks/base_sink.h>
@@ -41,7 +42,7 @@ protected:
 // unset or empty: off. Anything else is said once on stderr (spdlog's own parser would take it
 // for "off" in silence, as it does "DEBUG") and leaves logging off.
 spdlog::level::level_enum level_from_environment() {
-    const char *env = std::getenv("KJIT_LOG_LEVEL");
+    const char *env = environment::get(environment::Variable::log_level);
     if (!env || !*env) return spdlog::level::off;
     std::string text(env);
     for (char &c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -1,0 +1,76 @@
+#include "util/environment.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kjit::environment {
+
+namespace {
+
+struct Entry {
+    Variable variable;
+    const char *name;
+};
+
+// The list tests/check_environment.sh reads: one variable per line, in Variable's order.
+constexpr Entry kVariables[] = {
+    {Variable::cache_dir, "KJIT_CACHE_DIR"},
+    {Variable::xdg_cache_home, "XDG_CACHE_HOME"},
+    {Variable::home, "HOME"},
+    {Variable::arch, "KJIT_ARCH"},
+    {Variable::cache_max_size, "KJIT_CACHE_MAX_SIZE"},
+    {Variable::jobs, "KJIT_JOBS"},
+    {Variable::worker_kind, "KJIT_WORKER_KIND"},
+    {Variable::worker, "KJIT_WORKER"},
+    {Variable::hit_memo, "KJIT_HIT_MEMO"},
+    {Variable::compile_wait, "KJIT_COMPILE_WAIT"},
+    {Variable::remote_storage, "KJIT_REMOTE_STORAGE"},
+    {Variable::cache_seed, "KJIT_CACHE_SEED"},
+    {Variable::base_dirs, "KJIT_BASE_DIRS"},
+    {Variable::no_compile, "KJIT_NO_COMPILE"},
+    {Variable::record, "KJIT_RECORD"},
+    {Variable::watch_headers, "KJIT_WATCH_HEADERS"},
+    {Variable::log_level, "KJIT_LOG_LEVEL"},
+    {Variable::libcuda, "KJIT_LIBCUDA"},
+    {Variable::libnvrtc, "KJIT_LIBNVRTC"},
+    {Variable::libnvjitlink, "KJIT_LIBNVJITLINK"},
+    {Variable::tmpdir, "TMPDIR"},
+};
+
+constexpr bool in_order() {
+    for (std::size_t i = 0; i < sizeof kVariables / sizeof kVariables[0]; ++i) {
+        if (static_cast<std::size_t>(kVariables[i].variable) != i) return false;
+    }
+    return sizeof kVariables / sizeof kVariables[0] == static_cast<std::size_t>(Variable::count);
+}
+static_assert(in_order(), "kVariables must list every Variable once, in its order");
+
+}  // namespace
+
+const char *name(Variable v) { return kVariables[static_cast<std::size_t>(v)].name; }
+
+const char *get(Variable v) { return std::getenv(name(v)); }
+
+void get_all(const Variable *variables, std::size_t count, const char **values) {
+    // The names' first bytes, so that the pass looks at each entry once (most match none): a
+    // repeat of the hit memo pays this pass.
+    bool first_byte[256] = {};
+    for (std::size_t i = 0; i < count; ++i) {
+        values[i] = nullptr;
+        first_byte[static_cast<unsigned char>(name(variables[i])[0])] = true;
+    }
+    for (char **e = environ; e && *e; ++e) {
+        const char *entry = *e;
+        if (!first_byte[static_cast<unsigned char>(entry[0])]) continue;
+        for (std::size_t i = 0; i < count; ++i) {
+            if (values[i]) continue;
+            const char *n = name(variables[i]);
+            const std::size_t length = std::strlen(n);
+            if (std::strncmp(entry, n, length) == 0 && entry[length] == '=') values[i] = entry + length + 1;
+        }
+    }
+}
+
+}  // namespace kjit::environment
