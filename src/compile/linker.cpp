@@ -2,6 +2,7 @@
 
 #include "compile/nvjitlink_library.hpp"
 #include "cubin/symbol_scanner.hpp"
+#include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
 
 #include <elf.h>
@@ -9,7 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 
 namespace kjit::compile::linker {
 
@@ -174,7 +179,66 @@ const char *kind_name(Kind kind) {
     return "unknown";
 }
 
+namespace {
+
+// Link inputs read whole in this process, by path (read_input). The first look-up of each of a
+// sweep's kernels linked with one library stats it instead of reading and hashing it again (an
+// 8 MB library cost every kernel's first call a full read), while it is the very file that was
+// read: the same device, inode, size, and mtime and ctime to the nanosecond, neither of them
+// young when it was read (a write within their timestamp's tick would keep all of them, so a
+// young file is read again at each call until it is not). The bytes are shared, not copied.
+struct ReadInputs {
+    std::mutex mutex;
+    std::unordered_map<std::string, Input> by_path;
+    std::atomic<std::uint64_t> reads{0};
+};
+constexpr std::size_t kMaxReadInputs = 256;  // when full, all are forgotten
+
+std::atomic<ReadInputs *> read_inputs_slot{nullptr};
+
+ReadInputs &read_inputs() {
+    // Leaked: usable during exit. No once-guard (fork_guard.hpp).
+    return fork_guard::lazy(read_inputs_slot, [] { return new ReadInputs(); });
+}
+
+// A forked child: the lock made anew, and what a thread of the parent may have been changing
+// under it forgotten.
+void renew_in_forked_child() {
+    ReadInputs *r = read_inputs_slot.load(std::memory_order_relaxed);
+    if (!r) return;
+    fork_guard::renew(r->mutex);
+    fork_guard::renew(r->by_path);
+}
+[[maybe_unused]] const bool fork_handler_registered =
+    fork_guard::at_fork_child(fork_guard::State::link_inputs, renew_in_forked_child);
+
+// The input read before at `path` when `st` (a stat of it now) shows it unchanged since.
+std::optional<Input> remembered(const std::string &path, const struct stat &st) {
+    ReadInputs &r = read_inputs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    const auto it = r.by_path.find(path);
+    if (it == r.by_path.end() || it->second.identity != FileIdentity::from_stat(st)) return std::nullopt;
+    return it->second;
+}
+
+void remember(const Input &in, std::int64_t read_at_ns) {
+    const FileIdentity &id = in.identity;
+    if (young_at(id.mtime_sec, id.mtime_nsec, read_at_ns) || young_at(id.ctime_sec, id.ctime_nsec, read_at_ns)) return;
+    ReadInputs &r = read_inputs();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.by_path.size() >= kMaxReadInputs && !r.by_path.count(in.path)) r.by_path.clear();
+    r.by_path[in.path] = in;
+}
+
+}  // namespace
+
+std::uint64_t inputs_read() { return read_inputs().reads.load(std::memory_order_relaxed); }
+
 Result<Input> read_input(const std::string &path) {
+    if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        if (std::optional<Input> known = remembered(path, st)) return std::move(*known);
+    }
+    const std::int64_t read_at_ns = realtime_ns();
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         return Error{Errc::io, "cannot open link input '" + path + "': " + std::strerror(errno)};
@@ -204,6 +268,8 @@ Result<Input> read_input(const std::string &path) {
     in.kind = *kind;
     in.content_hash = hash128_hex(*bytes);
     in.bytes = std::make_shared<const std::string>(std::move(*bytes));
+    read_inputs().reads.fetch_add(1, std::memory_order_relaxed);
+    remember(in, read_at_ns);
     return in;
 }
 

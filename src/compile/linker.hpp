@@ -8,6 +8,7 @@
 #include "util/filesystem.hpp"
 #include "util/status.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,8 +33,14 @@ struct Input {
 
 // Reads `path` (absolute) whole and tells its kind. Errc::io naming the file when it is missing,
 // unreadable, not a regular file or kept changing; Errc::invalid_argument when it is empty,
-// larger than 1 GiB, or of no kind above (what its first bytes are, in hex). Thread safe.
+// larger than 1 GiB, or of no kind above (what its first bytes are, in hex). A file this process
+// read before is not read again while a stat shows it is the very file that was read (device,
+// inode, size, mtime and ctime to the nanosecond) and it was not young then (kRacyWindowNs): its
+// Input then shares the bytes read first. Thread safe.
 Result<Input> read_input(const std::string &path);
+
+// How many link inputs this process has read whole (tests, the bench).
+std::uint64_t inputs_read();
 
 // Links `ltoir` (NVRTC's -dlto output of `program_name`) with `inputs`, in order, for `arch`
 // ("sm_90"): nvJitLink with "-arch=<arch>", "-lto" and then `options`. Returns the linked cubin;

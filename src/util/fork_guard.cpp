@@ -34,6 +34,8 @@ constexpr Piece kPieces[kCount] = {
      true},
     {State::nvjitlink_records, "compile/nvjitlink_probe.cpp",
      "the cache folders whose nvJitLink record this process wrote", "emptied", true},
+    {State::link_inputs, "compile/linker.cpp", "the link inputs this process read, and their lock",
+     "made anew, emptied (the child reads them again)", true},
     {State::pch_root, "compile/pch_folders.cpp", "this process's PCH folder", "forgotten: the child makes its own",
      true},
     {State::driver, "load/driver.cpp", "the CUDA driver's entry points, after cuInit",

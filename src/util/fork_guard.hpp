@@ -60,6 +60,7 @@ enum class State : unsigned {
     nvrtc_records,      // compile/nvrtc_probe.cpp
     nvjitlink_open,     // compile/nvjitlink_library.cpp
     nvjitlink_records,  // compile/nvjitlink_probe.cpp
+    link_inputs,        // compile/linker.cpp
     pch_root,           // compile/pch_folders.cpp
     driver,             // load/driver.cpp
     resolver_memo,      // resolve/name_resolver.cpp
