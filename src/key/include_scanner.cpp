@@ -865,7 +865,12 @@ Check check(std::vector<Dependency> &deps, FileMemo *memo) {
         FileMemo::Seen &seen = memo ? memo->look(d.path, &out.stated) : here;
         if (seen.present != d.exists) return out;
         if (!seen.present) continue;
-        if (!d.verify_content && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
+        // Size and mtime stand for the content only for the file the record was made from. A
+        // record relative to an anchor or the working directory may be checked against another
+        // file (another install prefix, another working directory): one of the same size and
+        // mtime (written in the same timestamp tick, or extracted with the same date) may hold
+        // other text, so its content is compared (once per file per call: the memo).
+        if (!d.verify_content && d.relative.empty() && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
             seen.mtime_nsec == d.mtime_nsec) {
             continue;
         }

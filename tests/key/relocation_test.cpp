@@ -10,6 +10,7 @@
 
 #include "test_support.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -189,6 +190,20 @@ TEST(Relocation, DifferentFilesUnderTheOtherPrefixMiss) {
 }
 
 // __FILE__ in a header names its folder in the cubin: the entry serves that prefix only.
+// A header under B of the same size and mtime as A's but other text (written in the same
+// timestamp tick, or extracted from archives with the same date) is another file, not A's: size
+// and mtime stand for the content only of the file a record was made from. Old enough that
+// neither is young, so nothing else makes its content be read.
+TEST(Relocation, AnotherFileOfTheSameSizeAndMtimeUnderTheOtherPrefixMisses) {
+    Installs in;
+    write_file(in.a + "/tile.h", "#define CFG 6\n");
+    write_file(in.b + "/tile.h", "#define CFG 7\n");
+    const struct timespec old[2] = {{1'600'000'000, 123'456'789}, {1'600'000'000, 123'456'789}};
+    for (const std::string &root : {in.a, in.b})
+        ASSERT_EQ(::utimensat(AT_FDCWD, (root + "/tile.h").c_str(), old, 0), 0);
+    expect_relocation(in, {with_include("tile.h"), {}, {in.a}, {}}, {with_include("tile.h"), {}, {in.b}, {}}, false);
+}
+
 TEST(Relocation, FileMacroInAHeaderKeepsThePrefix) {
     Installs in;
     in.write("where.h", "#define CFG 9\n__device__ const char *where() { return __FILE__; }\n");
