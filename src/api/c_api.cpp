@@ -30,6 +30,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 // The C handle: a loader reference plus nothing else (the accessors read through it).
@@ -204,6 +205,13 @@ kjit::Result<std::string> cache_dir_from(const char *given) {
     std::string dir;
     if (auto st = compile_options::given_or_default_cache_dir(given, dir); !st) return std::move(st).error();
     return kjit::absolute_folder(dir);
+}
+
+// A cluster-tier setting a call names: `given` when set, else $KJIT_REMOTE_STORAGE's; with the
+// name messages give it (`argument`, or the variable).
+std::pair<std::string, const char *> remote_setting(const char *given, const char *argument) {
+    if (given && *given) return {given, argument};
+    return {kjit::api::defaults::remote_storage(), "KJIT_REMOTE_STORAGE"};
 }
 
 // Fills the first `struct_size` bytes of `*out` with `defaults` (an *_INIT macro's value), for
@@ -806,9 +814,7 @@ KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text
         if (!text && text_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_remote_describe: text is NULL but text_size is not 0");
         }
-        const bool given = remote_storage && *remote_storage;
-        const std::string spec = given ? std::string(remote_storage) : kjit::api::defaults::remote_storage();
-        const char *origin = given ? "kjit_remote_describe: remote_storage" : "KJIT_REMOTE_STORAGE";
+        const auto [spec, origin] = remote_setting(remote_storage, "kjit_remote_describe: remote_storage");
         auto tier = kjit::remote::Tier::for_spec(spec, origin);
         if (!tier) return fail(tier.error());
         if (!*tier) {
@@ -826,9 +832,7 @@ KJIT_API kjit_status kjit_remote_check(const char *remote_storage, unsigned flag
                                                       " (KJIT_REMOTE_CHECK_NO_PASSWORD is the only one)")
                                                          .c_str());
         }
-        const bool given = remote_storage && *remote_storage;
-        const std::string spec = given ? std::string(remote_storage) : kjit::api::defaults::remote_storage();
-        const char *origin = given ? "kjit_remote_check: remote_storage" : "KJIT_REMOTE_STORAGE";
+        const auto [spec, origin] = remote_setting(remote_storage, "kjit_remote_check: remote_storage");
         // Before parsing: a malformed setting's message must not be the first to show it.
         if ((flags & KJIT_REMOTE_CHECK_NO_PASSWORD) && kjit::remote::names_a_password(spec)) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,

@@ -32,11 +32,6 @@ struct Found {
     FileIdentity cubin_identity{};
 };
 
-// What one call (a kjit_compile; a batch's look-up, or its build of a miss) learns at its first
-// step in a store and hands down to the later ones. The local store checks the cache folder
-// (folder_trust: its owner, its parents, whether the caller can write it) once per call, and
-// again only after creating it; before, each step of a miss checked it again (up to seven
-// times). One thread uses a Call; it lives as long as the call.
 // What a miss that was refused a compile (key::CompileMode::never) saw, so that the hit memo
 // can refuse its repeats without looking again (hit_memo.hpp): every path where an entry that
 // answers the request would appear (its entry folder, or for a request that reads files its
@@ -48,6 +43,11 @@ struct RefusalProof {
     std::optional<std::uint64_t> files_at;
 };
 
+// What one call (a kjit_compile; a batch's look-up, or its build of a miss) learns at its first
+// step in a store and hands down to the later ones. The local store checks the cache folder
+// (folder_trust: its owner, its parents, whether the caller can write it) once per call, and
+// again only after creating it; before, each step of a miss checked it again (up to seven
+// times). One thread uses a Call; it lives as long as the call.
 struct Call {
     std::optional<Result<folder_trust::CacheFolder>> local_folder;
     // The seed caches had no entry for the call's request: a seed does not change during a call,

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace kjit::environment {
 
@@ -11,7 +12,7 @@ namespace {
 
 struct Entry {
     Variable variable;
-    const char *name;
+    std::string_view name;  // a literal: NUL-terminated, its length known without a strlen
 };
 
 // The list tests/check_environment.sh reads: one variable per line, in Variable's order.
@@ -49,7 +50,7 @@ static_assert(in_order(), "kVariables must list every Variable once, in its orde
 
 }  // namespace
 
-const char *name(Variable v) { return kVariables[static_cast<std::size_t>(v)].name; }
+const char *name(Variable v) { return kVariables[static_cast<std::size_t>(v)].name.data(); }
 
 const char *get(Variable v) { return std::getenv(name(v)); }
 
@@ -66,9 +67,9 @@ void get_all(const Variable *variables, std::size_t count, const char **values) 
         if (!first_byte[static_cast<unsigned char>(entry[0])]) continue;
         for (std::size_t i = 0; i < count; ++i) {
             if (values[i]) continue;
-            const char *n = name(variables[i]);
-            const std::size_t length = std::strlen(n);
-            if (std::strncmp(entry, n, length) == 0 && entry[length] == '=') values[i] = entry + length + 1;
+            const std::string_view n = kVariables[static_cast<std::size_t>(variables[i])].name;
+            if (std::strncmp(entry, n.data(), n.size()) == 0 && entry[n.size()] == '=')
+                values[i] = entry + n.size() + 1;
         }
     }
 }

@@ -361,6 +361,11 @@ Request strict(Request r) {
     return r;
 }
 
+// The strict request of either kind, with its cache folder in `dir`.
+Request strict_request(TempDir &dir, bool reads_files) {
+    return strict(reads_files ? header_request(dir, dir.file("cache")) : plain_request(dir.file("cache")));
+}
+
 // A strict request's answer: the refusal's message, or "" for a hit (its path in *cubin).
 std::string refused(Cache &cache, const Request &r, std::string *cubin = nullptr) {
     auto answer = cache.compile(r);
@@ -381,8 +386,7 @@ TEST(RefusalMemo, ARepeatIsRefusedFromMemory) {
         SCOPED_TRACE(reads_files ? "a request that reads headers" : "a request without files");
         TempDir dir;
         MemoCache m;
-        const Request r =
-            strict(reads_files ? header_request(dir, dir.file("cache")) : plain_request(dir.file("cache")));
+        const Request r = strict_request(dir, reads_files);
         const std::string first = refused(m.cache, r);
         ASSERT_NE(first, "");
         EXPECT_EQ(m.refusals(), 0u);
@@ -417,8 +421,7 @@ TEST(RefusalMemo, AnEntryAppearingIsServedAtTheNextRepeat) {
             SCOPED_TRACE(std::string(c.what) + ", after " + std::to_string(repeats) + " refusals from memory");
             TempDir dir;
             MemoCache m;
-            Request r =
-                strict(c.reads_files ? header_request(dir, dir.file("cache")) : plain_request(dir.file("cache")));
+            Request r = strict_request(dir, c.reads_files);
             if (c.seed) {
                 // There already (a seed found missing is looked for again a minute later).
                 ASSERT_EQ(::mkdir(dir.file("seed").c_str(), 0755), 0);
@@ -535,8 +538,7 @@ TEST(RefusalMemo, ThreadsRefusedWhileAnotherProcessWarmsSeeTheWarm) {
         SCOPED_TRACE(reads_files ? "a request that reads headers" : "a request without files");
         TempDir dir;
         MemoCache m;
-        const Request r =
-            strict(reads_files ? header_request(dir, dir.file("cache")) : plain_request(dir.file("cache")));
+        const Request r = strict_request(dir, reads_files);
         // Refused, and refused again from memory, before the threads start.
         ASSERT_NE(refused(m.cache, r), "");
         ASSERT_NE(refused(m.cache, r), "");
