@@ -550,24 +550,27 @@ kjit_status describe_remote(const std::string &setting, std::string &text, bool 
     return st;
 }
 
-// After the stats are printed: the servers that failed, on stderr (their lines of the text,
-// which name each server with its password hidden), and the exit status, 5 (I/O error).
-int report_remote_failures(const std::string &servers) {
+// After the stats are printed: what a server only let us see in part (its "  limited: " lines:
+// an ACL or a renamed command of a managed server), on stderr as warnings; when one failed
+// (`all_answered` false), its lines of the text, which name each server with its password
+// hidden, and the exit status, 5 (I/O error). 0 otherwise.
+int report_remote_conditions(const std::string &servers, bool all_answered) {
     bool named = false;
     std::size_t pos = 0;
     while (pos < servers.size()) {
         std::size_t end = servers.find('\n', pos);
         if (end == std::string::npos) end = servers.size();
         const std::string line = servers.substr(pos, end - pos);
-        for (const char *mark : {"  unreachable: ", "  refused: "}) {
-            if (line.rfind(mark, 0) == 0) {
-                std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": " << line.substr(std::strlen(mark))
-                          << "\n";
-                named = true;
-            }
+        for (const char *mark : {"  unreachable: ", "  refused: ", "  limited: "}) {
+            if (line.rfind(mark, 0) != 0) continue;
+            const bool failed = std::strcmp(mark, "  limited: ") != 0;
+            std::cerr << "kjit: " << (failed ? kjit_status_string(KJIT_ERROR_IO) : "warning") << ": "
+                      << line.substr(std::strlen(mark)) << "\n";
+            named = named || failed;
         }
         pos = end + 1;
     }
+    if (all_answered) return 0;
     if (!named)
         std::cerr << "kjit: " << kjit_status_string(KJIT_ERROR_IO) << ": a remote cache server failed while asked\n";
     return KJIT_ERROR_IO;
@@ -593,7 +596,7 @@ int run_stats(const Global &g, const std::string *remote) {
         print_stats(dir, s, arches.get());
         if (remote) std::printf("remote cache\n%s", servers.c_str());
         std::fflush(stdout);
-        return all_answered ? 0 : report_remote_failures(servers);
+        return report_remote_conditions(servers, all_answered);
     }
     json by_arch = json::object();
     for (size_t i = 0; i < kjit_cache_arches_count(arches.get()); ++i) {
@@ -613,7 +616,7 @@ int run_stats(const Global &g, const std::string *remote) {
                 {"foreign", s.foreign}};
     if (remote) out["remote"] = servers;
     std::cout << out.dump(2) << std::endl;
-    return all_answered ? 0 : report_remote_failures(servers);
+    return report_remote_conditions(servers, all_answered);
 }
 
 // The refused entries of an export or import, as verify prints its findings.

@@ -355,6 +355,22 @@ PY
     if grep -q "compiled " "$WORK/err"; then fail "NVRTC ran on the node under another prefix: $(cat "$WORK/err")"; fi
     kill "$REDIS_PID" && wait "$REDIS_PID" || true
     REDIS_PID=""
+    # A managed server's user (docs/remote.md's writer ACL: no INFO, SCAN or DBSIZE), on TCP
+    # (a user is named in a redis:// URL): the stats say what they cannot show, as warnings, and
+    # are not a failure.
+    PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no --dir "$WORK" >"$WORK/redis-tcp.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 600); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
+    redis-cli -p "$PORT" ACL SETUSER app on '>App5ecret' '~kjit:*' -@all +get +set +exists +pttl +pexpire +del +eval \
+        >"$WORK/acl.out" 2>&1 && grep -q OK "$WORK/acl.out" || fail "redis-server on $PORT: $(cat "$WORK/acl.out" "$WORK/redis-tcp.log")"
+    KJIT_REMOTE_STORAGE="redis://app:App5ecret@127.0.0.1:$PORT" expect_rc 0 "$KJIT" cache stats --remote --cache-dir "$C"
+    contains "kjit: warning: remote cache redis://app:***@127.0.0.1:$PORT/0: INFO refused: NOPERM" "$WORK/err"
+    contains "SCAN refused: NOPERM" "$WORK/err"
+    contains "server redis://app:***@127.0.0.1:$PORT/0" "$WORK/out"
+    if grep -q "App5ecret" "$WORK/err" "$WORK/out"; then fail "a password shown: $(cat "$WORK/err")"; fi
+    kill "$REDIS_PID" && wait "$REDIS_PID" || true
+    REDIS_PID=""
 else
     echo "cli_test: no redis-server: the password cases of cache stats --remote are not checked"
 fi

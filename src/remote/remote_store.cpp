@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -239,6 +240,9 @@ struct Shard {
     Renewer renewer;
     std::atomic<bool> plain_scripts{false};     // the server refused kAllowOom (Redis 6): scripts go without it
     std::atomic<std::uint64_t> scan_cursor{0};  // where make_room's sampling goes on
+    // The server refused a command that making room needs (SCAN, OBJECT or MEMORY: an ACL or a
+    // renamed command, as managed servers have): a full server's store is not retried.
+    std::atomic<bool> room_making_refused{false};
 
     // `script` with the allow-oom flag, unless the server refused it.
     std::string flagged(std::string_view script) const {
@@ -610,7 +614,10 @@ Result<Reply> Tier::store(Shard &shard, const std::string &entry_key, const std:
         auto replies = round_trip(shard.link, {{"SET", entry_key, value, "NX"}});
         if (!replies) return std::move(replies).error();
         Reply reply = std::move((*replies)[0]);
-        if (!is_out_of_memory(*reply) || attempt + 1 == kStoreAttempts) return reply;
+        if (!is_out_of_memory(*reply) || attempt + 1 == kStoreAttempts ||
+            shard.room_making_refused.load(std::memory_order_relaxed)) {
+            return reply;
+        }
         static std::atomic<bool> said{false};
         if (!said.exchange(true)) {
             log().warn("remote cache {}: the server is full and refused an entry ({}): libkjit now removes the least "
@@ -623,12 +630,26 @@ Result<Reply> Tier::store(Shard &shard, const std::string &entry_key, const std:
     }
 }
 
+bool Tier::allowed(Shard &shard, const char *command, const redisReply &reply) {
+    if (!is_error(reply)) return true;
+    if (std::strcmp(command, "INFO") != 0) shard.room_making_refused.store(true, std::memory_order_relaxed);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+        log().warn("remote cache {}: {} refused ({}): the server's ACL or a renamed command, as managed servers have. "
+                   "libkjit cannot choose the entries to remove when the server is full: entries are stored while "
+                   "there is room. Set maxmemory-policy allkeys-lru on the server, or allow INFO, SCAN, OBJECT and "
+                   "MEMORY to libkjit's user (docs/remote.md, \"Commands and ACLs\"; said once per process)",
+                   display(shard.link.server()), command, text_of(reply));
+    }
+    return false;
+}
+
 std::uint64_t Tier::room_wanted(Shard &shard, std::size_t value_bytes) {
     // What the server is over its maxmemory (its clients' buffers count too: the connections of
     // many nodes), then room for the value twice (it sits in the request's buffer as it is
     // stored) and for what other nodes store meanwhile.
     std::uint64_t over = 0;
-    if (auto info = round_trip(shard.link, {{"INFO", "memory"}}); info && !is_error(*(*info)[0])) {
+    if (auto info = round_trip(shard.link, {{"INFO", "memory"}}); info && allowed(shard, "INFO", *(*info)[0])) {
         const std::string_view text = text_of(*(*info)[0]);
         auto field = [&](std::string_view name) -> std::uint64_t {
             const auto value = info_field(text, name);
@@ -665,6 +686,7 @@ std::uint64_t Tier::remove_idlest(Shard &shard, std::uint64_t bytes) {
         auto scan = round_trip(shard.link, {{"SCAN", from, "MATCH", pattern, "COUNT", kScanPage}});
         if (!scan) return 0;
         const redisReply &r = *(*scan)[0];
+        if (!allowed(shard, "SCAN", r)) return 0;
         if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) break;
         cursor = std::strtoull(std::string(text_of(*r.element[0])).c_str(), nullptr, 10);
         for (std::size_t i = 0; i < r.element[1]->elements; ++i) {
@@ -682,7 +704,9 @@ std::uint64_t Tier::remove_idlest(Shard &shard, std::uint64_t bytes) {
         ask.push_back({"MEMORY", "USAGE", key});
     }
     auto facts = round_trip(shard.link, ask);
-    if (!facts) return 0;
+    if (!facts || !allowed(shard, "OBJECT IDLETIME", *(*facts)[0]) || !allowed(shard, "MEMORY USAGE", *(*facts)[1])) {
+        return 0;
+    }
     struct Candidate {
         long long idle, bytes;
         const std::string *key;
@@ -721,6 +745,63 @@ void Tier::put_failure(const Expected &expected, const Error &error, Lease &leas
     lease.stored();
 }
 
+namespace {
+
+// A describe line for `command`'s refusal on `link`'s server: NOAUTH (a password wanted and
+// none given) is a failure of the server ("  refused: ", counted as an error: `kjit cache stats
+// --remote` fails); any other (NOPERM of an ACL, a renamed or disabled command, as managed
+// servers have) only limits what is shown ("  limited: ", which the command says as a warning).
+std::string refusal_line(ServerLink &link, const char *command, const redisReply &reply, const char *consequence) {
+    const std::string_view text = text_of(reply);
+    const std::string what =
+        "remote cache " + display(link.server()) + ": " + command + " refused: " + std::string(text);
+    if (text.rfind("NOAUTH", 0) == 0) {
+        counters().errors.fetch_add(1, std::memory_order_relaxed);
+        return "  refused: " + what + "\n";
+    }
+    return "  limited: " + what + " (the server's ACL or a renamed command): " + consequence + "\n";
+}
+
+// The figures an operator looks at, from the replies of INFO server, memory and stats.
+std::string info_lines(const std::vector<Reply> &info) {
+    static const char *const wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
+                                         "evicted_keys",  "keyspace_hits",     "keyspace_misses"};
+    std::string out;
+    for (std::size_t i = 0; i < 3; ++i) {
+        for (const char *w : wanted) {
+            if (const auto value = info_field(text_of(*info[i]), w)) {
+                out += "  " + std::string(w) + ": " + std::string(*value) + "\n";
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string Tier::count_entries(ServerLink &link) {
+    // libkjit's entries in this namespace, counted by SCAN (bounded: an operator's view).
+    const std::string pattern = entries_pattern(config_.name_space);
+    std::string cursor = "0";
+    std::uint64_t entries = 0;
+    bool complete = false;
+    for (int rounds = 0; rounds < 1000; ++rounds) {
+        auto scan = round_trip(link, {{"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}});
+        if (!scan) break;
+        const redisReply &r = *(*scan)[0];
+        if (is_error(r)) return refusal_line(link, "SCAN", r, "libkjit's entries are not counted");
+        if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) break;
+        cursor = std::string(text_of(*r.element[0]));
+        entries += r.element[1]->elements;
+        if (cursor == "0") {
+            complete = true;
+            break;
+        }
+    }
+    return "  libkjit entries (namespace " + config_.name_space + "): " + std::to_string(entries) +
+           (complete ? "" : " (at least; the count stopped early)") + "\n";
+}
+
 std::string Tier::describe_servers() {
     std::string out;
     for (const auto &shard : shards_) {
@@ -731,45 +812,16 @@ std::string Tier::describe_servers() {
             out += "  unreachable: " + info.error().message + "\n";
             continue;
         }
-        // Refused (NOAUTH: a password is wanted; an ACL without INFO): said and counted as an
-        // error, so that `kjit cache stats --remote` fails, as for a server out of reach.
-        if (is_error(*(*info)[0])) {
-            counters().errors.fetch_add(1, std::memory_order_relaxed);
-            out += "  refused: remote cache " + display(link->server()) +
-                   ": INFO refused: " + std::string(text_of(*(*info)[0])) + "\n";
-            continue;
-        }
-        const char *wanted[] = {"redis_version", "used_memory_human", "maxmemory_human", "maxmemory_policy",
-                                "evicted_keys",  "keyspace_hits",     "keyspace_misses"};
-        for (std::size_t i = 0; i < 3; ++i) {
-            for (const char *w : wanted) {
-                if (const auto value = info_field(text_of(*(*info)[i]), w)) {
-                    out += "  " + std::string(w) + ": " + std::string(*value) + "\n";
-                }
-            }
+        const redisReply &first = *(*info)[0];
+        if (is_error(first)) {
+            out += refusal_line(*link, "INFO", first, "the server's figures are not shown");
+            if (text_of(first).rfind("NOAUTH", 0) == 0) continue;
+        } else {
+            out += info_lines(*info);
         }
         const redisReply &dbsize = *(*info)[3];
         if (dbsize.type == REDIS_REPLY_INTEGER) out += "  keys: " + std::to_string(dbsize.integer) + "\n";
-        // libkjit's entries in this namespace, counted by SCAN (bounded: an operator's view).
-        const std::string pattern = entries_pattern(config_.name_space);
-        std::string cursor = "0";
-        std::uint64_t entries = 0;
-        int rounds = 0;
-        bool complete = false;
-        for (; rounds < 1000; ++rounds) {
-            auto scan = round_trip(*link, {{"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}});
-            if (!scan) break;
-            const redisReply &r = *(*scan)[0];
-            if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) break;
-            cursor = std::string(text_of(*r.element[0]));
-            entries += r.element[1]->elements;
-            if (cursor == "0") {
-                complete = true;
-                break;
-            }
-        }
-        out += "  libkjit entries (namespace " + config_.name_space + "): " + std::to_string(entries) +
-               (complete ? "" : " (at least; the count stopped early)") + "\n";
+        out += count_entries(*link);
     }
     return out;
 }

@@ -179,8 +179,10 @@ public:
     void put_failure(const Expected &expected, const Error &error, Lease &lease);
 
     // What each server says of itself (INFO and the count of libkjit entries), for
-    // `kjit cache stats --remote`: text, one block per server; a server that cannot be reached
-    // says so in its block.
+    // `kjit cache stats --remote`: text, one block per server. A server that cannot be reached
+    // ("  unreachable: ...") or wants a password ("  refused: ...") says so in its block and
+    // counts as an error; one that refuses INFO or SCAN otherwise (an ACL, a renamed command)
+    // says what is not shown in a line "  limited: ..." and gives the rest.
     std::string describe_servers();
 
     // The Redis key of `kind` ('b', 'l' or 'f') for `expected`.
@@ -232,6 +234,12 @@ private:
     // SET NX of `value` under `entry_key` on `shard`, making room when it is full: its reply, or
     // the link's error.
     Result<Reply> store(Shard &shard, const std::string &entry_key, const std::string &value);
+    // Whether `reply`, the first of `command` that making room on `shard` sends (INFO, SCAN,
+    // OBJECT IDLETIME, MEMORY USAGE), is not an error. A refusal (an ACL, a renamed command) is
+    // said once per process; one of the last three stops making room on `shard`.
+    bool allowed(Shard &shard, const char *command, const redisReply &reply);
+    // The count of this namespace's entries on `link`'s server, as describe_servers' line.
+    std::string count_entries(ServerLink &link);
     // How many bytes a store of `value_bytes` on full `shard` wants freed (INFO memory).
     std::uint64_t room_wanted(Shard &shard, std::size_t value_bytes);
     // Deletes this namespace's least recently used entries on `shard` until about `bytes` are

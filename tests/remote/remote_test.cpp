@@ -633,6 +633,49 @@ TEST(RemoteAccess, FullServerWithNoEvictionStillCompiles) {
     EXPECT_GE(after.s.remote_errors - before.s.remote_errors, 1u);
 }
 
+// A managed server (ElastiCache, MemoryDB, Azure, Memorystore): the user has the data path's
+// commands only, the ACL docs/remote.md gives a writer ("Commands and ACLs"), so INFO, SCAN,
+// OBJECT, MEMORY, CONFIG and DBSIZE are refused (NOPERM), as they are there or renamed. Entries
+// are stored and fetched; `kjit cache stats --remote`'s text says what it cannot show and is
+// not a failure; a full server (no room can be made without SCAN) is said once per process and
+// compiles go on.
+constexpr const char *kWriterAcl[] = {"~kjit:*", "-@all",    "+get", "+set", "+exists",
+                                      "+pttl",   "+pexpire", "+del", "+eval"};
+
+std::string managed_user(const RedisServer &server, const std::string &options = "") {
+    std::vector<std::string> acl = {"ACL", "SETUSER", "app", "on", ">app-secret"};
+    acl.insert(acl.end(), std::begin(kWriterAcl), std::end(kWriterAcl));
+    EXPECT_EQ(server.command(acl), "OK");
+    return "redis://app:app-secret@127.0.0.1:" + std::to_string(server.port()) +
+           " lease=10s breaker=200ms operation-timeout=500ms " + options;
+}
+
+TEST(RemoteAccess, ManagedServerAclWithTheDataPathOnlyStoresAndFetches) {
+    RedisServer server;
+    TempDir root;
+    const std::string spec = managed_user(server);
+    const Stats before;
+    compile_kernel(root.path() + "/a", 620, spec.c_str());
+    compile_kernel(root.path() + "/b", 620, spec.c_str());
+    const Stats after;
+    EXPECT_EQ(after.s.nvrtc_compiles - before.s.nvrtc_compiles, 1u);
+    EXPECT_EQ(after.s.remote_puts - before.s.remote_puts, 1u);
+    EXPECT_EQ(after.s.remote_hits - before.s.remote_hits, 1u);
+    EXPECT_EQ(after.s.remote_errors - before.s.remote_errors, 0u) << "a command of the data path was refused";
+
+    char text[8192];
+    size_t len = 0;
+    ASSERT_EQ(kjit_remote_describe(spec.c_str(), text, sizeof text, &len), KJIT_OK) << kjit_last_error();
+    const std::string described(text, len);
+    const Stats described_after;
+    EXPECT_EQ(described_after.s.remote_errors, after.s.remote_errors) << "a limited view counted as a failure";
+    const std::string named = "remote cache redis://app:***@127.0.0.1:" + std::to_string(server.port()) + "/0: ";
+    EXPECT_NE(described.find("  limited: " + named + "INFO refused: NOPERM"), std::string::npos) << described;
+    EXPECT_NE(described.find("  limited: " + named + "SCAN refused: NOPERM"), std::string::npos) << described;
+    EXPECT_EQ(described.find("  refused: "), std::string::npos) << described;
+    EXPECT_EQ(described.find("app-secret"), std::string::npos) << described;
+}
+
 TEST(RemoteConfigErrors, BadSettingNamesItWithoutThePassword) {
     TempDir cache;
     kjit_compile_options o = KJIT_COMPILE_OPTIONS_INIT;
@@ -991,6 +1034,41 @@ TEST(RemoteConditions, FullServerWithNoEvictionKeepsTheSingleFlight) {
         }
     }
     EXPECT_GE(warned, 1) << "the refused store was not said";
+}
+
+TEST(RemoteAccess, ManagedServerAclFullServerIsSaidOnceAndCompilesGoOn) {
+    RedisServer server({"--maxmemory-policy", "noeviction"});
+    TempDir root;
+    const std::string spec = managed_user(server);
+    compile_kernel(root.path() + "/scratch", 630, spec.c_str());
+    const long long used = server.info_number("memory", "used_memory");
+    ASSERT_GT(used, 0);
+    ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", std::to_string(used + 4096)}), "OK");
+    const std::string value(64 * 1024, 'x');
+    ASSERT_EQ(server.command({"SET", "probe-of-the-test", value}).rfind("OOM", 0), 0u) << "the server is not full";
+
+    EnvSetting level("KJIT_LOG_LEVEL", "warn");
+    RemoteSetting remote(spec);
+    constexpr int kKeys = 6;
+    const std::vector<std::string> modes = {"single", "single", "batch"};
+    const std::size_t entries_before = server.keys("kjit:*:b:*").size();
+    auto nodes = run_nodes(root, modes, 640, kKeys);  // each must exit 0
+    // Nothing can be stored and nothing removed to make room: every node compiles what it asks
+    // (a holder that cannot store lets the waiters compile at once), none waits out a lease.
+    EXPECT_EQ(sum(nodes, "remote_puts"), 0) << counters_of(nodes);
+    EXPECT_EQ(sum(nodes, "takeovers"), 0) << counters_of(nodes);
+    EXPECT_EQ(server.keys("kjit:*:b:*").size(), entries_before) << "an entry was removed without SCAN";
+    int warned = 0;
+    for (Node &n : nodes) {
+        const int said = occurrences(n.errors(), "the server's ACL or a renamed command");
+        EXPECT_LE(said, 1) << "said more than once per process: " << n.errors();
+        warned += said;
+        if (said) {
+            EXPECT_NE(n.errors().find("maxmemory-policy allkeys-lru"), std::string::npos) << n.errors();
+        }
+        EXPECT_EQ(n.errors().find("app-secret"), std::string::npos) << n.errors();
+    }
+    EXPECT_GE(warned, 1) << "the refused room making was not said: " << nodes[0].errors();
 }
 
 // 0.6 sent the keys of a server that was down nowhere: their nodes compiled them all (214 runs
