@@ -1,8 +1,9 @@
-/* arc4random for the wheel's static libstdc++ (KJIT_STATIC_CXX_RUNTIME, CMakeLists.txt).
+/* arc4random for a GCC build with libstdc++ linked in (KJIT_STATIC_CXX_RUNTIME, CMakeLists.txt).
  *
  * Debian 12's libstdc++.a was built against glibc 2.36 and calls arc4random (new in 2.36) for
- * std::random_device; linked from glibc, that one call would make the wheel need glibc 2.36
- * (manylinux_2_36) instead of 2.34 (RHEL 9, Ubuntu 22.04). This definition, hidden in each
+ * std::random_device; linked from glibc, that one call would make the binaries need glibc 2.36
+ * instead of 2.34 (RHEL 9, Ubuntu 22.04). (The wheels are built with zig, for 2.28, and do not
+ * use this.) This definition, hidden in each
  * binary that links libstdc++ statically, answers those calls instead, from getrandom (glibc
  * 2.25), then /dev/urandom where the kernel has no getrandom or a sandbox forbids it. glibc's
  * arc4random aborts the process when both fail; libkjit's one user (the cluster tier's backoff
