@@ -1,4 +1,4 @@
-/* The wheel's arc4random (src/compat/arc4random.c, KJIT_STATIC_CXX_RUNTIME), which answers
+/* The arc4random of src/compat/arc4random.c (KJIT_STATIC_CXX_RUNTIME), which answers
  * std::random_device in binaries that link libstdc++ statically: linked here as it is there (an
  * object file, hidden), it must be the one called, not glibc's, and its values must look random:
  * over 256 calls every bit is seen both set and clear (a chance of about 2^-250 of failing by
