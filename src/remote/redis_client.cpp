@@ -1,5 +1,7 @@
 #include "remote/redis_client.hpp"
 
+#include "remote/cluster_router.hpp"
+
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
@@ -399,8 +401,8 @@ ThreadConnections::~ThreadConnections() {
 
 }  // namespace
 
-ServerLink::ServerLink(Server server, const Config &config)
-    : server_(std::move(server)), connect_timeout_ms_(config.connect_timeout.count()),
+ServerLink::ServerLink(Server server, const Config &config, Role role)
+    : server_(std::move(server)), config_(config), role_(role), connect_timeout_ms_(config.connect_timeout.count()),
       operation_timeout_ms_(config.operation_timeout.count()), breaker_ms_(config.breaker.count()),
       max_reply_bytes_(config.max_entry_bytes + kReplyEnvelopeBytes) {}
 
@@ -410,6 +412,7 @@ bool ServerLink::usable() const {
 }
 
 std::int64_t ServerLink::quick_retry_at_ns() const {
+    if (const ClusterRouter *cluster = router_.load(std::memory_order_acquire)) return cluster->quick_retry_at_ns();
     const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
     if (until == 0 || failed_probes_.load(std::memory_order_relaxed) >= kSteadyProbes) return 0;
     const std::int64_t now = steady_ns();
@@ -542,7 +545,18 @@ bool is_cluster_reply(const redisReply &r) {
 
 }  // namespace
 
+ClusterRouter *ServerLink::router(std::vector<Reply> *seed_replies) {
+    if (ClusterRouter *known = router_.load(std::memory_order_acquire)) return known;
+    if (!seed_replies) return nullptr;
+    auto *made = new ClusterRouter(server_, config_);
+    ClusterRouter *expected = nullptr;
+    if (router_.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) return made;
+    delete made;  // another thread's came first
+    return expected;
+}
+
 Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands, LinkFailure *failure, int cancel_fd) {
+    if (ClusterRouter *cluster = router(nullptr)) return cluster->run(commands, nullptr, failure, cancel_fd);
     bool probe = false;
     if (!admit(&probe)) {
         *failure = LinkFailure::open_breaker;
@@ -551,29 +565,20 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
     const std::uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
     auto conn = connection(deadline, cancel_fd, failure);
-    bool cluster_mode = false;
     if (conn) {
         auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
         if (!replies) {
             close_connection(*conn);  // out of step now: a late reply would answer the next command
             conn = std::move(replies).error();
-        } else if (auto cluster = std::find_if(replies->begin(), replies->end(),
-                                               [](const Reply &r) { return is_cluster_reply(*r); });
-                   cluster != replies->end()) {
-            // Following MOVED would need the cluster's slot map; libkjit shards over the servers
-            // it is given instead. Said once per process; each later probe fails quietly.
-            static std::atomic<bool> said{false};
-            const std::string reply(text_of(**cluster));
-            if (!said.exchange(true)) {
-                log().error("remote cache {}: Redis Cluster mode is not supported: name each primary as a server "
-                            "(run them with cluster-enabled no; it replied '{}'); compiling locally meanwhile",
-                            display(server_), reply);
-            }
-            conn = link_error(failure, LinkFailure::broken,
-                              "Redis Cluster mode is not supported (it replied '" + reply + "')");
-            cluster_mode = true;
         } else {
             reset_breaker();
+            // A named server that answers as a cluster node: the router takes these replies
+            // (some commands ran) and every round trip from now on. A node's redirects are its
+            // router's to follow.
+            if (role_ == Role::named_server &&
+                std::any_of(replies->begin(), replies->end(), [](const Reply &r) { return is_cluster_reply(*r); })) {
+                return router(&*replies)->run(commands, &*replies, failure, cancel_fd);
+            }
             return replies;
         }
     }
@@ -582,11 +587,7 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
         if (probe) probing_.store(false, std::memory_order_release);
         return e;
     }
-    Error tripped = trip(std::move(e), *failure, epoch, probe);
-    // A server in cluster mode is set up wrong, not restarting: no call waits for its quick
-    // probes (quick_retry_at_ns), and it is probed less and less often from the first.
-    if (cluster_mode) failed_probes_.store(kSteadyProbes, std::memory_order_relaxed);
-    return tripped;
+    return trip(std::move(e), *failure, epoch, probe);
 }
 
 }  // namespace kjit::remote

@@ -20,11 +20,12 @@
 // back, and a server down for good costs one probe (a refused connect, mostly) per 30 s.
 // Failures of one outage seen by several threads at once count once: a round trip that began
 // before the breaker last opened is the same outage's. One warning per outage, never a password
-// (display()); the failed probes after it are said at debug, the recovery at info. A server in
-// Redis Cluster mode (a MOVED, ASK or CLUSTERDOWN reply) is not spoken to: the reply is a
-// failure of the link, said once per process as an error naming what to do. A forked child
-// never uses its parent's connections (their sockets are shared with the parent): it makes its
-// own. Knows hiredis only.
+// (display()); the failed probes after it are said at debug, the recovery at info. A MOVED, ASK
+// or CLUSTERDOWN reply of a named server is the sign that it is a node of a Redis Cluster: from
+// then on its round trips go through a
+// ClusterRouter (cluster_router.hpp), which sends each command to its slot's primary. A forked
+// child never uses its parent's connections (their sockets are shared with the parent): it makes
+// its own. Knows hiredis only.
 #pragma once
 
 #include "remote/remote_config.hpp"
@@ -40,6 +41,8 @@
 struct redisReply;
 
 namespace kjit::remote {
+
+class ClusterRouter;
 
 struct ReplyFree {
     void operator()(redisReply *reply) const noexcept;
@@ -65,7 +68,11 @@ std::string_view text_of(const redisReply &r);  // a bulk, status or error strin
 
 class ServerLink {
 public:
-    ServerLink(Server server, const Config &config);
+    // What a link is: a server named in the setting, or a node of a Redis Cluster that a
+    // ClusterRouter found, whose MOVED and ASK replies are handed back to the router as replies.
+    enum class Role { named_server, cluster_node };
+
+    ServerLink(Server server, const Config &config, Role role = Role::named_server);
     ServerLink(const ServerLink &) = delete;
     ServerLink &operator=(const ServerLink &) = delete;
 
@@ -111,7 +118,15 @@ private:
     Error trip(Error why, LinkFailure failure, std::uint64_t epoch, bool probe);
     void reset_breaker();
 
+    // The router of the cluster this named server turned out to be a node of (made at its first
+    // MOVED, ASK or CLUSTERDOWN reply, then used for every round trip; leaked: links live as long
+    // as their tier, which lives as long as the process).
+    ClusterRouter *router(std::vector<Reply> *seed_replies);
+
     Server server_;
+    Config config_;  // the setting's timeouts and sizes, for a router's nodes; no servers
+    Role role_;
+    std::atomic<ClusterRouter *> router_{nullptr};
     std::int64_t connect_timeout_ms_;
     std::int64_t operation_timeout_ms_;
     std::int64_t breaker_ms_;

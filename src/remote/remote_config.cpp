@@ -72,7 +72,8 @@ std::string tcp_place(const Server &s) {
     return host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
 }
 
-// Sets `s.id` (its URL without the password) from its fields.
+}  // namespace
+
 void name_server(Server &s) {
     if (s.kind == Server::Kind::unix_socket) {
         s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
@@ -80,6 +81,8 @@ void name_server(Server &s) {
     }
     s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
 }
+
+namespace {
 
 Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     const std::string shown = hide_password(token);

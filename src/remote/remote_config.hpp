@@ -79,6 +79,10 @@ bool names_a_password(std::string_view spec);
 // (user but no password) is for hashing and the process's state, never shown.
 std::string display(const Server &server);
 
+// Sets `server.id` (its URL without the password) from its fields: after parse, or for a server
+// made from another (a Redis Cluster node, by host and port, with the seed's credentials).
+void name_server(Server &server);
+
 // "100ms", "10s", "10m", "1h", or a plain number of milliseconds. Errors: invalid_argument.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 

@@ -37,7 +37,7 @@
 // process as a warning with what to configure (maxmemory-policy allkeys-lru). A server older
 // than Redis 7 refuses the flagged scripts: the tier then sends them without the flag.
 //
-// Fail open, always: a server that is down, slow, full, read-only or in Redis Cluster mode makes
+// Fail open, always: a server that is down, slow, full, read-only or a cluster that is down makes
 // libkjit slower, never wrong and never failing: every problem ends in "the next server" or
 // "compile here" (counted, and logged once per outage). A value that fails verification counts
 // as corrupt, is deleted (unless read-only) and is a miss. Knows the Redis client, remote

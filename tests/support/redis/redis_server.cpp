@@ -218,4 +218,110 @@ std::vector<std::string> RedisServer::keys(const std::string &pattern) const {
     return out;
 }
 
+namespace {
+
+std::string redis_cli() {
+    const std::string server = server_binary();
+    const std::string beside = server.substr(0, server.rfind('/') + 1) + "redis-cli";
+    if (::access(beside.c_str(), X_OK) == 0) return beside;
+    for (const char *candidate : {"/usr/bin/redis-cli", "/usr/local/bin/redis-cli"}) {
+        if (::access(candidate, X_OK) == 0) return candidate;
+    }
+    throw std::runtime_error("redis-cli not found (apt-get install redis-tools; tests/run.sh installs it)");
+}
+
+}  // namespace
+
+RedisCluster::RedisCluster(int primaries, int node_timeout_ms) {
+    std::string create = redis_cli() + " --cluster create";
+    for (int i = 0; i < 2 * primaries; ++i) {
+        nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
+            "--cluster-enabled", "yes", "--cluster-port", std::to_string(RedisServer::free_port()),
+            "--cluster-node-timeout", std::to_string(node_timeout_ms), "--appendonly", "no"}));
+        create += " 127.0.0.1:" + std::to_string(nodes_.back()->port());
+    }
+    create += " --cluster-replicas 1 --cluster-yes >/dev/null 2>&1";
+    if (std::system(create.c_str()) != 0) throw std::runtime_error("redis-cli --cluster create failed: " + create);
+    if (!wait_ok()) throw std::runtime_error("the cluster made by redis-cli never reached cluster_state:ok");
+    // A replica that has not yet synchronised with its primary cannot replace it: ready when
+    // every replica's link is up.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (auto &n : nodes_) {
+        for (;;) {
+            const std::string replication = n->command({"INFO", "replication"});
+            if (replication.find("role:master") != std::string::npos ||
+                replication.find("master_link_status:up") != std::string::npos) {
+                break;
+            }
+            if (std::chrono::steady_clock::now() > deadline) {
+                throw std::runtime_error("a replica of the cluster never synchronised with its primary");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    }
+}
+
+std::vector<RedisServer *> RedisCluster::nodes() {
+    std::vector<RedisServer *> out;
+    for (auto &n : nodes_) out.push_back(n.get());
+    return out;
+}
+
+std::string RedisCluster::id_of(const RedisServer &node) { return node.command({"CLUSTER", "MYID"}); }
+
+bool RedisCluster::wait_ok() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+        bool ok = true;
+        for (auto &n : nodes_) {
+            if (!n->running()) continue;
+            try {
+                ok = ok && n->command({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+            } catch (const std::exception &) {
+                ok = false;
+            }
+        }
+        if (ok) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
+RedisServer &RedisCluster::primary_of(const std::string &key) {
+    for (auto &asked : nodes_) {
+        if (!asked->running()) continue;
+        const std::string slot = asked->command({"CLUSTER", "KEYSLOT", key});
+        // "CLUSTER NODES": one line per node, "<id> <ip:port@bus> <flags> <master> ... <slots...>".
+        const std::string table = asked->command({"CLUSTER", "NODES"});
+        const long wanted = std::stol(slot);
+        std::size_t at = 0;
+        while (at < table.size()) {
+            std::size_t end = table.find('\n', at);
+            if (end == std::string::npos) end = table.size();
+            const std::string line = table.substr(at, end - at);
+            at = end + 1;
+            if (line.find("master") == std::string::npos || line.find("fail") != std::string::npos) continue;
+            std::vector<std::string> words;
+            for (std::size_t w = 0; w < line.size();) {
+                std::size_t e = line.find(' ', w);
+                if (e == std::string::npos) e = line.size();
+                words.push_back(line.substr(w, e - w));
+                w = e + 1;
+            }
+            for (std::size_t k = 8; k < words.size(); ++k) {
+                const auto dash = words[k].find('-');
+                if (words[k].empty() || words[k][0] == '[') continue;
+                const long first = std::stol(words[k].substr(0, dash));
+                const long last = dash == std::string::npos ? first : std::stol(words[k].substr(dash + 1));
+                if (wanted < first || wanted > last) continue;
+                const int port = std::stoi(words[1].substr(words[1].find(':') + 1));
+                for (auto &n : nodes_) {
+                    if (n->port() == port) return *n;
+                }
+            }
+        }
+    }
+    throw std::runtime_error("no live primary serves the slot of " + key);
+}
+
 }  // namespace kjit_test

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ public:
     RedisServer &operator=(const RedisServer &) = delete;
 
     int port() const { return port_; }
+    bool running() const { return pid_ > 0; }
     // A TCP port on 127.0.0.1 that nothing listens on now (e.g. a cluster bus port to pass in
     // `extra`: --cluster-port).
     static int free_port();
@@ -57,6 +59,28 @@ private:
     std::string dir_;
     int port_ = 0;
     pid_t pid_ = -1;
+};
+
+// A Redis Cluster of `primaries` primaries with one replica each, on 127.0.0.1 and free ports,
+// made by `redis-cli --cluster create` (next to the server binary, else on PATH) with
+// cluster-node-timeout `node_timeout_ms`; ready when every node says cluster_state:ok. Throws
+// std::runtime_error saying why when it cannot be made.
+class RedisCluster {
+public:
+    explicit RedisCluster(int primaries = 3, int node_timeout_ms = 1000);
+    RedisCluster(const RedisCluster &) = delete;
+    RedisCluster &operator=(const RedisCluster &) = delete;
+
+    std::vector<RedisServer *> nodes();
+    // The node serving `key`'s slot as its primary now (CLUSTER SLOTS of a live node).
+    RedisServer &primary_of(const std::string &key);
+    // A node's cluster id (CLUSTER MYID).
+    static std::string id_of(const RedisServer &node);
+    // Waits (up to 30 s) until every node that runs says cluster_state:ok; false if not.
+    bool wait_ok();
+
+private:
+    std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 
 }  // namespace kjit_test
