@@ -24,7 +24,15 @@
 // Redis Cluster mode (a MOVED, ASK or CLUSTERDOWN reply) is not spoken to: the reply is a
 // failure of the link, said once per process as an error naming what to do. A forked child
 // never uses its parent's connections (their sockets are shared with the parent): it makes its
-// own. Knows hiredis only.
+// own.
+//
+// A rediss:// server is spoken to through a TLS session (tls_session.hpp) on the same socket:
+// the handshake is part of the connect, under the round trip's deadline, and every read and write
+// goes through the session, each waiting in the same poll() loop for the way the session asks.
+// A failure that no retry mends (a certificate refused, libssl missing, a client certificate the
+// server wants) is said once, as any failure of the link, and the breaker then probes it less and
+// less often from the first, as for a server in Redis Cluster mode. Knows hiredis and the TLS
+// session only.
 #pragma once
 
 #include "remote/remote_config.hpp"
@@ -99,8 +107,9 @@ public:
     struct Connection;
 
 private:
-    // This thread's connection, made (connected, AUTH, SELECT) by `deadline_ns` if it has none.
-    Result<Connection *> connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure);
+    // This thread's connection, made (connected, TLS, AUTH, SELECT) by `deadline_ns` if it has
+    // none. *lasting: the failure is one of the set-up, which no retry mends.
+    Result<Connection *> connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure, bool *lasting);
     // Whether a round trip may start now; *probe: it is the half-open breaker's one probe.
     bool admit(bool *probe);
     // Opens the breaker for `why` (the first failure of an outage: a warning) and returns it as
@@ -112,6 +121,8 @@ private:
     void reset_breaker();
 
     Server server_;
+    TlsSettings tls_;      // a rediss:// server's
+    std::string tls_key_;  // its TLS context's: the server and its settings
     std::int64_t connect_timeout_ms_;
     std::int64_t operation_timeout_ms_;
     std::int64_t breaker_ms_;
