@@ -947,10 +947,11 @@ Examples:
   kjit cache export /image/kjit-seed --arch sm_90a;  KJIT_CACHE_SEED=/image/kjit-seed python serve.py)";
 
 constexpr const char *kRemoteStorageHelp =
-    "The cluster tier (default: $KJIT_REMOTE_STORAGE; none: off): servers redis://HOST[:PORT][/DB] or "
-    "redis+unix:PATH[?db=N], separated by blanks, then options such as namespace=NAME, read-only=true, "
-    "connect-timeout=100ms, operation-timeout=10s, password-file=PATH (a file only its owner can read: a password "
-    "on the command line is refused, as every user can read it); e.g. 'redis://cache-host:6379 namespace=llm'";
+    "The cluster tier (default: $KJIT_REMOTE_STORAGE; none: off): servers redis://HOST[:PORT][/DB], "
+    "rediss://HOST[:PORT][/DB] (TLS) or redis+unix:PATH[?db=N], separated by blanks, then options such as "
+    "namespace=NAME, read-only=true, connect-timeout=100ms, operation-timeout=10s, password-file=PATH (a file only "
+    "its owner can read: a password on the command line is refused, as every user can read it), ca-file=PATH; e.g. "
+    "'redis://cache-host:6379 namespace=llm'";
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "remote/redis_client.hpp"
 
 #include "remote/cluster_router.hpp"
+#include "remote/tls_session.hpp"
 
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
@@ -298,12 +299,51 @@ struct ServerLink::Connection {
     UniqueFd socket;
     redisReader *reader = nullptr;  // hiredis's parser of this connection's replies
     std::uint64_t fork_generation = 0;
+    std::unique_ptr<tls::Session> tls;  // a rediss:// server's: the stream goes through it
+    bool lasting = false;               // the last failure is one of the set-up (a TLS refusal)
 
     // Sends `commands` and reads one reply per command, all by `deadline_ns`. Errors: the link
     // failed (*failure says how; the connection is then out of step and must be closed).
     Result<std::vector<Reply>> exchange(const std::vector<Command> &commands, std::int64_t deadline_ns,
                                         std::uint64_t max_reply_bytes, int cancel_fd, LinkFailure *failure);
+    // One read or write of the stream, through the TLS session or on the socket itself.
+    tls::Io read_some(char *buffer, std::size_t size);
+    tls::Io write_some(const char *data, std::size_t size);
 };
+
+namespace {
+
+// What a recv() or send() of `n` bytes (errno when negative) means, as a TLS step would say it.
+tls::Io plain_io(ssize_t n, tls::Io::Kind again, const char *call) {
+    tls::Io io;
+    if (n > 0) {
+        io.bytes = static_cast<std::size_t>(n);
+    } else if (n == 0) {
+        io.kind = tls::Io::Kind::closed;
+        io.error = "the server closed the connection";
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        io.kind = again;
+    } else {
+        io.kind = tls::Io::Kind::failed;
+        io.error = std::string(call) + ": " + errno_text(errno);
+    }
+    return io;
+}
+
+// The poll() events that a step's want asks for.
+short events_of(tls::Io::Kind want) { return want == tls::Io::Kind::want_write ? POLLOUT : POLLIN; }
+
+}  // namespace
+
+tls::Io ServerLink::Connection::read_some(char *buffer, std::size_t size) {
+    if (tls) return tls->read(buffer, size);
+    return plain_io(::recv(socket.get(), buffer, size, MSG_DONTWAIT), tls::Io::Kind::want_read, "recv");
+}
+
+tls::Io ServerLink::Connection::write_some(const char *data, std::size_t size) {
+    if (tls) return tls->write(data, size);
+    return plain_io(::send(socket.get(), data, size, MSG_NOSIGNAL | MSG_DONTWAIT), tls::Io::Kind::want_write, "send");
+}
 
 Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Command> &commands,
                                                             std::int64_t deadline_ns, std::uint64_t max_reply_bytes,
@@ -316,7 +356,8 @@ Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Co
     std::vector<Reply> replies;
     replies.reserve(commands.size());
     std::size_t sent = 0;
-    std::uint64_t reply_bytes = 0;  // read since the last whole reply
+    std::uint64_t reply_bytes = 0;                     // read since the last whole reply
+    short read_wants = POLLIN, write_wants = POLLOUT;  // a TLS step may ask for the other way
     char chunk[kReadChunk];
     while (replies.size() < commands.size()) {
         void *raw = nullptr;
@@ -329,9 +370,11 @@ Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Co
             continue;
         }
         // Reads while it writes: a long pipeline's first replies must not wait for its last command.
+        // Bytes a TLS session decrypted already are not the socket's to show: read them first.
         short revents = 0;
-        const short events = static_cast<short>(POLLIN | (sent < out->size() ? POLLOUT : 0));
-        switch (wait_for(socket.get(), events, deadline_ns, cancel_fd, &revents)) {
+        const bool buffered = tls && tls->pending();
+        const short events = static_cast<short>(read_wants | (sent < out->size() ? write_wants : 0));
+        switch (buffered ? Ready::yes : wait_for(socket.get(), events, deadline_ns, cancel_fd, &revents)) {
             case Ready::yes: break;
             case Ready::timeout:
                 return link_error(failure, LinkFailure::timeout,
@@ -341,34 +384,38 @@ Result<std::vector<Reply>> ServerLink::Connection::exchange(const std::vector<Co
             case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
             case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
         }
-        if ((revents & POLLOUT) && sent < out->size()) {
-            const ssize_t n = ::send(socket.get(), out->data() + sent, out->size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0) sent += static_cast<std::size_t>(n);
-            else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                return link_error(failure, LinkFailure::broken, "send: " + errno_text(errno));
+        if ((revents & write_wants) && sent < out->size()) {
+            const tls::Io io = write_some(out->data() + sent, out->size() - sent);
+            if (io.kind == tls::Io::Kind::closed || io.kind == tls::Io::Kind::failed) {
+                lasting = io.lasting;
+                return link_error(failure, LinkFailure::broken, io.error);
             }
+            sent += io.bytes;
+            write_wants = io.kind == tls::Io::Kind::done ? POLLOUT : events_of(io.kind);
         }
-        if (revents & (POLLIN | POLLHUP | POLLERR)) {
-            const ssize_t n = ::recv(socket.get(), chunk, sizeof chunk, MSG_DONTWAIT);
-            if (n == 0) return link_error(failure, LinkFailure::broken, "the server closed the connection");
-            if (n < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-                return link_error(failure, LinkFailure::broken, "recv: " + errno_text(errno));
-            }
-            reply_bytes += static_cast<std::uint64_t>(n);
-            if (reply_bytes > max_reply_bytes) {
-                return link_error(failure, LinkFailure::broken,
-                                  "a reply of more than " + std::to_string(max_reply_bytes) +
-                                      " bytes (max-entry-size and its envelope)");
-            }
-            if (redisReaderFeed(reader, chunk, static_cast<std::size_t>(n)) != REDIS_OK) {
-                return link_error(failure, LinkFailure::broken, "out of memory reading a reply");
-            }
+        if (!buffered && !(revents & (read_wants | POLLHUP | POLLERR))) continue;
+        const tls::Io io = read_some(chunk, sizeof chunk);
+        if (io.kind == tls::Io::Kind::closed || io.kind == tls::Io::Kind::failed) {
+            lasting = io.lasting;
+            return link_error(failure, LinkFailure::broken, io.error);
+        }
+        read_wants = io.kind == tls::Io::Kind::done ? POLLIN : events_of(io.kind);
+        if (io.bytes == 0) continue;
+        reply_bytes += io.bytes;
+        if (reply_bytes > max_reply_bytes) {
+            return link_error(failure, LinkFailure::broken,
+                              "a reply of more than " + std::to_string(max_reply_bytes) +
+                                  " bytes (max-entry-size and its envelope)");
+        }
+        if (redisReaderFeed(reader, chunk, io.bytes) != REDIS_OK) {
+            return link_error(failure, LinkFailure::broken, "out of memory reading a reply");
         }
     }
     // Bytes past the last reply answer no command of ours: the link is out of step, and they
-    // would be taken for the next command's reply.
-    if (reader->len > reader->pos) return link_error(failure, LinkFailure::broken, "more replies than commands");
+    // would be taken for the next command's reply (a TLS session's decrypted bytes included).
+    if (reader->len > reader->pos || (tls && tls->pending())) {
+        return link_error(failure, LinkFailure::broken, "more replies than commands");
+    }
     return replies;
 }
 
@@ -386,7 +433,10 @@ thread_local ThreadConnections thread_connections;
 
 void close_connection(ServerLink::Connection *c) {
     // In a forked child the socket is a copy of the parent's: closing this copy is all that is
-    // safe, and all this does (nothing is sent).
+    // safe, and all this does (nothing is sent); its TLS session is the parent's too, abandoned
+    // (leaked) rather than freed. Else the session says goodbye before its socket closes.
+    if (c->tls && c->fork_generation != fork_guard::generation()) c->tls->abandon();
+    c->tls.reset();
     c->socket.reset();
     if (c->reader) redisReaderFree(c->reader);
     c->reader = nullptr;
@@ -402,7 +452,8 @@ ThreadConnections::~ThreadConnections() {
 }  // namespace
 
 ServerLink::ServerLink(Server server, const Config &config, Role role)
-    : server_(std::move(server)), config_(config), role_(role), connect_timeout_ms_(config.connect_timeout.count()),
+    : server_(std::move(server)), config_(config), role_(role), tls_(config.tls),
+      tls_key_(server_.id + " " + config.tls.canonical()), connect_timeout_ms_(config.connect_timeout.count()),
       operation_timeout_ms_(config.operation_timeout.count()), breaker_ms_(config.breaker.count()),
       max_reply_bytes_(config.max_entry_bytes + kReplyEnvelopeBytes) {}
 
@@ -477,13 +528,52 @@ void ServerLink::reset_breaker() {
     log().info("remote cache {}: reachable again", display(server_));
 }
 
-Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
+namespace {
+
+// The TLS session of `c`, on its new socket to `server`, with the context of `key` (`settings`),
+// its handshake done by `deadline_ns`. Errors: why not (*failure: timeout, broken or cancelled),
+// and c.lasting when no retry mends it.
+Status start_tls(ServerLink::Connection &c, const Server &server, const std::string &key, const TlsSettings &settings,
+                 std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure) {
+    auto context = tls::context_for(key, settings);
+    if (!context) {
+        c.lasting = true;
+        return link_error(failure, LinkFailure::broken, context.error().message);
+    }
+    auto session = tls::Session::start(**context, c.socket.get(), server.host);
+    if (!session) return link_error(failure, LinkFailure::broken, session.error().message);
+    c.tls = std::move(*session);
+    for (;;) {
+        const tls::Io io = c.tls->handshake();
+        if (io.kind == tls::Io::Kind::done) return Ok{};
+        if (io.kind != tls::Io::Kind::want_read && io.kind != tls::Io::Kind::want_write) {
+            c.lasting = io.lasting;
+            return link_error(failure, LinkFailure::broken, io.error);
+        }
+        short revents = 0;
+        switch (wait_for(c.socket.get(), events_of(io.kind), deadline_ns, cancel_fd, &revents)) {
+            case Ready::yes: break;
+            case Ready::timeout:
+                return link_error(failure, LinkFailure::timeout,
+                                  "no TLS handshake within operation-timeout (does the server speak TLS on that "
+                                  "port?)");
+            case Ready::cancelled: return link_error(failure, LinkFailure::cancelled, "abandoned");
+            case Ready::error: return link_error(failure, LinkFailure::broken, "poll: " + errno_text(errno));
+        }
+    }
+}
+
+}  // namespace
+
+Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure,
+                                                        bool *lasting) {
     Connection *mine = nullptr;
     for (Connection *c : thread_connections.open) {
         if (c->link == this) mine = c;
     }
     if (!mine) {
-        mine = new Connection{this, UniqueFd(), nullptr, 0};
+        mine = new Connection;
+        mine->link = this;
         thread_connections.open.push_back(mine);
     }
     if (mine->socket.valid() && mine->fork_generation != fork_guard::generation()) close_connection(mine);
@@ -507,6 +597,16 @@ Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns
     if (!mine->reader) return link_error(failure, LinkFailure::broken, "no memory for a connection");
     mine->socket = std::move(*socket);
     mine->fork_generation = fork_guard::generation();
+    mine->lasting = false;
+    if (server_.tls) {
+        if (auto st = start_tls(*mine, server_, tls_key_, tls_, deadline_ns, cancel_fd, failure); !st) {
+            *lasting = mine->lasting;
+            close_connection(mine);
+            return std::move(st).error();
+        }
+        log().debug("remote cache {}: connected with TLS ({})", display(server_),
+                    mine->tls->resumed() ? "a session resumed" : "a full handshake");
+    }
     // AUTH and SELECT before anything else, in one round trip.
     const std::string db_text = std::to_string(server_.db);
     std::vector<Command> hello;
@@ -518,6 +618,7 @@ Result<ServerLink::Connection *> ServerLink::connection(std::int64_t deadline_ns
     if (hello.empty()) return mine;
     auto replies = mine->exchange(hello, deadline_ns, max_reply_bytes_, cancel_fd, failure);
     if (!replies) {
+        *lasting = mine->lasting;
         close_connection(mine);
         return std::move(replies).error();
     }
@@ -564,10 +665,12 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
     }
     const std::uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     const std::int64_t deadline = steady_ns() + operation_timeout_ms_ * 1'000'000;
-    auto conn = connection(deadline, cancel_fd, failure);
+    bool lasting = false;  // set up wrong (cluster mode, a TLS refusal), not restarting
+    auto conn = connection(deadline, cancel_fd, failure, &lasting);
     if (conn) {
         auto replies = (*conn)->exchange(commands, deadline, max_reply_bytes_, cancel_fd, failure);
         if (!replies) {
+            lasting = (*conn)->lasting;
             close_connection(*conn);  // out of step now: a late reply would answer the next command
             conn = std::move(replies).error();
         } else {
@@ -587,7 +690,11 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
         if (probe) probing_.store(false, std::memory_order_release);
         return e;
     }
-    return trip(std::move(e), *failure, epoch, probe);
+    Error tripped = trip(std::move(e), *failure, epoch, probe);
+    // A server whose TLS set-up is refused is set up wrong, not restarting: no call waits for its
+    // quick probes (quick_retry_at_ns), and it is probed less and less often from the first.
+    if (lasting) failed_probes_.store(kSteadyProbes, std::memory_order_relaxed);
+    return tripped;
 }
 
 }  // namespace kjit::remote

@@ -22,10 +22,16 @@
 // before the breaker last opened is the same outage's. One warning per outage, never a password
 // (display()); the failed probes after it are said at debug, the recovery at info. A MOVED, ASK
 // or CLUSTERDOWN reply of a named server is the sign that it is a node of a Redis Cluster: from
-// then on its round trips go through a
-// ClusterRouter (cluster_router.hpp), which sends each command to its slot's primary. A forked
-// child never uses its parent's connections (their sockets are shared with the parent): it makes
-// its own. Knows hiredis only.
+// then on its round trips go through a ClusterRouter (cluster_router.hpp), which sends each
+// command to its slot's primary. A forked child never uses its parent's connections (their
+// sockets are shared with the parent): it makes its own.
+//
+// A rediss:// server is spoken to through a TLS session (tls_session.hpp) on the same socket:
+// the handshake is part of the connect, under the round trip's deadline, and every read and write
+// goes through the session, each waiting in the same poll() loop for the way the session asks.
+// A failure that no retry mends (a certificate refused, libssl missing, a client certificate the
+// server wants) is said once, as any failure of the link, and the breaker then probes it less and
+// less often from the first. Knows hiredis and the TLS session only.
 #pragma once
 
 #include "remote/remote_config.hpp"
@@ -106,8 +112,9 @@ public:
     struct Connection;
 
 private:
-    // This thread's connection, made (connected, AUTH, SELECT) by `deadline_ns` if it has none.
-    Result<Connection *> connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure);
+    // This thread's connection, made (connected, TLS, AUTH, SELECT) by `deadline_ns` if it has
+    // none. *lasting: the failure is one of the set-up, which no retry mends.
+    Result<Connection *> connection(std::int64_t deadline_ns, int cancel_fd, LinkFailure *failure, bool *lasting);
     // Whether a round trip may start now; *probe: it is the half-open breaker's one probe.
     bool admit(bool *probe);
     // Opens the breaker for `why` (the first failure of an outage: a warning) and returns it as
@@ -127,6 +134,8 @@ private:
     Config config_;  // the setting's timeouts and sizes, for a router's nodes; no servers
     Role role_;
     std::atomic<ClusterRouter *> router_{nullptr};
+    TlsSettings tls_;      // a rediss:// server's
+    std::string tls_key_;  // its TLS context's: the server and its settings
     std::int64_t connect_timeout_ms_;
     std::int64_t operation_timeout_ms_;
     std::int64_t breaker_ms_;

@@ -10,13 +10,22 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <tuple>
 
 namespace kjit::remote {
 
 namespace {
 
 constexpr std::string_view kTcpScheme = "redis://";
+constexpr std::string_view kTlsScheme = "rediss://";
 constexpr std::string_view kUnixScheme = "redis+unix:";
+
+// The length of the TCP scheme that `token` starts with ("redis://", "rediss://"); 0: none.
+std::size_t tcp_scheme_length(std::string_view token) {
+    if (token.substr(0, kTcpScheme.size()) == kTcpScheme) return kTcpScheme.size();
+    if (token.substr(0, kTlsScheme.size()) == kTlsScheme) return kTlsScheme.size();
+    return 0;
+}
 
 Error invalid(std::string_view origin, const std::string &what) {
     return Error{Errc::invalid_argument, std::string(origin) + ": " + what};
@@ -27,16 +36,17 @@ bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; 
 // A server token as it may appear in a message: "user:***@" in place of its credentials (and
 // "***@" before the '@' of any other piece: the tail of a password cut at a blank or '|').
 std::string hide_password(std::string_view token) {
-    if (token.substr(0, kTcpScheme.size()) != kTcpScheme) {
+    const std::size_t scheme = tcp_scheme_length(token);
+    if (scheme == 0) {
         const auto at = token.rfind('@');
         return at == std::string_view::npos ? std::string(token) : "***" + std::string(token.substr(at));
     }
-    std::string_view rest = token.substr(kTcpScheme.size());
+    std::string_view rest = token.substr(scheme);
     const auto at = rest.rfind('@');
     if (at == std::string_view::npos) return std::string(token);
     std::string_view userinfo = rest.substr(0, at);
     const auto colon = userinfo.find(':');
-    std::string shown(kTcpScheme);
+    std::string shown(token.substr(0, scheme));
     if (colon != std::string_view::npos) shown += std::string(userinfo.substr(0, colon)) + ":";
     return shown + "***" + std::string(rest.substr(at));
 }
@@ -60,6 +70,17 @@ bool percent_decode(std::string_view in, std::string &out) {
     return true;
 }
 
+bool parse_bool(std::string_view value, bool &out) {
+    if (value == "true" || value == "1" || value == "yes") {
+        out = true;
+    } else if (value == "false" || value == "0" || value == "no") {
+        out = false;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 bool parse_int(std::string_view text, int low, int high, int &out) {
     if (text.empty()) return false;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
@@ -79,7 +100,7 @@ void name_server(Server &s) {
         s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
         return;
     }
-    s.id = std::string(kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
+    s.id = std::string(s.tls ? kTlsScheme : kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
 }
 
 namespace {
@@ -88,10 +109,12 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     const std::string shown = hide_password(token);
     auto bad = [&](const std::string &what) {
         return invalid(origin,
-                       "server '" + shown + "': " + what + " (expected redis://[[USER:]PASSWORD@]HOST[:PORT][/DB])");
+                       "server '" + shown + "': " + what + " (expected redis[s]://[[USER:]PASSWORD@]HOST[:PORT][/DB])");
     };
     Server s;
-    std::string_view rest = token.substr(kTcpScheme.size());
+    const std::size_t scheme = tcp_scheme_length(token);
+    s.tls = scheme == kTlsScheme.size();
+    std::string_view rest = token.substr(scheme);
     if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
         std::string_view userinfo = rest.substr(0, at);
         rest = rest.substr(at + 1);
@@ -212,16 +235,7 @@ Status apply_option(Config &c, std::string_view name, std::string_view value, st
     if (name == "lease") return duration(c.lease, std::chrono::milliseconds(300));
     if (name == "wait-timeout") return duration(c.wait_timeout, std::chrono::milliseconds(0));
     if (name == "breaker") return duration(c.breaker, std::chrono::milliseconds(1));
-    if (name == "read-only") {
-        if (value == "true" || value == "1" || value == "yes") {
-            c.read_only = true;
-        } else if (value == "false" || value == "0" || value == "no") {
-            c.read_only = false;
-        } else {
-            return bad_value("true or false");
-        }
-        return Ok{};
-    }
+    if (name == "read-only") return parse_bool(value, c.read_only) ? Status(Ok{}) : bad_value("true or false");
     if (name == "max-entry-size") {
         auto size = size_units::parse_size(value);
         if (!size) return bad_value(size.error().message);
@@ -236,7 +250,72 @@ Status apply_option(Config &c, std::string_view name, std::string_view value, st
     }
     return Status(invalid(origin, "unknown option '" + std::string(name) +
                                       "' (known: namespace, connect-timeout, operation-timeout, lease, wait-timeout, "
-                                      "read-only, max-entry-size, password-file, breaker)"));
+                                      "read-only, max-entry-size, password-file, breaker, ca-file, ca-dir, cert-file, "
+                                      "key-file, insecure-skip-verify)"));
+}
+
+bool is_tls_option(std::string_view name) {
+    return name == "ca-file" || name == "ca-dir" || name == "cert-file" || name == "key-file" ||
+           name == "insecure-skip-verify";
+}
+
+// A TLS option (is_tls_option) into `t`; its files are checked later (check_tls).
+Status apply_tls_option(TlsSettings &t, std::string_view name, std::string_view value, std::string_view origin) {
+    auto bad_value = [&](const std::string &what) {
+        return Status(invalid(origin, "option " + std::string(name) + "='" + std::string(value) + "': " + what));
+    };
+    if (name == "insecure-skip-verify") {
+        return parse_bool(value, t.insecure_skip_verify) ? Status(Ok{}) : bad_value("true or false");
+    }
+    if (value.empty() || value.front() != '/') return bad_value("an absolute path");
+    std::string &slot = name == "ca-file"     ? t.ca_file
+                        : name == "ca-dir"    ? t.ca_dir
+                        : name == "cert-file" ? t.cert_file
+                                              : t.key_file;
+    slot = std::string(value);
+    return Ok{};
+}
+
+// Whether the file of TLS option `name` can be read now (`folder`: a folder), naming it if not.
+Status check_readable(std::string_view origin, const char *name, const std::string &path, bool folder) {
+    if (path.empty()) return Ok{};
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (folder ? O_DIRECTORY : 0));
+    std::string problem;
+    struct stat st {};
+    if (fd < 0) {
+        problem = errno_text(errno);
+    } else if (::fstat(fd, &st) != 0) {
+        problem = errno_text(errno);
+    } else if (!folder && !S_ISREG(st.st_mode)) {
+        problem = "not a regular file";
+    }
+    if (fd >= 0) ::close(fd);
+    if (problem.empty()) return Ok{};
+    return Error{Errc::io, std::string(origin) + ": " + name + " '" + path + "': " + problem};
+}
+
+// The TLS options of `c` against its servers and files. `first_tls_option`: the first given.
+Status check_tls(const Config &c, const std::string &first_tls_option, std::string_view origin) {
+    if (first_tls_option.empty()) return Ok{};
+    if (std::none_of(c.servers.begin(), c.servers.end(), [](const Server &s) { return s.tls; })) {
+        return invalid(origin,
+                       "option " + first_tls_option +
+                           "= applies to rediss:// servers (TLS), and none is named (rediss://HOST[:PORT][/DB])");
+    }
+    const TlsSettings &t = c.tls;
+    if (t.cert_file.empty() != t.key_file.empty()) {
+        return invalid(origin, std::string(t.cert_file.empty() ? "key-file= without cert-file="
+                                                               : "cert-file= without key-file=") +
+                                   ": a client certificate and its key go together (for a server that asks for one)");
+    }
+    for (const auto &[name, path, folder] :
+         {std::tuple<const char *, const std::string &, bool>{"ca-file", t.ca_file, false},
+          {"ca-dir", t.ca_dir, true},
+          {"cert-file", t.cert_file, false},
+          {"key-file", t.key_file, false}}) {
+        if (auto st = check_readable(origin, name, path, folder); !st) return st;
+    }
+    return Ok{};
 }
 
 std::string format_ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
@@ -251,7 +330,7 @@ struct Piece {
 };
 
 bool starts_server(std::string_view piece) {
-    return piece.substr(0, kTcpScheme.size()) == kTcpScheme || piece.substr(0, kUnixScheme.size()) == kUnixScheme;
+    return tcp_scheme_length(piece) != 0 || piece.substr(0, kUnixScheme.size()) == kUnixScheme;
 }
 
 // The pieces of `spec`, each marked as above. A redis:// URL's userinfo ends at its last '@':
@@ -273,7 +352,7 @@ std::vector<Piece> split_pieces(std::string_view spec, bool *has_userinfo) {
     }
     *has_userinfo = false;
     for (std::size_t first = 0; first < pieces.size(); ++first) {
-        if (pieces[first].text.substr(0, kTcpScheme.size()) != kTcpScheme) continue;
+        if (tcp_scheme_length(pieces[first].text) == 0) continue;
         std::size_t last_at = pieces.size();
         for (std::size_t k = first; k < pieces.size() && (k == first || !starts_server(pieces[k].text)); ++k) {
             if (pieces[k].text.find('@') != std::string_view::npos &&
@@ -293,7 +372,7 @@ std::vector<Piece> split_pieces(std::string_view spec, bool *has_userinfo) {
 // with it is not said, since saying it could show that part.
 Error cut_password_error(std::string_view origin, const Piece &piece) {
     const auto at = piece.text.rfind('@');
-    const std::string shown = (starts_server(piece.text) ? std::string(kTcpScheme) : std::string()) + "***" +
+    const std::string shown = std::string(piece.text.substr(0, tcp_scheme_length(piece.text))) + "***" +
                               (at == std::string_view::npos ? std::string() : std::string(piece.text.substr(at)));
     return invalid(origin, "'" + shown +
                                "' is not understood, and a server's user or password seems to hold a blank or '|', "
@@ -336,12 +415,12 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
     if (pieces.empty() || (pieces.size() == 1 && pieces[0].text == "none")) return std::optional<Config>();
     Config c;
     std::string password_file;
+    std::string first_tls_option;
     for (const Piece &piece : pieces) {
         const std::string_view part = piece.text;
         // A server starts a blank-separated token; ccache's attributes follow it: "URL|name=value".
         if (!piece.after_bar && starts_server(part)) {
-            auto server =
-                part.substr(0, kTcpScheme.size()) == kTcpScheme ? parse_tcp(part, origin) : parse_unix(part, origin);
+            auto server = tcp_scheme_length(part) != 0 ? parse_tcp(part, origin) : parse_unix(part, origin);
             if (!server) return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(server).error();
             for (const Server &s : c.servers) {
                 if (s.id == server->id) return invalid(origin, "server '" + display(*server) + "' is named twice");
@@ -357,12 +436,15 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
                                        "' is neither a server (redis://HOST[:PORT][/DB], redis+unix:PATH) nor an "
                                        "option (name=value)");
         }
-        if (auto st = apply_option(c, part.substr(0, eq), part.substr(eq + 1), origin, password_file); !st) {
-            return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(st).error();
-        }
+        const std::string_view name = part.substr(0, eq);
+        if (is_tls_option(name) && first_tls_option.empty()) first_tls_option = std::string(name);
+        auto st = is_tls_option(name) ? apply_tls_option(c.tls, name, part.substr(eq + 1), origin)
+                                      : apply_option(c, name, part.substr(eq + 1), origin, password_file);
+        if (!st) return piece.cut_userinfo ? cut_password_error(origin, piece) : std::move(st).error();
     }
     if (c.servers.empty())
         return invalid(origin, "no server (e.g. redis://cache-host:6379; 'none' turns the tier off)");
+    if (auto st = check_tls(c, first_tls_option, origin); !st) return std::move(st).error();
     if (!password_file.empty()) {
         auto password = read_password_file(password_file, origin);
         if (!password) return std::move(password).error();
@@ -379,13 +461,14 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
                    " read-only=" + (c.read_only ? "true" : "false") +
                    " max-entry-size=" + std::to_string(c.max_entry_bytes) +
                    (password_file.empty() ? "" : " password-file=" + password_file);
+    if (const std::string tls = c.tls.canonical(); !tls.empty()) c.canonical += " " + tls;
     return std::optional<Config>(std::move(c));
 }
 
 std::string display(const Server &s) {
     if (s.kind == Server::Kind::unix_socket) return s.id;
     const std::string credentials = s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@";
-    return std::string(kTcpScheme) + credentials + tcp_place(s);
+    return std::string(s.tls ? kTlsScheme : kTcpScheme) + credentials + tcp_place(s);
 }
 
 }  // namespace kjit::remote

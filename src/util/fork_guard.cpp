@@ -49,6 +49,11 @@ constexpr Piece kPieces[kCount] = {
      "made anew (the tiers are kept; each thread's Redis connections are dropped at use by generation)", true},
     {State::host_lookups, "remote/redis_client.cpp", "the host name lookups in flight on threads of their own",
      "forgotten (leaked): the child has none of their threads, and starts its own", true},
+    {State::tls_contexts, "remote/tls_session.cpp",
+     "the TLS contexts (SSL_CTX) of rediss:// servers, their lock and their last session tickets",
+     "forgotten (leaked): a thread of the parent may have held a lock of theirs; the child makes its own, and "
+     "abandons the TLS sessions it inherited without freeing them",
+     true},
     {State::request_record, "api/request_record.cpp", "the request record's lock, file and the lines it knows",
      "made anew for the same file, reopened at the child's first record (an flock is per open file)", true},
     {State::cache_flights, "cache/cache.cpp", "the single-flight table, the hit memo, the compiles in flight",
@@ -63,9 +68,13 @@ constexpr Piece kPieces[kCount] = {
      "kept: the library stays mapped", false},
     {State::nvjitlink_identity, "compile/nvjitlink_probe.cpp", "nvJitLink's identity as a record proved it",
      "kept: the same library", false},
+    {State::tls_library, "remote/tls_session.cpp", "the loaded libssl's entry points (rediss:// servers)",
+     "kept: the library stays mapped", false},
     {State::per_thread, "util/folder_trust.cpp, remote/redis_client.cpp, api/c_api.cpp",
-     "thread_local memos, Redis connections, error text",
-     "only the forking thread's copy reaches the child; Redis connections are dropped at use by generation", false},
+     "thread_local memos, Redis connections (and their TLS sessions), error text",
+     "only the forking thread's copy reaches the child; Redis connections are dropped at use by generation (a TLS "
+     "session abandoned, not freed)",
+     false},
 };
 
 constexpr bool in_order() {

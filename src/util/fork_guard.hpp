@@ -68,6 +68,7 @@ enum class State : unsigned {
     header_watch,       // key/dependency_watch.cpp
     remote_tiers,       // remote/remote_store.cpp
     host_lookups,       // remote/redis_client.cpp
+    tls_contexts,       // remote/tls_session.cpp
     request_record,     // api/request_record.cpp
     cache_flights,      // cache/cache.cpp
     // Kept as they are, on purpose (no handler):
@@ -76,6 +77,7 @@ enum class State : unsigned {
     nvrtc_identity,      // compile/nvrtc_probe.cpp
     nvjitlink_table,     // compile/nvjitlink_library.cpp
     nvjitlink_identity,  // compile/nvjitlink_probe.cpp
+    tls_library,         // remote/tls_session.cpp
     per_thread,          // thread_local state (only the forking thread's copy reaches the child)
     count
 };

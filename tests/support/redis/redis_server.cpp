@@ -65,13 +65,25 @@ std::string reply_text(const redisReply *r) {
 
 }  // namespace
 
-RedisServer::RedisServer(std::vector<std::string> extra) : extra_(std::move(extra)) {
+RedisServer::RedisServer(std::vector<std::string> extra) : extra_(std::move(extra)) { launch(); }
+
+RedisServer::RedisServer(const TlsFiles &tls, std::vector<std::string> extra) : extra_(std::move(extra)) {
+    tls_args_ = {"--tls-cert-file",    tls.cert_file, "--tls-key-file",     tls.key_file,
+                 "--tls-ca-cert-file", tls.ca_file,   "--tls-auth-clients", tls.auth_clients ? "yes" : "no"};
+    launch();
+}
+
+void RedisServer::launch() {
     char tmpl[] = "/tmp/kjit-redis-XXXXXX";
     if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
     dir_ = tmpl;
     // Another process may take the free port before the server binds it: try a few.
     for (int attempt = 0;; ++attempt) {
         port_ = free_port();
+        if (!tls_args_.empty()) {
+            do tls_port_ = free_port();
+            while (tls_port_ == port_);
+        }
         try {
             start();
             return;
@@ -89,6 +101,10 @@ RedisServer::~RedisServer() {
 }
 
 std::string RedisServer::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+std::string RedisServer::tls_url(const std::string &host) const {
+    return tls_port_ == 0 ? std::string() : "rediss://" + host + ":" + std::to_string(tls_port_);
+}
 
 void RedisServer::start() {
     const std::string binary = server_binary();
@@ -109,6 +125,10 @@ void RedisServer::start() {
                                      dir_ + "/redis.log",
                                      "--protected-mode",
                                      "no"};
+    if (!tls_args_.empty()) {
+        args.insert(args.end(), {"--tls-port", std::to_string(tls_port_)});
+        args.insert(args.end(), tls_args_.begin(), tls_args_.end());
+    }
     args.insert(args.end(), extra_.begin(), extra_.end());
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));

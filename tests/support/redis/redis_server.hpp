@@ -1,22 +1,42 @@
 // A real redis-server for the cluster tier's tests: started by the test on 127.0.0.1 and a free
 // port, in a folder of its own, with no persistence; killed (SIGKILL) when the object goes. A
 // server that cannot start throws: the test fails, it never skips (.ci/run installs
-// redis-server). Commands go through hiredis, as libkjit's own do.
+// redis-server). Commands go through hiredis, as libkjit's own do. In TLS mode (Debian's
+// redis-server 7.0 is built with TLS) it listens on a second free port with TLS (tls_url()),
+// and keeps its plain port for the test's own commands (command(), INFO, KEYS).
 #pragma once
 
 #include <sys/types.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kjit_test {
+
+// Whether a TLS server asks its clients for a certificate (--tls-auth-clients).
+enum class ClientCertificates { not_asked, required };
+
+// A TLS server's files (PEM), as redis-server's --tls-* options take them. A constructor with an
+// enum, not an aggregate: RedisServer({"--maxmemory", "1", ...}) stays a list of arguments.
+struct TlsFiles {
+    TlsFiles(std::string cert, std::string key, std::string ca, ClientCertificates clients)
+        : cert_file(std::move(cert)), key_file(std::move(key)), ca_file(std::move(ca)),
+          auth_clients(clients == ClientCertificates::required) {}
+    std::string cert_file;  // the server's certificate
+    std::string key_file;   // its key
+    std::string ca_file;    // the CA that client certificates are checked against
+    bool auth_clients;      // a client must show a certificate the CA signed (mutual TLS)
+};
 
 class RedisServer {
 public:
     // Starts redis-server (with `extra` arguments, e.g. {"--maxmemory", "1mb"}) and waits until
     // it answers PING. Throws std::runtime_error saying why when it does not within 10 s.
     explicit RedisServer(std::vector<std::string> extra = {});
+    // The same, with a TLS port too (tls_port(), tls_url()).
+    explicit RedisServer(const TlsFiles &tls, std::vector<std::string> extra = {});
     ~RedisServer();
     RedisServer(const RedisServer &) = delete;
     RedisServer &operator=(const RedisServer &) = delete;
@@ -31,6 +51,9 @@ public:
     long long info_number(const std::string &section, const std::string &field) const;
     // "redis://127.0.0.1:<port>"
     std::string url() const;
+    // TLS mode: the TLS port, and "rediss://<host>:<TLS port>" (0 and "" otherwise).
+    int tls_port() const { return tls_port_; }
+    std::string tls_url(const std::string &host = "127.0.0.1") const;
 
     // SIGKILL and reap (a server that dies with its clients connected).
     void kill();
@@ -54,10 +77,13 @@ public:
 
 private:
     void start();
+    void launch();
 
     std::vector<std::string> extra_;
+    std::vector<std::string> tls_args_;  // TLS mode: --tls-cert-file and the others
     std::string dir_;
     int port_ = 0;
+    int tls_port_ = 0;
     pid_t pid_ = -1;
 };
 
