@@ -15,6 +15,13 @@
 //   3. warm local: that new node once more (its cache now warm): the commands that reached the
 //      server (INFO commandstats before and after, every command but INFO): a local hit sends
 //      none.
+//   4. TLS: on a server listening both plain and TLS (certificates made with openssl), after one
+//      cold start, a new node joining over each, alternating: per kernel (a remote hit), and
+//      TLS / plain (goal: at most 1.5x);
+//   5. Redis Cluster: 3 primaries and 3 replicas (redis-cli --cluster create), named by one
+//      node: the N nodes' cold start, healthy and with a primary SIGKILLed 300 ms in (its
+//      replica promoted after cluster-node-timeout, 500 ms): NVRTC runs, the worst call of any
+//      node, wall time (goal: NVRTC runs at most kernels + nodes).
 #include "scenarios.hpp"
 
 #include "progress.hpp"
@@ -26,6 +33,7 @@
 #include "redis_server.hpp"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -45,11 +53,13 @@ int cluster_child_main(const std::string &cache, int n, const std::string &arch,
     opts.remote_storage = remote.c_str();
     std::vector<std::string> sources;
     for (const GemmConfig &c : sweep_configs(n)) sources.push_back(sweep_source(c));
-    double first_us = 0;
+    double first_us = 0, max_us = 0;
     const auto started = Clock::now();
     for (std::size_t i = 0; i < sources.size(); ++i) {
         char path[4096];
+        const auto call = Clock::now();
         const kjit_status s = kjit_compile(sources[i].c_str(), kSweepKeyword, &opts, path, sizeof path, nullptr);
+        max_us = std::max(max_us, elapsed_us(call, Clock::now()));
         if (s != KJIT_OK) {
             std::fprintf(stderr, "kjit-bench --cluster-child: kernel %zu: %s: %s\n", i, kjit_status_string(s),
                          kjit_last_error());
@@ -67,13 +77,13 @@ int cluster_child_main(const std::string &cache, int n, const std::string &arch,
     std::printf(
         "nvrtc=%llu local_hits=%llu remote_hits=%llu remote_misses=%llu remote_errors=%llu remote_timeouts=%llu "
         "remote_corrupt=%llu remote_puts=%llu bytes_in=%llu bytes_out=%llu leases_owned=%llu lease_waits=%llu "
-        "lease_takeovers=%llu shared_failures=%llu loop_us=%.1f first_us=%.1f\n",
+        "lease_takeovers=%llu shared_failures=%llu loop_us=%.1f first_us=%.1f max_us=%.1f\n",
         static_cast<ull>(st.nvrtc_compiles), static_cast<ull>(st.compile_hits), static_cast<ull>(st.remote_hits),
         static_cast<ull>(st.remote_misses), static_cast<ull>(st.remote_errors), static_cast<ull>(st.remote_timeouts),
         static_cast<ull>(st.remote_corrupt), static_cast<ull>(st.remote_puts), static_cast<ull>(st.remote_bytes_in),
         static_cast<ull>(st.remote_bytes_out), static_cast<ull>(st.remote_leases_owned),
         static_cast<ull>(st.remote_lease_waits), static_cast<ull>(st.remote_lease_takeovers),
-        static_cast<ull>(st.remote_shared_failures), loop_us, first_us);
+        static_cast<ull>(st.remote_shared_failures), loop_us, first_us, max_us);
     return 0;
 }
 
@@ -85,7 +95,8 @@ using Counts = std::map<std::string, double>;
 const char *const kCountNames[] = {"nvrtc",           "local_hits",      "remote_hits",    "remote_misses",
                                    "remote_errors",   "remote_timeouts", "remote_corrupt", "remote_puts",
                                    "bytes_in",        "bytes_out",       "leases_owned",   "lease_waits",
-                                   "lease_takeovers", "shared_failures", "loop_us",        "first_us"};
+                                   "lease_takeovers", "shared_failures", "loop_us",        "first_us",
+                                   "max_us"};
 
 Counts parse_child(const std::string &out) {
     return parse_counts(out, {std::begin(kCountNames), std::end(kCountNames)}, "a cluster child");
@@ -140,7 +151,10 @@ ClusterStart run_nodes(const BenchOptions &o, const std::string &remote) {
         if (!r.started || r.exit_status != 0) {
             fail("a cluster node failed, exit " + std::to_string(r.exit_status) + ": " + r.err);
         }
-        for (const auto &[name, value] : parse_child(r.out)) run.sums[name] += value;
+        for (const auto &[name, value] : parse_child(r.out)) {
+            if (name == "max_us") run.sums[name] = std::max(run.sums[name], value);  // the worst call of any node
+            else run.sums[name] += value;
+        }
     }
     return run;
 }
@@ -149,6 +163,107 @@ std::vector<double> get(const std::vector<Counts> &v, const std::string &name) {
     std::vector<double> out;
     for (const Counts &c : v) out.push_back(c.at(name));
     return out;
+}
+
+// TLS against plain on one server (its plain port and its TLS port, certificates made with the
+// openssl command): after one cold start fills it, a new node joins warm over each, alternating,
+// --cluster-rounds times each; per kernel (a remote hit), and the ratio of the medians.
+void add_tls_rows(const BenchOptions &o, Section &s, Report &report) {
+    TempDir certificates(o.work_dir, "cluster-tls-");
+    if (const std::string why = kjit_test::make_test_certificates(certificates.path()); !why.empty()) fail(why);
+    const std::string ca = certificates.path() + "/ca.pem";
+    std::unique_ptr<kjit_test::RedisServer> server;
+    try {
+        server = std::make_unique<kjit_test::RedisServer>(
+            kjit_test::TlsFiles(certificates.path() + "/server.pem", certificates.path() + "/server.key", ca,
+                                kjit_test::ClientCertificates::not_asked));
+    } catch (const std::exception &e) {
+        fail(std::string("the cluster scenario cannot start a TLS redis-server: ") + e.what());
+    }
+    const std::string plain = server->url(), tls = server->tls_url() + " ca-file=" + ca;
+    (void)run_nodes(o, plain);
+    std::vector<double> plain_us, tls_us;
+    Progress progress("cluster: a new node joining over TLS and over plain TCP", o.cluster_rounds * 2, "runs");
+    for (int round = 0; round < o.cluster_rounds; ++round) {
+        for (int way = 0; way < 2; ++way) {
+            const bool over_tls = (way + round) % 2 == 0;
+            TempDir fresh(o.work_dir, "cluster-new-");
+            const Counts c = run_one(o, fresh.path(), over_tls ? tls : plain);
+            if (c.at("remote_hits") != o.cluster_kernels || c.at("remote_errors") != 0) {
+                fail("a node joining over " + std::string(over_tls ? "TLS" : "plain TCP") + " got " +
+                     std::to_string(c.at("remote_hits")) + " remote hits and " + std::to_string(c.at("remote_errors")) +
+                     " remote errors for " + std::to_string(o.cluster_kernels) + " kernels");
+            }
+            (over_tls ? tls_us : plain_us).push_back(c.at("loop_us") / o.cluster_kernels);
+            progress.tick();
+        }
+    }
+    s.rows.push_back(
+        summarize("cluster.join_hit_plain", "new node, plain TCP: kjit_compile per kernel (remote hit)", plain_us));
+    s.rows.push_back(summarize("cluster.join_hit_tls",
+                               "new node, rediss:// (TLS 1.3): kjit_compile per kernel (remote hit)", tls_us));
+    Target t{"cluster_tls_hit_over_plain", "remote hit over TLS / over plain TCP", 1.5, true};
+    t.value = median(tls_us) / median(plain_us);
+    report.add_target(t);
+    report.meta["cluster_tls"] = {{"join_us_per_hit_plain", plain_us}, {"join_us_per_hit_tls", tls_us}};
+}
+
+// A Redis Cluster of 3 primaries and 3 replicas (redis-cli --cluster create,
+// cluster-node-timeout 500 ms), named by one node: the nodes' cold start, healthy and with a
+// primary (not the named node) SIGKILLed 300 ms in; NVRTC runs and the worst call of any node.
+void add_redis_cluster_rows(const BenchOptions &o, Section &s, Report &report) {
+    std::vector<double> healthy_runs, healthy_worst, killed_runs, killed_worst, healthy_wall, killed_wall;
+    Progress progress("cluster: a Redis Cluster of 3 primaries, healthy and with a primary killed mid-run",
+                      o.cluster_rounds * 2, "runs");
+    for (int round = 0; round < o.cluster_rounds; ++round) {
+        for (const bool kill : {false, true}) {
+            std::unique_ptr<kjit_test::RedisCluster> cluster;
+            try {
+                cluster = std::make_unique<kjit_test::RedisCluster>(3, 500);
+            } catch (const std::exception &e) {
+                fail(std::string("the cluster scenario cannot make a Redis Cluster: ") + e.what());
+            }
+            const std::vector<kjit_test::RedisServer *> nodes = cluster->nodes();
+            kjit_test::RedisServer *victim = nullptr;
+            for (kjit_test::RedisServer *n : nodes) {
+                if (n != nodes[0] && n->command({"ROLE"}).rfind("master", 0) == 0) victim = n;
+            }
+            std::thread killer;
+            if (kill && victim) {
+                killer = std::thread([victim] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                    victim->kill();
+                });
+            }
+            const ClusterStart run = run_nodes(o, nodes[0]->url());
+            if (killer.joinable()) killer.join();
+            (kill ? killed_runs : healthy_runs).push_back(run.sums.at("nvrtc"));
+            (kill ? killed_worst : healthy_worst).push_back(run.sums.at("max_us"));
+            (kill ? killed_wall : healthy_wall).push_back(run.wall_us);
+            progress.tick();
+        }
+    }
+    s.rows.push_back(summarize("cluster.redis_cluster_cold",
+                               "Redis Cluster (3 primaries): cold start, first spawn to last exit", healthy_wall));
+    s.rows.push_back(summarize("cluster.redis_cluster_killed",
+                               "Redis Cluster, a primary killed 300 ms in: cold start, first spawn to last exit",
+                               killed_wall));
+    char note[512];
+    std::snprintf(note, sizeof note,
+                  "Redis Cluster (3 primaries, 3 replicas, cluster-node-timeout 500 ms), %d nodes, %d kernels "
+                  "(median): %.0f NVRTC runs healthy, worst call %s; a primary killed 300 ms in: %.0f NVRTC runs "
+                  "(goal: at most %d, kernels + nodes), worst call %s",
+                  o.cluster_nodes, o.cluster_kernels, median(healthy_runs), format_us(median(healthy_worst)).c_str(),
+                  median(killed_runs), o.cluster_kernels + o.cluster_nodes, format_us(median(killed_worst)).c_str());
+    s.notes.push_back(note);
+    Target t{"cluster_redis_cluster_killed_runs_per_kernel", "Redis Cluster, a primary killed: NVRTC runs per kernel",
+             1.0 + double(o.cluster_nodes) / o.cluster_kernels, true, TargetUnit::count};
+    t.value = median(killed_runs) / o.cluster_kernels;
+    report.add_target(t);
+    report.meta["cluster_redis_cluster"] = {
+        {"nvrtc_runs_healthy", healthy_runs}, {"worst_call_us_healthy", healthy_worst},
+        {"nvrtc_runs_killed", killed_runs},   {"worst_call_us_killed", killed_worst},
+        {"wall_us_healthy", healthy_wall},    {"wall_us_killed", killed_wall}};
 }
 
 }  // namespace
@@ -309,6 +424,8 @@ void run_cluster(const BenchOptions &o, Report &report) {
     Target wall{"cluster_cold_wall_tier_over_none", "cold cluster start wall time: tier / no tier", 0.5, true};
     wall.value = wall_ratio;
     report.add_target(wall);
+    add_tls_rows(o, s, report);
+    add_redis_cluster_rows(o, s, report);
 }
 
 #else  // libkjit built without the cluster tier (KJIT_REMOTE=OFF)

@@ -12,7 +12,8 @@
 //   restart      one server, saved, killed and started again 0.3 s later, a third of the way into
 //                the healthy run's time (it comes back with its data, as from a restart)
 //   cluster      a Redis Cluster endpoint: two cluster-mode servers, every slot on the second,
-//                the nodes naming the first (so each command answers MOVED)
+//                the nodes naming the first (which answers each key's command with MOVED: the
+//                nodes follow it to the second, src/remote/cluster_router.hpp)
 //   killed holder  one node takes the lease of a kernel that compiles for about a second and is
 //                killed (SIGKILL) while it compiles; a second node then asks for that kernel: its
 //                call's time less its own compile (NVRTC's time) is what the dead holder costs
@@ -346,7 +347,7 @@ void run_fleet(const BenchOptions &o, Report &report) {
         {"full", "server full (noeviction at maxmemory, full of the namespace's entries)"},
         {"shard_down", "1 of 3 sharded servers down"},
         {"restart", "server restarted (0.3 s, a third of the way in)"},
-        {"cluster", "a Redis Cluster endpoint (MOVED)"},
+        {"cluster", "a Redis Cluster endpoint (MOVED followed)"},
         {"killed_holder", "lease holder killed while it compiles: the next node's call"},
         {"seed", "new node, no server, KJIT_CACHE_SEED on an exported warm cache"},
     };

@@ -19,11 +19,14 @@
 
 # Debian packages the build needs: compiler and build tools, libelf, spdlog, xxHash, GoogleTest,
 # hiredis and zstd (the Redis cluster tier: its client, and its values' compression) and
-# redis-server (its tests and the bench's cluster scenario start one on 127.0.0.1); for the bench and the kjit command, CLI11 (arguments), nlohmann-json (--json), gnuplot (the chart) and pyelftools
-# (the lookup it is compared with). make is listed on its own because cmake only
-# recommends it, and --no-install-recommends would leave CMake's default generator without it.
+# redis-server (its tests and the bench's cluster scenario start one on 127.0.0.1, and a Redis
+# Cluster with its redis-cli) and openssl (their TLS servers' certificates; libssl3, which libkjit
+# opens at run time for rediss://); for the bench and the kjit command, CLI11 (arguments),
+# nlohmann-json (--json), gnuplot (the chart) and pyelftools (the lookup it is compared with).
+# make is listed on its own because cmake only recommends it, and --no-install-recommends would
+# leave CMake's default generator without it.
 KJIT_SETUP_PACKAGES=(cmake make g++ pkg-config libelf-dev libspdlog-dev libxxhash-dev libgtest-dev
-    libhiredis-dev libzstd-dev redis-server libcli11-dev nlohmann-json3-dev gnuplot-nox python3-pyelftools)
+    libhiredis-dev libzstd-dev redis-server openssl libcli11-dev nlohmann-json3-dev gnuplot-nox python3-pyelftools)
 # Callers that need more (tests/run.sh: clang and its libFuzzer runtime) name them here.
 # shellcheck disable=SC2206
 KJIT_SETUP_PACKAGES+=(${KJIT_EXTRA_PACKAGES:-})

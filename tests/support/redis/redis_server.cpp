@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -342,6 +343,93 @@ RedisServer &RedisCluster::primary_of(const std::string &key) {
         }
     }
     throw std::runtime_error("no live primary serves the slot of " + key);
+}
+
+namespace {
+
+// The openssl commands that make every certificate the tests use, in the current folder. The
+// expired certificate comes from `openssl ca`, which takes dates in the past (OpenSSL 3.0's
+// `x509 -req` has no -not_before).
+const char *const kMakeCertificates = R"(set -e
+cat > openssl.cnf <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = placeholder
+[ca_ext]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server_ext]
+basicConstraints = CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+[other_name_ext]
+basicConstraints = CA:FALSE
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:other.example
+[client_ext]
+basicConstraints = CA:FALSE
+extendedKeyUsage = clientAuth
+[ca]
+default_ca = test_ca
+[test_ca]
+database = index.txt
+new_certs_dir = .
+serial = serial
+default_md = sha256
+policy = any_name
+unique_subject = no
+[any_name]
+commonName = supplied
+EOF
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+ca() {  # ca NAME CN
+  key "$1.key"
+  openssl req -x509 -config openssl.cnf -extensions ca_ext -key "$1.key" -out "$1.pem" -days 30 -subj "/CN=$2"
+}
+signed() {  # signed NAME CA EXTENSIONS CN
+  key "$1.key"
+  openssl req -new -config openssl.cnf -key "$1.key" -out "$1.csr" -subj "/CN=$4"
+  openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2.key" -CAcreateserial -days 30 \
+    -extfile openssl.cnf -extensions "$3" -out "$1.pem" 2>/dev/null
+}
+ca ca "kjit test CA"
+ca other_ca "kjit other CA"
+signed server ca server_ext "kjit test server"
+signed other_name ca other_name_ext "other.example"
+signed stranger other_ca server_ext "kjit test server"
+signed client ca client_ext "kjit test client"
+key expired.key
+openssl req -new -config openssl.cnf -key expired.key -out expired.csr -subj "/CN=kjit expired server"
+: > index.txt
+echo 01 > serial
+openssl ca -batch -config openssl.cnf -cert ca.pem -keyfile ca.key -in expired.csr -out expired.pem -notext \
+  -startdate 20200101000000Z -enddate 20200201000000Z -extensions server_ext 2>/dev/null
+mkdir hashed && cp ca.pem hashed/ && openssl rehash hashed
+)";
+
+std::string quoted(const std::string &script) {
+    std::string out = "'";
+    for (char c : script) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+}  // namespace
+
+std::string make_test_certificates(const std::string &dir) {
+    const std::string command = "cd '" + dir + "' && sh -c " + quoted(kMakeCertificates) + " > make.log 2>&1";
+    if (std::system(command.c_str()) == 0) return "";
+    std::string log;
+    if (FILE *f = std::fopen((dir + "/make.log").c_str(), "r")) {
+        char buf[4096];
+        std::size_t n = 0;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) log.append(buf, n);
+        std::fclose(f);
+    }
+    return "openssl could not make the test certificates in " + dir + ": " + log;
 }
 
 }  // namespace kjit_test

@@ -109,4 +109,10 @@ private:
     std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 
+// Makes, with the openssl command, in `dir` (an empty folder): a CA (ca.pem, ca.key, and
+// hashed/ for ca-dir=), a server certificate for 127.0.0.1 and localhost (server.pem, .key), one
+// for another name (other_name), one signed by another CA (stranger; other_ca.pem), an expired
+// one (expired) and a client certificate (client). "" when made, else why not (openssl's log).
+std::string make_test_certificates(const std::string &dir);
+
 }  // namespace kjit_test
