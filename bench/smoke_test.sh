@@ -44,13 +44,19 @@ assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.pytho
 assert set(sections["pch"]) == {"pch.plain", "pch.create", "pch.use"}, sections["pch"]
 assert set(sections["node"]) == {"node.locked", "node.unlocked"}, sections["node"]
 assert set(sections["cluster"]) == {"cluster.cold_tier", "cluster.cold_none", "cluster.join_hit", "cluster.join_compile",
-                                    "cluster.join_per_mb", "cluster.warm_local"}, sections["cluster"]
+                                    "cluster.join_per_mb", "cluster.warm_local", "cluster.join_hit_plain",
+                                    "cluster.join_hit_tls", "cluster.redis_cluster_cold",
+                                    "cluster.redis_cluster_killed"}, sections["cluster"]
 # The cluster tier: one compile per kernel over the nodes, a new node all remote hits, a warm
 # local hit silent towards the server (counted by the scenario, not timed: these hold anywhere).
 cluster = j["cluster"]
 assert cluster["nvrtc_runs_tier"] == [2] and cluster["nvrtc_runs_none"] == [4], cluster
 assert cluster["join_remote_hits"] == [2] and cluster["join_nvrtc_runs"] == [0], cluster
 assert cluster["warm_local_commands"] == [0] and cluster["none_commands"] == [0], cluster
+# Over TLS and on a Redis Cluster (healthy, and a primary killed): every kernel compiled once.
+assert len(j["cluster_tls"]["join_us_per_hit_tls"]) == 1, j["cluster_tls"]
+redis_cluster = j["cluster_redis_cluster"]
+assert redis_cluster["nvrtc_runs_healthy"] == [2] and redis_cluster["nvrtc_runs_killed"][0] <= 2 + 2, redis_cluster
 # The fleet: every condition ran; the counts that hold anywhere: one compile per kernel when the
 # server is well, a full server costs at most keys + nodes, and the seeded node compiles nothing.
 fleet = j["fleet"]["now"]
@@ -132,7 +138,8 @@ for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", 
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
             "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
             "node_nvrtc_runs_per_key", "cluster_nvrtc_runs_per_kernel", "cluster_new_node_remote_hits_per_kernel",
-            "cluster_warm_local_commands", "cluster_cold_wall_tier_over_none", "fleet_full_server_nvrtc_runs",
+            "cluster_warm_local_commands", "cluster_cold_wall_tier_over_none", "cluster_tls_hit_over_plain",
+            "cluster_redis_cluster_killed_runs_per_kernel", "fleet_full_server_nvrtc_runs",
             "fleet_shard_down_nvrtc_runs", "fleet_restart_extra_compiles", "fleet_killed_holder_wait", "fleet_seed_nvrtc_runs", "peers_c_small_repeat_us", "peers_python_cub_over_c_us",
             "link_cold_over_raw", "link_cold_over_first_hit", "link_cold_over_memo_hit", "link_hit_process_runs",
             "link_hit_process_maps", "relocation_tree_nvrtc_runs", "serving_strict_nvrtc_runs",

@@ -185,6 +185,34 @@ TEST(RemoteTls, GoodCaAndNameStoreOnOneNodeAndHitOnTheOthers) {
     }
 }
 
+// A Redis Cluster whose nodes speak TLS (tls-cluster): named by one node's TLS port, the cluster
+// tells a TLS client the others' TLS ports, and every node is spoken to over TLS, with the
+// named node's settings (its CA file; each checked as 127.0.0.1).
+TEST(RemoteTls, NodesOfATlsClusterAreSpokenToOverTls) {
+    REQUIRE_CERTIFICATES();
+    const kjit_test::TlsFiles files = certificates().server("server");
+    kjit_test::RedisCluster cluster(3, 1000, &files);
+    TempDir root;
+    const std::string spec = cluster.nodes()[0]->tls_url() + ca_option() + " breaker=100ms operation-timeout=5s";
+    constexpr int kKernels = 12;
+    const NodeRun first = run_node(root.file("a"), 0, kKernels, spec);
+    EXPECT_EQ(first.status, 0) << first.log;
+    EXPECT_EQ(first["remote_puts"], kKernels) << first.log;
+    EXPECT_EQ(first["remote_errors"], 0) << first.log;
+    std::size_t stored = 0;
+    for (kjit_test::RedisServer *n : cluster.nodes()) {
+        if (n->command({"ROLE"}).rfind("master", 0) != 0) continue;
+        const std::size_t here = n->keys("kjit:*:b:*").size();
+        EXPECT_GT(here, 0u) << "the primary on port " << n->port() << " holds no entry of " << kKernels;
+        stored += here;
+    }
+    EXPECT_EQ(stored, static_cast<std::size_t>(kKernels));
+    const NodeRun second = run_node(root.file("b"), 0, kKernels, spec);
+    EXPECT_EQ(second.status, 0) << second.log;
+    EXPECT_EQ(second["remote_hits"], kKernels) << second.log;
+    EXPECT_EQ(second["nvrtc"], 0) << second.log;
+}
+
 TEST(RemoteTls, CertificateOfAnotherCaFailsOpenWithOneClearMessage) {
     REQUIRE_CERTIFICATES();
     RedisServer server(certificates().server("stranger"));

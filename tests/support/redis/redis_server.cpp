@@ -253,12 +253,20 @@ std::string redis_cli() {
 
 }  // namespace
 
-RedisCluster::RedisCluster(int primaries, int node_timeout_ms) {
-    std::string create = redis_cli() + " --cluster create";
+RedisCluster::RedisCluster(int primaries, int node_timeout_ms, const TlsFiles *tls) {
+    // Bounded: redis-cli waits for ever for a cluster whose nodes cannot meet (a TLS bus refused).
+    std::string create = "timeout 60 " + redis_cli() + " --cluster create";
     for (int i = 0; i < 2 * primaries; ++i) {
-        nodes_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
-            "--cluster-enabled", "yes", "--cluster-port", std::to_string(RedisServer::free_port()),
-            "--cluster-node-timeout", std::to_string(node_timeout_ms), "--appendonly", "no"}));
+        std::vector<std::string> args = {"--cluster-enabled",      "yes",
+                                         "--cluster-port",         std::to_string(RedisServer::free_port()),
+                                         "--cluster-node-timeout", std::to_string(node_timeout_ms),
+                                         "--appendonly",           "no"};
+        if (tls) {
+            args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+            nodes_.push_back(std::make_unique<RedisServer>(*tls, args));
+        } else {
+            nodes_.push_back(std::make_unique<RedisServer>(args));
+        }
         create += " 127.0.0.1:" + std::to_string(nodes_.back()->port());
     }
     create += " --cluster-replicas 1 --cluster-yes >/dev/null 2>&1";
@@ -364,7 +372,7 @@ subjectKeyIdentifier = hash
 [server_ext]
 basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
-extendedKeyUsage = serverAuth
+extendedKeyUsage = serverAuth,clientAuth
 subjectAltName = IP:127.0.0.1,DNS:localhost
 [other_name_ext]
 basicConstraints = CA:FALSE

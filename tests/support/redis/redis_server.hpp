@@ -89,11 +89,13 @@ private:
 
 // A Redis Cluster of `primaries` primaries with one replica each, on 127.0.0.1 and free ports,
 // made by `redis-cli --cluster create` (next to the server binary, else on PATH) with
-// cluster-node-timeout `node_timeout_ms`; ready when every node says cluster_state:ok. Throws
+// cluster-node-timeout `node_timeout_ms`; ready when every node says cluster_state:ok. With `tls`
+// (not null), every node also listens with TLS (tls_url()) and the cluster's own links use it
+// (tls-cluster, tls-replication): a client on a TLS port is told the nodes' TLS ports. Throws
 // std::runtime_error saying why when it cannot be made.
 class RedisCluster {
 public:
-    explicit RedisCluster(int primaries = 3, int node_timeout_ms = 1000);
+    explicit RedisCluster(int primaries = 3, int node_timeout_ms = 1000, const TlsFiles *tls = nullptr);
     RedisCluster(const RedisCluster &) = delete;
     RedisCluster &operator=(const RedisCluster &) = delete;
 
@@ -110,9 +112,10 @@ private:
 };
 
 // Makes, with the openssl command, in `dir` (an empty folder): a CA (ca.pem, ca.key, and
-// hashed/ for ca-dir=), a server certificate for 127.0.0.1 and localhost (server.pem, .key), one
-// for another name (other_name), one signed by another CA (stranger; other_ca.pem), an expired
-// one (expired) and a client certificate (client). "" when made, else why not (openssl's log).
+// hashed/ for ca-dir=), a server certificate for 127.0.0.1 and localhost (server.pem, .key; good
+// as a client certificate too, as a TLS cluster's nodes show theirs to each other), one for
+// another name (other_name), one signed by another CA (stranger; other_ca.pem), an expired one
+// (expired) and a client certificate (client). "" when made, else why not (openssl's log).
 std::string make_test_certificates(const std::string &dir);
 
 }  // namespace kjit_test
