@@ -33,6 +33,12 @@
 
 extern char **environ;
 
+// RemoteTls.ForkedChild... forks while the parent's lease renewer and connections live, and the
+// child starts threads of its own (its lease's renewer): TSan allows that only with
+// die_after_fork=0, as tests/api/fork_test.cpp sets it (the child's only use of the parent's
+// state is libkjit's, renewed or abandoned by its fork handlers).
+extern "C" const char *__tsan_default_options() { return "die_after_fork=0"; }
+
 namespace {
 
 using kjit_test::RedisServer;
