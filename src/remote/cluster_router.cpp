@@ -96,15 +96,17 @@ ClusterRouter::ClusterRouter(const Server &seed, const Config &config) : seed_(s
     (void)node(seed_.host, seed_.port);  // node 0: asked first for the map
 }
 
-ServerLink *ClusterRouter::node(std::string_view host, int port) {
+std::uint16_t ClusterRouter::node_number(std::string_view host, int port) {
     if (host.empty()) host = seed_.host;
     const std::size_t known = std::min(node_count_.load(std::memory_order_acquire), kMostNodes);
     for (std::size_t i = 0; i < known; ++i) {
         ServerLink *link = nodes_[i].load(std::memory_order_acquire);
-        if (link && link->server().host == host && link->server().port == port) return link;
+        if (link && link->server().host == host && link->server().port == port) {
+            return static_cast<std::uint16_t>(i + 1);
+        }
     }
     const std::size_t index = node_count_.fetch_add(1, std::memory_order_acq_rel);
-    if (index >= kMostNodes) return nullptr;
+    if (index >= kMostNodes) return 0;
     Server server = seed_;
     server.kind = Server::Kind::tcp;
     server.host = std::string(host);
@@ -113,15 +115,16 @@ ServerLink *ClusterRouter::node(std::string_view host, int port) {
     name_server(server);
     // Two threads naming a new node at once may both make one: the second is a spare link to
     // the same node (its own breaker), harmless. Links live as long as the process.
-    auto *link = new ServerLink(std::move(server), config_, ServerLink::Role::cluster_node);
-    nodes_[index].store(link, std::memory_order_release);
-    return link;
+    nodes_[index].store(new ServerLink(std::move(server), config_, ServerLink::Role::cluster_node),
+                        std::memory_order_release);
+    return static_cast<std::uint16_t>(index + 1);
 }
 
-ServerLink *ClusterRouter::node_of_slot(std::uint16_t slot) {
-    const std::uint16_t index = slot_node_[slot].load(std::memory_order_acquire);
-    return index == 0 ? nullptr : nodes_[index - 1].load(std::memory_order_acquire);
+ServerLink *ClusterRouter::node_at(std::uint16_t number) const {
+    return number == 0 ? nullptr : nodes_[number - 1].load(std::memory_order_acquire);
 }
+
+ServerLink *ClusterRouter::node(std::string_view host, int port) { return node_at(node_number(host, port)); }
 
 bool ClusterRouter::refresh(int cancel_fd) {
     stale_.store(false, std::memory_order_release);
@@ -137,22 +140,19 @@ bool ClusterRouter::refresh(int cancel_fd) {
             const redisReply &range = *map.element[r];
             if (range.type != REDIS_REPLY_ARRAY || range.elements < 3) continue;
             const long long first = range.element[0]->integer, last = range.element[1]->integer;
-            ServerLink *primary = nullptr;
+            std::uint16_t primary = 0;
             for (std::size_t n = 2; n < range.elements; ++n) {  // the primary, then its replicas
                 const redisReply &place = *range.element[n];
                 if (place.type != REDIS_REPLY_ARRAY || place.elements < 2) continue;
                 const std::string_view host = text_of(*place.element[0]);
-                ServerLink *link =
-                    node(host.empty() ? asked->server().host : host, static_cast<int>(place.element[1]->integer));
-                if (n == 2) primary = link;
+                const std::uint16_t number = node_number(host.empty() ? asked->server().host : host,
+                                                         static_cast<int>(place.element[1]->integer));
+                if (n == 2) primary = number;
             }
-            if (!primary || first < 0 || last >= static_cast<long long>(kSlots) || first > last) continue;
-            std::uint16_t index = 0;
-            for (std::size_t k = 0; k < std::min(node_count_.load(), kMostNodes); ++k) {
-                if (nodes_[k].load(std::memory_order_acquire) == primary) index = static_cast<std::uint16_t>(k + 1);
+            if (primary == 0 || first < 0 || last >= static_cast<long long>(kSlots) || first > last) continue;
+            for (long long s = first; s <= last; ++s) {
+                slot_node_[static_cast<std::size_t>(s)].store(primary, std::memory_order_release);
             }
-            for (long long s = first; s <= last; ++s)
-                slot_node_[static_cast<std::size_t>(s)].store(index, std::memory_order_release);
         }
         return true;
     }
@@ -165,7 +165,8 @@ Result<bool> ClusterRouter::send(const std::vector<Command> &commands, const std
     std::vector<std::pair<ServerLink *, std::vector<std::size_t>>> groups;
     for (const std::size_t i : pending) {
         const std::string_view key = key_of(commands[i]);
-        ServerLink *link = key.empty() ? node(seed_.host, seed_.port) : node_of_slot(slot_of(key));
+        ServerLink *link = key.empty() ? node(seed_.host, seed_.port)
+                                       : node_at(slot_node_[slot_of(key)].load(std::memory_order_acquire));
         if (!link) link = node(seed_.host, seed_.port);  // a slot no node serves: the seed says where
         if (!link) return cluster_error(failure, seed_, "more than 256 nodes named");
         auto group = std::find_if(groups.begin(), groups.end(), [&](const auto &g) { return g.first == link; });
@@ -204,16 +205,13 @@ Result<bool> ClusterRouter::follow(const std::vector<Command> &commands, std::ve
         if (!parse_redirect(text, slot, host, port)) {
             return cluster_error(failure, seed_, "a redirect libkjit cannot read: " + std::string(text));
         }
-        ServerLink *there = node(host, port);
+        const std::uint16_t number = node_number(host, port);
+        ServerLink *there = node_at(number);
         if (!there) return cluster_error(failure, seed_, "more than 256 nodes named");
         if (moved) {
             // The slot is there for good: learnt at once; the rest of the map is read again, as a
             // reshard moves slots by ranges.
-            for (std::size_t k = 0; k < std::min(node_count_.load(), kMostNodes); ++k) {
-                if (nodes_[k].load(std::memory_order_acquire) == there) {
-                    slot_node_[slot].store(static_cast<std::uint16_t>(k + 1), std::memory_order_release);
-                }
-            }
+            slot_node_[slot].store(number, std::memory_order_release);
             stale_.store(true, std::memory_order_release);
             pending.push_back(i);
             continue;

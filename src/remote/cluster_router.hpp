@@ -72,9 +72,12 @@ private:
     static constexpr std::size_t kSlots = 16384;
     static constexpr std::size_t kMostNodes = 256;
 
-    // The node at host:port, made when first named (nullptr when kMostNodes are known).
+    // The number (its index in nodes_ + 1) of the node at host:port, made when first named; 0
+    // when kMostNodes are known. slot_node_ holds these numbers.
+    std::uint16_t node_number(std::string_view host, int port);
+    // The node numbered `number` (nullptr for 0, or one another thread is still making).
+    ServerLink *node_at(std::uint16_t number) const;
     ServerLink *node(std::string_view host, int port);
-    ServerLink *node_of_slot(std::uint16_t slot);
     // Reads the slot map from the first node that answers CLUSTER SLOTS (the seed first). False
     // when none did.
     bool refresh(int cancel_fd);
