@@ -52,7 +52,8 @@
  *    kjit_kernel_cubin_path(), the accessors of results and reports) are owned by it;
  *    each function says how long its string stays valid. Never free them.
  *  - A ::kjit_kernel from kjit_load_cached() belongs to the caller, who releases it once with
- *    kjit_kernel_release(); so does a ::kjit_batch_result from kjit_compile_batch(), released
+ *    kjit_kernel_release(); so does a ::kjit_prepared from kjit_prepare() (kjit_prepared_release()),
+ *    a ::kjit_batch_result from kjit_compile_batch(), released
  *    with kjit_batch_result_release(), a ::kjit_cache_arches from kjit_cache_summarize()
  *    (kjit_cache_arches_release()) and a ::kjit_verify_report from kjit_cache_verify()
  *    (kjit_verify_report_release()). The `CUkernel` and `CUlibrary` it hands out are owned by libkjit,
@@ -106,7 +107,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 13
+#define KJIT_VERSION_MINOR 14
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */
@@ -665,6 +666,90 @@ KJIT_API kjit_status kjit_kernel_cufunction(const kjit_kernel *kernel, void **fu
  * @note Thread safe, but each handle is released once, after its last use by any thread.
  */
 KJIT_API void kjit_kernel_release(kjit_kernel *kernel);
+
+/**
+ * @brief A prepared compile request (since 0.14): kjit_prepare() checks and copies a request
+ *        once, and each kjit_prepared_compile() answers it without hashing its source or
+ *        options again. Opaque; see kjit_prepare().
+ */
+typedef struct kjit_prepared kjit_prepared;
+
+/**
+ * @brief Prepares a compile request (since 0.14), for a caller that asks for the same kernel
+ *        again and again (a kernel library's launch path, as jitify2's `ProgramCache` is used).
+ *
+ * Checks the arguments as kjit_compile() does and keeps a copy of all of them, with the
+ * defaults they leave unset settled now: the cache folder, the arch and the base folders
+ * ($KJIT_CACHE_DIR, $KJIT_ARCH or the GPU, $KJIT_BASE_DIRS), the other settings from the
+ * environment ($KJIT_COMPILE_WAIT, $KJIT_CACHE_MAX_SIZE, $KJIT_HIT_MEMO), as a compiled regular
+ * expression keeps its flags: a variable changed later does not reach a prepared request. It
+ * compiles nothing and touches no file: the first kjit_prepared_compile() does.
+ *
+ * Each kjit_prepared_compile() then gives exactly what kjit_compile_named() of the same
+ * arguments would give at that moment: the request's hashes are taken once, here, but every
+ * answer is still proven current as a repeat of kjit_compile() is (the header watch over the
+ * files the request reads, the cache folder, the entry), so a header edited, a cache folder
+ * replaced or an entry removed since gives the new answer, compiled again where needed. A
+ * relative include path or cache folder is taken against the working directory of each call.
+ *
+ * @param[in]  source   NUL-terminated CUDA C++ source. Copied.
+ * @param[in]  keyword  The kernel keyword (DESIGN keyword rule). Copied.
+ * @param[in]  options  As for kjit_compile(), or NULL for all defaults; every string and list
+ *                      it points at is copied, so the caller may free or change them after.
+ * @param[out] prepared Receives the new handle (the caller's: kjit_prepared_release()), NULL on
+ *                      failure.
+ * @return #KJIT_OK, or what kjit_compile() would return for arguments that are wrong (its
+ *         detail in kjit_last_error()):
+ * @retval KJIT_ERROR_INVALID_ARGUMENT A NULL `source`, `keyword` or `prepared`; an options
+ *                                     struct kjit_compile() refuses (the message names the field);
+ *                                     a default that cannot be settled (no arch and no GPU, a bad
+ *                                     $KJIT_* value).
+ * @retval KJIT_ERROR_OUT_OF_MEMORY    The copy could not be made.
+ * @note Thread safe. A handle is plain data: it may be used from any number of threads at once,
+ *       and in a child forked after it was made (where it answers from the child's own state).
+ */
+KJIT_API kjit_status kjit_prepare(const char *source, const char *keyword, const kjit_compile_options *options,
+                                  kjit_prepared **prepared);
+
+/**
+ * @brief The cached cubin's path and the kernel's mangled name for a prepared request (since
+ *        0.14): kjit_compile_named() of the arguments given to kjit_prepare(), compiling on a
+ *        miss, with the buffer rules of kjit_compile_named().
+ * @param[in]  prepared        A handle from kjit_prepare().
+ * @param[out] cubin_path      Receives the absolute cubin path; or NULL with size 0.
+ * @param[in]  cubin_path_size Size of `cubin_path` in bytes.
+ * @param[out] cubin_path_len  Receives the path's length without the NUL; may be NULL.
+ * @param[out] name            Receives the kernel's mangled name; or NULL with size 0 (the path
+ *                             alone, as kjit_compile()).
+ * @param[in]  name_size       Size of `name` in bytes.
+ * @param[out] name_len        Receives the name's length without the NUL; may be NULL.
+ * @return kjit_compile_named()'s statuses (#KJIT_ERROR_INVALID_ARGUMENT also for a NULL
+ *         `prepared`), with its detail in kjit_last_error().
+ * @note Thread safe: any number of threads may use one handle at once.
+ */
+KJIT_API kjit_status kjit_prepared_compile(const kjit_prepared *prepared, char *cubin_path, size_t cubin_path_size,
+                                           size_t *cubin_path_len, char *name, size_t name_size, size_t *name_len);
+
+/**
+ * @brief kjit_compile_and_load() of a prepared request (since 0.14): its cubin, compiled on a
+ *        miss, loaded.
+ * @param[in]  prepared A handle from kjit_prepare().
+ * @param[out] kernel   Receives the loaded kernel (the caller's: kjit_kernel_release()), NULL
+ *                      on failure.
+ * @return kjit_compile_and_load()'s statuses (#KJIT_ERROR_INVALID_ARGUMENT also for a NULL
+ *         `prepared`), with its detail in kjit_last_error().
+ * @note Thread safe.
+ */
+KJIT_API kjit_status kjit_prepared_load(const kjit_prepared *prepared, kjit_kernel **kernel);
+
+/**
+ * @brief Releases a handle from kjit_prepare() (since 0.14). NULL is accepted and ignored.
+ *        What it answered stays valid: paths and names were copied out, kernels are released on
+ *        their own.
+ * @param[in] prepared The handle to release, or NULL. It must not be used afterwards.
+ * @note Thread safe, but each handle is released once, after its last use by any thread.
+ */
+KJIT_API void kjit_prepared_release(kjit_prepared *prepared);
 
 /**
  * @brief Starts recording every distinct request this process makes (since 0.11): each

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 13, 0)
+HEADER_VERSION = (0, 14, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
@@ -321,6 +321,11 @@ FUNCTIONS: Dict[str, Tuple[str, Optional[type], List[type]]] = {
     "kjit_record_stop": ("KJIT_1.7", None, []),
     # KJIT_1.8: 0.13
     "kjit_remote_check": ("KJIT_1.8", STATUS, [_S, ctypes.c_uint]),
+    # KJIT_1.9: 0.14
+    "kjit_prepare": ("KJIT_1.9", STATUS, [_S, _S, ctypes.POINTER(CompileOptions), HANDLE_OUT]),
+    "kjit_prepared_compile": ("KJIT_1.9", STATUS, [HANDLE, BUF, _SZ, SIZE_OUT, BUF, _SZ, SIZE_OUT]),
+    "kjit_prepared_load": ("KJIT_1.9", STATUS, [HANDLE, HANDLE_OUT]),
+    "kjit_prepared_release": ("KJIT_1.9", None, [HANDLE]),
 }
 
 REQUIRED_NODE = "KJIT_1"

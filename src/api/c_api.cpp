@@ -39,6 +39,14 @@ struct kjit_kernel {
     kjit::load::KernelHandle handle;
 };
 
+// A prepared request (kjit_prepare): the request as request_from settled it and its hit-memo
+// digest, both taken once; immutable afterwards, so any number of threads read it at once.
+struct kjit_prepared {
+    kjit::key::Request request;
+    kjit::cache::HitMemo::Digest digest;
+    bool memo = false;  // the memo was on when it was prepared: `digest` is the request's
+};
+
 // A batch's per-item results, immutable once returned.
 struct kjit_batch_result {
     std::vector<kjit_status> statuses;
@@ -445,6 +453,25 @@ bool memo_answer(const char *source, const char *keyword, const kjit_compile_opt
                                                       [&](const kjit::cache::Found &found) { status = out(found); });
 }
 
+// A prepared request answered (kjit_prepared_compile, kjit_prepared_load): `out(const Found &)`
+// gives the call's status. A repeat is the memo's recall under the digest taken at
+// kjit_prepare (no hashing); otherwise, or while recording, the full look-up of a copy of the
+// request (look_up makes its folders absolute in place), remembered under that digest.
+template <typename Out>
+kjit_status answer_prepared(const kjit_prepared &p, Out &&out) {
+    kjit::cache::Cache &cache = kjit::cache::Cache::instance();
+    const bool recording = kjit::api::request_record::active();
+    kjit_status status = KJIT_OK;
+    if (p.memo && !recording &&
+        cache.recall_with(p.digest, p.request.keyword, [&](const kjit::cache::Found &found) { status = out(found); })) {
+        return status;
+    }
+    if (recording) kjit::api::request_record::note(p.request);
+    auto found = p.memo ? cache.compile_after_recall(p.request, p.digest) : cache.compile(p.request);
+    if (!found) return fail(found.error());
+    return out(*found);
+}
+
 // kjit_compile_named's result: both lengths first, then both strings or neither, so a caller
 // retrying with bigger buffers learns everything it needs from one failure.
 kjit_status copy_named(const kjit::cache::Found &found, char *cubin_path, size_t cubin_path_size,
@@ -680,6 +707,66 @@ KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keywo
         return KJIT_OK;
     });
 }
+
+KJIT_API kjit_status kjit_prepare(const char *source, const char *keyword, const kjit_compile_options *options,
+                                  kjit_prepared **prepared) {
+    if (prepared) *prepared = nullptr;
+    return guarded("kjit_prepare", [&]() -> kjit_status {
+        if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: prepared (the out handle) is NULL");
+        if (!source) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: source is NULL");
+        if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: keyword is NULL");
+        auto p = std::make_unique<kjit_prepared>();
+        p->request.source = source;
+        p->request.keyword = keyword;
+        if (auto s = compile_options::request_from(options, p->request, "kjit_prepare: options"); !s) {
+            return fail(s.error());
+        }
+        // HitMemo::digest of the settled request: what kjit_compile's digest of the same
+        // arguments is (tests/api/compile_options_test.cpp holds the two to each other).
+        p->memo = kjit::cache::HitMemo::enabled();
+        if (p->memo) p->digest = kjit::cache::HitMemo::digest(p->request);
+        *prepared = p.release();
+        return KJIT_OK;
+    });
+}
+
+KJIT_API kjit_status kjit_prepared_compile(const kjit_prepared *prepared, char *cubin_path, size_t cubin_path_size,
+                                           size_t *cubin_path_len, char *name, size_t name_size, size_t *name_len) {
+    return guarded("kjit_prepared_compile", [&]() -> kjit_status {
+        if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_compile: prepared is NULL");
+        if (!cubin_path && cubin_path_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT,
+                        "kjit_prepared_compile: cubin_path is NULL but cubin_path_size is not 0");
+        }
+        if (!name && name_size != 0) {
+            return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_compile: name is NULL but name_size is not 0");
+        }
+        return answer_prepared(*prepared, [&](const kjit::cache::Found &found) {
+            return copy_named(found, cubin_path, cubin_path_size, cubin_path_len, name, name_size, name_len);
+        });
+    });
+}
+
+KJIT_API kjit_status kjit_prepared_load(const kjit_prepared *prepared, kjit_kernel **kernel) {
+    if (kernel) *kernel = nullptr;
+    return guarded("kjit_prepared_load", [&]() -> kjit_status {
+        if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_load: kernel (the out handle) is NULL");
+        if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_load: prepared is NULL");
+        std::string cubin;  // copied out of the memo's answer: the load runs outside its lock
+        const kjit_status found = answer_prepared(*prepared, [&](const kjit::cache::Found &f) {
+            cubin = f.cubin;
+            return KJIT_OK;
+        });
+        if (found != KJIT_OK) return found;
+        auto loaded = kjit::load::KernelLoader::instance().load(cubin, prepared->request.keyword);
+        if (!loaded) return fail(loaded.error());
+        *kernel = new kjit_kernel(std::move(*loaded));
+        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
+        return KJIT_OK;
+    });
+}
+
+KJIT_API void kjit_prepared_release(kjit_prepared *prepared) { delete prepared; }
 
 KJIT_API const char *kjit_kernel_name(const kjit_kernel *kernel) {
     return kernel ? kernel->handle.name().c_str() : nullptr;
