@@ -420,15 +420,17 @@ class Library:
                 compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Prepared:
         """A :class:`Prepared` request: :meth:`compile`'s arguments checked and encoded once,
         whose ``compile_named()``, ``compile()`` and ``compile_and_load()`` each make one C call
-        (libkjit still proves the entry unchanged on every call). Raises what :meth:`compile`
-        raises for bad Python arguments (TypeError, ValueError); libkjit's errors come from the
-        calls."""
+        (libkjit still proves the entry unchanged on every call). With libkjit 0.14 it is also
+        libkjit's own prepared request (kjit_prepare): a call then hashes nothing, and the
+        defaults (cache folder, arch, base folders, the other ``KJIT_*`` settings) are settled
+        once, now. Raises what :meth:`compile` raises for bad Python arguments (TypeError,
+        ValueError); libkjit's errors come from the calls."""
         values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
                   remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
         # Its options: the arguments given, those left at their defaults left out (as a **options would).
         options = {name: value for (name, default), value in zip(_COMPILE_DEFAULTS.items(), values)
                    if value is not default}
-        return Prepared(self, source, keyword, options)
+        return Prepared(self, source, keyword, options, native=True)
 
     def _request(self, source: Union[str, bytes], keyword: str, values: Tuple[Any, ...]) -> Prepared:
         """The prepared request of a plain call (compile, compile_named, compile_and_load), whose

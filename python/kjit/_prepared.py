@@ -2,7 +2,9 @@
 
 A :class:`Prepared` holds what ``kjit_compile_named`` (or ``kjit_compile``) takes, made once
 from Python's arguments: the source and keyword as bytes, the ``kjit_compile_options`` struct
-and what it points at, and the out buffers. Asking it again converts nothing: the call goes to a
+and what it points at, and the out buffers. One made by :func:`kjit.prepare` also holds libkjit's
+own prepared request (``kjit_prepare``, libkjit 0.14), whose calls take no hash of the source or
+options: libkjit took them once, when it was made. Asking it again converts nothing: the call goes to a
 function object with no ``argtypes`` (ctypes passes bytes, buffers and ``byref``s as they are,
 so it has nothing to check), and the answer's bytes are compared with the last answer's, whose
 ``Compiled`` is given back when they are equal. libkjit still answers every call (its hit memo
@@ -89,13 +91,20 @@ class Prepared:
     call asks libkjit, which proves the entry unchanged each time, so an edited header or a
     replaced cubin gives the new answer; libkjit's errors are raised as ``compile`` raises them.
 
+    ``native``: the request is also made libkjit's own (``kjit_prepare``, libkjit 0.14), so
+    each call hashes nothing; its defaults (cache folder, arch, base folders and the other
+    ``KJIT_*`` settings) are then settled once, when it is made, as ``kjit_prepare`` settles them.
+    Where libkjit is older, or refuses the request when it is made (no arch, say), the calls
+    take the plain path, which reports libkjit's error at each call as before.
+
     Thread safe: a call made while another thread is in one uses buffers of its own.
     """
 
     __slots__ = ("library", "source", "keyword", "options", "_keep", "_lock", "_named", "_path_only", "_path",
-                 "_name", "_named_args", "_path_args", "_last")
+                 "_name", "_named_args", "_path_args", "_last", "_handle", "_function")
 
-    def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Mapping[str, Any],
+                 native: bool = False) -> None:
         src = _convert.text_bytes(source, "source", allow_bytes=True)
         kw = _convert.text_bytes(keyword, "keyword")
         keep: List[Any] = []  # everything the struct points at, alive as long as this request
@@ -105,19 +114,54 @@ class Prepared:
         self._lock = _thread.allocate_lock()
         self._named = library._untyped("kjit_compile_named")  # None before libkjit 0.5
         self._path_only = library._untyped("kjit_compile")
+        self._function = "kjit_compile_named"  # the function its errors name
         self._last: Optional[Tuple[bytes, bytes, Compiled]] = None
+        self._handle: Optional[ctypes.c_void_p] = None
+        if native:
+            self._make_native()
         self._buffers(library.path_buffer_size, library.name_buffer_size)
+
+    def _make_native(self) -> None:
+        """kjit_prepare of this request: on success its calls go to kjit_prepared_compile."""
+        make = self.library._untyped("kjit_prepare")  # None before libkjit 0.14
+        if make is None:
+            return
+        src, kw, opts, _ = self._keep
+        handle = ctypes.c_void_p()
+        if make(src, kw, ctypes.byref(opts), ctypes.byref(handle)) != _OK or not handle.value:
+            return  # the plain calls report what libkjit refuses, at each call
+        self._handle = handle
+        self._named = self._path_only = self.library._untyped("kjit_prepared_compile")
+        self._function = "kjit_prepared_compile"
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            self._handle = None
+            try:
+                self.library._untyped("kjit_prepared_release")(handle)
+            except Exception:  # never raise from a finaliser (e.g. late in interpreter exit)
+                pass
+
+    def _arguments(self, path: Any, path_n: Any, path_len: Any, name: Any, name_n: Any, name_len: Any,
+                   named: bool = True) -> Tuple[Any, ...]:
+        """The arguments of one call of ``self._named`` (``named``) or ``self._path_only``."""
+        handle = self._handle
+        if handle is not None:
+            return (handle, path, path_n, path_len, name, name_n, name_len)
+        src, kw, opts, _ = self._keep
+        if named:
+            return (src, kw, ctypes.byref(opts), path, path_n, path_len, name, name_n, name_len)
+        return (src, kw, ctypes.byref(opts), path, path_n, path_len)
 
     def _buffers(self, path_size: int, name_size: int) -> None:
         """(Re)makes the out buffers and the argument tuples that name them."""
-        src, kw, opts, _ = self._keep
         self._path, self._name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
         # The sizes as size_t objects: with no argtypes, a plain int would be passed as a C int.
         path_n, name_n = ctypes.c_size_t(path_size), ctypes.c_size_t(name_size)
-        ref = ctypes.byref(opts)
         # The lengths are not asked for (NULL): only a too-small buffer needs them (_grow).
-        self._named_args = (src, kw, ref, self._path, path_n, None, self._name, name_n, None)
-        self._path_args = (src, kw, ref, self._path, path_n, None)
+        self._named_args = self._arguments(self._path, path_n, None, self._name, name_n, None)
+        self._path_args = self._arguments(self._path, path_n, None, None, ctypes.c_size_t(0), None, named=False)
 
     def __repr__(self) -> str:
         return f"<kjit.Prepared {self.keyword!r} {self.options!r}>"
@@ -143,7 +187,7 @@ class Prepared:
                 return compiled
             if status == _TOO_SMALL and self._grow():
                 return self._retry_named()
-            raise self.library._error(status, "kjit_compile_named")
+            raise self.library._error(status, self._function)
         finally:
             lock.release()
 
@@ -153,14 +197,13 @@ class Prepared:
         if self._named is None:
             return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
         path, name = ctypes.create_string_buffer(len(self._path)), ctypes.create_string_buffer(len(self._name))
-        src, kw, opts, _ = self._keep
-        status = self._named(src, kw, ctypes.byref(opts), path, ctypes.c_size_t(len(path)), None, name,
-                             ctypes.c_size_t(len(name)), None)
+        status = self._named(*self._arguments(path, ctypes.c_size_t(len(path)), None, name,
+                                              ctypes.c_size_t(len(name)), None))
         if status == _OK:
             return Compiled(os.fsdecode(path.value), name.value.decode("ascii"))
         if status == _TOO_SMALL:  # rare: a request of its own grows its buffers
             return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
-        raise self.library._error(status, "kjit_compile_named")
+        raise self.library._error(status, self._function)
 
     def compile(self) -> str:
         """:meth:`Library.compile` of this request: the cubin's path (str)."""
@@ -177,15 +220,20 @@ class Prepared:
         from . import Kernel
 
         library = self.library
-        fn = library._fn.get("kjit_compile_and_load")
-        if fn is None:  # libkjit before 0.5
-            return library.load_cached(self.compile(), self.keyword)
-        src, kw, opts, _ = self._keep
-        handle = ctypes.c_void_p()
-        status = fn(src, kw, ctypes.byref(opts), ctypes.byref(handle))
+        kernel = ctypes.c_void_p()
+        if self._handle is not None:
+            function = "kjit_prepared_load"
+            status = library._untyped(function)(self._handle, ctypes.byref(kernel))
+        else:
+            function = "kjit_compile_and_load"
+            fn = library._fn.get(function)
+            if fn is None:  # libkjit before 0.5
+                return library.load_cached(self.compile(), self.keyword)
+            src, kw, opts, _ = self._keep
+            status = fn(src, kw, ctypes.byref(opts), ctypes.byref(kernel))
         if status != _OK:
-            raise library._error(status, "kjit_compile_and_load")
-        return Kernel(library, handle.value)
+            raise library._error(status, function)
+        return Kernel(library, kernel.value)
 
     def _compile_path(self) -> str:
         """kjit_compile, with the lock held."""
@@ -195,7 +243,7 @@ class Prepared:
                 return os.fsdecode(self._path.value)
             if status != _TOO_SMALL or not self._grow():
                 break
-        raise self.library._error(status, "kjit_compile")
+        raise self.library._error(status, "kjit_compile" if self._handle is None else self._function)
 
     def _retry_named(self) -> Compiled:
         """kjit_compile_named after the buffers grew, with the lock held."""
@@ -208,18 +256,19 @@ class Prepared:
                 return compiled
             if status != _TOO_SMALL or not self._grow():
                 break
-        raise self.library._error(status, "kjit_compile_named")
+        raise self.library._error(status, self._function)
 
     def _grow(self) -> bool:
         """After KJIT_ERROR_BUFFER_TOO_SMALL: asks the lengths (the call is a hit now, or fails
         as it would anyway) and grows the buffers to them. False when the call fails otherwise."""
         path_len, name_len = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        src, kw, opts, _ = self._keep
+        zero = ctypes.c_size_t(0)
         if self._named is not None:
-            status = self._named(src, kw, ctypes.byref(opts), None, ctypes.c_size_t(0), ctypes.byref(path_len), None,
-                                 ctypes.c_size_t(0), ctypes.byref(name_len))
+            status = self._named(*self._arguments(None, zero, ctypes.byref(path_len), None, zero,
+                                                  ctypes.byref(name_len)))
         else:
-            status = self._path_only(src, kw, ctypes.byref(opts), None, ctypes.c_size_t(0), ctypes.byref(path_len))
+            status = self._path_only(*self._arguments(None, zero, ctypes.byref(path_len), None, zero, None,
+                                                      named=False))
         if status not in (_OK, _TOO_SMALL):
             return False
         self._buffers(max(path_len.value + 1, len(self._path)), max(name_len.value + 1, len(self._name)))

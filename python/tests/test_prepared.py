@@ -286,3 +286,59 @@ def test_a_prepared_request_loads(tree):
     prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
     with prepared.compile_and_load() as kernel:
         assert kernel.name == "gemm" and kernel.cubin_path == prepared.compile()
+
+
+# libkjit's own prepared request (kjit_prepare, 0.14) under kjit.prepare.
+def test_kjit_prepare_is_made_libkjits_own_request_with_its_defaults_settled_then(tree, monkeypatch):
+    options = _options(tree)
+    del options["arch"]
+    monkeypatch.setenv("KJIT_ARCH", "sm_90")
+    prepared = kjit.prepare(SOURCE, "gemm", **options)
+    assert prepared._handle is not None, "kjit.prepare did not use kjit_prepare"
+    monkeypatch.setenv("KJIT_ARCH", "sm_80")  # after it was made: does not reach it
+    got = prepared.compile_named()
+    assert got == kjit.compile_named(SOURCE, "gemm", **_options(tree))  # sm_90's
+    assert got != kjit.compile_named(SOURCE, "gemm", **options)  # sm_80's, from the variable now
+    assert prepared.compile() == got.cubin_path
+    # The plain calls' requests stay the plain path: a variable reaches them at each call.
+    assert kjit.Library._request(kjit._lib(), SOURCE, "gemm", _values(options))._handle is None
+
+
+def test_a_native_request_from_eight_threads_and_in_a_forked_child(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    first = prepared.compile_named()
+    answers, errors = [], []
+
+    def ask():
+        try:
+            for _ in range(200):
+                answers.append(prepared.compile_named())
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(answers) == 1600 and set(answers) == {first}
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's request, its entry removed first
+        try:
+            os.unlink(first.cubin_path)
+            again = prepared.compile_named()
+            os._exit(0 if again == first and os.path.isfile(again.cubin_path) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert prepared.compile_named() == first
+
+
+def test_a_native_request_loads_and_is_released_when_dropped(tree):
+    prepared = kjit.prepare(SOURCE, "gemm", **_options(tree))
+    with prepared.compile_and_load() as kernel:
+        assert kernel.name == "gemm" and kernel.cubin_path == prepared.compile()
+    handle = prepared._handle
+    assert handle is not None
+    del prepared  # kjit_prepared_release; the kernel it loaded was released on its own
