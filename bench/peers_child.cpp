@@ -12,12 +12,19 @@
 //     process_first <us>  the first call of the process (the other kernel: one-time set-up)
 //     kernel_first <us>   the measured kernel's first hit in that warm process
 //     repeat <us>         its repeats, mean over REPEATS
+//     prepared_repeat <us> where this libkjit has kjit_prepare (0.14): the measured kernel's
+//                         request prepared once, then its kjit_prepared_compile, mean over REPEATS
+//     floor <us>          what proving a repeat costs at the least: a read() of an empty
+//                         non-blocking inotify descriptor (the header watch's one system call),
+//                         mean over REPEATS
 //   MODE sweep: ready <us>, from main() to the last kernel's path and name
 //   always: "api named|two_calls", "nvrtc mapped|absent" (NVRTC mapped at the end)
 #include "kjit/kjit.h"
 
 #include <dlfcn.h>
 #include <nlohmann/json.hpp>
+#include <sys/inotify.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
@@ -53,6 +60,42 @@ struct Request {
         return o;
     }();
 };
+
+// The prepared_repeat and floor lines (MODE small and cub), where this libkjit has kjit_prepare.
+void prepared_rows(const Request &r, long repeats) {
+    using PrepareFn = decltype(&kjit_prepare);
+    using CompileFn = decltype(&kjit_prepared_compile);
+    using ReleaseFn = decltype(&kjit_prepared_release);
+    const auto prepare = reinterpret_cast<PrepareFn>(::dlsym(RTLD_DEFAULT, "kjit_prepare"));
+    const auto compile = reinterpret_cast<CompileFn>(::dlsym(RTLD_DEFAULT, "kjit_prepared_compile"));
+    const auto release = reinterpret_cast<ReleaseFn>(::dlsym(RTLD_DEFAULT, "kjit_prepared_release"));
+    if (!prepare || !compile || !release) return;
+    kjit_prepared *p = nullptr;
+    char path[4096], name[512];
+    if (prepare(r.source.c_str(), r.keyword.c_str(), &r.opts, &p) != KJIT_OK ||
+        compile(p, path, sizeof path, nullptr, name, sizeof name, nullptr) != KJIT_OK) {
+        std::fprintf(stderr, "prepared %s: %s\n", r.keyword.c_str(), kjit_last_error());
+        std::exit(1);
+    }
+    auto t0 = Clock::now();
+    for (long i = 0; i < repeats; ++i) {
+        if (compile(p, path, sizeof path, nullptr, name, sizeof name, nullptr) != KJIT_OK) {
+            std::fprintf(stderr, "prepared %s: %s\n", r.keyword.c_str(), kjit_last_error());
+            std::exit(1);
+        }
+    }
+    std::printf("prepared_repeat %.4f\n", us_since(t0) / static_cast<double>(repeats));
+    release(p);
+    const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) return;
+    alignas(inotify_event) char events[4096];
+    t0 = Clock::now();
+    for (long i = 0; i < repeats; ++i) {
+        if (::read(fd, events, sizeof events) >= 0) break;  // never: nothing is watched
+    }
+    std::printf("floor %.4f\n", us_since(t0) / static_cast<double>(repeats));
+    ::close(fd);
+}
 
 }  // namespace
 
@@ -123,6 +166,7 @@ int main(int argc, char **argv) {
         t0 = Clock::now();
         for (long i = 0; i < repeats; ++i) ready(requests[0]);
         std::printf("repeat %.4f\n", us_since(t0) / static_cast<double>(repeats));
+        prepared_rows(requests[0], repeats);
     }
     std::printf("api %s\nnvrtc %s\n", named ? "named" : "two_calls", nvrtc_mapped() ? "mapped" : "absent");
     return 0;

@@ -12,7 +12,10 @@
 //   - beside them, jitify2's in-memory layer (NVIDIA/jitify, branch jitify2) on the same request,
 //     small and CUB: a repeat of jitify2::ProgramCache::get_program with its lowered name, and of
 //     get_kernel (bench/peers_jitify2_child.cpp, built only where jitify2.hpp was given: else
-//     its rows say not run), against this libkjit's C repeat in the same rounds.
+//     its rows say not run), against this libkjit's C repeat in the same rounds;
+//   - this libkjit's prepared repeat (kjit_prepare once, then kjit_prepared_compile), small and
+//     CUB, beside the floor of proving a repeat (a read() of an empty inotify descriptor), with
+//     its ratio to jitify2's get_program.
 // Each build uses the best call it has: kjit_compile_named (kjit.compile_named) where it
 // exists, else kjit_compile + kjit_resolve_name. The caches are filled first (untimed), one
 // per build. Rounds alternate the builds; each row is the median over rounds.
@@ -145,6 +148,44 @@ void add_jitify2_rows(Section &s, Report &report, const Jitify2 &jitify2,
                           target.value, format_us(median(ours->second)).c_str(),
                           format_us(median(theirs->second)).c_str());
             s.notes.push_back(note);
+        }
+        report.add_target(target);
+    }
+}
+
+// This libkjit's prepared requests (kjit_prepare, 0.14) beside its plain repeat, jitify2's
+// get_program and the floor (a read() of an empty inotify descriptor: what proving a repeat
+// costs at the least), and issue 51's target: a prepared repeat proven unchanged costs no more
+// than jitify2's in-memory repeat, which proves nothing.
+void add_prepared_rows(Section &s, Report &report, const Jitify2 &jitify2,
+                       const std::map<std::string, std::vector<double>> &now_us) {
+    for (const char *mode : {"small", "cub"}) {
+        const std::string m = mode;
+        const auto prepared = now_us.find("c." + m + ".prepared_repeat");
+        const auto floor = now_us.find("c." + m + ".floor");
+        const auto plain = now_us.find("c." + m + ".repeat");
+        if (prepared == now_us.end() || floor == now_us.end() || plain == now_us.end()) continue;
+        s.rows.push_back(summarize("peers.c." + m + ".prepared_repeat",
+                                   "C, " + m + " kernel: prepared repeat (kjit_prepared_compile)", prepared->second));
+        s.rows.push_back(summarize("peers.c." + m + ".floor",
+                                   "C, " + m + " kernel's process: floor, read() of an empty inotify descriptor",
+                                   floor->second));
+        char note[256];
+        std::snprintf(note, sizeof note,
+                      "c.%s.prepared_repeat: %s = %.3fx the plain repeat (%s), %.2fx the floor (%s; %s above it)", mode,
+                      format_us(median(prepared->second)).c_str(), median(prepared->second) / median(plain->second),
+                      format_us(median(plain->second)).c_str(), median(prepared->second) / median(floor->second),
+                      format_us(median(floor->second)).c_str(),
+                      format_us(median(prepared->second) - median(floor->second)).c_str());
+        s.notes.push_back(note);
+        Target target{"peers_c_" + m + "_prepared_over_jitify2",
+                      "C, " + m + " kernel, prepared repeat: kjit / jitify2's in-memory get_program", 1.0, true};
+        const auto theirs = jitify2.us.find(m + ".repeat");
+        if (!jitify2.why_not.empty() || theirs == jitify2.us.end()) {
+            target.available = false;
+            target.why_unavailable = jitify2.why_not.empty() ? "not run" : jitify2.why_not;
+        } else {
+            target.value = median(prepared->second) / median(theirs->second);
         }
         report.add_target(target);
     }
@@ -295,6 +336,7 @@ void run_peers(const BenchOptions &o, Report &report) {
         }
     }
     add_jitify2_rows(s, report, jitify2, builds[0].us);
+    add_prepared_rows(s, report, jitify2, builds[0].us);
     if (builds.size() == 1) {
         s.notes.push_back(
             "no 'before' build: bench/run.sh builds it from git history (none here), or pass --before-lib");

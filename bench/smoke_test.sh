@@ -40,7 +40,9 @@ assert set(sections) == {"compile", "sweep", "resolve", "startup", "cub", "pch",
 # No manifests in --clients: the scenario says so and the bench goes on.
 assert not sections["real-clients"], sections["real-clients"]
 assert {"peers.c.small.kernel_first.now", "peers.c.cub.repeat.now", "peers.python.small.repeat.now",
-        "peers.c.sweep.ready.now", "peers.python.sweep.ready.now"} <= set(sections["peers"]), sections["peers"].keys()
+        "peers.c.sweep.ready.now", "peers.python.sweep.ready.now", "peers.c.small.prepared_repeat",
+        "peers.c.cub.prepared_repeat", "peers.c.small.floor", "peers.c.cub.floor"} <= set(sections["peers"]), \
+    sections["peers"].keys()
 assert set(sections["pch"]) == {"pch.plain", "pch.create", "pch.use"}, sections["pch"]
 assert set(sections["node"]) == {"node.locked", "node.unlocked"}, sections["node"]
 assert set(sections["cluster"]) == {"cluster.cold_tier", "cluster.cold_none", "cluster.join_hit", "cluster.join_compile",
