@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build tree into a fresh prefix and builds tests/consumer against it both ways a
 # user would: CMake (find_package(kjit 0.1 REQUIRED), kjit::kjit) and pkg-config, each in C and
-# C++; runs all four. Also checks the installed layout (the SONAME links, the three headers, the
+# C++; runs all four. Also checks the installed layout (the SONAME links, the three headers and
+# the C++ companion kjit.hpp, which a program built against the prefix alone then uses, the
 # package files), that find_package refuses an incompatible version, and that nothing but the
 # product is installed (libkjit.so's worker helper, lib/kjit-worker, is part of it).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR FAKE_LIBCUDA
@@ -21,11 +22,11 @@ real="$prefix/lib/libkjit.so.$version"
 [ "$(readlink "$prefix/lib/libkjit.so")" = "libkjit.so.${version%%.*}" ] || fail "libkjit.so is not a link to the SONAME"
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libkjit.so.${version%%.*}" ] || fail "SONAME is $soname"
-for f in bin/kjit lib/kjit-worker include/kjit/kjit.h include/kjit/kjit_batch.h include/kjit/kjit_cache.h lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
+for f in bin/kjit lib/kjit-worker include/kjit/kjit.h include/kjit/kjit_batch.h include/kjit/kjit_cache.h include/kjit/kjit.hpp lib/cmake/kjit/kjitConfig.cmake lib/cmake/kjit/kjitConfigVersion.cmake \
          lib/cmake/kjit/kjitTargets.cmake lib/pkgconfig/kjit.pc; do
     [ -f "$prefix/$f" ] || fail "$f is not installed"
 done
-extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|lib/kjit-worker|include/kjit/kjit(_batch|_cache)?\.h|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
+extra=$(cd "$prefix" && find . -type f -o -type l | sort | grep -v -E '^\./(bin/kjit|lib/kjit-worker|include/kjit/kjit((_batch|_cache)?\.h|\.hpp)|lib/libkjit\.so(\.[0-9.]+)?|lib/cmake/kjit/kjit(Config|ConfigVersion|Targets|Targets-[a-z]+)\.cmake|lib/pkgconfig/kjit\.pc)$' || true)
 [ -z "$extra" ] || fail "installed beyond the product: $extra"
 
 # CMake, C and C++.
@@ -68,6 +69,33 @@ for h in kjit_batch.h kjit_cache.h; do
         fail "the installed $h does not compile alone (C++17)"
 done
 "$work/pc_cpp" "$work/cache-pc-cpp"
+# The installed kjit.hpp: a name expression from C++ types, compiled and named through the
+# installed library, with its throwing wrappers.
+cat > "$work/hpp.cpp" <<'CPP'
+#include <kjit/kjit.hpp>
+
+#include <cstdio>
+
+int main(int argc, char **argv) try {
+    if (argc != 2) return 2;
+    kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
+    opts.cache_dir = argv[1];
+    opts.arch = "sm_90";
+    const std::string expression = kjit::instantiate("scale", kjit::type<float>, 5);
+    opts.name_expression = expression.c_str();
+    const kjit::Compiled c = kjit::compile_named(
+        "template <typename T, int N> __global__ void scale(T *p) { p[threadIdx.x] *= N; }\n", "scale", &opts);
+    std::printf("%s %s\n", expression.c_str(), c.kernel_name.c_str());
+    return c.kernel_name == "_Z5scaleIfLi5EEvPT_" ? 0 : 1;
+} catch (const kjit::Error &e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+}
+CPP
+# shellcheck disable=SC2086
+c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror "$work/hpp.cpp" $flags -Wl,-rpath,"$prefix/lib" -o "$work/pc_hpp" ||
+    fail "a program using the installed kjit.hpp does not build"
+"$work/pc_hpp" "$work/cache-pc-hpp" > "$work/hpp.out" || fail "the kjit.hpp program failed: $(cat "$work/hpp.out")"
 # The installed command finds the installed libkjit.so (its RPATH), not the build tree's.
 cli_libs=$(ldd "$prefix/bin/kjit")
 cli_kjit=$(printf '%s\n' "$cli_libs" | awk '$1 == "libkjit.so.'"${version%%.*}"'" { print $3 }')

@@ -15,7 +15,8 @@ requests, :class:`Compiled`, and the memo that makes a repeated call one C call)
 (:meth:`Kernel.launch`: the driver, argument marshalling, streams), ``_results`` (the
 dataclasses of stats and cache results, re-exported here), ``_batch`` (:class:`BatchItem`),
 ``_progress`` (compile_batch's progress bar), ``_convert`` (Python arguments to C),
-``_errors`` (the exceptions, re-exported here) and ``_signals`` (Ctrl-C during a batch).
+``_errors`` (the exceptions, re-exported here), ``_signals`` (Ctrl-C during a batch) and
+``_types`` (:func:`c_type`, numpy and torch dtypes as C types).
 ``import kjit`` imports ctypes, ``_abi``, ``_convert``, ``_errors`` and ``_prepared``: what a
 compile and its hits need. The rest, and the standard modules they need (enum, collections,
 threading, signal, dataclasses), come with their first use.
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from ._enums import CacheProblem, Status
     from ._results import (ArchUsage, CacheStats, CopyReport, Problem, PruneReport, RemoteDescription, RemoteServer,
                            Stats, VerifyReport)
+    from ._types import c_type
 
     # A batch request: (source, keyword), or a dict with those and compile()'s keyword arguments.
     BatchRequest = Union[Tuple[Union[str, bytes], str], Mapping[str, Any]]
@@ -101,15 +103,17 @@ __all__ = [
     "cache_dir", "cache_stats", "prune", "verify", "clear", "CacheProblem", "Problem", "VerifyReport",
     "cache_export", "cache_import", "CopyReport",
     "remote_describe", "Stats", "CacheStats", "ArchUsage", "PruneReport", "RemoteDescription", "RemoteServer",
+    "c_type",
 ]
 
 # What is imported at its first use, by __getattr__ below for kjit.<name> and by the functions
-# that need it: the results in kjit._results (see there), BatchItem, and the enum classes
+# that need it: the results in kjit._results (see there), BatchItem, the enum classes
 # (importing enum, or collections for a namedtuple, would cost more than ctypes, and a hit
-# needs none of them).
+# needs none of them) and c_type (kjit._types: a table a compile does not need).
 _RESULTS = ("Stats", "CacheStats", "ArchUsage", "PruneReport", "Problem", "VerifyReport", "RemoteDescription",
             "RemoteServer", "CopyReport")
-_LATER = {"Status": "_enums", "CacheProblem": "_enums", "BatchItem": "_batch", **{n: "_results" for n in _RESULTS}}
+_LATER = {"Status": "_enums", "CacheProblem": "_enums", "BatchItem": "_batch", "c_type": "_types",
+          **{n: "_results" for n in _RESULTS}}
 
 
 def __getattr__(name: str) -> Any:

@@ -41,7 +41,10 @@ def module_functions() -> None:
     kjit.warm(["requests.jsonl"], arch=["sm_90", "sm_100"])
     kjit.warm(["requests.jsonl"], arch=90)  # type: ignore[arg-type]
     kjit.warm(["requests.jsonl"], name_expression="scale<3>")  # type: ignore[call-arg]
-    print(named, prepared, kernel, items)
+    c: str = kjit.c_type("float16")
+    width: int = kjit.c_type("float16")  # type: ignore[assignment]
+    kjit.c_type()  # type: ignore[call-arg]
+    print(named, prepared, kernel, items, c, width)
 
 
 def library_methods(lib: kjit.Library) -> None:
