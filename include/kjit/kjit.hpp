@@ -555,6 +555,12 @@ std::string out_string(const char *what, Call call) {
     }
 }
 
+/* Calls `call(path, path_size, &path_length, name, name_size, &name_length)` under kjit.h's
+   buffer convention (kjit_compile_named's), growing both buffers while the answer is
+   KJIT_ERROR_BUFFER_TOO_SMALL. */
+template <typename Call>
+Compiled out_named(const char *what, Call call);
+
 }  // namespace detail
 /// @endcond
 
@@ -586,22 +592,32 @@ inline std::string compile(const std::string &source, const std::string &keyword
  */
 inline Compiled compile_named(const std::string &source, const std::string &keyword,
                               const kjit_compile_options *options = nullptr) {
+    return detail::out_named("kjit_compile_named", [&](char *path, std::size_t path_size, std::size_t *path_length,
+                                                       char *name, std::size_t name_size, std::size_t *name_length) {
+        return kjit_compile_named(source.c_str(), keyword.c_str(), options, path, path_size, path_length, name,
+                                  name_size, name_length);
+    });
+}
+
+/// @cond KJIT_DETAIL
+template <typename Call>
+Compiled detail::out_named(const char *what, Call call) {
     Compiled out{std::string(512, '\0'), std::string(256, '\0')};
     for (int attempt = 0;; ++attempt) {
         std::size_t path_length = 0, name_length = 0;
-        const kjit_status status =
-            kjit_compile_named(source.c_str(), keyword.c_str(), options, &out.cubin_path[0], out.cubin_path.size(),
-                               &path_length, &out.kernel_name[0], out.kernel_name.size(), &name_length);
+        const kjit_status status = call(&out.cubin_path[0], out.cubin_path.size(), &path_length, &out.kernel_name[0],
+                                        out.kernel_name.size(), &name_length);
         if (status == KJIT_OK) {
             out.cubin_path.resize(path_length);
             out.kernel_name.resize(name_length);
             return out;
         }
-        if (status != KJIT_ERROR_BUFFER_TOO_SMALL || attempt == 8) detail::fail(status, "kjit_compile_named");
+        if (status != KJIT_ERROR_BUFFER_TOO_SMALL || attempt == 8) fail(status, what);
         out.cubin_path.assign(std::max(path_length + 1, out.cubin_path.size()), '\0');
         out.kernel_name.assign(std::max(name_length + 1, out.kernel_name.size()), '\0');
     }
 }
+/// @endcond
 
 /**
  * @brief kjit_resolve_name(): the mangled name of kernel `keyword` in a cubin.
@@ -649,6 +665,101 @@ inline Kernel compile_and_load(const std::string &source, const std::string &key
     detail::check(kjit_compile_and_load(source.c_str(), keyword.c_str(), options, &handle), "kjit_compile_and_load");
     return Kernel(handle);
 }
+
+/**
+ * @brief A prepared request (kjit_prepare(), since 0.14), owned: the request checked, copied
+ *        and hashed once, each use then answered without hashing it again (still proven
+ *        current, as every repeat is). Move-only; released (kjit_prepared_release()) with it.
+ *
+ * @code{.cpp}
+ * kjit::Prepared gemm(source, "gemm", &opts);   // opts and its strings may go after this
+ * kjit::Compiled c = gemm.compile_named();      // at each launch: path and name
+ * @endcode
+ *
+ * Thread safety: its const members (every call) may be used from any number of threads at
+ * once; moves, reset() and destruction by one thread at a time, after the last call.
+ */
+class Prepared {
+public:
+    /** @brief An empty owner. */
+    Prepared() noexcept = default;
+    /**
+     * @brief kjit_prepare(): the request checked, copied, its defaults settled now.
+     * @param[in] source, keyword, options As for kjit::compile(); copied.
+     * @throws kjit::Error With kjit_prepare()'s status and text (#KJIT_ERROR_INVALID_ARGUMENT
+     *         naming the option that is wrong, ...). std::bad_alloc.
+     */
+    Prepared(const std::string &source, const std::string &keyword, const kjit_compile_options *options = nullptr) {
+        detail::check(kjit_prepare(source.c_str(), keyword.c_str(), options, &handle_), "kjit_prepare");
+    }
+    /** @brief Takes ownership of `handle` (from kjit_prepare()). @param[in] handle It, or NULL. */
+    explicit Prepared(kjit_prepared *handle) noexcept : handle_(handle) {}
+    /** @brief Takes `other`'s handle; `other` is left empty. @param[in,out] other The source. */
+    Prepared(Prepared &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    /**
+     * @brief Releases this handle (if any), then takes `other`'s; `other` is left empty.
+     * @param[in,out] other The source.
+     * @return This object.
+     */
+    Prepared &operator=(Prepared &&other) noexcept {
+        if (this != &other) reset(std::exchange(other.handle_, nullptr));
+        return *this;
+    }
+    Prepared(const Prepared &) = delete;
+    Prepared &operator=(const Prepared &) = delete;
+    /** @brief Releases the handle (kjit_prepared_release()), if any. */
+    ~Prepared() { kjit_prepared_release(handle_); }
+
+    /** @brief The handle, still owned by this object. @return It, or NULL when empty. */
+    kjit_prepared *get() const noexcept { return handle_; }
+    /** @brief Whether a handle is held. @return true when not empty. */
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    /**
+     * @brief Releases the handle held (if any) and takes `handle`.
+     * @param[in] handle The new handle, or NULL to become empty.
+     */
+    void reset(kjit_prepared *handle = nullptr) noexcept { kjit_prepared_release(std::exchange(handle_, handle)); }
+
+    /**
+     * @brief kjit_prepared_compile(): the cubin's path and the kernel's name, compiled on a miss.
+     * @return Both.
+     * @throws kjit::Error With kjit_prepared_compile()'s status and text
+     *         (#KJIT_ERROR_INVALID_ARGUMENT when empty, #KJIT_ERROR_COMPILE with the log, ...).
+     * @note Thread safe.
+     */
+    Compiled compile_named() const {
+        return detail::out_named("kjit_prepared_compile", [&](char *path, std::size_t path_size,
+                                                              std::size_t *path_length, char *name,
+                                                              std::size_t name_size, std::size_t *name_length) {
+            return kjit_prepared_compile(handle_, path, path_size, path_length, name, name_size, name_length);
+        });
+    }
+    /**
+     * @brief The cubin's path alone (kjit_prepared_compile() without the name).
+     * @return The path.
+     * @throws kjit::Error As compile_named().
+     * @note Thread safe.
+     */
+    std::string compile() const {
+        return detail::out_string("kjit_prepared_compile", [&](char *buffer, std::size_t size, std::size_t *length) {
+            return kjit_prepared_compile(handle_, buffer, size, length, nullptr, 0, nullptr);
+        });
+    }
+    /**
+     * @brief kjit_prepared_load(): its kernel, compiled on a miss, loaded.
+     * @return The kernel, owned by the returned object.
+     * @throws kjit::Error With kjit_prepared_load()'s status and text.
+     * @note Thread safe.
+     */
+    Kernel load() const {
+        kjit_kernel *kernel = nullptr;
+        detail::check(kjit_prepared_load(handle_, &kernel), "kjit_prepared_load");
+        return Kernel(kernel);
+    }
+
+private:
+    kjit_prepared *handle_ = nullptr;
+};
 
 /**
  * @brief kjit_compile_batch(): compiles many requests at once.

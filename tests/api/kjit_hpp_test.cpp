@@ -381,3 +381,63 @@ TEST(KjitHpp, BatchResultOwnsItsResult) {
         EXPECT_EQ(e.status(), KJIT_ERROR_INVALID_ARGUMENT);
     }
 }
+
+// kjit::Prepared over kjit_prepare: the same answers as the free functions, a long path grown
+// to, errors thrown (at construction for bad options, at the call for a compile error), the
+// handle released once.
+TEST(KjitHpp, PreparedOwnsItsRequestAndAnswersAsCompileNamed) {
+    TempDir dir;
+    const std::string cache =
+        dir.file(std::string(200, 'a') + "/" + std::string(200, 'b') + "/" + std::string(200, 'c'));
+    kjit_compile_options o = options_for(dir, cache, {});
+    const std::string expression = kjit::instantiate("tmpl", 4);
+    o.name_expression = expression.c_str();
+    kjit::Prepared prepared(sources::kTemplateOne, "tmpl", &o);
+    ASSERT_TRUE(prepared);
+    const kjit::Compiled named = prepared.compile_named();
+    EXPECT_GT(named.cubin_path.size(), 600u);
+    EXPECT_EQ(named.kernel_name, "_Z4tmplILi4EEvPf");
+    const kjit::Compiled plain = kjit::compile_named(sources::kTemplateOne, "tmpl", &o);
+    EXPECT_EQ(named.cubin_path, plain.cubin_path);
+    EXPECT_EQ(named.kernel_name, plain.kernel_name);
+    EXPECT_EQ(prepared.compile(), plain.cubin_path);
+    const auto live0 = fake_cuda().counters().live_libraries;
+    {
+        kjit::Kernel k = prepared.load();
+        EXPECT_EQ(k.name(), "_Z4tmplILi4EEvPf");
+        EXPECT_EQ(fake_cuda().counters().live_libraries, live0 + 1);
+    }
+    EXPECT_EQ(fake_cuda().counters().live_libraries, live0);
+
+    kjit::Prepared moved(std::move(prepared));
+    EXPECT_FALSE(prepared);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_EQ(moved.compile(), plain.cubin_path);
+    try {
+        (void)prepared.compile_named();
+        ADD_FAILURE() << "an empty kjit::Prepared answered";
+    } catch (const kjit::Error &e) {
+        EXPECT_EQ(e.status(), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("kjit_prepared_compile"), std::string::npos) << e.what();
+    }
+    prepared = std::move(moved);
+    EXPECT_TRUE(prepared);
+    prepared.reset();
+    EXPECT_FALSE(prepared);
+
+    const char *with_null[] = {"-DA=1", nullptr};
+    kjit_compile_options bad = o;
+    bad.nvrtc_options = with_null;
+    bad.nvrtc_option_count = 2;
+    try {
+        kjit::Prepared refused(sources::kTemplateOne, "tmpl", &bad);
+        ADD_FAILURE() << "kjit_prepare took a NULL option";
+    } catch (const kjit::Error &e) {
+        EXPECT_EQ(e.status(), KJIT_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(e.detail().find("nvrtc_options[1] is NULL"), std::string::npos) << e.detail();
+    }
+    kjit::Prepared broken("__global__ void tmpl() { undeclared(); }", "tmpl", &o);
+    EXPECT_THROW((void)broken.compile_named(), kjit::Error);
+    EXPECT_EQ(fake_cuda().counters().bad_handles, 0u);
+    static_assert(!std::is_copy_constructible_v<kjit::Prepared> &&
+                  std::is_nothrow_move_constructible_v<kjit::Prepared>);
+}
