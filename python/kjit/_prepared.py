@@ -104,11 +104,14 @@ class Prepared:
                  "_name", "_named_args", "_path_args", "_last", "_handle", "_function")
 
     def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Mapping[str, Any],
-                 native: bool = False) -> None:
+                 native: bool = False, encoded: Optional[Tuple[_abi.CompileOptions, List[Any]]] = None) -> None:
         src = _convert.text_bytes(source, "source", allow_bytes=True)
         kw = _convert.text_bytes(keyword, "keyword")
-        keep: List[Any] = []  # everything the struct points at, alive as long as this request
-        opts = _convert.compile_options(keep, **options)
+        if encoded is None:
+            keep: List[Any] = []  # everything the struct points at, alive as long as this request
+            opts = _convert.compile_options(keep, **options)
+        else:  # ``options`` encoded already (Memo.encoded_options), shared: libkjit only reads it
+            opts, keep = encoded
         self.library, self.source, self.keyword, self.options = library, source, keyword, dict(options)
         self._keep = (src, kw, opts, keep)
         self._lock = _thread.allocate_lock()
@@ -156,7 +159,9 @@ class Prepared:
 
     def _buffers(self, path_size: int, name_size: int) -> None:
         """(Re)makes the out buffers and the argument tuples that name them."""
-        self._path, self._name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
+        # The array types themselves, not create_string_buffer (which checks its argument and
+        # looks the type up each time): a new request makes two.
+        self._path, self._name = (ctypes.c_char * path_size)(), (ctypes.c_char * name_size)()
         # The sizes as size_t objects: with no argtypes, a plain int would be passed as a C int.
         path_n, name_n = ctypes.c_size_t(path_size), ctypes.c_size_t(name_size)
         # The lengths are not asked for (NULL): only a too-small buffer needs them (_grow).
@@ -289,7 +294,21 @@ def plain(value: object) -> bool:
     kind = type(value)
     if kind is str or kind is bytes or value is None:
         return True
-    return kind is tuple and all(plain(v) for v in value)  # type: ignore[attr-defined]
+    return kind is tuple and all_plain(value)  # type: ignore[arg-type]
+
+
+def all_plain(values: Tuple[Any, ...]) -> bool:
+    """plain() of every item: a loop, not all() over a generator, which cost a new request
+    about 2 us for compile's 14 keyword arguments."""
+    for value in values:
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is str or kind is bytes:
+            continue
+        if kind is not tuple or not all_plain(value):
+            return False
+    return True
 
 
 def frozen_key(source: object, keyword: object, options: Mapping[str, Any]) -> Any:
@@ -303,18 +322,46 @@ class Memo:
     """The prepared requests of a Library's plain calls, by key; emptied when it holds
     ``max_entries`` requests or their sources ``max_bytes`` bytes (it keeps them alive)."""
 
-    __slots__ = ("requests", "max_entries", "max_bytes", "bytes")
+    __slots__ = ("requests", "max_entries", "max_bytes", "bytes", "encoded", "frozen")
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.requests: Dict[Any, Prepared] = {}
         self.max_entries, self.max_bytes, self.bytes = max_entries, max_bytes, 0
+        # kjit_compile_options encoded, by the plain values of the keyword arguments: a sweep asks
+        # for many sources under one set of options, and each new one then encodes its source
+        # alone (the struct is most of what a new request costs in Python).
+        self.encoded: Dict[Tuple[Any, ...], Tuple[_abi.CompileOptions, List[Any]]] = {}
+        self.frozen = 0  # how many requests are kept under a frozen key (made from arguments not all plain)
+
+    def encoded_options(self, values: Tuple[Any, ...], options: Mapping[str, Any]) -> Tuple[Any, List[Any]]:
+        """``options`` (whose plain values are ``values``) as a CompileOptions and what it points
+        at: encoded once per distinct value set, then shared by the requests made with it."""
+        encoded = self.encoded.get(values)
+        if encoded is None:
+            keep: List[Any] = []
+            encoded = (_convert.compile_options(keep, **options), keep)
+            if len(self.encoded) >= self.max_entries:
+                self.encoded.clear()
+            self.encoded[values] = encoded
+        return encoded
 
     def prepare(self, library: Library, source: Union[str, bytes], keyword: str,
                 options: Mapping[str, Any]) -> Prepared:
         """The request for these arguments: from the memo, else made (which checks them all)
         and kept, under its frozen key and, when every argument is plain, under the key of the
         arguments as given (what the fast look-up tries first): the source, the keyword and the
-        values of ``options``, which holds every keyword argument of ``compile``, in its order."""
+        values of ``options``, which holds every keyword argument of ``compile``, in its order.
+        Arguments all plain were looked up by that key (Library._request did, and missed); their
+        frozen key is looked up only where requests made from other arguments are kept (a list
+        given where a tuple is now), and a new request's options are encoded once per value set
+        (encoded_options)."""
+        values = tuple(options.values())
+        if plain(source) and plain(keyword) and all_plain(values):
+            prepared = self.requests.get(frozen_key(source, keyword, options)) if self.frozen else None
+            if prepared is None:
+                prepared = Prepared(library, source, keyword, options, encoded=self.encoded_options(values, options))
+            self._keep((source, keyword, *values), prepared)
+            return prepared
         try:
             key = frozen_key(source, keyword, options)
         except TypeError:
@@ -324,15 +371,14 @@ class Memo:
             prepared = Prepared(library, source, keyword, options)
             if key is not None:
                 self._keep(key, prepared)
-        if plain(source) and plain(keyword) and all(plain(v) for v in options.values()):
-            self._keep((source, keyword, *options.values()), prepared)
+                self.frozen += 1
         return prepared
 
     def _keep(self, key: Any, prepared: Prepared) -> None:
         size = len(prepared._keep[0])
         if len(self.requests) >= self.max_entries or self.bytes + size > self.max_bytes:
             self.requests.clear()
-            self.bytes = 0
+            self.bytes = self.frozen = 0
         if key not in self.requests:
             self.bytes += size
         self.requests[key] = prepared

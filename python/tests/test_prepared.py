@@ -342,3 +342,15 @@ def test_a_native_request_loads_and_is_released_when_dropped(tree):
     handle = prepared._handle
     assert handle is not None
     del prepared  # kjit_prepared_release; the kernel it loaded was released on its own
+
+
+def test_new_requests_under_one_set_of_options_share_its_encoding(tree):
+    lib = kjit._lib()
+    sources = [SOURCE + f"// {i}\n" for i in range(5)]
+    got = [kjit.compile_named(s, "gemm", **_options(tree)) for s in sources]
+    requests = [lib._requests[(s, "gemm", *_values(_options(tree)))] for s in sources]
+    assert len({id(r._keep[2]) for r in requests}) == 1  # one kjit_compile_options for the five
+    assert len({g.cubin_path for g in got}) == 5  # each source its own entry
+    other = lib._request(sources[0], "gemm", _values(_options(tree, nvrtc_options=("-DX=1",))))
+    assert other._keep[2] is not requests[0]._keep[2] and other._keep[2].nvrtc_option_count == 1
+    assert kjit.compile_named(sources[0], "gemm", **_options(tree, nvrtc_options=("-DX=1",))) != got[0]
