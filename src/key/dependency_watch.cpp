@@ -288,7 +288,19 @@ bool watch_folders(State &s, const std::string &folder, std::string name) {
 // another walk, and nothing is proven (the hit checks, and the next one watches anew). Returns
 // the path resolved; nothing when a link cannot be walked (a loop) or a folder watched.
 std::optional<std::string> watch_path(State &s, const std::string &path) {
-    auto walk = walk_links(path);
+    // The longest folder `path` begins with that is watched with every folder above it since
+    // the last change: no link on its way (covered folders are resolved ones) and any change to
+    // it or above is an event, so the walks start below it (an entry folder in a watched cache
+    // folder: two names looked up, not every one from '/').
+    std::string_view link_free;
+    for (std::size_t slash = path.find_last_of('/'); slash != std::string::npos && slash > 0;
+         slash = path.find_last_of('/', slash - 1)) {
+        if (s.covered.count(path.substr(0, slash))) {
+            link_free = std::string_view(path).substr(0, slash);
+            break;
+        }
+    }
+    auto walk = walk_links(path, link_free);
     if (!walk) return std::nullopt;
     for (const LinkWalk::Link &link : walk->links) {
         if (!watch_folders(s, parent_of(link.path), name_of(link.path))) return std::nullopt;
@@ -296,7 +308,7 @@ std::optional<std::string> watch_path(State &s, const std::string &path) {
     if (!watch_folders(s, parent_of(walk->resolved), name_of(walk->resolved))) return std::nullopt;
     // Also where the first walk found no link: a folder replaced by one meanwhile would have had
     // the watch follow it, and the folder behind it unwatched.
-    const auto again = walk_links(path);
+    const auto again = walk_links(path, link_free);
     if (!again || again->resolved != walk->resolved || again->links.size() != walk->links.size()) return std::nullopt;
     for (std::size_t i = 0; i < walk->links.size(); ++i) {
         if (again->links[i].path != walk->links[i].path || again->links[i].target != walk->links[i].target) {

@@ -142,12 +142,18 @@ std::optional<std::string> link_text(const std::string &path, const struct stat 
     }
 }
 
-std::optional<LinkWalk> walk_links(const std::string &path) {
+std::optional<LinkWalk> walk_links(const std::string &path, std::string_view link_free) {
     if (path.empty() || path[0] != '/') return std::nullopt;
     LinkWalk walk;
     std::string done;               // the resolved part, "" for "/"
     std::vector<std::string> left;  // names still to look up, the next at the back
-    push_names(left, path);
+    if (link_free.size() > 1 && link_free[0] == '/' && link_free.back() != '/' && path.size() > link_free.size() &&
+        path[link_free.size()] == '/' && path.compare(0, link_free.size(), link_free) == 0) {
+        done = std::string(link_free);
+        push_names(left, path.substr(link_free.size()));
+    } else {
+        push_names(left, path);
+    }
     int followed = 0;
     while (!left.empty()) {
         const std::string name = std::move(left.back());

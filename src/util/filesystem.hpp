@@ -232,8 +232,11 @@ std::optional<std::string> link_text(const std::string &path, const struct stat 
 constexpr int kMaxLinksOnPath = 40;
 // Walks the absolute `path` one name at a time (an lstat each, a readlink per link). nullopt
 // when `path` is relative, holds more than kMaxLinksOnPath links (a loop), or a name cannot be
-// looked up (EACCES, EIO): then nothing may be proven through it.
-std::optional<LinkWalk> walk_links(const std::string &path);
+// looked up (EACCES, EIO): then nothing may be proven through it. `link_free`: a folder that
+// `path` begins with (up to a '/'), which the caller knows holds no link on its way and is
+// there (the header watch: one it watches, with every folder above it): the walk starts after
+// it. Empty, or not how `path` begins: the walk starts at '/'.
+std::optional<LinkWalk> walk_links(const std::string &path, std::string_view link_free = {});
 
 // mkdir -p: creates `path` and its missing parents with `mode` (less the umask). An existing
 // folder is fine, an existing non-folder is an error. Errors: io "cannot create <what> '<path>':

@@ -240,3 +240,42 @@ TEST(Filesystem, WalkLinksNamesEveryLinkOnTheWay) {
     ASSERT_EQ(::symlink("loop-a", (w + "/loop-b").c_str()), 0);
     EXPECT_FALSE(kjit::walk_links(w + "/loop-a/x").has_value());
 }
+
+// A walk that starts below a folder known to hold no link (the header watch's watched ones)
+// finds what the walk from '/' finds for every path under it, links below it included; a
+// "link-free" folder the path does not begin with (a prefix of a name, another folder) is not
+// taken, and the walk starts at '/'.
+TEST(Filesystem, WalkLinksFromALinkFreeFolderFindsWhatTheWholeWalkFinds) {
+    TempDir dir;
+    char real_dir[4096];
+    ASSERT_NE(::realpath(dir.path().c_str(), real_dir), nullptr);
+    const std::string w = real_dir;
+    for (const char *f : {"/cache", "/cache/ab", "/elsewhere", "/elsewhere/entry"}) {
+        ASSERT_EQ(::mkdir((w + f).c_str(), 0755), 0) << f;
+    }
+    write_file(w + "/elsewhere/entry/kernel.cubin", "x");
+    ASSERT_EQ(::symlink((w + "/elsewhere/entry").c_str(), (w + "/cache/ab/entry").c_str()), 0);
+    for (const std::string &path :
+         {w + "/cache/ab/entry/kernel.cubin", w + "/cache/ab/../ab/entry", w + "/cache/ab/missing/kernel.cubin"}) {
+        SCOPED_TRACE(path);
+        const auto whole = kjit::walk_links(path);
+        ASSERT_TRUE(whole.has_value());
+        for (const std::string &link_free :
+             {w + "/cache", w + "/cache/ab", w, w + "/cach", w + "/elsewhere", w + "/cache/", std::string("/")}) {
+            SCOPED_TRACE(link_free);
+            const auto part = kjit::walk_links(path, link_free);
+            ASSERT_TRUE(part.has_value());
+            EXPECT_EQ(part->resolved, whole->resolved);
+            EXPECT_EQ(part->found, whole->found);
+            ASSERT_EQ(part->links.size(), whole->links.size());
+            for (std::size_t i = 0; i < part->links.size(); ++i) {
+                EXPECT_EQ(part->links[i].path, whole->links[i].path);
+                EXPECT_EQ(part->links[i].target, whole->links[i].target);
+            }
+        }
+    }
+    const auto linked = kjit::walk_links(w + "/cache/ab/entry/kernel.cubin", w + "/cache/ab");
+    ASSERT_TRUE(linked.has_value());
+    ASSERT_EQ(linked->links.size(), 1u);  // the link below the folder is still found
+    EXPECT_EQ(linked->resolved, w + "/elsewhere/entry/kernel.cubin");
+}
