@@ -28,14 +28,32 @@ constexpr std::size_t kMaxRecordBytes = 64 * 1024;
 // ldconfig's cache: the dynamic linker consults it between RUNPATH and the system folders.
 constexpr const char *kLdCache = "/etc/ld.so.cache";
 
+// One place the dynamic linker looks at for a candidate, in its order. The record watches each
+// (its stat, and every link on its path).
+struct Place {
+    enum class Kind {
+        folder,    // a folder: a name added, removed or re-pointed in it shows in its mtime
+        hwcaps,    // <folder>/glibc-hwcaps/<level>/<name>: opened, when there, before <folder>/<name>
+        library,   // opened when it is there: a path candidate, <folder>/<name>
+        ld_cache,  // ldconfig's cache, asked for the name after RPATH, LD_LIBRARY_PATH and
+                   // RUNPATH's folders and before the system folders
+    };
+    Kind kind;
+    std::string path;
+};
+
+// One candidate as api() hands it to dlopen (a path, or a name the dynamic linker searches
+// for) and the places that decide what it opens.
+struct Search {
+    std::string candidate;
+    std::vector<Place> places;
+};
+
 // What decides which file the library's api() opens, as text lines, and the paths whose state must not change.
 struct Context {
-    std::string lines;  // "context ..." lines, in order
-    // Folders and files whose stat the record holds, links followed, and every link on whose
-    // paths it holds too (record_text): the folders searched, and in each the name the search
-    // would open, a path candidate itself.
-    std::vector<std::string> watch;
-    std::string record_name;  // Library::record_prefix + euid + "-" + hash of `lines`
+    std::string lines;             // "context ..." lines, in order
+    std::vector<Search> searches;  // one per candidate, in api()'s order
+    std::string record_name;       // Library::record_prefix + euid + "-" + hash of `lines`
 };
 
 // A path's state as the record keeps it: "absent" for a missing one, else device, inode, mode,
@@ -105,51 +123,56 @@ std::string folder_of(const std::string &path) {
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// The places a search for the bare `name` looks at, in the dynamic linker's order, through
+// `folders` (search_folders()); false when a glibc-hwcaps folder cannot be read.
+bool search_places(const std::vector<std::string> &folders, const std::string &name, std::vector<Place> &places) {
+    for (const std::string &folder : folders) {
+        places.push_back({Place::Kind::folder, folder});
+        // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
+        const std::string hwcaps = folder + "/glibc-hwcaps";
+        places.push_back({Place::Kind::folder, hwcaps});
+        struct stat st {};
+        if (::stat(hwcaps.c_str(), &st) == 0) {
+            auto reader = FolderReader::open(hwcaps);
+            if (!reader) return false;
+            for (;;) {
+                auto entry = reader->next();
+                if (!entry) return false;
+                if (!*entry) break;
+                places.push_back({Place::Kind::folder, hwcaps + "/" + (*entry)->d_name});
+                places.push_back({Place::Kind::hwcaps, hwcaps + "/" + (*entry)->d_name + "/" + name});
+            }
+        }
+        places.push_back({Place::Kind::library, folder + "/" + name});
+    }
+    places.push_back({Place::Kind::ld_cache, kLdCache});
+    return true;
+}
+
 std::optional<Context> context(const Library &lib) {
     Context c;
     char host[HOST_NAME_MAX + 1] = {};
     if (::gethostname(host, sizeof host - 1) != 0) return std::nullopt;
     const std::vector<std::string> candidates = lib.candidates();
-    const std::string name = lib.library_name();
-    c.lines = std::string(lib.header) + "\ncontext library " + name + "\ncontext host " + host + "\ncontext euid " +
-              std::to_string(::geteuid()) + "\n";
-    bool searched = false;
+    c.lines = std::string(lib.header) + "\ncontext library " + lib.library_name() + "\ncontext host " + host +
+              "\ncontext euid " + std::to_string(::geteuid()) + "\n";
+    std::optional<std::vector<std::string>> folders;
     for (const std::string &candidate : candidates) {
         c.lines += "context candidate " + candidate + "\n";
+        Search search{candidate, {}};
         if (candidate.find('/') != std::string::npos) {
             // Its folder: the name re-pointed or replaced shows in its mtime; the path itself,
             // which leads to another file when a link on the way (behind another link, in a
             // folder that is on no path as spelled) is re-pointed.
-            c.watch.push_back(folder_of(candidate));
-            c.watch.push_back(candidate);
+            search.places = {{Place::Kind::folder, folder_of(candidate)}, {Place::Kind::library, candidate}};
         } else {
-            searched = true;
+            if (!folders && !(folders = search_folders())) return std::nullopt;
+            if (!search_places(*folders, candidate, search.places)) return std::nullopt;
         }
+        c.searches.push_back(std::move(search));
     }
-    if (searched) {
-        auto folders = search_folders();
-        if (!folders) return std::nullopt;
-        for (const std::string &folder : *folders) {
-            c.lines += "context search " + folder + "\n";
-            c.watch.push_back(folder);
-            c.watch.push_back(folder + "/" + name);  // as a path candidate
-            // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
-            const std::string hwcaps = folder + "/glibc-hwcaps";
-            c.watch.push_back(hwcaps);
-            struct stat st {};
-            if (::stat(hwcaps.c_str(), &st) == 0) {
-                auto reader = FolderReader::open(hwcaps);
-                if (!reader) return std::nullopt;
-                for (;;) {
-                    auto entry = reader->next();
-                    if (!entry) return std::nullopt;
-                    if (!*entry) break;
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name);
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + name);
-                }
-            }
-        }
-        c.watch.push_back(kLdCache);
+    if (folders) {
+        for (const std::string &folder : *folders) c.lines += "context search " + folder + "\n";
     }
     c.record_name = std::string(lib.record_prefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
     return c;
@@ -165,7 +188,10 @@ std::optional<Context> context(const Library &lib) {
 std::optional<std::string> record_text(const Context &c, const std::string &opened_as, const std::string &file,
                                        const std::string &identity) {
     std::string text = c.lines;
-    std::vector<std::string> watch = c.watch;
+    std::vector<std::string> watch;
+    for (const Search &search : c.searches) {
+        for (const Place &place : search.places) watch.push_back(place.path);
+    }
     if (!opened_as.empty()) watch.push_back(opened_as);
     std::vector<std::string> links;
     for (const std::string &path : watch) {
