@@ -18,6 +18,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace kjit::compile::library_probe {
@@ -28,14 +29,32 @@ constexpr std::size_t kMaxRecordBytes = 64 * 1024;
 // ldconfig's cache: the dynamic linker consults it between RUNPATH and the system folders.
 constexpr const char *kLdCache = "/etc/ld.so.cache";
 
+// One place the dynamic linker looks at for a candidate, in its order. The record watches each
+// (its stat, and every link on its path); found_file() runs the search over the same places.
+struct Place {
+    enum class Kind {
+        folder,    // a folder: a name added, removed or re-pointed in it shows in its mtime
+        hwcaps,    // <folder>/glibc-hwcaps/<level>/<name>: opened, when there, before <folder>/<name>
+        library,   // opened when it is there: a path candidate, <folder>/<name>
+        ld_cache,  // ldconfig's cache, asked for the name after RPATH, LD_LIBRARY_PATH and
+                   // RUNPATH's folders and before the system folders
+    };
+    Kind kind;
+    std::string path;
+};
+
+// One candidate as api() hands it to dlopen (a path, or a name the dynamic linker searches
+// for) and the places that decide what it opens.
+struct Search {
+    std::string candidate;
+    std::vector<Place> places;
+};
+
 // What decides which file the library's api() opens, as text lines, and the paths whose state must not change.
 struct Context {
-    std::string lines;  // "context ..." lines, in order
-    // Folders and files whose stat the record holds, links followed, and every link on whose
-    // paths it holds too (record_text): the folders searched, and in each the name the search
-    // would open, a path candidate itself.
-    std::vector<std::string> watch;
-    std::string record_name;  // Library::record_prefix + euid + "-" + hash of `lines`
+    std::string lines;             // "context ..." lines, in order
+    std::vector<Search> searches;  // one per candidate, in api()'s order
+    std::string record_name;       // Library::record_prefix + euid + "-" + hash of `lines`
 };
 
 // A path's state as the record keeps it: "absent" for a missing one, else device, inode, mode,
@@ -105,54 +124,167 @@ std::string folder_of(const std::string &path) {
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// The places a search for the bare `name` looks at, in the dynamic linker's order, through
+// `folders` (search_folders()); false when a glibc-hwcaps folder cannot be read.
+bool search_places(const std::vector<std::string> &folders, const std::string &name, std::vector<Place> &places) {
+    for (const std::string &folder : folders) {
+        places.push_back({Place::Kind::folder, folder});
+        // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
+        const std::string hwcaps = folder + "/glibc-hwcaps";
+        places.push_back({Place::Kind::folder, hwcaps});
+        struct stat st {};
+        if (::stat(hwcaps.c_str(), &st) == 0) {
+            auto reader = FolderReader::open(hwcaps);
+            if (!reader) return false;
+            for (;;) {
+                auto entry = reader->next();
+                if (!entry) return false;
+                if (!*entry) break;
+                places.push_back({Place::Kind::folder, hwcaps + "/" + (*entry)->d_name});
+                places.push_back({Place::Kind::hwcaps, hwcaps + "/" + (*entry)->d_name + "/" + name});
+            }
+        }
+        places.push_back({Place::Kind::library, folder + "/" + name});
+    }
+    places.push_back({Place::Kind::ld_cache, kLdCache});
+    return true;
+}
+
 std::optional<Context> context(const Library &lib) {
     Context c;
     char host[HOST_NAME_MAX + 1] = {};
     if (::gethostname(host, sizeof host - 1) != 0) return std::nullopt;
     const std::vector<std::string> candidates = lib.candidates();
-    const std::string name = lib.library_name();
-    c.lines = std::string(lib.header) + "\ncontext library " + name + "\ncontext host " + host + "\ncontext euid " +
-              std::to_string(::geteuid()) + "\n";
-    bool searched = false;
+    c.lines = std::string(lib.header) + "\ncontext library " + lib.library_name() + "\ncontext host " + host +
+              "\ncontext euid " + std::to_string(::geteuid()) + "\n";
+    std::optional<std::vector<std::string>> folders;
     for (const std::string &candidate : candidates) {
         c.lines += "context candidate " + candidate + "\n";
+        Search search{candidate, {}};
         if (candidate.find('/') != std::string::npos) {
             // Its folder: the name re-pointed or replaced shows in its mtime; the path itself,
             // which leads to another file when a link on the way (behind another link, in a
             // folder that is on no path as spelled) is re-pointed.
-            c.watch.push_back(folder_of(candidate));
-            c.watch.push_back(candidate);
+            search.places = {{Place::Kind::folder, folder_of(candidate)}, {Place::Kind::library, candidate}};
         } else {
-            searched = true;
+            if (!folders && !(folders = search_folders())) return std::nullopt;
+            if (!search_places(*folders, candidate, search.places)) return std::nullopt;
         }
+        c.searches.push_back(std::move(search));
     }
-    if (searched) {
-        auto folders = search_folders();
-        if (!folders) return std::nullopt;
-        for (const std::string &folder : *folders) {
-            c.lines += "context search " + folder + "\n";
-            c.watch.push_back(folder);
-            c.watch.push_back(folder + "/" + name);  // as a path candidate
-            // glibc (2.33 on) looks in <folder>/glibc-hwcaps/<level>/ first.
-            const std::string hwcaps = folder + "/glibc-hwcaps";
-            c.watch.push_back(hwcaps);
-            struct stat st {};
-            if (::stat(hwcaps.c_str(), &st) == 0) {
-                auto reader = FolderReader::open(hwcaps);
-                if (!reader) return std::nullopt;
-                for (;;) {
-                    auto entry = reader->next();
-                    if (!entry) return std::nullopt;
-                    if (!*entry) break;
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name);
-                    c.watch.push_back(hwcaps + "/" + (*entry)->d_name + "/" + name);
-                }
-            }
-        }
-        c.watch.push_back(kLdCache);
+    if (folders) {
+        for (const std::string &folder : *folders) c.lines += "context search " + folder + "\n";
     }
     c.record_name = std::string(lib.record_prefix) + std::to_string(::geteuid()) + "-" + hash128_hex(c.lines);
     return c;
+}
+
+// Whether `a` and `b` lead to the same file (device and inode, links followed).
+bool same_file(const std::string &a, const std::string &b) {
+    struct stat sa {};
+    struct stat sb {};
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+// ldconfig's cache as glibc 2.32 on writes it (and reads only it, unless told otherwise): a
+// header, then entries of flags, the name's offset, the file's offset (offsets from the start),
+// an unused word and the glibc-hwcaps word.
+constexpr std::string_view kLdCacheMagic = "glibc-ld.so.cache1.1";
+constexpr std::size_t kLdCacheHeader = 48, kLdCacheEntry = 24, kLdCacheCount = 20;
+constexpr std::size_t kMaxLdCacheBytes = 64 * 1024 * 1024;
+
+// The file ldconfig's cache gives for `name`: "" when it has none (or there is no cache), or
+// nullopt when that cannot be told from here: a cache that cannot be read or is of another
+// format, or entries for `name` that lead to different files or to none (another architecture's,
+// a glibc-hwcaps level's, a stale one: the dynamic linker's choice among them depends on more).
+std::optional<std::string> ld_cache_file(const std::string &name) {
+    struct stat st {};
+    if (::stat(kLdCache, &st) != 0) return errno == ENOENT ? std::optional<std::string>("") : std::nullopt;
+    const std::optional<std::string> bytes = read_small_file(kLdCache, kMaxLdCacheBytes);
+    if (!bytes || bytes->size() < kLdCacheHeader || bytes->compare(0, kLdCacheMagic.size(), kLdCacheMagic) != 0) {
+        return std::nullopt;
+    }
+    const std::string_view all(*bytes);
+    const auto word = [&](std::size_t at) {
+        std::uint32_t value = 0;
+        std::memcpy(&value, all.data() + at, sizeof value);
+        return value;
+    };
+    const auto text_at = [&](std::uint32_t offset) -> std::optional<std::string_view> {
+        const std::size_t end = offset < all.size() ? all.find('\0', offset) : std::string_view::npos;
+        if (end == std::string_view::npos) return std::nullopt;
+        return all.substr(offset, end - offset);
+    };
+    const std::size_t count = word(kLdCacheCount);
+    if (count > (all.size() - kLdCacheHeader) / kLdCacheEntry) return std::nullopt;
+    std::string file;
+    for (std::size_t i = 0; i < count; ++i) {
+        const std::size_t entry = kLdCacheHeader + i * kLdCacheEntry;
+        const std::optional<std::string_view> key = text_at(word(entry + 4));
+        if (!key) return std::nullopt;
+        if (*key != name) continue;
+        const std::optional<std::string_view> value = text_at(word(entry + 8));
+        if (!value || value->empty() || (*value)[0] != '/') return std::nullopt;
+        if (file.empty()) {
+            file = std::string(*value);
+            if (::stat(file.c_str(), &st) != 0) return std::nullopt;
+        } else if (!same_file(file, std::string(*value))) {
+            return std::nullopt;
+        }
+    }
+    return file;
+}
+
+// The path the dynamic linker opens for `search`'s candidate (links kept), "" when it finds
+// none, nullopt when that cannot be told (`why` says why). A path is opened as it is. A bare
+// name is looked for in the folders in order, each one's glibc-hwcaps levels first, and in
+// ldconfig's cache, which is asked after the folders of RPATH, LD_LIBRARY_PATH and RUNPATH and
+// before the system folders; dlinfo lists them all with no mark between them, so where the first
+// folder that has the name and the cache name different files, which one wins cannot be told.
+std::optional<std::string> searched_file(const Search &search, std::string &why) {
+    std::string first;  // the first <folder>/<name> there
+    for (const Place &place : search.places) {
+        if (place.kind == Place::Kind::folder || (!first.empty() && place.kind != Place::Kind::ld_cache)) continue;
+        if (place.kind == Place::Kind::ld_cache) {
+            const std::optional<std::string> cached = ld_cache_file(search.candidate);
+            if (!cached) {
+                why = std::string("what ") + kLdCache + " names for " + search.candidate + " cannot be told";
+                return std::nullopt;
+            }
+            if (first.empty() || cached->empty() || same_file(first, *cached)) return first.empty() ? *cached : first;
+            why = first + " and " + kLdCache + "'s " + *cached + " are different files, either of which may be found";
+            return std::nullopt;
+        }
+        struct stat st {};
+        if (::stat(place.path.c_str(), &st) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) continue;
+            why = "'" + place.path + "' cannot be looked up";
+            return std::nullopt;
+        }
+        if (place.kind == Place::Kind::hwcaps) {
+            why = "'" + place.path + "' is in a glibc-hwcaps folder, taken or not as the CPU decides";
+            return std::nullopt;
+        }
+        first = place.path;
+    }
+    return first;
+}
+
+// The path of the file api() would open in a fresh process with context `c` (links kept): that
+// of the first candidate that finds one, a path candidate as it is, a bare name through the
+// search; nullopt when none does or which cannot be told (`why` says why). For where libkjit's
+// own dlopen cannot tell: the library was mapped already, and a bare name then answers with it
+// by its soname, whatever file the search finds. It runs over the places the record watches;
+// like dlopen, it takes a file that is there to be the one opened.
+std::optional<std::string> found_file(const Context &c, std::string &why) {
+    for (const Search &search : c.searches) {
+        const std::optional<std::string> found = searched_file(search, why);
+        if (!found) return std::nullopt;
+        if (!found->empty()) return found;
+    }
+    why = "no candidate finds a file";
+    return std::nullopt;
 }
 
 // The record's text for `identity` found at `file` (links resolved) after dlopen opened it as
@@ -165,7 +297,10 @@ std::optional<Context> context(const Library &lib) {
 std::optional<std::string> record_text(const Context &c, const std::string &opened_as, const std::string &file,
                                        const std::string &identity) {
     std::string text = c.lines;
-    std::vector<std::string> watch = c.watch;
+    std::vector<std::string> watch;
+    for (const Search &search : c.searches) {
+        for (const Place &place : search.places) watch.push_back(place.path);
+    }
     if (!opened_as.empty()) watch.push_back(opened_as);
     std::vector<std::string> links;
     for (const std::string &path : watch) {
@@ -277,6 +412,24 @@ bool already_mapped(const Library &lib) {
     return false;
 }
 
+// The path the search opens the library `opened` by (links kept, "" when dladdr cannot tell),
+// for its record under context `c`; nullopt when that is not the file loaded (why: at debug).
+std::optional<std::string> opened_by_search(const Library &lib, const Context &c, const Opened &opened) {
+    // dlopen ran the search and opened what it found.
+    if (!opened.preexisting) return opened_as(opened);
+    // Something else (numba-cuda, cuda.core, CuPy, torch) had mapped the library first, by a
+    // path of its own choosing, and dlopen answered with that one: the search is run here, and
+    // must find that very file, or the record would key later processes with another build.
+    std::string why;
+    const std::optional<std::string> found = found_file(c, why);
+    if (found && same_file(*found, *opened.file)) return found;
+    if (found) why = "it finds " + *found;
+    log().debug("{} probe: no record: {} was loaded from '{}' by something else before libkjit, and the search "
+                "cannot be proven to find it: {}",
+                lib.tag, lib.name, *opened.file, why);
+    return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::string> Probe::identity(const std::string &cache_dir) {
@@ -298,8 +451,7 @@ Result<std::string> Probe::identity(const std::string &cache_dir) {
 
 void Probe::record(const std::string &cache_dir) {
     const std::optional<Opened> opened = library_.opened();
-    // A library something else had mapped first says nothing about what the search finds.
-    if (!opened || opened->preexisting || opened->file->empty()) return;
+    if (!opened || opened->file->empty()) return;
     {
         std::lock_guard<std::mutex> lock(recorded_mutex_);
         if (!recorded_.insert(cache_dir).second) return;
@@ -310,7 +462,9 @@ void Probe::record(const std::string &cache_dir) {
     const std::vector<std::string> now = library_.candidates();
     if (std::find(now.begin(), now.end(), *opened->library) == now.end()) return;
     if (auto proven = proven_identity(library_, cache_dir, *c); proven && *proven == *opened->identity) return;
-    auto text = record_text(*c, opened_as(*opened), *opened->file, *opened->identity);
+    auto found = opened_by_search(library_, *c, *opened);
+    if (!found) return;
+    auto text = record_text(*c, *found, *opened->file, *opened->identity);
     if (!text) return;
     const std::string path = cache_dir + "/" + c->record_name;
     if (auto st = replace_file(path, path + std::string(store::cache_layout::kRecordTempInfix), {}, *text); !st) {

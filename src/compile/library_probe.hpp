@@ -21,6 +21,14 @@
 // it is in is on no path the record names. Anything else (no record, another user's, a damaged
 // one, a single difference, the library already mapped into the process) loads it as before.
 //
+// Where something else (numba-cuda, cuda.core, CuPy, torch) had mapped the library before
+// libkjit's first use, dlopen of the bare name answers with that one by its soname, whatever file
+// the search finds: then the record is written only when the search, run here over the places
+// the record watches (found_file() in the .cpp: the candidates in order, each folder's
+// glibc-hwcaps levels, ldconfig's cache), finds that very file. A host that loaded another build
+// (a pip wheel's, by its path) leaves no record: it would key later processes' hits with the
+// host's build, not the one they would load.
+//
 // If a record was wrong all the same (a change no stat shows), the first use, which loads the
 // library, finds the loaded identity differs (confirm()); it fails that request with the
 // library's error code, removes the record and keys with the loaded library from then on, so no
@@ -46,7 +54,7 @@ struct Opened {
     const std::string *library = nullptr;   // what dlopen was given
     const std::string *file = nullptr;      // the file it opened, links resolved (may be empty)
     const std::string *identity = nullptr;  // what the key holds
-    bool preexisting = false;               // something else had mapped it first
+    bool preexisting = false;               // something else had mapped it first: dlopen did not search
     const void *symbol = nullptr;           // one of its functions: dladdr names the path it was opened by
 };
 
@@ -96,7 +104,9 @@ public:
 
     // Where this process has loaded the library and found no valid record of it in `cache_dir`
     // (a folder that passed the trust checks), writes one (best effort: a read-only cache gets
-    // none; failures are logged at debug). At most once per folder and process.
+    // none; failures are logged at debug). A library something else had mapped first is recorded
+    // only if the search finds that file (else why not is logged at debug). At most once per
+    // folder and process.
     void record(const std::string &cache_dir);
 
     // Before the library serves a request keyed with `keyed_identity`: library.errc when the one

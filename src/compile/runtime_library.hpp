@@ -26,8 +26,9 @@ std::vector<std::string> candidates(environment::Variable env_var, const std::st
                                     const std::string &toolkit_dir);
 
 // dlopen(`file`, RTLD_NOW | RTLD_LOCAL): the handle, or nullptr with `why` ("failed: <dlerror>").
-// `*preexisting` is set when something else had mapped that library already (then its file says
-// nothing about what a search finds). The handle is never closed: closing runs the library's
+// `*preexisting` is set when something else had mapped that library already (then dlopen did
+// not search, and its file says nothing about what a search finds: library_probe runs the search
+// itself before it records that file). The handle is never closed: closing runs the library's
 // destructors, and it may be a library the process uses for something else.
 void *open(const std::string &file, bool *preexisting, std::string &why);
 

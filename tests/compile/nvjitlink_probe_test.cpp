@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -193,6 +194,40 @@ TEST_F(NvJitLinkProbe, ALibraryAddedToAFolderTheLinkerSearchesLoadsNvJitLink) {
     const Lines after = run_worker(cache, kHits, env);
     EXPECT_EQ(line(after, "nvjitlink"), "mapped");
     EXPECT_NE(line(after, "identity"), before) << "the search's new nvJitLink was not the one keyed";
+}
+
+// Issue 51: a host that loaded nvJitLink before libkjit's first link (numba-cuda loads it to link
+// its LTO-IR) leaves a record when that is the file libkjit's search finds, by whatever name the
+// host opened it; a host that loaded another file (the same soname: the bare name then answers
+// with it) leaves none, and a later process loads the nvJitLink its search finds.
+TEST_F(NvJitLinkProbe, AHostThatLoadedTheNvJitLinkTheSearchFindsLeavesARecord) {
+    const std::string found = line(run_worker(dir.file("plain"), "load"), "nvjitlink-file");
+    const std::string toolkit = KJIT_TOOLKIT_NVJITLINK;
+    for (const std::string &preload : {found, toolkit.substr(toolkit.rfind('/') + 1)}) {
+        SCOPED_TRACE("preloaded as " + preload);
+        for (const std::string &record : records_in(cache)) ASSERT_EQ(::unlink((cache + "/" + record).c_str()), 0);
+        const Lines host = run_worker(cache, "'preload:" + preload + "' " + kLinks);
+        ASSERT_EQ(line(host, "preloaded"), found) << host.at("all");
+        EXPECT_EQ(line(host, "confirm"), "ok") << host.at("all");
+        EXPECT_EQ(records_in(cache).size(), 1u) << "the host left no record";
+        const Lines hit = run_worker(cache, kHits);
+        EXPECT_EQ(line(hit, "identity"), line(host, "identity"));
+        EXPECT_EQ(line(hit, "nvjitlink"), "absent") << "a process that only hits loaded nvJitLink after a host had";
+    }
+}
+
+TEST_F(NvJitLinkProbe, AHostThatLoadedAnotherNvJitLinkLeavesNoRecord) {
+    char buffer[PATH_MAX];
+    ASSERT_NE(::realpath(copy_of_nvjitlink("wheel", 1).c_str(), buffer), nullptr);
+    const std::string copy = buffer;
+    const Lines host = run_worker(cache, "'preload:" + copy + "' " + kLinks);
+    ASSERT_EQ(line(host, "preloaded"), copy) << host.at("all");
+    EXPECT_EQ(line(host, "confirm"), "ok") << host.at("all");
+    EXPECT_TRUE(records_in(cache).empty()) << "a record names the host's nvJitLink";
+    const Lines later = run_worker(cache, kHits);
+    EXPECT_EQ(line(later, "nvjitlink"), "mapped") << "the copy's identity was taken for the search's nvJitLink";
+    EXPECT_NE(line(later, "nvjitlink-file"), copy);
+    EXPECT_NE(line(later, "identity"), line(host, "identity"));
 }
 
 TEST_F(NvJitLinkProbe, ARecordThatIsNotThisUsersOrNotWholeIsNotUsed) {

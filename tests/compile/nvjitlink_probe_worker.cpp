@@ -7,11 +7,18 @@
 //   confirm    nvjitlink_probe::confirm(<the identity step's text>, CACHE), as before a link:
 //              "confirm ok" or "confirm-error <Errc number> <message>"
 //   record     nvjitlink_probe::record(CACHE), as after a hit or a link
-// and at the end "nvjitlink mapped|absent" (whether any libnvJitLink is in /proc/self/maps) and
-// "loaded yes|no" (nvjitlink_probe::nvjitlink_loaded()). Exit 0 whenever it ran; 2 on bad usage.
+//   preload:FILE[,FILE...]  dlopens the first FILE that opens, as a host that loads nvJitLink
+//              for its own use first (numba-cuda): "preloaded <file>" (as /proc/self/maps names
+//              it) or "preloaded none"
+// and at the end "nvjitlink mapped|absent" (whether any libnvJitLink is in /proc/self/maps),
+// "nvjitlink-file <file>" when mapped, and "loaded yes|no" (nvjitlink_probe::nvjitlink_loaded()).
+// Exit 0 whenever it ran; 2 on bad usage.
 #include "compile/nvjitlink_library.hpp"
 #include "compile/nvjitlink_probe.hpp"
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -20,12 +27,13 @@ namespace probe = kjit::compile::nvjitlink_probe;
 
 namespace {
 
-bool nvjitlink_mapped() {
+// The first libnvJitLink file mapped into this process, as /proc/self/maps names it; "" when none.
+std::string nvjitlink_file() {
     std::ifstream maps("/proc/self/maps");
     for (std::string line; std::getline(maps, line);) {
-        if (line.find("/libnvJitLink.") != std::string::npos) return true;
+        if (line.find("/libnvJitLink.") != std::string::npos) return line.substr(line.find('/'));
     }
-    return false;
+    return "";
 }
 
 // One line for the test: newlines in a message would split it.
@@ -39,11 +47,25 @@ void say_error(const std::string &step, const kjit::Error &e) {
     say(step + "-error", std::to_string(static_cast<int>(e.code)) + " " + e.message);
 }
 
+// dlopens the first of `files` (comma-separated) that opens, never closed (the host keeps it).
+void preload(const std::string &files) {
+    for (std::size_t at = 0; at <= files.size();) {
+        const std::size_t comma = std::min(files.find(',', at), files.size());
+        const std::string file = files.substr(at, comma - at);
+        at = comma + 1;
+        if (!file.empty() && ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+            say("preloaded", nvjitlink_file());
+            return;
+        }
+    }
+    say("preloaded", "none");
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: %s CACHE identity|load|confirm|record...\n", argv[0]);
+        std::fprintf(stderr, "usage: %s CACHE identity|load|confirm|record|preload:FILE[,FILE...]...\n", argv[0]);
         return 2;
     }
     const std::string cache = argv[1];
@@ -74,12 +96,16 @@ int main(int argc, char **argv) {
             }
         } else if (step == "record") {
             probe::record(cache);
+        } else if (step.rfind("preload:", 0) == 0) {
+            preload(step.substr(8));
         } else {
             std::fprintf(stderr, "unknown step '%s'\n", step.c_str());
             return 2;
         }
     }
-    say("nvjitlink", nvjitlink_mapped() ? "mapped" : "absent");
+    const std::string file = nvjitlink_file();
+    say("nvjitlink", file.empty() ? "absent" : "mapped");
+    if (!file.empty()) say("nvjitlink-file", file);
     say("loaded", probe::nvjitlink_loaded() ? "yes" : "no");
     return 0;
 }

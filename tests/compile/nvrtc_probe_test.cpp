@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,12 +29,14 @@ namespace {
 using Lines = std::map<std::string, std::string>;
 const std::string kOk = std::to_string(KJIT_OK);
 
-// Runs probe_worker CACHE N [retry] with `env` ("NAME=value ...", may be empty) in front.
-Lines run_worker(const std::string &cache, int n, const std::string &env = "", bool retry = false) {
+// Runs probe_worker CACHE N [retry] [ARGS] with `env` ("NAME=value ...", may be empty) in front;
+// `args` is passed on as it is (e.g. "'preload:FILE'").
+Lines run_worker(const std::string &cache, int n, const std::string &env = "", bool retry = false,
+                 const std::string &args = "") {
     const char *worker = std::getenv("KJIT_PROBE_WORKER");
     if (!worker) ADD_FAILURE() << "KJIT_PROBE_WORKER is not set";
     const std::string command = "env " + env + " '" + (worker ? worker : "") + "' '" + cache + "' " +
-                                std::to_string(n) + (retry ? " retry" : "") + " 2>&1";
+                                std::to_string(n) + (retry ? " retry" : "") + " " + args + " 2>&1";
     Lines lines;
     int status = 0;
     std::string all;
@@ -169,6 +172,13 @@ std::string nvrtc_build(const std::string &folder, int extra) {
     return folder + "/" + name;
 }
 
+// `path` with its links resolved, as /proc/self/maps names a file mapped from it.
+std::string resolved(const std::string &path) {
+    char buffer[PATH_MAX];
+    EXPECT_NE(::realpath(path.c_str(), buffer), nullptr) << path;
+    return buffer;
+}
+
 // Runs the worker with `env` until a record proves NVRTC (NVRTC not mapped); the cubin's path.
 std::string proven_path(const std::string &cache, const std::string &env) {
     const Lines first = run_worker(cache, 1, env);
@@ -190,6 +200,86 @@ void expect_loaded_again(const std::string &cache, const std::string &env, const
 }
 
 }  // namespace
+
+// Issue 51: a host that loaded NVRTC before libkjit's first compile (numba-cuda, cuda.core, CuPy,
+// torch) leaves a record when the NVRTC it loaded is the file libkjit's search finds, by
+// whatever name the host opened it: a later process that only hits maps no NVRTC.
+TEST_F(NvrtcProbe, AHostThatLoadedTheNvrtcTheSearchFindsLeavesARecord) {
+    // The file a process of libkjit's own finds (links resolved, as /proc/self/maps names it).
+    const Lines plain = run_worker(dir.file("plain"), 1);
+    ASSERT_EQ(plain.at("status"), kOk) << plain.at("all");
+    const std::string found = plain.at("nvrtc-file");
+    const std::string toolkit = KJIT_TOOLKIT_NVRTC;
+    const std::string bare = toolkit.substr(toolkit.rfind('/') + 1);
+    // By that path (numba-cuda's and cuda.core's pathfinder), then by the bare name (ctypes.CDLL).
+    for (const std::string &preload : {found, bare}) {
+        SCOPED_TRACE("preloaded as " + preload);
+        for (const std::string &record : records_in(cache)) ASSERT_EQ(::unlink((cache + "/" + record).c_str()), 0);
+        const Lines host = run_worker(cache, 1, "", false, "'preload:" + preload + "'");
+        ASSERT_EQ(host.at("status"), kOk) << host.at("all");
+        ASSERT_EQ(host.at("preloaded"), found) << host.at("all");
+        EXPECT_EQ(records_in(cache).size(), 1u) << "the host left no record";
+
+        const Lines hit = run_worker(cache, 1);
+        ASSERT_EQ(hit.at("status"), kOk) << hit.at("all");
+        EXPECT_EQ(hit.at("path"), host.at("path"));
+        EXPECT_EQ(hit.at("nvrtc"), "absent") << "a process that only hits loaded NVRTC after a host had";
+    }
+}
+
+// A host that loaded another file (a copy of another build, by its path: the bare name then
+// answers with the copy, which has the same soname) leaves no record, which would key a later
+// process's hits with the copy's identity; that process loads the NVRTC its search finds.
+TEST_F(NvrtcProbe, AHostThatLoadedAnotherNvrtcLeavesNoRecord) {
+    const std::string copy = resolved(nvrtc_build(dir.file("wheel"), 1));
+    const Lines host = run_worker(cache, 1, "", false, "'preload:" + copy + "'");
+    ASSERT_EQ(host.at("status"), kOk) << host.at("all");
+    ASSERT_EQ(host.at("preloaded"), copy) << host.at("all");
+    EXPECT_EQ(host.at("nvrtc-file"), copy);
+    EXPECT_TRUE(records_in(cache).empty()) << "a record names the host's NVRTC: " << read_file(only_record(cache));
+
+    const Lines later = run_worker(cache, 1);
+    ASSERT_EQ(later.at("status"), kOk) << later.at("all");
+    EXPECT_EQ(later.at("nvrtc"), "mapped") << "the copy's identity was taken for the NVRTC the search finds";
+    EXPECT_NE(later.at("nvrtc-file"), copy);
+    EXPECT_NE(later.at("path"), host.at("path")) << "the copy's entry was hit";
+    // ... which then leaves the record of its own NVRTC.
+    const Lines hit = run_worker(cache, 1);
+    EXPECT_EQ(hit.at("path"), later.at("path"));
+    EXPECT_EQ(hit.at("nvrtc"), "absent");
+}
+
+// A host that loaded the NVRTC in a folder of LD_LIBRARY_PATH, which the search finds first: a
+// later process keys with that NVRTC, from the host's record or by loading it. (Where ldconfig's
+// cache names another file, the host cannot tell whether the folder is searched before the cache
+// or is a system folder, searched after: it leaves no record then.)
+TEST_F(NvrtcProbe, AHostThatLoadedTheNvrtcOfASearchedFolderKeysAsTheSearchFinds) {
+    const std::string copy = resolved(nvrtc_build(dir.file("libs"), 3));
+    const std::string env = "LD_LIBRARY_PATH=" + dir.file("libs");
+    const Lines host = run_worker(cache, 1, env, false, "'preload:" + copy + "'");
+    ASSERT_EQ(host.at("status"), kOk) << host.at("all");
+    ASSERT_EQ(host.at("preloaded"), copy) << host.at("all");
+    const Lines later = run_worker(cache, 1, env);
+    ASSERT_EQ(later.at("status"), kOk) << later.at("all");
+    EXPECT_EQ(later.at("path"), host.at("path")) << "keyed with another NVRTC than the search finds";
+    if (later.at("nvrtc") == "mapped") {
+        EXPECT_EQ(later.at("nvrtc-file"), copy);
+    }
+    EXPECT_EQ(run_worker(cache, 1, env).at("nvrtc"), "absent");
+}
+
+// KJIT_LIBNVRTC pins the file: a host that loaded that file first leaves a record too.
+TEST_F(NvrtcProbe, AHostThatLoadedThePinnedNvrtcLeavesARecord) {
+    const std::string pinned = resolved(nvrtc_build(dir.file("pinned"), 2));
+    const std::string env = "KJIT_LIBNVRTC=" + pinned;
+    const Lines host = run_worker(cache, 1, env, false, "'preload:" + pinned + "'");
+    ASSERT_EQ(host.at("status"), kOk) << host.at("all");
+    ASSERT_EQ(host.at("preloaded"), pinned) << host.at("all");
+    EXPECT_EQ(records_in(cache).size(), 1u) << "the host left no record";
+    const Lines hit = run_worker(cache, 1, env);
+    EXPECT_EQ(hit.at("path"), host.at("path"));
+    EXPECT_EQ(hit.at("nvrtc"), "absent") << "a process that only hits loaded the pinned NVRTC after a host had";
+}
 
 TEST_F(NvrtcProbe, KjitLibnvrtcThroughALinkToALinkIsProvenAtEveryLevel) {
     const std::string a = nvrtc_build(dir.file("build-A"), 1);

@@ -1,12 +1,20 @@
-// Child process for the NVRTC probe tests (nvrtc_probe_test.cpp): probe_worker CACHE N [retry]
-// compiles kernel gemm<N> (kjit_compile_named) into CACHE and prints what the test checks:
+// Child process for the NVRTC probe tests (nvrtc_probe_test.cpp):
+// probe_worker CACHE N [retry] [preload:FILE[,FILE...]] compiles kernel gemm<N>
+// (kjit_compile_named) into CACHE and prints what the test checks:
+//   preloaded <file>|none           (with preload: the first FILE that dlopen opened, before
+//                                    libkjit's first compile, as a host such as numba-cuda does;
+//                                    <file> as /proc/self/maps names the NVRTC mapped then)
 //   status <kjit_status number>     (again after "retry", for a second try in the same process)
 //   path <cubin>  name <kernel>     (on success)
 //   error <kjit_last_error()>       (on failure)
 //   nvrtc mapped|absent             (whether any libnvrtc is mapped into this process at the end)
+//   nvrtc-file <file>               (when mapped: the first libnvrtc file /proc/self/maps names)
 // Exit 0 whenever it ran; the test reads the lines.
 #include "kjit/kjit.h"
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,12 +23,28 @@
 
 namespace {
 
-bool nvrtc_mapped() {
+// The first libnvrtc file mapped into this process, as /proc/self/maps names it; "" when none.
+std::string nvrtc_file() {
     std::ifstream maps("/proc/self/maps");
     for (std::string line; std::getline(maps, line);) {
-        if (line.find("/libnvrtc.") != std::string::npos) return true;
+        if (line.find("/libnvrtc.") != std::string::npos) return line.substr(line.find('/'));
     }
-    return false;
+    return "";
+}
+
+// dlopens the first of `files` (comma-separated) that opens, as a host that loads NVRTC for its
+// own use would, and says which (never closed: the host keeps it).
+void preload(const std::string &files) {
+    for (std::size_t at = 0; at <= files.size();) {
+        const std::size_t comma = std::min(files.find(',', at), files.size());
+        const std::string file = files.substr(at, comma - at);
+        at = comma + 1;
+        if (!file.empty() && ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+            std::printf("preloaded %s\n", nvrtc_file().c_str());
+            return;
+        }
+    }
+    std::printf("preloaded none\n");
 }
 
 void compile_once(const char *cache, int n) {
@@ -47,12 +71,25 @@ void compile_once(const char *cache, int n) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: %s CACHE N [retry]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s CACHE N [retry] [preload:FILE[,FILE...]]\n", argv[0]);
         return 2;
     }
     const int n = std::atoi(argv[2]);
+    bool retry = false;
+    for (int i = 3; i < argc; ++i) {
+        if (std::strcmp(argv[i], "retry") == 0) {
+            retry = true;
+        } else if (std::strncmp(argv[i], "preload:", 8) == 0) {
+            preload(argv[i] + 8);
+        } else {
+            std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
     compile_once(argv[1], n);
-    if (argc > 3 && std::strcmp(argv[3], "retry") == 0) compile_once(argv[1], n);
-    std::printf("nvrtc %s\n", nvrtc_mapped() ? "mapped" : "absent");
+    if (retry) compile_once(argv[1], n);
+    const std::string file = nvrtc_file();
+    std::printf("nvrtc %s\n", file.empty() ? "absent" : "mapped");
+    if (!file.empty()) std::printf("nvrtc-file %s\n", file.c_str());
     return 0;
 }
