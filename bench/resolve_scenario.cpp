@@ -3,7 +3,13 @@
 //   hit          kjit_resolve_name with a settled sidecar next to the cubin
 //   scan+write   kjit_resolve_name with the sidecar removed before each call (the unlink is not
 //                timed): libelf scan, keyword rule, sidecar publish
-//   scan         kjit::cubin::SymbolTable::open_file + kjit::cubin::name_matcher::select, no sidecar I/O
+//   scan         kjit::cubin::SymbolTable::open_symbols (what kjit_resolve_name reads of a loose
+//                cubin: ELF header, section headers, .symtab, its string table) +
+//                kjit::cubin::name_matcher::select, no sidecar I/O
+//   scan, whole  the same through SymbolTable::open_file, which reads the whole file through
+//                libelf (the loader's and a cache entry's scan)
+//   memory speed (information) memcpy of as many bytes as open_symbols reads, from memory: how
+//                far the scan is from reading its input at memory speed
 //   floor        open + read + close of a file as large as the sidecar, in the cubin's folder:
 //                what any file-based answer must pay
 //   syscalls     (information) the system calls a hit makes (stat the cubin; open, one read and
@@ -20,6 +26,7 @@
 #include "cubin/symbol_scanner.hpp"
 #include "kjit/kjit.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +37,7 @@
 #include <cstring>
 #include <ctime>
 #include <thread>
+#include <vector>
 
 namespace kjit_bench {
 
@@ -147,6 +155,29 @@ Row run_pyelftools(const BenchOptions &o, const std::string &expected, Report &r
 
 }  // namespace
 
+namespace {
+
+// How many bytes SymbolTable::open_symbols reads of `cubin`: its section headers, .symtab and
+// the string table that links to (the ELF header aside).
+std::size_t symbol_parts_bytes(const std::string &cubin) {
+    const std::string image = read_file(cubin);
+    Elf64_Ehdr ehdr;
+    if (image.size() < sizeof ehdr) fail("'" + cubin + "' is too short for an ELF header");
+    std::memcpy(&ehdr, image.data(), sizeof ehdr);
+    std::size_t bytes = std::size_t{ehdr.e_shnum} * sizeof(Elf64_Shdr);
+    for (std::size_t i = 0; i < ehdr.e_shnum; ++i) {
+        Elf64_Shdr sh;
+        std::memcpy(&sh, image.data() + ehdr.e_shoff + i * sizeof sh, sizeof sh);
+        if (sh.sh_type != SHT_SYMTAB) continue;
+        Elf64_Shdr strs;
+        std::memcpy(&strs, image.data() + ehdr.e_shoff + std::size_t{sh.sh_link} * sizeof strs, sizeof strs);
+        return bytes + sh.sh_size + strs.sh_size;
+    }
+    fail("'" + cubin + "' has no .symtab");
+}
+
+}  // namespace
+
 void run_resolve(const BenchOptions &o, Report &report) {
     struct stat st {};
     double age = cubin_age_seconds(o.cubin, st);
@@ -235,8 +266,10 @@ void run_resolve(const BenchOptions &o, Report &report) {
     if (probe_bytes != sidecar_text.size()) fail("the floor probe read a short file");
 
     std::string scanned;
+    bool whole = false;
     auto scan_call = [&] {
-        auto table = kjit::cubin::SymbolTable::open_file(o.cubin);
+        auto table =
+            whole ? kjit::cubin::SymbolTable::open_file(o.cubin) : kjit::cubin::SymbolTable::open_symbols(o.cubin);
         if (!table) fail(table.error().message);
         std::vector<kjit::cubin::name_matcher::Candidate> candidates;
         candidates.reserve(table->functions().size());
@@ -249,12 +282,24 @@ void run_resolve(const BenchOptions &o, Report &report) {
         if (::unlink(sidecar.c_str()) != 0 && errno != ENOENT)
             fail("cannot remove '" + sidecar + "': " + std::strerror(errno));
     };
-    std::vector<double> scan_us, rewrite_us;
+    std::vector<double> scan_us, whole_us, memcpy_us, rewrite_us;
+    const std::size_t read_bytes = symbol_parts_bytes(o.cubin);
     {
-        Progress progress("resolve: scans", 2 * (o.scan_iterations + warm_scan), "scans");
+        Progress progress("resolve: scans", 3 * (o.scan_iterations + warm_scan), "scans");
         scan_us = time_calls(
             warm_scan, o.scan_iterations, [&] { progress.tick(); }, scan_call);
         if (scanned != name) fail("the scan found '" + scanned + "'");
+        whole = true;
+        whole_us = time_calls(
+            warm_scan, o.scan_iterations, [&] { progress.tick(); }, scan_call);
+        if (scanned != name) fail("the whole scan found '" + scanned + "'");
+        std::vector<char> from(read_bytes, 1), to(read_bytes);
+        memcpy_us = time_calls(
+            warm_scan, o.scan_iterations, [] {},
+            [&] {
+                std::memcpy(to.data(), from.data(), read_bytes);
+                from[0] = to[read_bytes / 2];  // the copy is used
+            });
         rewrite_us = time_calls(
             warm_scan, o.scan_iterations,
             [&] {
@@ -274,7 +319,13 @@ void run_resolve(const BenchOptions &o, Report &report) {
         summarize("resolve.floor", "floor: open+read+close of a file of the sidecar's size", std::move(floor_us)));
     s.rows.push_back(summarize("resolve.syscalls", "(info) a hit's system calls alone (stat+open+read+close)",
                                std::move(syscalls_us)));
-    s.rows.push_back(summarize("resolve.scan", "scan only (libelf symbol table + keyword rule)", std::move(scan_us)));
+    s.rows.push_back(
+        summarize("resolve.scan", "scan only (section headers, .symtab, names + keyword rule)", std::move(scan_us)));
+    s.rows.push_back(summarize("resolve.scan_whole", "(info) scan of the whole file through libelf (open_file)",
+                               std::move(whole_us)));
+    s.rows.push_back(summarize("resolve.memory_speed",
+                               "(info) memcpy of the " + std::to_string(read_bytes / 1024) + " KiB the scan reads",
+                               std::move(memcpy_us)));
     s.rows.push_back(summarize("resolve.scan_rewrite", "no sidecar: scan + sidecar publish (kjit_resolve_name)",
                                std::move(rewrite_us)));
     s.rows.push_back(run_pyelftools(o, name, report));
@@ -287,6 +338,10 @@ void run_resolve(const BenchOptions &o, Report &report) {
     std::snprintf(note, sizeof note, "hit - syscalls alone: %s of libkjit code per hit; syscalls alone / floor: %.2fx",
                   format_us(hit.median_us - s.find("resolve.syscalls")->median_us).c_str(),
                   s.find("resolve.syscalls")->median_us / floor_row.median_us);
+    s.notes.push_back(note);
+    std::snprintf(note, sizeof note, "scan / memcpy of the bytes it reads: %.1fx; whole-file scan / scan: %.2fx",
+                  scan.median_us / s.find("resolve.memory_speed")->median_us,
+                  s.find("resolve.scan_whole")->median_us / scan.median_us);
     s.notes.push_back(note);
 
     Target over_py{"pyelftools_over_hit", "sidecar hit vs the pyelftools loop (pyelftools / hit)", 30000};

@@ -5,10 +5,17 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #ifndef EM_CUDA
 #define EM_CUDA 190
@@ -69,6 +76,7 @@ bool init_libelf() { return libelf_ready; }
 // libelf descriptor plus what backs it (owned bytes, or none for a view).
 struct SymbolTable::Handle {
     std::string bytes;
+    std::unique_ptr<char[]> parts;  // open_symbols' string table (no ELF descriptor)
     Elf *elf = nullptr;
 
     Handle() = default;
@@ -341,6 +349,129 @@ Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std
     if (auto st = add_functions(syms, count, strings, strings_size, label, table.functions_); !st) {
         return std::move(st).error();
     }
+    return table;
+}
+
+namespace {
+
+// pread of exactly `size` bytes at `offset`; false on an error or a short read.
+bool read_exactly(int fd, char *into, std::size_t size, std::uint64_t offset) {
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::pread(fd, into + done, size - done, static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+// What open_symbols reads of a cubin: .symtab (into the thread's buffer, reused: a big cubin's
+// is hundreds of KB, faulted in anew at every scan otherwise) and its string table (left
+// uninitialized before the read: nothing zeroed in vain).
+struct SymbolParts {
+    const Elf64_Sym *symbols = nullptr;
+    std::size_t symbol_count = 0;
+    std::unique_ptr<char[]> strings;
+    std::size_t strings_size = 0;
+};
+
+// The section headers of `fd`, `count` from `offset`, looked through a chunk at a time (a
+// 3,000-kernel cubin has 15,000 of them: 960 KB never held at once): the index of its one
+// SHT_SYMTAB into `symtab` and its header into `header`; false on a read error or a second one.
+bool find_symtab_header(int fd, std::uint64_t offset, std::size_t count, std::size_t &symtab, Elf64_Shdr &header) {
+    constexpr std::size_t kChunk = 256;
+    Elf64_Shdr chunk[kChunk];
+    symtab = 0;
+    for (std::size_t first = 0; first < count; first += kChunk) {
+        const std::size_t n = std::min(kChunk, count - first);
+        if (!read_exactly(fd, reinterpret_cast<char *>(chunk), n * sizeof(Elf64_Shdr),
+                          offset + first * sizeof(Elf64_Shdr))) {
+            return false;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            if (chunk[i].sh_type != SHT_SYMTAB) continue;
+            if (symtab != 0 || first + i == 0) return false;  // two, or section 0
+            symtab = first + i;
+            header = chunk[i];
+        }
+    }
+    return symtab != 0;
+}
+
+// The checks parse() makes through libelf (check_elf_header, find_symtab, symbol_data,
+// string_table), made on the `file_size`-byte cubin `fd` by reading its ELF header, its section
+// headers and those two sections alone; nothing where one fails or the layout is not the
+// plain one (extended section numbering, a section outside the file): open_file then reads it
+// whole, and says what is wrong in its words. libelf is not used here: it sets up every
+// section of the file (a 3,000-kernel cubin has 15,000), which costs more than reading them.
+std::optional<SymbolParts> read_symbol_parts(int fd, std::uint64_t file_size) {
+    Elf64_Ehdr ehdr;
+    if (file_size < sizeof ehdr || !read_exactly(fd, reinterpret_cast<char *>(&ehdr), sizeof ehdr, 0)) return {};
+    if (std::memcmp(ehdr.e_ident, ELFMAG, SELFMAG) != 0 || ehdr.e_ident[EI_CLASS] != ELFCLASS64 ||
+        ehdr.e_ident[EI_DATA] != ELFDATA2LSB || ehdr.e_ident[EI_VERSION] != EV_CURRENT || ehdr.e_machine != EM_CUDA ||
+        ehdr.e_shentsize != sizeof(Elf64_Shdr) || ehdr.e_shnum == 0 || ehdr.e_shnum >= SHN_LORESERVE ||
+        ehdr.e_shstrndx == SHN_XINDEX) {
+        return {};
+    }
+    const std::uint64_t table_bytes = std::uint64_t{ehdr.e_shnum} * sizeof(Elf64_Shdr);
+    if (ehdr.e_shoff > file_size || table_bytes > file_size - ehdr.e_shoff) return {};
+    std::size_t symtab = 0;
+    Elf64_Shdr syms{};
+    if (!find_symtab_header(fd, ehdr.e_shoff, ehdr.e_shnum, symtab, syms)) return {};
+    if (syms.sh_entsize != sizeof(Elf64_Sym) || syms.sh_size % sizeof(Elf64_Sym) != 0 || syms.sh_link == 0 ||
+        syms.sh_link >= ehdr.e_shnum || syms.sh_link == symtab) {
+        return {};
+    }
+    Elf64_Shdr strs{};
+    if (!read_exactly(fd, reinterpret_cast<char *>(&strs), sizeof strs,
+                      ehdr.e_shoff + std::uint64_t{syms.sh_link} * sizeof(Elf64_Shdr)) ||
+        strs.sh_type != SHT_STRTAB) {
+        return {};
+    }
+    for (const Elf64_Shdr *s : {&syms, &strs}) {
+        if (s->sh_offset > file_size || s->sh_size > file_size - s->sh_offset) return {};
+    }
+    SymbolParts parts;
+    parts.symbol_count = static_cast<std::size_t>(syms.sh_size / sizeof(Elf64_Sym));
+    parts.strings_size = static_cast<std::size_t>(strs.sh_size);
+    thread_local std::vector<Elf64_Sym> symbols;
+    if (symbols.size() < parts.symbol_count) symbols.resize(parts.symbol_count);
+    parts.symbols = symbols.data();
+    parts.strings.reset(new char[parts.strings_size + 1]);
+    if (!read_exactly(fd, reinterpret_cast<char *>(symbols.data()), syms.sh_size, syms.sh_offset) ||
+        !read_exactly(fd, parts.strings.get(), parts.strings_size, strs.sh_offset)) {
+        return {};
+    }
+    return parts;
+}
+
+}  // namespace
+
+Result<SymbolTable> SymbolTable::open_symbols(const std::string &path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    struct stat before {};
+    if (!fd.valid() || ::fstat(fd.get(), &before) != 0 || !S_ISREG(before.st_mode) || before.st_size <= 0 ||
+        static_cast<std::uint64_t>(before.st_size) > kMaxCubinBytes) {
+        return open_file(path);  // its error, in its words
+    }
+    auto parts = read_symbol_parts(fd.get(), static_cast<std::uint64_t>(before.st_size));
+    struct stat after {};
+    if (!parts || ::fstat(fd.get(), &after) != 0 ||
+        !(FileIdentity::from_stat(after) == FileIdentity::from_stat(before))) {
+        return open_file(path);
+    }
+    auto handle = std::make_unique<Handle>();
+    handle->parts = std::move(parts->strings);  // the names are views into it
+    SymbolTable table(std::move(handle));
+    table.functions_.reserve(parts->symbol_count / 2);
+    if (auto st = add_functions(parts->symbols, parts->symbol_count, table.handle_->parts.get(), parts->strings_size,
+                                path, table.functions_);
+        !st) {
+        return open_file(path);  // a malformed table: said as open_file says it
+    }
+    table.identity_ = FileIdentity::from_stat(before);
+    table.whole_image_ = false;
     return table;
 }
 

@@ -28,6 +28,16 @@ public:
     // is not a regular file or kept changing while read; Errc::bad_cubin when it is empty, over
     // kMaxCubinBytes, or not a 64-bit little-endian CUDA ELF with a well-formed .symtab.
     static Result<SymbolTable> open_file(const std::string &path);
+    // Reads only what names the cubin's functions: its ELF header, section headers, .symtab and
+    // the string table that links to (under a fifth of a multi-MB cubin: every kernel's code and
+    // constants are left unread), with pread, as open_file reads it, and checked as open_file
+    // checks it; identity() is the fstat the file kept while read. image() is then empty
+    // (whole_image() is false): for callers that use nothing else (kjit_resolve_name's scan of
+    // a loose cubin). A file open_file would refuse, or
+    // whose layout is not a plain one (extended section numbering, the symbols outside the
+    // file), or that changed while read, is read by open_file instead, whose answer and errors
+    // it gives.
+    static Result<SymbolTable> open_symbols(const std::string &path);
     // The same for `name` in the open folder `dir_fd` (openat), e.g. a cache entry's cubin read
     // with its manifest from one folder; `label` (its path) names it in errors.
     static Result<SymbolTable> open_file_at(int dir_fd, const std::string &name, const std::string &label);
@@ -45,8 +55,11 @@ public:
     ~SymbolTable();
 
     const std::vector<FunctionSymbol> &functions() const { return functions_; }
-    // The whole image as scanned (the bytes read, owned or viewed).
+    // The whole image as scanned (the bytes read, owned or viewed); empty for open_symbols
+    // (whole_image() false).
     std::string_view image() const;
+    // Whether image() is the whole file (every constructor but open_symbols).
+    bool whole_image() const { return whole_image_; }
     // fstat of the file as opened (zeroes for from_bytes).
     const FileIdentity &identity() const { return identity_; }
 
@@ -58,6 +71,7 @@ private:
     std::unique_ptr<Handle> handle_;
     std::vector<FunctionSymbol> functions_;
     FileIdentity identity_;
+    bool whole_image_ = true;
 };
 
 // The largest cubin libkjit reads: larger files are refused (Errc::bad_cubin) before reading.

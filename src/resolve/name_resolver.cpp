@@ -204,10 +204,12 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
         if (!opened) return std::move(opened).error();
         entry_fd = std::move(*opened);
     }
+    // A loose cubin: its symbols alone are read (a content hash, where its version needs one,
+    // reads the rest: scanned_line). An entry's is read whole: its manifest's hash covers it.
     auto table = image ? cubin::SymbolTable::from_view(*image, cubin_path)
                  : entry_fd.valid()
                      ? cubin::SymbolTable::open_file_at(entry_fd.get(), store::cache_entry::kCubinFile, cubin_path)
-                     : cubin::SymbolTable::open_file(cubin_path);
+                     : cubin::SymbolTable::open_symbols(cubin_path);
     if (!table) return std::move(table).error();
     counters.scans.fetch_add(1, std::memory_order_relaxed);
     if (entry_fd.valid()) {
@@ -218,17 +220,34 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
     return table;
 }
 
+// The content hash of the version `scanned` of the cubin at `cubin_path` whose symbols `table`
+// holds: of its image when whole, else of the file, read now, when it is still that version;
+// nothing when it is not (it changed since the scan).
+std::optional<std::uint64_t> scanned_content_hash(const std::string &cubin_path, const FileIdentity &scanned,
+                                                  const cubin::SymbolTable &table) {
+    if (table.whole_image()) return hash64(table.image());
+    FileIdentity hashed;
+    auto h = hash_file64(cubin_path, &hashed);
+    if (!h || !(hashed == scanned)) return std::nullopt;
+    return *h;
+}
+
 // The sidecar line a scan writes: `keyword` -> `name` for the version `scanned` of the cubin in
-// `table`, with a content hash while that version needs one (young, or a whole-second mtime).
-cubin::sidecar::Line scanned_line(std::string_view keyword, const std::string &name, const FileIdentity &scanned,
-                                  const cubin::SymbolTable &table, std::int64_t scan_started) {
+// `table`, with a content hash while that version needs one (young, or a whole-second mtime);
+// nothing when that hash cannot be taken of that version (the cubin changed since the scan).
+std::optional<cubin::sidecar::Line> scanned_line(std::string_view keyword, const std::string &name,
+                                                 const std::string &cubin_path, const FileIdentity &scanned,
+                                                 const cubin::SymbolTable &table, std::int64_t scan_started) {
     cubin::sidecar::Line line;
     line.keyword.assign(keyword);
     line.name = name;
     line.cubin_size = scanned.size;
     line.mtime_sec = scanned.mtime_sec;
     line.mtime_nsec = scanned.mtime_nsec;
-    if (needs_content_hash(scanned, scan_started)) line.content_hash = hash64(table.image());
+    if (needs_content_hash(scanned, scan_started)) {
+        line.content_hash = scanned_content_hash(cubin_path, scanned, table);
+        if (!line.content_hash) return std::nullopt;
+    }
     return line;
 }
 
@@ -377,7 +396,14 @@ Result<NameResolver::Resolution> NameResolver::scan_version(const Version &versi
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
     const FileIdentity &scanned = version.image ? version.identity : table->identity();
-    cubin::sidecar::Line line = scanned_line(keyword, name, scanned, *table, scan_started);
+    std::optional<cubin::sidecar::Line> scanned_version =
+        scanned_line(keyword, name, cubin_path, scanned, *table, scan_started);
+    if (!scanned_version) {  // a loose cubin rewritten since it was scanned: its line cannot be vouched for
+        log().debug("scanned {} [{}] -> {}, but it changed before its content hash was taken: no sidecar line",
+                    cubin_path, keyword, name);
+        return Resolution{std::move(name), false};
+    }
+    cubin::sidecar::Line &line = *scanned_version;
     log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name, table->functions().size(),
                 line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 

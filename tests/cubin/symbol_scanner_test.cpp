@@ -244,3 +244,84 @@ TEST(SymbolScanner, RandomCorruptionGivesNameOrBadCubin) {
     }
     EXPECT_GT(rejected, 0);
 }
+
+// open_symbols reads the ELF header, the section headers, .symtab and its string table alone;
+// it must give what open_file gives, whole or damaged: the same functions with the same flags,
+// or a refusal with open_file's code and message, for real cubins, every truncation and random
+// damage (the parts it does not read included: a section header pointing past the end).
+TEST(SymbolScanner, OpenSymbolsGivesWhatOpenFileGives) {
+    TempDir dir;
+    const std::string path = dir.file("k.cubin");
+    const auto agree = [&](const std::string &image, const std::string &what) {
+        write_file(path, image);
+        auto whole = SymbolTable::open_file(path);
+        auto parts = SymbolTable::open_symbols(path);
+        ASSERT_EQ(parts.ok(), whole.ok())
+            << what << ": " << (whole.ok() ? parts.error().message : whole.error().message);
+        if (!whole.ok()) {
+            EXPECT_EQ(parts.error().code, whole.error().code) << what;
+            EXPECT_EQ(parts.error().message, whole.error().message) << what;
+            return;
+        }
+        ASSERT_EQ(parts->functions().size(), whole->functions().size()) << what;
+        for (std::size_t i = 0; i < whole->functions().size(); ++i) {
+            EXPECT_EQ(parts->functions()[i].name, whole->functions()[i].name) << what;
+            EXPECT_EQ(parts->functions()[i].is_entry, whole->functions()[i].is_entry) << what;
+            EXPECT_EQ(parts->functions()[i].is_global, whole->functions()[i].is_global) << what;
+        }
+        EXPECT_TRUE(parts->identity() == whole->identity()) << what;
+    };
+    std::string many = "template <int N> __global__ void many(float *p) { p[threadIdx.x] = N; }\n";
+    for (int i = 0; i < 64; ++i) many += "template __global__ void many<" + std::to_string(i) + ">(float *);\n";
+    const std::string &big = cubin_for(many);
+    agree(big, "64 kernels");
+    {
+        write_file(path, big);
+        auto parts = SymbolTable::open_symbols(path);
+        ASSERT_TRUE(parts.ok()) << parts.error().message;
+        EXPECT_FALSE(parts->whole_image());
+        EXPECT_TRUE(parts->image().empty());
+        EXPECT_TRUE(SymbolTable::open_file(path)->whole_image());
+    }
+    for (const char *source : {sources::kPlain, sources::kTemplateSeveral, sources::kNamespaces}) {
+        agree(cubin_for(source), source);
+    }
+    const std::string &cubin = cubin_for(sources::kNamespaces);
+    for (std::size_t len = 1; len < cubin.size(); len += (len < 256 ? 3 : 97)) {
+        agree(cubin.substr(0, len), "cut at " + std::to_string(len));
+    }
+    agree(crafted::with_section_copied(cubin, crafted::find_section(cubin, SHT_SYMTAB)), "two symtabs");
+    std::string far = cubin;
+    Elf64_Half count = 0;
+    Elf64_Shdr *sh = section_headers(far, &count);
+    for (Elf64_Half i = 0; i < count; ++i) {
+        if (sh[i].sh_type == SHT_PROGBITS) sh[i].sh_offset = 1ull << 40;  // code past the end
+    }
+    agree(far, "a code section past the end");
+    std::mt19937 rng(11);
+    for (int round = 0; round < 400; ++round) {
+        std::string image = cubin;
+        const int flips = 1 + static_cast<int>(rng() % 8);
+        for (int i = 0; i < flips; ++i) image[rng() % image.size()] = static_cast<char>(rng());
+        agree(image, "damage round " + std::to_string(round));
+    }
+    // Damage where open_symbols reads without libelf: the ELF header, the section headers, the
+    // symbols and their names.
+    const auto *ehdr = reinterpret_cast<const Elf64_Ehdr *>(cubin.data());
+    const std::size_t symtab = crafted::find_section(cubin, SHT_SYMTAB);
+    const auto *headers = reinterpret_cast<const Elf64_Shdr *>(cubin.data() + ehdr->e_shoff);
+    const std::pair<std::size_t, std::size_t> regions[] = {
+        {0, sizeof(Elf64_Ehdr)},
+        {ehdr->e_shoff, std::size_t{ehdr->e_shnum} * sizeof(Elf64_Shdr)},
+        {headers[symtab].sh_offset, headers[symtab].sh_size},
+        {headers[headers[symtab].sh_link].sh_offset, headers[headers[symtab].sh_link].sh_size}};
+    for (int round = 0; round < 1200; ++round) {
+        std::string image = cubin;
+        const auto &[at, size] = regions[static_cast<std::size_t>(round) % 4];
+        const int flips = 1 + static_cast<int>(rng() % 3);
+        for (int i = 0; i < flips; ++i) image[at + rng() % size] = static_cast<char>(rng());
+        agree(image, "region " + std::to_string(round % 4) + " round " + std::to_string(round));
+    }
+    agree("", "empty");
+    agree("not an ELF file\n", "text");
+}

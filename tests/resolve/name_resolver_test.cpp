@@ -5,6 +5,7 @@
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
 #include "test_support.hpp"
+#include "util/hashing.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -233,6 +234,8 @@ TEST(NameResolver, SameSizeSameMtimeReplacementOfAYoungCubin) {
     NameResolver r;
     EXPECT_EQ(resolve_ok(r, f.cubin, "tmpl"), "_Z4tmplILi4EEvPf");
     ASSERT_TRUE(sc::read(f.sidecar).lines.at(0).content_hash.has_value());
+    // The scan read the symbols alone; the hash is still of the whole file's bytes.
+    EXPECT_EQ(*sc::read(f.sidecar).lines.at(0).content_hash, kjit::hash64(read_file(f.cubin)));
     const std::string saved = f.dir.file("saved-mtime");
     write_file(saved, "");
     copy_mtime(f.cubin, saved);
