@@ -2,7 +2,7 @@
 """kjit.cuda_core against cuda.core's own ways to cache a compiled templated kernel: lines of code
 and hit times, for the README's comparison table.
 
-    python3 bench/peers_cuda_core.py [--runs 7] [--repeats 2000] [--arch sm_90] [--json OUT]
+    python3 bench/peers_cuda_core.py [--runs 7] [--repeats 2000] [--kernels 24] [--arch sm_90] [--json OUT]
 
 Run it with a Python that has cuda-core (1.0 or newer) and cuda-bindings, kjit (python/ of this
 tree is put first on sys.path) and libkjit (KJIT_LIBRARY, or kjit's own search). NVRTC only, no
@@ -23,7 +23,9 @@ compiles at get_function, for the device's arch).
 
 Timing: every way's cache is filled first. "repeat" is the median time of one more call in a warm
 process (median over --repeats calls, then over the processes); "fresh" is the first call in a
-fresh process, after its imports (median over --runs processes, the ways interleaved). Each
+fresh process, after its imports (median over --runs processes, the ways interleaved); "next
+kernels" is what each of --kernels more instantiations (scale<4>, scale<5>, ...) costs when
+first asked in that process, right after (their mean, then the median over the processes). Each
 process also says whether NVRTC was mapped into it (/proc/self/maps) after its calls. All caches
 live under one temporary XDG_CACHE_HOME. Prints a table and kjit's speed-ups over cuda.core's
 cache; --json writes the figures.
@@ -45,14 +47,15 @@ template <int N> __global__ void scale(float *p, int n) {
 }
 """
 # For Program.compile(cache=), which takes no name expressions: the instantiation in the source.
-SOURCE_INSTANTIATED = SOURCE + "template __global__ void scale<3>(float *, int);\n"
+INSTANTIATION = "template __global__ void scale<{}>(float *, int);\n"
 MANGLED = "_Z5scaleILi3EEvPfi"
 
-# Each way: (setup code, the call). Lines are counted on both; the call is what is timed.
+# Each way: (setup code, the call of scale<N>). Lines are counted on both; the call is what is
+# timed, for N = 3 (the first call and the repeats) and for --kernels more N (first calls).
 WAYS = {
     "kjit": ("""
 import kjit.cuda_core
-""", 'kjit.cuda_core.compile(SOURCE, options, ("scale<3>",))'),
+""", 'kjit.cuda_core.compile(SOURCE, options, (f"scale<{N}>",))'),
     "by hand": ("""
 import json
 from cuda.core.utils import FileStreamProgramCache, make_program_cache_key
@@ -68,11 +71,11 @@ def compile_cached(code, options, name_expressions):
         return obj
     mapping = {k: v.encode() for k, v in json.loads(names).items()}
     return ObjectCode.from_cubin(cubin, name=options.name, symbol_mapping=mapping)
-""", 'compile_cached(SOURCE, options, ("scale<3>",))'),
+""", 'compile_cached(SOURCE, options, (f"scale<{N}>",))'),
     "cuda.core cache": ("""
 from cuda.core.utils import FileStreamProgramCache
 cache = FileStreamProgramCache()
-""", 'Program(SOURCE_INSTANTIATED, "c++", options).compile("cubin", cache=cache)'),
+""", 'Program(SOURCE + INSTANTIATION.format(N), "c++", options).compile("cubin", cache=cache)'),
 }
 CUPY = """
 import cupy
@@ -87,32 +90,40 @@ def count_lines(*parts):
     return sum(1 for part in parts for line in part.splitlines() if line.strip())
 
 
-def child(way, arch, repeats):
-    """One fresh process: imports, the first call, then repeats. Prints one JSON line."""
+def child(way, arch, repeats, kernels):
+    """One fresh process: imports, the first call (scale<3>), the first calls of `kernels` more
+    instantiations (each new to the process: what an autotuned program's start-up asks), then
+    repeats of the first. Prints one JSON line."""
     from cuda.core import ObjectCode, Program, ProgramOptions  # noqa: F401 (the snippets use them)
     setup, call = WAYS[way]
-    ns = {"SOURCE": SOURCE, "SOURCE_INSTANTIATED": SOURCE_INSTANTIATED, "ObjectCode": ObjectCode,
+    ns = {"SOURCE": SOURCE, "INSTANTIATION": INSTANTIATION, "ObjectCode": ObjectCode,
           "Program": Program, "options": ProgramOptions(arch=arch, name="bench")}
     exec(setup, ns)  # noqa: S102 (the bench's own snippets)
-    fn = eval("lambda: " + call, ns)  # noqa: S307
+    fn = eval("lambda N: " + call, ns)  # noqa: S307
     started = time.perf_counter_ns()
-    mod = fn()
+    mod = fn(3)
     first_ns = time.perf_counter_ns() - started
     expected = MANGLED if way == "cuda.core cache" else mod.symbol_mapping["scale<3>"].decode()
     assert expected == MANGLED, expected
+    started = time.perf_counter_ns()
+    for n in range(4, 4 + kernels):
+        fn(n)
+    next_ns = time.perf_counter_ns() - started
     times = []
     for _ in range(repeats):
         started = time.perf_counter_ns()
-        fn()
+        fn(3)
         times.append(time.perf_counter_ns() - started)
     maps = pathlib.Path("/proc/self/maps").read_text()
-    print(json.dumps({"first_us": first_ns / 1e3, "repeat_us": statistics.median(times) / 1e3 if times else None,
+    print(json.dumps({"first_us": first_ns / 1e3, "next_kernel_us": next_ns / 1e3 / kernels if kernels else None,
+                      "repeat_us": statistics.median(times) / 1e3 if times else None,
                       "nvrtc_mapped": "libnvrtc.so" in maps, "bytes": len(bytes(mod.code))}))
 
 
-def run_child(way, arch, repeats, env):
-    out = subprocess.run([sys.executable, __file__, "--child", way, "--arch", arch, "--repeats", str(repeats)],
-                         env=env, capture_output=True, text=True, timeout=300)
+def run_child(way, arch, repeats, env, kernels):
+    out = subprocess.run([sys.executable, __file__, "--child", way, "--arch", arch, "--repeats", str(repeats),
+                          "--kernels", str(kernels)],
+                         env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"{way}: the child failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -123,12 +134,14 @@ def main():
     parser.add_argument("--runs", type=int, default=7, help="fresh processes per way (default 7)")
     parser.add_argument("--repeats", type=int, default=2000, help="calls timed in each warm process (default 2000)")
     parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--kernels", type=int, default=24,
+                        help="instantiations each fresh process asks for after its first call (default 24)")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python"))
     if args.child:
-        return child(args.child, args.arch, args.repeats)
+        return child(args.child, args.arch, args.repeats, args.kernels)
 
     import cuda.core
     import kjit
@@ -138,34 +151,41 @@ def main():
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(kjit.__file__).parent.parent),
                                                           env.get("PYTHONPATH")]))
         for way in WAYS:  # fill every cache: every measured call is a hit
-            run_child(way, args.arch, 0, env)
+            run_child(way, args.arch, 0, env, args.kernels)
         samples = {way: [] for way in WAYS}
         for _ in range(args.runs):
             for way in WAYS:
-                samples[way].append(run_child(way, args.arch, args.repeats, env))
+                samples[way].append(run_child(way, args.arch, args.repeats, env, args.kernels))
     rows = []
     for way, (setup, call) in WAYS.items():
         s = samples[way]
         rows.append({"way": way, "lines": count_lines(setup, call),
                      "fresh_first_call_us": statistics.median(x["first_us"] for x in s),
+                     "fresh_next_kernel_us": (statistics.median(x["next_kernel_us"] for x in s)
+                                              if args.kernels else None),
                      "in_process_repeat_us": statistics.median(x["repeat_us"] for x in s),
                      "nvrtc_mapped": any(x["nvrtc_mapped"] for x in s), "get_kernel": GET_KERNEL[way],
                      "fresh_first_call_us_samples": [round(x["first_us"], 1) for x in s]})
     rows.append({"way": "CuPy (counted, not run)", "lines": count_lines(CUPY), "get_kernel": GET_KERNEL["CuPy"]})
     print(f"cuda-core {cuda.core.__version__}, kjit {kjit.version_string()}, python {sys.version.split()[0]}, "
-          f"{args.runs} fresh processes per way, {args.repeats} repeats each")
-    print(f"{'way':<26}{'lines':>6}{'fresh first call':>18}{'in-process repeat':>19}  NVRTC mapped")
+          f"{args.runs} fresh processes per way, {args.kernels} more kernels and {args.repeats} repeats each")
+    print(f"{'way':<26}{'lines':>6}{'fresh first call':>18}{'next kernels, each':>20}{'in-process repeat':>19}"
+          "  NVRTC mapped")
     for r in rows:
         if "fresh_first_call_us" in r:
-            print(f"{r['way']:<26}{r['lines']:>6}{r['fresh_first_call_us']:>15.0f} us"
+            nxt = f"{r['fresh_next_kernel_us']:>17.1f} us" if r["fresh_next_kernel_us"] is not None else f"{'-':>20}"
+            print(f"{r['way']:<26}{r['lines']:>6}{r['fresh_first_call_us']:>15.0f} us{nxt}"
                   f"{r['in_process_repeat_us']:>16.1f} us  {'yes' if r['nvrtc_mapped'] else 'no'}")
         else:
-            print(f"{r['way']:<26}{r['lines']:>6}{'-':>18}{'-':>19}  -")
+            print(f"{r['way']:<26}{r['lines']:>6}{'-':>18}{'-':>20}{'-':>19}  -")
     kjit_row, core_row = rows[0], rows[2]  # WAYS' order: kjit, by hand, cuda.core cache
     ratios = {"fresh_first_call": core_row["fresh_first_call_us"] / kjit_row["fresh_first_call_us"],
               "in_process_repeat": core_row["in_process_repeat_us"] / kjit_row["in_process_repeat_us"]}
+    if args.kernels:
+        ratios["fresh_next_kernel"] = core_row["fresh_next_kernel_us"] / kjit_row["fresh_next_kernel_us"]
     print(f"kjit against cuda.core's cache: {ratios['fresh_first_call']:.1f}x as fast in a fresh process, "
-          f"{ratios['in_process_repeat']:.1f}x on an in-process repeat")
+          + (f"{ratios['fresh_next_kernel']:.1f}x on each next kernel there, " if args.kernels else "")
+          + f"{ratios['in_process_repeat']:.1f}x on an in-process repeat")
     if args.json:
         figures = {"cuda_core": cuda.core.__version__, "kjit": kjit.version_string(), "runs": args.runs,
                    "repeats": args.repeats, "rows": rows, "kjit_speedup_over_cuda_core_cache": ratios}
