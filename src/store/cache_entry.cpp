@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
@@ -668,6 +669,39 @@ Result<CubinBytes> read_published(const std::string &entry) {
     if (!confirmed) return std::move(confirmed).error();
     read.published = std::move(*confirmed);
     return read;
+}
+
+bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns) {
+    const std::int64_t changed = cubin.ctime_sec * 1'000'000'000 + static_cast<std::int64_t>(cubin.ctime_nsec);
+    return changed < boot_realtime_ns() || changed > now_ns;
+}
+
+Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {
+    auto read = read_published(entry);
+    if (!read) return std::move(read).error();
+    const FileIdentity &was = read->identity;
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    if (was.ino != cubin.ino || was.size != cubin.size || was.mtime_sec != cubin.mtime_sec ||
+        was.mtime_nsec != cubin.mtime_nsec) {
+        return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' changed while it was confirmed"};
+    }
+    // UTIME_OMIT for both would leave the ctime alone: set the mtime itself, to what it is.
+    const struct timespec times[2] = {{0, UTIME_OMIT},
+                                      {static_cast<std::time_t>(cubin.mtime_sec), static_cast<long>(cubin.mtime_nsec)}};
+    struct stat st {};
+    if (::utimensat(AT_FDCWD, cubin_path.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0 ||
+        ::stat(cubin_path.c_str(), &st) != 0) {
+        log().debug("cubin '{}' confirmed after a restart, not stamped: {}", cubin_path, std::strerror(errno));
+        return Ok{};
+    }
+    FileIdentity now = FileIdentity::from_stat(st);
+    // Someone may have swapped a new entry in since: keep the identity that was confirmed.
+    if (now.ino == cubin.ino && now.size == cubin.size && now.mtime_sec == cubin.mtime_sec &&
+        now.mtime_nsec == cubin.mtime_nsec) {
+        cubin = now;
+    }
+    log().debug("cubin '{}' written before this boot: confirmed against its manifest", cubin_path);
+    return Ok{};
 }
 
 Result<UniqueFd> open_entry(const std::string &entry) {

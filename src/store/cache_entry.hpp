@@ -256,6 +256,23 @@ Status ready_shard(const std::string &cache_dir, const std::string &shard, folde
 Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolder &folder, const NewEntry &entry,
                           const ExistingEntryCheck &existing_serves);
 
+// Whether the cubin of an entry, whose stat is `cubin`, may hold bytes that never reached the
+// disk: it was last changed (its ctime, stamped by its write and backdating, and settable by no
+// one) before this boot began, or is ahead of `now_ns` (a clock set back since). A file written
+// in this boot reads back from the page cache whatever reached the disk; one from an earlier
+// boot reads from the disk, where a power cut may have left a file that was not fsynced (the
+// manifest; the cubin of a publish without fsync) as the right size of zeros, which the
+// sidecar's size and mtime cannot show.
+bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns);
+
+// Confirms the entry at `entry`, whose cubin `cubin` was written_before_boot, as read_published
+// does (the cubin's bytes against its manifest's XXH3-128, the manifest's check line), then
+// sets the cubin's mtime to what it is (a no-op for its sidecar line, which keeps matching) so
+// that its ctime says this boot and later hits need no read; `cubin` is then its new stat. A
+// cubin that cannot be stamped (someone else's) is confirmed again by the next process. Errors:
+// read_published's, or bad_cubin when the cubin changed meanwhile: the entry is not to be served.
+Status confirm_after_boot(const std::string &entry, FileIdentity &cubin);
+
 // A cubin read whole, and what its cache entry says of it.
 struct CubinBytes {
     std::string bytes;

@@ -5,8 +5,11 @@
 // kjit_resolve_name: success, as sidecar writes never fail it), nothing partial may become
 // visible and no temp file may remain. Then writers are killed with SIGKILL at random points and
 // the cache must still be correct; and a batch whose publishes hit a full disk fails only those
-// items. Prints the counts of faults injected, by kind.
+// items. Entries torn as a power cut leaves them (a file empty, cut, or the right size of zeros)
+// are refused and rebuilt by the next boot's lookup (the shim's kjit_fault_reboot). Prints the
+// counts of faults injected, by kind.
 #include "kjit/kjit.h"
+#include "kjit/kjit_cache.h"
 
 #include "batch_support.hpp"
 #include "cubin/sidecar_store.hpp"
@@ -23,6 +26,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -40,6 +44,7 @@ struct Shim {
     void (*arm)(const char *, int, const char *, int, int) = nullptr;
     void (*disarm)() = nullptr;
     int (*injected)() = nullptr;
+    void (*reboot)() = nullptr;
 };
 
 const Shim &shim() {
@@ -48,6 +53,7 @@ const Shim &shim() {
         x.arm = reinterpret_cast<decltype(x.arm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_arm"));
         x.disarm = reinterpret_cast<decltype(x.disarm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_disarm"));
         x.injected = reinterpret_cast<decltype(x.injected)>(::dlsym(RTLD_DEFAULT, "kjit_fault_injected"));
+        x.reboot = reinterpret_cast<decltype(x.reboot)>(::dlsym(RTLD_DEFAULT, "kjit_fault_reboot"));
         return x;
     }();
     return s;
@@ -153,6 +159,123 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
         }
     }
     EXPECT_GT(runs, 60);
+}
+
+namespace {
+
+// What a power cut can leave of a file whose data never reached the disk: its name, and its
+// size and mtime as the journal kept them, over bytes that are gone.
+enum class Tear { empty, half, zeros };
+const std::pair<Tear, const char *> kTears[] = {{Tear::empty, "empty"}, {Tear::half, "half"}, {Tear::zeros, "zeros"}};
+
+// Tears the file at `path` as `tear` says, keeping its mtime (which the journal keeps).
+void tear_file(const std::string &path, Tear tear) {
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    const std::size_t size = static_cast<std::size_t>(st.st_size);
+    if (tear == Tear::empty) {
+        ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+    } else if (tear == Tear::half) {
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size / 2)), 0);
+    } else {
+        write_file(path, std::string(size, '\0'));
+    }
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+// A reboot as libkjit sees it (the shim's kjit_fault_reboot), with a pause either side: file
+// times come from a coarse clock, up to a tick behind the one the boot is reckoned from.
+void reboot() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    shim().reboot();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+std::uint64_t entries_rebuilt() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
+    return s.entries_rebuilt;
+}
+
+// `kjit cache verify` of `cache` exits 0: every entry's cubin is what its manifest recorded.
+bool cache_verifies(const std::string &cache) {
+    const std::string command = std::string(KJIT_CLI) + " cache verify --cache-dir '" + cache + "' >/dev/null 2>&1";
+    return std::system(command.c_str()) == 0;
+}
+
+}  // namespace
+
+// A power cut after a publish whose data never reached the disk (a file the publish did not
+// fsync: the manifest, the sidecar; or a cubin whose fsync the disk lied about) leaves files of
+// the right names that are empty, short, or the right size of zeros. The next boot's lookup must
+// refuse such an entry, rebuild it and serve the right cubin; the boot is simulated by the shim
+// (kjit_fault_reboot: every file written before looks an earlier boot's).
+TEST(FaultInjection, EntriesTornByAPowerCutAreRebuiltNeverServed) {
+    ASSERT_NE(shim().reboot, nullptr);
+    ::setenv("KJIT_HIT_MEMO", "0", 1);  // every lookup goes to the disk, as a new process's would
+    int kernel = 100;
+    {
+        for (const char *file : {"kernel.cubin", "manifest.txt", "kernel.cubin.name"}) {
+            for (const auto &[tear, tear_name] : kTears) {
+                const std::string what = std::string(file) + " " + tear_name;
+                TempDir dir;
+                const std::string cache = dir.file("cache");
+                const int k = kernel++;
+                std::string path;
+                ASSERT_EQ(compile_into(cache, k, &path), KJIT_OK) << what << ": " << kjit_last_error();
+                const std::string entry = path.substr(0, path.rfind('/'));
+                tear_file(entry + "/" + file, tear);
+                reboot();
+                const std::uint64_t rebuilt = entries_rebuilt();
+                std::string again;
+                ASSERT_EQ(compile_into(cache, k, &again), KJIT_OK) << what << ": " << kjit_last_error();
+                EXPECT_EQ(again, path) << what;
+                // A torn sidecar alone is a rescan (the cubin and its manifest agree); any other
+                // tear is a rebuild.
+                const bool sidecar = std::string(file) == "kernel.cubin.name";
+                EXPECT_EQ(entries_rebuilt() - rebuilt, sidecar ? 0u : 1u) << what;
+                char name[256] = "";
+                EXPECT_EQ(kjit_resolve_name(again.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK) << what;
+                EXPECT_EQ(std::string(name), name_of(k)) << what;
+                EXPECT_TRUE(cache_verifies(cache)) << what << ": the entry served is not what its manifest says";
+                EXPECT_EQ(check_cache(cache), 1) << what;
+            }
+        }
+    }
+    ::unsetenv("KJIT_HIT_MEMO");
+}
+
+// An entry from before the boot that is whole is confirmed once: its cubin is read and checked,
+// its ctime stamped, and it is served, not rebuilt; the next lookup confirms nothing again.
+TEST(FaultInjection, AWholeEntryFromAnEarlierBootIsConfirmedOnce) {
+    ASSERT_NE(shim().reboot, nullptr);
+    ::setenv("KJIT_HIT_MEMO", "0", 1);
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    std::string path;
+    ASSERT_EQ(compile_into(cache, 140, &path), KJIT_OK) << kjit_last_error();
+    struct stat before {};
+    ASSERT_EQ(::stat(path.c_str(), &before), 0);
+    reboot();
+    const std::uint64_t rebuilt = entries_rebuilt();
+    ASSERT_EQ(compile_into(cache, 140), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(entries_rebuilt(), rebuilt);
+    struct stat after {};
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino);
+    EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+    EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    EXPECT_TRUE(after.st_ctim.tv_sec > before.st_ctim.tv_sec ||
+                (after.st_ctim.tv_sec == before.st_ctim.tv_sec && after.st_ctim.tv_nsec > before.st_ctim.tv_nsec))
+        << "the confirmed cubin's ctime was not stamped";
+    // Confirmed for this boot: the next lookup confirms (and stamps) nothing again.
+    ASSERT_EQ(compile_into(cache, 140), KJIT_OK) << kjit_last_error();
+    struct stat later {};
+    ASSERT_EQ(::stat(path.c_str(), &later), 0);
+    EXPECT_EQ(later.st_ctim.tv_sec, after.st_ctim.tv_sec);
+    EXPECT_EQ(later.st_ctim.tv_nsec, after.st_ctim.tv_nsec) << "a confirmed cubin was confirmed again";
+    ::unsetenv("KJIT_HIT_MEMO");
 }
 
 // kjit_compile_batch of kernels first..first+count-1 (2 workers) into `cache`.
