@@ -541,11 +541,15 @@ namespace {
 
 // Writes every file of `entry` into the new folder `temp`; returns the bytes written.
 Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry &entry, unsigned team) {
-    // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
-    // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
-    // every fsync costs about a millisecond against a compile of tens.
+    // Durable (KJIT_DURABILITY=entry): only the cubin is fsynced, then the folder; after a power
+    // loss a torn or empty sidecar, deps.txt or manifest is a rescan, a rebuild or nothing (they
+    // are validated, or informational). Not durable (the default): nothing is, since a torn
+    // cubin is refused too (its size against the sidecar, its bytes against the manifest's
+    // XXH3-128, and a cubin of an earlier boot is read once), and the two fsyncs cost a miss 1.5
+    // to 8 ms, more than all the rest (docs/bench.md, "Durability").
+    const unsigned durable = entry.durable ? kDurable : 0;
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, entry.cubin, kDurable | kBackdated | team); !st) {
+    if (auto st = write_new_file(temp_cubin, entry.cubin, durable | kBackdated | team); !st) {
         return std::move(st).error();
     }
     struct stat st {};
@@ -570,7 +574,9 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
         if (auto w = write_new_file(file.first, file.second, team); !w) return std::move(w).error();
         bytes += file.second.size();
     }
-    if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+    if (entry.durable) {
+        if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+    }
     return bytes;
 }
 

@@ -2,9 +2,10 @@
    libkjit makes and fails chosen ones with a chosen errno. Armed from the test process through
    kjit_fault_arm() (looked up with dlsym), so nothing else in the process is affected: only
    calls on paths containing the armed substring fail (and, for fd calls, fds opened on such
-   paths). Counts what it injected, per call. kjit_fault_reboot() makes CLOCK_BOOTTIME start
-   again at that moment, so that every file written before looks written by an earlier boot (a
-   power cut, without losing the process). Test-only; never linked into libkjit. */
+   paths). Counts what it injected, per call, and the fsyncs of matching fds it let through.
+   kjit_fault_reboot() makes CLOCK_BOOTTIME start again at that moment, so that every file
+   written before looks written by an earlier boot (a power cut, without losing the process).
+   Test-only; never linked into libkjit. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -26,6 +27,7 @@ static atomic_int skip_left;
 static atomic_int times_left;
 static atomic_int injected;
 static atomic_char fd_matches[KJIT_FAULT_MAX_FDS];
+static atomic_int fsyncs_seen;
 /* CLOCK_BOOTTIME at the last kjit_fault_reboot(), subtracted from it after (0: none yet). */
 static _Atomic long long boot_offset_ns;
 
@@ -36,6 +38,7 @@ void kjit_fault_arm(const char *call, int err, const char *path_substring, int s
     atomic_store(&skip_left, skip);
     atomic_store(&times_left, times);
     atomic_store(&injected, 0);
+    atomic_store(&fsyncs_seen, 0);
 }
 
 void kjit_fault_disarm(void) {
@@ -44,6 +47,9 @@ void kjit_fault_disarm(void) {
 }
 
 int kjit_fault_injected(void) { return atomic_load(&injected); }
+
+/* The fsyncs of fds on matching paths since the last arm, failed or not. */
+int kjit_fault_fsyncs(void) { return atomic_load(&fsyncs_seen); }
 
 typedef int (*clock_gettime_fn)(clockid_t, struct timespec *);
 static clock_gettime_fn real_clock_gettime_fn(void) {
@@ -133,6 +139,7 @@ ssize_t write(int fd, const void *buf, size_t n) {
 
 int fsync(int fd) {
     REAL(fsync, fd_fn);
+    if (fd_matched(fd)) atomic_fetch_add(&fsyncs_seen, 1);
     if (should_fail("fsync", fd_matched(fd))) return -1;
     return real_fsync(fd);
 }

@@ -1,12 +1,14 @@
 // Fault injection through libkjit.so: with tests/fault/fault_shim.c preloaded, every open,
 // write, fsync, close, mkdir and rename of a publish (and of a sidecar rewrite) is failed in
-// turn with ENOSPC, EACCES, EROFS, EIO and EINTR. Each call must return the documented status
-// (kjit_compile: KJIT_ERROR_IO naming the file, or success where EINTR is retried;
-// kjit_resolve_name: success, as sidecar writes never fail it), nothing partial may become
-// visible and no temp file may remain. Then writers are killed with SIGKILL at random points and
-// the cache must still be correct; and a batch whose publishes hit a full disk fails only those
-// items. Entries torn as a power cut leaves them (a file empty, cut, or the right size of zeros)
-// are refused and rebuilt by the next boot's lookup (the shim's kjit_fault_reboot). Prints the
+// turn with ENOSPC, EACCES, EROFS, EIO and EINTR (the fsyncs with KJIT_DURABILITY=entry, the
+// only mode that makes any). Each call must return the documented status (kjit_compile:
+// KJIT_ERROR_IO naming the file, or success where EINTR is retried; kjit_resolve_name: success,
+// as sidecar writes never fail it), nothing partial may become visible and no temp file may
+// remain. Then writers are killed with SIGKILL at random points and the cache must still be
+// correct; and a batch whose publishes hit a full disk fails only those items. Entries torn as
+// a power cut leaves them (a file empty, cut, or the right size of zeros) are refused and
+// rebuilt by the next boot's lookup (the shim's kjit_fault_reboot), whichever mode published
+// them; a miss makes no fsync with KJIT_DURABILITY unset or none, two with entry. Prints the
 // counts of faults injected, by kind.
 #include "kjit/kjit.h"
 #include "kjit/kjit_cache.h"
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -44,6 +47,7 @@ struct Shim {
     void (*arm)(const char *, int, const char *, int, int) = nullptr;
     void (*disarm)() = nullptr;
     int (*injected)() = nullptr;
+    int (*fsyncs)() = nullptr;
     void (*reboot)() = nullptr;
 };
 
@@ -53,6 +57,7 @@ const Shim &shim() {
         x.arm = reinterpret_cast<decltype(x.arm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_arm"));
         x.disarm = reinterpret_cast<decltype(x.disarm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_disarm"));
         x.injected = reinterpret_cast<decltype(x.injected)>(::dlsym(RTLD_DEFAULT, "kjit_fault_injected"));
+        x.fsyncs = reinterpret_cast<decltype(x.fsyncs)>(::dlsym(RTLD_DEFAULT, "kjit_fault_fsyncs"));
         x.reboot = reinterpret_cast<decltype(x.reboot)>(::dlsym(RTLD_DEFAULT, "kjit_fault_reboot"));
         return x;
     }();
@@ -67,6 +72,15 @@ std::map<std::string, int> &fault_counts() {
     static std::map<std::string, int> counts;
     return counts;
 }
+
+// KJIT_DURABILITY set to `mode` for the scope, then unset (the default).
+struct Durability {
+    explicit Durability(const char *mode) { ::setenv("KJIT_DURABILITY", mode, 1); }
+    ~Durability() { ::unsetenv("KJIT_DURABILITY"); }
+    Durability(const Durability &) = delete;
+    Durability &operator=(const Durability &) = delete;
+};
+const char *const kDurabilities[] = {"none", "entry"};
 
 std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
 std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
@@ -117,10 +131,14 @@ TEST(FaultInjection, TheShimIsPreloaded) {
     ASSERT_NE(shim().arm, nullptr) << "run with LD_PRELOAD=<build>/tests/libkjit_fault_shim.so (ctest does)";
 }
 
-TEST(FaultInjection, EveryFailingCallOfAPublish) {
-    ASSERT_NE(shim().arm, nullptr);
+namespace {
+
+// Each of `calls` (kCalls' names) of one publish failed in turn with each errno, in the
+// durability `mode` set: the documented status, nothing partial, nothing left. Returns the
+// number of publishes tried.
+int every_failing_call_of_a_publish(const char *mode, const std::vector<const char *> &calls) {
     int runs = 0;
-    for (const char *call : kCalls) {
+    for (const char *call : calls) {
         for (const auto &[err, err_name] : kErrnos) {
             // Fail the first, then the second, ... matching call, until a publish makes fewer.
             for (int skip = 0; skip < 16; ++skip) {
@@ -136,9 +154,9 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
                     EXPECT_EQ(st, KJIT_OK) << call << " " << err_name << " skip " << skip << ": " << error;
                     break;
                 }
-                fault_counts()[std::string(call) + " " + err_name] += injected;
-                const std::string what =
-                    std::string(call) + " failing with " + err_name + " (occurrence " + std::to_string(skip + 1) + ")";
+                fault_counts()[std::string(call) + " " + err_name + " (" + mode + ")"] += injected;
+                const std::string what = std::string(call) + " failing with " + err_name + " (occurrence " +
+                                         std::to_string(skip + 1) + ", KJIT_DURABILITY=" + mode + ")";
                 if (st != KJIT_OK) {
                     EXPECT_EQ(st, KJIT_ERROR_IO) << what << ": " << error;
                     EXPECT_NE(error.find(cache), std::string::npos) << what << ": " << error;
@@ -150,15 +168,63 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
                 }
                 // Nothing partial, nothing left; and the next call publishes a correct entry.
                 std::string path;
-                ASSERT_EQ(compile_into(cache, 0, &path), KJIT_OK) << what << ", then: " << kjit_last_error();
-                char name[256];
-                ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
+                char name[256] = "";
+                if (compile_into(cache, 0, &path) != KJIT_OK) {
+                    ADD_FAILURE() << what << ", then: " << kjit_last_error();
+                    return runs;
+                }
+                EXPECT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK) << what;
                 EXPECT_EQ(std::string(name), name_of(0)) << what;
                 EXPECT_EQ(check_cache(cache), 1) << what;
             }
         }
     }
+    return runs;
+}
+
+}  // namespace
+
+TEST(FaultInjection, EveryFailingCallOfAPublish) {
+    ASSERT_NE(shim().arm, nullptr);
+    int runs = 0;
+    {
+        // The default: no fsync at all (DurabilityNoneFsyncsNothing), the fsync runs inject none.
+        const Durability none("none");
+        runs +=
+            every_failing_call_of_a_publish("none", std::vector<const char *>(std::begin(kCalls), std::end(kCalls)));
+    }
+    {
+        // Every other call is the same in both modes: only the fsyncs differ.
+        const Durability entry("entry");
+        runs += every_failing_call_of_a_publish("entry", {"fsync"});
+    }
     EXPECT_GT(runs, 60);
+}
+
+// KJIT_DURABILITY decides the fsyncs of a miss: none (the default) makes none, entry two (the
+// cubin, then the temp entry folder before the rename), and both publish the same entry.
+TEST(FaultInjection, DurabilityDecidesTheFsyncsOfAMiss) {
+    ASSERT_NE(shim().fsyncs, nullptr);
+    for (const char *mode : {static_cast<const char *>(nullptr), "none", "entry"}) {
+        if (mode) ::setenv("KJIT_DURABILITY", mode, 1);
+        TempDir dir;
+        const std::string cache = dir.file("cache");
+        shim().arm("no call", 0, cache.c_str(), 0, 0);  // counts the fsyncs under `cache`, fails nothing
+        std::string path;
+        EXPECT_EQ(compile_into(cache, 3, &path), KJIT_OK) << kjit_last_error();
+        const int fsyncs = shim().fsyncs();
+        shim().disarm();
+        ::unsetenv("KJIT_DURABILITY");
+        const std::string label = mode ? mode : "unset";
+        EXPECT_EQ(fsyncs, mode && std::string(mode) == "entry" ? 2 : 0) << "KJIT_DURABILITY=" << label;
+        EXPECT_EQ(check_cache(cache), 1) << label;
+    }
+    ::setenv("KJIT_DURABILITY", "always", 1);
+    TempDir dir;
+    EXPECT_EQ(compile_into(dir.file("cache"), 3), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("$KJIT_DURABILITY is 'always'"), std::string::npos)
+        << kjit_last_error();
+    ::unsetenv("KJIT_DURABILITY");
 }
 
 namespace {
@@ -206,19 +272,20 @@ bool cache_verifies(const std::string &cache) {
 
 }  // namespace
 
-// A power cut after a publish whose data never reached the disk (a file the publish did not
-// fsync: the manifest, the sidecar; or a cubin whose fsync the disk lied about) leaves files of
-// the right names that are empty, short, or the right size of zeros. The next boot's lookup must
-// refuse such an entry, rebuild it and serve the right cubin; the boot is simulated by the shim
-// (kjit_fault_reboot: every file written before looks an earlier boot's).
+// A power cut after a publish whose data never reached the disk (a publish without fsync, or a
+// file a publish with fsync did not sync: the manifest, the sidecar) leaves files of the right
+// names that are empty, short, or the right size of zeros. The next boot's lookup must refuse
+// such an entry, rebuild it and serve the right cubin, in both durability modes; the boot is
+// simulated by the shim (kjit_fault_reboot: every file written before looks an earlier boot's).
 TEST(FaultInjection, EntriesTornByAPowerCutAreRebuiltNeverServed) {
     ASSERT_NE(shim().reboot, nullptr);
     ::setenv("KJIT_HIT_MEMO", "0", 1);  // every lookup goes to the disk, as a new process's would
     int kernel = 100;
-    {
+    for (const char *mode : kDurabilities) {
+        const Durability durability(mode);
         for (const char *file : {"kernel.cubin", "manifest.txt", "kernel.cubin.name"}) {
             for (const auto &[tear, tear_name] : kTears) {
-                const std::string what = std::string(file) + " " + tear_name;
+                const std::string what = std::string(file) + " " + tear_name + ", KJIT_DURABILITY=" + mode;
                 TempDir dir;
                 const std::string cache = dir.file("cache");
                 const int k = kernel++;
