@@ -679,7 +679,9 @@ Result<CubinBytes> read_published(const std::string &entry) {
 
 bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns) {
     const std::int64_t changed = cubin.ctime_sec * 1'000'000'000 + static_cast<std::int64_t>(cubin.ctime_nsec);
-    return changed < boot_realtime_ns() || changed > now_ns;
+    // The tolerance ahead: a cache on a file server whose clock runs seconds ahead stamps every
+    // ctime in the future, and would have every hit within those seconds read its cubin.
+    return changed < boot_realtime_ns() || changed > now_ns + kCtimeAheadNs;
 }
 
 Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {

@@ -264,11 +264,13 @@ Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolde
 
 // Whether the cubin of an entry, whose stat is `cubin`, may hold bytes that never reached the
 // disk: it was last changed (its ctime, stamped by its write and backdating, and settable by no
-// one) before this boot began, or is ahead of `now_ns` (a clock set back since). A file written
-// in this boot reads back from the page cache whatever reached the disk; one from an earlier
-// boot reads from the disk, where a power cut may have left a file that was not fsynced (the
-// manifest; the cubin of a publish without fsync, KJIT_DURABILITY=none) as the right size of
-// zeros, which the sidecar's size and mtime cannot show.
+// one) before this boot began, or more than kCtimeAheadNs after `now_ns` (a clock set back since;
+// a file server's clock a little ahead is not one). A file written in this boot reads back from
+// the page cache whatever reached the disk; one from an earlier boot reads from the disk, where
+// a power cut may have left a file that was not fsynced (the manifest; the cubin of a publish
+// without fsync, KJIT_DURABILITY=none) as the right size of zeros, which the sidecar's size and
+// mtime cannot show.
+constexpr std::int64_t kCtimeAheadNs = 300'000'000'000;  // 5 minutes
 bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns);
 
 // Confirms the entry at `entry`, whose cubin `cubin` was written_before_boot, as read_published
