@@ -17,8 +17,12 @@
 // before libkjit opened it, so libkjit leaves no record of it there, and the first process to
 // hit them would load NVRTC to learn its identity, as it would in a client's cache filled by a
 // process that had NVRTC mapped by something else.)
+// Last, raw against cold for each kernel with the disk quiet and then busy (a child process
+// writing and fdatasyncing a file in the work dir), with KJIT_DURABILITY=none (the default) and
+// entry (durability.hpp): what the fsyncs of a publish cost beside a busy disk.
 #include "scenarios.hpp"
 
+#include "durability.hpp"
 #include "link_kernels.hpp"
 #include "progress.hpp"
 #include "raw_nvjitlink.hpp"
@@ -355,6 +359,22 @@ void run_link(const BenchOptions &o, Report &report) {
                            {"hit_nvjitlink_links", f.hit_links},
                            {"hit_nvrtc_maps", f.nvrtc_maps},
                            {"hit_nvjitlink_maps", f.nvjitlink_maps}};
+
+    // Cold against raw with the disk quiet and busy, in each durability mode (durability.hpp).
+    DurabilityKernel k;
+    k.raw_us = [&](int v) {
+        Pair p;
+        b.raw(v, b.source, p);
+        return p.raw_us;
+    };
+    k.cold = [&](int v, const std::string &cache) {
+        Pair p;
+        b.cold(v, b.source, cache, p);
+        return ColdMiss{p.cold_us, p.kjit_nvrtc_us + p.kjit_link_us};
+    };
+    const DurabilityFigures d = run_durability(folder.path(), o.link_kernels, k, "link");
+    report_durability(report, report.section("link", ""), d, "link.durability", "link",
+                      "link (" + std::to_string(o.link_kernels) + " kernels)");
 }
 
 }  // namespace kjit_bench

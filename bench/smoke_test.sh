@@ -5,7 +5,8 @@
 # kernels under each server condition, 2 link-time kernels in one round, the real-clients
 # scenario without its kernels (it must say it is skipped), 2 header-tree kernels built under one
 # prefix and ready under another (DeepGEMM's part not run), 2 header-tree kernels recorded, warmed
-# with `kjit warm` and served strict (the real clients' set absent: said), few iterations), through
+# with `kjit warm` and served strict (the real clients' set absent: said), the link and sweep
+# scenarios' durability rows (disk quiet and busy, KJIT_DURABILITY none and entry), few iterations), through
 # the driver test double; then the
 # JSON is checked for every scenario's rows and targets, the chart for being a PNG, and the work
 # dir for temp folders left behind; and bad options must fail with a message.
@@ -72,7 +73,13 @@ assert 0 < fleet["value_bytes"] < fleet["cubin_bytes"], fleet
 # nvJitLink.
 assert set(sections["link"]) == {"link.raw", "link.raw_nvrtc", "link.raw_nvjitlink", "link.kjit_cold",
                                  "link.kjit_nvrtc", "link.kjit_nvjitlink", "link.kjit_outside", "link.kjit_cold_fresh",
-                                 "link.hit_process_first", "link.hit_first", "link.hit_memo"}, sections["link"].keys()
+                                 "link.hit_process_first", "link.hit_first", "link.hit_memo",
+                                 "link.durability.quiet_raw", "link.durability.quiet_none",
+                                 "link.durability.quiet_none_outside", "link.durability.quiet_entry",
+                                 "link.durability.quiet_entry_outside", "link.durability.busy_raw",
+                                 "link.durability.busy_none", "link.durability.busy_none_outside",
+                                 "link.durability.busy_entry", "link.durability.busy_entry_outside"}, \
+    sections["link"].keys()
 link = j["link"]
 assert link["hit_processes"] == 1 and link["hits"] == 2 + 5 * 2, link
 assert link["hit_misses"] == 0 and link["hit_nvrtc_runs"] == 0 and link["hit_nvjitlink_links"] == 0, link
@@ -124,6 +131,11 @@ assert {"trust.compile.small.now", "trust.resolve.large.now", "trust.load.large.
 assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain",
                                 "cub.batch_2p_pch"}, sections["cub"]
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
+# Misses with the disk quiet and busy, in both durability modes (issue 51).
+assert {"compile.durability.quiet_raw", "compile.durability.quiet_none", "compile.durability.quiet_none_outside",
+        "compile.durability.quiet_entry", "compile.durability.quiet_entry_outside", "compile.durability.busy_raw",
+        "compile.durability.busy_none", "compile.durability.busy_none_outside", "compile.durability.busy_entry",
+        "compile.durability.busy_entry_outside"} <= set(sections["compile"]), sections["compile"].keys()
 for sid, rows in sections.items():
     for rid, r in rows.items():
         if rid.startswith("peers.jitify2.") and r["skipped"]:
@@ -143,7 +155,8 @@ for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", 
             "cluster_warm_local_commands", "cluster_cold_wall_tier_over_none", "cluster_tls_hit_over_plain",
             "cluster_redis_cluster_killed_runs_per_kernel", "fleet_full_server_nvrtc_runs",
             "fleet_shard_down_nvrtc_runs", "fleet_restart_extra_compiles", "fleet_killed_holder_wait", "fleet_seed_nvrtc_runs", "peers_c_small_repeat_us", "peers_python_cub_over_c_us",
-            "link_cold_over_raw", "link_cold_over_first_hit", "link_cold_over_memo_hit", "link_hit_process_runs",
+            "link_cold_over_raw", "link_busy_cold_over_raw", "link_busy_entry_cold_over_raw",
+            "sweep_busy_cold_over_raw", "sweep_busy_entry_cold_over_raw", "link_cold_over_first_hit", "link_cold_over_memo_hit", "link_hit_process_runs",
             "link_hit_process_maps", "relocation_tree_nvrtc_runs", "serving_strict_nvrtc_runs",
             "serving_strict_misses", "serving_record_lines_equal_distinct"]:
     assert j["targets"][key]["available"], key

@@ -19,21 +19,27 @@
 //                    every round loads anew; skipped when no driver answers), and the floor:
 //                    open+read+close of each cubin and its sidecar with no libkjit code
 // Each call is timed (steady_clock), and each round as a whole: round time / N is the rate.
+// Then, on the first 40 kernels (durability.hpp), raw NVRTC and a miss into an empty cache with
+// the disk quiet and then busy (a child process writing and fdatasyncing a file in the work
+// dir), with KJIT_DURABILITY=none (the default) and entry: the misses' cost of the fsyncs.
 #include "scenarios.hpp"
 
 #include "batch_run.hpp"
+#include "durability.hpp"
 #include "progress.hpp"
 #include "raw_nvrtc.hpp"
 #include "support.hpp"
 #include "sweep_kernels.hpp"
 
 #include "kjit/kjit.h"
+#include "kjit/kjit_cache.h"
 #include "load/kernel_loader.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -144,6 +150,34 @@ std::string seconds(double us) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f s", us / 1e6);
     return buf;
+}
+
+// The durability rows' kernels: the sweep's first ones, enough for a median (4 runs each).
+constexpr int kDurabilityKernels = 40;
+
+// Cold kjit_compile against raw NVRTC with the disk quiet and busy, in each durability mode
+// (durability.hpp), into the "compile" section.
+void run_sweep_durability(const BenchOptions &o, const std::vector<std::string> &sources, Report &report) {
+    const int n = std::min(static_cast<int>(sources.size()), kDurabilityKernels);
+    TempDir folder(o.work_dir, "sweep-durability-");
+    DurabilityKernel k;
+    k.raw_us = [&](int v) {
+        return time_once([&] { raw_nvrtc_compile(sources[static_cast<std::size_t>(v)], o.arch); });
+    };
+    k.cold = [&](int v, const std::string &cache) {
+        kjit_compile_options opts = KJIT_COMPILE_OPTIONS_INIT;
+        opts.arch = o.arch.c_str();
+        opts.cache_dir = cache.c_str();
+        kjit_stats before = KJIT_STATS_INIT, after = KJIT_STATS_INIT;
+        if (const kjit_status st = kjit_get_stats(&before); st != KJIT_OK) fail_kjit("kjit_get_stats", st);
+        const double us = time_once([&] { compile_or_fail(sources[static_cast<std::size_t>(v)], opts); });
+        if (const kjit_status st = kjit_get_stats(&after); st != KJIT_OK) fail_kjit("kjit_get_stats", st);
+        if (after.compile_misses != before.compile_misses + 1) fail("a durability row's kjit_compile was not a miss");
+        return ColdMiss{us, static_cast<double>(after.nvrtc_nanoseconds - before.nvrtc_nanoseconds) / 1e3};
+    };
+    const DurabilityFigures f = run_durability(folder.path(), n, k, "sweep");
+    report_durability(report, report.section("compile", ""), f, "compile.durability", "sweep",
+                      "sweep (" + std::to_string(n) + " kernels)");
 }
 
 }  // namespace
@@ -317,7 +351,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
         }
     }
     // Where kjit's cold time goes: its NVRTC call (timed by libkjit, in the manifest) and all
-    // the rest (key, look-up, name scan, publishing the entry with its fsyncs).
+    // the rest (key, look-up, name scan, publishing the entry: with an fsync of the cubin and of
+    // its folder only when KJIT_DURABILITY=entry).
     std::vector<double> inner_us, outside_us, ratio, extra_us;
     for (int i = 0; i < n; ++i) {
         const auto u = static_cast<std::size_t>(i);
@@ -443,6 +478,8 @@ SweepOutcome run_sweep(const BenchOptions &o, Report &report) {
     Target raw_target{"kjit_cold_over_raw", "cold kjit_compile vs raw NVRTC (median per-kernel ratio)", 1.05, true};
     raw_target.value = median(ratio);
     report.add_target(raw_target);
+
+    run_sweep_durability(o, sources, report);
 
     // Keep the warm cache for the start-up scenario (and for people: `kjit cache stats` later),
     // replacing the previous run's.

@@ -933,6 +933,8 @@ Environment (an option given on the command line wins):
   KJIT_BASE_DIRS       base folders (DIR[:DIR...]): a header folder under one is keyed relative to it
   KJIT_JOBS            a batch's workers (else one per CPU); KJIT_WORKER_KIND: threads, processes, auto
   KJIT_NO_COMPILE      1: a miss fails (exit 15) instead of compiling; warn: it compiles and says so
+  KJIT_DURABILITY      entry: a compile fsyncs its entry before publishing it; none (default): it
+                       does not (an entry a power cut tore is rebuilt by the next compile)
   KJIT_LOG_LEVEL       debug, info or warning: libkjit says what it does, on stderr
   KJIT_LIBNVRTC        the NVRTC library to load (else libnvrtc.so.<major>, then the toolkit's)
   KJIT_LIBNVJITLINK    the nvJitLink library a --link compile loads (else libnvJitLink.so.<major>, then

@@ -229,6 +229,9 @@ Status request_from(const kjit_compile_options *options, key::Request &r, const 
     if (!given.base_dirs) r.base_dirs = defaults::base_dirs();
     if (auto st = settle_compile_mode(given.compile_mode, r); !st) return st;
     if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
+    auto durable = defaults::durable_publish();
+    if (!durable) return std::move(durable).error();
+    r.durable = *durable;
     auto wait = defaults::compile_wait();
     if (!wait) return std::move(wait).error();
     r.compile_wait = *wait;

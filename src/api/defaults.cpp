@@ -88,6 +88,16 @@ Result<std::chrono::milliseconds> compile_wait() {
     return std::chrono::milliseconds(n * 1000);
 }
 
+Result<bool> durable_publish() {
+    const char *v = environment::get(environment::Variable::durability);
+    if (!v || !*v || std::strcmp(v, "none") == 0) return false;
+    if (std::strcmp(v, "entry") == 0) return true;
+    return Error{Errc::invalid_argument, std::string("$KJIT_DURABILITY is '") + v +
+                                             "': set it to none (a miss publishes without fsync; a torn entry "
+                                             "after a power cut is refused and rebuilt) or entry (the cubin and "
+                                             "the entry folder are fsynced before the entry is published)"};
+}
+
 Result<unsigned> workers() {
     if (const char *jobs = environment::get(environment::Variable::jobs); jobs && *jobs) {
         char *end = nullptr;

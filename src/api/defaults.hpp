@@ -35,6 +35,14 @@ Result<std::optional<std::uint64_t>> max_cache_bytes();
 // than any single compile should take. Errors: invalid_argument naming the variable.
 Result<std::chrono::milliseconds> compile_wait();
 
+// Whether a miss's publish fsyncs its cubin and entry folder before the rename that publishes
+// it: $KJIT_DURABILITY "entry" (true); unset, "" or "none" (false: no fsync on the miss path, the
+// default, since beside a busy disk the fsyncs made a small kernel's miss 1.30x its compile and a
+// torn entry is refused anyway: docs/cache-layout.md#durability). Read at every full call, as
+// KJIT_NO_COMPILE is; a hit is the same either way. Errors: invalid_argument naming the variable
+// and its values.
+Result<bool> durable_publish();
+
 // The cluster tier's setting: $KJIT_REMOTE_STORAGE (remote_config.hpp's syntax), or "" for
 // none. Checked where it is used (a local miss), so that hits never parse it.
 std::string remote_storage();

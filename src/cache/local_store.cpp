@@ -135,20 +135,33 @@ namespace {
 // the cubin's size or mtime changed). Then the resolver rescans, which first confirms the
 // cubin's bytes against the hash its manifest recorded: a cubin changed on disk makes the entry
 // unusable, so it is rebuilt, never served. (A whole-second mtime also hashes the cubin on each
-// hit: sidecar-format.md.) foreign: the entry or its shard is owned by someone `folder` does not
-// trust (*why is the error's text). `source_key`: the entry is a variant of that source key,
-// else empty. `memo`: the call's FileMemo (a batch's), or null.
+// hit: sidecar-format.md. A cubin written before this boot is confirmed so once, in a cache the
+// caller may write: cache_entry::written_before_boot.) foreign: the entry or its shard is owned by someone `folder`
+// does not trust (*why is the error's text). `source_key`: the entry is a variant of that source key, else empty.
+// `memo`: the call's FileMemo (a batch's), or null.
 Lookup look_up(const key::Request &request, const std::string &entry, std::string_view source_key,
                const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
                std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
     const Lookup checked = check_entry(request, entry, source_key, folder, counters, memo, why);
     if (checked != Lookup::hit) return checked;
     const std::string cubin = entry + "/" + store::cache_entry::kCubinFile;
-    auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, proven);
+    FileIdentity identity;
+    auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, &identity);
     if (!resolved) {
         *why = resolved.error().message;
         return Lookup::unusable;
     }
+    // A cubin from before this boot may be the right size of zeros, if its publish skipped the
+    // fsync and the power went: read it once, then its ctime says it was read back. Only where
+    // the caller may write: a read-only cache was filled by a copy (export, an image layer) that
+    // read the bytes back, and cannot keep the proof, so every process would read every cubin.
+    if (folder.writable && store::cache_entry::written_before_boot(identity, realtime_ns())) {
+        if (auto confirmed = store::cache_entry::confirm_after_boot(entry, identity); !confirmed) {
+            *why = confirmed.error().message;
+            return Lookup::unusable;
+        }
+    }
+    if (proven) *proven = identity;
     if (name) *name = std::move(*resolved);
     return Lookup::hit;
 }

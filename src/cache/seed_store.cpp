@@ -116,6 +116,7 @@ std::optional<Found> SeedStore::take(const key::KeyedRequest &keyed, Call &call,
     copy.cubin = bytes->bytes;
     copy.source = request.source;  // the key's: the same text
     copy.manifest = manifest;
+    copy.durable = request.durable;
     std::string deps_text;
     if (request.reads_files) {
         deps_text = key::include_scanner::format(read.deps);

@@ -61,6 +61,10 @@ struct Request {
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
     std::chrono::milliseconds compile_wait{600'000};
+    // Whether a miss's publish fsyncs its cubin and entry folder first (KJIT_DURABILITY=entry,
+    // store::cache_entry::NewEntry::durable); off, no fsync is on the miss path. Not in the key:
+    // an entry is the same either way, and a torn one is refused by every read.
+    bool durable = false;
     // The cluster tier a miss consults (remote_store.hpp), in KJIT_REMOTE_STORAGE's syntax
     // (remote_config.hpp), and where it came from, for messages; empty or "none": none. Parsed on a miss
     // only, so a hit costs nothing for it. Not in the key: where an entry came from does not

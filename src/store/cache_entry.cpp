@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
@@ -540,11 +541,15 @@ namespace {
 
 // Writes every file of `entry` into the new folder `temp`; returns the bytes written.
 Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry &entry, unsigned team) {
-    // Only the cubin is fsynced: after a power loss a torn or empty sidecar, deps.txt or
-    // manifest is a rescan, a rebuild or nothing (they are validated, or informational), and
-    // every fsync costs about a millisecond against a compile of tens.
+    // Durable (KJIT_DURABILITY=entry): only the cubin is fsynced, then the folder; after a power
+    // loss a torn or empty sidecar, deps.txt or manifest is a rescan, a rebuild or nothing (they
+    // are validated, or informational). Not durable (the default): nothing is, since a torn
+    // cubin is refused too (its size against the sidecar, its bytes against the manifest's
+    // XXH3-128, and a cubin of an earlier boot is read once), and the two fsyncs cost a miss 1.5
+    // to 8 ms, more than all the rest (docs/bench.md, "Durability").
+    const unsigned durable = entry.durable ? kDurable : 0;
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, entry.cubin, kDurable | kBackdated | team); !st) {
+    if (auto st = write_new_file(temp_cubin, entry.cubin, durable | kBackdated | team); !st) {
         return std::move(st).error();
     }
     struct stat st {};
@@ -569,7 +574,9 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
         if (auto w = write_new_file(file.first, file.second, team); !w) return std::move(w).error();
         bytes += file.second.size();
     }
-    if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+    if (entry.durable) {
+        if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+    }
     return bytes;
 }
 
@@ -668,6 +675,41 @@ Result<CubinBytes> read_published(const std::string &entry) {
     if (!confirmed) return std::move(confirmed).error();
     read.published = std::move(*confirmed);
     return read;
+}
+
+bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns) {
+    const std::int64_t changed = cubin.ctime_sec * 1'000'000'000 + static_cast<std::int64_t>(cubin.ctime_nsec);
+    // The tolerance ahead: a cache on a file server whose clock runs seconds ahead stamps every
+    // ctime in the future, and would have every hit within those seconds read its cubin.
+    return changed < boot_realtime_ns() || changed > now_ns + kCtimeAheadNs;
+}
+
+Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {
+    auto read = read_published(entry);
+    if (!read) return std::move(read).error();
+    const FileIdentity &was = read->identity;
+    const std::string cubin_path = entry + "/" + kCubinFile;
+    if (was.ino != cubin.ino || was.size != cubin.size || was.mtime_sec != cubin.mtime_sec ||
+        was.mtime_nsec != cubin.mtime_nsec) {
+        return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' changed while it was confirmed"};
+    }
+    // UTIME_OMIT for both would leave the ctime alone: set the mtime itself, to what it is.
+    const struct timespec times[2] = {{0, UTIME_OMIT},
+                                      {static_cast<std::time_t>(cubin.mtime_sec), static_cast<long>(cubin.mtime_nsec)}};
+    struct stat st {};
+    if (::utimensat(AT_FDCWD, cubin_path.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0 ||
+        ::stat(cubin_path.c_str(), &st) != 0) {
+        log().debug("cubin '{}' confirmed after a restart, not stamped: {}", cubin_path, std::strerror(errno));
+        return Ok{};
+    }
+    FileIdentity now = FileIdentity::from_stat(st);
+    // Someone may have swapped a new entry in since: keep the identity that was confirmed.
+    if (now.ino == cubin.ino && now.size == cubin.size && now.mtime_sec == cubin.mtime_sec &&
+        now.mtime_nsec == cubin.mtime_nsec) {
+        cubin = now;
+    }
+    log().debug("cubin '{}' written before this boot: confirmed against its manifest", cubin_path);
+    return Ok{};
 }
 
 Result<UniqueFd> open_entry(const std::string &entry) {

@@ -201,6 +201,11 @@ struct NewEntry {
     Manifest manifest;
     // deps.txt (key::include_scanner::format), for a request that may read files; else none.
     std::optional<std::string> deps_text;
+    // Whether publish() fsyncs the cubin and the temp entry folder before the rename (the
+    // KJIT_DURABILITY=entry setting); without it nothing is fsynced, and an entry that a power
+    // cut tore is refused by every read (the sidecar's size and mtime, the manifest's check line
+    // and the cubin's XXH3-128; docs/cache-layout.md#durability) and rebuilt.
+    bool durable = false;
 };
 
 // What publish() did.
@@ -246,15 +251,35 @@ Status ready_shard(const std::string &cache_dir, const std::string &shard, folde
 // Publishes `entry` under its manifest's key in the cache at `cache_dir` (as `folder` checked
 // it): readies its shard, builds the whole entry (cubin, sidecar, source, manifest, deps.txt) in
 // a private temp folder beside its final place and renames it into place, so readers see a
-// complete entry or none. The cubin is fsynced and backdated (filesystem.hpp's kBackdated: its
-// sidecar line needs no content hash, and any later change to it can never look like this
-// version); in a team cache every file and folder is group-writable. An entry already at the
-// place is asked about (`existing_serves`) and kept, or swapped out atomically
+// complete entry or none. The cubin is backdated (filesystem.hpp's kBackdated: its sidecar line
+// needs no content hash, and any later change to it can never look like this version), and with
+// entry.durable it and the temp folder are fsynced before the rename; in a team cache every
+// file and folder is group-writable. An entry already at the place is asked about
+// (`existing_serves`) and kept, or swapped out atomically
 // (RENAME_EXCHANGE; where the file system has none, moved aside first: a reader in between sees
 // a miss, never a partial entry). Nothing is left behind on failure. Errors: io naming the
 // step and path, with its errno in Error::sys_errno (ENOSPC, EDQUOT: the caller may make room).
 Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolder &folder, const NewEntry &entry,
                           const ExistingEntryCheck &existing_serves);
+
+// Whether the cubin of an entry, whose stat is `cubin`, may hold bytes that never reached the
+// disk: it was last changed (its ctime, stamped by its write and backdating, and settable by no
+// one) before this boot began, or more than kCtimeAheadNs after `now_ns` (a clock set back since;
+// a file server's clock a little ahead is not one). A file written in this boot reads back from
+// the page cache whatever reached the disk; one from an earlier boot reads from the disk, where
+// a power cut may have left a file that was not fsynced (the manifest; the cubin of a publish
+// without fsync, KJIT_DURABILITY=none) as the right size of zeros, which the sidecar's size and
+// mtime cannot show.
+constexpr std::int64_t kCtimeAheadNs = 300'000'000'000;  // 5 minutes
+bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns);
+
+// Confirms the entry at `entry`, whose cubin `cubin` was written_before_boot, as read_published
+// does (the cubin's bytes against its manifest's XXH3-128, the manifest's check line), then
+// sets the cubin's mtime to what it is (a no-op for its sidecar line, which keeps matching) so
+// that its ctime says this boot and later hits need no read; `cubin` is then its new stat. A
+// cubin that cannot be stamped (someone else's) is confirmed again by the next process. Errors:
+// read_published's, or bad_cubin when the cubin changed meanwhile: the entry is not to be served.
+Status confirm_after_boot(const std::string &entry, FileIdentity &cubin);
 
 // A cubin read whole, and what its cache entry says of it.
 struct CubinBytes {

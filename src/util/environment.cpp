@@ -27,6 +27,7 @@ constexpr Entry kVariables[] = {
     {Variable::worker, "KJIT_WORKER"},
     {Variable::hit_memo, "KJIT_HIT_MEMO"},
     {Variable::compile_wait, "KJIT_COMPILE_WAIT"},
+    {Variable::durability, "KJIT_DURABILITY"},
     {Variable::remote_storage, "KJIT_REMOTE_STORAGE"},
     {Variable::cache_seed, "KJIT_CACHE_SEED"},
     {Variable::base_dirs, "KJIT_BASE_DIRS"},

@@ -21,6 +21,7 @@ enum class Variable {
     worker,          // KJIT_WORKER
     hit_memo,        // KJIT_HIT_MEMO
     compile_wait,    // KJIT_COMPILE_WAIT
+    durability,      // KJIT_DURABILITY
     remote_storage,  // KJIT_REMOTE_STORAGE
     cache_seed,      // KJIT_CACHE_SEED
     base_dirs,       // KJIT_BASE_DIRS

@@ -86,6 +86,15 @@ inline std::int64_t realtime_ns() {
     return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// When this boot of the machine began, on the wall clock (CLOCK_REALTIME less CLOCK_BOOTTIME,
+// which counts suspend too): a file last changed before it was written by an earlier boot, and
+// what a power cut kept from the disk is lost from it. Moves with the wall clock (NTP steps).
+inline std::int64_t boot_realtime_ns() {
+    struct timespec since_boot {};
+    clock_gettime(CLOCK_BOOTTIME, &since_boot);
+    return realtime_ns() - (static_cast<std::int64_t>(since_boot.tv_sec) * 1'000'000'000 + since_boot.tv_nsec);
+}
+
 // The monotonic clock in nanoseconds: for intervals and deadlines within a process.
 inline std::int64_t steady_ns() {
     struct timespec ts {};

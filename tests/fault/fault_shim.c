@@ -2,7 +2,10 @@
    libkjit makes and fails chosen ones with a chosen errno. Armed from the test process through
    kjit_fault_arm() (looked up with dlsym), so nothing else in the process is affected: only
    calls on paths containing the armed substring fail (and, for fd calls, fds opened on such
-   paths). Counts what it injected, per call. Test-only; never linked into libkjit. */
+   paths). Counts what it injected, per call, and the fsyncs of matching fds it let through.
+   kjit_fault_reboot() makes CLOCK_BOOTTIME start again at that moment, so that every file
+   written before looks written by an earlier boot (a power cut, without losing the process).
+   Test-only; never linked into libkjit. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { KJIT_FAULT_MAX_FDS = 4096 };
@@ -23,6 +27,9 @@ static atomic_int skip_left;
 static atomic_int times_left;
 static atomic_int injected;
 static atomic_char fd_matches[KJIT_FAULT_MAX_FDS];
+static atomic_int fsyncs_seen;
+/* CLOCK_BOOTTIME at the last kjit_fault_reboot(), subtracted from it after (0: none yet). */
+static _Atomic long long boot_offset_ns;
 
 void kjit_fault_arm(const char *call, int err, const char *path_substring, int skip, int times) {
     snprintf(armed_call, sizeof armed_call, "%s", call);
@@ -31,6 +38,7 @@ void kjit_fault_arm(const char *call, int err, const char *path_substring, int s
     atomic_store(&skip_left, skip);
     atomic_store(&times_left, times);
     atomic_store(&injected, 0);
+    atomic_store(&fsyncs_seen, 0);
 }
 
 void kjit_fault_disarm(void) {
@@ -39,6 +47,33 @@ void kjit_fault_disarm(void) {
 }
 
 int kjit_fault_injected(void) { return atomic_load(&injected); }
+
+/* The fsyncs of fds on matching paths since the last arm, failed or not. */
+int kjit_fault_fsyncs(void) { return atomic_load(&fsyncs_seen); }
+
+typedef int (*clock_gettime_fn)(clockid_t, struct timespec *);
+static clock_gettime_fn real_clock_gettime_fn(void) {
+    static clock_gettime_fn real;
+    if (!real) real = (clock_gettime_fn)dlsym(RTLD_NEXT, "clock_gettime");
+    return real;
+}
+
+void kjit_fault_reboot(void) {
+    struct timespec ts;
+    real_clock_gettime_fn()(CLOCK_BOOTTIME, &ts);
+    /* Less 1 ns: 0 means no reboot yet. */
+    atomic_store(&boot_offset_ns, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - 1);
+}
+
+int clock_gettime(clockid_t clock, struct timespec *ts) {
+    const int rc = real_clock_gettime_fn()(clock, ts);
+    const long long offset = atomic_load(&boot_offset_ns);
+    if (rc != 0 || clock != CLOCK_BOOTTIME || offset == 0) return rc;
+    const long long shifted = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec - offset;
+    ts->tv_sec = (time_t)(shifted / 1000000000LL);
+    ts->tv_nsec = (long)(shifted % 1000000000LL);
+    return rc;
+}
 
 static int path_matches(const char *path) { return armed_path[0] && path && strstr(path, armed_path) != NULL; }
 
@@ -104,6 +139,7 @@ ssize_t write(int fd, const void *buf, size_t n) {
 
 int fsync(int fd) {
     REAL(fsync, fd_fn);
+    if (fd_matched(fd)) atomic_fetch_add(&fsyncs_seen, 1);
     if (should_fail("fsync", fd_matched(fd))) return -1;
     return real_fsync(fd);
 }

@@ -1,12 +1,17 @@
 // Fault injection through libkjit.so: with tests/fault/fault_shim.c preloaded, every open,
 // write, fsync, close, mkdir and rename of a publish (and of a sidecar rewrite) is failed in
-// turn with ENOSPC, EACCES, EROFS, EIO and EINTR. Each call must return the documented status
-// (kjit_compile: KJIT_ERROR_IO naming the file, or success where EINTR is retried;
-// kjit_resolve_name: success, as sidecar writes never fail it), nothing partial may become
-// visible and no temp file may remain. Then writers are killed with SIGKILL at random points and
-// the cache must still be correct; and a batch whose publishes hit a full disk fails only those
-// items. Prints the counts of faults injected, by kind.
+// turn with ENOSPC, EACCES, EROFS, EIO and EINTR (the fsyncs with KJIT_DURABILITY=entry, the
+// only mode that makes any). Each call must return the documented status (kjit_compile:
+// KJIT_ERROR_IO naming the file, or success where EINTR is retried; kjit_resolve_name: success,
+// as sidecar writes never fail it), nothing partial may become visible and no temp file may
+// remain. Then writers are killed with SIGKILL at random points and the cache must still be
+// correct; and a batch whose publishes hit a full disk fails only those items. Entries torn as
+// a power cut leaves them (a file empty, cut, or the right size of zeros) are refused and
+// rebuilt by the next boot's lookup (the shim's kjit_fault_reboot), whichever mode published
+// them; a miss makes no fsync with KJIT_DURABILITY unset or none, two with entry. Prints the
+// counts of faults injected, by kind.
 #include "kjit/kjit.h"
+#include "kjit/kjit_cache.h"
 
 #include "batch_support.hpp"
 #include "cubin/sidecar_store.hpp"
@@ -23,7 +28,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -40,6 +47,8 @@ struct Shim {
     void (*arm)(const char *, int, const char *, int, int) = nullptr;
     void (*disarm)() = nullptr;
     int (*injected)() = nullptr;
+    int (*fsyncs)() = nullptr;
+    void (*reboot)() = nullptr;
 };
 
 const Shim &shim() {
@@ -48,6 +57,8 @@ const Shim &shim() {
         x.arm = reinterpret_cast<decltype(x.arm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_arm"));
         x.disarm = reinterpret_cast<decltype(x.disarm)>(::dlsym(RTLD_DEFAULT, "kjit_fault_disarm"));
         x.injected = reinterpret_cast<decltype(x.injected)>(::dlsym(RTLD_DEFAULT, "kjit_fault_injected"));
+        x.fsyncs = reinterpret_cast<decltype(x.fsyncs)>(::dlsym(RTLD_DEFAULT, "kjit_fault_fsyncs"));
+        x.reboot = reinterpret_cast<decltype(x.reboot)>(::dlsym(RTLD_DEFAULT, "kjit_fault_reboot"));
         return x;
     }();
     return s;
@@ -61,6 +72,15 @@ std::map<std::string, int> &fault_counts() {
     static std::map<std::string, int> counts;
     return counts;
 }
+
+// KJIT_DURABILITY set to `mode` for the scope, then unset (the default).
+struct Durability {
+    explicit Durability(const char *mode) { ::setenv("KJIT_DURABILITY", mode, 1); }
+    ~Durability() { ::unsetenv("KJIT_DURABILITY"); }
+    Durability(const Durability &) = delete;
+    Durability &operator=(const Durability &) = delete;
+};
+const char *const kDurabilities[] = {"none", "entry"};
 
 std::string source_of(int i) { return kjit_test::sources::numbered_gemm(i); }
 std::string name_of(int i) { return kjit_test::sources::numbered_gemm_name(i); }
@@ -111,10 +131,14 @@ TEST(FaultInjection, TheShimIsPreloaded) {
     ASSERT_NE(shim().arm, nullptr) << "run with LD_PRELOAD=<build>/tests/libkjit_fault_shim.so (ctest does)";
 }
 
-TEST(FaultInjection, EveryFailingCallOfAPublish) {
-    ASSERT_NE(shim().arm, nullptr);
+namespace {
+
+// Each of `calls` (kCalls' names) of one publish failed in turn with each errno, in the
+// durability `mode` set: the documented status, nothing partial, nothing left. Returns the
+// number of publishes tried.
+int every_failing_call_of_a_publish(const char *mode, const std::vector<const char *> &calls) {
     int runs = 0;
-    for (const char *call : kCalls) {
+    for (const char *call : calls) {
         for (const auto &[err, err_name] : kErrnos) {
             // Fail the first, then the second, ... matching call, until a publish makes fewer.
             for (int skip = 0; skip < 16; ++skip) {
@@ -130,9 +154,9 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
                     EXPECT_EQ(st, KJIT_OK) << call << " " << err_name << " skip " << skip << ": " << error;
                     break;
                 }
-                fault_counts()[std::string(call) + " " + err_name] += injected;
-                const std::string what =
-                    std::string(call) + " failing with " + err_name + " (occurrence " + std::to_string(skip + 1) + ")";
+                fault_counts()[std::string(call) + " " + err_name + " (" + mode + ")"] += injected;
+                const std::string what = std::string(call) + " failing with " + err_name + " (occurrence " +
+                                         std::to_string(skip + 1) + ", KJIT_DURABILITY=" + mode + ")";
                 if (st != KJIT_OK) {
                     EXPECT_EQ(st, KJIT_ERROR_IO) << what << ": " << error;
                     EXPECT_NE(error.find(cache), std::string::npos) << what << ": " << error;
@@ -144,15 +168,181 @@ TEST(FaultInjection, EveryFailingCallOfAPublish) {
                 }
                 // Nothing partial, nothing left; and the next call publishes a correct entry.
                 std::string path;
-                ASSERT_EQ(compile_into(cache, 0, &path), KJIT_OK) << what << ", then: " << kjit_last_error();
-                char name[256];
-                ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
+                char name[256] = "";
+                if (compile_into(cache, 0, &path) != KJIT_OK) {
+                    ADD_FAILURE() << what << ", then: " << kjit_last_error();
+                    return runs;
+                }
+                EXPECT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK) << what;
                 EXPECT_EQ(std::string(name), name_of(0)) << what;
                 EXPECT_EQ(check_cache(cache), 1) << what;
             }
         }
     }
+    return runs;
+}
+
+}  // namespace
+
+TEST(FaultInjection, EveryFailingCallOfAPublish) {
+    ASSERT_NE(shim().arm, nullptr);
+    int runs = 0;
+    {
+        // The default: no fsync at all (DurabilityNoneFsyncsNothing), the fsync runs inject none.
+        const Durability none("none");
+        runs +=
+            every_failing_call_of_a_publish("none", std::vector<const char *>(std::begin(kCalls), std::end(kCalls)));
+    }
+    {
+        // Every other call is the same in both modes: only the fsyncs differ.
+        const Durability entry("entry");
+        runs += every_failing_call_of_a_publish("entry", {"fsync"});
+    }
     EXPECT_GT(runs, 60);
+}
+
+// KJIT_DURABILITY decides the fsyncs of a miss: none (the default) makes none, entry two (the
+// cubin, then the temp entry folder before the rename), and both publish the same entry.
+TEST(FaultInjection, DurabilityDecidesTheFsyncsOfAMiss) {
+    ASSERT_NE(shim().fsyncs, nullptr);
+    for (const char *mode : {static_cast<const char *>(nullptr), "none", "entry"}) {
+        if (mode) ::setenv("KJIT_DURABILITY", mode, 1);
+        TempDir dir;
+        const std::string cache = dir.file("cache");
+        shim().arm("no call", 0, cache.c_str(), 0, 0);  // counts the fsyncs under `cache`, fails nothing
+        std::string path;
+        EXPECT_EQ(compile_into(cache, 3, &path), KJIT_OK) << kjit_last_error();
+        const int fsyncs = shim().fsyncs();
+        shim().disarm();
+        ::unsetenv("KJIT_DURABILITY");
+        const std::string label = mode ? mode : "unset";
+        EXPECT_EQ(fsyncs, mode && std::string(mode) == "entry" ? 2 : 0) << "KJIT_DURABILITY=" << label;
+        EXPECT_EQ(check_cache(cache), 1) << label;
+    }
+    ::setenv("KJIT_DURABILITY", "always", 1);
+    TempDir dir;
+    EXPECT_EQ(compile_into(dir.file("cache"), 3), KJIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kjit_last_error()).find("$KJIT_DURABILITY is 'always'"), std::string::npos)
+        << kjit_last_error();
+    ::unsetenv("KJIT_DURABILITY");
+}
+
+namespace {
+
+// What a power cut can leave of a file whose data never reached the disk: its name, and its
+// size and mtime as the journal kept them, over bytes that are gone.
+enum class Tear { empty, half, zeros };
+const std::pair<Tear, const char *> kTears[] = {{Tear::empty, "empty"}, {Tear::half, "half"}, {Tear::zeros, "zeros"}};
+
+// Tears the file at `path` as `tear` says, keeping its mtime (which the journal keeps).
+void tear_file(const std::string &path, Tear tear) {
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    const std::size_t size = static_cast<std::size_t>(st.st_size);
+    if (tear == Tear::empty) {
+        ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+    } else if (tear == Tear::half) {
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size / 2)), 0);
+    } else {
+        write_file(path, std::string(size, '\0'));
+    }
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+// A reboot as libkjit sees it (the shim's kjit_fault_reboot), with a pause either side: file
+// times come from a coarse clock, up to a tick behind the one the boot is reckoned from.
+void reboot() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    shim().reboot();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+std::uint64_t entries_rebuilt() {
+    kjit_stats s = KJIT_STATS_INIT;
+    EXPECT_EQ(kjit_get_stats(&s), KJIT_OK);
+    return s.entries_rebuilt;
+}
+
+// `kjit cache verify` of `cache` exits 0: every entry's cubin is what its manifest recorded.
+bool cache_verifies(const std::string &cache) {
+    const std::string command = std::string(KJIT_CLI) + " cache verify --cache-dir '" + cache + "' >/dev/null 2>&1";
+    return std::system(command.c_str()) == 0;
+}
+
+}  // namespace
+
+// A power cut after a publish whose data never reached the disk (a publish without fsync, or a
+// file a publish with fsync did not sync: the manifest, the sidecar) leaves files of the right
+// names that are empty, short, or the right size of zeros. The next boot's lookup must refuse
+// such an entry, rebuild it and serve the right cubin, in both durability modes; the boot is
+// simulated by the shim (kjit_fault_reboot: every file written before looks an earlier boot's).
+TEST(FaultInjection, EntriesTornByAPowerCutAreRebuiltNeverServed) {
+    ASSERT_NE(shim().reboot, nullptr);
+    ::setenv("KJIT_HIT_MEMO", "0", 1);  // every lookup goes to the disk, as a new process's would
+    int kernel = 100;
+    for (const char *mode : kDurabilities) {
+        const Durability durability(mode);
+        for (const char *file : {"kernel.cubin", "manifest.txt", "kernel.cubin.name"}) {
+            for (const auto &[tear, tear_name] : kTears) {
+                const std::string what = std::string(file) + " " + tear_name + ", KJIT_DURABILITY=" + mode;
+                TempDir dir;
+                const std::string cache = dir.file("cache");
+                const int k = kernel++;
+                std::string path;
+                ASSERT_EQ(compile_into(cache, k, &path), KJIT_OK) << what << ": " << kjit_last_error();
+                const std::string entry = path.substr(0, path.rfind('/'));
+                tear_file(entry + "/" + file, tear);
+                reboot();
+                const std::uint64_t rebuilt = entries_rebuilt();
+                std::string again;
+                ASSERT_EQ(compile_into(cache, k, &again), KJIT_OK) << what << ": " << kjit_last_error();
+                EXPECT_EQ(again, path) << what;
+                // A torn sidecar alone is a rescan (the cubin and its manifest agree); any other
+                // tear is a rebuild.
+                const bool sidecar = std::string(file) == "kernel.cubin.name";
+                EXPECT_EQ(entries_rebuilt() - rebuilt, sidecar ? 0u : 1u) << what;
+                char name[256] = "";
+                EXPECT_EQ(kjit_resolve_name(again.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK) << what;
+                EXPECT_EQ(std::string(name), name_of(k)) << what;
+                EXPECT_TRUE(cache_verifies(cache)) << what << ": the entry served is not what its manifest says";
+                EXPECT_EQ(check_cache(cache), 1) << what;
+            }
+        }
+    }
+    ::unsetenv("KJIT_HIT_MEMO");
+}
+
+// An entry from before the boot that is whole is confirmed once: its cubin is read and checked,
+// its ctime stamped, and it is served, not rebuilt; the next lookup confirms nothing again.
+TEST(FaultInjection, AWholeEntryFromAnEarlierBootIsConfirmedOnce) {
+    ASSERT_NE(shim().reboot, nullptr);
+    ::setenv("KJIT_HIT_MEMO", "0", 1);
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    std::string path;
+    ASSERT_EQ(compile_into(cache, 140, &path), KJIT_OK) << kjit_last_error();
+    struct stat before {};
+    ASSERT_EQ(::stat(path.c_str(), &before), 0);
+    reboot();
+    const std::uint64_t rebuilt = entries_rebuilt();
+    ASSERT_EQ(compile_into(cache, 140), KJIT_OK) << kjit_last_error();
+    EXPECT_EQ(entries_rebuilt(), rebuilt);
+    struct stat after {};
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino);
+    EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+    EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    EXPECT_TRUE(after.st_ctim.tv_sec > before.st_ctim.tv_sec ||
+                (after.st_ctim.tv_sec == before.st_ctim.tv_sec && after.st_ctim.tv_nsec > before.st_ctim.tv_nsec))
+        << "the confirmed cubin's ctime was not stamped";
+    // Confirmed for this boot: the next lookup confirms (and stamps) nothing again.
+    ASSERT_EQ(compile_into(cache, 140), KJIT_OK) << kjit_last_error();
+    struct stat later {};
+    ASSERT_EQ(::stat(path.c_str(), &later), 0);
+    EXPECT_EQ(later.st_ctim.tv_sec, after.st_ctim.tv_sec);
+    EXPECT_EQ(later.st_ctim.tv_nsec, after.st_ctim.tv_nsec) << "a confirmed cubin was confirmed again";
+    ::unsetenv("KJIT_HIT_MEMO");
 }
 
 // kjit_compile_batch of kernels first..first+count-1 (2 workers) into `cache`.
