@@ -287,19 +287,12 @@ class Prepared:
 _FROZEN = object()
 
 
-def plain(value: object) -> bool:
-    """True for an argument that is its own key: its equal values are the ones that encode the
-    same, and it cannot change. str, bytes, None and tuples of those; not numbers (1 == 1.0,
-    though 1.0 is refused as a size) nor anything mutable or user-defined."""
-    kind = type(value)
-    if kind is str or kind is bytes or value is None:
-        return True
-    return kind is tuple and all_plain(value)  # type: ignore[arg-type]
-
-
 def all_plain(values: Tuple[Any, ...]) -> bool:
-    """plain() of every item: a loop, not all() over a generator, which cost a new request
-    about 2 us for compile's 14 keyword arguments."""
+    """True when every item is an argument that is its own key: its equal values are the ones
+    that encode the same, and it cannot change. str, bytes, None and tuples of those; not
+    numbers (1 == 1.0, though 1.0 is refused as a size) nor anything mutable or user-defined.
+    A loop, not all() over a generator, which cost a new request about 2 us for compile's 14
+    keyword arguments."""
     for value in values:
         if value is None:
             continue
@@ -331,7 +324,7 @@ class Memo:
         # for many sources under one set of options, and each new one then encodes its source
         # alone (the struct is most of what a new request costs in Python).
         self.encoded: Dict[Tuple[Any, ...], Tuple[_abi.CompileOptions, List[Any]]] = {}
-        self.frozen = 0  # how many requests are kept under a frozen key (made from arguments not all plain)
+        self.frozen = False  # whether a request is kept under a frozen key (arguments not all plain)
 
     def encoded_options(self, values: Tuple[Any, ...], options: Mapping[str, Any]) -> Tuple[Any, List[Any]]:
         """``options`` (whose plain values are ``values``) as a CompileOptions and what it points
@@ -356,11 +349,12 @@ class Memo:
         given where a tuple is now), and a new request's options are encoded once per value set
         (encoded_options)."""
         values = tuple(options.values())
-        if plain(source) and plain(keyword) and all_plain(values):
+        given = (source, keyword, *values)
+        if all_plain(given):
             prepared = self.requests.get(frozen_key(source, keyword, options)) if self.frozen else None
             if prepared is None:
                 prepared = Prepared(library, source, keyword, options, encoded=self.encoded_options(values, options))
-            self._keep((source, keyword, *values), prepared)
+            self._keep(given, prepared)
             return prepared
         try:
             key = frozen_key(source, keyword, options)
@@ -371,14 +365,15 @@ class Memo:
             prepared = Prepared(library, source, keyword, options)
             if key is not None:
                 self._keep(key, prepared)
-                self.frozen += 1
+                self.frozen = True
         return prepared
 
     def _keep(self, key: Any, prepared: Prepared) -> None:
         size = len(prepared._keep[0])
         if len(self.requests) >= self.max_entries or self.bytes + size > self.max_bytes:
             self.requests.clear()
-            self.bytes = self.frozen = 0
+            self.bytes = 0
+            self.frozen = False
         if key not in self.requests:
             self.bytes += size
         self.requests[key] = prepared

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence, Tuple, Union
 
 import kjit
 from kjit._errors import ERROR_CLASSES
-from kjit._prepared import plain as _plain
+from kjit._prepared import all_plain as _all_plain
 
 try:
     import cuda.core
@@ -154,7 +154,7 @@ def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
         key, request = None, None
     if request is None or request[0].library is not kjit._default:  # a new library since: prepared anew
         request = _prepare(code, options, name_expressions, keyword, cache_dir, kjit_compile_options)
-        if key is not None and _plain(key[1:]):
+        if key is not None and _all_plain(key[1:]):
             if len(_requests) >= _MEMO_MAX_ENTRIES:
                 _requests.clear()
             _requests[key] = request
