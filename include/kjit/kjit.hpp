@@ -352,49 +352,59 @@ std::string instantiate(const std::string &name, const Args &...args) {
  */
 inline std::string instantiate(const std::string &name) { return name + "<>"; }
 
-/**
- * @brief Owns a ::kjit_kernel: kjit_kernel_release() runs once, when the owner is destroyed or
- *        reset. Move-only; a moved-from Kernel is empty.
- */
-class Kernel {
+/// @cond KJIT_DETAIL
+namespace detail {
+
+/* What kjit::Kernel, kjit::BatchResult and kjit::Prepared share: sole ownership of one libkjit
+   handle, released with `Release` once (when destroyed or reset), move-only, a moved-from owner
+   empty. Their documented members get(), operator bool, release() and reset() are these. */
+template <typename T, void (*Release)(T *)>
+class Owner {
 public:
-    /** @brief An empty owner. */
-    Kernel() noexcept = default;
-    /**
-     * @brief Takes ownership of `handle` (from kjit_load_cached() or kjit_compile_and_load()).
-     * @param[in] handle The handle, or NULL for an empty owner.
-     */
-    explicit Kernel(kjit_kernel *handle) noexcept : handle_(handle) {}
-    /** @brief Takes `other`'s handle; `other` is left empty. @param[in,out] other The source. */
-    Kernel(Kernel &&other) noexcept : handle_(other.release()) {}
-    /**
-     * @brief Releases this handle (if any), then takes `other`'s; `other` is left empty.
-     * @param[in,out] other The source.
-     * @return This object.
-     */
-    Kernel &operator=(Kernel &&other) noexcept {
+    Owner() noexcept = default;
+    explicit Owner(T *handle) noexcept : handle_(handle) {}
+    Owner(Owner &&other) noexcept : handle_(other.release()) {}
+    Owner &operator=(Owner &&other) noexcept {
         if (this != &other) reset(other.release());
         return *this;
     }
-    Kernel(const Kernel &) = delete;
-    Kernel &operator=(const Kernel &) = delete;
-    /** @brief Releases the handle (kjit_kernel_release()), if any. */
-    ~Kernel() { kjit_kernel_release(handle_); }
+    Owner(const Owner &) = delete;
+    Owner &operator=(const Owner &) = delete;
+    ~Owner() { Release(handle_); }
 
     /** @brief The handle, still owned by this object. @return It, or NULL when empty. */
-    kjit_kernel *get() const noexcept { return handle_; }
+    T *get() const noexcept { return handle_; }
     /** @brief Whether a handle is held. @return true when not empty. */
     explicit operator bool() const noexcept { return handle_ != nullptr; }
     /**
      * @brief Gives up ownership without releasing.
-     * @return The handle (the caller now releases it with kjit_kernel_release()), or NULL.
+     * @return The handle (the caller now releases it with the C release function), or NULL.
      */
-    kjit_kernel *release() noexcept { return std::exchange(handle_, nullptr); }
+    T *release() noexcept { return std::exchange(handle_, nullptr); }
     /**
      * @brief Releases the handle held (if any) and takes `handle`.
      * @param[in] handle The new handle, or NULL to become empty.
      */
-    void reset(kjit_kernel *handle = nullptr) noexcept { kjit_kernel_release(std::exchange(handle_, handle)); }
+    void reset(T *handle = nullptr) noexcept { Release(std::exchange(handle_, handle)); }
+
+protected:
+    T *handle_ = nullptr;
+};
+
+}  // namespace detail
+/// @endcond
+
+/**
+ * @brief Owns a ::kjit_kernel: kjit_kernel_release() runs once, when the owner is destroyed or
+ *        reset. Move-only; a moved-from Kernel is empty.
+ */
+class Kernel : public detail::Owner<kjit_kernel, kjit_kernel_release> {
+public:
+    /**
+     * @brief An empty owner, or the owner of `handle` (from kjit_load_cached() or
+     *        kjit_compile_and_load()); get(), operator bool, release() and reset() as their names say.
+     */
+    using Owner::Owner;
 
     /**
      * @brief The kernel's mangled name (kjit_kernel_name()).
@@ -429,66 +439,29 @@ public:
         detail::check(kjit_kernel_cufunction(handle_, &function), "kjit_kernel_cufunction");
         return function;
     }
-
-private:
-    kjit_kernel *handle_ = nullptr;
 };
 
 /**
  * @brief Owns a ::kjit_batch_result: kjit_batch_result_release() runs once, when the owner is
  *        destroyed or reset. Move-only; a moved-from BatchResult is empty (count() 0).
  */
-class BatchResult {
+class BatchResult : public detail::Owner<kjit_batch_result, kjit_batch_result_release> {
 public:
-    /** @brief An empty owner. */
-    BatchResult() noexcept = default;
     /**
-     * @brief Takes ownership of `result` (from kjit_compile_batch()).
-     * @param[in] result The result, or NULL for an empty owner.
+     * @brief An empty owner, or the owner of `result` (from kjit_compile_batch()); get(),
+     *        operator bool, release() and reset() as their names say.
      */
-    explicit BatchResult(kjit_batch_result *result) noexcept : result_(result) {}
-    /** @brief Takes `other`'s result; `other` is left empty. @param[in,out] other The source. */
-    BatchResult(BatchResult &&other) noexcept : result_(other.release()) {}
-    /**
-     * @brief Releases this result (if any), then takes `other`'s; `other` is left empty.
-     * @param[in,out] other The source.
-     * @return This object.
-     */
-    BatchResult &operator=(BatchResult &&other) noexcept {
-        if (this != &other) reset(other.release());
-        return *this;
-    }
-    BatchResult(const BatchResult &) = delete;
-    BatchResult &operator=(const BatchResult &) = delete;
-    /** @brief Releases the result (kjit_batch_result_release()), if any. */
-    ~BatchResult() { kjit_batch_result_release(result_); }
-
-    /** @brief The result, still owned by this object. @return It, or NULL when empty. */
-    kjit_batch_result *get() const noexcept { return result_; }
-    /** @brief Whether a result is held. @return true when not empty. */
-    explicit operator bool() const noexcept { return result_ != nullptr; }
-    /**
-     * @brief Gives up ownership without releasing.
-     * @return The result (the caller releases it with kjit_batch_result_release()), or NULL.
-     */
-    kjit_batch_result *release() noexcept { return std::exchange(result_, nullptr); }
-    /**
-     * @brief Releases the result held (if any) and takes `result`.
-     * @param[in] result The new result, or NULL to become empty.
-     */
-    void reset(kjit_batch_result *result = nullptr) noexcept {
-        kjit_batch_result_release(std::exchange(result_, result));
-    }
+    using Owner::Owner;
 
     /** @brief Number of items (kjit_batch_result_count()). @return It; 0 when empty. */
-    std::size_t count() const noexcept { return kjit_batch_result_count(result_); }
+    std::size_t count() const noexcept { return kjit_batch_result_count(handle_); }
     /**
      * @brief One item's status (kjit_batch_result_status()).
      * @param[in] index The item's index in the request array.
      * @return #KJIT_OK or the item's failure.
      * @throws std::out_of_range For an index not below count() (also when empty).
      */
-    kjit_status status(std::size_t index) const { return kjit_batch_result_status(result_, checked(index)); }
+    kjit_status status(std::size_t index) const { return kjit_batch_result_status(handle_, checked(index)); }
     /**
      * @brief One item's cubin path (kjit_batch_result_cubin_path()).
      * @param[in] index The item's index.
@@ -496,7 +469,7 @@ public:
      * @throws std::out_of_range For an index not below count().
      */
     std::string cubin_path(std::size_t index) const {
-        return text(kjit_batch_result_cubin_path(result_, checked(index)));
+        return text(kjit_batch_result_cubin_path(handle_, checked(index)));
     }
     /**
      * @brief One item's mangled kernel name (kjit_batch_result_kernel_name()).
@@ -505,7 +478,7 @@ public:
      * @throws std::out_of_range For an index not below count().
      */
     std::string kernel_name(std::size_t index) const {
-        return text(kjit_batch_result_kernel_name(result_, checked(index)));
+        return text(kjit_batch_result_kernel_name(handle_, checked(index)));
     }
     /**
      * @brief One item's error text (kjit_batch_result_error()): the whole NVRTC log for a
@@ -514,7 +487,7 @@ public:
      * @return A copy; "" for an item that succeeded.
      * @throws std::out_of_range For an index not below count().
      */
-    std::string error(std::size_t index) const { return text(kjit_batch_result_error(result_, checked(index))); }
+    std::string error(std::size_t index) const { return text(kjit_batch_result_error(handle_, checked(index))); }
 
 private:
     std::size_t checked(std::size_t index) const {
@@ -525,8 +498,6 @@ private:
         return index;
     }
     static std::string text(const char *s) { return s ? s : std::string(); }
-
-    kjit_batch_result *result_ = nullptr;
 };
 
 /** @brief What kjit::compile_named() returns: the cached cubin and the kernel's mangled name. */
@@ -679,10 +650,13 @@ inline Kernel compile_and_load(const std::string &source, const std::string &key
  * Thread safety: its const members (every call) may be used from any number of threads at
  * once; moves, reset() and destruction by one thread at a time, after the last call.
  */
-class Prepared {
+class Prepared : public detail::Owner<kjit_prepared, kjit_prepared_release> {
 public:
-    /** @brief An empty owner. */
-    Prepared() noexcept = default;
+    /**
+     * @brief An empty owner, or the owner of `handle` (from kjit_prepare()); get(), operator
+     *        bool, release() and reset() as their names say.
+     */
+    using Owner::Owner;
     /**
      * @brief kjit_prepare(): the request checked, copied, its defaults settled now.
      * @param[in] source, keyword, options As for kjit::compile(); copied.
@@ -692,33 +666,6 @@ public:
     Prepared(const std::string &source, const std::string &keyword, const kjit_compile_options *options = nullptr) {
         detail::check(kjit_prepare(source.c_str(), keyword.c_str(), options, &handle_), "kjit_prepare");
     }
-    /** @brief Takes ownership of `handle` (from kjit_prepare()). @param[in] handle It, or NULL. */
-    explicit Prepared(kjit_prepared *handle) noexcept : handle_(handle) {}
-    /** @brief Takes `other`'s handle; `other` is left empty. @param[in,out] other The source. */
-    Prepared(Prepared &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-    /**
-     * @brief Releases this handle (if any), then takes `other`'s; `other` is left empty.
-     * @param[in,out] other The source.
-     * @return This object.
-     */
-    Prepared &operator=(Prepared &&other) noexcept {
-        if (this != &other) reset(std::exchange(other.handle_, nullptr));
-        return *this;
-    }
-    Prepared(const Prepared &) = delete;
-    Prepared &operator=(const Prepared &) = delete;
-    /** @brief Releases the handle (kjit_prepared_release()), if any. */
-    ~Prepared() { kjit_prepared_release(handle_); }
-
-    /** @brief The handle, still owned by this object. @return It, or NULL when empty. */
-    kjit_prepared *get() const noexcept { return handle_; }
-    /** @brief Whether a handle is held. @return true when not empty. */
-    explicit operator bool() const noexcept { return handle_ != nullptr; }
-    /**
-     * @brief Releases the handle held (if any) and takes `handle`.
-     * @param[in] handle The new handle, or NULL to become empty.
-     */
-    void reset(kjit_prepared *handle = nullptr) noexcept { kjit_prepared_release(std::exchange(handle_, handle)); }
 
     /**
      * @brief kjit_prepared_compile(): the cubin's path and the kernel's name, compiled on a miss.
@@ -756,9 +703,6 @@ public:
         detail::check(kjit_prepared_load(handle_, &kernel), "kjit_prepared_load");
         return Kernel(kernel);
     }
-
-private:
-    kjit_prepared *handle_ = nullptr;
 };
 
 /**
