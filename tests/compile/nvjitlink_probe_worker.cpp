@@ -15,12 +15,9 @@
 // Exit 0 whenever it ran; 2 on bad usage.
 #include "compile/nvjitlink_library.hpp"
 #include "compile/nvjitlink_probe.hpp"
+#include "host_preload.hpp"
 
-#include <dlfcn.h>
-
-#include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 namespace probe = kjit::compile::nvjitlink_probe;
@@ -28,13 +25,7 @@ namespace probe = kjit::compile::nvjitlink_probe;
 namespace {
 
 // The first libnvJitLink file mapped into this process, as /proc/self/maps names it; "" when none.
-std::string nvjitlink_file() {
-    std::ifstream maps("/proc/self/maps");
-    for (std::string line; std::getline(maps, line);) {
-        if (line.find("/libnvJitLink.") != std::string::npos) return line.substr(line.find('/'));
-    }
-    return "";
-}
+std::string nvjitlink_file() { return kjit_test::mapped_file("/libnvJitLink."); }
 
 // One line for the test: newlines in a message would split it.
 void say(const std::string &key, const std::string &value) {
@@ -47,18 +38,9 @@ void say_error(const std::string &step, const kjit::Error &e) {
     say(step + "-error", std::to_string(static_cast<int>(e.code)) + " " + e.message);
 }
 
-// dlopens the first of `files` (comma-separated) that opens, never closed (the host keeps it).
+// dlopens the first of `files` that opens, as a host that loads nvJitLink first would, and says which.
 void preload(const std::string &files) {
-    for (std::size_t at = 0; at <= files.size();) {
-        const std::size_t comma = std::min(files.find(',', at), files.size());
-        const std::string file = files.substr(at, comma - at);
-        at = comma + 1;
-        if (!file.empty() && ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-            say("preloaded", nvjitlink_file());
-            return;
-        }
-    }
-    say("preloaded", "none");
+    say("preloaded", kjit_test::preload_first(files) ? nvjitlink_file() : "none");
 }
 
 }  // namespace

@@ -12,39 +12,22 @@
 // Exit 0 whenever it ran; the test reads the lines.
 #include "kjit/kjit.h"
 
-#include <dlfcn.h>
+#include "host_preload.hpp"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 namespace {
 
 // The first libnvrtc file mapped into this process, as /proc/self/maps names it; "" when none.
-std::string nvrtc_file() {
-    std::ifstream maps("/proc/self/maps");
-    for (std::string line; std::getline(maps, line);) {
-        if (line.find("/libnvrtc.") != std::string::npos) return line.substr(line.find('/'));
-    }
-    return "";
-}
+std::string nvrtc_file() { return kjit_test::mapped_file("/libnvrtc."); }
 
-// dlopens the first of `files` (comma-separated) that opens, as a host that loads NVRTC for its
-// own use would, and says which (never closed: the host keeps it).
+// dlopens the first of `files` that opens, as a host that loads NVRTC for its own use would,
+// and says which.
 void preload(const std::string &files) {
-    for (std::size_t at = 0; at <= files.size();) {
-        const std::size_t comma = std::min(files.find(',', at), files.size());
-        const std::string file = files.substr(at, comma - at);
-        at = comma + 1;
-        if (!file.empty() && ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-            std::printf("preloaded %s\n", nvrtc_file().c_str());
-            return;
-        }
-    }
-    std::printf("preloaded none\n");
+    std::printf("preloaded %s\n", kjit_test::preload_first(files) ? nvrtc_file().c_str() : "none");
 }
 
 void compile_once(const char *cache, int n) {
