@@ -417,19 +417,28 @@ std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit
     return out;
 }
 
-// kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
-// the hit memo's, when the caller tried the memo under it (memo_answer), else null.
-kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
-                                                 const kjit_compile_options *options,
-                                                 const kjit::cache::HitMemo::Digest *digest) {
+// The request a compile call (kjit_compile, kjit_compile_named, kjit_compile_and_load,
+// kjit_prepare) makes of its arguments, checked; `function` names the call in messages.
+kjit::Result<kjit::key::Request> request_of(const char *function, const char *source, const char *keyword,
+                                            const kjit_compile_options *options) {
     const std::string f(function);
     if (!source) return invalid(f + ": source is NULL");
     if (!keyword) return invalid(f + ": keyword is NULL");
     kjit::key::Request request;
     request.source = source;
     request.keyword = keyword;
-    if (auto s = compile_options::request_from(options, request, (f + ": options").c_str()); !s)
-        return std::move(s).error();
+    if (auto s = compile_options::request_from(options, request, f + ": options"); !s) return std::move(s).error();
+    return request;
+}
+
+// kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
+// the hit memo's, when the caller tried the memo under it (memo_answer), else null.
+kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
+                                                 const kjit_compile_options *options,
+                                                 const kjit::cache::HitMemo::Digest *digest) {
+    auto made = request_of(function, source, keyword, options);
+    if (!made) return std::move(made).error();
+    kjit::key::Request &request = *made;
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
@@ -713,14 +722,10 @@ KJIT_API kjit_status kjit_prepare(const char *source, const char *keyword, const
     if (prepared) *prepared = nullptr;
     return guarded("kjit_prepare", [&]() -> kjit_status {
         if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: prepared (the out handle) is NULL");
-        if (!source) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: source is NULL");
-        if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: keyword is NULL");
+        auto request = request_of("kjit_prepare", source, keyword, options);
+        if (!request) return fail(request.error());
         auto p = std::make_unique<kjit_prepared>();
-        p->request.source = source;
-        p->request.keyword = keyword;
-        if (auto s = compile_options::request_from(options, p->request, "kjit_prepare: options"); !s) {
-            return fail(s.error());
-        }
+        p->request = std::move(*request);
         // HitMemo::digest of the settled request: what kjit_compile's digest of the same
         // arguments is (tests/api/compile_options_test.cpp holds the two to each other).
         p->memo = kjit::cache::HitMemo::enabled();
