@@ -685,12 +685,15 @@ bool written_before_boot(const FileIdentity &cubin, std::int64_t now_ns) {
 }
 
 Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {
+    // The file `cubin` names, as it was: its ctime aside, which the stamp below moves.
+    const auto same_file_version = [&cubin](const FileIdentity &id) {
+        return id.ino == cubin.ino && id.size == cubin.size && id.mtime_sec == cubin.mtime_sec &&
+               id.mtime_nsec == cubin.mtime_nsec;
+    };
     auto read = read_published(entry);
     if (!read) return std::move(read).error();
-    const FileIdentity &was = read->identity;
     const std::string cubin_path = entry + "/" + kCubinFile;
-    if (was.ino != cubin.ino || was.size != cubin.size || was.mtime_sec != cubin.mtime_sec ||
-        was.mtime_nsec != cubin.mtime_nsec) {
+    if (!same_file_version(read->identity)) {
         return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' changed while it was confirmed"};
     }
     // UTIME_OMIT for both would leave the ctime alone: set the mtime itself, to what it is.
@@ -702,12 +705,9 @@ Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {
         log().debug("cubin '{}' confirmed after a restart, not stamped: {}", cubin_path, std::strerror(errno));
         return Ok{};
     }
-    FileIdentity now = FileIdentity::from_stat(st);
+    const FileIdentity now = FileIdentity::from_stat(st);
     // Someone may have swapped a new entry in since: keep the identity that was confirmed.
-    if (now.ino == cubin.ino && now.size == cubin.size && now.mtime_sec == cubin.mtime_sec &&
-        now.mtime_nsec == cubin.mtime_nsec) {
-        cubin = now;
-    }
+    if (same_file_version(now)) cubin = now;
     log().debug("cubin '{}' written before this boot: confirmed against its manifest", cubin_path);
     return Ok{};
 }
