@@ -298,14 +298,55 @@ std::vector<RedisServer *> RedisCluster::nodes() {
 
 std::string RedisCluster::id_of(const RedisServer &node) { return node.command({"CLUSTER", "MYID"}); }
 
+namespace {
+
+// "CLUSTER NODES": one line per node, "<id> <ip:port@bus> <flags> <master> ... <slots...>", as
+// each line's words.
+std::vector<std::vector<std::string>> node_table(const std::string &table) {
+    std::vector<std::vector<std::string>> lines;
+    for (std::size_t at = 0; at < table.size();) {
+        std::size_t end = table.find('\n', at);
+        if (end == std::string::npos) end = table.size();
+        std::vector<std::string> words;
+        for (std::size_t w = at; w < end;) {
+            std::size_t e = table.find(' ', w);
+            if (e == std::string::npos || e > end) e = end;
+            words.push_back(table.substr(w, e - w));
+            w = e + 1;
+        }
+        if (words.size() >= 8) lines.push_back(std::move(words));
+        at = end + 1;
+    }
+    return lines;
+}
+
+int port_of(const std::vector<std::string> &line) {
+    const std::string &address = line[1];
+    return std::stoi(address.substr(address.find(':') + 1));
+}
+
+}  // namespace
+
 bool RedisCluster::wait_ok() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto runs = [&](int port) {
+        for (auto &n : nodes_) {
+            if (n->port() == port) return n->running();
+        }
+        return false;
+    };
     while (std::chrono::steady_clock::now() < deadline) {
         bool ok = true;
         for (auto &n : nodes_) {
             if (!n->running()) continue;
             try {
                 ok = ok && n->command({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+                // cluster_state:ok alone is also what a node says before it has noticed a killed
+                // primary: ready only when, in every running node's view, each slot is on a node
+                // that runs (after a failover, on the promoted replica).
+                for (const auto &line : node_table(n->command({"CLUSTER", "NODES"}))) {
+                    if (line.size() > 8 && !runs(port_of(line))) ok = false;
+                }
             } catch (const std::exception &) {
                 ok = false;
             }
@@ -320,32 +361,17 @@ RedisServer &RedisCluster::primary_of(const std::string &key) {
     for (auto &asked : nodes_) {
         if (!asked->running()) continue;
         const std::string slot = asked->command({"CLUSTER", "KEYSLOT", key});
-        // "CLUSTER NODES": one line per node, "<id> <ip:port@bus> <flags> <master> ... <slots...>".
-        const std::string table = asked->command({"CLUSTER", "NODES"});
         const long wanted = std::stol(slot);
-        std::size_t at = 0;
-        while (at < table.size()) {
-            std::size_t end = table.find('\n', at);
-            if (end == std::string::npos) end = table.size();
-            const std::string line = table.substr(at, end - at);
-            at = end + 1;
-            if (line.find("master") == std::string::npos || line.find("fail") != std::string::npos) continue;
-            std::vector<std::string> words;
-            for (std::size_t w = 0; w < line.size();) {
-                std::size_t e = line.find(' ', w);
-                if (e == std::string::npos) e = line.size();
-                words.push_back(line.substr(w, e - w));
-                w = e + 1;
-            }
+        for (const auto &words : node_table(asked->command({"CLUSTER", "NODES"}))) {
+            if (words[2].find("master") == std::string::npos || words[2].find("fail") != std::string::npos) continue;
             for (std::size_t k = 8; k < words.size(); ++k) {
                 const auto dash = words[k].find('-');
                 if (words[k].empty() || words[k][0] == '[') continue;
                 const long first = std::stol(words[k].substr(0, dash));
                 const long last = dash == std::string::npos ? first : std::stol(words[k].substr(dash + 1));
                 if (wanted < first || wanted > last) continue;
-                const int port = std::stoi(words[1].substr(words[1].find(':') + 1));
                 for (auto &n : nodes_) {
-                    if (n->port() == port) return *n;
+                    if (n->port() == port_of(words)) return *n;
                 }
             }
         }

@@ -104,7 +104,9 @@ public:
     RedisServer &primary_of(const std::string &key);
     // A node's cluster id (CLUSTER MYID).
     static std::string id_of(const RedisServer &node);
-    // Waits (up to 30 s) until every node that runs says cluster_state:ok; false if not.
+    // Waits (up to 30 s) until every node that runs says cluster_state:ok and, in its CLUSTER
+    // NODES, has every slot on a node that runs (so a killed primary's replica has taken over);
+    // false if not.
     bool wait_ok();
 
 private:
