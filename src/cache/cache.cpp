@@ -352,7 +352,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     entry.cubin = compiled->cubin;
     entry.source = request.source;
     entry.manifest = new_manifest(request, entry_key, source_key, *name, seconds);
-    if (request.reads_files) entry.deps_text = key::include_scanner::format(deps);
+    if (request.reads_files) record_dependencies(entry, request, deps);
     entry.durable = request.durable;
     // Here first, so that this node's other processes, waiting on the node lock, find it; then
     // for the cluster (the lease is released after, when `settled` goes).
@@ -530,7 +530,7 @@ Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, Call &call,
     entry.manifest = std::move(fetched.manifest);
     entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
     // This node's files: the key says their content is the producer's.
-    if (keyed.request.reads_files) entry.deps_text = key::include_scanner::format(deps);
+    if (keyed.request.reads_files) record_dependencies(entry, keyed.request, deps);
     entry.durable = keyed.request.durable;
     auto local = local_.publish(keyed, call, entry);
     if (!local) return std::move(local).error();

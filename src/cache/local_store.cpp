@@ -92,13 +92,21 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
         *why = "its header list does not give its key back (damaged, or another request's)";
         return Lookup::unusable;
     }
+    // Records relative to a folder are compared by content, unless origin.txt says they were
+    // proven where the request's folders are now: then size and mtime stand for the content,
+    // as for an absolute record (a header tree found through -I is otherwise read whole at
+    // each process's first check).
+    const std::string origin_here = key::include_scanner::origin(*text, *deps, request.search);
+    const auto recorded_origin =
+        origin_here.empty() ? std::nullopt : read_small_file(entry + "/" + store::cache_entry::kOriginFile, 256);
+    const bool at_origin = recorded_origin && *recorded_origin == origin_here;
     // Watched from before the check: a change during it is seen by the next lookup. Files
     // another entry's check found as recorded since the last change are not stat'ed again.
     key::include_scanner::FileMemo own_memo;
     key::include_scanner::FileMemo *files = memo ? memo : &own_memo;
     std::optional<std::uint64_t> watched;
     if (!read_only) watched = key::dependency_watch::arm(*deps, files);
-    const key::include_scanner::Check checked = key::include_scanner::check(*deps, files);
+    const key::include_scanner::Check checked = key::include_scanner::check(*deps, files, at_origin);
     counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
     counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
     if (!checked.current) {
@@ -110,13 +118,27 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
         read_only->deps = std::move(*deps);  // as checked: the copy published from it records them so
         return Lookup::hit;
     }
+    const unsigned mode = folder_trust::shared(folder) ? kGroupWritable : 0;
+    const std::string temp_stem = entry + "/" + std::string(store::cache_entry::kDepsTempPrefix);
+    std::string deps_text = *text;  // as on disk
+    bool rewritten = false;
     if (key::include_scanner::settle(*deps) || checked.refreshed) {
         // Headers that were young when recorded are verified and old now, or were found
         // with the same content under a new mtime (a touch, a reinstall): store the list
         // again (temp file and rename in the entry) so later hits only stat them. Best
         // effort: a read-only cache keeps checking their content.
-        (void)replace_file(entry + "/" + store::cache_entry::kDepsFile, entry + "/.deps.tmp-", {},
-                           key::include_scanner::format(*deps), folder_trust::shared(folder) ? kGroupWritable : 0);
+        std::string refreshed = key::include_scanner::format(*deps);
+        if (replace_file(entry + "/" + store::cache_entry::kDepsFile, temp_stem, {}, refreshed, mode)) {
+            deps_text = std::move(refreshed);
+            rewritten = true;
+        }
+    }
+    // Every relative record was just proven here (by content, or here already): say so for the
+    // list as it now is on disk, so that later checks here stat them only. After deps.txt, so a
+    // reader between the two renames finds an origin for another text: a content check.
+    if (!origin_here.empty() && (!at_origin || rewritten)) {
+        (void)replace_file(entry + "/" + store::cache_entry::kOriginFile, temp_stem, {},
+                           key::include_scanner::origin(deps_text, *deps, request.search), mode);
     }
     // Young headers too: an edit within their timestamp tick, which size and mtime cannot
     // show, still raises an event. They are settled by the next full check once old.
@@ -125,6 +147,13 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
         key::dependency_watch::remember(entry, st, proof_key, *watched);
     }
     return Lookup::hit;
+}
+
+void record_dependencies(store::cache_entry::NewEntry &entry, const key::Request &request,
+                         const std::vector<key::include_scanner::Dependency> &deps) {
+    entry.deps_text = key::include_scanner::format(deps);
+    std::string origin = key::include_scanner::origin(*entry.deps_text, deps, request.search);
+    if (!origin.empty()) entry.origin_text = std::move(origin);
 }
 
 namespace {

@@ -38,6 +38,12 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
                    const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
                    std::string *why, ReadOnlyCheck *read_only = nullptr);
 
+// Gives a new entry for `request` (one that reads files) the files that record what its compile
+// may read: deps.txt from `deps`, files as they are where `request` stands (scanned here, or
+// checked here), and origin.txt saying so when some are relative to a folder.
+void record_dependencies(store::cache_entry::NewEntry &entry, const key::Request &request,
+                         const std::vector<key::include_scanner::Dependency> &deps);
+
 class LocalStore final : public EntryStore {
 public:
     explicit LocalStore(Counters &counters) : counters_(counters) {}

@@ -117,11 +117,7 @@ std::optional<Found> SeedStore::take(const key::KeyedRequest &keyed, Call &call,
     copy.source = request.source;  // the key's: the same text
     copy.manifest = manifest;
     copy.durable = request.durable;
-    std::string deps_text;
-    if (request.reads_files) {
-        deps_text = key::include_scanner::format(read.deps);
-        copy.deps_text = deps_text;
-    }
+    if (request.reads_files) record_dependencies(copy, request, read.deps);
     auto published = local_.publish(keyed, call, copy);
     if (!published || !*published) {
         log().info("seed entry '{}' could not be copied into the local cache: {}", entry,

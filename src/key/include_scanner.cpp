@@ -25,6 +25,8 @@ namespace kjit::key::include_scanner {
 namespace {
 
 constexpr std::string_view kHeader = "kjit-deps 1\n";
+// origin(): this, then 16 hex digits and a newline.
+constexpr std::string_view kOriginHeader = "kjit-origin 1 ";
 
 // How the scanner reached a folder (Scanner::Folder::origin), besides an anchor's number (0, 1,
 // ...): through the working directory (the value Search::include_dir_anchor gives a folder
@@ -845,7 +847,7 @@ FileMemo::Seen &FileMemo::look(const std::string &path, std::size_t *stated) {
     return it->second;
 }
 
-Check check(std::vector<Dependency> &deps, FileMemo *memo) {
+Check check(std::vector<Dependency> &deps, FileMemo *memo, bool at_origin) {
     Check out;
     std::int64_t now = 0;
     for (Dependency &d : deps) {
@@ -869,9 +871,10 @@ Check check(std::vector<Dependency> &deps, FileMemo *memo) {
         // record relative to an anchor or the working directory may be checked against another
         // file (another install prefix, another working directory): one of the same size and
         // mtime (written in the same timestamp tick, or extracted with the same date) may hold
-        // other text, so its content is compared (once per file per call: the memo).
-        if (!d.verify_content && d.relative.empty() && seen.size == d.size && seen.mtime_sec == d.mtime_sec &&
-            seen.mtime_nsec == d.mtime_nsec) {
+        // other text, so its content is compared (once per file per call: the memo), unless
+        // the folders are where the records were proven (`at_origin`).
+        if (!d.verify_content && (d.relative.empty() || at_origin) && seen.size == d.size &&
+            seen.mtime_sec == d.mtime_sec && seen.mtime_nsec == d.mtime_nsec) {
             continue;
         }
         if (!seen.hashed) {
@@ -1051,6 +1054,26 @@ Result<std::vector<Dependency>> parse(std::string_view text, const Search &searc
         deps.push_back(std::move(d));
     }
     return deps;
+}
+
+std::string origin(std::string_view deps_text, const std::vector<Dependency> &deps, const Search &search) {
+    // The folders the relative records are relative to, each once: -1 the working directory.
+    std::set<int> folders;
+    for (const Dependency &d : deps) {
+        if (!d.is_pin() && !d.relative.empty()) folders.insert(d.anchor);
+    }
+    if (folders.empty()) return {};
+    // Length-prefixed, so no two sets of locations encode alike; then the list itself.
+    std::string encoded;
+    for (const int n : folders) {
+        if (n >= 0 && static_cast<std::size_t>(n) >= search.anchors.size()) return {};  // not this request's list
+        const std::string &folder = n < 0 ? search.working_dir : search.anchors[static_cast<std::size_t>(n)];
+        encoded += std::to_string(n) + " " + std::to_string(folder.size()) + " " + folder + "\n";
+    }
+    encoded += deps_text;
+    char line[64];
+    std::snprintf(line, sizeof line, "%s%016" PRIx64 "\n", kOriginHeader.data(), hash64(encoded));
+    return line;
 }
 
 std::string current_working_dir() {

@@ -206,7 +206,11 @@ private:
 // another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
 // says to store the list: later lookups then stat it only, instead of hashing it forever.
 // With `memo`, each file is stat'ed and hashed at most once per memo (FileMemo).
-Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr);
+// A relative record (Dependency::relative) may be checked against another file than the one it
+// was made from (another install, another working directory), which may have the same size and
+// mtime and other text: its content is compared, unless `at_origin` says the list's relative
+// records were proven where the request's folders are now (origin()).
+Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr, bool at_origin = false);
 // check() of a copy: whether every dependency is as recorded.
 bool still_current(const std::vector<Dependency> &deps);
 
@@ -222,6 +226,16 @@ bool settle(std::vector<Dependency> &deps);
 // `search` (Dependency::pins_anchor).
 std::string format(const std::vector<Dependency> &deps);
 Result<std::vector<Dependency>> parse(std::string_view text, const Search &search);
+
+// Where a list's relative records were proven (origin.txt beside deps.txt): one line naming
+// `deps_text` (the list as stored) and the current locations of the folders its relative
+// records are relative to (`search`: the working directory, the anchors). Written by whoever
+// made the list there or compared its files' content there; a later check that computes the
+// same text stands where the records were made, so size and mtime stand for the content as for
+// an absolute record (check()'s `at_origin`). Tied to the list's text, so a list rewritten by
+// anyone (an older libkjit, which knows no origin file, or a check elsewhere) is compared by
+// content again. Empty when no record is relative (nothing to prove).
+std::string origin(std::string_view deps_text, const std::vector<Dependency> &deps, const Search &search);
 
 // The working directory, absolute (getcwd); empty when it cannot be told.
 std::string current_working_dir();

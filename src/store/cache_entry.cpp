@@ -569,6 +569,7 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
                                                               {temp + "/" + kSourceFile, std::string(entry.source)},
                                                               {temp + "/" + kManifestFile, format_manifest(manifest)}};
     if (entry.deps_text) files.emplace_back(temp + "/" + kDepsFile, *entry.deps_text);
+    if (entry.origin_text) files.emplace_back(temp + "/" + kOriginFile, *entry.origin_text);
     std::uint64_t bytes = entry.cubin.size();
     for (const auto &file : files) {
         if (auto w = write_new_file(file.first, file.second, team); !w) return std::move(w).error();

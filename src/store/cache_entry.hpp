@@ -28,7 +28,9 @@ namespace kjit::store::cache_entry {
 // entries): named in cache_layout.hpp with every other name in a cache folder.
 using cache_layout::kCubinFile;
 using cache_layout::kDepsFile;
+using cache_layout::kDepsTempPrefix;
 using cache_layout::kManifestFile;
+using cache_layout::kOriginFile;
 using cache_layout::kSourceFile;
 using cache_layout::kTempPrefix;
 using cache_layout::kTrashPrefix;
@@ -201,6 +203,9 @@ struct NewEntry {
     Manifest manifest;
     // deps.txt (key::include_scanner::format), for a request that may read files; else none.
     std::optional<std::string> deps_text;
+    // origin.txt (key::include_scanner::origin), when deps.txt has relative records and they
+    // were proven where the request's folders are: made here, or checked by content here.
+    std::optional<std::string> origin_text;
     // Whether publish() fsyncs the cubin and the temp entry folder before the rename (the
     // KJIT_DURABILITY=entry setting); without it nothing is fsynced, and an entry that a power
     // cut tore is refused by every read (the sidecar's size and mtime, the manifest's check line

@@ -38,5 +38,10 @@ constexpr const char *kCubinFile = "kernel.cubin";
 constexpr const char *kSourceFile = "source.cu";
 constexpr const char *kManifestFile = "manifest.txt";
 constexpr const char *kDepsFile = "deps.txt";
+// Where deps.txt's relative records were proven (key::include_scanner::origin); since 0.15, and
+// optional: without it, or for another place, those records are compared by content.
+constexpr const char *kOriginFile = "origin.txt";
+// The temp files deps.txt and origin.txt are replaced through (a check that refreshed them).
+constexpr std::string_view kDepsTempPrefix = ".deps.tmp-";
 
 }  // namespace kjit::store::cache_layout

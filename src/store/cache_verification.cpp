@@ -21,10 +21,9 @@ namespace {
 
 using store::cache_entry::kCubinFile;
 using store::cache_entry::kDepsFile;
+using store::cache_entry::kDepsTempPrefix;
 using store::cache_entry::kManifestFile;
 using store::cache_entry::kSourceFile;
-
-constexpr std::string_view kDepsTempPrefix = ".deps.tmp-";
 
 }  // namespace
 

@@ -615,6 +615,83 @@ TEST(Cache, TouchedHeadersAreSettledAfterTheFirstHitThatHashesThem) {
     for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
 }
 
+// Headers found through an include folder are recorded relative to it, so that the entry serves
+// the same tree installed elsewhere, where a file of the same size and mtime may hold other text:
+// there they are compared by content. Where the entry was made (origin.txt), size and mtime
+// stand for the content as for a header named by its absolute path: a new process's first hit
+// of a kernel over ~640 CCCL headers read and hashed every one of them (0.13, 0.14).
+TEST(Cache, HeadersFoundThroughAnIncludeFolderAreHashedOnlyAwayFromWhereTheyWereProven) {
+    ScopedEnv no_watch("KJIT_WATCH_HEADERS", "0");  // every hit checks deps.txt, as a new process does
+    TempDir dir;
+    for (const char *inc : {"inc", "moved"}) {
+        ::mkdir(dir.file(inc).c_str(), 0755);
+        write_file(dir.file(std::string(inc) + "/v.h"), "#include <w.h>\n#define V W\n");
+        write_file(dir.file(std::string(inc) + "/w.h"), "#define W 1.0f\n");
+    }
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (const char *f : {"inc/v.h", "inc/w.h"}) ASSERT_TRUE(set_mtime(dir.file(f), now.tv_sec - 100, 5));
+    for (const char *f : {"moved/v.h", "moved/w.h"}) ASSERT_TRUE(set_mtime(dir.file(f), now.tv_sec - 90, 5));
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = compile_ok(cache, r);
+    const std::string origin = entry_of(path) + "/origin.txt";
+    EXPECT_TRUE(exists(origin)) << "the entry made here does not say where its records were proven";
+    auto hashes = [&] { return cache.counters().dependency_hashes.load(); };
+    const auto start = hashes();
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start) << "headers were hashed where the entry was made";
+
+    // The same tree elsewhere: compared by content once, then stat'ed only.
+    Request moved = r;
+    moved.include_paths = {dir.file("moved")};
+    EXPECT_EQ(compile_ok(cache, moved), path);
+    EXPECT_EQ(hashes(), start + 2);
+    EXPECT_EQ(compile_ok(cache, moved), path);
+    EXPECT_EQ(hashes(), start + 2) << "the moved tree was hashed again after it was proven";
+    // And back: the first place is compared by content again, once.
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 4);
+    EXPECT_EQ(compile_ok(cache, r), path);
+    EXPECT_EQ(hashes(), start + 4);
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 1u);
+    for (const auto &n : list_dir(entry_of(path))) EXPECT_EQ(n.find(".deps.tmp-"), std::string::npos) << n;
+}
+
+// origin.txt vouches for the header list it was written for, no other. An older libkjit (which
+// knows no origin file) checking the entry under another prefix, where w.h has another mtime,
+// rewrites deps.txt with that mtime and leaves origin.txt. Back here w.h now has that very size
+// and mtime, and other text: the stale origin must not let size and mtime stand for it.
+TEST(Cache, AnOriginWrittenForAnotherHeaderListIsNotTrusted) {
+    ScopedEnv no_watch("KJIT_WATCH_HEADERS", "0");
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/w.h"), "#define W 1.0f\n");
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    ASSERT_TRUE(set_mtime(dir.file("inc/w.h"), now.tv_sec - 100, 5));
+    Cache cache;
+    Request r = base_request(dir.file("cache"));
+    r.source = "#include <w.h>\n__global__ void gemm(float *p) { p[0] = W; }\n";
+    r.include_paths = {dir.file("inc")};
+    const std::string path = compile_ok(cache, r);
+    const std::string deps = entry_of(path) + "/deps.txt";
+    ASSERT_TRUE(exists(entry_of(path) + "/origin.txt"));
+    const std::string old_mtime = mtime_text(now.tv_sec - 100, 5), new_mtime = mtime_text(now.tv_sec - 60, 7);
+    std::string text = read_file(deps);
+    const auto at = text.find(" " + old_mtime + " ");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at + 1, old_mtime.size(), new_mtime);
+    write_file(deps, text);                               // as the older reader elsewhere stored it
+    write_file(dir.file("inc/w.h"), "#define W 2.0f\n");  // same size
+    ASSERT_TRUE(set_mtime(dir.file("inc/w.h"), now.tv_sec - 60, 7));
+    const std::string again = compile_ok(cache, r);
+    EXPECT_NE(again, path) << "the entry of the old text answered the edited header";
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 2u);
+}
+
 TEST(Cache, PublishTempFolderNameTakenInAdvanceIsSkipped) {
     // A killed writer's temp folder whose pid and thread id came back (containers reuse pids),
     // or a planted one: the publish takes the next name. Names are taken from the next sequence

@@ -409,6 +409,52 @@ TEST(IncludeScanner, AnchoredRecordsAndPinsRoundTripUnderTheReadersFolders) {
     EXPECT_FALSE(parse_in("kjit-deps 1\n@ 8 /w/a.h\n- 3 :0:\n", "/w").ok());
 }
 
+// origin(): the same list where the same folders are gives the same line; another text, another
+// location of a folder a relative record is relative to, or a list with no relative record
+// (nothing to prove) does not. A folder no record is relative to plays no part.
+TEST(IncludeScanner, AnOriginNamesTheListAndTheFoldersItsRecordsAreRelativeTo) {
+    using kjit::key::include_scanner::Dependency;
+    using kjit::key::include_scanner::origin;
+    Dependency tile;
+    tile.path = "/opt/A/inc/tile.h";
+    tile.relative = "tile.h";
+    tile.anchor = 1;
+    tile.size = 7;
+    tile.content_hash = 0xcd;
+    Dependency absolute;
+    absolute.path = "/usr/include/x.h";
+    const std::vector<Dependency> deps = {tile, absolute};
+    const std::string text = kjit::key::include_scanner::format(deps);
+    kjit::key::include_scanner::Search here;
+    here.working_dir = "/w";
+    here.anchors = {"/opt/A/other", "/opt/A/inc"};
+    const std::string line = origin(text, deps, here);
+    EXPECT_EQ(line.rfind("kjit-origin 1 ", 0), 0u) << line;
+    EXPECT_EQ(line.size(), std::string("kjit-origin 1 ").size() + 17) << line;
+    EXPECT_EQ(origin(text, deps, here), line);
+    kjit::key::include_scanner::Search elsewhere = here;
+    elsewhere.working_dir = "/v";  // no record is relative to it
+    elsewhere.anchors[0] = "/opt/B/other";
+    EXPECT_EQ(origin(text, deps, elsewhere), line);
+    elsewhere.anchors[1] = "/opt/B/inc";
+    EXPECT_NE(origin(text, deps, elsewhere), line);
+    std::vector<Dependency> touched = deps;
+    touched[0].mtime_sec = 1;
+    EXPECT_NE(origin(kjit::key::include_scanner::format(touched), touched, here), line);
+    // Relative to the working directory: its location counts.
+    Dependency local = tile;
+    local.anchor = -1;
+    const std::vector<Dependency> in_cwd = {local};
+    const std::string cwd_text = kjit::key::include_scanner::format(in_cwd);
+    elsewhere = here;
+    elsewhere.working_dir = "/v";
+    EXPECT_NE(origin(cwd_text, in_cwd, here), origin(cwd_text, in_cwd, elsewhere));
+    EXPECT_EQ(origin(text, {absolute}, here), "");
+    // A list naming a folder the request does not have is not this request's: no origin.
+    here.anchors.pop_back();
+    EXPECT_EQ(origin(text, deps, here), "");
+}
+
 // Where a folder lies, as a pin and a keyed location record it: relative to the first base
 // folder that holds it (component-wise), else as it is.
 TEST(IncludeScanner, LocationsAreRelativeToTheFirstBaseFolderThatHoldsThem) {
