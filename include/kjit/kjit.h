@@ -107,7 +107,7 @@
 /** @brief The major version of this header. */
 #define KJIT_VERSION_MAJOR 0
 /** @brief The minor version of this header. */
-#define KJIT_VERSION_MINOR 14
+#define KJIT_VERSION_MINOR 15
 /** @brief The patch version of this header. */
 #define KJIT_VERSION_PATCH 0
 /** @brief The version as one number: `major * 10000 + minor * 100 + patch` (500 for 0.5.0). */

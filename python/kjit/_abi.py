@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple, Type
 
 # KJIT_VERSION_MAJOR, _MINOR, _PATCH of the headers this module mirrors.
-HEADER_VERSION = (0, 14, 0)
+HEADER_VERSION = (0, 15, 0)
 
 
 # kjit_status and kjit_cache_problem are enum classes of the API (Status, CacheProblem), in
