@@ -36,10 +36,6 @@ struct Job {
     std::optional<Result<cache::Found>> result;
 };
 
-// Whether a miss's source includes anything (a `#include` in it): what NVRTC's PCH could
-// precompile, and what makes NVRTC compile one at a time within a process.
-bool includes_headers(const key::Request &r) { return r.source.find("#include") != std::string::npos; }
-
 // The fewest misses of one header identity that one process must compile for NVRTC's PCH to
 // pay for itself: n compiles with a PCH save (n - 1) uses' savings and pay its making once.
 // Measured (docs/batch.md): CUB and humming's kernels pay about one use's saving to make it
@@ -460,7 +456,7 @@ void Batch::plan_units(unsigned workers, bool processes) {
     std::unordered_map<std::string, std::size_t> group_of;
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         const key::Request &r = jobs_[j].keyed.request;
-        if (options_.pch == Pch::off || !includes_headers(r)) {
+        if (options_.pch == Pch::off || !key::includes_headers(r)) {
             groups.push_back({j});
             continue;
         }
@@ -480,7 +476,10 @@ void Batch::plan_units(unsigned workers, bool processes) {
         for (std::size_t share = 0, begin = 0; share < shares; ++share) {
             const std::size_t end = begin + (n - begin) / (shares - share);
             const bool pch = options_.pch == Pch::on || (options_.pch == Pch::automatic && end - begin >= min_uses);
-            for (std::size_t k = begin; k < end; ++k) jobs_[group[k]].keyed.request.use_pch = pch;
+            for (std::size_t k = begin; k < end; ++k) {
+                jobs_[group[k]].keyed.request.use_pch = pch;
+                jobs_[group[k]].keyed.request.pch_planned = true;
+            }
             if (pch && end - begin > 1) {
                 units_.emplace_back(group.begin() + static_cast<std::ptrdiff_t>(begin),
                                     group.begin() + static_cast<std::ptrdiff_t>(end));
@@ -531,7 +530,7 @@ Result<std::string> Batch::worker_helper(unsigned wanted) const {
         // no process start.
         const bool any_headers = std::any_of(jobs_.begin(), jobs_.end(), [](const Job &job) {
             const key::Request &r = job.keyed.request;
-            return !r.headers.empty() || includes_headers(r);
+            return !r.headers.empty() || key::includes_headers(r);
         });
         if (wanted < 2 || !any_headers) return std::string();
     }

@@ -1,5 +1,6 @@
 #include "cache/cache.hpp"
 
+#include "cache/pch_price.hpp"
 #include "compile/compiler.hpp"
 #include "compile/nvjitlink_probe.hpp"
 #include "compile/nvrtc_probe.hpp"
@@ -335,7 +336,8 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     }
 
     double seconds = 0;
-    auto compiled = run_nvrtc(keyed, deps, runner, &seconds);
+    const bool shared = call.local_folder && *call.local_folder && folder_trust::shared(**call.local_folder);
+    auto compiled = run_nvrtc(keyed, deps, runner, shared, &seconds);
     if (!compiled) {
         // A compile error is the source's: the other nodes waiting on this lease get it too.
         if (settled && settled->lease && compiled.error().code == Errc::compile) {
@@ -460,9 +462,25 @@ void Cache::warn_of_compile(const key::KeyedRequest &keyed, const std::string &e
     }
 }
 
+namespace {
+
+// The header identity whose PCH prices a miss asks (pch_price.hpp), or "": one compiled alone
+// (not planned by a batch), not asking for a PCH itself (`--pch`), whose source includes something.
+std::string identity_to_price(const key::Request &request, const std::vector<key::include_scanner::Dependency> &deps) {
+    if (request.use_pch || request.pch_planned || !key::includes_headers(request)) return {};
+    return key::pch_identity(request, deps);
+}
+
+pch_price::Compile price_kind(const compile::compile_job::Outcome &outcome) {
+    if (!outcome.used_pch) return pch_price::Compile::plain;
+    return outcome.made_pch ? pch_price::Compile::made_pch : pch_price::Compile::used_pch;
+}
+
+}  // namespace
+
 Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,
                                                    const std::vector<key::include_scanner::Dependency> &deps,
-                                                   compile::compile_job::Runner *runner, double *seconds) {
+                                                   compile::compile_job::Runner *runner, bool shared, double *seconds) {
     const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
     if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
@@ -478,8 +496,9 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     if (auto st = compile::compiler::check_output_files(job.request.options, job.request.program_name); !st) {
         return std::move(st).error();
     }
-    if (request.use_pch) {
-        job.pch_identity = key::pch_identity(request, deps);
+    const std::string priced = identity_to_price(request, deps);
+    if (request.use_pch || (!priced.empty() && pch_price::advise(request.cache_dir, priced))) {
+        job.pch_identity = priced.empty() ? key::pch_identity(request, deps) : priced;
         job.pch_options = request.pch_options;
     }
     counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);
@@ -494,6 +513,9 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(*seconds * 1e9), std::memory_order_relaxed);
     if (outcome.used_pch) counters_.pch_compiles.fetch_add(1, std::memory_order_relaxed);
     if (outcome.made_pch) counters_.pch_identities.fetch_add(1, std::memory_order_relaxed);
+    if (!priced.empty() && outcome.output) {
+        pch_price::note(request.cache_dir, priced, price_kind(outcome), *seconds, shared);
+    }
     Result<compile::compiler::Output> compiled = std::move(outcome.output);
     if (compiled && compiled->link_nanoseconds >= 0) {
         counters_.nvjitlink_links.fetch_add(1, std::memory_order_relaxed);

@@ -285,6 +285,8 @@ Status read_link_inputs(Request &request) {
     return Ok{};
 }
 
+bool includes_headers(const Request &request) { return request.source.find("#include") != std::string::npos; }
+
 std::string pch_texts(const Request &r) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();

@@ -119,6 +119,9 @@ struct Request {
     // per-compile id). Set by key_request when the NVRTC options ask for it (`--pch`), and by
     // batches (docs/batch.md).
     bool use_pch = false;
+    // Set by batches, which decide use_pch for each miss (docs/batch.md). A miss compiled alone
+    // (false) with use_pch unset asks the measured prices (cache/pch_price.hpp).
+    bool pch_planned = false;
     // Set by key_request, which takes NVRTC's PCH options out of nvrtc_options (they are not in
     // the key either; compile::compiler::take_pch_options): whether they asked for the automatic PCH, and
     // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
@@ -222,6 +225,11 @@ std::string proof_context(const Request &request, std::string_view source_key);
 // share the PCH. Requests with the same one read the same files, so they share a PCH unless one
 // of those files is edited in between (pch_identity adds their content).
 std::string pch_texts(const Request &request);
+
+// Whether a request's source includes anything (a `#include` in it): what NVRTC's PCH could
+// precompile (a source without one gains nothing: -pch cost a header-free sweep 10-15%), and
+// what makes NVRTC compile one at a time within a process.
+bool includes_headers(const Request &request);
 
 // What a PCH made while compiling `request` was made from: its header identity (pch_texts) and
 // every file the compile may read, by content (`deps`, the same list the entry records),

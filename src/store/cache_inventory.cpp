@@ -78,13 +78,14 @@ bool is_probe_record(std::string_view name) {
 
 bool is_own_root_file(std::string_view name) {
     return name == cache_layout::kRemoversLockFile || name == kUsageFile || starts_with(name, kUsageTempPrefix) ||
-           name == cache_layout::kCompileLockFile || is_probe_record(name);
+           name == cache_layout::kCompileLockFile || is_probe_record(name) || name == cache_layout::kPchPricesFile ||
+           starts_with(name, cache_layout::kPchPricesTempPrefix);
 }
 
 }  // namespace
 
 bool is_root_temp(std::string_view name) {
-    return starts_with(name, kUsageTempPrefix) ||
+    return starts_with(name, kUsageTempPrefix) || starts_with(name, cache_layout::kPchPricesTempPrefix) ||
            (is_probe_record(name) && name.find(cache_layout::kRecordTempInfix) != std::string_view::npos);
 }
 

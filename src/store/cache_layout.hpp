@@ -23,6 +23,10 @@ constexpr const char *kCompileLockFile = ".kjit-compile-lock";
 constexpr std::string_view kNvrtcRecordPrefix = ".kjit-nvrtc-";
 constexpr std::string_view kNvJitLinkRecordPrefix = ".kjit-nvjitlink-";
 constexpr std::string_view kRecordTempInfix = ".tmp-";
+// What NVRTC's precompiled headers cost and saved per header identity (cache/pch_price.hpp), and
+// its temp files.
+constexpr const char *kPchPricesFile = ".kjit-pch-prices";
+constexpr std::string_view kPchPricesTempPrefix = ".kjit-pch-prices.tmp-";
 
 // ---- In a shard "<cache>/<key[0..2]>" ----
 

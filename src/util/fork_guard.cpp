@@ -58,6 +58,8 @@ constexpr Piece kPieces[kCount] = {
      "made anew for the same file, reopened at the child's first record (an flock is per open file)", true},
     {State::cache_flights, "cache/cache.cpp", "the single-flight table, the hit memo, the compiles in flight",
      "emptied: the parent's compiles do not run in the child", true},
+    {State::pch_prices, "cache/pch_price.cpp", "the misses of each header identity asked about, the PCHs made",
+     "forgotten: the child makes its own PCHs", true},
     {State::api_counters, "api/c_api.cpp", "the counters kjit_get_stats reads", "kept: the child's go on from them",
      false},
     {State::nvrtc_table, "compile/nvrtc_library.cpp", "the loaded NVRTC's entry points",

@@ -71,6 +71,7 @@ enum class State : unsigned {
     tls_contexts,       // remote/tls_session.cpp
     request_record,     // api/request_record.cpp
     cache_flights,      // cache/cache.cpp
+    pch_prices,         // cache/pch_price.cpp
     // Kept as they are, on purpose (no handler):
     api_counters,        // api/c_api.cpp
     nvrtc_table,         // compile/nvrtc_library.cpp

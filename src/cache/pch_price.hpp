@@ -1,0 +1,61 @@
+// PCH prices: whether a miss compiled alone (kjit_compile, not a batch, which plans its own)
+// should use NVRTC's automatic precompiled header, decided by what one has cost and saved for
+// its header identity (key::pch_identity), measured at run time and remembered in the cache
+// folder for later processes.
+//
+// A PCH lives in its process's folder (compile::pch_folders): the compile that makes it costs
+// more than a plain one, and each later compile of the same identity in that process may cost
+// less, or more (PyTorch measured NVRTC's PCH slower on some sets and left it off). So nothing
+// is guessed: a process makes one at the third miss of an identity when nothing is known of it
+// (one or two misses say little of more to come; a set whose identities each compile once or
+// twice, as humming's and most of DeepGEMM's do, never pays for one), and keeps using it while
+// it saves time. What each kind
+// of compile took (plain, making the PCH, using it) is kept per identity in
+// `<cache>/.kjit-pch-prices`; a later process makes one as soon as the misses it has seen of that
+// identity would pay back the making at the measured saving, and never where using it was not
+// faster than a plain compile. The prices only ever choose how to compile, never what: a wrong
+// or planted record costs time, not a wrong cubin. Knows the filesystem and the cache layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kjit::cache::pch_price {
+
+// How one compile of a header identity ran.
+enum class Compile {
+    plain,     // without a PCH
+    made_pch,  // the first with -pch in its process: it made the PCH
+    used_pch,  // with the PCH that process had made
+};
+
+// Whether this process's next miss of `identity` (hex digits), compiled alone, should pass
+// NVRTC's automatic PCH, from the misses of it this process has asked about so far, whether it
+// made the PCH (noted by note()), and the record in `cache_dir` (unreadable or damaged: nothing
+// known). Counts this miss. Thread safe.
+bool advise(const std::string &cache_dir, const std::string &identity);
+
+// Records that a compile of `identity` ran as `kind` and took `seconds` (the NVRTC run), in this
+// process and in `cache_dir`'s record (rewritten whole through a temp file and a rename, group
+// writable when `shared`; a lost race loses one sample; best effort, never an error). Thread safe.
+void note(const std::string &cache_dir, const std::string &identity, Compile kind, double seconds, bool shared);
+
+// What advise() would say from the record alone for a process that has seen `misses_here` misses
+// of an identity and made no PCH of it: the rule itself, for tests. The costs are in
+// microseconds, each with the number of compiles it is the mean of (0: unknown).
+struct Prices {
+    std::uint64_t plain_us = 0, made_us = 0, used_us = 0;
+    unsigned plain_n = 0, made_n = 0, used_n = 0;
+};
+bool worth_making(const Prices &prices, unsigned misses_here);
+// Whether a process that made the PCH should keep using it.
+bool worth_using(const Prices &prices);
+
+// The record keeps this many identities, the most recently noted; a malformed line is skipped.
+constexpr std::size_t kMaxIdentities = 1024;
+
+// The record's prices of `identity` (none known: all zero), for tests.
+Prices recorded(const std::string &cache_dir, const std::string &identity);
+
+}  // namespace kjit::cache::pch_price

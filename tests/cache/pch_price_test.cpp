@@ -1,0 +1,196 @@
+// PCH prices (src/cache/pch_price.hpp): a miss compiled alone uses NVRTC's automatic PCH where
+// what PCHs of its header identity cost and saved says it pays, measured at run time and kept in
+// the cache folder; never where using one was measured slower; never one built from other
+// headers. Through the cache, with the real NVRTC (it compiles for any arch without a GPU).
+#include "cache/pch_price.hpp"
+
+#include "cache/cache.hpp"
+#include "store/cache_inventory.hpp"
+
+#include "cache_test_support.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+using namespace kjit_test;
+using kjit::cache::Cache;
+using kjit::cache::pch_price::Prices;
+using kjit::key::Request;
+
+namespace {
+
+// A program over `inc/tile.h` whose instantiation (after the last #include) is `n`: requests
+// that differ in `n` only share a header identity.
+Request tile_request(const TempDir &dir, int n) {
+    Request r = base_request(dir.file("cache"));
+    r.include_paths = {dir.file("inc")};
+    r.source = "#include <tile.h>\n"
+               "template <int N> __global__ void gemm(float *p) { p[threadIdx.x] = N * TILE; }\n"
+               "template __global__ void gemm<" +
+               std::to_string(n) + ">(float *);\n";
+    return r;
+}
+
+// A header tree of its own per test (the process remembers the misses of each identity): its
+// text names the test.
+void make_tree(const TempDir &dir, const std::string &tag, int tile = 4) {
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/tile.h"), "// " + tag + "\n#define TILE " + std::to_string(tile) + "\n");
+}
+
+std::string identity_of(const Request &r) {
+    auto keyed = kjit::key::key_request(r);
+    EXPECT_TRUE(keyed.ok());
+    auto deps = kjit::key::include_scanner::scan(keyed->request.source, keyed->request.headers, keyed->request.search);
+    EXPECT_TRUE(deps.ok());
+    return kjit::key::pch_identity(keyed->request, *deps);
+}
+
+}  // namespace
+
+// The rule, from the prices alone.
+TEST(PchPrice, TheRuleMakesAPchOnlyWhereTheMissesSeenWouldRepayIt) {
+    using kjit::cache::pch_price::worth_making;
+    using kjit::cache::pch_price::worth_using;
+    const Prices unknown;
+    EXPECT_FALSE(worth_making(unknown, 0)) << "a first miss says nothing of more to come";
+    EXPECT_FALSE(worth_making(unknown, 1));
+    EXPECT_TRUE(worth_making(unknown, 2)) << "nothing known: tried at the third miss";
+    Prices made_never_used;
+    made_never_used.made_us = 900;
+    made_never_used.made_n = 1;
+    EXPECT_FALSE(worth_making(made_never_used, 3));
+    EXPECT_TRUE(worth_making(made_never_used, 4));
+    Prices pays;  // plain 100 ms, making 160 ms, using 40 ms: 60 ms saved a compile, 60 ms to make
+    pays.plain_us = 100'000;
+    pays.plain_n = 3;
+    pays.made_us = 160'000;
+    pays.made_n = 1;
+    pays.used_us = 40'000;
+    pays.used_n = 2;
+    EXPECT_TRUE(worth_using(pays));
+    EXPECT_FALSE(worth_making(pays, 0));
+    EXPECT_TRUE(worth_making(pays, 1));
+    Prices dear = pays;  // making costs three compiles' saving
+    dear.made_us = 280'000;
+    EXPECT_FALSE(worth_making(dear, 1));
+    EXPECT_FALSE(worth_making(dear, 2));
+    EXPECT_TRUE(worth_making(dear, 3));
+    Prices slower = pays;  // the worst case that kept PyTorch from turning it on
+    slower.used_us = 100'000;
+    EXPECT_FALSE(worth_using(slower));
+    EXPECT_FALSE(worth_making(slower, 50));
+}
+
+// Sequential misses of one header identity in one process: the first two plain, the third makes
+// the PCH, the later ones use it; each kind timed into the cache folder's record, which the
+// cache's own walk takes for libkjit's.
+TEST(PchPrice, SequentialMissesMakeAPchAtTheThirdAndUseItAfter) {
+    TempDir dir;
+    make_tree(dir, "sequential");
+    Cache cache;
+    const Request first = tile_request(dir, 1);
+    const std::string identity = identity_of(first);
+    compile_ok(cache, first);
+    compile_ok(cache, tile_request(dir, 2));
+    EXPECT_EQ(cache.counters().pch_compiles, 0u);
+    compile_ok(cache, tile_request(dir, 3));
+    EXPECT_EQ(cache.counters().pch_compiles, 1u);
+    EXPECT_EQ(cache.counters().pch_identities, 1u);
+    for (int n = 4; n <= 6; ++n) compile_ok(cache, tile_request(dir, n));
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 6u);
+    const Prices p = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
+    EXPECT_GE(p.plain_n, 2u);
+    EXPECT_EQ(p.made_n, 1u);
+    EXPECT_GT(p.plain_us, 0u);
+    EXPECT_GT(p.made_us, 0u);
+    // Kept while it saves time, which this machine decides: each later compile is a use or,
+    // while using was measured slower, plain.
+    EXPECT_EQ(p.used_n + p.plain_n + p.made_n, 6u);
+    EXPECT_GE(p.used_n, 1u) << "the PCH made was never tried";
+    EXPECT_EQ(cache.counters().pch_compiles, 1u + p.used_n);
+    auto inventory = kjit::store::cache_maintenance::inventory_of(dir.file("cache"));
+    ASSERT_TRUE(inventory.ok());
+    EXPECT_EQ(inventory->foreign, 0u) << "the record is taken for a file that is not libkjit's";
+    for (const std::string &name : list_dir(dir.file("cache"))) {
+        EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+    }
+}
+
+// A record that says using a PCH of this identity was slower than compiling plain: no PCH, however
+// many misses; one that says it pays makes it at the second miss; a damaged record is nothing
+// known, and the next compile writes a good one.
+TEST(PchPrice, TheRecordDecidesForLaterProcesses) {
+    TempDir dir;
+    make_tree(dir, "slower");
+    const std::string identity = identity_of(tile_request(dir, 1));
+    ::mkdir(dir.file("cache").c_str(), 0700);
+    const std::string record = dir.file("cache/.kjit-pch-prices");
+    write_file(record, "kjit-pch-prices 1\n" + identity + " 1 100000 3 160000 1 120000 2\n");
+    Cache cache;
+    for (int n = 1; n <= 4; ++n) compile_ok(cache, tile_request(dir, n));
+    EXPECT_EQ(cache.counters().pch_compiles, 0u) << "a PCH measured slower than plain was used";
+    EXPECT_EQ(kjit::cache::pch_price::recorded(dir.file("cache"), identity).plain_n, 7u);
+
+    TempDir other;
+    make_tree(other, "damaged record");
+    ::mkdir(other.file("cache").c_str(), 0700);
+    write_file(other.file("cache/.kjit-pch-prices"), "kjit-pch-prices 1\nnot a line\n\x01\x02 9 9");
+    Cache second;
+    compile_ok(second, tile_request(other, 1));
+    EXPECT_EQ(second.counters().pch_compiles, 0u);
+    EXPECT_EQ(kjit::cache::pch_price::recorded(other.file("cache"), identity_of(tile_request(other, 1))).plain_n, 1u);
+    EXPECT_EQ(read_file(other.file("cache/.kjit-pch-prices")).find("not a line"), std::string::npos);
+}
+
+// A PCH is made from one state of the headers and never used for another: an edit between two
+// misses (same size) is another identity, compiled against the new text.
+TEST(PchPrice, AHeaderEditedBetweenMissesIsNeverCompiledFromTheOldPch) {
+    TempDir dir;
+    make_tree(dir, "edited", 4);
+    Cache cache;
+    for (int n = 1; n <= 4; ++n) compile_ok(cache, tile_request(dir, n));
+    ASSERT_GE(cache.counters().pch_compiles, 1u);
+    make_tree(dir, "edited", 5);
+    for (int n = 5; n <= 8; ++n) {
+        Request checks = tile_request(dir, n);
+        checks.source += "static_assert(TILE == 5, \"compiled from the old header\");\n";
+        compile_ok(cache, checks);
+    }
+    EXPECT_EQ(cache.counters().nvrtc_compiles, 8u);
+    EXPECT_EQ(cache.counters().pch_identities, 2u) << "the edited headers got no PCH of their own";
+}
+
+// A batch plans its own PCHs: it neither asks nor writes the prices.
+TEST(PchPrice, ABatchLeavesThePricesAlone) {
+    TempDir dir;
+    make_tree(dir, "batch");
+    Cache cache;
+    const Request r = tile_request(dir, 1);
+    auto keyed = kjit::key::key_request(r);
+    ASSERT_TRUE(keyed.ok());
+    keyed->request.pch_planned = true;
+    auto built = cache.build(*keyed, nullptr);
+    ASSERT_TRUE(built.ok()) << built.error().message;
+    EXPECT_FALSE(exists(dir.file("cache/.kjit-pch-prices")));
+}
+
+// The record keeps the most recently noted identities, at most kMaxIdentities.
+TEST(PchPrice, TheRecordKeepsTheLatestIdentities) {
+    TempDir dir;
+    const std::string cache = dir.file("cache");
+    ::mkdir(cache.c_str(), 0700);
+    const std::size_t n = kjit::cache::pch_price::kMaxIdentities + 5;
+    for (std::size_t i = 0; i < n; ++i) {
+        kjit::cache::pch_price::note(cache, "id" + std::to_string(i), kjit::cache::pch_price::Compile::plain, 0.01,
+                                     false);
+    }
+    EXPECT_EQ(kjit::cache::pch_price::recorded(cache, "id0").plain_n, 0u);
+    EXPECT_EQ(kjit::cache::pch_price::recorded(cache, "id4").plain_n, 0u);
+    EXPECT_EQ(kjit::cache::pch_price::recorded(cache, "id5").plain_n, 1u);
+    EXPECT_EQ(kjit::cache::pch_price::recorded(cache, "id" + std::to_string(n - 1)).plain_us, 10'000u);
+}
