@@ -7,6 +7,10 @@
 //   batch 2 PCH       kjit_compile_batch, 2 worker threads, PCH
 //   batch 2           kjit_compile_batch, 2 worker threads, plain compiles
 //   batch 2 proc PCH  kjit_compile_batch, 2 worker processes (kjit-worker), PCH in each
+//   sequential        kjit_compile one kernel at a time, as an autotuner's loop does: a PCH where
+//                     the measured prices say it pays (docs/batch.md#misses-compiled-alone), on a
+//                     cache with no record yet
+//   sequential known  the same in a later process, on a fresh cache holding the first's record
 // The child times its own work (from before the first compile to after the last), so process
 // start-up (tens of ms) is not counted, and says the largest resident set of its worker
 // processes (getrusage of its reaped children) and its own. The caches must hold the same
@@ -61,10 +65,15 @@ const std::vector<Mode> &cub_modes() {
         {"batch_2w_pch", "kjit_compile_batch, 2 worker threads, PCH", 2, KJIT_PCH_ON, KJIT_WORKERS_THREADS},
         {"batch_2w_plain", "kjit_compile_batch, 2 worker threads, no PCH", 2, KJIT_PCH_OFF, KJIT_WORKERS_THREADS},
         {"batch_2p_pch", "kjit_compile_batch, 2 worker processes, PCH", 2, KJIT_PCH_ON, KJIT_WORKERS_PROCESSES},
+        {"sequential", "kjit_compile one at a time, no PCH prices yet", 1, KJIT_PCH_DEFAULT, KJIT_WORKERS_THREADS},
+        {"sequential_known", "kjit_compile one at a time, PCH prices of an earlier process", 1, KJIT_PCH_DEFAULT,
+         KJIT_WORKERS_THREADS},
     };
     return modes;
 }
-constexpr std::size_t kRaw = 0, kOneThreadPch = 1, kTwoThreadsPch = 2, kTwoThreadsPlain = 3, kTwoProcessesPch = 4;
+constexpr std::size_t kRaw = 0, kOneThreadPch = 1, kTwoThreadsPch = 2, kTwoThreadsPlain = 3, kTwoProcessesPch = 4,
+                      kSequential = 5, kSequentialKnown = 6;
+bool one_at_a_time(const Mode &m) { return m.id.rfind("sequential", 0) == 0; }
 
 // A scaling run's mode: "scale_threads_<W>" or "scale_processes_<W>", with PCH.
 Mode scaling_mode(bool processes, unsigned workers) {
@@ -97,8 +106,15 @@ struct ChildRun {
 
 // Runs the CUB child for `mode` over a fresh cache under the work folder; the cache stays in
 // `caches`.
-ChildRun run_cub_child(const BenchOptions &o, const Mode &mode, int n, std::vector<std::unique_ptr<TempDir>> &caches) {
+// `prices_from`: a cache folder whose PCH prices the fresh cache starts with (empty: none).
+ChildRun run_cub_child(const BenchOptions &o, const Mode &mode, int n, std::vector<std::unique_ptr<TempDir>> &caches,
+                       const std::string &prices_from = "") {
     caches.push_back(std::make_unique<TempDir>(o.work_dir, "cub-" + mode.id + "-"));
+    if (!prices_from.empty()) {
+        const std::string record = read_file(prices_from + "/.kjit-pch-prices");
+        if (record.empty()) fail("the sequential CUB sweep left no PCH prices in '" + prices_from + "'");
+        write_file(caches.back()->path() + "/.kjit-pch-prices", record);
+    }
     std::fprintf(stderr, "cub: %s, %d kernels in a fresh process...\n", mode.label.c_str(), n);
     const ChildResult r =
         run_child({self_executable(), "--cub-child", mode.id, caches.back()->path(), std::to_string(n), o.arch});
@@ -161,7 +177,15 @@ int cub_child_main(const std::string &mode_id, const std::string &cache, int n, 
             opts.arch = arch.c_str();
             opts.nvrtc_options = argv.data();
             opts.nvrtc_option_count = argv.size();
-            run_batch(sources, kCubKeyword, opts, mode->workers, mode->pch, "cub: " + mode->label, mode->kind);
+            if (one_at_a_time(*mode)) {
+                char path[4096];
+                for (const std::string &s : sources) {
+                    const kjit_status st = kjit_compile(s.c_str(), kCubKeyword, &opts, path, sizeof path, nullptr);
+                    if (st != KJIT_OK) fail_kjit("kjit_compile of a CUB kernel", st);
+                }
+            } else {
+                run_batch(sources, kCubKeyword, opts, mode->workers, mode->pch, "cub: " + mode->label, mode->kind);
+            }
         }
         std::printf("wall_us %.0f\n", elapsed_us(started, Clock::now()));
         rusage children{}, self{};
@@ -213,9 +237,10 @@ void run_cub(const BenchOptions &o, Report &report) {
     std::vector<ChildRun> runs;
     std::vector<std::vector<std::string>> entries;
     std::vector<std::unique_ptr<TempDir>> caches;
-    for (const Mode &mode : modes) {
-        runs.push_back(run_cub_child(o, mode, n, caches));
-        if (mode.workers > 0) entries.push_back(entries_of(caches.back()->path()));
+    for (std::size_t m = 0; m < modes.size(); ++m) {
+        runs.push_back(
+            run_cub_child(o, modes[m], n, caches, m == kSequentialKnown ? caches[kSequential]->path() : std::string()));
+        if (modes[m].workers > 0) entries.push_back(entries_of(caches.back()->path()));
     }
     // The batches' caches agree, entry for entry, and hold n distinct kernels.
     for (const auto &e : entries) {
@@ -263,6 +288,18 @@ void run_cub(const BenchOptions &o, Report &report) {
                   processes_over_best_threads, runs[kTwoProcessesPch].worker_maxrss_mib,
                   runs[kOneThreadPch].self_maxrss_mib);
     s.notes.push_back(note);
+    // Item 4 of issue 51: misses compiled one at a time reuse headers where it pays.
+    std::snprintf(note, sizeof note,
+                  "kjit_compile one at a time vs sequential plain NVRTC: %.2fx with no PCH prices yet, %.2fx with an "
+                  "earlier process's",
+                  runs[kRaw].wall_us / runs[kSequential].wall_us, runs[kRaw].wall_us / runs[kSequentialKnown].wall_us);
+    s.notes.push_back(note);
+    for (const std::size_t m : {kSequential, kSequentialKnown}) {
+        Target t{"cub_" + modes[m].id + "_over_raw", "CUB cold sweep: " + modes[m].label + " vs sequential plain NVRTC",
+                 1.5};
+        t.value = runs[kRaw].wall_us / runs[m].wall_us;
+        report.add_target(t);
+    }
     Target processes_target{"cub_processes_over_best_threads",
                             "CUB cold sweep: 2 worker processes vs the best thread setting, both with PCH", 1.6};
     processes_target.value = processes_over_best_threads;

@@ -129,7 +129,7 @@ assert edit["revert_cubin_of_original_text"], edit
 assert {"trust.compile.small.now", "trust.resolve.large.now", "trust.load.large.now",
         "trust.xxh3_128_per_mb"} <= set(sections["trust"]), sections["trust"].keys()
 assert set(sections["cub"]) == {"cub.raw", "cub.batch_1w_pch", "cub.batch_2w_pch", "cub.batch_2w_plain",
-                                "cub.batch_2p_pch"}, sections["cub"]
+                                "cub.batch_2p_pch", "cub.sequential", "cub.sequential_known"}, sections["cub"]
 assert "sweep.cold_batch" in sections["sweep"], sections["sweep"].keys()
 # Misses with the disk quiet and busy, in both durability modes (issue 51).
 assert {"compile.durability.quiet_raw", "compile.durability.quiet_none", "compile.durability.quiet_none_outside",
@@ -148,7 +148,8 @@ assert j["resolve"]["name"] == "_Z15gemm_fp8_kernelILi128ELi256ELi64EEvPfPKfS2_i
 assert len(j["sweep_kernels"]) == 4 and all(k["load_us"] > 0 for k in j["sweep_kernels"])
 for key in ["cold_over_hit", "load_rate_2t_over_1t", "prepare_rate_2t_over_1t", "kjit_cold_over_raw",
             "pyelftools_over_hit", "hit_over_floor", "pyelftools_over_scan", "cub_best_batch_over_raw",
-            "cub_processes_over_best_threads", "path_name_named_over_2calls",
+            "cub_processes_over_best_threads", "cub_sequential_over_raw", "cub_sequential_known_over_raw",
+            "path_name_named_over_2calls",
             "headers_hit_over_free", "headers_warm_start_s", "headers_edit_misses", "headers_revert_hits",
             "headers_touch_hits", "headers_unrelated_edit_hits", "headers_hum_default_over_off", "headers_tree_pch_gain",
             "node_nvrtc_runs_per_key", "cluster_nvrtc_runs_per_kernel", "cluster_new_node_remote_hits_per_kernel",
