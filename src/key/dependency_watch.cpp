@@ -318,6 +318,20 @@ std::optional<std::string> watch_path(State &s, const std::string &path) {
     return walk->resolved;
 }
 
+// `folder` (absolute, as spelled) with its longest ancestor that was resolved since the last change
+// replaced by where it leads: every link on that ancestor's way is watched, so it still leads there,
+// and watch_path then walks only what lies below (a header tree reached through a link,
+// `/usr/local/cuda -> cuda-13.0`, walked each of its 140 folders from '/' twice). `folder`
+// itself when no ancestor was.
+std::string resolved_above(const State &s, const std::string &folder) {
+    for (std::size_t slash = folder.find_last_of('/'); slash != std::string::npos && slash > 0;
+         slash = folder.find_last_of('/', slash - 1)) {
+        const auto it = s.resolved.find(folder.substr(0, slash));
+        if (it != s.resolved.end()) return (it->second == "/" ? std::string() : it->second) + folder.substr(slash);
+    }
+    return folder;
+}
+
 // Whether `a` and `b` record the same state of one file.
 bool same_record(const key::include_scanner::Dependency &a, const key::include_scanner::Dependency &b) {
     return a.exists == b.exists && (!a.exists || (a.size == b.size && a.mtime_sec == b.mtime_sec &&
@@ -377,7 +391,7 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
         const std::string spelled = parent_of(d.path);
         auto folder = s.resolved.find(spelled);
         if (folder == s.resolved.end()) {
-            auto real = watch_path(s, spelled);
+            auto real = watch_path(s, resolved_above(s, spelled));
             if (!real) return std::nullopt;
             if (s.resolved.size() >= kMaxCheckedFiles) s.resolved.clear();
             folder = s.resolved.emplace(spelled, std::move(*real)).first;

@@ -14,10 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using kjit::cache::Cache;
@@ -260,6 +262,38 @@ TEST_F(HeaderWatch, AnIncludeFolderReachedThroughALinkToALinkIsSeenAtEveryLevel)
     expect_proven(through_top, 1);
     repoint(file("cuda"), "v2/cuda");
     EXPECT_EQ(compiled_name(through_top), name_for(2));
+}
+
+// Headers in folders below one reached through a link (CCCL's tree under /usr/local/cuda ->
+// cuda-13.0): a folder below one already resolved is walked from where that one leads, not from
+// '/'. A link below it re-pointed, and the link above both, are still seen.
+TEST_F(HeaderWatch, FoldersBelowAResolvedFolderAreSeenThroughEveryLink) {
+    for (const auto &[name, one, two] :
+         {std::tuple<const char *, int, int>{"cuda-A", 1, 5}, std::tuple<const char *, int, int>{"cuda-B", 2, 6}}) {
+        const std::string root = file(name);
+        ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+        ASSERT_EQ(::mkdir((root + "/include").c_str(), 0755), 0);
+        write_file(root + "/include/cfg.h", "#include <sub/deep/cfg_value.h>\n");
+        for (const auto &[variant, cfg] : {std::pair<const char *, int>{"one", one}, {"two", two}}) {
+            const std::string deep = root + "/variants/" + variant + "/deep";
+            ASSERT_EQ(::mkdir((root + "/variants").c_str(), 0755) == 0 || errno == EEXIST, true);
+            ASSERT_EQ(::mkdir((root + "/variants/" + variant).c_str(), 0755), 0);
+            ASSERT_EQ(::mkdir(deep.c_str(), 0755), 0);
+            write_file(deep + "/cfg_value.h", cfg_text(cfg));
+        }
+        ASSERT_EQ(::symlink("../variants/one", (root + "/include/sub").c_str()), 0);
+    }
+    ASSERT_EQ(::symlink(file("cuda-A").c_str(), file("cuda").c_str()), 0);
+    const Request r = request({file("cuda/include")});
+    expect_proven(r, 1);
+    repoint(file("cuda-A/include/sub"), "../variants/two");  // a link below the resolved folder
+    EXPECT_EQ(compiled_name(r), name_for(5)) << "a link below a resolved folder re-pointed was not seen";
+    expect_proven(r, 5);
+    repoint(file("cuda"), file("cuda-B"));  // the link above both
+    EXPECT_EQ(compiled_name(r), name_for(2)) << "the link above a resolved folder re-pointed was not seen";
+    expect_proven(r, 2);
+    overwrite_in_place(file("cuda-B/variants/one/deep/cfg_value.h"), cfg_text(3));
+    EXPECT_EQ(compiled_name(r), name_for(3));
 }
 
 TEST_F(HeaderWatch, AHeaderThatIsALinkToALinkIsSeenAtEveryLevel) {
