@@ -6,10 +6,9 @@
 // A PCH lives in its process's folder (compile::pch_folders): the compile that makes it costs
 // more than a plain one, and each later compile of the same identity in that process may cost
 // less, or more (PyTorch measured NVRTC's PCH slower on some sets and left it off). So nothing
-// is guessed: a process makes one at the third miss of an identity when nothing is known of it
-// (one or two misses say little of more to come; a set whose identities each compile once or
-// twice, as humming's and most of DeepGEMM's do, never pays for one), and keeps using it while
-// it saves time. What each kind
+// is guessed: a process makes one at the fourth miss of an identity when nothing is known of it
+// (a set whose identities each compile at most three times, as humming's and DeepGEMM's do,
+// never pays for one), and keeps using it while it saves time. What each kind
 // of compile took (plain, making the PCH, using it) is kept per identity in
 // `<cache>/.kjit-pch-prices`; a later process makes one as soon as the misses it has seen of that
 // identity would pay back the making at the measured saving, and never where using it was not
