@@ -38,6 +38,16 @@ namespace {
 
 std::string entry_of(const std::string &cubin) { return cubin.substr(0, cubin.rfind('/')); }
 
+// A kernel whose value is the macro `macro` of `<header>`, found through the include folder `inc`
+// (angle brackets: only the include folder is searched, so the header is deps.txt's first line).
+Request through_include(const std::string &cache, const std::string &inc, const std::string &header,
+                        const std::string &macro) {
+    Request r = base_request(cache);
+    r.source = "#include <" + header + ">\n__global__ void gemm(float *p) { p[0] = " + macro + "; }\n";
+    r.include_paths = {inc};
+    return r;
+}
+
 // The key of `r` as prepare() computes it: with the NVRTC build in use, which prepare() sets.
 std::string key_with_nvrtc(Request r) {
     r.nvrtc_identity = *kjit::compile::compiler::nvrtc_identity();
@@ -503,11 +513,9 @@ TEST(Cache, YoungHeadersSettleAfterTheWindow) {
     t[0].tv_sec = t[1].tv_sec = now.tv_sec - 1;  // young for about one more second
     ASSERT_EQ(::utimensat(AT_FDCWD, header.c_str(), t, 0), 0);
     Cache cache;
-    Request r = base_request(dir.file("cache"));
     // Angle: only the include folder is searched, so v.h is deps.txt's first line (a quoted name
     // would first probe the working directory).
-    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
-    r.include_paths = {dir.file("inc")};
+    Request r = through_include(dir.file("cache"), dir.file("inc"), "v.h", "V");
     const std::string path = compile_ok(cache, r);
     const std::string deps = entry_of(path) + "/deps.txt";
     EXPECT_EQ(read_file(deps).find("\n* "), std::string("kjit-deps 1").size()) << read_file(deps);
@@ -633,9 +641,7 @@ TEST(Cache, HeadersFoundThroughAnIncludeFolderAreHashedOnlyAwayFromWhereTheyWere
     for (const char *f : {"inc/v.h", "inc/w.h"}) ASSERT_TRUE(set_mtime(dir.file(f), now.tv_sec - 100, 5));
     for (const char *f : {"moved/v.h", "moved/w.h"}) ASSERT_TRUE(set_mtime(dir.file(f), now.tv_sec - 90, 5));
     Cache cache;
-    Request r = base_request(dir.file("cache"));
-    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
-    r.include_paths = {dir.file("inc")};
+    Request r = through_include(dir.file("cache"), dir.file("inc"), "v.h", "V");
     const std::string path = compile_ok(cache, r);
     const std::string origin = entry_of(path) + "/origin.txt";
     EXPECT_TRUE(exists(origin)) << "the entry made here does not say where its records were proven";
@@ -673,9 +679,7 @@ TEST(Cache, AnOriginWrittenForAnotherHeaderListIsNotTrusted) {
     clock_gettime(CLOCK_REALTIME, &now);
     ASSERT_TRUE(set_mtime(dir.file("inc/w.h"), now.tv_sec - 100, 5));
     Cache cache;
-    Request r = base_request(dir.file("cache"));
-    r.source = "#include <w.h>\n__global__ void gemm(float *p) { p[0] = W; }\n";
-    r.include_paths = {dir.file("inc")};
+    Request r = through_include(dir.file("cache"), dir.file("inc"), "w.h", "W");
     const std::string path = compile_ok(cache, r);
     const std::string deps = entry_of(path) + "/deps.txt";
     ASSERT_TRUE(exists(entry_of(path) + "/origin.txt"));
@@ -835,9 +839,7 @@ TEST(Cache, AVariantNoLongerListedIsFoundWithoutACompile) {
     Cache cache;
     ::mkdir(dir.file("inc").c_str(), 0755);
     write_file(dir.file("inc/v.h"), "#define V 1.0f\n");
-    Request r = base_request(dir.file("cache"));
-    r.source = "#include <v.h>\n__global__ void gemm(float *p) { p[0] = V; }\n";
-    r.include_paths = {dir.file("inc")};
+    Request r = through_include(dir.file("cache"), dir.file("inc"), "v.h", "V");
     const std::string first = compile_ok(cache, r);
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     const std::string second = compile_ok(cache, r);

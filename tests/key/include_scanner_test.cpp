@@ -357,18 +357,28 @@ TEST(IncludeScanner, RelativeRecordsRoundTripAgainstTheReadersWorkingDirectory) 
     EXPECT_FALSE(parse_in("kjit-deps 1\n- 0 \n", "/w").ok());
 }
 
+namespace {
+
+// A header found through the request's anchor 1, /opt/A/inc.
+kjit::key::include_scanner::Dependency anchored_tile() {
+    kjit::key::include_scanner::Dependency tile;
+    tile.path = "/opt/A/inc/tile.h";
+    tile.relative = "tile.h";
+    tile.anchor = 1;
+    tile.size = 7;
+    tile.content_hash = 0xcd;
+    return tile;
+}
+
+}  // namespace
+
 // Records relative to an anchor (an include folder the request names) are written ":N:rel" and
 // read back under the reader's anchor N; a pin is read back with the reader's location of it,
 // which check() compares; a working-directory record that starts with ':' is not taken for one.
 // An anchor the reader does not have, or a malformed number, is damage.
 TEST(IncludeScanner, AnchoredRecordsAndPinsRoundTripUnderTheReadersFolders) {
     using kjit::key::include_scanner::Dependency;
-    Dependency tile;
-    tile.path = "/opt/A/inc/tile.h";
-    tile.relative = "tile.h";
-    tile.anchor = 1;
-    tile.size = 7;
-    tile.content_hash = 0xcd;
+    const Dependency tile = anchored_tile();
     Dependency colon;
     colon.path = "/w/:1:odd.h";
     colon.relative = ":1:odd.h";
@@ -415,12 +425,7 @@ TEST(IncludeScanner, AnchoredRecordsAndPinsRoundTripUnderTheReadersFolders) {
 TEST(IncludeScanner, AnOriginNamesTheListAndTheFoldersItsRecordsAreRelativeTo) {
     using kjit::key::include_scanner::Dependency;
     using kjit::key::include_scanner::origin;
-    Dependency tile;
-    tile.path = "/opt/A/inc/tile.h";
-    tile.relative = "tile.h";
-    tile.anchor = 1;
-    tile.size = 7;
-    tile.content_hash = 0xcd;
+    const Dependency tile = anchored_tile();
     Dependency absolute;
     absolute.path = "/usr/include/x.h";
     const std::vector<Dependency> deps = {tile, absolute};
