@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -55,27 +56,51 @@ std::string hex_digest(XXH3_state_t *state) {
     return hex;
 }
 
+// field()'s encoding appended to `out`: the same bytes, so the same hash, as field() would feed
+// the stream (deps_fields() hashes a CUB kernel's 640 records in one update, not 6,000).
+void append_field(std::string &out, std::string_view label, std::string_view value) {
+    out.append(label).push_back('\0');
+    std::uint64_t n = value.size();
+    for (int i = 0; i < 8; ++i) {
+        out.push_back(static_cast<char>(n & 0xff));
+        n >>= 8;
+    }
+    out.append(value);
+}
+
+// A number in decimal, as std::to_string writes it, without a string of its own.
+template <typename T>
+std::string_view decimal(char (&buf)[24], T value) {
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    (void)ec;  // 24 digits hold any 64-bit value
+    return std::string_view(buf, static_cast<std::size_t>(end - buf));
+}
+
 // The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
 // or mtimes, which a touch changes).
 void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::Dependency> &deps) {
-    field(state, "deps", std::to_string(deps.size()));
+    std::string encoded;
+    encoded.reserve(deps.size() * 96);
+    char number[24];
+    append_field(encoded, "deps", decimal(number, deps.size()));
     for (const auto &d : deps) {
         if (d.pins_working_dir) {
-            field(state, "dep.working_dir", d.path);
+            append_field(encoded, "dep.working_dir", d.path);
             continue;
         }
         if (d.pins_anchor) {  // where the anchor was, as the cubin may name it
-            field(state, "dep.anchor_pin", std::to_string(d.anchor));
-            field(state, "dep.location", d.relative);
+            append_field(encoded, "dep.anchor_pin", decimal(number, d.anchor));
+            append_field(encoded, "dep.location", d.relative);
             continue;
         }
         // A file reached through the working directory or an anchor by its path relative to it
         // (the same request from another folder, or another install, over the same files: the
         // same variant).
-        if (!d.relative.empty() && d.anchor >= 0) field(state, "dep.anchor", std::to_string(d.anchor));
-        field(state, "dep.path", d.relative.empty() ? d.path : d.relative);
-        field(state, "dep.content", d.exists ? std::to_string(d.content_hash) : std::string("absent"));
+        if (!d.relative.empty() && d.anchor >= 0) append_field(encoded, "dep.anchor", decimal(number, d.anchor));
+        append_field(encoded, "dep.path", d.relative.empty() ? d.path : d.relative);
+        append_field(encoded, "dep.content", d.exists ? decimal(number, d.content_hash) : std::string_view("absent"));
     }
+    XXH3_128bits_update(state, encoded.data(), encoded.size());
 }
 
 // Whether the NVRTC options ask for line information or device debug information, which name
