@@ -462,7 +462,10 @@ void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std
     if (s.fd < 0 || s.generation != generation) return;
     if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
     for (const key::include_scanner::Dependency &d : deps) {
-        if (!d.is_pin()) s.checked[d.path] = d;
+        if (d.is_pin()) continue;
+        // Most are there already as recorded (another entry over the same headers): no copy.
+        const auto [it, added] = s.checked.try_emplace(d.path, d);
+        if (!added && !same_record(it->second, d)) it->second = d;
     }
 }
 
