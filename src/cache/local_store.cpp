@@ -120,25 +120,23 @@ Lookup check_entry(const key::Request &request, const std::string &entry, std::s
     }
     const unsigned mode = folder_trust::shared(folder) ? kGroupWritable : 0;
     const std::string temp_stem = entry + "/" + std::string(store::cache_entry::kDepsTempPrefix);
-    std::string deps_text = *text;  // as on disk
+    std::string refreshed;  // deps.txt's new text, when it was rewritten
     bool rewritten = false;
     if (key::include_scanner::settle(*deps) || checked.refreshed) {
         // Headers that were young when recorded are verified and old now, or were found
         // with the same content under a new mtime (a touch, a reinstall): store the list
         // again (temp file and rename in the entry) so later hits only stat them. Best
         // effort: a read-only cache keeps checking their content.
-        std::string refreshed = key::include_scanner::format(*deps);
-        if (replace_file(entry + "/" + store::cache_entry::kDepsFile, temp_stem, {}, refreshed, mode)) {
-            deps_text = std::move(refreshed);
-            rewritten = true;
-        }
+        refreshed = key::include_scanner::format(*deps);
+        rewritten = replace_file(entry + "/" + store::cache_entry::kDepsFile, temp_stem, {}, refreshed, mode).ok();
     }
     // Every relative record was just proven here (by content, or here already): say so for the
     // list as it now is on disk, so that later checks here stat them only. After deps.txt, so a
     // reader between the two renames finds an origin for another text: a content check.
     if (!origin_here.empty() && (!at_origin || rewritten)) {
+        const std::string_view on_disk = rewritten ? std::string_view(refreshed) : std::string_view(*text);
         (void)replace_file(entry + "/" + store::cache_entry::kOriginFile, temp_stem, {},
-                           key::include_scanner::origin(deps_text, *deps, request.search), mode);
+                           key::include_scanner::origin(on_disk, *deps, request.search), mode);
     }
     // Young headers too: an edit within their timestamp tick, which size and mtime cannot
     // show, still raises an event. They are settled by the next full check once old.
