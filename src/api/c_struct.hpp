@@ -1,6 +1,6 @@
 // C structs: the rules every versioned struct of the C ABI is read by (kjit.h: a caller sets
 // struct_size to the sizeof of the struct its header has; fields are only ever appended), shared
-// by the files that read one (c_api.cpp, compile_options.cpp, memo_digest.cpp).
+// by the files that read one (c_api_*.cpp, compile_options.cpp, memo_digest.cpp).
 #pragma once
 
 #include "util/status.hpp"

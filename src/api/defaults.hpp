@@ -69,7 +69,7 @@ void for_each_folder(std::string_view value, Each &&each) {
     }
 }
 
-// Whether a miss may compile when the caller does not say, as kjit_compile_mode's values (c_api.cpp
+// Whether a miss may compile when the caller does not say, as kjit_compile_mode's values (compile_options.cpp
 // checks they are the same): $KJIT_NO_COMPILE "1" or "never" is kCompileNever, "warn"
 // kCompileWarn, unset, "" or "0" kCompileAlways. Errors: invalid_argument naming the variable and
 // its values.

@@ -11,7 +11,7 @@
 // same line. Many threads and processes may record into one file: each line is written whole by
 // one write() under an exclusive flock of the file, after reading what other processes appended
 // since, so no line is torn, interleaved or written twice. Paths (include folders, link inputs)
-// are written absolute. Compiled into libkjit.so only, beside c_api.cpp.
+// are written absolute. Compiled into libkjit.so only, beside the C ABI (c_api_*.cpp).
 #pragma once
 
 #include "key/cache_key.hpp"

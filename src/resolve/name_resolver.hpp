@@ -49,7 +49,7 @@ public:
     static constexpr std::size_t kMemoCapacity = 4096;
 
     // Why a sidecar was not used: the index of Counters::rejections (and, in this order, of
-    // kjit_stats.sidecar_rejections: c_api.cpp checks they agree).
+    // kjit_stats.sidecar_rejections: api/c_api_cache.cpp checks they agree).
     enum class Rejection : unsigned {
         unreadable,  // a symlink, a folder, no permission, an I/O error
         too_large,

@@ -15,7 +15,7 @@
 namespace kjit::store::cache_maintenance {
 
 // What is wrong with a path. The public kjit_cache_problem has the same values (checked at
-// compile time in c_api.cpp): one vocabulary, so values are only ever appended. (The sidecar
+// compile time in api/c_api_cache.cpp): one vocabulary, so values are only ever appended. (The sidecar
 // store's FileProblem and the resolver's Rejection describe one sidecar file for a reader and
 // stay finer; a verify finding folds them into sidecar_damaged with their text as detail.)
 enum class Damage {

@@ -60,7 +60,7 @@ constexpr Piece kPieces[kCount] = {
      "emptied: the parent's compiles do not run in the child", true},
     {State::pch_prices, "cache/pch_price.cpp", "the misses of each header identity asked about, the PCHs made",
      "forgotten: the child makes its own PCHs", true},
-    {State::api_counters, "api/c_api.cpp", "the counters kjit_get_stats reads", "kept: the child's go on from them",
+    {State::api_counters, "api/c_api_support.cpp", "the counters kjit_get_stats reads", "kept: the child's go on from them",
      false},
     {State::nvrtc_table, "compile/nvrtc_library.cpp", "the loaded NVRTC's entry points",
      "kept: the library stays mapped; its own lock is the gate's business", false},
@@ -72,7 +72,7 @@ constexpr Piece kPieces[kCount] = {
      "kept: the same library", false},
     {State::tls_library, "remote/tls_session.cpp", "the loaded libssl's entry points (rediss:// servers)",
      "kept: the library stays mapped", false},
-    {State::per_thread, "util/folder_trust.cpp, remote/redis_client.cpp, api/c_api.cpp",
+    {State::per_thread, "util/folder_trust.cpp, remote/redis_client.cpp, api/c_api_support.cpp",
      "thread_local memos, Redis connections (and their TLS sessions), error text",
      "only the forking thread's copy reaches the child; Redis connections are dropped at use by generation (a TLS "
      "session abandoned, not freed)",

@@ -73,7 +73,7 @@ enum class State : unsigned {
     cache_flights,      // cache/cache.cpp
     pch_prices,         // cache/pch_price.cpp
     // Kept as they are, on purpose (no handler):
-    api_counters,        // api/c_api.cpp
+    api_counters,        // api/c_api_support.cpp
     nvrtc_table,         // compile/nvrtc_library.cpp
     nvrtc_identity,      // compile/nvrtc_probe.cpp
     nvjitlink_table,     // compile/nvjitlink_library.cpp

@@ -1,5 +1,5 @@
 // Internal error type shared by every module. Modules report failures as an Error (a code
-// plus a message naming the file and what was wrong); only c_api.cpp maps codes to the
+// plus a message naming the file and what was wrong); only the C ABI (api/c_api_*.cpp) maps codes to the
 // public kjit_status values, so no module below the C ABI knows the C types.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 namespace kjit {
 
-// Same meanings (and, checked in c_api.cpp, the same values) as the public kjit_status.
+// Same meanings (and, checked in api/c_api_support.cpp, the same values) as the public kjit_status.
 enum class Errc {
     invalid_argument = 1,
     not_found = 2,
