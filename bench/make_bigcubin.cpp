@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    kjit::compile::compiler::Request request;
+    kjit::compile::compiler::Program request;
     request.source = make_source(instances);
     request.program_name = "bigcubin.cu";
     request.options = {"-arch=sm_90", "-std=c++17"};

@@ -7,7 +7,7 @@
 #include "api/compile_options.hpp"
 #include "api/defaults.hpp"
 #include "api/request_record.hpp"
-#include "batch/batch_compiler.hpp"
+#include "batch/compiler.hpp"
 #include "cache/cache.hpp"
 #include "key/cache_key.hpp"
 #include "util/status.hpp"
@@ -62,8 +62,8 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
 }
 // A batch's options from the caller's (NULL: the defaults), with the worker count resolved.
 // Errors: invalid_argument (struct size, pch), or the defaults' ($KJIT_JOBS).
-kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit_batch_options *options) {
-    kjit::batch::batch_compiler::Options batch;
+kjit::Result<kjit::batch::compiler::Options> batch_options_from(const kjit_batch_options *options) {
+    kjit::batch::compiler::Options batch;
     unsigned workers = 0;
     int pch = KJIT_PCH_DEFAULT;
     int kind = KJIT_WORKERS_DEFAULT;
@@ -95,9 +95,9 @@ kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit
             batch.kind = *from_env;
             break;
         }
-        case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::batch_compiler::WorkerKind::threads; break;
-        case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch::batch_compiler::WorkerKind::processes; break;
-        case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch::batch_compiler::WorkerKind::automatic; break;
+        case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::compiler::WorkerKind::threads; break;
+        case KJIT_WORKERS_PROCESSES: batch.kind = kjit::batch::compiler::WorkerKind::processes; break;
+        case KJIT_WORKERS_AUTOMATIC: batch.kind = kjit::batch::compiler::WorkerKind::automatic; break;
         default:
             return kjit::Error{kjit::Errc::invalid_argument,
                                "kjit_compile_batch: options->worker_kind is " + std::to_string(kind) +
@@ -105,9 +105,9 @@ kjit::Result<kjit::batch::batch_compiler::Options> batch_options_from(const kjit
                                    "KJIT_WORKERS_AUTOMATIC"};
     }
     batch.workers = workers;
-    batch.pch = pch == KJIT_PCH_ON    ? kjit::batch::batch_compiler::Pch::on
-                : pch == KJIT_PCH_OFF ? kjit::batch::batch_compiler::Pch::off
-                                      : kjit::batch::batch_compiler::Pch::automatic;
+    batch.pch = pch == KJIT_PCH_ON    ? kjit::batch::compiler::Pch::on
+                : pch == KJIT_PCH_OFF ? kjit::batch::compiler::Pch::off
+                                      : kjit::batch::compiler::Pch::automatic;
     return batch;
 }
 
@@ -121,7 +121,7 @@ struct ProgressBridge {
     size_t at = 0;       // the item reported when it threw
     std::string thrown;  // what it threw, for the message
 
-    kjit::batch::batch_compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
+    kjit::batch::compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
         return [this, progress, user_data](size_t done, size_t total, size_t item,
                                            const kjit::Result<kjit::cache::Found> &r) {
             if (threw) return true;
@@ -193,10 +193,10 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         }
         // SIZE_MAX made reserve() throw (KJIT_ERROR_INTERNAL "vector::reserve"), and a count
         // past the caller's array would be read past its end.
-        if (count > kjit::batch::batch_compiler::kMaxItems) {
+        if (count > kjit::batch::compiler::kMaxItems) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
                         ("kjit_compile_batch: count is " + std::to_string(count) + "; a batch takes at most " +
-                         std::to_string(kjit::batch::batch_compiler::kMaxItems) + " requests (split it)")
+                         std::to_string(kjit::batch::compiler::kMaxItems) + " requests (split it)")
                             .c_str());
         }
         auto batch = batch_options_from(options);
@@ -212,8 +212,7 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         std::vector<kjit::Result<kjit::key::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<kjit::cache::Found>> done =
-            kjit::batch::batch_compiler::compile(std::move(items), *batch);
+        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch::compiler::compile(std::move(items), *batch);
         BatchTally tally;
         auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.

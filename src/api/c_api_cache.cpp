@@ -9,7 +9,7 @@
 #include "api/defaults.hpp"
 #include "cache/cache.hpp"
 #include "load/kernel_loader.hpp"
-#include "remote/remote_store.hpp"
+#include "remote/tier.hpp"
 #include "resolve/name_resolver.hpp"
 #include "store/cache_copy.hpp"
 #include "store/cache_eviction.hpp"
@@ -35,7 +35,7 @@ struct kjit_cache_arches {
 
 // What kjit_cache_verify found, immutable once returned.
 struct kjit_verify_report {
-    kjit::store::cache_maintenance::VerifyReport report;
+    kjit::store::cache_verification::VerifyReport report;
 };
 namespace {
 
@@ -57,8 +57,8 @@ static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::distruste
 static_assert(KJIT_ERROR_NOT_CACHED < KJIT_STATS_STATUS_SLOTS, "kjit_stats.errors is too small");
 
 // verify's Damage is the public kjit_cache_problem: one vocabulary, values checked here.
-#define KJIT_SAME_PROBLEM(damage, problem)                                                                       \
-    static_assert(static_cast<int>(kjit::store::cache_maintenance::Damage::damage) == static_cast<int>(problem), \
+#define KJIT_SAME_PROBLEM(damage, problem)                                                                        \
+    static_assert(static_cast<int>(kjit::store::cache_verification::Damage::damage) == static_cast<int>(problem), \
                   "Damage and kjit_cache_problem differ")
 KJIT_SAME_PROBLEM(misplaced, KJIT_CACHE_MISPLACED);
 KJIT_SAME_PROBLEM(missing_file, KJIT_CACHE_MISSING_FILE);
@@ -87,8 +87,8 @@ std::pair<std::string, const char *> remote_setting(const char *given, const cha
     return {kjit::api::defaults::remote_storage(), "KJIT_REMOTE_STORAGE"};
 }
 // A caller's kjit_prune_options (any struct_size from the first release on) as prune options.
-kjit::Result<kjit::store::cache_maintenance::PruneOptions> prune_options_from(const kjit_prune_options *options) {
-    kjit::store::cache_maintenance::PruneOptions out;
+kjit::Result<kjit::store::cache_eviction::PruneOptions> prune_options_from(const kjit_prune_options *options) {
+    kjit::store::cache_eviction::PruneOptions out;
     if (!options) return out;
     if (auto st = c_struct::check_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
         return std::move(st).error();
@@ -111,7 +111,7 @@ kjit::Result<kjit::store::cache_maintenance::PruneOptions> prune_options_from(co
 }
 
 // Copies a prune report into the caller's struct (its struct_size already checked).
-void fill_prune_report(const kjit::store::cache_maintenance::PruneReport &r, kjit_prune_report *out) {
+void fill_prune_report(const kjit::store::cache_eviction::PruneReport &r, kjit_prune_report *out) {
     if (!out) return;
     kjit_prune_report c{};
     c.struct_size = out->struct_size;
@@ -126,7 +126,7 @@ void fill_prune_report(const kjit::store::cache_maintenance::PruneReport &r, kji
 }
 
 // The finding at `index` of a verify report, or NULL.
-const kjit::store::cache_maintenance::Finding *finding_at(const kjit_verify_report *report, size_t index) {
+const kjit::store::cache_verification::Finding *finding_at(const kjit_verify_report *report, size_t index) {
     if (!report || index >= report->report.findings.size()) return nullptr;
     return &report->report.findings[index];
 }
@@ -182,7 +182,7 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.load_reuses = loader.load_reuses.load(relaxed);
         s.driver_loads = loader.driver_loads.load(relaxed);
         s.load_self_heals = loader.load_self_heals.load(relaxed);
-        const auto &eviction = kjit::store::cache_maintenance::counters();
+        const auto &eviction = kjit::store::cache_eviction::counters();
         s.eviction_runs = eviction.eviction_runs.load(relaxed);
         s.evicted_entries = eviction.evicted_entries.load(relaxed);
         s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
@@ -277,11 +277,11 @@ KJIT_API kjit_status kjit_cache_summarize(const char *cache_dir, kjit_cache_summ
         }
         auto dir = cache_dir_from(cache_dir);
         if (!dir) return fail(dir.error());
-        auto found = kjit::store::cache_maintenance::summarize(*dir);
+        auto found = kjit::store::cache_inventory::summarize(*dir);
         if (!found) return fail(found.error());
         auto limit = kjit::api::defaults::max_cache_bytes();
         if (!limit) return fail(limit.error());
-        const kjit::store::cache_maintenance::Summary &from = *found;
+        const kjit::store::cache_inventory::Summary &from = *found;
         std::unique_ptr<kjit_cache_arches> by_arch;
         if (arches) {
             by_arch = std::make_unique<kjit_cache_arches>();
@@ -333,8 +333,8 @@ KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_op
     return guarded("kjit_cache_prune", [&]() -> kjit_status {
         return remove_and_report("kjit_cache_prune", cache_dir, report, [&](const std::string &dir) {
             auto prune_options = prune_options_from(options);
-            if (!prune_options) return kjit::Result<kjit::store::cache_maintenance::PruneReport>(prune_options.error());
-            return kjit::store::cache_maintenance::prune(dir, *prune_options);
+            if (!prune_options) return kjit::Result<kjit::store::cache_eviction::PruneReport>(prune_options.error());
+            return kjit::store::cache_eviction::prune(dir, *prune_options);
         });
     });
 }
@@ -342,13 +342,13 @@ KJIT_API kjit_status kjit_cache_prune(const char *cache_dir, const kjit_prune_op
 KJIT_API kjit_status kjit_cache_clear(const char *cache_dir, kjit_prune_report *report) {
     return guarded("kjit_cache_clear", [&]() -> kjit_status {
         return remove_and_report("kjit_cache_clear", cache_dir, report,
-                                 [](const std::string &dir) { return kjit::store::cache_maintenance::clear(dir); });
+                                 [](const std::string &dir) { return kjit::store::cache_eviction::clear(dir); });
     });
 }
 
 KJIT_API const char *kjit_cache_problem_string(int problem) {
     if (problem < KJIT_CACHE_MISPLACED || problem > KJIT_CACHE_FOREIGN) return "unknown";
-    return kjit::store::cache_maintenance::to_string(static_cast<kjit::store::cache_maintenance::Damage>(problem));
+    return kjit::store::cache_verification::to_string(static_cast<kjit::store::cache_verification::Damage>(problem));
 }
 
 KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_verify_report **report) {
@@ -357,7 +357,7 @@ KJIT_API kjit_status kjit_cache_verify(const char *cache_dir, int fix, kjit_veri
         if (!report) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_cache_verify: report (the out handle) is NULL");
         auto dir = cache_dir_from(cache_dir);
         if (!dir) return fail(dir.error());
-        auto found = kjit::store::cache_maintenance::verify(*dir, fix != 0);
+        auto found = kjit::store::cache_verification::verify(*dir, fix != 0);
         if (!found) return fail(found.error());
         auto out = std::make_unique<kjit_verify_report>();
         out->report = std::move(*found);
@@ -376,7 +376,7 @@ kjit_status copy_and_report(const char *function, const std::string &from, const
             return fail(st.error());
         }
     }
-    auto copied = kjit::store::cache_maintenance::copy_entries(from, to, arch ? arch : "");
+    auto copied = kjit::store::cache_copy::copy_entries(from, to, arch ? arch : "");
     if (!copied) return fail(copied.error());
     if (report) {
         kjit_copy_report c{};

@@ -103,10 +103,10 @@ Result<unsigned> workers() {
         char *end = nullptr;
         errno = 0;
         const long n = std::strtol(jobs, &end, 10);
-        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(batch::batch_compiler::kMaxWorkers)) {
+        if (errno != 0 || *end != '\0' || n < 1 || n > static_cast<long>(batch::compiler::kMaxWorkers)) {
             return Error{Errc::invalid_argument, std::string("$KJIT_JOBS is '") + jobs +
                                                      "': set it to a worker count from 1 to " +
-                                                     std::to_string(batch::batch_compiler::kMaxWorkers)};
+                                                     std::to_string(batch::compiler::kMaxWorkers)};
         }
         return static_cast<unsigned>(n);
     }
@@ -129,8 +129,8 @@ Result<int> compile_mode() {
                                              "warn (a miss compiles and says so), or 0 (or leave it unset)"};
 }
 
-Result<batch::batch_compiler::WorkerKind> worker_kind() {
-    using batch::batch_compiler::WorkerKind;
+Result<batch::compiler::WorkerKind> worker_kind() {
+    using batch::compiler::WorkerKind;
     const char *v = environment::get(environment::Variable::worker_kind);
     if (!v || !*v || std::strcmp(v, "auto") == 0) return WorkerKind::automatic;
     if (std::strcmp(v, "threads") == 0) return WorkerKind::threads;

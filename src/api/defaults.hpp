@@ -43,7 +43,7 @@ Result<std::chrono::milliseconds> compile_wait();
 // and its values.
 Result<bool> durable_publish();
 
-// The cluster tier's setting: $KJIT_REMOTE_STORAGE (remote_config.hpp's syntax), or "" for
+// The cluster tier's setting: $KJIT_REMOTE_STORAGE (config.hpp's syntax), or "" for
 // none. Checked where it is used (a local miss), so that hits never parse it.
 std::string remote_storage();
 
@@ -85,6 +85,6 @@ Result<unsigned> workers();
 
 // The kind when the caller leaves it to the library: $KJIT_WORKER_KIND ("threads", "processes"
 // or "auto"), else automatic. Errors: invalid_argument naming the variable and its values.
-Result<batch::batch_compiler::WorkerKind> worker_kind();
+Result<batch::compiler::WorkerKind> worker_kind();
 
 }  // namespace kjit::api::defaults

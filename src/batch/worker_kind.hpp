@@ -4,7 +4,7 @@
 // that would point back up).
 #pragma once
 
-namespace kjit::batch::batch_compiler {
+namespace kjit::batch::compiler {
 
 // The most workers a batch starts, whatever is asked.
 constexpr unsigned kMaxWorkers = 256;
@@ -17,4 +17,4 @@ enum class WorkerKind {
     processes,  // worker processes (kjit-worker, worker_pool.hpp)
 };
 
-}  // namespace kjit::batch::batch_compiler
+}  // namespace kjit::batch::compiler

@@ -223,7 +223,7 @@ std::string WorkerProcess::stop() {
     return *status == -1 ? "ended" : ending_of(*status);
 }
 
-Result<compile::compile_job::Outcome> WorkerProcess::exchange(const compile::compile_job::Job &job) {
+Result<compile::JobOutcome> WorkerProcess::exchange(const compile::Job &job) {
     if (auto st = batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job,
                                                      batch::worker_protocol::encode_job(job), peer_);
         !st) {
@@ -235,11 +235,11 @@ Result<compile::compile_job::Outcome> WorkerProcess::exchange(const compile::com
     return batch::worker_protocol::decode_outcome(**frame);
 }
 
-compile::compile_job::Outcome WorkerProcess::run(const compile::compile_job::Job &job) {
+compile::JobOutcome WorkerProcess::run(const compile::Job &job) {
     std::string first_failure;
     for (int attempt = 0; attempt < 2; ++attempt) {
         if (pid_ == 0) {
-            if (auto st = start(); !st) return compile::compile_job::Outcome{std::move(st).error()};
+            if (auto st = start(); !st) return compile::JobOutcome{std::move(st).error()};
         }
         auto outcome = exchange(job);
         if (outcome) return std::move(*outcome);
@@ -252,12 +252,12 @@ compile::compile_job::Outcome WorkerProcess::run(const compile::compile_job::Job
             first_failure = failure;
             continue;
         }
-        return compile::compile_job::Outcome{
+        return compile::JobOutcome{
             Error{Errc::nvrtc, "compiling in a worker process failed twice: " + first_failure +
                                    "; then, on a fresh worker, " + failure +
                                    ". Nothing was cached for it; KJIT_WORKER_KIND=threads compiles in this process"}};
     }
-    return compile::compile_job::Outcome{Error{Errc::internal, "unreachable"}};
+    return compile::JobOutcome{Error{Errc::internal, "unreachable"}};
 }
 
 }  // namespace kjit::batch::worker_pool

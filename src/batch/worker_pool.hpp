@@ -4,10 +4,10 @@
 // (worker/main.cpp), each started with posix_spawn (never a fork of the host, which may hold
 // locks or a CUDA context) and driven over a Unix socket (worker_protocol.hpp). A worker only
 // runs NVRTC; keys, look-ups, locks, publishing, progress and cancellation stay in the calling
-// process (cache.hpp, batch_compiler.hpp). Knows the worker protocol and the compiler.
+// process (cache.hpp, compiler.hpp). Knows the worker protocol and the compiler.
 #pragma once
 
-#include "compile/compile_job.hpp"
+#include "compile/job.hpp"
 #include "util/status.hpp"
 
 #include <sys/types.h>
@@ -30,7 +30,7 @@ Result<std::string> helper_path();
 // one. Started on the first run(); it keeps NVRTC loaded and its automatic PCHs across jobs.
 // Ends with this object (its socket closed, the process waited for), and with the thread that
 // started it if that thread ends first, or with this process if it dies (PR_SET_PDEATHSIG).
-class WorkerProcess final : public compile::compile_job::Runner {
+class WorkerProcess final : public compile::JobRunner {
 public:
     explicit WorkerProcess(std::string helper);
     WorkerProcess(const WorkerProcess &) = delete;
@@ -44,7 +44,7 @@ public:
     // that cannot be started, says no hello within 30 s, speaks another protocol version or has
     // another NVRTC than this process (its cubins would be filed under this NVRTC's keys) fails
     // the job with that reason (Errc::io, not_found or nvrtc), and is not retried.
-    compile::compile_job::Outcome run(const compile::compile_job::Job &job) override;
+    compile::JobOutcome run(const compile::Job &job) override;
 
     // The running worker's pid, or 0 (tests).
     pid_t pid() const { return pid_; }
@@ -54,7 +54,7 @@ private:
     // Ends the worker (closing its socket first) and says how it ended.
     std::string stop();
     // One try of `job` on a running worker: its outcome, or why the worker failed.
-    Result<compile::compile_job::Outcome> exchange(const compile::compile_job::Job &job);
+    Result<compile::JobOutcome> exchange(const compile::Job &job);
 
     std::string helper_;
     std::string peer_;  // "kjit-worker (pid N)", for messages

@@ -190,7 +190,7 @@ bool read_link_inputs(Reader &r, std::vector<compile::linker::Input> &inputs) {
 
 }  // namespace
 
-std::string encode_job(const compile::compile_job::Job &job) {
+std::string encode_job(const compile::Job &job) {
     Writer w;
     w.text(job.request.source)
         .text(job.request.program_name)
@@ -207,9 +207,9 @@ std::string encode_job(const compile::compile_job::Job &job) {
     return w.take();
 }
 
-Result<compile::compile_job::Job> decode_job(std::string_view payload) {
+Result<compile::Job> decode_job(std::string_view payload) {
     Reader r(payload, "job");
-    compile::compile_job::Job job;
+    compile::Job job;
     r.text(job.request.source, "source") && r.text(job.request.program_name, "program name") &&
         r.texts(job.request.options, "options") && r.pairs(job.request.headers, "headers") &&
         r.texts(job.request.name_expressions, "name expressions") && r.text(job.pch_identity, "PCH identity") &&
@@ -219,7 +219,7 @@ Result<compile::compile_job::Job> decode_job(std::string_view payload) {
     return job;
 }
 
-std::string encode_outcome(const compile::compile_job::Outcome &outcome) {
+std::string encode_outcome(const compile::JobOutcome &outcome) {
     Writer w;
     w.number(outcome.used_pch ? 1 : 0).number(outcome.made_pch ? 1 : 0).number(outcome.output ? 1 : 0);
     if (outcome.output) {
@@ -232,7 +232,7 @@ std::string encode_outcome(const compile::compile_job::Outcome &outcome) {
     return w.take();
 }
 
-Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload) {
+Result<compile::JobOutcome> decode_outcome(std::string_view payload) {
     Reader r(payload, "outcome");
     bool used = false, made = false, ok = false;
     compile::compiler::Output out;
@@ -251,8 +251,7 @@ Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload) {
         }
     }
     if (auto bad = r.finish()) return std::move(*bad);
-    compile::compile_job::Outcome outcome{ok ? Result<compile::compiler::Output>(std::move(out)) : std::move(error),
-                                          used, made};
+    compile::JobOutcome outcome{ok ? Result<compile::compiler::Output>(std::move(out)) : std::move(error), used, made};
     return outcome;
 }
 
@@ -326,7 +325,7 @@ Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::
     return std::optional<std::string>(std::move(payload));
 }
 
-int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::Job &)) {
+int serve(int fd, pid_t parent, void (*before_job)(const compile::Job &)) {
     // The parent thread that started this worker may die at any time, even before the prctl:
     // then the parent is no longer `parent`, and this worker ends at once.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -349,17 +348,15 @@ int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::J
         try {
             auto job = decode_job(**frame);
             if (!job) {
-                reply = encode_outcome(compile::compile_job::Outcome{std::move(job).error()});
+                reply = encode_outcome(compile::JobOutcome{std::move(job).error()});
             } else {
                 if (before_job) before_job(*job);
-                reply = encode_outcome(compile::compile_job::run_here(*job));
+                reply = encode_outcome(compile::run_here(*job));
             }
         } catch (const std::bad_alloc &) {
-            reply =
-                encode_outcome(compile::compile_job::Outcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
+            reply = encode_outcome(compile::JobOutcome{Error{Errc::out_of_memory, "kjit-worker: out of memory"}});
         } catch (const std::exception &e) {
-            reply = encode_outcome(
-                compile::compile_job::Outcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
+            reply = encode_outcome(compile::JobOutcome{Error{Errc::internal, std::string("kjit-worker: ") + e.what()}});
         }
         if (auto st = send_frame(fd, Type::outcome, reply, peer); !st) {
             std::fprintf(stderr, "kjit-worker: %s\n", st.error().message.c_str());

@@ -4,17 +4,17 @@
 // of length-prefixed fields:
 //
 //   worker -> parent   Hello    protocol version, the worker's NVRTC identity (or why it has none)
-//   parent -> worker   Job      compile::compile_job::Job: source, program name, options, in-memory
+//   parent -> worker   Job      compile::Job: source, program name, options, in-memory
 //                               headers, name expressions, PCH identity and options
-//   worker -> parent   Outcome  compile::compile_job::Outcome: status (code, message) or cubin, log and
+//   worker -> parent   Outcome  compile::JobOutcome: status (code, message) or cubin, log and
 //                               lowered names; whether it used and made a PCH
 //
 // The worker says Hello once, then answers each Job with one Outcome, and exits when the
 // parent closes its side. Decoding checks every length against what is left, so a truncated or
-// garbled frame is an error, never a read out of bounds. Knows compile_job only.
+// garbled frame is an error, never a read out of bounds. Knows the compile job (compile/job.hpp) only.
 #pragma once
 
-#include "compile/compile_job.hpp"
+#include "compile/job.hpp"
 #include "util/status.hpp"
 
 #include <sys/types.h>
@@ -39,12 +39,12 @@ struct Hello {
 };
 
 std::string encode_hello(const Hello &hello);
-std::string encode_job(const compile::compile_job::Job &job);
-std::string encode_outcome(const compile::compile_job::Outcome &outcome);
+std::string encode_job(const compile::Job &job);
+std::string encode_outcome(const compile::JobOutcome &outcome);
 // Errc::internal naming the message and the field when `payload` is not a well-formed message.
 Result<Hello> decode_hello(std::string_view payload);
-Result<compile::compile_job::Job> decode_job(std::string_view payload);
-Result<compile::compile_job::Outcome> decode_outcome(std::string_view payload);
+Result<compile::Job> decode_job(std::string_view payload);
+Result<compile::JobOutcome> decode_outcome(std::string_view payload);
 
 // Writes one frame (without SIGPIPE: a peer gone is an error, not a signal). Errc::io with the
 // errno when the write fails. `peer` names the other side in messages.
@@ -56,9 +56,9 @@ Result<std::optional<std::string>> read_frame(int fd, Type expected, const std::
 
 // The worker's side, in kjit-worker: first ties the worker's life to `parent` (PR_SET_PDEATHSIG:
 // killed when the parent dies; returns 1 at once if it already has), then Hello, then one
-// Outcome per Job (compile::compile_job::run_here), until the parent closes the socket (returns 0) or it
+// Outcome per Job (compile::run_here), until the parent closes the socket (returns 0) or it
 // breaks (returns 1, said on stderr). `before_job` (may be null) is called before each job
 // runs: tests use it to crash or hang a worker.
-int serve(int fd, pid_t parent, void (*before_job)(const compile::compile_job::Job &) = nullptr);
+int serve(int fd, pid_t parent, void (*before_job)(const compile::Job &) = nullptr);
 
 }  // namespace kjit::batch::worker_protocol

@@ -6,7 +6,7 @@
 #include "compile/nvrtc_probe.hpp"
 #include "key/dependency_watch.hpp"
 #include "key/include_scanner.hpp"
-#include "remote/remote_store.hpp"
+#include "remote/tier.hpp"
 #include "resolve/name_resolver.hpp"
 #include "store/cache_entry.hpp"
 #include "util/environment.hpp"
@@ -29,8 +29,8 @@ namespace {
 std::atomic<Cache *> instance_slot{nullptr};
 
 // NVRTC's request for `keyed`, without libkjit's PCH options.
-compile::compiler::Request nvrtc_request(const key::Request &request) {
-    compile::compiler::Request nvrtc;
+compile::compiler::Program nvrtc_program(const key::Request &request) {
+    compile::compiler::Program nvrtc;
     nvrtc.source = request.source;
     nvrtc.program_name = request.program_name.empty() ? key::kDefaultProgramName : request.program_name;
     nvrtc.options.push_back("-arch=" + request.arch);
@@ -213,20 +213,18 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
     return found;
 }
 
-Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, Call *call) {
+Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::JobRunner *runner, Call *call) {
     return build_once(keyed, runner, nullptr, call);
 }
 
-std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed,
-                                                      compile::compile_job::Runner *runner) {
+std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed, compile::JobRunner *runner) {
     bool busy = false;
     Result<Found> result = build_once(keyed, runner, &busy, nullptr);
     if (busy) return std::nullopt;
     return result;
 }
 
-Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
-                                Call *call) {
+Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy, Call *call) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -278,8 +276,8 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::compile
     return result;
 }
 
-Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner,
-                                         bool *busy, Call &call) {
+Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
+                                         Call &call) {
     const key::Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -471,7 +469,7 @@ std::string identity_to_price(const key::Request &request, const std::vector<key
     return key::pch_identity(request, deps);
 }
 
-pch_price::Compile price_kind(const compile::compile_job::Outcome &outcome) {
+pch_price::Compile price_kind(const compile::JobOutcome &outcome) {
     if (!outcome.used_pch) return pch_price::Compile::plain;
     return outcome.made_pch ? pch_price::Compile::made_pch : pch_price::Compile::used_pch;
 }
@@ -480,7 +478,7 @@ pch_price::Compile price_kind(const compile::compile_job::Outcome &outcome) {
 
 Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,
                                                    const std::vector<key::include_scanner::Dependency> &deps,
-                                                   compile::compile_job::Runner *runner, bool shared, double *seconds) {
+                                                   compile::JobRunner *runner, bool shared, double *seconds) {
     const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
     if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
@@ -491,7 +489,7 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
             return std::move(st).error();
         }
     }
-    compile::compile_job::Job job{nvrtc_request(request), {}, {}, keyed.key};
+    compile::Job job{nvrtc_program(request), {}, {}, keyed.key};
     // Checked here too, before a worker is asked: an item that cannot run is no NVRTC run.
     if (auto st = compile::compiler::check_output_files(job.request.options, job.request.program_name); !st) {
         return std::move(st).error();
@@ -507,7 +505,7 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
          in_flight > seen && !counters_.max_compiles_in_flight.compare_exchange_weak(seen, in_flight);) {
     }
     const auto started = std::chrono::steady_clock::now();
-    compile::compile_job::Outcome outcome = runner ? runner->run(job) : compile::compile_job::run_here(job);
+    compile::JobOutcome outcome = runner ? runner->run(job) : compile::run_here(job);
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     counters_.compiles_in_flight.fetch_sub(1);
     counters_.nvrtc_nanoseconds.fetch_add(static_cast<std::uint64_t>(*seconds * 1e9), std::memory_order_relaxed);

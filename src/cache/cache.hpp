@@ -20,10 +20,10 @@
 #include "cache/hit_memo.hpp"
 #include "cache/local_store.hpp"
 #include "cache/seed_store.hpp"
-#include "compile/compile_job.hpp"
+#include "compile/job.hpp"
 #include "key/cache_key.hpp"
 #include "key/include_scanner.hpp"
-#include "remote/remote_entry.hpp"
+#include "remote/entry.hpp"
 #include "util/status.hpp"
 
 #include <condition_variable>
@@ -76,7 +76,7 @@ public:
     }
 
     // The steps of compile(), for callers that look many requests up before compiling any
-    // (batch_compiler); the first is key_request. Each is thread safe.
+    // (batch/compiler.hpp); the first is key_request. Each is thread safe.
     //
     // The entry (cubin path and name) when a store has one that answers the request (counted as a hit), else
     // nothing (counted as a miss). Errors: the cache folder is unusable (world-writable, not a
@@ -92,13 +92,11 @@ public:
     // else (locks, looking again, naming, publishing, counting) happens here either way.
     // `call`: as find()'s (the leader of a single flight uses it; a follower shares the leader's
     // result).
-    Result<Found> build(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner = nullptr,
-                        Call *call = nullptr);
+    Result<Found> build(const key::KeyedRequest &keyed, compile::JobRunner *runner = nullptr, Call *call = nullptr);
     // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
     // says another node is compiling the entry now (the batch builds it again later, then
     // waiting for that node if it still is); otherwise build()'s result. Thread safe.
-    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed,
-                                                   compile::compile_job::Runner *runner);
+    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed, compile::JobRunner *runner);
     // For a batch, after its look-ups and before it compiles: the entries the cluster tier
     // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
     // pipelined round trips without any lease and published here; nullopt for each that must
@@ -138,18 +136,17 @@ private:
     // meanwhile), then compiles, names and publishes.
     // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
     // Every step checks the cache folder through `call`, once.
-    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
+    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
                                       Call &call);
     // build() and build_unless_busy(): `busy` as compile_and_publish's.
-    Result<Found> build_once(const key::KeyedRequest &keyed, compile::compile_job::Runner *runner, bool *busy,
-                             Call *call);
+    Result<Found> build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy, Call *call);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one, or, for a miss compiled
     // alone, when its measured price says it pays (pch_price.hpp, recorded in the cache folder,
     // group writable when `shared`): its header identity from `deps`) on `runner` (null: here),
     // counted and timed into *seconds.
     Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed,
                                                 const std::vector<key::include_scanner::Dependency> &deps,
-                                                compile::compile_job::Runner *runner, bool shared, double *seconds);
+                                                compile::JobRunner *runner, bool shared, double *seconds);
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).

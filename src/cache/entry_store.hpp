@@ -1,7 +1,7 @@
 // Entry store: one tier the cache looks entries up in, behind one small interface, so that a
 // new tier is a new file, not edits across the cache. The cache asks its stores in order; a hit
 // anywhere is a cubin path on this machine, and a compile's result is published to every store,
-// the local one first (its path is the answer). The Redis cluster tier (remote_store.hpp) is not
+// the local one first (its path is the answer). The Redis cluster tier (tier.hpp) is not
 // one: its look-up also claims a lease that wraps the compile, held under the node's compile
 // lock only, so the cache consults it at that one point of a miss (docs/architecture.md).
 #pragma once

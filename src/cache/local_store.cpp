@@ -342,8 +342,8 @@ Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &
     // once more; the second failure is the error.
     if (!published && request.max_cache_bytes && out_of_room(published.error())) {
         const std::uint64_t needed = entry.cubin.size() + entry.source.size() + 32 * 1024;
-        const store::cache_maintenance::Freed freed =
-            store::cache_maintenance::make_room(request.cache_dir, *request.max_cache_bytes, needed);
+        const store::cache_eviction::Freed freed =
+            store::cache_eviction::make_room(request.cache_dir, *request.max_cache_bytes, needed);
         log().info("publishing {} failed ({}): evicted {} entries ({}) and trying again", entry.manifest.key,
                    published.error().message, freed.entries, size_units::format_size(freed.bytes));
         published = store::cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
@@ -366,9 +366,9 @@ Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &
     if (request.reads_files) list_variant(request, source_key, entry.manifest.key, *folder);
     if (published->bytes_written > 0) {
         // What the limit counts: disk space, as du does (the bytes written round up to blocks).
-        const std::uint64_t bytes = std::max(published->bytes_written, store::cache_maintenance::disk_usage(place));
+        const std::uint64_t bytes = std::max(published->bytes_written, store::cache_inventory::disk_usage(place));
         // Sweeping and eviction run after a publish, never on a hit, and are throttled.
-        store::cache_maintenance::after_publish(request.cache_dir, *folder, request.max_cache_bytes, bytes);
+        store::cache_eviction::after_publish(request.cache_dir, *folder, request.max_cache_bytes, bytes);
     }
     return std::optional<std::string>(std::move(published->cubin_path));
 }

@@ -2,7 +2,7 @@
 // entry up (its owner trusted, every file its compile may read unchanged, its cubin and sidecar
 // intact), through its source key's variants file for a request that reads files; publishes
 // entries (store::cache_entry::publish), making room under a size limit when the disk is full, and
-// runs the throttled sweep and eviction after a publish (cache_maintenance). Knows the entry
+// runs the throttled sweep and eviction after a publish (cache_eviction). Knows the entry
 // layout, the folder trust rules, the include scanner and the header watch, the name resolver.
 #pragma once
 

@@ -22,7 +22,7 @@ constexpr std::int64_t kCheckIntervalNs = 60'000'000'000;
 
 // Whether the seed's `manifest` (of the entry `entry_key`, a variant of `source_key` or not)
 // was made for `request`: what differs, or "". The key covers all of it; the manifest must say
-// the same, as a downloaded entry's must (remote_entry.cpp).
+// the same, as a downloaded entry's must (entry.cpp).
 std::string manifest_mismatch(const store::cache_entry::Manifest &m, const key::Request &request,
                               const std::string &entry_key, const std::string &source_key) {
     if (m.key != entry_key) return "its manifest is for key " + m.key;

@@ -24,13 +24,13 @@ namespace {
 
 using compile::nvrtc_library::Api;
 
-// Owns an nvrtcProgram.
-class Program {
+// Owns an nvrtcProgram (destroyed with it).
+class ProgramHandle {
 public:
-    explicit Program(const Api &api) : api_(api) {}
-    Program(const Program &) = delete;
-    Program &operator=(const Program &) = delete;
-    ~Program() {
+    explicit ProgramHandle(const Api &api) : api_(api) {}
+    ProgramHandle(const ProgramHandle &) = delete;
+    ProgramHandle &operator=(const ProgramHandle &) = delete;
+    ~ProgramHandle() {
         if (prog_) api_.nvrtcDestroyProgram(&prog_);
     }
     nvrtcProgram *out() { return &prog_; }
@@ -330,7 +330,7 @@ namespace {
 
 // What a compile that failed was most likely missing, from NVRTC's log: a line to put before
 // the log (empty when nothing is recognised).
-std::string hint_for(const Request &request, const std::string &log) {
+std::string hint_for(const Program &request, const std::string &log) {
     if (log.find("__nv_name_map") != std::string::npos && !request.name_expressions.empty()) {
         std::string names;
         for (const std::string &e : request.name_expressions) names += (names.empty() ? "'" : ", '") + e + "'";
@@ -367,7 +367,7 @@ std::vector<std::string> supported_archs() {
 namespace {
 
 // The compiled program's cubin, or its LTO-IR when the request links, into `out`.
-Status take_output(const Api &api, nvrtcProgram prog, const Request &request, std::string &out) {
+Status take_output(const Api &api, nvrtcProgram prog, const Program &request, std::string &out) {
     const bool lto = !request.link_inputs.empty();
     size_t size = 0;
     if (lto) {
@@ -390,7 +390,7 @@ Status take_output(const Api &api, nvrtcProgram prog, const Request &request, st
 
 // NVRTC's part of compile(), inside the gate: the cubin, or with link inputs the LTO-IR (in
 // Output::cubin).
-Result<Output> run_nvrtc(const Api &api, const Request &request) {
+Result<Output> run_nvrtc(const Api &api, const Program &request) {
     std::vector<const char *> header_sources, header_names, options;
     for (const auto &h : request.headers) {
         header_names.push_back(h.first.c_str());
@@ -398,7 +398,7 @@ Result<Output> run_nvrtc(const Api &api, const Request &request) {
     }
     for (const auto &o : request.options) options.push_back(o.c_str());
 
-    Program prog(api);
+    ProgramHandle prog(api);
     if (auto st = check(api,
                         api.nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
                                                static_cast<int>(header_names.size()), header_sources.data(),
@@ -440,7 +440,7 @@ Result<Output> run_nvrtc(const Api &api, const Request &request) {
 
 }  // namespace
 
-Result<Output> compile(const Request &request) {
+Result<Output> compile(const Program &request) {
     // Before NVRTC: an output file it cannot open makes NVRTC 13 abort the process
     // (-fdevice-time-trace), here or in a worker process alike.
     if (auto st = check_output_files(request.options, request.program_name); !st) return std::move(st).error();

@@ -14,7 +14,9 @@
 
 namespace kjit::compile::compiler {
 
-struct Request {
+// One NVRTC program: what one compile (and, with link inputs, its link) runs on. Not the cache's
+// request (key::Request), which says what is asked; the cache makes one of these of it.
+struct Program {
     std::string source;
     std::string program_name = "kjit_program.cu";              // shown in NVRTC's diagnostics
     std::vector<std::string> options;                          // e.g. "-arch=sm_90", "-std=c++17"
@@ -53,7 +55,7 @@ struct Output {
 // again. A fork therefore takes up to one compile longer while this process compiles. A child
 // forked when the wait ran out may not call NVRTC: its compiles fail at once with Errc::nvrtc,
 // saying why, never hang.
-Result<Output> compile(const Request &request);
+Result<Output> compile(const Program &request);
 
 // NVRTC's precompiled-header options (CUDA 12.8+: -pch, -create-pch, -use-pch, -pch-dir,
 // -pch-verbose, -pch-messages, -instantiate-templates-in-pch; one or two dashes; a value after

@@ -24,7 +24,7 @@ Status check_keyword(std::string_view keyword);
 // 0x20, or 0x7f) and no NUL; bytes from 0x80 up (UTF-8 identifiers) are fine. No compiler
 // makes other names, but a crafted cubin can, and a sidecar line (space-separated text ending
 // in a newline) could not hold them: a newline would even forge a line for another keyword.
-// So they are never candidates, and the sidecar store never writes them.
+// So they are never candidates, and the sidecar module never writes them.
 bool is_plain_name(std::string_view name);
 
 // Rule 1: `name` matches `^_Z\d+<keyword>` (keyword as literal text) or equals `keyword`.

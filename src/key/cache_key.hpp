@@ -57,7 +57,7 @@ struct Request {
     // The NVRTC program's name; empty: kDefaultProgramName. In the key when not the default
     // (key_request clears a name equal to it), so entries of before the option keep their keys.
     std::string program_name;
-    // The cache's size limit in bytes (see store::cache_maintenance::after_publish); none: unbounded.
+    // The cache's size limit in bytes (see store::cache_eviction::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
     std::chrono::milliseconds compile_wait{600'000};
@@ -65,8 +65,8 @@ struct Request {
     // store::cache_entry::NewEntry::durable); off, no fsync is on the miss path. Not in the key:
     // an entry is the same either way, and a torn one is refused by every read.
     bool durable = false;
-    // The cluster tier a miss consults (remote_store.hpp), in KJIT_REMOTE_STORAGE's syntax
-    // (remote_config.hpp), and where it came from, for messages; empty or "none": none. Parsed on a miss
+    // The cluster tier a miss consults (tier.hpp), in KJIT_REMOTE_STORAGE's syntax
+    // (config.hpp), and where it came from, for messages; empty or "none": none. Parsed on a miss
     // only, so a hit costs nothing for it. Not in the key: where an entry came from does not
     // change it.
     std::string remote_spec;

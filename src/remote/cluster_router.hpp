@@ -23,8 +23,8 @@
 // only through redis_client.hpp's Reply.
 #pragma once
 
+#include "remote/config.hpp"
 #include "remote/redis_client.hpp"
-#include "remote/remote_config.hpp"
 #include "util/status.hpp"
 
 #include <array>

@@ -34,7 +34,7 @@
 // less often from the first. Knows hiredis and the TLS session only.
 #pragma once
 
-#include "remote/remote_config.hpp"
+#include "remote/config.hpp"
 #include "util/status.hpp"
 
 #include <atomic>

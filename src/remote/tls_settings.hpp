@@ -1,5 +1,5 @@
 // TLS settings: how a client checks a TLS server and proves itself to it (the options ca-file=,
-// ca-dir=, cert-file=, key-file=, insecure-skip-verify= of a remote setting, remote_config.hpp).
+// ca-dir=, cert-file=, key-file=, insecure-skip-verify= of a remote setting, config.hpp).
 // A leaf: plain data, shared by the settings' parser and the TLS session (tls_session.hpp), so
 // that neither depends on the other.
 #pragma once

@@ -1,7 +1,7 @@
 #include "resolve/name_resolver.hpp"
 
 #include "cubin/name_matcher.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "cubin/symbol_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "util/folder_trust.hpp"

@@ -1,5 +1,5 @@
 // Name resolver: answers "which mangled name does keyword K denote in this cubin?" on the
-// sidecar fast path, falling back to a scan. It composes the sidecar store, the symbol scanner
+// sidecar fast path, falling back to a scan. It composes the sidecar module, the symbol scanner
 // and the name matcher, and owns the trust rules of DESIGN.md: a sidecar line is used only if
 // it was written for this keyword, its name passes the keyword rule, and it belongs to the
 // cubin as it is now.
@@ -34,7 +34,7 @@
 #include <unordered_map>
 
 namespace kjit::cubin::sidecar {
-enum class FileProblem;  // cubin/sidecar_store.hpp
+enum class FileProblem;  // cubin/sidecar.hpp
 }
 
 namespace kjit::resolve {

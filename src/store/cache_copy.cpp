@@ -10,7 +10,17 @@
 #include <optional>
 #include <utility>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_copy {
+
+// The inventory's folder walk and lock, shared by the maintenance modules.
+using cache_inventory::DirEntry;
+using cache_inventory::IfMissing;
+using cache_inventory::kMaxManifestBytes;
+using cache_inventory::list_dir;
+using cache_inventory::open_root;
+using cache_verification::Damage;
+using cache_verification::entry_damage;
+using cache_verification::Finding;
 
 namespace {
 
@@ -172,4 +182,4 @@ Result<CopyReport> copy_entries(const std::string &from, const std::string &to, 
     return report;
 }
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_copy

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_copy {
 
 struct CopyReport {
     std::uint64_t copied = 0;        // entries written whole into the destination
@@ -22,7 +22,7 @@ struct CopyReport {
     std::uint64_t skipped = 0;       // entries of another arch than asked for
     // entries_checked: every entry looked at; entries_ok: those copied or present; findings:
     // those refused (damaged), each with why, none copied.
-    VerifyReport refused;
+    cache_verification::VerifyReport refused;
 };
 
 // Copies the sound entries of the cache folder `from` (of arch `arch` only, unless it is empty)
@@ -32,4 +32,4 @@ struct CopyReport {
 // that does not exist, a destination that cannot be written).
 Result<CopyReport> copy_entries(const std::string &from, const std::string &to, const std::string &arch);
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_copy

@@ -1,6 +1,6 @@
 #include "store/cache_entry.hpp"
 
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "cubin/symbol_scanner.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"

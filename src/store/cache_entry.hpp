@@ -44,7 +44,7 @@ constexpr std::int64_t kRecencyStepNs = 60'000'000'000;
 // younger than this plus kRecencyStepNs (three minutes; before, two, which protected a hit on
 // an entry recorded 59 s earlier for 61 s only). A load, from the use it records to its last
 // file read, is far shorter; a batch keeps what it handed out in use until it returns (pin,
-// and batch_compiler records their use again while it runs and before it returns).
+// and the batch compiler records their use again while it runs and before it returns).
 constexpr std::int64_t kInUseWindowNs = 120'000'000'000;
 
 // A cache key: 32 lowercase hex digits.
@@ -83,7 +83,7 @@ inline bool in_use(std::int64_t recency_ns, std::int64_t now_ns) {
     return effective_recency(recency_ns, now_ns) > now_ns - kRecencyStepNs - kInUseWindowNs;
 }
 
-// Entries pinned by running batches of this process (batch_compiler), by key: eviction and
+// Entries pinned by running batches of this process (batch/compiler.hpp), by key: eviction and
 // prune in this process never remove a pinned entry, whatever its recency record says (it may
 // be old: not writable, or the batch outlived it). By key alone, so an entry of the same key
 // in another cache folder is spared too while the batch runs: a harmless delay. Pins nest

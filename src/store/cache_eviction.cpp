@@ -21,7 +21,26 @@
 #include <unordered_set>
 #include <vector>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_eviction {
+
+// The inventory's folder walk and lock, shared by the maintenance modules.
+using cache_inventory::CacheLock;
+using cache_inventory::DirEntry;
+using cache_inventory::EntryInfo;
+using cache_inventory::folder_exists;
+using cache_inventory::IfMissing;
+using cache_inventory::Inventory;
+using cache_inventory::inventory_of;
+using cache_inventory::is_root_temp;
+using cache_inventory::is_transit_name;
+using cache_inventory::kUsageFile;
+using cache_inventory::kUsageTempPrefix;
+using cache_inventory::list_dir;
+using cache_inventory::open_root;
+using cache_inventory::Root;
+using cache_inventory::root_of;
+using cache_inventory::TransitInfo;
+using cache_inventory::VariantsInfo;
 
 using size_units::format_size;
 
@@ -389,4 +408,4 @@ Counters &counters() {
     return fork_guard::lazy(counters_slot, [] { return new Counters(); });
 }
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_eviction

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_eviction {
 
 // Eviction after a publish brings the cache down to this share of the limit, so that it does
 // not run again at the very next publish.
@@ -98,4 +98,4 @@ struct Counters {
 };
 Counters &counters();
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_eviction

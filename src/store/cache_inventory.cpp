@@ -19,7 +19,7 @@
 #include <cstring>
 #include <ctime>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_inventory {
 
 namespace {
 
@@ -257,4 +257,4 @@ Result<Summary> summarize(const std::string &cache_dir) {
     return s;
 }
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_inventory

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_inventory {
 
 // Sizes here are disk space as du counts it: st_blocks * 512 of each folder and file (a 4 KB
 // entry of five small files takes 24 KiB with 4 KiB blocks), so a limit bounds the disk.
@@ -151,4 +151,4 @@ private:
     LockFd fd_;  // the locked lock file; empty once moved from
 };
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_inventory

@@ -1,7 +1,7 @@
 #include "store/cache_verification.hpp"
 
 #include "cubin/name_matcher.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "cubin/symbol_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "store/cache_inventory.hpp"
@@ -15,7 +15,19 @@
 #include <cerrno>
 #include <optional>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_verification {
+
+// The inventory's folder walk and lock, shared by the maintenance modules.
+using cache_inventory::CacheLock;
+using cache_inventory::DirEntry;
+using cache_inventory::folder_exists;
+using cache_inventory::IfMissing;
+using cache_inventory::is_root_temp;
+using cache_inventory::is_transit_name;
+using cache_inventory::kMaxManifestBytes;
+using cache_inventory::list_dir;
+using cache_inventory::open_root;
+using cache_inventory::starts_with;
 
 namespace {
 
@@ -360,4 +372,4 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
     return report;
 }
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_verification

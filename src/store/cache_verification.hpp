@@ -2,7 +2,7 @@
 // of a cache folder (complete, manifest intact, cubin the bytes published with its kernel,
 // sidecar agreeing) and finds what killed processes left behind; with fix, repairs what can be
 // repaired and removes the rest, whole and atomically, under the cache lock. Builds on the
-// inventory (cache_inventory.hpp); knows the entry layout, the sidecar store, the symbol
+// inventory (cache_inventory.hpp); knows the entry layout, the sidecar module, the symbol
 // scanner and the name matcher.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::store::cache_maintenance {
+namespace kjit::store::cache_verification {
 
 // What is wrong with a path. The public kjit_cache_problem has the same values (checked at
 // compile time in api/c_api_cache.cpp): one vocabulary, so values are only ever appended. (The sidecar
@@ -63,4 +63,4 @@ Result<VerifyReport> verify(const std::string &cache_dir, bool fix);
 // not the bytes published or without its kernel), or nullopt when it is sound. Reads only.
 std::optional<Finding> entry_damage(const std::string &entry, const std::string &key);
 
-}  // namespace kjit::store::cache_maintenance
+}  // namespace kjit::store::cache_verification

@@ -34,7 +34,7 @@
 //
 // Not covered: a process made with clone() or vfork() (no fork handlers run; vfork must exec at
 // once anyway) or glibc's _Fork(); and the instant between a call that opens a descriptor and
-// its registration (cache_maintenance's lock).
+// its registration (cache_inventory's lock).
 #pragma once
 
 #include <atomic>
@@ -52,7 +52,7 @@ enum class State : unsigned {
     logger,             // util/log.cpp
     removers_lock,      // util/filesystem.cpp
     group_membership,   // util/folder_trust.cpp
-    sidecar_sweep,      // cubin/sidecar_store.cpp
+    sidecar_sweep,      // cubin/sidecar.cpp
     entry_pins,         // store/cache_entry.cpp
     eviction_throttle,  // store/cache_eviction.cpp
     nvrtc_open,         // compile/nvrtc_library.cpp
@@ -66,7 +66,7 @@ enum class State : unsigned {
     resolver_memo,      // resolve/name_resolver.cpp
     loaded_libraries,   // load/kernel_loader.cpp
     header_watch,       // key/dependency_watch.cpp
-    remote_tiers,       // remote/remote_store.cpp
+    remote_tiers,       // remote/tier.cpp
     host_lookups,       // remote/redis_client.cpp
     tls_contexts,       // remote/tls_session.cpp
     request_record,     // api/request_record.cpp

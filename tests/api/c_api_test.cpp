@@ -2,7 +2,7 @@
 #include "kjit/kjit.h"
 
 #include "c_api_support.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>

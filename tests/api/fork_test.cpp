@@ -231,7 +231,7 @@ TEST(Fork, ChildCompilesTheKeyAParentThreadIsCompiling) {
 // compiler module, with a short wait.
 TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
     kjit::compile::compiler::set_fork_wait(std::chrono::milliseconds(100));
-    kjit::compile::compiler::Request slow;
+    kjit::compile::compiler::Program slow;
     slow.source = slow_source(2, 2000);
     slow.options = {"-arch=sm_90"};
     std::atomic<bool> started{false}, finished{false};
@@ -243,7 +243,7 @@ TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
     ASSERT_TRUE(wait_until([&] { return started.load(); }));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside NVRTC by now
     const ChildEnd end = run_forked([&]() -> int {
-        kjit::compile::compiler::Request quick;
+        kjit::compile::compiler::Program quick;
         quick.source = sources::kPlain;
         quick.options = {"-arch=sm_90"};
         const auto t0 = Clock::now();
@@ -260,7 +260,7 @@ TEST(Fork, ChildForkedWhenTheNvrtcWaitRanOutFailsItsCompilesAtOnce) {
     if (!compile_outlived_the_fork) GTEST_SKIP() << "the compile was over before the child was: no telling";
     EXPECT_TRUE(end.ok()) << describe(end);
     // The parent compiles on.
-    kjit::compile::compiler::Request quick;
+    kjit::compile::compiler::Program quick;
     quick.source = sources::kPlain;
     quick.options = {"-arch=sm_90"};
     EXPECT_TRUE(kjit::compile::compiler::compile(quick).ok());
@@ -525,7 +525,7 @@ TEST(Fork, ChildDoesNotKeepTheCacheLockOpen) {
     ASSERT_EQ(::read(held[0], &byte, 1), 1);
     ASSERT_EQ(fds_open_on("/.kjit-lock"), 0);
 
-    std::thread pruning([&] { (void)kjit::store::cache_maintenance::prune(cache, {}); });
+    std::thread pruning([&] { (void)kjit::store::cache_eviction::prune(cache, {}); });
     ASSERT_TRUE(wait_until([&] { return fds_open_on("/.kjit-lock") == 1; }));  // opened, waiting in flock
     int go[2], report[2];
     ASSERT_EQ(::pipe(go), 0);

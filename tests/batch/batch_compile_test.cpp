@@ -4,7 +4,7 @@
 #include "c_api_support.hpp"
 #include "kjit/kjit.h"
 
-#include "batch/batch_compiler.hpp"
+#include "batch/compiler.hpp"
 #include "cache/cache.hpp"
 #include "store/cache_verification.hpp"
 #include "test_support.hpp"
@@ -241,7 +241,7 @@ TEST(CompileBatch, MixedHitsMissesDuplicatesAndFailures) {
     EXPECT_EQ(progress.calls[hit].resolved, sources::numbered_gemm_name(0));
 
     // Nothing of the failed items reached the cache, and what did is sound.
-    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_verification::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok()) << report.error().message;
     EXPECT_EQ(report->entries_checked, 3u);
     EXPECT_TRUE(report->clean());
@@ -273,7 +273,7 @@ TEST(CompileBatch, CancelFromTheFirstReportStartsNoCompile) {
     EXPECT_EQ(progress.calls.size(), 1u);
     EXPECT_EQ(after.nvrtc_compiles, before.nvrtc_compiles);
     EXPECT_EQ(after.errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);  // the batch, once
-    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_verification::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, 1u);
 }
@@ -297,7 +297,7 @@ TEST(CompileBatch, CancelMidwayStopsUnstartedItemsAndARerunFinishesThem) {
     EXPECT_GE(ok, 1u);
     EXPECT_LE(ok, 2u);
     EXPECT_EQ(progress.calls.size(), ok);
-    auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
+    auto report = kjit::store::cache_verification::verify(dir.file("cache"), false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, ok);
     EXPECT_TRUE(report->clean());
@@ -379,7 +379,7 @@ TEST(CompileBatch, ThrowingCallbackCancelsTheBatchAndKeepsTheResult) {
         EXPECT_EQ(stats_now().errors[KJIT_ERROR_CANCELLED] - before.errors[KJIT_ERROR_CANCELLED], 1u);
         EXPECT_EQ(stats_now().errors[KJIT_ERROR_INTERNAL], before.errors[KJIT_ERROR_INTERNAL]);
         // What finished is published and sound.
-        auto report = kjit::store::cache_maintenance::verify(dir.file("cache"), false);
+        auto report = kjit::store::cache_verification::verify(dir.file("cache"), false);
         ASSERT_TRUE(report.ok());
         EXPECT_EQ(report->entries_checked, ok);
         EXPECT_TRUE(report->clean());
@@ -499,7 +499,7 @@ TEST(CompileBatch, WorkerCountsAndPchModesGiveTheSameCache) {
             ASSERT_EQ(kjit_resolve_name(path.c_str(), "gemm", name, sizeof name, nullptr), KJIT_OK);
             EXPECT_EQ(name, sources::numbered_gemm_name(n));
         }
-        auto report = kjit::store::cache_maintenance::verify(cache, false);
+        auto report = kjit::store::cache_verification::verify(cache, false);
         ASSERT_TRUE(report.ok());
         EXPECT_EQ(report->entries_checked, 10u);
         EXPECT_TRUE(report->clean());
@@ -588,7 +588,7 @@ TEST(CompileBatch, BatchAndSingleCompilesFromAnotherProcessLeaveASoundCache) {
                   KJIT_OK);
         EXPECT_EQ(name, sources::numbered_gemm_name(40 + i));
     }
-    auto report = kjit::store::cache_maintenance::verify(cache, false);
+    auto report = kjit::store::cache_verification::verify(cache, false);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->entries_checked, static_cast<std::size_t>(kKernels));
     EXPECT_TRUE(report->clean());
@@ -710,7 +710,7 @@ std::string instantiate(int v) { return "template __global__ void gemm<" + std::
 
 // Compiles `sources` as one batch on 2 workers; what the batch's compiles counted. `first_report`
 // (when given) gets the NVRTC compiles started when the first item was reported.
-Count run(const std::string &include, const std::vector<std::string> &sources, kjit::batch::batch_compiler::Pch pch,
+Count run(const std::string &include, const std::vector<std::string> &sources, kjit::batch::compiler::Pch pch,
           const std::string &cache_dir, const std::vector<std::string> &nvrtc_options = {},
           std::uint64_t *first_report = nullptr) {
     std::vector<kjit::Result<kjit::key::Request>> items;
@@ -724,7 +724,7 @@ Count run(const std::string &include, const std::vector<std::string> &sources, k
         r.nvrtc_options = nvrtc_options;
         items.emplace_back(std::move(r));
     }
-    kjit::batch::batch_compiler::Options options;
+    kjit::batch::compiler::Options options;
     options.workers = 2;
     options.pch = pch;
     const Count before = count();
@@ -734,7 +734,7 @@ Count run(const std::string &include, const std::vector<std::string> &sources, k
             return false;
         };
     }
-    for (const auto &result : kjit::batch::batch_compiler::compile(std::move(items), options)) {
+    for (const auto &result : kjit::batch::compiler::compile(std::move(items), options)) {
         EXPECT_TRUE(result.ok()) << result.error().message;
     }
     const Count after = count();
@@ -745,7 +745,7 @@ Count run(const std::string &include, const std::vector<std::string> &sources, k
 }  // namespace pch_policy
 
 TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
-    using kjit::batch::batch_compiler::Pch;
+    using kjit::batch::compiler::Pch;
     using pch_policy::instantiate;
     using pch_policy::run;
     TempDir dir;
@@ -820,7 +820,7 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
 // started compiling before the first item was reported. (Before, a batch whose first miss made
 // a PCH started its other workers only after that compile: one NVRTC run at the first report.)
 TEST(CompileBatch, GroupsSharingAPchDoNotWaitForEachOther) {
-    using kjit::batch::batch_compiler::Pch;
+    using kjit::batch::compiler::Pch;
     using pch_policy::instantiate;
     TempDir dir;
     const std::string include = pch_policy::make_headers(dir);

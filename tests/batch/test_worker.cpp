@@ -29,7 +29,7 @@ std::string mode() {
 
 bool starts_with(const std::string &s, const char *prefix) { return s.rfind(prefix, 0) == 0; }
 
-void before_job(const kjit::compile::compile_job::Job &job) {
+void before_job(const kjit::compile::Job &job) {
     const std::string m = mode();
     if (starts_with(m, "crash:") && job.request.source.find(m.substr(6)) != std::string::npos) std::abort();
     if (starts_with(m, "crash-once:")) {

@@ -360,7 +360,7 @@ TEST(WorkerProcesses, NoPchFolderOutlivesTheBatch) {
 // The protocol's decoders take any bytes: a truncated or garbled message is an error naming
 // the field, never a read past its end.
 TEST(WorkerProtocol, TruncatedAndGarbledMessagesAreErrors) {
-    kjit::compile::compile_job::Job job;
+    kjit::compile::Job job;
     job.request.source = "__global__ void k() {}";
     job.request.options = {"-arch=sm_90", "-DX=1"};
     job.request.headers = {{"a.h", "int a;"}};
@@ -384,7 +384,7 @@ TEST(WorkerProtocol, TruncatedAndGarbledMessagesAreErrors) {
     huge += std::string("\xff\xff\xff\xff\xff\xff\xff\x0f", 8);
     EXPECT_FALSE(kjit::batch::worker_protocol::decode_job(huge));
 
-    kjit::compile::compile_job::Outcome failed{kjit::Error{kjit::Errc::compile, "log text", 0}, true, false};
+    kjit::compile::JobOutcome failed{kjit::Error{kjit::Errc::compile, "log text", 0}, true, false};
     auto outcome = kjit::batch::worker_protocol::decode_outcome(kjit::batch::worker_protocol::encode_outcome(failed));
     ASSERT_TRUE(outcome);
     ASSERT_FALSE(outcome->output);

@@ -1,7 +1,7 @@
 #include "cache/cache.hpp"
 #include "api/defaults.hpp"
 
-#include "batch/batch_compiler.hpp"
+#include "batch/compiler.hpp"
 #include "compile/compiler.hpp"
 #include "store/cache_entry.hpp"
 #include "store/cache_layout.hpp"
@@ -9,7 +9,7 @@
 #include "util/folder_trust.hpp"
 
 #include "cache_test_support.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "damage_support.hpp"
 #include "key/include_scanner.hpp"
 #include "resolve/name_resolver.hpp"
@@ -954,10 +954,10 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
         }
         return out;
     };
-    kjit::batch::batch_compiler::Options options;
+    kjit::batch::compiler::Options options;
     options.workers = 2;
     std::vector<std::string> cubins;
-    for (auto &result : kjit::batch::batch_compiler::compile(items(), options)) {
+    for (auto &result : kjit::batch::compiler::compile(items(), options)) {
         ASSERT_TRUE(result.ok()) << result.error().message;
         cubins.push_back(result->cubin);
     }
@@ -967,7 +967,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     auto &counters = Cache::instance().counters();
     const std::uint64_t stats_before = counters.dependency_stats.load();
     const std::uint64_t hits_before = counters.compile_hits.load();
-    const auto again = kjit::batch::batch_compiler::compile(items(), options);
+    const auto again = kjit::batch::compiler::compile(items(), options);
     for (std::size_t i = 0; i < again.size(); ++i) {
         ASSERT_TRUE(again[i].ok()) << again[i].error().message;
         EXPECT_EQ(again[i]->cubin, cubins[i]);
@@ -977,7 +977,7 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
     // An edit between two calls is seen by the next call.
     write_file(dir.file("inc/v.h"), "#define V 2.0f\n");
     const std::uint64_t runs_before = counters.nvrtc_compiles.load();
-    const auto edited = kjit::batch::batch_compiler::compile(items(), options);
+    const auto edited = kjit::batch::compiler::compile(items(), options);
     for (std::size_t i = 0; i < edited.size(); ++i) {
         ASSERT_TRUE(edited[i].ok()) << edited[i].error().message;
         EXPECT_NE(edited[i]->cubin, cubins[i]);

@@ -113,7 +113,7 @@ TEST(PchPrice, SequentialMissesMakeAPchAtTheFourthAndUseItAfter) {
     EXPECT_EQ(p.used_n + p.plain_n + p.made_n, 7u);
     EXPECT_GE(p.used_n, 1u) << "the PCH made was never tried";
     EXPECT_EQ(cache.counters().pch_compiles, 1u + p.used_n);
-    auto inventory = kjit::store::cache_maintenance::inventory_of(dir.file("cache"));
+    auto inventory = kjit::store::cache_inventory::inventory_of(dir.file("cache"));
     ASSERT_TRUE(inventory.ok());
     EXPECT_EQ(inventory->foreign, 0u) << "the record is taken for a file that is not libkjit's";
     for (const std::string &name : list_dir(dir.file("cache"))) {

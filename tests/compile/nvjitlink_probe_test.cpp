@@ -296,7 +296,8 @@ TEST_F(NvJitLinkProbe, NoNvJitLinkIsErrcLink) {
 // The cache's own walks: a record is libkjit's (not foreign), a stale temp file of one is
 // swept by verify --fix, a live one is left to its writer.
 TEST_F(NvJitLinkProbe, RecordsAreTheCachesOwnFilesAndStaleTempsAreSwept) {
-    namespace maintenance = kjit::store::cache_maintenance;
+    namespace inventory = kjit::store::cache_inventory;
+    namespace verification = kjit::store::cache_verification;
     proven("");
     const std::string record = only_record(cache);
     const std::string stale = record + ".tmp-stale", live = record + ".tmp-live";
@@ -305,17 +306,17 @@ TEST_F(NvJitLinkProbe, RecordsAreTheCachesOwnFilesAndStaleTempsAreSwept) {
     const std::time_t old = std::time(nullptr) - 86400;
     const struct timespec times[2] = {{old, 0}, {old, 0}};
     ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), times, 0), 0);
-    EXPECT_TRUE(maintenance::is_root_temp(stale.substr(stale.rfind('/') + 1)));
-    EXPECT_FALSE(maintenance::is_root_temp(record.substr(record.rfind('/') + 1)));
+    EXPECT_TRUE(inventory::is_root_temp(stale.substr(stale.rfind('/') + 1)));
+    EXPECT_FALSE(inventory::is_root_temp(record.substr(record.rfind('/') + 1)));
 
-    auto summary = maintenance::summarize(cache);
+    auto summary = inventory::summarize(cache);
     ASSERT_TRUE(summary.ok()) << summary.error().message;
     EXPECT_EQ(summary->foreign, 0u);
-    auto report = maintenance::verify(cache, true);
+    auto report = verification::verify(cache, true);
     ASSERT_TRUE(report.ok()) << report.error().message;
     ASSERT_EQ(report->findings.size(), 1u);
     EXPECT_EQ(report->findings[0].path, stale);
-    EXPECT_EQ(report->findings[0].damage, maintenance::Damage::stale_temp);
+    EXPECT_EQ(report->findings[0].damage, verification::Damage::stale_temp);
     EXPECT_FALSE(exists(stale));
     EXPECT_TRUE(exists(live));
     EXPECT_TRUE(exists(record));

@@ -14,7 +14,7 @@
 #include "kjit/kjit_cache.h"
 
 #include "batch_support.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "test_support.hpp"
 
 #include <dlfcn.h>

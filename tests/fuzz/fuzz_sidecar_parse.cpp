@@ -1,7 +1,7 @@
 // libFuzzer target: sidecar bytes in. parse() and the hit path's find_line() must agree, every
 // line parsed must be one the format can hold (can_hold), and whatever parses must survive
 // format() -> parse() unchanged.
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // keyword-selector byte in front), sidecars in every shape the store knows, cache keys,
 // manifests, and computed includes with the macros they go through.
 // Usage: make_seeds SCANNER_DIR SIDECAR_DIR CACHE_KEY_DIR MANIFEST_DIR INCLUDE_MACROS_DIR
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "store/cache_entry.hpp"
 #include "test_support.hpp"
 

@@ -71,7 +71,7 @@ Answer compile(const std::string &cache, const Call &c) {
 
 // The same request compiled by NVRTC itself, as libkjit passes it (include_paths last).
 std::string plain_nvrtc(const Call &c) {
-    kjit::compile::compiler::Request r;
+    kjit::compile::compiler::Program r;
     r.source = c.source;
     r.program_name = c.program_name.empty() ? "source.cu" : c.program_name;
     r.options = {"-arch=sm_90"};

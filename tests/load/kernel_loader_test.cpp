@@ -2,7 +2,7 @@
 #include "load/kernel_loader.hpp"
 
 #include "cache/cache.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
 #include "resolve/name_resolver.hpp"

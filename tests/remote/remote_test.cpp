@@ -513,7 +513,7 @@ TEST_F(RemoteDamage, ValueCopiedUnderAnotherKey) {
 }
 
 // A compressed value (envelope version 2) as libkjit 0.6 to 0.8 stored it: version 1, the
-// manifest and cubin fields uncompressed, sealed again (remote_entry.hpp's layout).
+// manifest and cubin fields uncompressed, sealed again (entry.hpp's layout).
 std::string as_version_one(const std::string &v2) {
     auto u32_at = [&](std::size_t pos) {
         std::uint32_t v = 0;

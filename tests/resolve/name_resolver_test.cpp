@@ -1,7 +1,7 @@
 #include "resolve/name_resolver.hpp"
 
 #include "crafted_elf.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "damage_support.hpp"
 #include "in_place_rewriter.hpp"
 #include "test_support.hpp"

@@ -173,13 +173,13 @@ TEST(ImportTrust, AGroupMembersEntryInAPrivateFolderIsRefused) {
     EXPECT_EQ(hers.out, "nvrtc=1 name=" + kName) << "alice was handed bob's cubin";
     // verify says the same of the folder: the entry is foreign, not sound.
     const Outcome verified = run_as(users().alice, [&](std::string &out) {
-        auto report = kjit::store::cache_maintenance::verify(f.seed, false);
+        auto report = kjit::store::cache_verification::verify(f.seed, false);
         if (!report) {
             out = report.error().message;
             return 1;
         }
         for (const auto &finding : report->findings) {
-            out += std::string(kjit::store::cache_maintenance::to_string(finding.damage)) + ": " + finding.detail;
+            out += std::string(kjit::store::cache_verification::to_string(finding.damage)) + ": " + finding.detail;
         }
         return 0;
     });

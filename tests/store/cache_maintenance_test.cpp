@@ -1,9 +1,9 @@
 // Cache maintenance: recency records, LRU pruning and eviction after publishes, the in-use
 // guard across processes, verify (each kind of damage, and --fix), clear, and the parsers.
 #include "api/defaults.hpp"
-#include "batch/batch_compiler.hpp"
+#include "batch/compiler.hpp"
 #include "cache/cache.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "damage_support.hpp"
 #include "load/kernel_loader.hpp"
 #include "resolve/name_resolver.hpp"
@@ -36,7 +36,9 @@ extern char **environ;
 using kjit::cache::Cache;
 using kjit::key::Request;
 namespace entry = kjit::store::cache_entry;
-namespace maintenance = kjit::store::cache_maintenance;
+namespace eviction = kjit::store::cache_eviction;
+namespace inventory = kjit::store::cache_inventory;
+namespace verification = kjit::store::cache_verification;
 namespace units = kjit::size_units;
 using namespace kjit_test;
 
@@ -109,14 +111,14 @@ std::uint64_t file_sizes(const std::string &folder) {
     return n;
 }
 
-maintenance::VerifyReport verify_ok(const std::string &dir, bool fix) {
-    auto r = maintenance::verify(dir, fix);
+verification::VerifyReport verify_ok(const std::string &dir, bool fix) {
+    auto r = verification::verify(dir, fix);
     EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : maintenance::VerifyReport{};
+    return r.ok() ? *r : verification::VerifyReport{};
 }
 
-std::vector<maintenance::Damage> damages(const maintenance::VerifyReport &r) {
-    std::vector<maintenance::Damage> d;
+std::vector<verification::Damage> damages(const verification::VerifyReport &r) {
+    std::vector<verification::Damage> d;
     for (const auto &f : r.findings) d.push_back(f.damage);
     std::sort(d.begin(), d.end());
     return d;
@@ -370,7 +372,7 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     TempDir dir;
     Cache cache;
     const std::string c = dir.file("c");
-    auto empty = maintenance::take_inventory(dir.file("missing"));
+    auto empty = inventory::take_inventory(dir.file("missing"));
     ASSERT_TRUE(empty.ok());
     EXPECT_TRUE(empty->entries.empty());
     const auto cubins = compile_entries(cache, c, 3);
@@ -379,7 +381,7 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     write_file(shard + "/.tmp-abc-1-2-3/kernel.cubin", "12345");
     write_file(c + "/README", "mine");
     ASSERT_EQ(::mkdir((c + "/zz").c_str(), 0700), 0);
-    auto inv = maintenance::take_inventory(c);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok()) << inv.error().message;
     EXPECT_EQ(inv->entries.size(), 3u);
     std::uint64_t expected = 0;
@@ -388,7 +390,7 @@ TEST(CacheMaintenance, InventoryCountsEntriesTransitAndForeignFiles) {
     ASSERT_EQ(inv->in_transit.size(), 1u);
     EXPECT_EQ(inv->in_transit[0].bytes, entry_bytes(shard + "/.tmp-abc-1-2-3"));
     EXPECT_EQ(inv->foreign, 2u);
-    auto summary = maintenance::summarize(c);
+    auto summary = inventory::summarize(c);
     ASSERT_TRUE(summary.ok());
     EXPECT_EQ(summary->entries, 3u);
     ASSERT_EQ(summary->by_arch.count("sm_90"), 1u);
@@ -411,11 +413,11 @@ TEST(CacheMaintenance, SizesCountDiskBlocksAsDuDoes) {
         sizes += file_sizes(folder_of(cubin));
     }
     ASSERT_GT(on_disk, sizes) << "this file system does not round files up to blocks";
-    auto inv = maintenance::take_inventory(c);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok()) << inv.error().message;
     EXPECT_EQ(inv->entry_bytes, on_disk);
     for (const auto &e : inv->entries) EXPECT_EQ(e.bytes, entry_bytes(e.path)) << e.path;
-    auto summary = maintenance::summarize(c);
+    auto summary = inventory::summarize(c);
     ASSERT_TRUE(summary.ok());
     EXPECT_EQ(summary->bytes, on_disk);
     EXPECT_EQ(summary->by_arch.at("sm_90").bytes, on_disk);
@@ -423,16 +425,16 @@ TEST(CacheMaintenance, SizesCountDiskBlocksAsDuDoes) {
     for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
     Request r = request_for(c, 3);
     r.max_cache_bytes = sizes + file_sizes(folder_of(compile_entries(cache, dir.file("probe"), 1)[0])) + 4096;
-    const auto evicted = maintenance::counters().evicted_entries.load();
+    const auto evicted = eviction::counters().evicted_entries.load();
     ASSERT_TRUE(cache.compile(r).ok());
-    EXPECT_GT(maintenance::counters().evicted_entries.load(), evicted);
-    inv = maintenance::take_inventory(c);
+    EXPECT_GT(eviction::counters().evicted_entries.load(), evicted);
+    inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     EXPECT_LE(inv->entry_bytes, *r.max_cache_bytes);
     // Prune reports the same measure.
-    maintenance::PruneOptions none;
+    eviction::PruneOptions none;
     none.older_than_ns = 86400 * kSecond;
-    auto report = maintenance::prune(c, none);
+    auto report = eviction::prune(c, none);
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->kept_bytes, inv->entry_bytes);
     std::uint64_t kept = 0;
@@ -451,18 +453,18 @@ TEST(CacheMaintenance, PruneRemovesTheLeastRecentlyUsedWholeEntries) {
         age(folder_of(cubins[i]), (6 - i) * 3600);
         if (i >= 3) newest_three += entry_bytes(folder_of(cubins[i]));
     }
-    maintenance::PruneOptions by_size;
+    eviction::PruneOptions by_size;
     by_size.max_bytes = newest_three;
-    auto r = maintenance::prune(c, by_size);
+    auto r = eviction::prune(c, by_size);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->removed_entries, 3u);
     EXPECT_EQ(r->kept_entries, 3u);
     EXPECT_EQ(r->kept_bytes, newest_three);
     for (int i = 0; i < 6; ++i) EXPECT_EQ(exists(folder_of(cubins[i])), i >= 3) << i;
     // By age: entries 3 and 4 (3 and 2 hours) go, entry 5 (1 hour) stays.
-    maintenance::PruneOptions by_age;
+    eviction::PruneOptions by_age;
     by_age.older_than_ns = 90 * 60 * kSecond;
-    r = maintenance::prune(c, by_age);
+    r = eviction::prune(c, by_age);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 2u);
     EXPECT_TRUE(exists(folder_of(cubins[5])));
@@ -486,9 +488,9 @@ TEST(CacheMaintenance, EntriesInUseAreSparedButClearRemovesEverything) {
     const std::string c = dir.file("c");
     const auto cubins = compile_entries(cache, c, 2);
     age(folder_of(cubins[0]), 3600);  // idle; cubins[1] was just published: in use
-    maintenance::PruneOptions all;
+    eviction::PruneOptions all;
     all.max_bytes = 0;
-    auto r = maintenance::prune(c, all);
+    auto r = eviction::prune(c, all);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 1u);
     EXPECT_EQ(r->spared_in_use, 1u);
@@ -498,7 +500,7 @@ TEST(CacheMaintenance, EntriesInUseAreSparedButClearRemovesEverything) {
     ASSERT_EQ(::mkdir((shard + "/.tmp-old-1-2-3").c_str(), 0700), 0);
     ASSERT_EQ(::mkdir((shard + "/.tmp-live-1-2-3").c_str(), 0700), 0);
     age(shard + "/.tmp-old-1-2-3", 3600);
-    r = maintenance::clear(c);
+    r = eviction::clear(c);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 1u);
     EXPECT_EQ(r->removed_in_transit, 1u);
@@ -507,7 +509,7 @@ TEST(CacheMaintenance, EntriesInUseAreSparedButClearRemovesEverything) {
     EXPECT_TRUE(exists(shard + "/.tmp-live-1-2-3"));
     // Only the cache's own names are touched.
     write_file(c + "/notes.txt", "mine");
-    ASSERT_TRUE(maintenance::clear(c).ok());
+    ASSERT_TRUE(eviction::clear(c).ok());
     EXPECT_TRUE(exists(c + "/notes.txt"));
 }
 
@@ -537,8 +539,8 @@ TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
     const std::string c = dir.file("c");
     const std::uint64_t one = entry_bytes(folder_of(compile_entries(cache, dir.file("probe"), 1)[0]));
     ASSERT_GT(one, 0u);
-    const auto runs_before = maintenance::counters().eviction_runs.load();
-    const auto evicted_before = maintenance::counters().evicted_entries.load();
+    const auto runs_before = eviction::counters().eviction_runs.load();
+    const auto evicted_before = eviction::counters().evicted_entries.load();
     // Room for 3.5 entries (sizes differ by a few bytes: the source's digits).
     const std::uint64_t limit = one * 7 / 2;
     Cubins cubins;
@@ -552,12 +554,12 @@ TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
         for (int j = 0; j <= i; ++j) {
             if (exists(cubins[j])) age(folder_of(cubins[j]), 3600 * (i - j + 1));
         }
-        auto inv = maintenance::take_inventory(c);
+        auto inv = inventory::take_inventory(c);
         ASSERT_TRUE(inv.ok());
         EXPECT_LE(inv->entry_bytes, limit) << "after publish " << i;
     }
     // The newest entries are the ones kept, and every kept entry is whole.
-    auto inv = maintenance::take_inventory(c);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     ASSERT_GE(inv->entries.size(), 2u);
     const std::size_t kept = inv->entries.size();
@@ -565,8 +567,8 @@ TEST(CacheMaintenance, PublishesEvictDownToTheLimit) {
         EXPECT_EQ(exists(folder_of(cubins.at(i))), i + kept >= cubins.size()) << i;
     }
     EXPECT_TRUE(verify_ok(c, false).clean());
-    EXPECT_GT(maintenance::counters().eviction_runs.load(), runs_before);
-    EXPECT_EQ(maintenance::counters().evicted_entries.load() - evicted_before, cubins.size() - kept);
+    EXPECT_GT(eviction::counters().eviction_runs.load(), runs_before);
+    EXPECT_EQ(eviction::counters().evicted_entries.load() - evicted_before, cubins.size() - kept);
 }
 
 TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
@@ -592,10 +594,10 @@ TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
     int status = 0;
     pid_t done = 0;
     while ((done = ::waitpid(pid, &status, WNOHANG)) == 0) {
-        maintenance::PruneOptions all;
+        eviction::PruneOptions all;
         all.max_bytes = 0;
-        ASSERT_TRUE(maintenance::prune(c, all).ok());
-        maintenance::after_publish(c, 1, 1);
+        ASSERT_TRUE(eviction::prune(c, all).ok());
+        eviction::after_publish(c, 1, 1);
         EXPECT_TRUE(exists(cubins[0]));
         ++rounds;
     }
@@ -610,12 +612,12 @@ TEST(CacheMaintenance, EvictionNeverRemovesAnEntryAnotherProcessLoads) {
 // process (a service that opens a cache per job, per user). It keeps the most recent folders.
 TEST(CacheMaintenance, EvictionStateStaysBoundedOverManyCacheFolders) {
     TempDir dir;
-    const std::size_t folders = maintenance::kMaxEvictionStates * 3;
+    const std::size_t folders = eviction::kMaxEvictionStates * 3;
     for (std::size_t i = 0; i < folders; ++i) {
         const std::string c = dir.file("c" + std::to_string(i));
         ASSERT_EQ(::mkdir(c.c_str(), 0700), 0);
-        maintenance::after_publish(c, 1ull << 40, 1);
-        EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates) << "after " << i + 1;
+        eviction::after_publish(c, 1ull << 40, 1);
+        EXPECT_LE(eviction::eviction_state_count(), eviction::kMaxEvictionStates) << "after " << i + 1;
     }
     // The most recent folder keeps its state: it is not swept again within the interval (a
     // forgotten one would be: its stale temp folder would go).
@@ -623,16 +625,16 @@ TEST(CacheMaintenance, EvictionStateStaysBoundedOverManyCacheFolders) {
     ASSERT_EQ(::mkdir((last + "/00").c_str(), 0700), 0);
     ASSERT_EQ(::mkdir((last + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
     age(last + "/00/.tmp-stale-1-2-3", 3600);
-    maintenance::after_publish(last, 1ull << 40, 1);
+    eviction::after_publish(last, 1ull << 40, 1);
     EXPECT_TRUE(exists(last + "/00/.tmp-stale-1-2-3"));
     // The first one was forgotten: its next publish sweeps.
     const std::string first = dir.file("c0");
     ASSERT_EQ(::mkdir((first + "/00").c_str(), 0700), 0);
     ASSERT_EQ(::mkdir((first + "/00/.tmp-stale-1-2-3").c_str(), 0700), 0);
     age(first + "/00/.tmp-stale-1-2-3", 3600);
-    maintenance::after_publish(first, 1ull << 40, 1);
+    eviction::after_publish(first, 1ull << 40, 1);
     EXPECT_FALSE(exists(first + "/00/.tmp-stale-1-2-3"));
-    EXPECT_LE(maintenance::eviction_state_count(), maintenance::kMaxEvictionStates);
+    EXPECT_LE(eviction::eviction_state_count(), eviction::kMaxEvictionStates);
 }
 
 // Recency records in the future (a clock that was ahead, a `cp -a` from such a machine) were
@@ -649,9 +651,9 @@ TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
     age(folder_of(cubins[3]), 3600);
     // prune --max-size 0: the idle entry goes; the future ones may be in use by a process whose
     // clock is ahead, so they stay, but from now on their records age.
-    maintenance::PruneOptions all;
+    eviction::PruneOptions all;
     all.max_bytes = 0;
-    auto r = maintenance::prune(c, all);
+    auto r = eviction::prune(c, all);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->removed_entries, 1u);
     EXPECT_EQ(r->spared_in_use, 3u);
@@ -659,16 +661,16 @@ TEST(CacheMaintenance, FutureRecencyCountsAsNowThenAgesFromThere) {
     EXPECT_LE(mtime_of(folder_of(cubins[1])), now_ns()) << "prune left a recency record in the future";
     // --older-than: a future record is as old as now, so it stays the first time, and ages.
     age(folder_of(cubins[0]), -kYear);
-    maintenance::PruneOptions by_age;
+    eviction::PruneOptions by_age;
     by_age.older_than_ns = kSecond;
-    r = maintenance::prune(c, by_age);
+    r = eviction::prune(c, by_age);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 0u);
     EXPECT_LE(mtime_of(folder_of(cubins[0])), now_ns()) << "prune --older-than left a record in the future";
     // An hour after that, both are idle and go (the hour is set, not waited for).
     age(folder_of(cubins[0]), 3600);
     age(folder_of(cubins[1]), 3600);
-    r = maintenance::prune(c, by_age);
+    r = eviction::prune(c, by_age);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 2u);
     EXPECT_FALSE(exists(cubins[0]));
@@ -704,10 +706,10 @@ TEST(CacheMaintenance, AUsageRecordInTheFutureIsMeasuredAgain) {
     write_file(c + "/.kjit-usage", "kjit-usage 1\nbytes 0\nentries 0\n");
     age(c + "/.kjit-usage", -86400);
     const std::uint64_t one = entry_bytes(folder_of(cubins[0]));
-    const auto runs = maintenance::counters().eviction_runs.load();
-    maintenance::after_publish(c, 2 * one, 1);
-    EXPECT_EQ(maintenance::counters().eviction_runs.load(), runs + 1);
-    auto inv = maintenance::take_inventory(c);
+    const auto runs = eviction::counters().eviction_runs.load();
+    eviction::after_publish(c, 2 * one, 1);
+    EXPECT_EQ(eviction::counters().eviction_runs.load(), runs + 1);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     EXPECT_LE(inv->entry_bytes, 2 * one);
 }
@@ -746,7 +748,7 @@ TEST(CacheMaintenance, VerifyFindsEachKindOfDamageAndFixRepairsIt) {
     write_file(temp_file, "torn");
     age(temp_file, 3600);
 
-    using D = maintenance::Damage;
+    using D = verification::Damage;
     const std::vector<D> expected = {D::missing_file,    D::missing_file,    D::bad_manifest,  D::truncated_cubin,
                                      D::sidecar_missing, D::sidecar_damaged, D::sidecar_stale, D::sidecar_wrong_name,
                                      D::stale_temp,      D::stale_temp};
@@ -800,13 +802,13 @@ TEST(CacheMaintenance, PublishesSweepStaleTempFoldersButNotLiveOnes) {
     }
     age(stale, 3600);
     age(trash, 3600);
-    const auto swept = maintenance::counters().swept_temp_folders.load();
+    const auto swept = eviction::counters().swept_temp_folders.load();
     // The first publish of this process into this cache sweeps (no size limit needed).
     compile_entries(cache, c, 1);
     EXPECT_FALSE(exists(stale));
     EXPECT_FALSE(exists(trash));
     EXPECT_TRUE(exists(live));  // a publish in progress elsewhere
-    EXPECT_EQ(maintenance::counters().swept_temp_folders.load() - swept, 2u);
+    EXPECT_EQ(eviction::counters().swept_temp_folders.load() - swept, 2u);
     // The next ones, within kSweepIntervalNs, do not list the shards again.
     ASSERT_EQ(::mkdir(stale.c_str(), 0700), 0);
     age(stale, 3600);
@@ -826,7 +828,7 @@ TEST(CacheIntegrity, VerifyFindsACubinDamagedInPlace) {
     ASSERT_TRUE(flip_text_byte(cubins[1], /*keep_mtime=*/true));
     auto report = verify_ok(c, false);
     ASSERT_EQ(report.findings.size(), 1u);
-    EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_cubin);
+    EXPECT_EQ(report.findings[0].damage, verification::Damage::bad_cubin);
     EXPECT_EQ(report.findings[0].path, folder_of(cubins[1]));
     EXPECT_NE(report.findings[0].detail.find("hash"), std::string::npos) << report.findings[0].detail;
     report = verify_ok(c, true);
@@ -859,7 +861,7 @@ TEST(CacheIntegrity, VerifyFixNeverTrustsADamagedManifest) {
 
     auto report = verify_ok(c, false);
     ASSERT_EQ(report.findings.size(), 1u);
-    EXPECT_EQ(report.findings[0].damage, maintenance::Damage::bad_manifest) << report.findings[0].detail;
+    EXPECT_EQ(report.findings[0].damage, verification::Damage::bad_manifest) << report.findings[0].detail;
     report = verify_ok(c, true);
     EXPECT_TRUE(report.clean());
     const std::string sidecar = read_file(kjit::cubin::sidecar::path_for(path->cubin));
@@ -904,7 +906,7 @@ TEST(CacheIntegrity, WholeSecondCacheHitsAfterOneRescanAndVerifyAgrees) {
     for (int i = 0; i < 2; ++i) ASSERT_TRUE(set_mtime(cubins[i], now_ns() / kSecond - 3600, 0));
     // Before any use the lines (written with nanoseconds, no hash) do not match: stale.
     auto report = verify_ok(c, false);
-    EXPECT_EQ(damages(report), std::vector<maintenance::Damage>(2, maintenance::Damage::sidecar_stale));
+    EXPECT_EQ(damages(report), std::vector<verification::Damage>(2, verification::Damage::sidecar_stale));
     Cache other;
     auto compiled = [&](int i) {
         auto path = other.compile(request_for(c, i));
@@ -950,15 +952,15 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     Cache &cache = Cache::instance();  // the one batches use
     const std::string hit = cache.compile(request_for(c, 200))->cubin;
     const std::uint64_t one = entry_bytes(folder_of(hit));
-    kjit::batch::batch_compiler::Options options;
+    kjit::batch::compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch::batch_compiler::Pch::off;
+    options.pch = kjit::batch::compiler::Pch::off;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
         if (r) age(folder_of(r->cubin), 3600);
         return false;
     };
     // Room for one and a half entries; item 0 is a hit, the others compile and publish.
-    const auto results = kjit::batch::batch_compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
+    const auto results = kjit::batch::compiler::compile(batch_items(c, 200, 4, one * 3 / 2), options);
     const std::int64_t returned = now_ns();
     ASSERT_EQ(results.size(), 4u);
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -976,7 +978,7 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     Request next = request_for(c, 210);
     next.max_cache_bytes = one * 3 / 2;
     ASSERT_TRUE(cache.compile(next).ok());
-    auto inv = maintenance::take_inventory(c);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     EXPECT_LE(inv->entry_bytes, one * 3 / 2);
 }
@@ -989,9 +991,9 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
     const std::string c = dir.file("c");
     Cache &cache = Cache::instance();
     ASSERT_TRUE(cache.compile(request_for(c, 220)).ok());
-    kjit::batch::batch_compiler::Options options;
+    kjit::batch::compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch::batch_compiler::Pch::off;
+    options.pch = kjit::batch::compiler::Pch::off;
     options.recency_refresh_ns = 0;
     std::vector<std::string> reported;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
@@ -1006,7 +1008,7 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
         }
         return false;
     };
-    const auto results = kjit::batch::batch_compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
+    const auto results = kjit::batch::compiler::compile(batch_items(c, 220, 3, 1ull << 40), options);
     ASSERT_EQ(reported.size(), 3u);
     for (const auto &r : results) EXPECT_TRUE(r.ok());
 }
@@ -1019,16 +1021,16 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     const std::string c = dir.file("c");
     Cache &cache = Cache::instance();
     const auto cubins = compile_entries(cache, c, 3);  // sources 0, 1, 2
-    kjit::batch::batch_compiler::Options options;
+    kjit::batch::compiler::Options options;
     options.workers = 1;
-    options.pch = kjit::batch::batch_compiler::Pch::off;
+    options.pch = kjit::batch::compiler::Pch::off;
     std::size_t calls = 0;
     options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &) {
         if (++calls == 2) {
             for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
-            maintenance::PruneOptions all;
+            eviction::PruneOptions all;
             all.max_bytes = 0;
-            auto r = maintenance::prune(c, all);
+            auto r = eviction::prune(c, all);
             EXPECT_TRUE(r.ok());
             EXPECT_EQ(r->removed_entries, 1u) << "prune removed an entry the running batch handed out";
             EXPECT_TRUE(exists(cubins[0]));
@@ -1040,12 +1042,12 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     std::vector<kjit::Result<Request>> items;
     items.emplace_back(request_for(c, 0));
     items.emplace_back(request_for(c, 1));
-    const auto results = kjit::batch::batch_compiler::compile(std::move(items), options);
+    const auto results = kjit::batch::compiler::compile(std::move(items), options);
     EXPECT_EQ(calls, 2u);
     for (const auto &cubin : {cubins[0], cubins[1]}) age(folder_of(cubin), 3600);
-    maintenance::PruneOptions all;
+    eviction::PruneOptions all;
     all.max_bytes = 0;
-    auto r = maintenance::prune(c, all);
+    auto r = eviction::prune(c, all);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->removed_entries, 2u);
 }
@@ -1072,11 +1074,11 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     ASSERT_TRUE(prepared.ok());
     const std::string list = entry::variants_file_for(prepared->request.cache_dir, prepared->key);
     ASSERT_TRUE(exists(list));
-    auto summary = maintenance::summarize(c);
+    auto summary = inventory::summarize(c);
     ASSERT_TRUE(summary.ok()) << summary.error().message;
     EXPECT_EQ(summary->entries, 2u);
     EXPECT_EQ(summary->foreign, 0u);
-    auto inv = maintenance::take_inventory(c);
+    auto inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     ASSERT_EQ(inv->variants.size(), 1u);
     EXPECT_EQ(inv->entry_bytes,
@@ -1087,9 +1089,9 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     for (const std::string &cubin : cubins) age(folder_of(cubin), 3 * 24 * 3600);
     age(list, 3 * 24 * 3600);
     age(folder_of(cubins[1]), 0);
-    maintenance::PruneOptions older;
+    eviction::PruneOptions older;
     older.older_than_ns = 24 * 3600 * kSecond;
-    auto pruned = maintenance::prune(c, older);
+    auto pruned = eviction::prune(c, older);
     ASSERT_TRUE(pruned.ok()) << pruned.error().message;
     EXPECT_EQ(pruned->removed_entries, 1u);
     EXPECT_EQ(pruned->removed_variants, 0u);
@@ -1098,13 +1100,13 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     // not see): kept; old: removed.
     age(folder_of(cubins[1]), 3 * 24 * 3600);
     age(list, 0);
-    pruned = maintenance::prune(c, older);
+    pruned = eviction::prune(c, older);
     ASSERT_TRUE(pruned.ok());
     EXPECT_EQ(pruned->removed_entries, 1u);
     EXPECT_EQ(pruned->removed_variants, 0u);
     EXPECT_TRUE(exists(list));
     age(list, 3 * 24 * 3600);
-    pruned = maintenance::prune(c, older);
+    pruned = eviction::prune(c, older);
     ASSERT_TRUE(pruned.ok());
     EXPECT_EQ(pruned->removed_variants, 1u);
     EXPECT_FALSE(exists(list));
@@ -1113,11 +1115,11 @@ TEST(CacheMaintenance, VariantsFilesGoWithTheirEntries) {
     auto path = cache.compile(r);
     ASSERT_TRUE(path.ok()) << path.error().message;
     ASSERT_TRUE(exists(list));
-    auto cleared = maintenance::clear(c);
+    auto cleared = eviction::clear(c);
     ASSERT_TRUE(cleared.ok());
     EXPECT_EQ(cleared->removed_variants, 1u);
     EXPECT_FALSE(exists(list));
-    inv = maintenance::take_inventory(c);
+    inv = inventory::take_inventory(c);
     ASSERT_TRUE(inv.ok());
     EXPECT_EQ(inv->entry_bytes, 0u);
 }
@@ -1130,9 +1132,9 @@ TEST(CacheLock, ReleasingItDoesNotWaitForOtherCopiesOfItsDescriptor) {
     TempDir dir;
     const std::string cache = dir.file("cache");
     ASSERT_EQ(::mkdir(cache.c_str(), 0700), 0);
-    auto root = maintenance::open_root(cache);
+    auto root = inventory::open_root(cache);
     ASSERT_TRUE(root.ok()) << root.error().message;
-    auto held = maintenance::CacheLock::acquire(*root, maintenance::CacheLock::Wait::until_free);
+    auto held = inventory::CacheLock::acquire(*root, inventory::CacheLock::Wait::until_free);
     ASSERT_TRUE(held.ok() && held->has_value());
     const std::string lock_path = root->path + "/.kjit-lock";
     const int copy = dup_of_descriptor_on(lock_path);
@@ -1148,9 +1150,9 @@ TEST(CacheLock, ReleasingItDoesNotWaitForOtherCopiesOfItsDescriptor) {
     EXPECT_TRUE(try_lock()) << "the lock lived on in another copy of its descriptor";
     ::close(copy);
     // Moved, it is released once, by its last owner.
-    auto again = maintenance::CacheLock::acquire(*root, maintenance::CacheLock::Wait::not_at_all);
+    auto again = inventory::CacheLock::acquire(*root, inventory::CacheLock::Wait::not_at_all);
     ASSERT_TRUE(again.ok() && again->has_value());
-    std::optional<maintenance::CacheLock> moved = std::move(*again);
+    std::optional<inventory::CacheLock> moved = std::move(*again);
     again->reset();
     EXPECT_FALSE(try_lock()) << "a moved-from lock let go of the lock";
     moved.reset();

@@ -20,7 +20,7 @@
 
 #include "batch_support.hpp"
 #include "cubin/name_matcher.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "cubin/symbol_scanner.hpp"
 #include "store/cache_entry.hpp"
 #include "store/cache_verification.hpp"
@@ -475,7 +475,7 @@ int parent_main(Config c, const std::string &self) {
             ++failures;
         }
     }
-    auto verified = kjit::store::cache_maintenance::verify(cache, false);
+    auto verified = kjit::store::cache_verification::verify(cache, false);
     if (!verified || !verified->findings.empty()) {
         std::fprintf(stderr, "stress: kjit cache verify: %s\n",
                      verified ? (std::to_string(verified->findings.size()) + " findings, first: " +

@@ -2,7 +2,7 @@
 
 #include "compile/compiler.hpp"
 #include "compile/nvrtc_library.hpp"
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "fake_cuda.h"
 
 #include <dirent.h>
@@ -69,7 +69,7 @@ const std::string &cubin_for(const std::string &source, const std::vector<std::s
     const auto key = std::make_pair(source, extra_options);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
-    kjit::compile::compiler::Request request;
+    kjit::compile::compiler::Program request;
     request.source = source;
     request.options = {"-arch=sm_90"};
     request.options.insert(request.options.end(), extra_options.begin(), extra_options.end());

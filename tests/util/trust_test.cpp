@@ -41,7 +41,7 @@ TEST(PrivateCache, LinkToForeignFolderIsRefused) {
     EXPECT_TRUE(contains(o.out, users().bob.name)) << o.out;
     // Maintenance through the link is refused the same way: it would remove bob's files.
     const Outcome prune = run_as(users().alice, [&](std::string &out) {
-        auto report = kjit::store::cache_maintenance::prune(link, {});
+        auto report = kjit::store::cache_eviction::prune(link, {});
         out = report ? "pruned" : report.error().message;
         return report ? 0 : 1;
     });
@@ -136,7 +136,7 @@ TEST(PrivateCache, EntryAndLockOfAnotherUserInAGroupWritablePrivateFolderAreRefu
     EXPECT_TRUE(contains(o.out, "owned by " + users().bob.name)) << o.out;
     EXPECT_TRUE(contains(o.out, moved.out)) << "the message must name bob's folder: " << o.out;
     const Outcome prune = run_as(users().alice, [&](std::string &out) {
-        auto report = kjit::store::cache_maintenance::prune(cache, {});
+        auto report = kjit::store::cache_eviction::prune(cache, {});
         out = report ? "pruned" : report.error().message;
         return report ? 0 : 1;
     });
@@ -270,14 +270,14 @@ TEST(TeamCache, MembersShareEntriesAndPruneOutsidersAreRefused) {
     // Both members prune (and verify): through the same code as `kjit cache prune`.
     for (const User *u : {&users().alice, &users().bob}) {
         const Outcome p = run_as(*u, [&](std::string &out) {
-            kjit::store::cache_maintenance::PruneOptions older;
+            kjit::store::cache_eviction::PruneOptions older;
             older.older_than_ns = 3600LL * 1'000'000'000;
-            auto report = kjit::store::cache_maintenance::prune(cache, older);
+            auto report = kjit::store::cache_eviction::prune(cache, older);
             if (!report) {
                 out = report.error().message;
                 return 1;
             }
-            auto verified = kjit::store::cache_maintenance::verify(cache, true);
+            auto verified = kjit::store::cache_verification::verify(cache, true);
             if (!verified || !verified->clean()) {
                 out = verified ? "verify found damage" : verified.error().message;
                 return 1;
@@ -298,7 +298,7 @@ TEST(TeamCache, MembersShareEntriesAndPruneOutsidersAreRefused) {
         EXPECT_EQ(p.code, 0) << u->name << ": kjit cache prune: " << p.out;
     }
     const Outcome cleared = run_as(users().bob, [&](std::string &out) {
-        auto report = kjit::store::cache_maintenance::clear(cache);
+        auto report = kjit::store::cache_eviction::clear(cache);
         out = report ? std::to_string(report->removed_entries) : report.error().message;
         return report ? 0 : 1;
     });

@@ -2,7 +2,7 @@
 // that asks for a tier is checked as usual, then refused with what to do; "none" (and no
 // setting) is fine. No Tier is ever made, so the cache never reaches the members below, which
 // only keep the build whole.
-#include "remote/remote_store.hpp"
+#include "remote/tier.hpp"
 
 namespace kjit::remote {
 

@@ -1,4 +1,4 @@
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 
 #include "cubin/name_matcher.hpp"
 #include "util/filesystem.hpp"

@@ -1,4 +1,4 @@
-// Compile job: one NVRTC run as the cache asks for it (the NVRTC request and, when it uses
+// Job: one NVRTC run as the cache asks for it (the NVRTC request and, when it uses
 // NVRTC's automatic precompiled header, the header identity that picks the PCH folder), and the
 // runner that carries it out. The cache builds the job and publishes what comes back; where it
 // runs is the runner's business: in this process (run_here), or in a worker process
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-namespace kjit::compile::compile_job {
+namespace kjit::compile {
 
 struct Job {
-    compile::compiler::Request request;  // without any PCH option
+    compile::compiler::Program request;  // without any PCH option
     // The header identity (pch_identity) when the compile uses libkjit's PCH, else empty.
     std::string pch_identity;
     // Passed with libkjit's PCH options (e.g. "--instantiate-templates-in-pch=true").
@@ -24,7 +24,7 @@ struct Job {
     std::string label;
 };
 
-struct Outcome {
+struct JobOutcome {
     Result<compile::compiler::Output> output;
     bool used_pch = false;  // the compile passed -pch (its folder could be made)
     bool made_pch = false;  // ... and was the first of its identity in the process that ran it
@@ -32,13 +32,13 @@ struct Outcome {
 
 // Runs `job` in this process: the PCH folder of its identity (made on first use; none when it
 // cannot be made: a plain compile, said in the debug log), then compile::compiler::compile. Thread safe.
-Outcome run_here(const Job &job);
+JobOutcome run_here(const Job &job);
 
 // Where a job runs. run() is called by one thread at a time per runner.
-class Runner {
+class JobRunner {
 public:
-    virtual ~Runner() = default;
-    virtual Outcome run(const Job &job) = 0;
+    virtual ~JobRunner() = default;
+    virtual JobOutcome run(const Job &job) = 0;
 };
 
-}  // namespace kjit::compile::compile_job
+}  // namespace kjit::compile

@@ -1,4 +1,4 @@
-#include "remote/remote_config.hpp"
+#include "remote/config.hpp"
 
 #include "util/size_units.hpp"
 

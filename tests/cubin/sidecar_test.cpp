@@ -1,4 +1,4 @@
-#include "cubin/sidecar_store.hpp"
+#include "cubin/sidecar.hpp"
 #include "util/filesystem.hpp"
 
 #include "test_support.hpp"
@@ -25,7 +25,7 @@ sc::Line make_line(const std::string &keyword, const std::string &name) {
 
 }  // namespace
 
-TEST(SidecarStore, FormatParsesBack) {
+TEST(Sidecar, FormatParsesBack) {
     sc::Line a = make_line("gemm", "_Z4gemmPf");
     sc::Line b = make_line("ops::norm", "_ZN3ops4normEPf");
     b.content_hash = 0x0123456789abcdefULL;
@@ -44,7 +44,7 @@ TEST(SidecarStore, FormatParsesBack) {
     EXPECT_EQ(c.lines[1].content_hash, 0x0123456789abcdefULL);
 }
 
-TEST(SidecarStore, WholeFileProblems) {
+TEST(Sidecar, WholeFileProblems) {
     EXPECT_EQ(sc::parse("").problem, sc::FileProblem::empty);
     EXPECT_EQ(sc::parse("_Z4gemmPf\n").problem, sc::FileProblem::bare_name);
     EXPECT_EQ(sc::parse("_Z4gemmPf").problem, sc::FileProblem::bare_name);
@@ -57,7 +57,7 @@ TEST(SidecarStore, WholeFileProblems) {
     EXPECT_EQ(sc::parse("hello world\n").problem, sc::FileProblem::bad_header);
 }
 
-TEST(SidecarStore, DamagedLinesAreRejected) {
+TEST(Sidecar, DamagedLinesAreRejected) {
     const std::string good = sc::format({make_line("gemm", "_Z4gemmPf")});
     const std::string header = "kjit-sidecar 1\n";
     const std::string line = good.substr(header.size());
@@ -81,7 +81,7 @@ TEST(SidecarStore, DamagedLinesAreRejected) {
     EXPECT_EQ(mixed.lines[0].name, "_Z4gemmPf");
 }
 
-TEST(SidecarStore, WriteThenReadBack) {
+TEST(Sidecar, WriteThenReadBack) {
     TempDir dir;
     const std::string path = dir.file("k.cubin.name");
     ASSERT_TRUE(sc::write(path, {make_line("gemm", "_Z4gemmPf")}).ok());
@@ -99,7 +99,7 @@ TEST(SidecarStore, WriteThenReadBack) {
 // Fields are separated by spaces and lines end in '\n': a keyword or name holding a space or a
 // control byte could not be read back, and a newline in a name would forge a line for another
 // keyword. write() refuses such lines whole; format() leaves them out.
-TEST(SidecarStore, NamesItCannotHoldAreNeverWritten) {
+TEST(Sidecar, NamesItCannotHoldAreNeverWritten) {
     TempDir dir;
     const std::string path = dir.file("k.cubin.name");
     const sc::Line good = make_line("gemm", "_Z4gemmPf");
@@ -126,7 +126,7 @@ TEST(SidecarStore, NamesItCannotHoldAreNeverWritten) {
     EXPECT_EQ(back.lines[0].name, "_Z4gemmPf\xc3\xa9");
 }
 
-TEST(SidecarStore, ReadProblems) {
+TEST(Sidecar, ReadProblems) {
     TempDir dir;
     EXPECT_EQ(sc::read(dir.file("absent.name")).problem, sc::FileProblem::missing);
     EXPECT_EQ(sc::read(dir.path()).problem, sc::FileProblem::unreadable);
@@ -139,7 +139,7 @@ TEST(SidecarStore, ReadProblems) {
     EXPECT_EQ(sc::read(dir.file("many.name")).lines.size(), 500u);
 }
 
-TEST(SidecarStore, SymlinkIsNotFollowedForReadOrWrite) {
+TEST(Sidecar, SymlinkIsNotFollowedForReadOrWrite) {
     TempDir dir;
     const std::string target = dir.file("elsewhere.txt");
     write_file(target, sc::format({make_line("gemm", "_Z4gemmPf")}));
@@ -155,7 +155,7 @@ TEST(SidecarStore, SymlinkIsNotFollowedForReadOrWrite) {
     EXPECT_TRUE(S_ISREG(st.st_mode));
 }
 
-TEST(SidecarStore, FailedRenameLeavesNoTempFile) {
+TEST(Sidecar, FailedRenameLeavesNoTempFile) {
     TempDir dir;
     const std::string path = dir.file("k.cubin.name");
     ASSERT_EQ(::mkdir(path.c_str(), 0755), 0);  // the sidecar path is a directory
@@ -167,7 +167,7 @@ TEST(SidecarStore, FailedRenameLeavesNoTempFile) {
     EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"k.cubin.name"});
 }
 
-TEST(SidecarStore, MissingFolderFailsCleanly) {
+TEST(Sidecar, MissingFolderFailsCleanly) {
     TempDir dir;
     const auto st = sc::write(dir.file("no/such/dir/k.cubin.name"), {make_line("gemm", "_Z4gemmPf")});
     ASSERT_FALSE(st.ok());
@@ -175,7 +175,7 @@ TEST(SidecarStore, MissingFolderFailsCleanly) {
     EXPECT_TRUE(list_dir(dir.path()).empty());
 }
 
-TEST(SidecarStore, TempNamesCarryPidAndThreadId) {
+TEST(Sidecar, TempNamesCarryPidAndThreadId) {
     EXPECT_TRUE(sc::is_temp_file_name("k.cubin.name.tmp-123-456-7"));
     EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name"));
     EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name.tmp-123-456"));
@@ -183,7 +183,7 @@ TEST(SidecarStore, TempNamesCarryPidAndThreadId) {
     EXPECT_FALSE(sc::is_temp_file_name("k.cubin.name.tmp-1-2-3x"));
 }
 
-TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
+TEST(Sidecar, TempNameTakenInAdvanceIsNeverUsed) {
     TempDir dir;
     const std::string path = dir.file("k.cubin.name");
     // Take every temp name this thread could use next (the sequence number is per process and
@@ -199,7 +199,7 @@ TEST(SidecarStore, TempNameTakenInAdvanceIsNeverUsed) {
     EXPECT_EQ(list_dir(dir.path()).size(), 4096u);  // nothing planted was touched or removed
 }
 
-TEST(SidecarStore, FindLineMatchesTheWholeKeywordOnly) {
+TEST(Sidecar, FindLineMatchesTheWholeKeywordOnly) {
     sc::Line fp16 = make_line("gemm_fp16", "_Z9gemm_fp16Pf");
     sc::Line gemm = make_line("gemm", "_Z4gemmPf");
     const std::string text = sc::format({fp16, gemm});
@@ -218,7 +218,7 @@ TEST(SidecarStore, FindLineMatchesTheWholeKeywordOnly) {
     EXPECT_TRUE(sc::find_line(damaged, "gemm_fp16").has_value());
 }
 
-TEST(SidecarStore, ReadStopsAtTheLimitEvenForHugeFiles) {
+TEST(Sidecar, ReadStopsAtTheLimitEvenForHugeFiles) {
     TempDir dir;
     const std::string path = dir.file("huge.name");
     {
@@ -234,7 +234,7 @@ TEST(SidecarStore, ReadStopsAtTheLimitEvenForHugeFiles) {
     EXPECT_TRUE(buf.text().empty());
 }
 
-TEST(SidecarStore, WriteSweepsStaleTempFilesButNotLiveOnes) {
+TEST(Sidecar, WriteSweepsStaleTempFilesButNotLiveOnes) {
     TempDir dir;
     const std::string stale = dir.file("k.cubin.name.tmp-11-12-13");
     const std::string live = dir.file("k.cubin.name.tmp-11-12-14");

@@ -1,10 +1,10 @@
-// Remote store: the cluster tier (docs/remote.md), one compile per key across every node that
+// Tier: the cluster tier (docs/remote.md), one compile per key across every node that
 // shares a set of Redis servers, behind the local cache folder. The cache consults it only on a
 // local miss, under the node's own lock of the key (compile_lock.hpp: one process per node goes
 // remote), so a local hit sends no command at all.
 //
 // Keys ("{key}" is a hash tag: the three live on one server, in one Redis Cluster slot):
-//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (remote_entry.hpp)
+//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (entry.hpp)
 //   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
 //   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
 // Servers are ranked per key by rendezvous hashing over their ids: a key lives on the first of
@@ -44,9 +44,9 @@
 // entries and the config; nothing of the cache above it.
 #pragma once
 
+#include "remote/config.hpp"
+#include "remote/entry.hpp"
 #include "remote/redis_client.hpp"
-#include "remote/remote_config.hpp"
-#include "remote/remote_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/status.hpp"
 
@@ -81,7 +81,7 @@ Counters &counters();
 class Tier;
 class Renewer;
 // One server of a tier: its link, the renewer of the leases held there, and what the tier
-// learned of it (remote_store.cpp).
+// learned of it (tier.cpp).
 struct Shard;
 struct ShardFree {
     void operator()(Shard *shard) const noexcept;

@@ -1,4 +1,4 @@
-// Sidecar store: reads, validates the form of, and atomically writes `<cubin>.name` files.
+// Sidecar: reads, validates the form of, and atomically writes `<cubin>.name` files.
 // Knows the file format and the filesystem (and, from the name matcher, what a plain name is);
 // what a line means (does it answer this keyword, does it belong to the cubin as it is now) is
 // the resolver's business.

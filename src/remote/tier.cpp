@@ -1,4 +1,4 @@
-#include "remote/remote_store.hpp"
+#include "remote/tier.hpp"
 
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"

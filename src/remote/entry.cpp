@@ -1,4 +1,4 @@
-#include "remote/remote_entry.hpp"
+#include "remote/entry.hpp"
 
 #include "cubin/name_matcher.hpp"
 #include "cubin/symbol_scanner.hpp"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::batch::batch_compiler {
+namespace kjit::batch::compiler {
 
 // Called once per finished item (a hit, a compile, a merged duplicate, a failure), on the
 // thread that called compile(), never concurrently. Returns true to cancel the items not yet
@@ -61,4 +61,4 @@ constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 // callback throws, the workers finish what they started and the exception propagates.
 std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> items, const Options &options);
 
-}  // namespace kjit::batch::batch_compiler
+}  // namespace kjit::batch::compiler

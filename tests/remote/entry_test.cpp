@@ -1,6 +1,6 @@
-// The cluster tier's settings (remote_config) and values (remote_entry), without a server.
-#include "remote/remote_entry.hpp"
-#include "remote/remote_config.hpp"
+// The cluster tier's settings (remote/config) and values (remote/entry), without a server.
+#include "remote/entry.hpp"
+#include "remote/config.hpp"
 
 #include "key/cache_key.hpp"
 #include "test_support.hpp"
@@ -189,7 +189,7 @@ TEST(RemoteConfig, PasswordFileMustBePrivate) {
 // Values exist where the tier is built (KJIT_REMOTE: hiredis and zstd).
 #if KJIT_TEST_REMOTE_VALUES
 
-// The envelope as remote_entry.hpp lays it out, written here independently of the library: a
+// The envelope as entry.hpp lays it out, written here independently of the library: a
 // value as libkjit 0.6 made it (version 1), and version 2 values the library would never make
 // (forged sizes, bombs, damaged frames) behind a valid checksum, so that the checks after the
 // checksum are what refuses them.

@@ -1,4 +1,4 @@
-#include "batch/batch_compiler.hpp"
+#include "batch/compiler.hpp"
 
 #include "batch/worker_pool.hpp"
 #include "store/cache_entry.hpp"
@@ -25,7 +25,7 @@
 #include <unordered_set>
 #include <utility>
 
-namespace kjit::batch::batch_compiler {
+namespace kjit::batch::compiler {
 
 namespace {
 
@@ -86,14 +86,14 @@ auto guarded(const key::KeyedRequest &keyed, Build &&build) -> decltype(build())
 // cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
 // is null.
 Result<cache::Found> build_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
-                                   compile::compile_job::Runner *runner = nullptr) {
+                                   compile::JobRunner *runner = nullptr) {
     return guarded(keyed, [&] { return cache.build(keyed, runner); });
 }
 
 // cache.build_unless_busy() guarded: nullopt when the cluster tier says another node compiles
 // the entry now.
 std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
-                                                              compile::compile_job::Runner *runner) {
+                                                              compile::JobRunner *runner) {
     return guarded(keyed, [&] { return cache.build_unless_busy(keyed, runner); });
 }
 
@@ -212,7 +212,7 @@ private:
                 j = *next;
                 ++handed_;
             }
-            compile::compile_job::Runner *runner = process ? &*process : nullptr;
+            compile::JobRunner *runner = process ? &*process : nullptr;
             std::optional<Result<cache::Found>> built =
                 again ? std::optional<Result<cache::Found>>(build_guarded(cache_, jobs_[j].keyed, runner))
                       : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
@@ -588,4 +588,4 @@ std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> item
     return batch.results();
 }
 
-}  // namespace kjit::batch::batch_compiler
+}  // namespace kjit::batch::compiler
