@@ -46,17 +46,14 @@ kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *ite
     const std::string where = "kjit_compile_batch: requests[" + std::to_string(index) + "]";
     if (!item) return invalid(where + " is NULL");
     // Every field of the first version is needed: a request has no defaults.
-    if (auto st = c_struct::check_size(*item, where, "kjit_compile_request",
-                                       offsetof(kjit_compile_request, options) + sizeof(item->options));
-        !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(c_struct::check_size(*item, where, "kjit_compile_request",
+                                  offsetof(kjit_compile_request, options) + sizeof(item->options)));
     if (!item->source) return invalid(where + "->source is NULL");
     if (!item->keyword) return invalid(where + "->keyword is NULL");
     kjit::key::Request r;
     r.source = item->source;
     r.keyword = item->keyword;
-    if (auto s = compile_options::request_from(item->options, r, where + "->options"); !s) return std::move(s).error();
+    KJIT_TRY(compile_options::request_from(item->options, r, where + "->options"));
     kjit::api::request_record::note(r);
     return r;
 }
@@ -68,9 +65,7 @@ kjit::Result<kjit::batch::compiler::Options> batch_options_from(const kjit_batch
     int pch = KJIT_PCH_DEFAULT;
     int kind = KJIT_WORKERS_DEFAULT;
     if (options) {
-        if (auto st = c_struct::check_size(*options, "kjit_compile_batch: options", "kjit_batch_options"); !st) {
-            return std::move(st).error();
-        }
+        KJIT_TRY(c_struct::check_size(*options, "kjit_compile_batch: options", "kjit_batch_options"));
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, workers)) workers = options->workers;
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, pch)) pch = options->pch;
         if (KJIT_FIELD_PRESENT(kjit_batch_options, options, worker_kind)) kind = options->worker_kind;
@@ -84,15 +79,13 @@ kjit::Result<kjit::batch::compiler::Options> batch_options_from(const kjit_batch
                                                              "; use KJIT_PCH_DEFAULT, KJIT_PCH_ON or KJIT_PCH_OFF"};
     }
     if (workers == 0) {
-        auto detected = kjit::api::defaults::workers();
-        if (!detected) return std::move(detected).error();
-        workers = *detected;
+        KJIT_TRY_ASSIGN(auto detected, kjit::api::defaults::workers());
+        workers = detected;
     }
     switch (kind) {
         case KJIT_WORKERS_DEFAULT: {
-            auto from_env = kjit::api::defaults::worker_kind();
-            if (!from_env) return std::move(from_env).error();
-            batch.kind = *from_env;
+            KJIT_TRY_ASSIGN(auto from_env, kjit::api::defaults::worker_kind());
+            batch.kind = from_env;
             break;
         }
         case KJIT_WORKERS_THREADS: batch.kind = kjit::batch::compiler::WorkerKind::threads; break;

@@ -76,7 +76,7 @@ KJIT_SAME_PROBLEM(foreign, KJIT_CACHE_FOREIGN);
 // what kjit_compile works on for the same cache_dir (request_from, then key_request).
 kjit::Result<std::string> cache_dir_from(const char *given) {
     std::string dir;
-    if (auto st = compile_options::given_or_default_cache_dir(given, dir); !st) return std::move(st).error();
+    KJIT_TRY(compile_options::given_or_default_cache_dir(given, dir));
     return kjit::absolute_folder(dir);
 }
 
@@ -90,9 +90,7 @@ std::pair<std::string, const char *> remote_setting(const char *given, const cha
 kjit::Result<kjit::store::cache_eviction::PruneOptions> prune_options_from(const kjit_prune_options *options) {
     kjit::store::cache_eviction::PruneOptions out;
     if (!options) return out;
-    if (auto st = c_struct::check_size(*options, "kjit_cache_prune: options", "kjit_prune_options"); !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(c_struct::check_size(*options, "kjit_cache_prune: options", "kjit_prune_options"));
     if (KJIT_FIELD_PRESENT(kjit_prune_options, options, max_size) && options->max_size != KJIT_PRUNE_NO_LIMIT) {
         out.max_bytes = options->max_size;
     }

@@ -55,7 +55,7 @@ kjit::Result<kjit::key::Request> request_of(const char *function, const char *so
     kjit::key::Request request;
     request.source = source;
     request.keyword = keyword;
-    if (auto s = compile_options::request_from(options, request, f + ": options"); !s) return std::move(s).error();
+    KJIT_TRY(compile_options::request_from(options, request, f + ": options"));
     return request;
 }
 
@@ -64,9 +64,8 @@ kjit::Result<kjit::key::Request> request_of(const char *function, const char *so
 kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
                                                  const kjit_compile_options *options,
                                                  const kjit::cache::HitMemo::Digest *digest) {
-    auto made = request_of(function, source, keyword, options);
-    if (!made) return std::move(made).error();
-    kjit::key::Request &request = *made;
+    KJIT_TRY_ASSIGN(auto made, request_of(function, source, keyword, options));
+    kjit::key::Request &request = made;
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));

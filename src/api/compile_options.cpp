@@ -57,24 +57,15 @@ Status take_headers(const kjit_compile_options *options, key::Request &r, const 
 // in-memory headers), those the caller's struct_size holds, checked.
 Status take_lists(const kjit_compile_options *options, key::Request &r, const std::string &where) {
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, nvrtc_option_count)) {
-        if (auto s = take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options",
-                                  r.nvrtc_options);
-            !s) {
-            return s;
-        }
+        KJIT_TRY(
+            take_strings(options->nvrtc_options, options->nvrtc_option_count, where, "nvrtc_options", r.nvrtc_options));
     }
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, include_path_count)) {
-        if (auto s = take_strings(options->include_paths, options->include_path_count, where, "include_paths",
-                                  r.include_paths);
-            !s) {
-            return s;
-        }
+        KJIT_TRY(
+            take_strings(options->include_paths, options->include_path_count, where, "include_paths", r.include_paths));
     }
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, link_input_count)) {
-        if (auto s = take_strings(options->link_inputs, options->link_input_count, where, "link_inputs", r.link_inputs);
-            !s) {
-            return s;
-        }
+        KJIT_TRY(take_strings(options->link_inputs, options->link_input_count, where, "link_inputs", r.link_inputs));
         for (const std::string &input : r.link_inputs) {
             if (input.empty()) return invalid(where + ".link_inputs has an empty file name");
         }
@@ -96,7 +87,7 @@ Status take_lists(const kjit_compile_options *options, key::Request &r, const st
 Status take_folders(const char *const *items, size_t count, const std::string &where, const char *what,
                     std::vector<std::string> &out, bool &given) {
     if (count == 0) return Ok{};
-    if (auto s = take_strings(items, count, where, what, out); !s) return s;
+    KJIT_TRY(take_strings(items, count, where, what, out));
     for (const std::string &dir : out) {
         if (dir.empty()) return invalid(where + "." + what + " has an empty folder name");
     }
@@ -109,10 +100,10 @@ Status take_folders(const char *const *items, size_t count, const std::string &w
 // expression into `r`, the settings with defaults into `given`.
 Status take_options(const kjit_compile_options *options, key::Request &r, const std::string &where,
                     GivenSettings &given) {
-    if (auto st = c_struct::check_size(*options, where, "kjit_compile_options"); !st) return st;
+    KJIT_TRY(c_struct::check_size(*options, where, "kjit_compile_options"));
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, cache_dir)) given.cache_dir = options->cache_dir;
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, arch)) given.arch = options->arch;
-    if (auto s = take_lists(options, r, where); !s) return s;
+    KJIT_TRY(take_lists(options, r, where));
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, name_expression) && options->name_expression) {
         r.name_expression = options->name_expression;
     }
@@ -137,11 +128,8 @@ Status take_options(const kjit_compile_options *options, key::Request &r, const 
         }
     }
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, seed_dir_count)) {
-        if (auto s = take_folders(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs,
-                                  given.seed_dirs);
-            !s) {
-            return s;
-        }
+        KJIT_TRY(take_folders(options->seed_dirs, options->seed_dir_count, where, "seed_dirs", r.seed_dirs,
+                              given.seed_dirs));
     }
     if (KJIT_FIELD_PRESENT(kjit_compile_options, options, base_dir_count)) {
         return take_folders(options->base_dirs, options->base_dir_count, where, "base_dirs", r.base_dirs,
@@ -158,9 +146,8 @@ Status settle_max_cache_size(std::uint64_t max_cache_size, key::Request &r) {
         r.max_cache_bytes = max_cache_size;
         return Ok{};
     }
-    auto from_env = defaults::max_cache_bytes();
-    if (!from_env) return std::move(from_env).error();
-    r.max_cache_bytes = *from_env;
+    KJIT_TRY_ASSIGN(auto from_env, defaults::max_cache_bytes());
+    r.max_cache_bytes = from_env;
     return Ok{};
 }
 
@@ -172,9 +159,8 @@ Status settle_arch(const char *arch, key::Request &r) {
         r.arch_origin = "the arch option";
         return Ok{};
     }
-    auto detected = defaults::arch();
-    if (!detected) return std::move(detected).error();
-    r.arch = *detected;
+    KJIT_TRY_ASSIGN(auto detected, defaults::arch());
+    r.arch = detected;
     const char *env = environment::get(environment::Variable::arch);
     r.arch_origin = env && *env ? "KJIT_ARCH" : "the current GPU";
     return Ok{};
@@ -188,9 +174,8 @@ static_assert(defaults::kCompileAlways == KJIT_COMPILE_ALWAYS && defaults::kComp
 Status settle_compile_mode(int given, key::Request &r) {
     int mode = given;
     if (mode == KJIT_COMPILE_DEFAULT) {
-        auto from_env = defaults::compile_mode();
-        if (!from_env) return std::move(from_env).error();
-        mode = *from_env;
+        KJIT_TRY_ASSIGN(auto from_env, defaults::compile_mode());
+        mode = from_env;
     } else {
         r.compile_mode_origin = "the compile_mode option";
     }
@@ -212,9 +197,8 @@ Status given_or_default_cache_dir(const char *given, std::string &dir, const cha
         dir = given;
         return Ok{};
     }
-    auto found = defaults::cache_dir(origin);
-    if (!found) return std::move(found).error();
-    dir = std::move(*found);
+    KJIT_TRY_ASSIGN(auto found, defaults::cache_dir(origin));
+    dir = std::move(found);
     return Ok{};
 }
 
@@ -222,22 +206,20 @@ Status given_or_default_cache_dir(const char *given, std::string &dir, const cha
 Status request_from(const kjit_compile_options *options, key::Request &r, const std::string &where) {
     GivenSettings given;
     if (options) {
-        if (auto st = take_options(options, r, where, given); !st) return st;
+        KJIT_TRY(take_options(options, r, where, given));
     }
     if (r.remote_spec.empty()) r.remote_spec = defaults::remote_storage();
     if (!given.seed_dirs) r.seed_dirs = defaults::seed_dirs();
     if (!given.base_dirs) r.base_dirs = defaults::base_dirs();
-    if (auto st = settle_compile_mode(given.compile_mode, r); !st) return st;
-    if (auto st = settle_max_cache_size(given.max_cache_size, r); !st) return st;
-    auto durable = defaults::durable_publish();
-    if (!durable) return std::move(durable).error();
-    r.durable = *durable;
-    auto wait = defaults::compile_wait();
-    if (!wait) return std::move(wait).error();
-    r.compile_wait = *wait;
-    if (auto st = given_or_default_cache_dir(given.cache_dir, r.cache_dir, &r.cache_dir_origin); !st) return st;
+    KJIT_TRY(settle_compile_mode(given.compile_mode, r));
+    KJIT_TRY(settle_max_cache_size(given.max_cache_size, r));
+    KJIT_TRY_ASSIGN(auto durable, defaults::durable_publish());
+    r.durable = durable;
+    KJIT_TRY_ASSIGN(auto wait, defaults::compile_wait());
+    r.compile_wait = wait;
+    KJIT_TRY(given_or_default_cache_dir(given.cache_dir, r.cache_dir, &r.cache_dir_origin));
     // Before the default arch is looked for: without a GPU that fails, and would hide the option.
-    if (auto st = key::check_no_target_option(r.nvrtc_options); !st) return st;
+    KJIT_TRY(key::check_no_target_option(r.nvrtc_options));
     return settle_arch(given.arch, r);
 }
 

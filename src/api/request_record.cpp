@@ -226,7 +226,7 @@ Status start(const std::string &path) {
     Recorder &rec = *recorder;
     std::lock_guard<std::mutex> lock(rec.mutex);
     Recorder fresh_state;
-    if (auto opened = open_record(fresh_state, absolute(path)); !opened) return opened;
+    KJIT_TRY(open_record(fresh_state, absolute(path)));
     rec.fd = std::move(fresh_state.fd);
     rec.path = fresh_state.path;
     rec.pid = fresh_state.pid;

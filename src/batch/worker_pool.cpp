@@ -224,15 +224,11 @@ std::string WorkerProcess::stop() {
 }
 
 Result<compile::JobOutcome> WorkerProcess::exchange(const compile::Job &job) {
-    if (auto st = batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job,
-                                                     batch::worker_protocol::encode_job(job), peer_);
-        !st) {
-        return std::move(st).error();
-    }
-    auto frame = batch::worker_protocol::read_frame(fd_, batch::worker_protocol::Type::outcome, peer_);
-    if (!frame) return std::move(frame).error();
-    if (!*frame) return Error{Errc::io, peer_ + " closed the connection during the compile"};
-    return batch::worker_protocol::decode_outcome(**frame);
+    KJIT_TRY(batch::worker_protocol::send_frame(fd_, batch::worker_protocol::Type::job,
+                                                batch::worker_protocol::encode_job(job), peer_));
+    KJIT_TRY_ASSIGN(auto frame, batch::worker_protocol::read_frame(fd_, batch::worker_protocol::Type::outcome, peer_));
+    if (!frame) return Error{Errc::io, peer_ + " closed the connection during the compile"};
+    return batch::worker_protocol::decode_outcome(*frame);
 }
 
 compile::JobOutcome WorkerProcess::run(const compile::Job &job) {

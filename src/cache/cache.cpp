@@ -163,15 +163,13 @@ Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest
         }
     }
     const HitMemo::Proof proof = HitMemo::before_look_up();
-    auto keyed = key::key_request(std::move(request));
-    if (!keyed) return std::move(keyed).error();
+    KJIT_TRY_ASSIGN(auto keyed, key::key_request(std::move(request)));
     Call call;  // the look-up and the build check the cache folder once between them
-    auto found = find(*keyed, nullptr, &call);
-    if (!found) return std::move(found).error();
-    Result<Found> answer = *found ? Result<Found>(std::move(**found)) : build(*keyed, nullptr, &call);
-    if (answer && remember) memo_.remember(digest, *keyed, *answer, proof);
+    KJIT_TRY_ASSIGN(auto found, find(keyed, nullptr, &call));
+    Result<Found> answer = found ? Result<Found>(std::move(*found)) : build(keyed, nullptr, &call);
+    if (answer && remember) memo_.remember(digest, keyed, *answer, proof);
     if (!answer && strict && call.refusal && answer.error().code == Errc::not_cached) {
-        memo_.remember_refusal(digest, *keyed, answer.error(), context, *call.refusal, proof);
+        memo_.remember_refusal(digest, keyed, answer.error(), context, *call.refusal, proof);
     }
     return answer;
 }
@@ -284,9 +282,8 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     const auto node_lock = local_.lock_for_compile(keyed, call);
     // Another process may have published while this one waited or looked.
     std::string why;
-    auto found = find_in_stores(keyed, call, nullptr, &why);
-    if (!found) return std::move(found).error();
-    if (*found) return std::move(**found);
+    KJIT_TRY_ASSIGN(auto found, find_in_stores(keyed, call, nullptr, &why));
+    if (found) return std::move(*found);
 
     // Files are recorded before the compile: one edited during it then misses next time. Their
     // content chooses the entry (variant_key): one per state of the files, so an edit and its
@@ -295,26 +292,23 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     std::string entry_key = keyed.key;
     std::string source_key;
     if (request.reads_files) {
-        auto scanned = key::include_scanner::scan(request.source, request.headers, request.search);
-        if (!scanned) return std::move(scanned).error();
-        deps = std::move(*scanned);
+        KJIT_TRY_ASSIGN(auto scanned, key::include_scanner::scan(request.source, request.headers, request.search));
+        deps = std::move(scanned);
         source_key = keyed.key;
         entry_key = key::variant_key(keyed.key, deps);
         // Built before, but no longer listed (fallen off the variants file, or the file was lost
         // or rewritten by another process at the same time): no compile, and listed again.
         for (EntryStore *store : stores_) {
-            auto there = store->find_variant(keyed, call, entry_key, &why);
-            if (!there) return std::move(there).error();
-            if (*there) return std::move(**there);
+            KJIT_TRY_ASSIGN(auto there, store->find_variant(keyed, call, entry_key, &why));
+            if (there) return std::move(*there);
         }
     }
-    if (auto st = local_.can_publish(keyed, call); !st) return std::move(st).error();
+    KJIT_TRY(local_.can_publish(keyed, call));
 
     // The cluster tier, when one is set: another node's entry, or this node compiles it for the
     // cluster (holding the lease), or another node's compile error; else a compile here.
-    auto found_tier = tier_for(request);
-    if (!found_tier) return std::move(found_tier).error();
-    remote::Tier *const tier = *found_tier;
+    KJIT_TRY_ASSIGN(auto found_tier, tier_for(request));
+    remote::Tier *const tier = found_tier;
     const remote::Expected expected = expected_for(keyed, entry_key);
     if (request.compile_mode == key::CompileMode::never) {
         return refuse_to_compile(keyed, call, tier, entry_key, source_key, deps);
@@ -481,19 +475,13 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
                                                    compile::JobRunner *runner, bool shared, double *seconds) {
     const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
-    if (auto st = compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir); !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir));
     if (!request.link_files.empty()) {
-        if (auto st = compile::nvjitlink_probe::confirm(request.nvjitlink_identity, request.cache_dir); !st) {
-            return std::move(st).error();
-        }
+        KJIT_TRY(compile::nvjitlink_probe::confirm(request.nvjitlink_identity, request.cache_dir));
     }
     compile::Job job{nvrtc_program(request), {}, {}, keyed.key};
     // Checked here too, before a worker is asked: an item that cannot run is no NVRTC run.
-    if (auto st = compile::compiler::check_output_files(job.request.options, job.request.program_name); !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(compile::compiler::check_output_files(job.request.options, job.request.program_name));
     const std::string priced = identity_to_price(request, deps);
     if (request.use_pch || (!priced.empty() && pch_price::advise(request.cache_dir, priced))) {
         job.pch_identity = priced.empty() ? key::pch_identity(request, deps) : priced;
@@ -552,9 +540,8 @@ Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, Call &call,
     // This node's files: the key says their content is the producer's.
     if (keyed.request.reads_files) record_dependencies(entry, keyed.request, deps);
     entry.durable = keyed.request.durable;
-    auto local = local_.publish(keyed, call, entry);
-    if (!local) return std::move(local).error();
-    return Found{std::move(**local), entry.manifest.name};
+    KJIT_TRY_ASSIGN(auto local, local_.publish(keyed, call, entry));
+    return Found{std::move(*local), entry.manifest.name};
 }
 
 std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses) {
@@ -590,8 +577,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
 
 Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, Call &call,
                                         const store::cache_entry::NewEntry &entry) {
-    auto local = local_.publish(keyed, call, entry);
-    if (!local) return std::move(local).error();
+    KJIT_TRY_ASSIGN(auto local, local_.publish(keyed, call, entry));
     for (EntryStore *store : stores_) {
         if (store == &local_) continue;
         // Another tier missing the entry costs its users a compile, never this one its result.
@@ -600,7 +586,7 @@ Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, Call &ca
                        st.error().message);
         }
     }
-    return Found{std::move(**local), entry.manifest.name};
+    return Found{std::move(*local), entry.manifest.name};
 }
 
 }  // namespace kjit::cache

@@ -374,7 +374,7 @@ Status take_output(const Api &api, nvrtcProgram prog, const Program &request, st
         if (!api.nvrtcGetLTOIRSize || !api.nvrtcGetLTOIR) {
             return Error{Errc::nvrtc, "this NVRTC cannot give LTO-IR (no nvrtcGetLTOIR), which a link needs"};
         }
-        if (auto st = check(api, api.nvrtcGetLTOIRSize(prog, &size), "nvrtcGetLTOIRSize"); !st) return st;
+        KJIT_TRY(check(api, api.nvrtcGetLTOIRSize(prog, &size), "nvrtcGetLTOIRSize"));
     } else if (auto st = check(api, api.nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize"); !st) {
         return st;
     }
@@ -399,18 +399,13 @@ Result<Output> run_nvrtc(const Api &api, const Program &request) {
     for (const auto &o : request.options) options.push_back(o.c_str());
 
     ProgramHandle prog(api);
-    if (auto st = check(api,
-                        api.nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
-                                               static_cast<int>(header_names.size()), header_sources.data(),
-                                               header_names.data()),
-                        "nvrtcCreateProgram");
-        !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(
+        check(api,
+              api.nvrtcCreateProgram(prog.out(), request.source.c_str(), request.program_name.c_str(),
+                                     static_cast<int>(header_names.size()), header_sources.data(), header_names.data()),
+              "nvrtcCreateProgram"));
     for (const auto &e : request.name_expressions) {
-        if (auto st = check(api, api.nvrtcAddNameExpression(prog.get(), e.c_str()), "nvrtcAddNameExpression"); !st) {
-            return std::move(st).error();
-        }
+        KJIT_TRY(check(api, api.nvrtcAddNameExpression(prog.get(), e.c_str()), "nvrtcAddNameExpression"));
     }
     const nvrtcResult compiled = api.nvrtcCompileProgram(prog.get(), static_cast<int>(options.size()), options.data());
     Output out;
@@ -426,13 +421,10 @@ Result<Output> run_nvrtc(const Api &api, const Program &request) {
         if (!out.log.empty()) msg += "\n" + out.log;
         return Error{Errc::nvrtc, std::move(msg)};
     }
-    if (auto st = take_output(api, prog.get(), request, out.cubin); !st) return std::move(st).error();
+    KJIT_TRY(take_output(api, prog.get(), request, out.cubin));
     for (const auto &e : request.name_expressions) {
         const char *lowered = nullptr;
-        if (auto st = check(api, api.nvrtcGetLoweredName(prog.get(), e.c_str(), &lowered), "nvrtcGetLoweredName");
-            !st) {
-            return std::move(st).error();
-        }
+        KJIT_TRY(check(api, api.nvrtcGetLoweredName(prog.get(), e.c_str(), &lowered), "nvrtcGetLoweredName"));
         out.lowered_names.emplace_back(e, lowered ? lowered : "");
     }
     return out;
@@ -443,11 +435,10 @@ Result<Output> run_nvrtc(const Api &api, const Program &request) {
 Result<Output> compile(const Program &request) {
     // Before NVRTC: an output file it cannot open makes NVRTC 13 abort the process
     // (-fdevice-time-trace), here or in a worker process alike.
-    if (auto st = check_output_files(request.options, request.program_name); !st) return std::move(st).error();
+    KJIT_TRY(check_output_files(request.options, request.program_name));
     // Loaded before the gate: opening NVRTC takes none of its locks, and a process without it
     // gets the error without waiting for a fork.
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
+    KJIT_TRY_ASSIGN(auto loaded, compile::nvrtc_library::api());
     // The link passes the gate too: nvJitLink runs NVVM and ptxas, whose locks a child forked
     // mid-link would find held for ever, as NVRTC's.
     const Passage passage;
@@ -459,16 +450,15 @@ Result<Output> compile(const Program &request) {
                                       "), and NVRTC may hold a lock of its own that no thread here will let go; "
                                       "compile in the parent, or in a process started afresh (spawn, not fork)"};
     }
-    auto out = run_nvrtc(**loaded, request);
+    auto out = run_nvrtc(*loaded, request);
     if (!out || request.link_inputs.empty()) return out;
     const auto start = std::chrono::steady_clock::now();
     std::string info;
-    auto linked = linker::link(out->cubin, request.program_name, request.link_arch, request.link_inputs,
-                               request.link_options, &info);
-    if (!linked) return std::move(linked).error();
+    KJIT_TRY_ASSIGN(auto linked, linker::link(out->cubin, request.program_name, request.link_arch, request.link_inputs,
+                                              request.link_options, &info));
     out->link_nanoseconds =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-    out->cubin = std::move(*linked);
+    out->cubin = std::move(linked);
     if (!info.empty()) out->log += (out->log.empty() ? "" : "\n") + info;
     return out;
 }
@@ -478,15 +468,13 @@ std::chrono::milliseconds fork_wait() { return std::chrono::milliseconds(fork_wa
 void set_fork_wait(std::chrono::milliseconds wait) { fork_wait_ms.store(wait.count()); }
 
 Result<std::string> nvrtc_version() {
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
-    return (*loaded)->version;
+    KJIT_TRY_ASSIGN(auto loaded, compile::nvrtc_library::api());
+    return (loaded)->version;
 }
 
 Result<std::string> nvrtc_identity() {
-    auto loaded = compile::nvrtc_library::api();
-    if (!loaded) return std::move(loaded).error();
-    return (*loaded)->identity;
+    KJIT_TRY_ASSIGN(auto loaded, compile::nvrtc_library::api());
+    return (loaded)->identity;
 }
 
 }  // namespace kjit::compile::compiler

@@ -444,9 +444,8 @@ Result<std::string> Probe::identity(const std::string &cache_dir) {
             }
         }
     }
-    auto loaded = library_.load();
-    if (!loaded) return std::move(loaded).error();
-    return *loaded->identity;
+    KJIT_TRY_ASSIGN(auto loaded, library_.load());
+    return *loaded.identity;
 }
 
 void Probe::record(const std::string &cache_dir) {
@@ -473,16 +472,15 @@ void Probe::record(const std::string &cache_dir) {
 }
 
 Status Probe::confirm(const std::string &keyed_identity, const std::string &cache_dir) const {
-    auto loaded = library_.load();
-    if (!loaded) return std::move(loaded).error();
-    if (*loaded->identity == keyed_identity) return Ok{};
+    KJIT_TRY_ASSIGN(auto loaded, library_.load());
+    if (*loaded.identity == keyed_identity) return Ok{};
     std::string record = "a record";
     if (auto c = context(library_)) {
         record = "the record '" + cache_dir + "/" + c->record_name + "'";
         (void)::unlink((cache_dir + "/" + c->record_name).c_str());
     }
     const std::string name = library_.name;
-    return Error{library_.errc, name + " " + *loaded->identity + " (" + *loaded->file + "), loaded for this " +
+    return Error{library_.errc, name + " " + *loaded.identity + " (" + *loaded.file + "), loaded for this " +
                                     library_.use + ", is not the " + name + " " + keyed_identity + " that " + record +
                                     " said this process would load, which keyed the request; the record is removed "
                                     "and this process keys with the " +

@@ -86,9 +86,8 @@ struct Adapter {
         return facts(*api);
     }
     static Result<Opened> load() {
-        auto api = ApiFn();
-        if (!api) return std::move(api).error();
-        return facts(**api);
+        KJIT_TRY_ASSIGN(auto api, ApiFn());
+        return facts(*api);
     }
 };
 

@@ -276,9 +276,8 @@ Result<Input> read_input(const std::string &path) {
 Result<std::string> link(std::string_view ltoir, const std::string &program_name, const std::string &arch,
                          const std::vector<Input> &inputs, const std::vector<std::string> &options,
                          std::string *info_log) {
-    auto api = nvjitlink_library::api();
-    if (!api) return std::move(api).error();
-    const nvjitlink_library::Api &a = **api;
+    KJIT_TRY_ASSIGN(auto api, nvjitlink_library::api());
+    const nvjitlink_library::Api &a = *api;
     std::vector<std::string> all = {"-arch=" + arch, "-lto"};
     all.insert(all.end(), options.begin(), options.end());
     std::vector<const char *> argv;

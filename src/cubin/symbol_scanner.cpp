@@ -102,9 +102,8 @@ Result<SymbolTable> SymbolTable::open_file(const std::string &path) { return ope
 
 Result<SymbolTable> SymbolTable::open_file_at(int dir_fd, const std::string &name, const std::string &path) {
     FileIdentity identity;
-    auto bytes = read_cubin_at(dir_fd, name, path, identity);
-    if (!bytes) return std::move(bytes).error();
-    auto table = from_bytes(std::move(*bytes), path);
+    KJIT_TRY_ASSIGN(auto bytes, read_cubin_at(dir_fd, name, path, identity));
+    auto table = from_bytes(std::move(bytes), path);
     if (table) table->identity_ = identity;
     return table;
 }
@@ -332,23 +331,19 @@ Status add_functions(const Elf64_Sym *syms, std::size_t count, const char *strin
 Result<SymbolTable> SymbolTable::parse(std::unique_ptr<Handle> handle, const std::string &label) {
     Elf *elf = handle->elf;
     (void)elf_errno();  // clear any earlier error on this thread, so find_symtab's check is ours
-    if (auto st = check_elf_header(elf, label); !st) return std::move(st).error();
+    KJIT_TRY(check_elf_header(elf, label));
     GElf_Shdr symtab_hdr{};
-    auto symtab = find_symtab(elf, label, symtab_hdr);
-    if (!symtab) return std::move(symtab).error();
-    auto sym_data = symbol_data(*symtab, label);
-    if (!sym_data) return std::move(sym_data).error();
+    KJIT_TRY_ASSIGN(auto symtab, find_symtab(elf, label, symtab_hdr));
+    KJIT_TRY_ASSIGN(auto sym_data, symbol_data(symtab, label));
     const char *strings = nullptr;
     std::size_t strings_size = 0;
-    if (auto st = string_table(elf, symtab_hdr, label, strings, strings_size); !st) return std::move(st).error();
+    KJIT_TRY(string_table(elf, symtab_hdr, label, strings, strings_size));
 
     SymbolTable table(std::move(handle));
-    const auto *syms = static_cast<const Elf64_Sym *>((*sym_data)->d_buf);
-    const std::size_t count = (*sym_data)->d_size / sizeof(Elf64_Sym);
+    const auto *syms = static_cast<const Elf64_Sym *>((sym_data)->d_buf);
+    const std::size_t count = (sym_data)->d_size / sizeof(Elf64_Sym);
     table.functions_.reserve(count / 2);
-    if (auto st = add_functions(syms, count, strings, strings_size, label, table.functions_); !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(add_functions(syms, count, strings, strings_size, label, table.functions_));
     return table;
 }
 

@@ -303,9 +303,8 @@ Status read_link_inputs(Request &request) {
         const std::string path =
             given[0] == '/' ? given : std::filesystem::absolute(given, ec).lexically_normal().string();
         if (ec) return Error{Errc::io, "cannot make link input '" + given + "' absolute: " + ec.message()};
-        auto in = compile::linker::read_input(path);
-        if (!in) return std::move(in).error();
-        request.link_files.push_back(std::move(*in));
+        KJIT_TRY_ASSIGN(auto in, compile::linker::read_input(path));
+        request.link_files.push_back(std::move(in));
     }
     return Ok{};
 }
@@ -348,10 +347,9 @@ namespace {
 // missing file is said even where there is no nvJitLink).
 Status key_link(Request &request) {
     if (request.link_inputs.empty()) return Ok{};
-    if (auto st = read_link_inputs(request); !st) return st;
-    auto nvjitlink = compile::nvjitlink_probe::identity(request.cache_dir);
-    if (!nvjitlink) return std::move(nvjitlink).error();
-    request.nvjitlink_identity = std::move(*nvjitlink);
+    KJIT_TRY(read_link_inputs(request));
+    KJIT_TRY_ASSIGN(auto nvjitlink, compile::nvjitlink_probe::identity(request.cache_dir));
+    request.nvjitlink_identity = std::move(nvjitlink);
     return Ok{};
 }
 
@@ -383,7 +381,7 @@ Status check_base_dirs(std::vector<std::string> &base_dirs) {
 // folder) and, with line information, the locations the cubin names, in the key; `folders`, the
 // request's folders as keyed (keyed_folders), gives every anchor.
 Status key_folders(Request &request, const key::include_scanner::FileOptions &files, const KeyedFolders &folders) {
-    if (auto st = check_base_dirs(request.base_dirs); !st) return st;
+    KJIT_TRY(check_base_dirs(request.base_dirs));
     key::include_scanner::Search &search = request.search;
     search.anchors = folders.anchors;
     search.base_dirs = request.base_dirs;
@@ -416,50 +414,46 @@ Status key_folders(Request &request, const key::include_scanner::FileOptions &fi
 }  // namespace
 
 Result<KeyedRequest> key_request(Request request) {
-    if (auto st = cubin::name_matcher::check_keyword(request.keyword); !st) return std::move(st).error();
-    if (auto st = check_arch(request.arch); !st) return std::move(st).error();
+    KJIT_TRY(cubin::name_matcher::check_keyword(request.keyword));
+    KJIT_TRY(check_arch(request.arch));
     // NVRTC's PCH options never reach it as given: it would reuse a PCH made from headers since
     // edited. `--pch` becomes libkjit's PCH, in a folder per header identity; options naming
     // the caller's PCH files are refused. None of them changes what the cubin does: not in the
     // key, nor in the manifest.
-    auto pch = compile::compiler::take_pch_options(request.nvrtc_options);
-    if (!pch) return std::move(pch).error();
-    request.nvrtc_options = std::move(pch->rest);
-    request.pch_requested = pch->automatic;
-    request.use_pch = request.use_pch || pch->automatic;
-    request.pch_options = std::move(pch->shape);
-    if (auto st = check_no_target_option(request.nvrtc_options); !st) return std::move(st).error();
+    KJIT_TRY_ASSIGN(auto pch, compile::compiler::take_pch_options(request.nvrtc_options));
+    request.nvrtc_options = std::move(pch.rest);
+    request.pch_requested = pch.automatic;
+    request.use_pch = request.use_pch || pch.automatic;
+    request.pch_options = std::move(pch.shape);
+    KJIT_TRY(check_no_target_option(request.nvrtc_options));
     // Relative folders mean different things in different working directories: key and
     // compile with absolute ones.
     const auto relative = [](const std::string &p) { return p.empty() || p[0] != '/'; };
     const bool relative_folders = relative(request.cache_dir) ||
                                   std::any_of(request.include_paths.begin(), request.include_paths.end(), relative) ||
                                   std::any_of(request.link_inputs.begin(), request.link_inputs.end(), relative);
-    auto cache_dir = absolute_folder(request.cache_dir);
-    if (!cache_dir) return std::move(cache_dir).error();
-    request.cache_dir = std::move(*cache_dir);
+    KJIT_TRY_ASSIGN(auto cache_dir, absolute_folder(request.cache_dir));
+    request.cache_dir = std::move(cache_dir);
     std::error_code ec;
     for (std::string &p : request.include_paths) p = std::filesystem::absolute(p, ec).lexically_normal().string();
     // Not in the key, nor in relative_folders: a seed only ever gives the entry of this key.
     for (std::string &p : request.seed_dirs) {
-        auto seed = absolute_folder(p);
-        if (!seed) return std::move(seed).error();
-        p = std::move(*seed);
+        KJIT_TRY_ASSIGN(auto seed, absolute_folder(p));
+        p = std::move(seed);
     }
 
     // Every file NVRTC may read must be in the key by content, however it is reached: find how
     // it looks files up (docs/cache-layout.md). Relative include folders and pre-included files
     // among the NVRTC options, like the source's quoted includes, are looked up relative to the
     // working directory, which then enters the key.
-    auto files = key::include_scanner::file_options(request.nvrtc_options);
-    if (!files) return std::move(files).error();
+    KJIT_TRY_ASSIGN(auto files, key::include_scanner::file_options(request.nvrtc_options));
     if (request.program_name == kDefaultProgramName) request.program_name.clear();
     if (!request.program_name.empty() && request.program_name.back() == '/') {
         return Error{Errc::invalid_argument,
                      "program_name '" + request.program_name + "' names a folder, not a file such as 'gemm.cu'"};
     }
     const key::include_scanner::Reach reach =
-        key::include_scanner::reach(request.source, request.program_name, request.headers, *files);
+        key::include_scanner::reach(request.source, request.program_name, request.headers, files);
     request.reads_files = reach.reads_files;
     request.search = key::include_scanner::Search{};
     if (reach.uses_working_dir) {
@@ -472,18 +466,17 @@ Result<KeyedRequest> key_request(Request request) {
         }
     }
     // Keyed once: the key and the search both take their anchors from it.
-    const KeyedFolders folders = keyed_folders(request, *files);
-    if (auto st = key_folders(request, *files, folders); !st) return std::move(st).error();
-    request.search.pre_includes = std::move(files->pre_includes);
-    request.search.defines = std::move(files->defines);
+    const KeyedFolders folders = keyed_folders(request, files);
+    KJIT_TRY(key_folders(request, files, folders));
+    request.search.pre_includes = std::move(files.pre_includes);
+    request.search.defines = std::move(files.defines);
 
     // NVRTC's build is in the key: from the library loaded, or from the record of it in the
     // cache folder, so that a look-up need not load NVRTC (nvrtc_probe.hpp). Checked last, so
     // that a bad request says what is wrong with it even where there is no NVRTC.
-    auto nvrtc = compile::nvrtc_probe::identity(request.cache_dir);
-    if (!nvrtc) return std::move(nvrtc).error();
-    request.nvrtc_identity = std::move(*nvrtc);
-    if (auto st = key_link(request); !st) return std::move(st).error();
+    KJIT_TRY_ASSIGN(auto nvrtc, compile::nvrtc_probe::identity(request.cache_dir));
+    request.nvrtc_identity = std::move(nvrtc);
+    KJIT_TRY(key_link(request));
 
     KeyedRequest keyed;
     keyed.key = key_of(request, folders);

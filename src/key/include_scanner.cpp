@@ -457,11 +457,10 @@ Status Scanner::look_up_candidates(const std::string &name, const std::vector<Ca
         }
         if (seen_files_.insert(seen).second) {
             std::string content;
-            auto dep = describe(candidate.path, &content);
-            if (!dep) return std::move(dep).error();
-            mark_young(*dep);
-            make_relative(*dep, candidate.origin);
-            deps_.push_back(std::move(*dep));
+            KJIT_TRY_ASSIGN(auto dep, describe(candidate.path, &content));
+            mark_young(dep);
+            make_relative(dep, candidate.origin);
+            deps_.push_back(std::move(dep));
             work_.push_back({std::move(content), Folder{folder_of(candidate.path), candidate.origin}});
         }
         if (!every) break;
@@ -529,12 +528,12 @@ Status Scanner::queue_inputs(std::string_view source) {
 Status Scanner::follow_includes() {
     std::size_t expanded_with = 0, expanded_count = 0;
     for (bool first_round = true;; first_round = false) {
-        if (auto st = read_pending(); !st) return std::move(st).error();
+        KJIT_TRY(read_pending());
         if (every_file_ || computed_includes_.empty()) break;
         if (!first_round && macros_.size() == expanded_with && computed_includes_.size() == expanded_count) break;
         expanded_with = macros_.size();
         expanded_count = computed_includes_.size();
-        if (auto st = expand_computed(); !st) return std::move(st).error();
+        KJIT_TRY(expand_computed());
     }
     return Ok{};
 }
@@ -553,7 +552,7 @@ Status Scanner::read_pending() {
             }
             // An in-memory header of that name wins over any file (measured, quoted and angle).
             if (d.name.empty() || names_memory_header(d.name, memory_headers_)) continue;
-            if (auto st = look_up(d.name, d.quoted, item.folder, d.next); !st) return std::move(st).error();
+            KJIT_TRY(look_up(d.name, d.quoted, item.folder, d.next));
         }
     }
     return Ok{};
@@ -570,7 +569,7 @@ Status Scanner::expand_computed() {
         }
         for (const key::include_macros::HeaderName &h : e.names) {
             if (h.name.empty() || names_memory_header(h.name, memory_headers_)) continue;
-            if (auto st = look_up(h.name, h.quoted, c.folder, c.next); !st) return std::move(st).error();
+            KJIT_TRY(look_up(h.name, h.quoted, c.folder, c.next));
         }
     }
     return Ok{};
@@ -591,10 +590,9 @@ Status Scanner::record_every_file() {
                                        "dependency, and there are over " +
                                            std::to_string(kMaxFilesUnderIncludePaths)};
             }
-            auto dep = describe(path, nullptr);
-            if (!dep) return std::move(dep).error();
-            mark_young(*dep);
-            deps_.push_back(std::move(*dep));
+            KJIT_TRY_ASSIGN(auto dep, describe(path, nullptr));
+            mark_young(dep);
+            deps_.push_back(std::move(dep));
         }
         ec.clear();
     }
@@ -630,9 +628,8 @@ using Taken = std::optional<Result<std::string>>;
 Taken include_dir_option(OptionList &options) {
     const std::string &o = options.current();
     if (o == "-I" || o == "--include-path") {
-        auto value = options.next_value();
-        if (!value) return std::move(value).error();
-        return include_dir_value(o + " " + *value, *value, false);
+        KJIT_TRY_ASSIGN(auto value, options.next_value());
+        return include_dir_value(o + " " + value, value, false);
     }
     if (o.compare(0, 15, "--include-path=") == 0) return include_dir_value(o, std::string_view(o).substr(15), true);
     if (o.compare(0, 2, "-I") != 0) return std::nullopt;
@@ -647,9 +644,8 @@ Taken include_dir_option(OptionList &options) {
 Taken pre_include_option(OptionList &options) {
     const std::string &o = options.current();
     if (o == "-include" || o == "--pre-include") {
-        auto value = options.next_value();
-        if (!value) return std::move(value).error();
-        return pre_include_value(o + " " + *value, *value);
+        KJIT_TRY_ASSIGN(auto value, options.next_value());
+        return pre_include_value(o + " " + value, value);
     }
     if (o.compare(0, 9, "-include=") == 0 || o.compare(0, 14, "--pre-include=") == 0) {
         return pre_include_value(o, std::string_view(o).substr(o.find('=') + 1));
@@ -663,9 +659,8 @@ Taken define_option(OptionList &options) {
     const std::string &o = options.current();
     std::string_view def;
     if (o == "-D" || o == "--define-macro") {
-        auto value = options.next_value();
-        if (!value) return std::move(value).error();
-        def = *value;
+        KJIT_TRY_ASSIGN(auto value, options.next_value());
+        def = value;
         while (!def.empty() && is_blank(def.front())) def.remove_prefix(1);
         return std::string(def);
     }
@@ -749,11 +744,11 @@ Reach reach(std::string_view source, const std::string &program_name, const Memo
 Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
                                      const Search &search) {
     Scanner scanner(memory_headers, search);
-    if (auto st = scanner.queue_inputs(source); !st) return std::move(st).error();
-    if (auto st = scanner.follow_includes(); !st) return std::move(st).error();
+    KJIT_TRY(scanner.queue_inputs(source));
+    KJIT_TRY(scanner.follow_includes());
     const bool every_file = scanner.every_file();
     if (every_file) {
-        if (auto st = scanner.record_every_file(); !st) return std::move(st).error();
+        KJIT_TRY(scanner.record_every_file());
     }
     std::vector<Dependency> deps = scanner.take_deps();
     // What the computed include reads through the working directory cannot be listed: the
@@ -1050,7 +1045,7 @@ Result<std::vector<Dependency>> parse(std::string_view text, const Search &searc
         if (len == 0 || len >= text.size() || text[len] != '\n') return bad;
         d.path.assign(text.substr(0, len));
         text.remove_prefix(len + 1);
-        if (auto st = place(d, search); !st) return std::move(st).error();
+        KJIT_TRY(place(d, search));
         deps.push_back(std::move(d));
     }
     return deps;

@@ -183,11 +183,9 @@ Result<std::string> current_device_arch() {
     if (const CUresult r = a.cuDeviceGet(&dev, 0); r != CUDA_SUCCESS) {
         return Error{Errc::driver_unavailable, describe(a, "cuDeviceGet(0)", r)};
     }
-    auto major = attribute(a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    if (!major) return std::move(major).error();
-    auto minor = attribute(a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-    if (!minor) return std::move(minor).error();
-    return "sm_" + std::to_string(*major) + std::to_string(*minor);
+    KJIT_TRY_ASSIGN(auto major, attribute(a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    KJIT_TRY_ASSIGN(auto minor, attribute(a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    return "sm_" + std::to_string(major) + std::to_string(minor);
 }
 
 unsigned device_sm_version() {

@@ -145,20 +145,19 @@ Result<KernelLoader::ResolvedCubin> KernelLoader::read_and_resolve(const std::st
                                                                    std::string_view keyword) {
     // The cache entry layer reads it: a cubin of a cache entry has its use recorded and its bytes
     // confirmed against the entry's manifest (store::cache_entry::read_cubin); a loose cubin is read.
-    auto read = store::cache_entry::read_cubin(cubin_path);
-    if (!read) return std::move(read).error();
+    KJIT_TRY_ASSIGN(auto read, store::cache_entry::read_cubin(cubin_path));
     ResolvedCubin p;
-    p.bytes = std::move(read->bytes);
-    p.identity = read->identity;
-    p.published = std::move(read->published);
+    p.bytes = std::move(read.bytes);
+    p.identity = read.identity;
+    p.published = std::move(read.published);
     counters_.cubin_reads.fetch_add(1, std::memory_order_relaxed);
     if (p.published) counters_.content_checks.fetch_add(1, std::memory_order_relaxed);
     // cuLibraryLoadData takes no size: make sure the headers keep the driver inside the bytes.
     if (auto st = cubin::check_image_extent(p.bytes, cubin_path); !st) return st.error();
-    auto resolved = resolve::NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
-                                                                    p.published ? &*p.published : nullptr);
-    if (!resolved) return std::move(resolved).error();
-    p.resolution = std::move(*resolved);
+    KJIT_TRY_ASSIGN(auto resolved,
+                    resolve::NameResolver::instance().resolve_image(cubin_path, keyword, p.identity, p.bytes, true,
+                                                                    p.published ? &*p.published : nullptr));
+    p.resolution = std::move(resolved);
     return p;
 }
 
@@ -236,11 +235,11 @@ Result<const LoadedKernel *> KernelLoader::kernel_in(LoadedLibrary &library, std
         // The sidecar named a symbol the image lacks: rescan these bytes, rewrite, retry once.
         counters_.load_self_heals.fetch_add(1, std::memory_order_relaxed);
         log().warn("the driver finds no '{}' in {}: its sidecar line is wrong; rescanning", name, cubin_path);
-        auto rescanned = resolve::NameResolver::instance().resolve_image(
-            cubin_path, keyword, resolved_cubin.identity, resolved_cubin.bytes, /*trust_sidecar=*/false,
-            resolved_cubin.published ? &*resolved_cubin.published : nullptr);
-        if (!rescanned) return std::move(rescanned).error();
-        name = std::move(rescanned->name);
+        KJIT_TRY_ASSIGN(auto rescanned,
+                        resolve::NameResolver::instance().resolve_image(
+                            cubin_path, keyword, resolved_cubin.identity, resolved_cubin.bytes, /*trust_sidecar=*/false,
+                            resolved_cubin.published ? &*resolved_cubin.published : nullptr));
+        name = std::move(rescanned.name);
         kernel = load::driver::get_kernel(library.library, name, cubin_path);
     }
     if (!kernel) return std::move(kernel).error();
@@ -253,11 +252,10 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
     if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
     if (auto st = load::driver::available(); !st) return st.error();
 
-    auto current = cubin::stat_cubin(cubin_path);
-    if (!current) return std::move(current).error();
+    KJIT_TRY_ASSIGN(auto current, cubin::stat_cubin(cubin_path));
 
     // Reuse: this version is loaded and already has the kernel. No read, no resolve.
-    LoadedLibrary *lib = acquire_loaded(*current);
+    LoadedLibrary *lib = acquire_loaded(current);
     if (lib) {
         if (const LoadedKernel *k = lib->find(keyword)) {
             counters_.load_reuses.fetch_add(1, std::memory_order_relaxed);
@@ -276,9 +274,8 @@ Result<KernelHandle> KernelLoader::load(const std::string &cubin_path, std::stri
         lib = nullptr;
     }
     if (!lib) {
-        auto acquired = acquire_or_load(*resolved_cubin, cubin_path);
-        if (!acquired) return std::move(acquired).error();
-        lib = *acquired;
+        KJIT_TRY_ASSIGN(auto acquired, acquire_or_load(*resolved_cubin, cubin_path));
+        lib = acquired;
     }
     auto kernel = kernel_in(*lib, keyword, *resolved_cubin, cubin_path);
     if (!kernel) {

@@ -249,11 +249,9 @@ Result<std::vector<Reply>> ClusterRouter::run(const std::vector<Command> &comman
     for (int round = 0; round <= kMostRedirects; ++round) {
         if (stale_.load(std::memory_order_acquire)) (void)refresh(cancel_fd);
         if (!pending.empty()) {
-            if (auto sent = send(commands, pending, out, failure, cancel_fd); !sent) return std::move(sent).error();
+            KJIT_TRY(send(commands, pending, out, failure, cancel_fd));
         }
-        if (auto followed = follow(commands, out, pending, failure, cancel_fd); !followed) {
-            return std::move(followed).error();
-        }
+        KJIT_TRY(follow(commands, out, pending, failure, cancel_fd));
         if (pending.empty()) return out;
     }
     return cluster_error(failure, seed_, "a command redirected more than " + std::to_string(kMostRedirects) + " times");

@@ -313,7 +313,7 @@ Status check_tls(const Config &c, const std::string &first_tls_option, std::stri
           {"ca-dir", t.ca_dir, true},
           {"cert-file", t.cert_file, false},
           {"key-file", t.key_file, false}}) {
-        if (auto st = check_readable(origin, name, path, folder); !st) return st;
+        KJIT_TRY(check_readable(origin, name, path, folder));
     }
     return Ok{};
 }
@@ -444,7 +444,7 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
     }
     if (c.servers.empty())
         return invalid(origin, "no server (e.g. redis://cache-host:6379; 'none' turns the tier off)");
-    if (auto st = check_tls(c, first_tls_option, origin); !st) return std::move(st).error();
+    KJIT_TRY(check_tls(c, first_tls_option, origin));
     if (!password_file.empty()) {
         auto password = read_password_file(password_file, origin);
         if (!password) return std::move(password).error();

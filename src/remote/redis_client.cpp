@@ -247,10 +247,9 @@ Result<UniqueFd> open_socket(const Server &server, std::int64_t deadline_ns, int
         return connect_to(reinterpret_cast<const sockaddr *>(&address), sizeof address, deadline_ns, cancel_fd,
                           failure);
     }
-    auto addresses = resolve(server, deadline_ns, cancel_fd, failure);
-    if (!addresses) return std::move(addresses).error();
+    KJIT_TRY_ASSIGN(auto addresses, resolve(server, deadline_ns, cancel_fd, failure));
     Error last{Errc::io, "no address"};
-    for (const Address &a : *addresses) {
+    for (const Address &a : addresses) {
         auto fd = connect_to(reinterpret_cast<const sockaddr *>(&a.storage), a.length, deadline_ns, cancel_fd, failure);
         if (fd) return fd;
         last = std::move(fd).error();

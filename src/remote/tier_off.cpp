@@ -12,9 +12,8 @@ Counters &counters() {
 }
 
 Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) {
-    auto config = parse(spec, origin);
-    if (!config) return std::move(config).error();
-    if (!*config) return static_cast<Tier *>(nullptr);
+    KJIT_TRY_ASSIGN(auto config, parse(spec, origin));
+    if (!config) return static_cast<Tier *>(nullptr);
     return Error{Errc::invalid_argument,
                  std::string(origin) + " asks for a remote cache, but this libkjit was built without it "
                                        "(KJIT_REMOTE=OFF); build it with libhiredis-dev and libzstd-dev installed, "

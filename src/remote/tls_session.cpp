@@ -393,10 +393,9 @@ Result<Context *> context_for(const std::string &key, const TlsSettings &setting
     const Library &library =
         fork_guard::lazy(library_slot, [] { return new Library(open_first(default_libraries())); });
     if (!library.error.empty()) return Error{Errc::io, library.error};
-    auto made = make_context(library.api, settings);
-    if (!made) return std::move(made).error();
-    contexts.made.emplace(key, *made);
-    return *made;
+    KJIT_TRY_ASSIGN(auto made, make_context(library.api, settings));
+    contexts.made.emplace(key, made);
+    return made;
 }
 
 namespace {

@@ -47,14 +47,13 @@ Result<std::string> choose_by_rule(const cubin::SymbolTable &table, std::string_
     std::vector<cubin::name_matcher::Candidate> candidates;
     candidates.reserve(table.functions().size());
     for (const cubin::FunctionSymbol &f : table.functions()) candidates.push_back({f.name, f.is_entry});
-    auto chosen = cubin::name_matcher::select(candidates, keyword);
-    if (!chosen) return std::move(chosen).error();
+    KJIT_TRY_ASSIGN(auto chosen, cubin::name_matcher::select(candidates, keyword));
     // The rule takes the keyword as the start of the name after _Z<len>: `gem` finds `gemm`.
     // Legitimate (a family's common prefix), but a typo would pass unseen: the debug log says.
-    if (!cubin::name_matcher::is_exact_identifier(*chosen, keyword)) {
-        log().debug("keyword '{}' chose '{}', whose identifier only starts with it", keyword, *chosen);
+    if (!cubin::name_matcher::is_exact_identifier(chosen, keyword)) {
+        log().debug("keyword '{}' chose '{}', whose identifier only starts with it", keyword, chosen);
     }
-    return std::string(*chosen);
+    return std::string(chosen);
 }
 
 // The name a scan gives for `keyword` in the cubin `table` holds. For the cubin of a cache entry
@@ -200,9 +199,8 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
     const std::string entry(store::cache_entry::entry_of_cubin(cubin_path));
     UniqueFd entry_fd;
     if (!entry.empty() && !(image && published)) {
-        auto opened = store::cache_entry::open_entry(entry);
-        if (!opened) return std::move(opened).error();
-        entry_fd = std::move(*opened);
+        KJIT_TRY_ASSIGN(auto opened, store::cache_entry::open_entry(entry));
+        entry_fd = std::move(opened);
     }
     // A loose cubin: its symbols alone are read (a content hash, where its version needs one,
     // reads the rest: scanned_line). An entry's is read whole: its manifest's hash covers it.
@@ -213,9 +211,9 @@ Result<cubin::SymbolTable> scan_table(const std::string &cubin_path, const std::
     if (!table) return std::move(table).error();
     counters.scans.fetch_add(1, std::memory_order_relaxed);
     if (entry_fd.valid()) {
-        auto manifest = store::cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image());
-        if (!manifest) return std::move(manifest).error();
-        confirmed = std::move(*manifest);
+        KJIT_TRY_ASSIGN(auto manifest,
+                        store::cache_entry::confirm_published(entry, entry_fd.get(), cubin_path, table->image()));
+        confirmed = std::move(manifest);
     }
     return table;
 }
@@ -290,11 +288,10 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
                                           FileIdentity *proven) {
     if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
 
-    auto current = cubin::stat_cubin(cubin_path);
-    if (!current) return std::move(current).error();
-    auto resolved = resolve_version(Version{cubin_path, *current, nullptr}, keyword, true);
+    KJIT_TRY_ASSIGN(auto current, cubin::stat_cubin(cubin_path));
+    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true);
     if (!resolved) return std::move(resolved).error();
-    if (proven) *proven = *current;
+    if (proven) *proven = current;
     return std::move(resolved->name);
 }
 
@@ -385,26 +382,24 @@ Result<NameResolver::Resolution> NameResolver::scan_version(const Version &versi
     // Scan. Lines for other keywords that belong to this cubin version are kept.
     const std::int64_t scan_started = realtime_ns();
     std::optional<store::cache_entry::Manifest> confirmed;
-    auto table = scan_table(cubin_path, version.image, version.published, confirmed, counters_);
-    if (!table) return std::move(table).error();
-    auto scanned_name = name_from_scan(cubin_path, *table, keyword,
-                                       version.published ? version.published
-                                       : confirmed       ? &*confirmed
-                                                         : nullptr);
-    if (!scanned_name) return std::move(scanned_name).error();
-    std::string name = std::move(*scanned_name);
+    KJIT_TRY_ASSIGN(auto table, scan_table(cubin_path, version.image, version.published, confirmed, counters_));
+    KJIT_TRY_ASSIGN(auto scanned_name, name_from_scan(cubin_path, table, keyword,
+                                                      version.published ? version.published
+                                                      : confirmed       ? &*confirmed
+                                                                        : nullptr));
+    std::string name = std::move(scanned_name);
 
     // The version scanned: the caller's bytes, or the fstat of the file as mapped.
-    const FileIdentity &scanned = version.image ? version.identity : table->identity();
+    const FileIdentity &scanned = version.image ? version.identity : table.identity();
     std::optional<cubin::sidecar::Line> scanned_version =
-        scanned_line(keyword, name, cubin_path, scanned, *table, scan_started);
+        scanned_line(keyword, name, cubin_path, scanned, table, scan_started);
     if (!scanned_version) {  // a loose cubin rewritten since it was scanned: its line cannot be vouched for
         log().debug("scanned {} [{}] -> {}, but it changed before its content hash was taken: no sidecar line",
                     cubin_path, keyword, name);
         return Resolution{std::move(name), false};
     }
     cubin::sidecar::Line &line = *scanned_version;
-    log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name, table->functions().size(),
+    log().debug("scanned {} [{}] -> {} ({} function symbols{})", cubin_path, keyword, name, table.functions().size(),
                 line.content_hash ? ", young or whole-second mtime: content hash kept" : "");
 
     std::vector<cubin::sidecar::Line> lines;
@@ -459,9 +454,8 @@ Result<std::string> name_for_new_cubin(std::string_view cubin, const std::string
         }
         return lowered;
     }
-    auto table = cubin::SymbolTable::from_bytes(std::string(cubin), what);
-    if (!table) return std::move(table).error();
-    auto chosen = choose_by_rule(*table, keyword);
+    KJIT_TRY_ASSIGN(auto table, cubin::SymbolTable::from_bytes(std::string(cubin), what));
+    auto chosen = choose_by_rule(table, keyword);
     if (!chosen) {
         Error e = std::move(chosen).error();
         e.message = "in the compiled source: " + e.message;

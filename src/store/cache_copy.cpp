@@ -29,9 +29,7 @@ Result<folder_trust::CacheFolder> ready_destination(const std::string &to) {
     auto folder = folder_trust::check_cache_folder_now(to);
     if (!folder) return folder;
     if (!folder->exists) {
-        if (auto made = make_folders(to, folder_trust::folder_mode(*folder), "the destination folder"); !made) {
-            return std::move(made).error();
-        }
+        KJIT_TRY(make_folders(to, folder_trust::folder_mode(*folder), "the destination folder"));
         folder = folder_trust::check_cache_folder_now(to);
         if (!folder) return folder;
     }
@@ -148,35 +146,30 @@ struct Copier {
 }  // namespace
 
 Result<CopyReport> copy_entries(const std::string &from, const std::string &to, const std::string &arch) {
-    auto source = open_root(from);
-    if (!source) return std::move(source).error();
-    if (!source->folder.exists) return Error{Errc::io, "cache folder '" + from + "' does not exist"};
-    auto folder = ready_destination(to);
-    if (!folder) return std::move(folder).error();
-    if (folder->real_path == source->folder.real_path) {
+    KJIT_TRY_ASSIGN(auto source, open_root(from));
+    if (!source.folder.exists) return Error{Errc::io, "cache folder '" + from + "' does not exist"};
+    KJIT_TRY_ASSIGN(auto folder, ready_destination(to));
+    if (folder.real_path == source.folder.real_path) {
         return Error{Errc::invalid_argument, "'" + from + "' and '" + to + "' are the same folder"};
     }
     CopyReport report;
-    Copier copier{source->folder, to, *folder, arch, report};
-    auto root = list_dir(source->path, IfMissing::error);
-    if (!root) return std::move(root).error();
-    for (const DirEntry &shard : *root) {
+    Copier copier{source.folder, to, folder, arch, report};
+    KJIT_TRY_ASSIGN(auto root, list_dir(source.path, IfMissing::error));
+    for (const DirEntry &shard : root) {
         if (!cache_entry::is_shard(shard.name)) continue;
-        const std::string shard_path = source->path + "/" + shard.name;
+        const std::string shard_path = source.path + "/" + shard.name;
         if (S_ISLNK(shard.st.st_mode)) {  // never followed: named, as a seed's reader would refuse it
             ++report.refused.entries_checked;
             Finding f{shard_path, Damage::foreign, {}, false, "not copied"};
-            if (auto untrusted = cache_entry::untrusted_shard(source->folder, shard_path))
-                f.detail = untrusted->message;
+            if (auto untrusted = cache_entry::untrusted_shard(source.folder, shard_path)) f.detail = untrusted->message;
             report.refused.findings.push_back(std::move(f));
             continue;
         }
         if (!S_ISDIR(shard.st.st_mode)) continue;
-        auto listing = list_dir(source->path + "/" + shard.name, IfMissing::empty);
-        if (!listing) return std::move(listing).error();
-        for (const DirEntry &e : *listing) {
+        KJIT_TRY_ASSIGN(auto listing, list_dir(source.path + "/" + shard.name, IfMissing::empty));
+        for (const DirEntry &e : listing) {
             if (!cache_entry::is_key(e.name) || e.name.compare(0, 2, shard.name) != 0) continue;
-            copier.copy(source->path + "/" + shard.name + "/" + e.name, e.name);
+            copier.copy(source.path + "/" + shard.name + "/" + e.name, e.name);
         }
     }
     return report;

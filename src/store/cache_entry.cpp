@@ -461,17 +461,14 @@ std::optional<Error> untrusted_entry(const folder_trust::CacheFolder &folder, co
     }
     if (auto shard = untrusted_shard(folder, entry.substr(0, entry.find_last_of('/')))) return shard;
     if (!files || !S_ISDIR(entry_st.st_mode)) return std::nullopt;
-    auto dir = open_entry(entry);
-    if (!dir) return std::move(dir).error();
-    auto reader = FolderReader::adopt(dir->release(), entry);
-    if (!reader) return std::move(reader).error();
+    KJIT_TRY_ASSIGN(auto dir, open_entry(entry));
+    KJIT_TRY_ASSIGN(auto reader, FolderReader::adopt(dir.release(), entry));
     for (;;) {
-        auto next = reader->next();
-        if (!next) return std::move(next).error();
-        if (!*next) return std::nullopt;
-        const std::string name = (*next)->d_name;
+        KJIT_TRY_ASSIGN(auto next, reader.next());
+        if (!next) return std::nullopt;
+        const std::string name = (next)->d_name;
         struct stat st {};
-        if (name == "." || name == ".." || ::fstatat(reader->fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (name == "." || name == ".." || ::fstatat(reader.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             continue;  // gone meanwhile: nothing to read
         }
         const std::string path = entry + "/" + name;
@@ -488,14 +485,11 @@ std::optional<Error> untrusted_entry(const folder_trust::CacheFolder &folder, co
 }
 
 Status ready_shard(const std::string &cache_dir, const std::string &shard, folder_trust::CacheFolder &folder) {
-    if (auto made = make_folders(shard, folder_trust::folder_mode(folder), "cache folder"); !made) {
-        return std::move(made).error();
-    }
+    KJIT_TRY(make_folders(shard, folder_trust::folder_mode(folder), "cache folder"));
     if (!folder.exists) {
         // Created just now (by us, or by someone faster): check it as it is.
-        auto now = folder_trust::check_cache_folder_now(cache_dir);
-        if (!now) return std::move(now).error();
-        folder = std::move(*now);
+        KJIT_TRY_ASSIGN(auto now, folder_trust::check_cache_folder_now(cache_dir));
+        folder = std::move(now);
     }
     // A shard replaced by a link (by someone who can write the cache folder) would send this
     // entry elsewhere: never write through one, nor into one someone untrusted owns.
@@ -549,9 +543,7 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     // to 8 ms, more than all the rest (docs/bench.md, "Durability").
     const unsigned durable = entry.durable ? kDurable : 0;
     const std::string temp_cubin = temp + "/" + kCubinFile;
-    if (auto st = write_new_file(temp_cubin, entry.cubin, durable | kBackdated | team); !st) {
-        return std::move(st).error();
-    }
+    KJIT_TRY(write_new_file(temp_cubin, entry.cubin, durable | kBackdated | team));
     struct stat st {};
     if (::stat(temp_cubin.c_str(), &st) != 0) return io_error("cannot stat", temp_cubin, errno);
     cubin::sidecar::Line line;
@@ -572,11 +564,11 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
     if (entry.origin_text) files.emplace_back(temp + "/" + kOriginFile, *entry.origin_text);
     std::uint64_t bytes = entry.cubin.size();
     for (const auto &file : files) {
-        if (auto w = write_new_file(file.first, file.second, team); !w) return std::move(w).error();
+        KJIT_TRY(write_new_file(file.first, file.second, team));
         bytes += file.second.size();
     }
     if (entry.durable) {
-        if (auto s = fsync_folder(temp); !s) return std::move(s).error();
+        KJIT_TRY(fsync_folder(temp));
     }
     return bytes;
 }
@@ -586,9 +578,8 @@ Result<std::uint64_t> write_entry_files(const std::string &temp, const NewEntry 
 Result<Published::Outcome> place_over_existing(const std::string &temp, const std::string &place,
                                                const ExistingEntryCheck &existing_serves) {
     std::string why;
-    auto serves = existing_serves(&why);
-    if (!serves) return std::move(serves).error();
-    if (*serves) return Published::Outcome::found;
+    KJIT_TRY_ASSIGN(auto serves, existing_serves(&why));
+    if (serves) return Published::Outcome::found;
     // Swap ours in atomically; the old entry ends up in `temp` and goes with it.
     if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, place.c_str(), RENAME_EXCHANGE) == 0) {
         log().debug("replaced unusable cache entry {}: {}", place, why);
@@ -615,7 +606,7 @@ Result<Published> publish(const std::string &cache_dir, folder_trust::CacheFolde
     const std::string place = folder_for(cache_dir, key);
     // Folders are created only now: a failed compile leaves nothing behind.
     const std::string shard = cache_dir + "/" + key.substr(0, 2);
-    if (auto ready = ready_shard(cache_dir, shard, folder); !ready) return std::move(ready).error();
+    KJIT_TRY(ready_shard(cache_dir, shard, folder));
     // A private temp folder beside the final place. A name taken in advance (a killed writer's
     // folder whose pid and thread id came back, as they do in containers, or a planted one) is
     // skipped for the next.
@@ -656,9 +647,8 @@ Result<CubinBytes> read_cubin(const std::string &cubin_path) {
     const std::string entry(entry_of_cubin(cubin_path));
     if (entry.empty()) {
         CubinBytes read;
-        auto bytes = cubin::read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity);
-        if (!bytes) return std::move(bytes).error();
-        read.bytes = std::move(*bytes);
+        KJIT_TRY_ASSIGN(auto bytes, cubin::read_cubin_at(AT_FDCWD, cubin_path, cubin_path, read.identity));
+        read.bytes = std::move(bytes);
         return read;
     }
     return read_published(entry);
@@ -667,14 +657,11 @@ Result<CubinBytes> read_cubin(const std::string &cubin_path) {
 Result<CubinBytes> read_published(const std::string &entry) {
     const std::string cubin_path = entry + "/" + kCubinFile;
     CubinBytes read;
-    auto entry_fd = open_entry(entry);
-    if (!entry_fd) return std::move(entry_fd).error();
-    auto bytes = cubin::read_cubin_at(entry_fd->get(), kCubinFile, cubin_path, read.identity);
-    if (!bytes) return std::move(bytes).error();
-    read.bytes = std::move(*bytes);
-    auto confirmed = confirm_published(entry, entry_fd->get(), cubin_path, read.bytes);
-    if (!confirmed) return std::move(confirmed).error();
-    read.published = std::move(*confirmed);
+    KJIT_TRY_ASSIGN(auto entry_fd, open_entry(entry));
+    KJIT_TRY_ASSIGN(auto bytes, cubin::read_cubin_at(entry_fd.get(), kCubinFile, cubin_path, read.identity));
+    read.bytes = std::move(bytes);
+    KJIT_TRY_ASSIGN(auto confirmed, confirm_published(entry, entry_fd.get(), cubin_path, read.bytes));
+    read.published = std::move(confirmed);
     return read;
 }
 
@@ -691,10 +678,9 @@ Status confirm_after_boot(const std::string &entry, FileIdentity &cubin) {
         return id.ino == cubin.ino && id.size == cubin.size && id.mtime_sec == cubin.mtime_sec &&
                id.mtime_nsec == cubin.mtime_nsec;
     };
-    auto read = read_published(entry);
-    if (!read) return std::move(read).error();
+    KJIT_TRY_ASSIGN(auto read, read_published(entry));
     const std::string cubin_path = entry + "/" + kCubinFile;
-    if (!same_file_version(read->identity)) {
+    if (!same_file_version(read.identity)) {
         return Error{Errc::bad_cubin, "cubin '" + cubin_path + "' changed while it was confirmed"};
     }
     // UTIME_OMIT for both would leave the ctime alone: set the mtime itself, to what it is.

@@ -163,19 +163,17 @@ void sweep_stale_transit(const Inventory &inv, std::int64_t now_ns, PruneReport 
 
 Result<PruneReport> remove_entries(const std::string &cache_dir, const PruneOptions &options) {
     PruneReport report;
-    auto root = open_root(cache_dir);
-    if (!root) return std::move(root).error();
-    if (!folder_exists(root->path)) return report;
-    auto lock = CacheLock::acquire(*root, CacheLock::Wait::until_free);
+    KJIT_TRY_ASSIGN(auto root, open_root(cache_dir));
+    if (!folder_exists(root.path)) return report;
+    auto lock = CacheLock::acquire(root, CacheLock::Wait::until_free);
     if (!lock) return std::move(lock).error();
-    auto inv = inventory_of(root->path);
-    if (!inv) return std::move(inv).error();
+    KJIT_TRY_ASSIGN(auto inv, inventory_of(root.path));
     const std::int64_t now = realtime_ns();
-    remove_by_recency(*inv, options, now, report);
+    remove_by_recency(inv, options, now, report);
     // clear (everything, in use or not) takes the young ones too.
-    remove_orphan_variants(*inv, now, !(options.everything && !options.spare_in_use), report);
-    sweep_stale_transit(*inv, now, report);
-    write_usage(root->path, *inv, folder_trust::shared(root->folder));
+    remove_orphan_variants(inv, now, !(options.everything && !options.spare_in_use), report);
+    sweep_stale_transit(inv, now, report);
+    write_usage(root.path, inv, folder_trust::shared(root.folder));
     return report;
 }
 

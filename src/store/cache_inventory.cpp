@@ -37,16 +37,14 @@ Result<std::vector<DirEntry>> list_dir(const std::string &path, IfMissing if_mis
         if (errno == ENOENT && if_missing == IfMissing::empty) return std::vector<DirEntry>{};
         return io_error("cannot open folder", path, errno);
     }
-    auto dir = FolderReader::adopt(fd, path);
-    if (!dir) return std::move(dir).error();
+    KJIT_TRY_ASSIGN(auto dir, FolderReader::adopt(fd, path));
     std::vector<DirEntry> out;
     for (;;) {
-        auto d = dir->next();
-        if (!d) return std::move(d).error();
-        if (!*d) return out;
+        KJIT_TRY_ASSIGN(auto d, dir.next());
+        if (!d) return out;
         DirEntry e;
-        e.name = (*d)->d_name;
-        if (::fstatat(dir->fd(), e.name.c_str(), &e.st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+        e.name = (d)->d_name;
+        if (::fstatat(dir.fd(), e.name.c_str(), &e.st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
         out.push_back(std::move(e));
     }
 }
@@ -94,9 +92,8 @@ bool is_transit_name(std::string_view name) {
 }
 
 Result<Root> open_root(const std::string &cache_dir) {
-    auto folder = folder_trust::check_cache_folder(cache_dir);
-    if (!folder) return std::move(folder).error();
-    return root_of(cache_dir, std::move(*folder));
+    KJIT_TRY_ASSIGN(auto folder, folder_trust::check_cache_folder(cache_dir));
+    return root_of(cache_dir, std::move(folder));
 }
 
 Root root_of(const std::string &cache_dir, folder_trust::CacheFolder folder) {
@@ -156,24 +153,21 @@ bool folder_exists(const std::string &path) {
 }
 
 Result<Inventory> take_inventory(const std::string &cache_dir) {
-    auto root = open_root(cache_dir);
-    if (!root) return std::move(root).error();
-    return inventory_of(root->path);
+    KJIT_TRY_ASSIGN(auto root, open_root(cache_dir));
+    return inventory_of(root.path);
 }
 
 Result<Inventory> inventory_of(const std::string &cache_dir) {
     Inventory inv;
-    auto root = list_dir(cache_dir, IfMissing::empty);
-    if (!root) return std::move(root).error();
-    for (const DirEntry &shard : *root) {
+    KJIT_TRY_ASSIGN(auto root, list_dir(cache_dir, IfMissing::empty));
+    for (const DirEntry &shard : root) {
         if (!store::cache_entry::is_shard(shard.name) || !S_ISDIR(shard.st.st_mode)) {
             if (!is_own_root_file(shard.name)) ++inv.foreign;
             continue;
         }
         const std::string shard_path = cache_dir + "/" + shard.name;
-        auto listing = list_dir(shard_path, IfMissing::empty);
-        if (!listing) return std::move(listing).error();
-        for (const DirEntry &e : *listing) {
+        KJIT_TRY_ASSIGN(auto listing, list_dir(shard_path, IfMissing::empty));
+        for (const DirEntry &e : listing) {
             const std::string path = shard_path + "/" + e.name;
             if (is_transit_name(e.name) && (S_ISDIR(e.st.st_mode) || S_ISREG(e.st.st_mode))) {
                 inv.in_transit.push_back(
@@ -223,17 +217,16 @@ std::int64_t created_ns(const std::string &text) {
 }  // namespace
 
 Result<Summary> summarize(const std::string &cache_dir) {
-    auto inv = take_inventory(cache_dir);
-    if (!inv) return std::move(inv).error();
+    KJIT_TRY_ASSIGN(auto inv, take_inventory(cache_dir));
     Summary s;
-    s.entries = inv->entries.size();
-    s.bytes = inv->entry_bytes;
-    s.foreign = inv->foreign;
-    for (const TransitInfo &t : inv->in_transit) {
+    s.entries = inv.entries.size();
+    s.bytes = inv.entry_bytes;
+    s.foreign = inv.foreign;
+    for (const TransitInfo &t : inv.in_transit) {
         ++s.in_transit;
         s.in_transit_bytes += t.bytes;
     }
-    for (const EntryInfo &e : inv->entries) {
+    for (const EntryInfo &e : inv.entries) {
         const std::string manifest_path = e.path + "/" + kManifestFile;
         std::string arch = "unknown";
         if (auto text = read_small_file(manifest_path, kMaxManifestBytes)) {

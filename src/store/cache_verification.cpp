@@ -330,20 +330,17 @@ std::optional<Finding> entry_damage(const std::string &entry, const std::string 
 }
 
 Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
-    auto checked = open_root(given_dir);
-    if (!checked) return std::move(checked).error();
-    const std::string &cache_dir = checked->path;
+    KJIT_TRY_ASSIGN(auto checked, open_root(given_dir));
+    const std::string &cache_dir = checked.path;
     std::optional<CacheLock> held;
     if (fix && folder_exists(cache_dir)) {
-        auto lock = CacheLock::acquire(*checked, CacheLock::Wait::until_free);
-        if (!lock) return std::move(lock).error();
-        held = std::move(*lock);
+        KJIT_TRY_ASSIGN(auto lock, CacheLock::acquire(checked, CacheLock::Wait::until_free));
+        held = std::move(lock);
     }
     VerifyReport report;
     const std::int64_t now = realtime_ns();
-    auto root = list_dir(cache_dir, IfMissing::empty);
-    if (!root) return std::move(root).error();
-    for (const DirEntry &r : *root) {
+    KJIT_TRY_ASSIGN(auto root, list_dir(cache_dir, IfMissing::empty));
+    for (const DirEntry &r : root) {
         const std::string root_path = cache_dir + "/" + r.name;
         if (is_root_temp(r.name) && mtime_ns(r.st) < now - kStaleTempNs) {
             Finding f = finding(root_path, Damage::stale_temp, "a record's temp file left by a killed process");
@@ -354,7 +351,7 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
             report.findings.push_back(std::move(f));
         }
         if (!store::cache_entry::is_shard(r.name)) continue;
-        if (auto untrusted = store::cache_entry::untrusted_shard(checked->folder, root_path)) {
+        if (auto untrusted = store::cache_entry::untrusted_shard(checked.folder, root_path)) {
             // A link in a shard's place, or someone else's shard: its entries are never served.
             Finding f = finding(root_path, Damage::foreign, untrusted->message);
             if (fix && S_ISLNK(r.st.st_mode)) {
@@ -365,9 +362,8 @@ Result<VerifyReport> verify(const std::string &given_dir, bool fix) {
             continue;
         }
         if (!S_ISDIR(r.st.st_mode)) continue;
-        auto listing = list_dir(root_path, IfMissing::empty);
-        if (!listing) return std::move(listing).error();
-        for (const DirEntry &e : *listing) verify_shard_item(checked->folder, r.name, root_path, e, now, fix, report);
+        KJIT_TRY_ASSIGN(auto listing, list_dir(root_path, IfMissing::empty));
+        for (const DirEntry &e : listing) verify_shard_item(checked.folder, r.name, root_path, e, now, fix, report);
     }
     return report;
 }

@@ -141,7 +141,7 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
         // Nothing can be made in a file (a HOME of /dev/null): no one can swap what cannot be.
         struct stat existing_st {};
         if (::stat(real.c_str(), &existing_st) == 0 && !S_ISDIR(existing_st.st_mode)) return folder;
-        if (auto st = check_from(real, cache_dir, folder); !st) return std::move(st).error();
+        KJIT_TRY(check_from(real, cache_dir, folder));
         return folder;
     }
     if (S_ISLNK(link_st.st_mode)) {
@@ -155,7 +155,7 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
         }
         const std::string link_parent = real_path_of(parent_of(cache_dir));
         if (link_parent.empty()) return io_error("cannot resolve the folder of", cache_dir, errno);
-        if (auto st = check_from(link_parent, cache_dir, folder); !st) return std::move(st).error();
+        KJIT_TRY(check_from(link_parent, cache_dir, folder));
     }
     folder.real_path = real_path_of(cache_dir);
     if (folder.real_path.empty()) return io_error("cannot resolve cache folder", cache_dir, errno);
@@ -188,9 +188,7 @@ Result<CacheFolder> check_uncached(const std::string &cache_dir) {
                                    "should not be there, or make it a team cache (group-writable and setgid, of a "
                                    "group you are in: docs/cache-layout.md)"};
     }
-    if (auto parents = check_from(parent_of(folder.real_path), cache_dir, folder); !parents) {
-        return std::move(parents).error();
-    }
+    KJIT_TRY(check_from(parent_of(folder.real_path), cache_dir, folder));
     folder.writable = ::faccessat(AT_FDCWD, folder.real_path.c_str(), W_OK | X_OK, AT_EACCESS) == 0;
     return folder;
 }

@@ -63,6 +63,28 @@ private:
 struct Ok {};
 using Status = Result<Ok>;
 
+// KJIT_TRY(expr): evaluates `expr`, a Result or Status; when it holds an error, returns that
+// error from the enclosing function (which returns a Result or Status of any type). The one
+// spelling of "pass the failure up" (it replaced ~180 hand-written `if (!x) return
+// std::move(x).error();`).
+#define KJIT_TRY(...)                                                      \
+    do {                                                                   \
+        auto &&kjit_try_result_ = (__VA_ARGS__);                           \
+        if (!kjit_try_result_) return std::move(kjit_try_result_).error(); \
+    } while (0)
+
+// KJIT_TRY_ASSIGN(declaration, expr): evaluates `expr`, a Result<T>; when it holds an error,
+// returns that error from the enclosing function, else moves its value into `declaration` (a
+// new variable, `auto x` or `const auto x`, or an lvalue), which then is a T, not a Result.
+#define KJIT_TRY_ASSIGN(declaration, ...) \
+    KJIT_TRY_ASSIGN_IMPL_(KJIT_TRY_CONCAT_(kjit_try_value_, __LINE__), declaration, __VA_ARGS__)
+#define KJIT_TRY_CONCAT_(a, b) KJIT_TRY_CONCAT_IMPL_(a, b)
+#define KJIT_TRY_CONCAT_IMPL_(a, b) a##b
+#define KJIT_TRY_ASSIGN_IMPL_(result, declaration, ...) \
+    auto result = (__VA_ARGS__);                        \
+    if (!result) return std::move(result).error();      \
+    declaration = std::move(result).value()
+
 // "strerror(errnum)" that is thread safe.
 std::string errno_text(int errnum);
 
