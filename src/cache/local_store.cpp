@@ -55,9 +55,12 @@ Error cannot_create(const key::Request &request, Error why) {
 
 }  // namespace
 
-Lookup check_entry(const key::Request &request, const std::string &entry, std::string_view source_key,
-                   const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
-                   std::string *why, ReadOnlyCheck *read_only) {
+Lookup check_entry(const EntryContext &at, const std::string &entry, std::string_view source_key, std::string *why,
+                   ReadOnlyCheck *read_only) {
+    const key::Request &request = at.request;
+    const folder_trust::CacheFolder &folder = at.folder;
+    Counters &counters = at.counters;
+    key::include_scanner::FileMemo *memo = at.memo;
     struct stat st {};
     if (::lstat(entry.c_str(), &st) != 0) return Lookup::absent;
     if (!S_ISDIR(st.st_mode)) {  // a link or file planted where the entry goes: never followed
@@ -156,97 +159,95 @@ void record_dependencies(store::cache_entry::NewEntry &entry, const key::Request
 
 namespace {
 
-// Whether the entry at `entry` answers `request`: check_entry (its owner, every file it may
+// What a look-up of an entry (or of a source key's variants) found: a hit, with the cubin's path,
+// its kernel's name and the cubin file as proved; absent; unusable or foreign, `why` saying why.
+struct Looked {
+    Lookup lookup = Lookup::absent;
+    std::string cubin;
+    std::string name;
+    FileIdentity proven;
+    std::string why;
+};
+
+// Whether the entry at `entry` answers `at.request`: check_entry (its owner, every file it may
 // read unchanged), then its cubin and sidecar intact. Reads the sidecar, stats the cubin; no
 // cubin read, no scan, unless the sidecar does not match the cubin as it is (damaged, lost, or
 // the cubin's size or mtime changed). Then the resolver rescans, which first confirms the
 // cubin's bytes against the hash its manifest recorded: a cubin changed on disk makes the entry
 // unusable, so it is rebuilt, never served. (A whole-second mtime also hashes the cubin on each
 // hit: sidecar-format.md. A cubin written before this boot is confirmed so once, in a cache the
-// caller may write: cache_entry::written_before_boot.) foreign: the entry or its shard is owned by someone `folder`
-// does not trust (*why is the error's text). `source_key`: the entry is a variant of that source key, else empty.
-// `memo`: the call's FileMemo (a batch's), or null.
-Lookup look_up(const key::Request &request, const std::string &entry, std::string_view source_key,
-               const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
-               std::string *why, std::string *name = nullptr, FileIdentity *proven = nullptr) {
-    const Lookup checked = check_entry(request, entry, source_key, folder, counters, memo, why);
-    if (checked != Lookup::hit) return checked;
-    const std::string cubin = entry + "/" + store::cache_entry::kCubinFile;
-    FileIdentity identity;
-    auto resolved = resolve::NameResolver::instance().resolve(cubin, request.keyword, &identity);
+// caller may write: cache_entry::written_before_boot.) foreign: the entry or its shard is owned
+// by someone the folder does not trust (`why` is the error's text). `source_key`: the entry is a
+// variant of that source key, else empty.
+Looked look_up(const EntryContext &at, const std::string &entry, std::string_view source_key) {
+    Looked out;
+    out.lookup = check_entry(at, entry, source_key, &out.why);
+    if (out.lookup != Lookup::hit) return out;
+    out.cubin = entry + "/" + store::cache_entry::kCubinFile;
+    auto resolved = resolve::NameResolver::instance().resolve(out.cubin, at.request.keyword, &out.proven);
     if (!resolved) {
-        *why = resolved.error().message;
-        return Lookup::unusable;
+        out.why = resolved.error().message;
+        out.lookup = Lookup::unusable;
+        return out;
     }
     // A cubin from before this boot may be the right size of zeros, if its publish skipped the
     // fsync and the power went: read it once, then its ctime says it was read back. Only where
     // the caller may write: a read-only cache was filled by a copy (export, an image layer) that
     // read the bytes back, and cannot keep the proof, so every process would read every cubin.
-    if (folder.writable && store::cache_entry::written_before_boot(identity, realtime_ns())) {
-        if (auto confirmed = store::cache_entry::confirm_after_boot(entry, identity); !confirmed) {
-            *why = confirmed.error().message;
-            return Lookup::unusable;
+    if (at.folder.writable && store::cache_entry::written_before_boot(out.proven, realtime_ns())) {
+        if (auto confirmed = store::cache_entry::confirm_after_boot(entry, out.proven); !confirmed) {
+            out.why = confirmed.error().message;
+            out.lookup = Lookup::unusable;
+            return out;
         }
     }
-    if (proven) *proven = identity;
-    if (name) *name = std::move(*resolved);
-    return Lookup::hit;
+    out.name = std::move(*resolved);
+    return out;
 }
 
-// The first variant of `source_key` that its variants file lists and that answers `request`
-// (look_up): hit, with the cubin's path in *cubin, its kernel's name in *name and the cubin file
-// proved in *proven; foreign when one belongs to someone `folder` does not trust (*why says who);
-// else absent (none listed) or unusable (*why: the first's reason). The one found goes first in
-// the list, so the next lookup of this state of the files tries it first: a write only when the
-// files changed back to an earlier state.
-Lookup look_up_variants(const key::Request &request, const std::string &source_key,
-                        const folder_trust::CacheFolder &folder, Counters &counters,
-                        key::include_scanner::FileMemo *memo, std::string *cubin, std::string *name,
-                        FileIdentity *proven, std::string *why) {
-    const std::string list = store::cache_entry::variants_file_for(request.cache_dir, source_key);
+// The first variant of `source_key` that its variants file lists and that answers `at.request`
+// (look_up): a hit; foreign when one belongs to someone the folder does not trust; else absent
+// (none listed) or unusable (`why`: the first's reason). The one found goes first in the list, so
+// the next lookup of this state of the files tries it first: a write only when the files changed
+// back to an earlier state.
+Looked look_up_variants(const EntryContext &at, const std::string &source_key) {
+    const std::string list = store::cache_entry::variants_file_for(at.request.cache_dir, source_key);
     // The entry this process found last, tried first: proven by the header watch, a hit reads
     // no variants file and no deps.txt.
     const std::string last = key::dependency_watch::last_variant(list);
     if (!last.empty()) {
-        std::string reason;
-        const Lookup found = look_up(request, last, source_key, folder, counters, memo, &reason, name, proven);
-        if (found == Lookup::hit) {
-            *cubin = last + "/" + store::cache_entry::kCubinFile;
-            return found;
-        }
+        Looked found = look_up(at, last, source_key);
+        if (found.lookup == Lookup::hit) return found;
     }
     const std::vector<std::string> keys = store::cache_entry::read_variants(list);
-    Lookup result = Lookup::absent;
+    Looked result;
     for (std::size_t i = 0; i < keys.size(); ++i) {
-        const std::string entry = store::cache_entry::folder_for(request.cache_dir, keys[i]);
+        const std::string entry = store::cache_entry::folder_for(at.request.cache_dir, keys[i]);
         if (entry == last) continue;  // not a hit just now
-        std::string reason;
-        const Lookup found = look_up(request, entry, source_key, folder, counters, memo, &reason, name, proven);
-        if (found == Lookup::foreign) {
-            *why = std::move(reason);
-            return found;
-        }
-        if (found == Lookup::hit) {
-            *cubin = entry + "/" + store::cache_entry::kCubinFile;
-            if (i > 0 && folder.writable)
-                store::cache_entry::record_variant(list, keys[i], folder_trust::shared(folder));
+        Looked found = look_up(at, entry, source_key);
+        if (found.lookup == Lookup::foreign) return found;
+        if (found.lookup == Lookup::hit) {
+            if (i > 0 && at.folder.writable)
+                store::cache_entry::record_variant(list, keys[i], folder_trust::shared(at.folder));
             key::dependency_watch::note_variant(list, entry);
             return found;
         }
-        if (result == Lookup::absent && found == Lookup::unusable) {
-            result = found;
-            *why = std::move(reason);
-        }
+        if (result.lookup == Lookup::absent && found.lookup == Lookup::unusable) result = std::move(found);
     }
     return result;
 }
 
-// A lookup's answer as the store's: a hit's path and name, a miss, or the refusal to serve.
-Result<std::optional<Found>> answer(Lookup found, std::string cubin, std::string name, const FileIdentity &proven,
-                                    std::string *why) {
-    if (found == Lookup::foreign) return Error{Errc::io, *why};
-    if (found == Lookup::hit) return std::optional<Found>(Found{std::move(cubin), std::move(name), proven});
-    if (found == Lookup::absent) why->clear();
+// A lookup's answer as the store's: a hit's path and name, a miss (`*why` set to why, when it
+// was not absent), or the refusal to serve.
+Result<std::optional<Found>> answer(Looked found, std::string *why) {
+    if (found.lookup == Lookup::foreign) {
+        *why = found.why;
+        return Error{Errc::io, std::move(found.why)};
+    }
+    if (found.lookup == Lookup::hit) {
+        return std::optional<Found>(Found{std::move(found.cubin), std::move(found.name), found.proven});
+    }
+    *why = found.lookup == Lookup::absent ? std::string() : std::move(found.why);
     return std::optional<Found>();
 }
 
@@ -262,17 +263,10 @@ Result<folder_trust::CacheFolder> &LocalStore::folder(const key::KeyedRequest &k
 
 Result<std::optional<Found>> LocalStore::find(const key::KeyedRequest &keyed, Call &call,
                                               key::include_scanner::FileMemo *memo, std::string *why) {
-    const key::Request &request = keyed.request;
     const auto &folder = LocalStore::folder(keyed, call);
     if (!folder) return folder.error();
-    std::string cubin = keyed.cubin;
-    std::string name;
-    FileIdentity proven;
-    const Lookup found =
-        request.reads_files
-            ? look_up_variants(request, keyed.key, *folder, counters_, memo, &cubin, &name, &proven, why)
-            : look_up(request, keyed.entry, {}, *folder, counters_, memo, why, &name, &proven);
-    return answer(found, std::move(cubin), std::move(name), proven, why);
+    const EntryContext at{keyed.request, *folder, counters_, memo};
+    return answer(keyed.request.reads_files ? look_up_variants(at, keyed.key) : look_up(at, keyed.entry, {}), why);
 }
 
 Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &keyed, Call &call,
@@ -281,11 +275,9 @@ Result<std::optional<Found>> LocalStore::find_variant(const key::KeyedRequest &k
     auto &folder = LocalStore::folder(keyed, call);
     if (!folder) return folder.error();
     const std::string entry = store::cache_entry::folder_for(request.cache_dir, variant_key);
-    std::string name;
-    FileIdentity proven;
-    const Lookup found = look_up(request, entry, keyed.key, *folder, counters_, nullptr, why, &name, &proven);
-    if (found == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
-    return answer(found, entry + "/" + store::cache_entry::kCubinFile, std::move(name), proven, why);
+    Looked found = look_up(EntryContext{request, *folder, counters_, nullptr}, entry, keyed.key);
+    if (found.lookup == Lookup::hit && folder->writable) list_variant(request, keyed.key, variant_key, *folder);
+    return answer(std::move(found), why);
 }
 
 Status LocalStore::can_publish(const key::KeyedRequest &keyed, Call &call) {
@@ -332,9 +324,10 @@ Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &
     // damaged (replaced).
     const std::string place = store::cache_entry::folder_for(request.cache_dir, entry.manifest.key);
     const auto existing_serves = [&](std::string *why) -> Result<bool> {
-        const Lookup there = look_up(request, place, source_key, *folder, counters_, nullptr, why);
-        if (there == Lookup::foreign) return Error{Errc::io, *why};
-        return there == Lookup::hit;
+        Looked there = look_up(EntryContext{request, *folder, counters_, nullptr}, place, source_key);
+        *why = std::move(there.why);
+        if (there.lookup == Lookup::foreign) return Error{Errc::io, *why};
+        return there.lookup == Lookup::hit;
     };
     auto published = store::cache_entry::publish(request.cache_dir, *folder, entry, existing_serves);
     // Under a size limit, a full disk (or quota) is room to make: eviction runs only after a

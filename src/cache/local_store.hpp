@@ -25,18 +25,24 @@ struct ReadOnlyCheck {
     bool files_changed = false;  // unusable only because a file it may read differs here: a plain miss
 };
 
-// The checks of an entry folder `entry` of a cache that `folder` describes, before its cubin is
+// What the checks of one request's entries in one cache folder work from.
+struct EntryContext {
+    const key::Request &request;
+    const folder_trust::CacheFolder &folder;  // the cache folder (or seed) the entries are in
+    Counters &counters;                       // counts the recorded files hashed and stat'ed
+    key::include_scanner::FileMemo *memo;     // the call's FileMemo (a batch's), or null
+};
+
+// The checks of an entry folder `entry` of the cache `at.folder` describes, before its cubin is
 // looked at, the same for the local cache and a seed (a cache folder read-only): a folder, not a
-// link; it and its shard owned by someone `folder` trusts; for a request that reads files, every
-// file its compile may read as deps.txt records it (and, for a variant of `source_key`, deps.txt
-// giving its key back). The local store's own (read_only null) records the entry's use, takes the
-// header watch's proof or gives it one, and stores deps.txt again when its records were brought
-// up to date. With `read_only`, nothing is written nor remembered, and it receives what was
-// checked. Counts the recorded files it hashes and stats in `counters`. `memo`: the call's
-// FileMemo (a batch's), or null.
-Lookup check_entry(const key::Request &request, const std::string &entry, std::string_view source_key,
-                   const folder_trust::CacheFolder &folder, Counters &counters, key::include_scanner::FileMemo *memo,
-                   std::string *why, ReadOnlyCheck *read_only = nullptr);
+// link; it and its shard owned by someone the folder trusts; for a request that reads files,
+// every file its compile may read as deps.txt records it (and, for a variant of `source_key`,
+// deps.txt giving its key back). The local store's own (read_only null) records the entry's use,
+// takes the header watch's proof or gives it one, and stores deps.txt again when its records
+// were brought up to date. With `read_only`, nothing is written nor remembered, and it receives
+// what was checked. Not a hit: `*why` says why.
+Lookup check_entry(const EntryContext &at, const std::string &entry, std::string_view source_key, std::string *why,
+                   ReadOnlyCheck *read_only = nullptr);
 
 // Gives a new entry for `request` (one that reads files) the files that record what its compile
 // may read: deps.txt from `deps`, files as they are where `request` stands (scanned here, or

@@ -93,7 +93,7 @@ std::optional<Found> SeedStore::take(const key::KeyedRequest &keyed, Call &call,
     };
     std::string why;
     ReadOnlyCheck read;
-    const Lookup checked = check_entry(request, entry, source_key, folder, counters_, memo, &why, &read);
+    const Lookup checked = check_entry(EntryContext{request, folder, counters_, memo}, entry, source_key, &why, &read);
     if (checked == Lookup::absent) return std::nullopt;
     if (checked != Lookup::hit && read.files_changed) {
         log().debug("seed entry '{}' is not for the headers here: {}", entry, why);
