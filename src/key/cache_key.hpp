@@ -41,15 +41,14 @@ constexpr const char *kDefaultProgramName = "source.cu";
 // process that must not stall on NVRTC). Not in the key: a hit is the same in every mode.
 enum class CompileMode { always, warn, never };
 
-struct Request {
+// What a caller asks of the cache (kjit_compile's arguments, defaults settled): every field can
+// change the cubin, so each is in the key (key_of; the link inputs by the content key_request
+// reads into link_files, not by path) and both hit-memo digests (HitMemo::digest,
+// api/memo_digest.cpp; tests/api/compile_options_test.cpp holds them to each other).
+struct RequestInputs {
     std::string source;
     std::string keyword;
-    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
-    // Where a default `cache_dir` came from ("$HOME", ...), for messages; null: the caller named
-    // it. Not in the key.
-    const char *cache_dir_origin = nullptr;
-    std::string arch;         // resolved, e.g. "sm_90a" (see api::defaults::arch)
-    std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
+    std::string arch;  // resolved, e.g. "sm_90a" (see api::defaults::arch)
     std::vector<std::string> nvrtc_options;
     std::vector<std::string> include_paths;
     std::vector<std::pair<std::string, std::string>> headers;
@@ -57,6 +56,20 @@ struct Request {
     // The NVRTC program's name; empty: kDefaultProgramName. In the key when not the default
     // (key_request clears a name equal to it), so entries of before the option keep their keys.
     std::string program_name;
+    // Link-time inputs (kjit_compile_options::link_inputs) as the caller named them, and the
+    // nvJitLink options. With any input, the source is compiled to LTO-IR and linked with them.
+    std::vector<std::string> link_inputs;
+    std::vector<std::string> link_options;
+};
+
+// Where to look and how to compile, never which kernel: none of these is in the key (the cache
+// folder and the base folders are in the hit memo's digests: another folder is another answer).
+struct RequestSettings {
+    std::string cache_dir;  // resolved (see api::defaults::cache_dir)
+    // Where a default `cache_dir` came from ("$HOME", ...), for messages; null: the caller named
+    // it. Not in the key.
+    const char *cache_dir_origin = nullptr;
+    std::string arch_origin;  // where `arch` came from, for messages ("KJIT_ARCH", ...); not in the key
     // The cache's size limit in bytes (see store::cache_eviction::after_publish); none: unbounded.
     std::optional<std::uint64_t> max_cache_bytes;
     // How long a miss waits for another process compiling the same key (compile_lock.hpp).
@@ -84,10 +97,20 @@ struct Request {
     // option"), for the message of a refused one. Not in the key.
     CompileMode compile_mode = CompileMode::always;
     const char *compile_mode_origin = "KJIT_NO_COMPILE";
-    // Link-time inputs (kjit_compile_options::link_inputs) as the caller named them, and the
-    // nvJitLink options. With any input, the source is compiled to LTO-IR and linked with them.
-    std::vector<std::string> link_inputs;
-    std::vector<std::string> link_options;
+    // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
+    // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
+    // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
+    // per-compile id). Set by key_request when the NVRTC options ask for it (`--pch`), and by
+    // batches (docs/batch.md).
+    bool use_pch = false;
+    // Set by batches, which decide use_pch for each miss (docs/batch.md). A miss compiled alone
+    // (false) with use_pch unset asks the measured prices (cache/pch_price.hpp).
+    bool pch_planned = false;
+};
+
+// What key_request derives from the inputs and settings: checked, read and resolved once, for
+// the key, the compile and the hit memo.
+struct RequestDerived {
     // Set by key_request: each link input read once (absolute path, kind, content, fstat), in
     // order. In the key by content, never by path; the compile links these very bytes.
     std::vector<compile::linker::Input> link_files;
@@ -113,21 +136,20 @@ struct Request {
     // the key and the manifest. Taking it loads NVRTC, so even a hit needs NVRTC: an entry made
     // by another NVRTC build must not be served.
     std::string nvrtc_identity;
-    // How to compile, not what: NVRTC's automatic precompiled headers (-pch), in a folder per
-    // header identity (pch_folders.hpp). Not in the key, since the cubin does the same either
-    // way (NVRTC's cubins are not byte-reproducible anyway: internal-linkage names carry a
-    // per-compile id). Set by key_request when the NVRTC options ask for it (`--pch`), and by
-    // batches (docs/batch.md).
-    bool use_pch = false;
-    // Set by batches, which decide use_pch for each miss (docs/batch.md). A miss compiled alone
-    // (false) with use_pch unset asks the measured prices (cache/pch_price.hpp).
-    bool pch_planned = false;
     // Set by key_request, which takes NVRTC's PCH options out of nvrtc_options (they are not in
     // the key either; compile::compiler::take_pch_options): whether they asked for the automatic PCH, and
     // those passed on with libkjit's PCH (--instantiate-templates-in-pch=...).
     bool pch_requested = false;
     std::vector<std::string> pch_options;
 };
+
+// A request: what was asked, the settings, and what key_request derived, as one object whose
+// fields are read by name (request.source, request.cache_dir, request.search). A new field goes
+// into the one of the three it belongs to; the static_assert below refuses one added here.
+struct Request : RequestInputs, RequestSettings, RequestDerived {};
+static_assert(sizeof(Request) == sizeof(RequestInputs) + sizeof(RequestSettings) + sizeof(RequestDerived),
+              "key::Request holds a field of its own: put it in RequestInputs (keyed: key_of and both memo "
+              "digests), RequestSettings (never keyed) or RequestDerived (set by key_request)");
 
 // A request checked (keyword, arch, options) with its folders made absolute, and its key and
 // entry: what the cache's steps (find, build) work from.
