@@ -33,13 +33,7 @@ namespace {
 using kjit::api::c_struct::invalid;
 namespace c_struct = kjit::api::c_struct;
 namespace compile_options = kjit::api::compile_options;
-using kjit::api::c_api_support::api_counters;
-using kjit::api::c_api_support::copy_out;
-using kjit::api::c_api_support::count_failure;
-using kjit::api::c_api_support::fail;
-using kjit::api::c_api_support::guarded;
-using kjit::api::c_api_support::init_struct;
-using kjit::api::c_api_support::set_last_error;
+using namespace kjit::api::c_api_support;  // what the C ABI's files share
 
 // One batch item's C request as a cache request, or why it is not one.
 kjit::Result<kjit::key::Request> batch_item_from(const kjit_compile_request *item, size_t index) {

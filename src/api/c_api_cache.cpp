@@ -37,16 +37,13 @@ struct kjit_cache_arches {
 struct kjit_verify_report {
     kjit::store::cache_verification::VerifyReport report;
 };
+
 namespace {
 
 using kjit::api::c_struct::invalid;
 namespace c_struct = kjit::api::c_struct;
 namespace compile_options = kjit::api::compile_options;
-using kjit::api::c_api_support::api_counters;
-using kjit::api::c_api_support::copy_out;
-using kjit::api::c_api_support::fail;
-using kjit::api::c_api_support::guarded;
-using kjit::api::c_api_support::init_struct;
+using namespace kjit::api::c_api_support;  // what the C ABI's files share
 
 static_assert(static_cast<int>(kjit::resolve::NameResolver::Rejection::count) <= KJIT_STATS_REJECTION_SLOTS,
               "kjit_stats.sidecar_rejections is too small");

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 // The C handle: a loader reference plus nothing else (the accessors read through it).
@@ -39,11 +40,7 @@ namespace {
 
 using kjit::api::c_struct::invalid;
 namespace compile_options = kjit::api::compile_options;
-using kjit::api::c_api_support::api_counters;
-using kjit::api::c_api_support::copy_out;
-using kjit::api::c_api_support::fail;
-using kjit::api::c_api_support::guarded;
-using kjit::api::c_api_support::init_struct;
+using namespace kjit::api::c_api_support;  // what the C ABI's files share
 
 // The request a compile call (kjit_compile, kjit_compile_named, kjit_compile_and_load,
 // kjit_prepare) makes of its arguments, checked; `function` names the call in messages.
@@ -120,6 +117,16 @@ kjit_status copy_named(const kjit::cache::Found &found, char *cubin_path, size_t
     if (!name_fits) return copy_out(found.name, name, name_size, nullptr, "name");
     (void)copy_out(found.cubin, cubin_path, cubin_path_size, nullptr, "cubin_path");
     return copy_out(found.name, name, name_size, nullptr, "name");
+}
+
+// Loads the kernel `keyword` names in `cubin` into a new handle for the caller (`*kernel`), counted
+// in kjit_stats.loads: how kjit_load_cached, kjit_compile_and_load and kjit_prepared_load end.
+kjit_status load_into(const std::string &cubin, std::string_view keyword, kjit_kernel **kernel) {
+    auto loaded = kjit::load::KernelLoader::instance().load(cubin, keyword);
+    if (!loaded) return fail(loaded.error());
+    *kernel = new kjit_kernel(std::move(*loaded));
+    api_counters().loads.fetch_add(1, std::memory_order_relaxed);
+    return KJIT_OK;
 }
 
 }  // namespace
@@ -226,11 +233,7 @@ KJIT_API kjit_status kjit_load_cached(const char *cubin_path, const char *keywor
         if (!cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is NULL");
         if (!*cubin_path) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: cubin_path is empty");
         if (!keyword) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_load_cached: keyword is NULL");
-        auto loaded = kjit::load::KernelLoader::instance().load(cubin_path, keyword);
-        if (!loaded) return fail(loaded.error());
-        *kernel = new kjit_kernel(std::move(*loaded));
-        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
-        return KJIT_OK;
+        return load_into(cubin_path, keyword, kernel);
     });
 }
 
@@ -241,11 +244,7 @@ KJIT_API kjit_status kjit_compile_and_load(const char *source, const char *keywo
         if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_and_load: kernel (the out handle) is NULL");
         auto found = compile_request("kjit_compile_and_load", source, keyword, options, nullptr);
         if (!found) return fail(found.error());
-        auto loaded = kjit::load::KernelLoader::instance().load(found->cubin, keyword);
-        if (!loaded) return fail(loaded.error());
-        *kernel = new kjit_kernel(std::move(*loaded));
-        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
-        return KJIT_OK;
+        return load_into(found->cubin, keyword, kernel);
     });
 }
 
@@ -295,11 +294,7 @@ KJIT_API kjit_status kjit_prepared_load(const kjit_prepared *prepared, kjit_kern
             return KJIT_OK;
         });
         if (found != KJIT_OK) return found;
-        auto loaded = kjit::load::KernelLoader::instance().load(cubin, prepared->request.keyword);
-        if (!loaded) return fail(loaded.error());
-        *kernel = new kjit_kernel(std::move(*loaded));
-        api_counters().loads.fetch_add(1, std::memory_order_relaxed);
-        return KJIT_OK;
+        return load_into(cubin, prepared->request.keyword, kernel);
     });
 }
 
