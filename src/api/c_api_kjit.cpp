@@ -57,33 +57,38 @@ kjit::Result<kjit::key::Request> request_of(const char *function, const char *so
 }
 
 // kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
-// the hit memo's, when the caller tried the memo under it (memo_answer), else null.
+// the hit memo's, when the caller tried the memo under it (answer_call), else null.
 kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
                                                  const kjit_compile_options *options,
                                                  const kjit::cache::HitMemo::Digest *digest) {
-    KJIT_TRY_ASSIGN(auto made, request_of(function, source, keyword, options));
-    kjit::key::Request &request = made;
+    KJIT_TRY_ASSIGN(kjit::key::Request request, request_of(function, source, keyword, options));
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
 }
 
-// A repeat answered by the hit memo straight from the caller's arguments (no Request built, no
-// strings copied but the answer's into the caller's buffers): `out(const Found &)` gives the
-// call's status. Returns whether the memo answered (then *status is set); when it did not,
-// *digest is the memo's digest of the call (for compile_request), or null when the memo is off
-// or the call is not one it may answer as it is.
+// kjit_compile and kjit_compile_named answered: a repeat by the hit memo straight from the
+// caller's arguments (no Request built, no strings copied but the answer's into the caller's
+// buffers), else the request checked and compiled (or found), remembered under the memo's digest
+// of the call when it has one. `out(const Found &)` gives the call's status.
 template <typename Out>
-bool memo_answer(const char *source, const char *keyword, const kjit_compile_options *options,
-                 kjit::cache::HitMemo::Digest &digest_storage, const kjit::cache::HitMemo::Digest *&digest,
-                 kjit_status &status, Out &&out) {
-    digest = nullptr;
+kjit_status answer_call(const char *function, const char *source, const char *keyword,
+                        const kjit_compile_options *options, Out &&out) {
+    kjit::cache::HitMemo::Digest storage;
+    const kjit::cache::HitMemo::Digest *digest = nullptr;
     // While recording, every call takes the full look-up, which records it (a memo hit would not).
-    if (kjit::api::request_record::active()) return false;
-    if (!kjit::api::memo_digest_of(source, keyword, options, digest_storage)) return false;
-    digest = &digest_storage;
-    return kjit::cache::Cache::instance().recall_with(digest_storage, keyword,
-                                                      [&](const kjit::cache::Found &found) { status = out(found); });
+    // The memo's digest is null when the memo is off or the call is not one it may answer as it is.
+    if (!kjit::api::request_record::active() && kjit::api::memo_digest_of(source, keyword, options, storage)) {
+        digest = &storage;
+        kjit_status status = KJIT_OK;
+        if (kjit::cache::Cache::instance().recall_with(storage, keyword,
+                                                       [&](const kjit::cache::Found &found) { status = out(found); })) {
+            return status;
+        }
+    }
+    auto found = compile_request(function, source, keyword, options, digest);
+    if (!found) return fail(found.error());
+    return out(*found);
 }
 
 // A prepared request answered (kjit_prepared_compile, kjit_prepared_load): `out(const Found &)`
@@ -192,13 +197,7 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         const auto out = [&](const kjit::cache::Found &found) {
             return copy_out(found.cubin, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
         };
-        kjit::cache::HitMemo::Digest storage;
-        const kjit::cache::HitMemo::Digest *digest = nullptr;
-        kjit_status status = KJIT_OK;
-        if (memo_answer(source, keyword, options, storage, digest, status, out)) return status;
-        auto found = compile_request("kjit_compile", source, keyword, options, digest);
-        if (!found) return fail(found.error());
-        return out(*found);
+        return answer_call("kjit_compile", source, keyword, options, out);
     });
 }
 
@@ -216,13 +215,7 @@ KJIT_API kjit_status kjit_compile_named(const char *source, const char *keyword,
         const auto out = [&](const kjit::cache::Found &found) {
             return copy_named(found, cubin_path, cubin_path_size, cubin_path_len, name, name_size, name_len);
         };
-        kjit::cache::HitMemo::Digest storage;
-        const kjit::cache::HitMemo::Digest *digest = nullptr;
-        kjit_status status = KJIT_OK;
-        if (memo_answer(source, keyword, options, storage, digest, status, out)) return status;
-        auto found = compile_request("kjit_compile_named", source, keyword, options, digest);
-        if (!found) return fail(found.error());
-        return out(*found);
+        return answer_call("kjit_compile_named", source, keyword, options, out);
     });
 }
 

@@ -1,6 +1,6 @@
 // Internal error type shared by every module. Modules report failures as an Error (a code
-// plus a message naming the file and what was wrong); only the C ABI (api/c_api_*.cpp) maps codes to the
-// public kjit_status values, so no module below the C ABI knows the C types.
+// plus a message naming the file and what was wrong); only the C ABI (api/c_api_*.cpp) maps
+// codes to the public kjit_status values, so no module below the C ABI knows the C types.
 #pragma once
 
 #include <string>
@@ -64,9 +64,8 @@ struct Ok {};
 using Status = Result<Ok>;
 
 // KJIT_TRY(expr): evaluates `expr`, a Result or Status; when it holds an error, returns that
-// error from the enclosing function (which returns a Result or Status of any type). The one
-// spelling of "pass the failure up" (it replaced ~180 hand-written `if (!x) return
-// std::move(x).error();`).
+// error from the enclosing function (which returns a Result or Status of any type): the one
+// spelling of "pass the failure up".
 #define KJIT_TRY(...)                                                      \
     do {                                                                   \
         auto &&kjit_try_result_ = (__VA_ARGS__);                           \
