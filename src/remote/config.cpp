@@ -93,6 +93,14 @@ std::string tcp_place(const Server &s) {
     return host_shown + ":" + std::to_string(s.port) + "/" + std::to_string(s.db);
 }
 
+// "redis://", "rediss://", or another backend's scheme ("memory://" in a test).
+std::string url_scheme(const Server &s) {
+    if (s.scheme.empty() || s.scheme == "redis" || s.scheme == "rediss") {
+        return std::string(s.tls ? kTlsScheme : kTcpScheme);
+    }
+    return s.scheme + "://";
+}
+
 }  // namespace
 
 void name_server(Server &s) {
@@ -100,7 +108,7 @@ void name_server(Server &s) {
         s.id = std::string(kUnixScheme) + s.path + "?db=" + std::to_string(s.db);
         return;
     }
-    s.id = std::string(s.tls ? kTlsScheme : kTcpScheme) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
+    s.id = url_scheme(s) + (s.user.empty() ? "" : s.user + "@") + tcp_place(s);
 }
 
 namespace {
@@ -114,6 +122,7 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
     Server s;
     const std::size_t scheme = tcp_scheme_length(token);
     s.tls = scheme == kTlsScheme.size();
+    s.scheme = s.tls ? "rediss" : "redis";
     std::string_view rest = token.substr(scheme);
     if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
         std::string_view userinfo = rest.substr(0, at);
@@ -157,6 +166,7 @@ Result<Server> parse_tcp(std::string_view token, std::string_view origin) {
 
 Result<Server> parse_unix(std::string_view token, std::string_view origin) {
     Server s;
+    s.scheme = "redis+unix";
     s.kind = Server::Kind::unix_socket;
     std::string_view rest = token.substr(kUnixScheme.size());
     if (rest.substr(0, 2) == "//") rest = rest.substr(2);  // redis+unix:///run/redis.sock
@@ -468,7 +478,7 @@ Result<std::optional<Config>> parse(std::string_view spec, std::string_view orig
 std::string display(const Server &s) {
     if (s.kind == Server::Kind::unix_socket) return s.id;
     const std::string credentials = s.password.empty() ? "" : (s.user.empty() ? "" : s.user + ":") + "***@";
-    return std::string(s.tls ? kTlsScheme : kTcpScheme) + credentials + tcp_place(s);
+    return url_scheme(s) + credentials + tcp_place(s);
 }
 
 }  // namespace kjit::remote

@@ -32,6 +32,8 @@
 namespace kjit::remote {
 
 struct Server {
+    // Which backend speaks to it (backend.cpp's table): "redis", "rediss" or "redis+unix".
+    std::string scheme;
     enum class Kind { tcp, unix_socket } kind = Kind::tcp;
     std::string host;  // tcp: a name or an address (IPv6 without its brackets)
     int port = 6379;

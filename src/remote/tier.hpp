@@ -3,10 +3,11 @@
 // local miss, under the node's own lock of the key (compile_lock.hpp: one process per node goes
 // remote), so a local hit sends no command at all.
 //
-// Keys ("{key}" is a hash tag: the three live on one server, in one Redis Cluster slot):
-//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:b:{<key>}   the entry (entry.hpp)
-//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:l:{<key>}   the lease: who compiles it now
-//   kjit:<format>e<envelope>:<namespace>:<NVRTC M.m>:<arch>:f:{<key>}   a compile error, shared for 60 s
+// Each key has three values on a server: its entry, its lease and its shared failure
+// (key_layout.hpp). The tier speaks to each server through a Backend (backend.hpp), chosen by
+// the server's scheme: the Redis protocol, its scripts and its full-server handling are
+// redis_backend.cpp's; what follows holds for every backend.
+//
 // Servers are ranked per key by rendezvous hashing over their ids: a key lives on the first of
 // its order whose breaker lets it through. A server that is down (refused, timed out, its
 // breaker open) hands its keys to the next of their order, the same one on every node, so the
@@ -14,40 +15,32 @@
 // return to it (entries stored elsewhere meanwhile are not moved back: a node that lacks one
 // compiles it once more, under the lease).
 //
-// Cluster single flight (settle): GET the entry; none: take the lease atomically (a script: the
-// entry there: a hit; a shared failure: that error; the lease free: SET NX PX, the caller owns
-// it and compiles, renewing it while it does; else wait). A waiter polls entry, lease (and its
-// time to live) and failure in one pipeline, backing off from 50 ms to 1 s but never past the
+// Cluster single flight (settle): read the entry; none: take the lease atomically (the entry
+// there: a hit; a shared failure: that error; the lease free: the caller owns it and compiles,
+// renewing it while it does; else wait). A waiter polls entry, lease (and its time to live) and
+// failure in one round trip, backing off from 50 ms to 1 s but never past the
 // lease's end: the entry: fetched; the failure: returned; the lease gone without either (its
 // holder died): it tries to take it, so a dead holder costs at most the lease; after
 // wait-timeout it compiles itself. The lease only saves work: entries are content-addressed and
-// put with SET NX (first writer wins), so a duplicate compile costs CPU, never correctness.
+// put only where none is (first writer wins), so a duplicate compile costs CPU, never correctness.
 // Every lease the process holds on a server is renewed by one thread per server, in one
-// pipeline, on that thread's one connection: no connection per lease.
+// round trip, on that thread's one connection: no connection per lease.
 //
-// A full server (maxmemory with maxmemory-policy noeviction) refuses every SET, the lease's
-// too. The single flight survives it: (1) the lease scripts run with Redis 7's allow-oom flag
-// (a lease is a hundred bytes that expire: they always fit, and Redis allows them past
-// maxmemory only in such a flagged script), so nodes still agree on who compiles; (2) a store
-// refused for memory makes room by deleting this namespace's least recently used entries
-// (sampled with SCAN, ranked by OBJECT IDLETIME, as Redis's own LRU samples; DEL is allowed at
-// maxmemory) and tries again, so the holder's entry still reaches the waiters. Only this
-// namespace's entries are removed, never another project's keys; where nothing of it is there
-// to remove, the holder says so in its lease (the waiters compile at once). Said once per
-// process as a warning with what to configure (maxmemory-policy allkeys-lru). A server older
-// than Redis 7 refuses the flagged scripts: the tier then sends them without the flag.
+// A full server is the backend's to survive (redis_backend.cpp: the lease scripts still run, a
+// store makes room from this namespace's least recently used entries); where it cannot store,
+// the holder says so in its lease (the waiters compile at once).
 //
 // Fail open, always: a server that is down, slow, full, read-only or a cluster that is down makes
 // libkjit slower, never wrong and never failing: every problem ends in "the next server" or
 // "compile here" (counted, and logged once per outage). A value that fails verification counts
-// as corrupt, is deleted (unless read-only) and is a miss. Knows the Redis client, remote
-// entries and the config; nothing of the cache above it.
+// as corrupt, is deleted (unless read-only) and is a miss. Knows the backends' seam, remote
+// entries and the config; nothing of the cache above it, nor of any protocol.
 #pragma once
 
+#include "remote/backend.hpp"
 #include "remote/config.hpp"
+#include "remote/counters.hpp"
 #include "remote/entry.hpp"
-#include "remote/redis_client.hpp"
-#include "util/filesystem.hpp"
 #include "util/status.hpp"
 
 #include <atomic>
@@ -56,32 +49,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace kjit::remote {
 
-// Process-wide counters of the tier (kjit_stats' remote_* fields). Relaxed atomics.
-struct Counters {
-    std::atomic<std::uint64_t> hits{0};             // entries fetched, verified and published locally
-    std::atomic<std::uint64_t> misses{0};           // look-ups that found no entry
-    std::atomic<std::uint64_t> errors{0};           // failed round trips and refused commands
-    std::atomic<std::uint64_t> timeouts{0};         // of the errors, timeouts
-    std::atomic<std::uint64_t> corrupt{0};          // values that failed verification
-    std::atomic<std::uint64_t> puts{0};             // entries stored
-    std::atomic<std::uint64_t> bytes_in{0};         // value bytes fetched
-    std::atomic<std::uint64_t> bytes_out{0};        // value bytes stored
-    std::atomic<std::uint64_t> leases_owned{0};     // leases taken (this process compiled for the cluster)
-    std::atomic<std::uint64_t> lease_waits{0};      // look-ups that waited on another node's lease
-    std::atomic<std::uint64_t> lease_takeovers{0};  // ... and took the lease over when it vanished
-    std::atomic<std::uint64_t> shared_failures{0};  // compile errors returned from another node's compile
-};
-Counters &counters();
-
 class Tier;
 class Renewer;
-// One server of a tier: its link, the renewer of the leases held there, and what the tier
-// learned of it (tier.cpp).
+// One server of a tier: its backend, the renewer of the leases held there (tier.cpp).
 struct Shard;
 struct ShardFree {
     void operator()(Shard *shard) const noexcept;
@@ -143,10 +117,12 @@ public:
     // The process's tier for `spec` (KJIT_REMOTE_STORAGE's syntax, from `origin`), made and
     // kept on first use (one per distinct spec: its servers' breakers and counters are shared
     // by every thread); nullptr when the spec turns the tier off. Errors: a bad spec
-    // (remote::parse). Thread safe.
+    // (remote::parse), a server no backend speaks (make_backend). Thread safe.
     static Result<Tier *> for_spec(const std::string &spec, std::string_view origin);
 
-    explicit Tier(Config config);
+    // A tier over `backends`, one per server of `config`, in its order (for_spec makes them
+    // with make_backend; a test may give its own). Not empty.
+    Tier(Config config, std::vector<std::unique_ptr<Backend>> backends);
     ~Tier();
     Tier(const Tier &) = delete;
     Tier &operator=(const Tier &) = delete;
@@ -159,34 +135,30 @@ public:
     // Thread safe.
     Settled settle(const Expected &expected, bool defer_waits = false);
 
-    // The verified entries of `wanted` that the servers hold, fetched in pipelined round trips
-    // (one per server per 64 keys) with no lease: what a batch asks before it compiles
-    // anything, so that a node joining warm pays one round trip for many kernels. nullopt
-    // where a key has no entry (not counted as a miss: settle() asks again and counts), a
-    // value fails verification (counted, deleted unless read-only), or its server fails.
+    // The verified entries of `wanted` that the servers hold, fetched in as few round trips as
+    // their backends allow (one per server per 64 keys) with no lease: what a batch asks before
+    // it compiles anything, so that a node joining warm pays one round trip for many kernels.
+    // nullopt where a key has no entry (not counted as a miss: settle() asks again and counts),
+    // a value fails verification (counted, deleted unless read-only), or its server fails.
     // Thread safe.
     std::vector<std::optional<Entry>> fetch_many(const std::vector<Expected> &wanted);
 
-    // Stores a freshly compiled entry (SET NX: the first writer wins) on the lease's server (or,
-    // that one down, or without a lease, the first of the key's order that is up). Not in
-    // read-only mode, nor over max-entry-size. A server full with noeviction gets room made
-    // (see above). Failures are counted and logged, never returned; with `lease` (the caller's,
-    // when it holds one), it is told whether the entry is there now.
+    // Stores a freshly compiled entry (the first writer wins) on the lease's server (or, that
+    // one down, or without a lease, the first of the key's order that is up). Not in read-only
+    // mode, nor over max-entry-size. Failures are counted and logged, never returned; with
+    // `lease` (the caller's, when it holds one), it is told whether the entry is there now.
     void put(const Expected &expected, const store::cache_entry::Manifest &manifest, std::string_view cubin,
              Lease *lease = nullptr);
     // Shares a deterministic compile error for 60 s (its text cut to 64 KiB). Only the lease's
     // owner calls it, and `lease` is told whether it is there now.
     void put_failure(const Expected &expected, const Error &error, Lease &lease);
 
-    // What each server says of itself (INFO and the count of libkjit entries), for
-    // `kjit cache stats --remote`: text, one block per server. A server that cannot be reached
-    // ("  unreachable: ...") or wants a password ("  refused: ...") says so in its block and
-    // counts as an error; one that refuses INFO or SCAN otherwise (an ACL, a renamed command)
-    // says what is not shown in a line "  limited: ..." and gives the rest.
+    // What each server says of itself (Backend::describe), for `kjit cache stats --remote`:
+    // text, one block per server ("server <url>" and its lines).
     std::string describe_servers();
 
-    // The Redis key of `kind` ('b', 'l' or 'f') for `expected`.
-    std::string redis_key(const Expected &expected, char kind) const;
+    // The server key of `kind` ('b', 'l' or 'f') for `expected` (key_layout.hpp).
+    std::string server_key(const Expected &expected, char kind) const;
 
 private:
     friend class Lease;
@@ -194,9 +166,8 @@ private:
     // One settle() call's state across its round trips (and servers, when one fails).
     struct Settling {
         const Expected &expected;
-        std::string entry_key, lease_key, failure_key;
+        KeySet keys;
         std::string token;             // this call's, should it take the lease
-        std::string lease_ms;          // the lease's length, as the scripts take it
         std::int64_t deadline_ns = 0;  // steady clock: the end of wait-timeout
         bool counted_miss = false;
         bool waited = false;
@@ -205,7 +176,7 @@ private:
         std::chrono::milliseconds poll{};  // the next wait between polls (kFirstPoll, growing)
         std::int64_t lease_left_ms = -1;   // the lease's time to live at the last poll; -1: unknown
     };
-    enum class Claim {
+    enum class Step {
         settled,  // `out` says what to do
         again,    // the entry appeared, or a bad one was deleted: look it up again
         wait,     // another node holds the lease
@@ -213,9 +184,7 @@ private:
     // settle() on one server: what it decided, or s.link_failed.
     Settled settle_on(Shard &shard, Settling &s, bool defer_waits);
     // One round trip: the entry, and the claim of its lease (settle()'s first step).
-    Claim look_up_and_claim(Shard &shard, Settling &s, Settled &out);
-    // The claim's verdict (the lease script's reply `verdict`, an array).
-    Claim take_verdict(Shard &shard, Settling &s, const redisReply &verdict, Settled &out);
+    Step look_up_and_claim(Shard &shard, Settling &s, Settled &out);
     // Polls until the lease's holder is done: true when `out` is settled (a shared failure, the
     // holder's unstored marker, wait-timeout, a server problem); false when the entry is there
     // or the lease went free without it: look it up and claim it again.
@@ -225,35 +194,15 @@ private:
     // The first of them whose breaker lets a round trip through (the first of all when none does).
     Shard &first_usable(const std::string &key);
     // When none of `order` is usable but one is in the quick probes of a young outage, sleeps
-    // until it may be (ServerLink::quick_retry_at_ns) and returns true: ask again. False when
+    // until it may be (Backend::quick_retry_at_ns) and returns true: ask again. False when
     // none is, or that moment is past `deadline_ns` (steady clock): go on without the tier.
     bool wait_for_quick_retry(const std::vector<Shard *> &order, std::int64_t deadline_ns);
-    // Runs `commands` on `link`, counting failures; errors as ServerLink::run (with its
-    // `cancel_fd`).
-    Result<std::vector<Reply>> round_trip(ServerLink &link, const std::vector<Command> &commands, int cancel_fd = -1);
-    // SET NX of `value` under `entry_key` on `shard`, making room when it is full: its reply, or
-    // the link's error.
-    Result<Reply> store(Shard &shard, const std::string &entry_key, const std::string &value);
-    // Whether `reply`, the first of `command` that making room on `shard` sends (INFO, SCAN,
-    // OBJECT IDLETIME, MEMORY USAGE), is not an error. A refusal (an ACL, a renamed command) is
-    // said once per process; one of the last three stops making room on `shard`.
-    bool allowed(Shard &shard, const char *command, const redisReply &reply);
-    // The count of this namespace's entries on `link`'s server, as describe_servers' line.
-    std::string count_entries(ServerLink &link);
-    // How many bytes a store of `value_bytes` on full `shard` wants freed (INFO memory).
-    std::uint64_t room_wanted(Shard &shard, std::size_t value_bytes);
-    // Deletes this namespace's least recently used entries on `shard` until about `bytes` are
-    // free, a sample at a time (as Redis's LRU): the bytes freed (0: none found).
-    std::uint64_t make_room(Shard &shard, std::uint64_t bytes);
-    // One sample's worth of that: the idlest of a sample, deleted until `bytes` or the sample
-    // runs out: the bytes freed.
-    std::uint64_t remove_idlest(Shard &shard, std::uint64_t bytes);
-    // A fetched value (`value`, a GET's reply, under `entry_key`) verified for `expected`:
-    // counted as a hit, or as corrupt (then deleted there unless read-only, if still the same).
-    std::optional<Entry> verify_fetched(ServerLink &link, const redisReply &value, const Expected &expected,
+    // A fetched `value` (under `entry_key`) verified for `expected`: counted as a hit, or as
+    // corrupt (then deleted there unless read-only, if still the same).
+    std::optional<Entry> verify_fetched(Backend &backend, const std::string &value, const Expected &expected,
                                         const std::string &entry_key);
     // Counts and logs (at most once per server per minute) a command the server refused.
-    void refused(ServerLink &link, const char *what, std::string_view reply_text);
+    void refused(const Backend &backend, const Refusal &refusal);
 
     Config config_;
     std::vector<std::unique_ptr<Shard, ShardFree>> shards_;

@@ -21,7 +21,7 @@ Result<Tier *> Tier::for_spec(const std::string &spec, std::string_view origin) 
 }
 
 void ShardFree::operator()(Shard *) const noexcept {}
-Tier::Tier(Config config) : config_(std::move(config)) {}
+Tier::Tier(Config config, std::vector<std::unique_ptr<Backend>>) : config_(std::move(config)) {}
 Tier::~Tier() = default;
 Settled Tier::settle(const Expected &, bool) { return Settled{}; }
 std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &wanted) {
@@ -30,7 +30,7 @@ std::vector<std::optional<Entry>> Tier::fetch_many(const std::vector<Expected> &
 void Tier::put(const Expected &, const store::cache_entry::Manifest &, std::string_view, Lease *) {}
 void Tier::put_failure(const Expected &, const Error &, Lease &) {}
 std::string Tier::describe_servers() { return std::string(); }
-std::string Tier::redis_key(const Expected &, char) const { return std::string(); }
+std::string Tier::server_key(const Expected &, char) const { return std::string(); }
 
 Lease::Lease(Tier &tier, Shard &shard, std::string key, std::string token)
     : tier_(tier), shard_(shard), key_(std::move(key)), token_(std::move(token)) {}
