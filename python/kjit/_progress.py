@@ -30,7 +30,7 @@ class Bar:
         if total == 0:
             return
         try:
-            from tqdm import tqdm  # type: ignore[import]
+            from tqdm import tqdm
         except ImportError:
             return
         self._tqdm = tqdm(total=total, desc="kjit compile_batch", unit="kernel")
