@@ -1,4 +1,4 @@
-// Scenario 10: the cluster tier (kjit_compile_options::remote_storage, src/remote/tier.hpp):
+// Scenario 10: the cluster tier (kjit_compile_options::remote_storage, src/storage/remote/tier.hpp):
 // one compile per kernel across the nodes that share a Redis server, and a new node that starts
 // warm. The scenario starts its own redis-server on 127.0.0.1 and a free port (no persistence,
 // its folder under the work dir); one that cannot start fails the scenario, never skips it.

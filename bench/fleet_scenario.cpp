@@ -13,7 +13,7 @@
 //                the healthy run's time (it comes back with its data, as from a restart)
 //   cluster      a Redis Cluster endpoint: two cluster-mode servers, every slot on the second,
 //                the nodes naming the first (which answers each key's command with MOVED: the
-//                nodes follow it to the second, src/remote/cluster_router.hpp)
+//                nodes follow it to the second, src/storage/remote/cluster_router.hpp)
 //   killed holder  one node takes the lease of a kernel that compiles for about a second and is
 //                killed (SIGKILL) while it compiles; a second node then asks for that kernel: its
 //                call's time less its own compile (NVRTC's time) is what the dead holder costs

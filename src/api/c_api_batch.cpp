@@ -110,7 +110,7 @@ struct ProgressBridge {
 
     kjit::batch::compiler::Progress callback(kjit_batch_progress_fn progress, void *user_data) {
         return [this, progress, user_data](size_t done, size_t total, size_t item,
-                                           const kjit::Result<kjit::cache::Found> &r) {
+                                           const kjit::Result<kjit::storage::Found> &r) {
             if (threw) return true;
             const kjit_status status = r ? KJIT_OK : static_cast<kjit_status>(r.error().code);
             try {
@@ -135,7 +135,7 @@ struct BatchTally {
 };
 
 // The caller's result handle for a batch's results (moved out of `done`); counts each failure.
-std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit::cache::Found>> &done,
+std::unique_ptr<kjit_batch_result> batch_result_of(std::vector<kjit::Result<kjit::storage::Found>> &done,
                                                    BatchTally &tally) {
     auto out = std::make_unique<kjit_batch_result>();
     out->statuses.reserve(done.size());
@@ -199,7 +199,7 @@ KJIT_API kjit_status kjit_compile_batch(const kjit_compile_request *const *reque
         std::vector<kjit::Result<kjit::key::Request>> items;
         items.reserve(count);
         for (size_t i = 0; i < count; ++i) items.push_back(batch_item_from(requests[i], i));
-        std::vector<kjit::Result<kjit::cache::Found>> done = kjit::batch::compiler::compile(std::move(items), *batch);
+        std::vector<kjit::Result<kjit::storage::Found>> done = kjit::batch::compiler::compile(std::move(items), *batch);
         BatchTally tally;
         auto out = batch_result_of(done, tally);
         // The texts are made before the result is handed over: nothing after that can throw.

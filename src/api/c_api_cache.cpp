@@ -9,8 +9,8 @@
 #include "api/defaults.hpp"
 #include "cache/cache.hpp"
 #include "load/kernel_loader.hpp"
-#include "remote/tier.hpp"
 #include "resolve/name_resolver.hpp"
+#include "storage/remote/tier.hpp"
 #include "store/cache_copy.hpp"
 #include "store/cache_eviction.hpp"
 #include "store/cache_inventory.hpp"
@@ -183,7 +183,7 @@ KJIT_API kjit_status kjit_get_stats(kjit_stats *stats) {
         s.evicted_bytes = eviction.evicted_bytes.load(relaxed);
         for (std::size_t i = 0; i < KJIT_STATS_STATUS_SLOTS; ++i) s.errors[i] = api_counters().errors[i].load(relaxed);
         s.swept_temp_folders = eviction.swept_temp_folders.load(relaxed);
-        const auto &remote = kjit::remote::counters();
+        const auto &remote = kjit::storage::remote::counters();
         s.remote_hits = remote.hits.load(relaxed);
         s.remote_misses = remote.misses.load(relaxed);
         s.remote_errors = remote.errors.load(relaxed);
@@ -228,7 +228,7 @@ KJIT_API kjit_status kjit_remote_describe(const char *remote_storage, char *text
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_remote_describe: text is NULL but text_size is not 0");
         }
         const auto [spec, origin] = remote_setting(remote_storage, "kjit_remote_describe: remote_storage");
-        auto tier = kjit::remote::Tier::for_spec(spec, origin);
+        auto tier = kjit::storage::remote::Tier::for_spec(spec, origin);
         if (!tier) return fail(tier.error());
         if (!*tier) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -247,7 +247,7 @@ KJIT_API kjit_status kjit_remote_check(const char *remote_storage, unsigned flag
         }
         const auto [spec, origin] = remote_setting(remote_storage, "kjit_remote_check: remote_storage");
         // Before parsing: a malformed setting's message must not be the first to show it.
-        if ((flags & KJIT_REMOTE_CHECK_NO_PASSWORD) && kjit::remote::names_a_password(spec)) {
+        if ((flags & KJIT_REMOTE_CHECK_NO_PASSWORD) && kjit::storage::remote::names_a_password(spec)) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT,
                         (std::string(origin) +
                          " names a server with a password, which every user of this machine can read in a "
@@ -256,7 +256,7 @@ KJIT_API kjit_status kjit_remote_check(const char *remote_storage, unsigned flag
                             .c_str());
         }
         // As a compile would take it: parsed, and refused by a libkjit built without the tier.
-        auto tier = kjit::remote::Tier::for_spec(spec, origin);
+        auto tier = kjit::storage::remote::Tier::for_spec(spec, origin);
         if (!tier) return fail(tier.error());
         return KJIT_OK;
     });

@@ -58,9 +58,9 @@ kjit::Result<kjit::key::Request> request_of(const char *function, const char *so
 
 // kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
 // the hit memo's, when the caller tried the memo under it (answer_call), else null.
-kjit::Result<kjit::cache::Found> compile_request(const char *function, const char *source, const char *keyword,
-                                                 const kjit_compile_options *options,
-                                                 const kjit::cache::HitMemo::Digest *digest) {
+kjit::Result<kjit::storage::Found> compile_request(const char *function, const char *source, const char *keyword,
+                                                   const kjit_compile_options *options,
+                                                   const kjit::cache::HitMemo::Digest *digest) {
     KJIT_TRY_ASSIGN(kjit::key::Request request, request_of(function, source, keyword, options));
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
@@ -81,8 +81,9 @@ kjit_status answer_call(const char *function, const char *source, const char *ke
     if (!kjit::api::request_record::active() && kjit::api::memo_digest_of(source, keyword, options, storage)) {
         digest = &storage;
         kjit_status status = KJIT_OK;
-        if (kjit::cache::Cache::instance().recall_with(storage, keyword,
-                                                       [&](const kjit::cache::Found &found) { status = out(found); })) {
+        if (kjit::cache::Cache::instance().recall_with(storage, keyword, [&](const kjit::storage::Found &found) {
+                status = out(found);
+            })) {
             return status;
         }
     }
@@ -100,8 +101,9 @@ kjit_status answer_prepared(const kjit_prepared &p, Out &&out) {
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     const bool recording = kjit::api::request_record::active();
     kjit_status status = KJIT_OK;
-    if (p.memo && !recording &&
-        cache.recall_with(p.digest, p.request.keyword, [&](const kjit::cache::Found &found) { status = out(found); })) {
+    if (p.memo && !recording && cache.recall_with(p.digest, p.request.keyword, [&](const kjit::storage::Found &found) {
+            status = out(found);
+        })) {
         return status;
     }
     if (recording) kjit::api::request_record::note(p.request);
@@ -112,7 +114,7 @@ kjit_status answer_prepared(const kjit_prepared &p, Out &&out) {
 
 // kjit_compile_named's result: both lengths first, then both strings or neither, so a caller
 // retrying with bigger buffers learns everything it needs from one failure.
-kjit_status copy_named(const kjit::cache::Found &found, char *cubin_path, size_t cubin_path_size,
+kjit_status copy_named(const kjit::storage::Found &found, char *cubin_path, size_t cubin_path_size,
                        size_t *cubin_path_len, char *name, size_t name_size, size_t *name_len) {
     if (cubin_path_len) *cubin_path_len = found.cubin.size();
     if (name_len) *name_len = found.name.size();
@@ -194,7 +196,7 @@ KJIT_API kjit_status kjit_compile(const char *source, const char *keyword, const
         if (!cubin_path && cubin_path_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile: cubin_path is NULL but cubin_path_size is not 0");
         }
-        const auto out = [&](const kjit::cache::Found &found) {
+        const auto out = [&](const kjit::storage::Found &found) {
             return copy_out(found.cubin, cubin_path, cubin_path_size, cubin_path_len, "cubin_path");
         };
         return answer_call("kjit_compile", source, keyword, options, out);
@@ -212,7 +214,7 @@ KJIT_API kjit_status kjit_compile_named(const char *source, const char *keyword,
         if (!name && name_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_compile_named: name is NULL but name_size is not 0");
         }
-        const auto out = [&](const kjit::cache::Found &found) {
+        const auto out = [&](const kjit::storage::Found &found) {
             return copy_named(found, cubin_path, cubin_path_size, cubin_path_len, name, name_size, name_len);
         };
         return answer_call("kjit_compile_named", source, keyword, options, out);
@@ -270,7 +272,7 @@ KJIT_API kjit_status kjit_prepared_compile(const kjit_prepared *prepared, char *
         if (!name && name_size != 0) {
             return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_compile: name is NULL but name_size is not 0");
         }
-        return answer_prepared(*prepared, [&](const kjit::cache::Found &found) {
+        return answer_prepared(*prepared, [&](const kjit::storage::Found &found) {
             return copy_named(found, cubin_path, cubin_path_size, cubin_path_len, name, name_size, name_len);
         });
     });
@@ -282,7 +284,7 @@ KJIT_API kjit_status kjit_prepared_load(const kjit_prepared *prepared, kjit_kern
         if (!kernel) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_load: kernel (the out handle) is NULL");
         if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepared_load: prepared is NULL");
         std::string cubin;  // copied out of the memo's answer: the load runs outside its lock
-        const kjit_status found = answer_prepared(*prepared, [&](const kjit::cache::Found &f) {
+        const kjit_status found = answer_prepared(*prepared, [&](const kjit::storage::Found &f) {
             cubin = f.cubin;
             return KJIT_OK;
         });

@@ -33,7 +33,7 @@ namespace {
 struct Job {
     key::KeyedRequest keyed;
     std::vector<std::size_t> items;
-    std::optional<Result<cache::Found>> result;
+    std::optional<Result<storage::Found>> result;
 };
 
 // The fewest misses of one header identity that one process must compile for NVRTC's PCH to
@@ -76,24 +76,24 @@ auto guarded(const key::KeyedRequest &keyed, Build &&build) -> decltype(build())
     try {
         return build();
     } catch (const std::bad_alloc &) {
-        return Result<cache::Found>(Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key});
+        return Result<storage::Found>(Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key});
     } catch (const std::exception &e) {
-        return Result<cache::Found>(
+        return Result<storage::Found>(
             Error{Errc::internal, std::string("internal error while compiling ") + keyed.key + ": " + e.what()});
     }
 }
 
 // cache.build() guarded; NVRTC runs on `runner` (a worker process), or on this thread when it
 // is null.
-Result<cache::Found> build_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
-                                   compile::JobRunner *runner = nullptr) {
+Result<storage::Found> build_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
+                                     compile::JobRunner *runner = nullptr) {
     return guarded(keyed, [&] { return cache.build(keyed, runner); });
 }
 
 // cache.build_unless_busy() guarded: nullopt when the cluster tier says another node compiles
 // the entry now.
-std::optional<Result<cache::Found>> build_unless_busy_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
-                                                              compile::JobRunner *runner) {
+std::optional<Result<storage::Found>> build_unless_busy_guarded(cache::Cache &cache, const key::KeyedRequest &keyed,
+                                                                compile::JobRunner *runner) {
     return guarded(keyed, [&] { return cache.build_unless_busy(keyed, runner); });
 }
 
@@ -213,8 +213,8 @@ private:
                 ++handed_;
             }
             compile::JobRunner *runner = process ? &*process : nullptr;
-            std::optional<Result<cache::Found>> built =
-                again ? std::optional<Result<cache::Found>>(build_guarded(cache_, jobs_[j].keyed, runner))
+            std::optional<Result<storage::Found>> built =
+                again ? std::optional<Result<storage::Found>>(build_guarded(cache_, jobs_[j].keyed, runner))
                       : build_unless_busy_guarded(cache_, jobs_[j].keyed, runner);
             if (!built) {
                 {
@@ -225,7 +225,7 @@ private:
                 finished_cv_.notify_one();  // the end condition may have changed (a stop)
                 continue;
             }
-            Result<cache::Found> result = std::move(*built);
+            Result<storage::Found> result = std::move(*built);
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 jobs_[j].result = std::move(result);
@@ -332,11 +332,11 @@ public:
     void compile_misses();
     // 5. and 6.: every entry handed out stays in use for the in-use window after the batch
     //    returns; whatever did not start (after a cancel) has no result.
-    std::vector<Result<cache::Found>> results();
+    std::vector<Result<storage::Found>> results();
 
 private:
     // Records an item's result and reports it; on the calling thread only.
-    void finish(std::size_t item, Result<cache::Found> result);
+    void finish(std::size_t item, Result<storage::Found> result);
     // Looks item `i` up: answered (finish) or made a job, or merged with one.
     void look_up(std::size_t i, key::KeyedRequest keyed, key::include_scanner::FileMemo &files_seen);
     // The worker helper's path when the misses compile in worker processes, empty for threads;
@@ -354,17 +354,17 @@ private:
     cache::Cache &cache_;
     const Options &options_;
     const std::size_t total_;
-    std::vector<std::optional<Result<cache::Found>>> results_;
+    std::vector<std::optional<Result<storage::Found>>> results_;
     std::size_t done_ = 0;
     bool cancelled_ = false;
     HandedOut handed_out_;
     std::vector<Job> jobs_;
     std::vector<std::vector<std::size_t>> units_;  // plan_units
     std::unordered_map<std::string, std::size_t> job_of_entry_;
-    std::unordered_map<std::string, cache::Found> hit_of_entry_;
+    std::unordered_map<std::string, storage::Found> hit_of_entry_;
 };
 
-void Batch::finish(std::size_t item, Result<cache::Found> result) {
+void Batch::finish(std::size_t item, Result<storage::Found> result) {
     if (result) handed_out_.add(result->cubin);
     handed_out_.refresh_when_due();
     results_[item] = std::move(result);
@@ -497,7 +497,7 @@ void Batch::plan_units(unsigned workers, bool processes) {
 void Batch::finish_here(std::vector<bool> &reported) {
     for (std::size_t j = 0; j < jobs_.size() && !cancelled_; ++j) {
         if (reported[j]) continue;
-        const Result<cache::Found> result = build_guarded(cache_, jobs_[j].keyed);
+        const Result<storage::Found> result = build_guarded(cache_, jobs_[j].keyed);
         reported[j] = true;
         for (std::size_t item : jobs_[j].items) finish(item, result);
     }
@@ -570,9 +570,9 @@ void Batch::compile_misses() {
     }
 }
 
-std::vector<Result<cache::Found>> Batch::results() {
+std::vector<Result<storage::Found>> Batch::results() {
     handed_out_.refresh();
-    std::vector<Result<cache::Found>> out;
+    std::vector<Result<storage::Found>> out;
     out.reserve(total_);
     for (std::size_t i = 0; i < total_; ++i) out.push_back(results_[i] ? std::move(*results_[i]) : cancelled_error());
     return out;
@@ -580,7 +580,7 @@ std::vector<Result<cache::Found>> Batch::results() {
 
 }  // namespace
 
-std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> items, const Options &options) {
+std::vector<Result<storage::Found>> compile(std::vector<Result<key::Request>> items, const Options &options) {
     Batch batch(options, items.size());
     batch.look_up_all(items);
     batch.fetch_from_cluster();

@@ -24,7 +24,7 @@ namespace kjit::batch::compiler {
 // thread that called compile(), never concurrently. Returns true to cancel the items not yet
 // started. Items compiling when it cancels still finish and are reported.
 using Progress =
-    std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<cache::Found> &result)>;
+    std::function<bool(std::size_t done, std::size_t total, std::size_t item, const Result<storage::Found> &result)>;
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
@@ -59,6 +59,6 @@ constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 // items not started after the progress callback asked to stop. Thread safe; batches and single
 // compiles in other threads or processes may work on the same keys at once. If the progress
 // callback throws, the workers finish what they started and the exception propagates.
-std::vector<Result<cache::Found>> compile(std::vector<Result<key::Request>> items, const Options &options);
+std::vector<Result<storage::Found>> compile(std::vector<Result<key::Request>> items, const Options &options);
 
 }  // namespace kjit::batch::compiler

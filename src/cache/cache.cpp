@@ -6,8 +6,8 @@
 #include "compile/nvrtc_probe.hpp"
 #include "key/dependency_watch.hpp"
 #include "key/include_scanner.hpp"
-#include "remote/tier.hpp"
 #include "resolve/name_resolver.hpp"
+#include "storage/remote/tier.hpp"
 #include "store/cache_entry.hpp"
 #include "util/environment.hpp"
 #include "util/fork_guard.hpp"
@@ -72,16 +72,17 @@ store::cache_entry::Manifest new_manifest(const key::Request &request, const std
 }
 
 // The cluster tier `request` asks for (Request::remote_spec), or null for none. Errors: a bad
-// setting (remote::parse).
-Result<remote::Tier *> tier_for(const key::Request &request) {
-    if (request.remote_spec.empty()) return static_cast<remote::Tier *>(nullptr);
-    return remote::Tier::for_spec(request.remote_spec, request.remote_origin);
+// setting (storage::remote::parse).
+Result<storage::remote::Tier *> tier_for(const key::Request &request) {
+    if (request.remote_spec.empty()) return static_cast<storage::remote::Tier *>(nullptr);
+    return storage::remote::Tier::for_spec(request.remote_spec, request.remote_origin);
 }
 
 // What a value of the cluster tier must have been made for to be `keyed`'s entry `entry_key`.
-remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string &entry_key) {
+storage::remote::Expected expected_for(const key::KeyedRequest &keyed, const std::string &entry_key) {
     const key::Request &r = keyed.request;
-    return remote::Expected{entry_key, key::kFormatVersion, r.nvrtc_identity, r.arch, r.keyword, r.name_expression};
+    return storage::remote::Expected{entry_key, key::kFormatVersion, r.nvrtc_identity,
+                                     r.arch,    r.keyword,           r.name_expression};
 }
 
 // After a look-up or build in `request.cache_dir` that passed the folder's trust checks: where
@@ -128,28 +129,28 @@ void Cache::renew_in_forked_child() {
     cache->counters_.compiles_in_flight.store(0, std::memory_order_relaxed);
 }
 
-Result<Found> Cache::compile(key::Request request) {
+Result<storage::Found> Cache::compile(key::Request request) {
     const bool memo_on = HitMemo::enabled();
     const HitMemo::Digest digest = memo_on ? HitMemo::digest(request) : HitMemo::Digest{};
-    std::optional<Found> remembered;
-    if (memo_on && recall_with(digest, request.keyword, [&](const Found &found) { remembered = found; })) {
+    std::optional<storage::Found> remembered;
+    if (memo_on && recall_with(digest, request.keyword, [&](const storage::Found &found) { remembered = found; })) {
         return std::move(*remembered);
     }
     return look_up(std::move(request), digest, memo_on);
 }
 
-Result<Found> Cache::compile_after_recall(key::Request request, const HitMemo::Digest &digest) {
+Result<storage::Found> Cache::compile_after_recall(key::Request request, const HitMemo::Digest &digest) {
     return look_up(std::move(request), digest, /*remember=*/true);
 }
 
-void Cache::count_memo_answer(std::string_view keyword, const Found &found, bool by_watch) {
+void Cache::count_memo_answer(std::string_view keyword, const storage::Found &found, bool by_watch) {
     counters_.compile_hits.fetch_add(1, std::memory_order_relaxed);
     counters_.memo_answers.fetch_add(1, std::memory_order_relaxed);
     if (by_watch) counters_.dependency_proofs.fetch_add(1, std::memory_order_relaxed);
     log().debug("cache hit [{}] from the hit memo: {}", keyword, found.cubin);
 }
 
-Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest, bool remember) {
+Result<storage::Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest, bool remember) {
     // A serving process asks again for what it was refused: refused again from memory while
     // nothing could make it a hit (hit_memo.hpp), without keying, looking or scanning.
     const bool strict = remember && request.compile_mode == key::CompileMode::never;
@@ -164,9 +165,9 @@ Result<Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest
     }
     const HitMemo::Proof proof = HitMemo::before_look_up();
     KJIT_TRY_ASSIGN(auto keyed, key::key_request(std::move(request)));
-    Call call;  // the look-up and the build check the cache folder once between them
+    storage::Call call;  // the look-up and the build check the cache folder once between them
     KJIT_TRY_ASSIGN(auto found, find(keyed, nullptr, &call));
-    Result<Found> answer = found ? Result<Found>(std::move(*found)) : build(keyed, nullptr, &call);
+    Result<storage::Found> answer = found ? Result<storage::Found>(std::move(*found)) : build(keyed, nullptr, &call);
     if (answer && remember) memo_.remember(digest, keyed, *answer, proof);
     if (!answer && strict && call.refusal && answer.error().code == Errc::not_cached) {
         memo_.remember_refusal(digest, keyed, answer.error(), context, *call.refusal, proof);
@@ -183,18 +184,18 @@ void Cache::count_merged(bool hit, std::uint64_t n) {
     }
 }
 
-Result<std::optional<Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, Call &call,
-                                                   key::include_scanner::FileMemo *memo, std::string *why) {
-    for (EntryStore *store : stores_) {
+Result<std::optional<storage::Found>> Cache::find_in_stores(const key::KeyedRequest &keyed, storage::Call &call,
+                                                            key::include_scanner::FileMemo *memo, std::string *why) {
+    for (storage::EntryStore *store : stores_) {
         auto found = store->find(keyed, call, memo, why);
         if (!found || *found) return found;
     }
-    return std::optional<Found>();
+    return std::optional<storage::Found>();
 }
 
-Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
-                                         Call *call) {
-    Call own;
+Result<std::optional<storage::Found>> Cache::find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo,
+                                                  storage::Call *call) {
+    storage::Call own;
     std::string why;
     auto found = find_in_stores(keyed, call ? *call : own, memo, &why);
     if (!found) return found;
@@ -211,18 +212,20 @@ Result<std::optional<Found>> Cache::find(const key::KeyedRequest &keyed, key::in
     return found;
 }
 
-Result<Found> Cache::build(const key::KeyedRequest &keyed, compile::JobRunner *runner, Call *call) {
+Result<storage::Found> Cache::build(const key::KeyedRequest &keyed, compile::JobRunner *runner, storage::Call *call) {
     return build_once(keyed, runner, nullptr, call);
 }
 
-std::optional<Result<Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed, compile::JobRunner *runner) {
+std::optional<Result<storage::Found>> Cache::build_unless_busy(const key::KeyedRequest &keyed,
+                                                               compile::JobRunner *runner) {
     bool busy = false;
-    Result<Found> result = build_once(keyed, runner, &busy, nullptr);
+    Result<storage::Found> result = build_once(keyed, runner, &busy, nullptr);
     if (busy) return std::nullopt;
     return result;
 }
 
-Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy, Call *call) {
+Result<storage::Found> Cache::build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
+                                         storage::Call *call) {
     // One compile per entry (cache folder and key) in this process; later callers wait for it
     // and share its result. Not per key alone: the result is a path in one cache folder, and a
     // caller of another folder would get that path while its own cache stayed empty.
@@ -248,9 +251,9 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::JobRunn
         }
         return *flight->result;
     }
-    Result<Found> result = [&]() -> Result<Found> {
+    Result<storage::Found> result = [&]() -> Result<storage::Found> {
         try {
-            Call own;
+            storage::Call own;
             return compile_and_publish(keyed, runner, busy, call ? *call : own);
         } catch (const std::bad_alloc &) {
             return Error{Errc::out_of_memory, "out of memory while compiling " + keyed.key};
@@ -274,8 +277,8 @@ Result<Found> Cache::build_once(const key::KeyedRequest &keyed, compile::JobRunn
     return result;
 }
 
-Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
-                                         Call &call) {
+Result<storage::Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner,
+                                                  bool *busy, storage::Call &call) {
     const key::Request &request = keyed.request;
     // One compile of this key on the node: another process compiling it is waited for, and its
     // entry is then found below. Held until this compile is published.
@@ -298,7 +301,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
         entry_key = key::variant_key(keyed.key, deps);
         // Built before, but no longer listed (fallen off the variants file, or the file was lost
         // or rewritten by another process at the same time): no compile, and listed again.
-        for (EntryStore *store : stores_) {
+        for (storage::EntryStore *store : stores_) {
             KJIT_TRY_ASSIGN(auto there, store->find_variant(keyed, call, entry_key, &why));
             if (there) return std::move(*there);
         }
@@ -308,21 +311,21 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     // The cluster tier, when one is set: another node's entry, or this node compiles it for the
     // cluster (holding the lease), or another node's compile error; else a compile here.
     KJIT_TRY_ASSIGN(auto found_tier, tier_for(request));
-    remote::Tier *const tier = found_tier;
-    const remote::Expected expected = expected_for(keyed, entry_key);
+    storage::remote::Tier *const tier = found_tier;
+    const storage::remote::Expected expected = expected_for(keyed, entry_key);
     if (request.compile_mode == key::CompileMode::never) {
         return refuse_to_compile(keyed, call, tier, entry_key, source_key, deps);
     }
     if (request.compile_mode == key::CompileMode::warn) warn_of_compile(keyed, entry_key);
-    std::optional<remote::Settled> settled;
+    std::optional<storage::remote::Settled> settled;
     if (tier) {
         settled = tier->settle(expected, busy != nullptr);
-        if (settled->kind == remote::Settled::Kind::busy) {
+        if (settled->kind == storage::remote::Settled::Kind::busy) {
             *busy = true;
             return Error{Errc::internal, "put off: another node compiles " + entry_key};  // never returned to a caller
         }
-        if (settled->kind == remote::Settled::Kind::failed) return std::move(*settled->failure);
-        if (settled->kind == remote::Settled::Kind::fetched) {
+        if (settled->kind == storage::remote::Settled::Kind::failed) return std::move(*settled->failure);
+        if (settled->kind == storage::remote::Settled::Kind::fetched) {
             return publish_fetched(keyed, call, std::move(*settled->entry), source_key, deps);
         }
     }
@@ -346,7 +349,7 @@ Result<Found> Cache::compile_and_publish(const key::KeyedRequest &keyed, compile
     entry.cubin = compiled->cubin;
     entry.source = request.source;
     entry.manifest = new_manifest(request, entry_key, source_key, *name, seconds);
-    if (request.reads_files) record_dependencies(entry, request, deps);
+    if (request.reads_files) storage::record_dependencies(entry, request, deps);
     entry.durable = request.durable;
     // Here first, so that this node's other processes, waiting on the node lock, find it; then
     // for the cluster (the lease is released after, when `settled` goes).
@@ -380,10 +383,10 @@ std::string mode_origin(const key::Request &request) {
 // What a refused miss of `keyed` saw (RefusalProof), for the hit memo; none where an entry is
 // there that could not serve (a damaged one may be mended in place), or where the header watch
 // cannot vouch for the files `deps` the request reads (its entry `entry_key`).
-std::optional<RefusalProof> refusal_proof(const key::KeyedRequest &keyed, const std::string &entry_key,
-                                          const std::vector<key::include_scanner::Dependency> &deps) {
+std::optional<storage::RefusalProof> refusal_proof(const key::KeyedRequest &keyed, const std::string &entry_key,
+                                                   const std::vector<key::include_scanner::Dependency> &deps) {
     const key::Request &request = keyed.request;
-    RefusalProof seen;
+    storage::RefusalProof seen;
     if (request.reads_files) {
         // Watched first, then proven as the scan found them: a change after this is an event.
         seen.files_at = key::dependency_watch::arm(deps);
@@ -416,9 +419,10 @@ std::string Cache::refusal_context(const key::Request &request) {
     return context;
 }
 
-Result<Found> Cache::refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
-                                       const std::string &entry_key, const std::string &source_key,
-                                       const std::vector<key::include_scanner::Dependency> &deps) {
+Result<storage::Found> Cache::refuse_to_compile(const key::KeyedRequest &keyed, storage::Call &call,
+                                                storage::remote::Tier *tier, const std::string &entry_key,
+                                                const std::string &source_key,
+                                                const std::vector<key::include_scanner::Dependency> &deps) {
     const key::Request &request = keyed.request;
     if (tier) {
         auto fetched = tier->fetch_many({expected_for(keyed, entry_key)});
@@ -529,24 +533,25 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     return compiled;
 }
 
-Result<Found> Cache::publish_fetched(const key::KeyedRequest &keyed, Call &call, remote::Entry fetched,
-                                     const std::string &source_key,
-                                     const std::vector<key::include_scanner::Dependency> &deps) {
+Result<storage::Found> Cache::publish_fetched(const key::KeyedRequest &keyed, storage::Call &call,
+                                              storage::remote::Entry fetched, const std::string &source_key,
+                                              const std::vector<key::include_scanner::Dependency> &deps) {
     store::cache_entry::NewEntry entry;
     entry.cubin = fetched.cubin;
     entry.source = keyed.request.source;
     entry.manifest = std::move(fetched.manifest);
     entry.manifest.source_key = source_key;  // this node's, as a compile here would record it
     // This node's files: the key says their content is the producer's.
-    if (keyed.request.reads_files) record_dependencies(entry, keyed.request, deps);
+    if (keyed.request.reads_files) storage::record_dependencies(entry, keyed.request, deps);
     entry.durable = keyed.request.durable;
     KJIT_TRY_ASSIGN(auto local, local_.publish(keyed, call, entry));
-    return Found{std::move(*local), entry.manifest.name};
+    return storage::Found{std::move(*local), entry.manifest.name};
 }
 
-std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses) {
-    std::vector<std::optional<Found>> found(misses.size());
-    std::vector<Call> calls(misses.size());  // one per miss: its check of the cache folder
+std::vector<std::optional<storage::Found>> Cache::fetch_from_cluster(
+    const std::vector<const key::KeyedRequest *> &misses) {
+    std::vector<std::optional<storage::Found>> found(misses.size());
+    std::vector<storage::Call> calls(misses.size());  // one per miss: its check of the cache folder
     // The misses of each setting (a batch's items normally share one).
     std::map<std::string, std::vector<std::size_t>> by_spec;
     for (std::size_t i = 0; i < misses.size(); ++i) {
@@ -557,7 +562,7 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
         auto tier = tier_for(misses[indexes.front()]->request);
         if (!tier || !*tier) continue;  // build() says what is wrong
         std::vector<std::size_t> asked;
-        std::vector<remote::Expected> wanted;
+        std::vector<storage::remote::Expected> wanted;
         for (std::size_t i : indexes) {
             const key::KeyedRequest &keyed = *misses[i];
             if (!local_.can_publish(keyed, calls[i])) continue;
@@ -575,10 +580,10 @@ std::vector<std::optional<Found>> Cache::fetch_from_cluster(const std::vector<co
     return found;
 }
 
-Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, Call &call,
-                                        const store::cache_entry::NewEntry &entry) {
+Result<storage::Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, storage::Call &call,
+                                                 const store::cache_entry::NewEntry &entry) {
     KJIT_TRY_ASSIGN(auto local, local_.publish(keyed, call, entry));
-    for (EntryStore *store : stores_) {
+    for (storage::EntryStore *store : stores_) {
         if (store == &local_) continue;
         // Another tier missing the entry costs its users a compile, never this one its result.
         if (auto st = store->publish(keyed, call, entry); !st) {
@@ -586,7 +591,7 @@ Result<Found> Cache::publish_everywhere(const key::KeyedRequest &keyed, Call &ca
                        st.error().message);
         }
     }
-    return Found{std::move(*local), entry.manifest.name};
+    return storage::Found{std::move(*local), entry.manifest.name};
 }
 
 }  // namespace kjit::cache

@@ -1,7 +1,7 @@
 // Cache: kjit_compile's content-addressed cubin cache, as an orchestrator of its parts. A
-// request is keyed (cache_key.hpp), looked up in the entry stores in order (entry_store.hpp:
-// the local cache folder, local_store.hpp, then the request's read-only seed caches,
-// seed_store.hpp), and on a miss compiled once per entry per
+// request is keyed (cache_key.hpp), looked up in the entry stores in order
+// (storage/entry_store.hpp: the local cache folder, storage/local_store.hpp, then the request's
+// read-only seed caches, storage/seed_store.hpp), and on a miss compiled once per entry per
 // process at a time (single flight), named (name_resolver.hpp) and published to the stores
 // (store::cache_entry::publish writes the entry atomically). Layout: docs/cache-layout.md.
 //
@@ -18,12 +18,12 @@
 
 #include "cache/cache_counters.hpp"
 #include "cache/hit_memo.hpp"
-#include "cache/local_store.hpp"
-#include "cache/seed_store.hpp"
 #include "compile/job.hpp"
 #include "key/cache_key.hpp"
 #include "key/include_scanner.hpp"
-#include "remote/entry.hpp"
+#include "storage/local_store.hpp"
+#include "storage/remote/entry.hpp"
+#include "storage/seed_store.hpp"
 #include "util/status.hpp"
 
 #include <condition_variable>
@@ -36,9 +36,9 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 class Tier;
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote
 
 namespace kjit::cache {
 
@@ -57,11 +57,11 @@ public:
     // value: its folders are made absolute in place), compiling it on a miss: key_request, find,
     // then build. A repeat of a request this cache answered is answered by its hit memo when
     // nothing can have changed the answer (hit_memo.hpp), counted as a hit. Thread safe.
-    Result<Found> compile(key::Request request);
+    Result<storage::Found> compile(key::Request request);
     // compile() for a caller that tried the hit memo itself (recall_with) under `digest`, its
     // request's (HitMemo::digest or the same fields through HitMemo::Fields): looks it up in
     // full and remembers the answer under `digest`.
-    Result<Found> compile_after_recall(key::Request request, const HitMemo::Digest &digest);
+    Result<storage::Found> compile_after_recall(key::Request request, const HitMemo::Digest &digest);
     // A repeat answered by the hit memo without a Request built: calls `use(const Found &)` with
     // the answer remembered under `digest` (under the memo's lock: `use` must not call into the
     // cache), counted as compile() counts it, and returns true; false when the memo cannot
@@ -69,7 +69,7 @@ public:
     template <typename Use>
     bool recall_with(const HitMemo::Digest &digest, std::string_view keyword, Use &&use) {
         bool by_watch = false;
-        return memo_.recall_with(digest, &by_watch, [&](const Found &found) {
+        return memo_.recall_with(digest, &by_watch, [&](const storage::Found &found) {
             count_memo_answer(keyword, found, by_watch);
             use(found);
         });
@@ -84,26 +84,28 @@ public:
     // batch), so each dependency file is stat'ed once per call; or null.
     // `call`: the Call (entry_store.hpp) of the call this look-up is a step of, handed on to
     // its build(); null for one of its own.
-    Result<std::optional<Found>> find(const key::KeyedRequest &keyed, key::include_scanner::FileMemo *memo = nullptr,
-                                      Call *call = nullptr);
+    Result<std::optional<storage::Found>> find(const key::KeyedRequest &keyed,
+                                               key::include_scanner::FileMemo *memo = nullptr,
+                                               storage::Call *call = nullptr);
     // Compiles and publishes the entry; concurrent builds of one entry (cache folder and key)
     // in this process run NVRTC once and share the result. NVRTC runs on `runner` (a worker
     // process of a batch, worker_pool.hpp), or in this process when it is null; everything
     // else (locks, looking again, naming, publishing, counting) happens here either way.
     // `call`: as find()'s (the leader of a single flight uses it; a follower shares the leader's
     // result).
-    Result<Found> build(const key::KeyedRequest &keyed, compile::JobRunner *runner = nullptr, Call *call = nullptr);
+    Result<storage::Found> build(const key::KeyedRequest &keyed, compile::JobRunner *runner = nullptr,
+                                 storage::Call *call = nullptr);
     // build() for a batch that has other work: nullopt, with nothing done, when the cluster tier
     // says another node is compiling the entry now (the batch builds it again later, then
     // waiting for that node if it still is); otherwise build()'s result. Thread safe.
-    std::optional<Result<Found>> build_unless_busy(const key::KeyedRequest &keyed, compile::JobRunner *runner);
+    std::optional<Result<storage::Found>> build_unless_busy(const key::KeyedRequest &keyed, compile::JobRunner *runner);
     // For a batch, after its look-ups and before it compiles: the entries the cluster tier
     // (Request::remote_spec) already holds for `misses` (requests find() missed), fetched in
     // pipelined round trips without any lease and published here; nullopt for each that must
     // still be built (build() then settles it with the cluster). Requests that read files are
     // left to build(): their key needs their files scanned first. Never fails: a problem leaves
     // the request to build(), which reports it. Thread safe.
-    std::vector<std::optional<Found>> fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses);
+    std::vector<std::optional<storage::Found>> fetch_from_cluster(const std::vector<const key::KeyedRequest *> &misses);
     // Counts `n` more lookups as hits or misses: requests a batch merged with an identical one
     // (its misses also count as shared waits).
     void count_merged(bool hit, std::uint64_t n);
@@ -114,32 +116,33 @@ public:
     // Adds a tier after the stores already there (the local one first): looked up when they
     // miss, and offered every entry this cache compiles. `store` must outlive the cache. Not
     // thread safe: add stores before the cache is used.
-    void add_store(EntryStore &store) { stores_.push_back(&store); }
+    void add_store(storage::EntryStore &store) { stores_.push_back(&store); }
 
 private:
-    void count_memo_answer(std::string_view keyword, const Found &found, bool by_watch);
+    void count_memo_answer(std::string_view keyword, const storage::Found &found, bool by_watch);
     // compile()'s full look-up, remembering its answer under `digest` when `remember`.
-    Result<Found> look_up(key::Request request, const HitMemo::Digest &digest, bool remember);
+    Result<storage::Found> look_up(key::Request request, const HitMemo::Digest &digest, bool remember);
 
     struct Flight {
         std::mutex mutex;
         std::condition_variable done_cv;
         bool done = false;
         bool busy = false;  // the leader found the entry busy on another node: no result
-        std::optional<Result<Found>> result;
+        std::optional<Result<storage::Found>> result;
     };
 
     // The stores, in lookup order; the local one first.
-    Result<std::optional<Found>> find_in_stores(const key::KeyedRequest &keyed, Call &call,
-                                                key::include_scanner::FileMemo *memo, std::string *why);
+    Result<std::optional<storage::Found>> find_in_stores(const key::KeyedRequest &keyed, storage::Call &call,
+                                                         key::include_scanner::FileMemo *memo, std::string *why);
     // build() without the single flight: looks again (another process may have published
     // meanwhile), then compiles, names and publishes.
     // `busy` (when not null): return at once, setting it, if another node compiles the entry now.
     // Every step checks the cache folder through `call`, once.
-    Result<Found> compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
-                                      Call &call);
+    Result<storage::Found> compile_and_publish(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
+                                               storage::Call &call);
     // build() and build_unless_busy(): `busy` as compile_and_publish's.
-    Result<Found> build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy, Call *call);
+    Result<storage::Found> build_once(const key::KeyedRequest &keyed, compile::JobRunner *runner, bool *busy,
+                                      storage::Call *call);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one, or, for a miss compiled
     // alone, when its measured price says it pays (pch_price.hpp, recorded in the cache folder,
     // group writable when `shared`): its header identity from `deps`) on `runner` (null: here),
@@ -150,16 +153,17 @@ private:
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).
-    Result<Found> publish_fetched(const key::KeyedRequest &keyed, Call &call, remote::Entry fetched,
-                                  const std::string &source_key,
-                                  const std::vector<key::include_scanner::Dependency> &deps);
+    Result<storage::Found> publish_fetched(const key::KeyedRequest &keyed, storage::Call &call,
+                                           storage::remote::Entry fetched, const std::string &source_key,
+                                           const std::vector<key::include_scanner::Dependency> &deps);
     // A miss where compiling is refused (key::CompileMode::never): the cluster tier's entry when
     // `tier` holds one (a fetch, never a lease: this node will not compile it), published here
     // as this node's entry `entry_key` (a variant of `source_key` with `deps`); else
     // Errc::not_cached naming the request and how to warm it. NVRTC is neither loaded nor run.
-    Result<Found> refuse_to_compile(const key::KeyedRequest &keyed, Call &call, remote::Tier *tier,
-                                    const std::string &entry_key, const std::string &source_key,
-                                    const std::vector<key::include_scanner::Dependency> &deps);
+    Result<storage::Found> refuse_to_compile(const key::KeyedRequest &keyed, storage::Call &call,
+                                             storage::remote::Tier *tier, const std::string &entry_key,
+                                             const std::string &source_key,
+                                             const std::vector<key::include_scanner::Dependency> &deps);
     // What a refusal of `request` depends on besides the request (never mode): where the mode
     // came from (as the message says it), the seeds and the cluster tier; the hit memo refuses a
     // repeat from memory only under the same.
@@ -169,8 +173,8 @@ private:
     void warn_of_compile(const key::KeyedRequest &keyed, const std::string &entry_key);
 
     // Publishes `entry` to every store; the local store's path is the answer.
-    Result<Found> publish_everywhere(const key::KeyedRequest &keyed, Call &call,
-                                     const store::cache_entry::NewEntry &entry);
+    Result<storage::Found> publish_everywhere(const key::KeyedRequest &keyed, storage::Call &call,
+                                              const store::cache_entry::NewEntry &entry);
 
     // In a forked child: the instance's in-flight table and its lock made anew (the parent's
     // flights, and any thread that held the lock, are not in the child), no compile in flight.
@@ -179,9 +183,9 @@ private:
 
     Counters counters_;
     HitMemo memo_;
-    LocalStore local_;
-    SeedStore seeds_;                   // the request's seed caches, read-only, after the local one
-    std::vector<EntryStore *> stores_;  // lookup order; &local_ first, then &seeds_
+    storage::LocalStore local_;
+    storage::SeedStore seeds_;                   // the request's seed caches, read-only, after the local one
+    std::vector<storage::EntryStore *> stores_;  // lookup order; &local_ first, then &seeds_
     std::mutex flights_mutex_;
     std::map<std::string, std::shared_ptr<Flight>> flights_;  // by entry folder
     std::mutex warned_mutex_;

@@ -92,9 +92,9 @@ bool HitMemo::enabled() {
     return !(v && std::strcmp(v, "0") == 0);
 }
 
-std::optional<Found> HitMemo::recall(const Digest &digest, bool *by_watch) const {
-    std::optional<Found> out;
-    recall_with(digest, by_watch, [&](const Found &found) { out = found; });
+std::optional<storage::Found> HitMemo::recall(const Digest &digest, bool *by_watch) const {
+    std::optional<storage::Found> out;
+    recall_with(digest, by_watch, [&](const storage::Found &found) { out = found; });
     return out;
 }
 
@@ -180,7 +180,7 @@ std::optional<Error> HitMemo::recall_refusal(const Digest &digest, std::string_v
 }
 
 void HitMemo::remember_refusal(const Digest &digest, const key::KeyedRequest &keyed, const Error &refusal,
-                               std::string context, const RefusalProof &seen, const Proof &proof) {
+                               std::string context, const storage::RefusalProof &seen, const Proof &proof) {
     if (keyed.request.reads_files && !seen.files_at) return;
     Refusal r{refusal, std::move(context), seen, {}};
     if (!r.conditions.take(keyed, proof)) return;
@@ -189,7 +189,8 @@ void HitMemo::remember_refusal(const Digest &digest, const key::KeyedRequest &ke
     refusals_[digest] = std::move(r);
 }
 
-void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof) {
+void HitMemo::remember(const Digest &digest, const key::KeyedRequest &keyed, const storage::Found &found,
+                       const Proof &proof) {
     Answer a;
     a.found = found;
     // The very file the look-up proved the name for; an answer from a compile (no identity)

@@ -47,8 +47,8 @@
 // the cache entry's retirement count.
 #pragma once
 
-#include "cache/entry_store.hpp"
 #include "key/cache_key.hpp"
+#include "storage/entry_store.hpp"
 #include "util/filesystem.hpp"
 #include "util/status.hpp"
 
@@ -136,7 +136,7 @@ public:
     // The remembered answer for `digest`, when it may still be served (see above); else none.
     // `*by_watch` says whether the header watch proved the files it reads. Thread safe (a
     // shared lock).
-    std::optional<Found> recall(const Digest &digest, bool *by_watch) const;
+    std::optional<storage::Found> recall(const Digest &digest, bool *by_watch) const;
     // The same, without copying the answer out: calls `use(const Found &)` with the remembered
     // answer, under the shared lock (`use` must not call into the memo), and returns true; false
     // (and `use` not called) when there is none to serve.
@@ -152,7 +152,8 @@ public:
     // Remembers `found`, the answer a full look-up of `keyed` just gave (raw request `digest`).
     // Nothing is remembered where it could not be served right later (the header watch cannot
     // vouch for the files the request reads). Thread safe.
-    void remember(const Digest &digest, const key::KeyedRequest &keyed, const Found &found, const Proof &proof);
+    void remember(const Digest &digest, const key::KeyedRequest &keyed, const storage::Found &found,
+                  const Proof &proof);
 
     // The refusal remembered for `digest` (an Errc::not_cached error), when it may still be
     // served (see above) to a request of `context` (what Cache says of its mode, seeds and tier);
@@ -162,7 +163,7 @@ public:
     // just answered in never mode, with what it saw (`seen`). Nothing is remembered where the
     // proof is not complete (see above). Thread safe.
     void remember_refusal(const Digest &digest, const key::KeyedRequest &keyed, const Error &refusal,
-                          std::string context, const RefusalProof &seen, const Proof &proof);
+                          std::string context, const storage::RefusalProof &seen, const Proof &proof);
 
     // Forgets everything (tests; a forked child renews the memo instead).
     void clear();
@@ -202,7 +203,7 @@ private:
         bool hold(std::int64_t revalidate_ns) const;
     };
     struct Answer {
-        Found found;
+        storage::Found found;
         WatchedAt cubin_watched;  // the cubin's watch, armed at the first repeat
         FileIdentity cubin;       // the cubin as the look-up proved it
         std::string entry;        // the entry folder, for the header watch
@@ -214,7 +215,7 @@ private:
     struct Refusal {
         Error error;
         std::string context;  // the caller's, compared at each repeat
-        RefusalProof seen;
+        storage::RefusalProof seen;
         Conditions conditions;
     };
 

@@ -84,7 +84,7 @@ struct RequestSettings {
     // change it.
     std::string remote_spec;
     const char *remote_origin = "KJIT_REMOTE_STORAGE";
-    // The seed caches a local miss looks in before the cluster tier (cache/seed_store.hpp), in
+    // The seed caches a local miss looks in before the cluster tier (storage/seed_store.hpp), in
     // order; made absolute by key_request. Not in the key either.
     std::vector<std::string> seed_dirs;
     // Base folders (kjit_compile_options::base_dirs, else $KJIT_BASE_DIRS), as ccache's

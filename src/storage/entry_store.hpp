@@ -1,9 +1,10 @@
 // Entry store: one tier the cache looks entries up in, behind one small interface, so that a
 // new tier is a new file, not edits across the cache. The cache asks its stores in order; a hit
 // anywhere is a cubin path on this machine, and a compile's result is published to every store,
-// the local one first (its path is the answer). The Redis cluster tier (tier.hpp) is not
-// one: its look-up also claims a lease that wraps the compile, held under the node's compile
-// lock only, so the cache consults it at that one point of a miss (docs/architecture.md).
+// the local one first (its path is the answer). The cluster tier beside them
+// (storage/remote/tier.hpp) is not one: its look-up also claims a lease that wraps the compile,
+// held under the node's compile lock only, so the cache consults it at that one point of a miss
+// (docs/architecture.md).
 #pragma once
 
 #include "key/cache_key.hpp"
@@ -19,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::cache {
+namespace kjit::storage {
 
 // An entry that answers a request: its cubin's path on this machine, and the kernel's mangled
 // name in it, as kjit_resolve_name gives it for the request's keyword (found by the same look-up
@@ -87,4 +88,4 @@ public:
                                                        const store::cache_entry::NewEntry &entry) = 0;
 };
 
-}  // namespace kjit::cache
+}  // namespace kjit::storage

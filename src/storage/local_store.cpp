@@ -1,4 +1,4 @@
-#include "cache/local_store.hpp"
+#include "storage/local_store.hpp"
 
 #include "key/dependency_watch.hpp"
 #include "key/include_scanner.hpp"
@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace kjit::cache {
+namespace kjit::storage {
 
 namespace {
 
@@ -366,4 +366,4 @@ Result<std::optional<std::string>> LocalStore::publish(const key::KeyedRequest &
     return std::optional<std::string>(std::move(published->cubin_path));
 }
 
-}  // namespace kjit::cache
+}  // namespace kjit::storage

@@ -6,14 +6,14 @@
 // layout, the folder trust rules, the include scanner and the header watch, the name resolver.
 #pragma once
 
-#include "cache/cache_counters.hpp"
-#include "cache/entry_store.hpp"
+#include "storage/counters.hpp"
+#include "storage/entry_store.hpp"
 #include "store/compile_lock.hpp"
 
 #include <string_view>
 #include <vector>
 
-namespace kjit::cache {
+namespace kjit::storage {
 
 // What a look at one entry folder found: an entry that passed, none there, one that cannot
 // serve (*why says why), or one owned by someone the folder's trust rules refuse (*why: the error).
@@ -83,4 +83,4 @@ private:
     Counters &counters_;
 };
 
-}  // namespace kjit::cache
+}  // namespace kjit::storage

@@ -1,4 +1,4 @@
-#include "cache/seed_store.hpp"
+#include "storage/seed_store.hpp"
 
 #include "resolve/name_resolver.hpp"
 #include "store/cache_entry.hpp"
@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <utility>
 
-namespace kjit::cache {
+namespace kjit::storage {
 
 namespace {
 
@@ -171,4 +171,4 @@ Result<std::optional<Found>> SeedStore::find_variant(const key::KeyedRequest &ke
     });
 }
 
-}  // namespace kjit::cache
+}  // namespace kjit::storage

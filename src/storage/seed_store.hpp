@@ -16,9 +16,9 @@
 // (its bytes are left as they are); none of them fails a call.
 #pragma once
 
-#include "cache/cache_counters.hpp"
-#include "cache/entry_store.hpp"
-#include "cache/local_store.hpp"
+#include "storage/counters.hpp"
+#include "storage/entry_store.hpp"
+#include "storage/local_store.hpp"
 
 #include <cstdint>
 #include <map>
@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-namespace kjit::cache {
+namespace kjit::storage {
 
 class SeedStore final : public EntryStore {
 public:
@@ -78,4 +78,4 @@ private:
     std::map<std::string, Checked> checked_;  // by seed folder
 };
 
-}  // namespace kjit::cache
+}  // namespace kjit::storage

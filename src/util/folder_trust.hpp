@@ -47,7 +47,7 @@ Result<CacheFolder> check_cache_folder(const std::string &cache_dir);
 // The same, never from the memo (and refreshing it): after creating the folder.
 Result<CacheFolder> check_cache_folder_now(const std::string &cache_dir);
 // The same, never from the memo nor into it: for folders read beside the cache folder (seed
-// caches, cache/seed_store.hpp), so that checking them does not push the cache folder's check
+// caches, storage/seed_store.hpp), so that checking them does not push the cache folder's check
 // out of this thread's memo.
 Result<CacheFolder> check_folder_unmemoised(const std::string &dir);
 // How many times this thread asked for a cache folder's check (either function above, from the

@@ -66,9 +66,9 @@ enum class State : unsigned {
     resolver_memo,      // resolve/name_resolver.cpp
     loaded_libraries,   // load/kernel_loader.cpp
     header_watch,       // key/dependency_watch.cpp
-    remote_tiers,       // remote/tier.cpp
-    host_lookups,       // remote/redis_client.cpp
-    tls_contexts,       // remote/tls_session.cpp
+    remote_tiers,       // storage/remote/tier.cpp
+    host_lookups,       // storage/remote/redis_client.cpp
+    tls_contexts,       // storage/remote/tls_session.cpp
     request_record,     // api/request_record.cpp
     cache_flights,      // cache/cache.cpp
     pch_prices,         // cache/pch_price.cpp
@@ -78,7 +78,7 @@ enum class State : unsigned {
     nvrtc_identity,      // compile/nvrtc_probe.cpp
     nvjitlink_table,     // compile/nvjitlink_library.cpp
     nvjitlink_identity,  // compile/nvjitlink_probe.cpp
-    tls_library,         // remote/tls_session.cpp
+    tls_library,         // storage/remote/tls_session.cpp
     per_thread,          // thread_local state (only the forking thread's copy reaches the child)
     count
 };

@@ -992,22 +992,23 @@ TEST(Cache, ABatchChecksEachDependencyFileOncePerCall) {
 namespace {
 
 // A tier that answers from a map of key -> cubin path and records what it is offered.
-class RecordingStore final : public kjit::cache::EntryStore {
+class RecordingStore final : public kjit::storage::EntryStore {
 public:
     const char *name() const override { return "recording"; }
-    kjit::Result<std::optional<kjit::cache::Found>> find(const kjit::key::KeyedRequest &keyed, kjit::cache::Call &,
-                                                         kjit::key::include_scanner::FileMemo *,
-                                                         std::string *) override {
+    kjit::Result<std::optional<kjit::storage::Found>> find(const kjit::key::KeyedRequest &keyed, kjit::storage::Call &,
+                                                           kjit::key::include_scanner::FileMemo *,
+                                                           std::string *) override {
         ++finds;
         if (auto it = answers.find(keyed.key); it != answers.end())
-            return std::optional<kjit::cache::Found>(it->second);
-        return std::optional<kjit::cache::Found>();
+            return std::optional<kjit::storage::Found>(it->second);
+        return std::optional<kjit::storage::Found>();
     }
-    kjit::Result<std::optional<kjit::cache::Found>> find_variant(const kjit::key::KeyedRequest &, kjit::cache::Call &,
-                                                                 const std::string &, std::string *) override {
-        return std::optional<kjit::cache::Found>();
+    kjit::Result<std::optional<kjit::storage::Found>> find_variant(const kjit::key::KeyedRequest &,
+                                                                   kjit::storage::Call &, const std::string &,
+                                                                   std::string *) override {
+        return std::optional<kjit::storage::Found>();
     }
-    kjit::Result<std::optional<std::string>> publish(const kjit::key::KeyedRequest &keyed, kjit::cache::Call &,
+    kjit::Result<std::optional<std::string>> publish(const kjit::key::KeyedRequest &keyed, kjit::storage::Call &,
                                                      const kjit::store::cache_entry::NewEntry &entry) override {
         offered.emplace_back(keyed.key, entry.manifest.name);
         cubin_sizes.push_back(entry.cubin.size());
@@ -1015,7 +1016,7 @@ public:
         return std::optional<std::string>();
     }
 
-    std::map<std::string, kjit::cache::Found> answers;
+    std::map<std::string, kjit::storage::Found> answers;
     std::vector<std::pair<std::string, std::string>> offered;  // (key, kernel name)
     std::vector<std::size_t> cubin_sizes;
     int finds = 0;
@@ -1074,7 +1075,7 @@ TEST(Cache, ALaterStoreAnswersWhatTheLocalOneMisses) {
     const std::string elsewhere = compile_ok(first, base_request(dir.file("other")));
     Cache cache;
     RecordingStore tier;
-    tier.answers[kjit::key::key_request(r)->key] = kjit::cache::Found{elsewhere, "_Z4gemmILi128EEvPf"};
+    tier.answers[kjit::key::key_request(r)->key] = kjit::storage::Found{elsewhere, "_Z4gemmILi128EEvPf"};
     cache.add_store(tier);
     EXPECT_EQ(compile_ok(cache, r), elsewhere);
     EXPECT_EQ(cache.counters().compile_hits, 1u);

@@ -955,7 +955,7 @@ TEST(BatchRecency, ABatchNeverEvictsWhatItHandedOut) {
     kjit::batch::compiler::Options options;
     options.workers = 1;
     options.pch = kjit::batch::compiler::Pch::off;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::storage::Found> &r) {
         if (r) age(folder_of(r->cubin), 3600);
         return false;
     };
@@ -996,7 +996,7 @@ TEST(BatchRecency, WhatABatchHandedOutLooksInUseToOtherProcessesWhileItRuns) {
     options.pch = kjit::batch::compiler::Pch::off;
     options.recency_refresh_ns = 0;
     std::vector<std::string> reported;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &r) {
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::storage::Found> &r) {
         const std::int64_t now = now_ns();
         for (const std::string &earlier : reported) {
             EXPECT_TRUE(entry::in_use(mtime_of(folder_of(earlier)), now))
@@ -1025,7 +1025,7 @@ TEST(BatchRecency, EvictionInTheBatchsProcessSparesItsEntriesWhateverTheirRecord
     options.workers = 1;
     options.pch = kjit::batch::compiler::Pch::off;
     std::size_t calls = 0;
-    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::cache::Found> &) {
+    options.progress = [&](std::size_t, std::size_t, std::size_t, const kjit::Result<kjit::storage::Found> &) {
         if (++calls == 2) {
             for (const auto &cubin : cubins) age(folder_of(cubin), 3600);
             eviction::PruneOptions all;

@@ -1,10 +1,10 @@
-#include "remote/backend.hpp"
+#include "storage/remote/backend.hpp"
 
-#include "remote/redis_backend.hpp"
+#include "storage/remote/redis_backend.hpp"
 
 #include <iterator>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -34,4 +34,4 @@ Result<std::unique_ptr<Backend>> make_backend(const Server &server, const Config
                                              server.scheme + "' (known: " + known + ")"};
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -16,8 +16,8 @@
 // This header names no type of any client library (no hiredis): the seam compiles without one.
 #pragma once
 
-#include "remote/config.hpp"
-#include "remote/counters.hpp"
+#include "storage/remote/config.hpp"
+#include "storage/remote/counters.hpp"
 #include "util/status.hpp"
 
 #include <cstdint>
@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 // A command the server refused, with what it said.
 struct Refusal {
@@ -129,4 +129,4 @@ public:
 // (backend.cpp). Errors: invalid_argument naming the server, for a scheme no backend speaks.
 Result<std::unique_ptr<Backend>> make_backend(const Server &server, const Config &config);
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

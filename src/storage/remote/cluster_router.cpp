@@ -1,4 +1,4 @@
-#include "remote/cluster_router.hpp"
+#include "storage/remote/cluster_router.hpp"
 
 #include "util/filesystem.hpp"
 #include "util/log.hpp"
@@ -9,7 +9,7 @@
 #include <map>
 #include <utility>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -257,4 +257,4 @@ Result<std::vector<Reply>> ClusterRouter::run(const std::vector<Command> &comman
     return cluster_error(failure, seed_, "a command redirected more than " + std::to_string(kMostRedirects) + " times");
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -23,8 +23,8 @@
 // only through redis_client.hpp's Reply.
 #pragma once
 
-#include "remote/config.hpp"
-#include "remote/redis_client.hpp"
+#include "storage/remote/config.hpp"
+#include "storage/remote/redis_client.hpp"
 #include "util/status.hpp"
 
 #include <array>
@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 // The cluster slot (0 to 16383) of `key`: CRC16 (XMODEM) of its hash tag (the text between its
 // first '{' and the first '}' after it, when not empty), else of the whole key, modulo 16384.
@@ -98,4 +98,4 @@ private:
     std::atomic<std::int64_t> node_failed_ns_{0};                 // steady clock: a node's last failure
 };
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -1,4 +1,4 @@
-#include "remote/config.hpp"
+#include "storage/remote/config.hpp"
 
 #include "util/size_units.hpp"
 
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <tuple>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -481,4 +481,4 @@ std::string display(const Server &s) {
     return url_scheme(s) + credentials + tcp_place(s);
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -19,7 +19,7 @@
 // say to percent-encode it or to use password-file= instead.
 #pragma once
 
-#include "remote/tls_settings.hpp"
+#include "storage/remote/tls_settings.hpp"
 #include "util/status.hpp"
 
 #include <chrono>
@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 struct Server {
     // Which backend speaks to it (backend.cpp's table): "redis", "rediss" or "redis+unix".
@@ -98,4 +98,4 @@ void name_server(Server &server);
 // "100ms", "10s", "10m", "1h", or a plain number of milliseconds. Errors: invalid_argument.
 Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 // Relaxed atomics.
 struct Counters {
@@ -26,4 +26,4 @@ struct Counters {
 // The process's counters (made at first use; thread safe).
 Counters &counters();
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -1,4 +1,4 @@
-#include "remote/entry.hpp"
+#include "storage/remote/entry.hpp"
 
 #include "cubin/name_matcher.hpp"
 #include "cubin/symbol_scanner.hpp"
@@ -12,7 +12,7 @@
 #include <charconv>
 #include <ctime>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -236,4 +236,4 @@ Result<Entry> decode(std::string_view value, const Expected &expected, const std
     return e;
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

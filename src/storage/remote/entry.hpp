@@ -35,7 +35,7 @@
 #include <string>
 #include <string_view>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 // The version encode() writes; decode() reads it and every older one (1).
 constexpr std::uint32_t kEnvelopeVersion = 2;
@@ -79,4 +79,4 @@ Result<Entry> decode(std::string_view value, const Expected &expected, const std
 // This machine's name, for the producer field and lease tokens ("unknown" when it has none).
 std::string host_name();
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

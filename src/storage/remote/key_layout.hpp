@@ -12,12 +12,12 @@
 // their own keys (0.6-0.8 deleted version 2 values as damaged).
 #pragma once
 
-#include "remote/entry.hpp"
+#include "storage/remote/entry.hpp"
 
 #include <string>
 #include <string_view>
 
-namespace kjit::remote::key_layout {
+namespace kjit::storage::remote::key_layout {
 
 // The key of `kind` ('b' entry, 'l' lease, 'f' failure) for `expected` in `name_space`.
 inline std::string key_of(const Expected &expected, const std::string &name_space, char kind) {
@@ -40,4 +40,4 @@ inline bool is_entry_of(std::string_view key, const std::string &name_space) {
            key.find(":b:{") != std::string_view::npos;
 }
 
-}  // namespace kjit::remote::key_layout
+}  // namespace kjit::storage::remote::key_layout

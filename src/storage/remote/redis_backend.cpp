@@ -1,7 +1,7 @@
-#include "remote/redis_backend.hpp"
+#include "storage/remote/redis_backend.hpp"
 
-#include "remote/key_layout.hpp"
-#include "remote/redis_client.hpp"
+#include "storage/remote/key_layout.hpp"
+#include "storage/remote/redis_client.hpp"
 #include "util/log.hpp"
 
 #include <hiredis/hiredis.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace kjit::remote::redis_backend {
+namespace kjit::storage::remote::redis_backend {
 
 namespace {
 
@@ -484,4 +484,4 @@ Result<std::unique_ptr<Backend>> make(const Server &server, const Config &config
     return std::unique_ptr<Backend>(std::make_unique<RedisBackend>(server, config));
 }
 
-}  // namespace kjit::remote::redis_backend
+}  // namespace kjit::storage::remote::redis_backend

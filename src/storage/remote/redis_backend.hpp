@@ -22,14 +22,14 @@
 // refuses SCAN, OBJECT or MEMORY (managed servers) stops the room-making on that server.
 #pragma once
 
-#include "remote/backend.hpp"
+#include "storage/remote/backend.hpp"
 
 #include <memory>
 
-namespace kjit::remote::redis_backend {
+namespace kjit::storage::remote::redis_backend {
 
 // The backend of `server` under `config`'s timeouts, sizes and namespace; connects at its first
 // operation. Never fails (Result for the scheme table's one signature).
 Result<std::unique_ptr<Backend>> make(const Server &server, const Config &config);
 
-}  // namespace kjit::remote::redis_backend
+}  // namespace kjit::storage::remote::redis_backend

@@ -1,7 +1,7 @@
-#include "remote/redis_client.hpp"
+#include "storage/remote/redis_client.hpp"
 
-#include "remote/cluster_router.hpp"
-#include "remote/tls_session.hpp"
+#include "storage/remote/cluster_router.hpp"
+#include "storage/remote/tls_session.hpp"
 
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -696,4 +696,4 @@ Result<std::vector<Reply>> ServerLink::run(const std::vector<Command> &commands,
     return tripped;
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

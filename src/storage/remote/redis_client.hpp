@@ -34,7 +34,7 @@
 // less often from the first. Knows hiredis and the TLS session only.
 #pragma once
 
-#include "remote/config.hpp"
+#include "storage/remote/config.hpp"
 #include "util/status.hpp"
 
 #include <atomic>
@@ -46,7 +46,7 @@
 
 struct redisReply;
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 class ClusterRouter;
 
@@ -147,4 +147,4 @@ private:
     std::atomic<std::uint64_t> epoch_{0};         // one more at each opening of the breaker
 };
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

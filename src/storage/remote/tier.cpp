@@ -1,6 +1,6 @@
-#include "remote/tier.hpp"
+#include "storage/remote/tier.hpp"
 
-#include "remote/key_layout.hpp"
+#include "storage/remote/key_layout.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
 #include "util/hashing.hpp"
@@ -17,7 +17,7 @@
 #include <random>
 #include <thread>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 namespace {
 
@@ -500,4 +500,4 @@ Lease::~Lease() {
     (void)backend.leave_marker(key_, token_, marker, marker_ms);
 }
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

@@ -37,10 +37,10 @@
 // entries and the config; nothing of the cache above it, nor of any protocol.
 #pragma once
 
-#include "remote/backend.hpp"
-#include "remote/config.hpp"
-#include "remote/counters.hpp"
-#include "remote/entry.hpp"
+#include "storage/remote/backend.hpp"
+#include "storage/remote/config.hpp"
+#include "storage/remote/counters.hpp"
+#include "storage/remote/entry.hpp"
 #include "util/status.hpp"
 
 #include <atomic>
@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 class Tier;
 class Renewer;
@@ -209,4 +209,4 @@ private:
     std::atomic<std::int64_t> last_refusal_log_ns_{0};
 };
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

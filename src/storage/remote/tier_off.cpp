@@ -2,9 +2,9 @@
 // that asks for a tier is checked as usual, then refused with what to do; "none" (and no
 // setting) is fine. No Tier is ever made, so the cache never reaches the members below, which
 // only keep the build whole.
-#include "remote/tier.hpp"
+#include "storage/remote/tier.hpp"
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 Counters &counters() {
     static Counters c;
@@ -36,4 +36,4 @@ Lease::Lease(Tier &tier, Shard &shard, std::string key, std::string token)
     : tier_(tier), shard_(shard), key_(std::move(key)), token_(std::move(token)) {}
 Lease::~Lease() = default;
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

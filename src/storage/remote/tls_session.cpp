@@ -1,4 +1,4 @@
-#include "remote/tls_session.hpp"
+#include "storage/remote/tls_session.hpp"
 
 #include "util/fork_guard.hpp"
 #include "util/log.hpp"
@@ -17,7 +17,7 @@
 #include <mutex>
 #include <utility>
 
-namespace kjit::remote::tls {
+namespace kjit::storage::remote::tls {
 
 // OpenSSL's types, opaque: only pointers to them are passed around (typedef struct ssl_st SSL,
 // and so on, in OpenSSL's headers).
@@ -547,4 +547,4 @@ bool Session::pending() const { return state_->context->api->SSL_pending(state_-
 
 bool Session::resumed() const { return state_->context->api->SSL_session_reused(state_->ssl) == 1; }
 
-}  // namespace kjit::remote::tls
+}  // namespace kjit::storage::remote::tls

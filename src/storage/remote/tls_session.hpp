@@ -23,7 +23,7 @@
 // objects of the parent may hold locks of a thread that the child does not have.
 #pragma once
 
-#include "remote/tls_settings.hpp"
+#include "storage/remote/tls_settings.hpp"
 #include "util/status.hpp"
 
 #include <cstddef>
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace kjit::remote::tls {
+namespace kjit::storage::remote::tls {
 
 // What one step did.
 struct Io {
@@ -101,4 +101,4 @@ const std::vector<LibraryPair> &default_libraries();
 // opens). "" when one opens and has every function used.
 std::string open_error(const std::vector<LibraryPair> &pairs);
 
-}  // namespace kjit::remote::tls
+}  // namespace kjit::storage::remote::tls

@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace kjit::remote {
+namespace kjit::storage::remote {
 
 struct TlsSettings {
     // Where the server's certificate is checked: these (a PEM bundle, an OpenSSL hashed folder)
@@ -32,4 +32,4 @@ struct TlsSettings {
     }
 };
 
-}  // namespace kjit::remote
+}  // namespace kjit::storage::remote

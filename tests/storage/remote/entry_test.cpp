@@ -1,6 +1,6 @@
 // The cluster tier's settings (remote/config) and values (remote/entry), without a server.
-#include "remote/entry.hpp"
-#include "remote/config.hpp"
+#include "storage/remote/entry.hpp"
+#include "storage/remote/config.hpp"
 
 #include "key/cache_key.hpp"
 #include "test_support.hpp"
@@ -17,7 +17,7 @@
 
 namespace {
 
-using kjit::remote::parse;
+using kjit::storage::remote::parse;
 
 TEST(RemoteConfig, ServersAndOptions) {
     auto c = parse("redis://cache-a:7000/2  redis://u:p%40ss@[::1] redis+unix:/run/r.sock?db=3|read-only=true "
@@ -33,7 +33,7 @@ TEST(RemoteConfig, ServersAndOptions) {
     EXPECT_EQ(cfg.servers[1].host, "::1");
     EXPECT_EQ(cfg.servers[1].user, "u");
     EXPECT_EQ(cfg.servers[1].password, "p@ss");
-    EXPECT_EQ(kjit::remote::display(cfg.servers[1]), "redis://u:***@[::1]:6379/0");
+    EXPECT_EQ(kjit::storage::remote::display(cfg.servers[1]), "redis://u:***@[::1]:6379/0");
     EXPECT_EQ(cfg.servers[2].path, "/run/r.sock");
     EXPECT_EQ(cfg.servers[2].db, 3);
     EXPECT_TRUE(cfg.read_only);
@@ -110,7 +110,7 @@ TEST(RemoteConfig, PasswordCutByABlankOrBarIsNeverShown) {
         }
         EXPECT_NE(m.find("percent-encoded"), std::string::npos) << m;
         EXPECT_NE(m.find("password-file="), std::string::npos) << m;
-        EXPECT_TRUE(kjit::remote::names_a_password(spec)) << spec;
+        EXPECT_TRUE(kjit::storage::remote::names_a_password(spec)) << spec;
     }
     // Percent-encoded, the same password works.
     auto encoded = parse("redis://admin:Hunter2%20X9%7Cz@cache-host", "x");
@@ -121,11 +121,11 @@ TEST(RemoteConfig, PasswordCutByABlankOrBarIsNeverShown) {
     ASSERT_FALSE(after);
     EXPECT_NE(after.error().message.find("unknown option 'colour'"), std::string::npos) << after.error().message;
     // What names a password, for `kjit compile --remote-storage`.
-    EXPECT_TRUE(kjit::remote::names_a_password("redis://:pw@h"));
-    EXPECT_TRUE(kjit::remote::names_a_password("redis://h1 redis://user:pw@h2|read-only=true"));
-    EXPECT_FALSE(kjit::remote::names_a_password("redis://h1:6379/2 redis+unix:/run/r.sock namespace=a"));
-    EXPECT_FALSE(kjit::remote::names_a_password("redis://h password-file=/run/secrets/a@b"));
-    EXPECT_FALSE(kjit::remote::names_a_password(""));
+    EXPECT_TRUE(kjit::storage::remote::names_a_password("redis://:pw@h"));
+    EXPECT_TRUE(kjit::storage::remote::names_a_password("redis://h1 redis://user:pw@h2|read-only=true"));
+    EXPECT_FALSE(kjit::storage::remote::names_a_password("redis://h1:6379/2 redis+unix:/run/r.sock namespace=a"));
+    EXPECT_FALSE(kjit::storage::remote::names_a_password("redis://h password-file=/run/secrets/a@b"));
+    EXPECT_FALSE(kjit::storage::remote::names_a_password(""));
     // A password-file path with an '@' is no password, and parses.
     kjit_test::TempDir dir;
     const std::string file = dir.file("p@ss");
@@ -155,7 +155,7 @@ TEST(RemoteConfig, EveryLineNamesAServerTheSameWay) {
                                             "redis+unix:/run/r.sock?db=3",  "redis://***@cache-d:6379/0"};
     ASSERT_EQ(servers.size(), shown.size());
     for (std::size_t i = 0; i < shown.size(); ++i) {
-        EXPECT_EQ(kjit::remote::display(servers[i]), shown[i]);
+        EXPECT_EQ(kjit::storage::remote::display(servers[i]), shown[i]);
         // The setting as the debug log names it ("remote cache: <canonical>").
         EXPECT_NE((*c)->canonical.find(shown[i] + " "), std::string::npos) << (*c)->canonical;
     }
@@ -178,7 +178,7 @@ TEST(RemoteConfig, PasswordFileMustBePrivate) {
     auto c = parse("redis://h password-file=" + file, "x");
     ASSERT_TRUE(c && *c) << (c ? "" : c.error().message);
     EXPECT_EQ((*c)->servers[0].password, "s3cret");
-    EXPECT_EQ(kjit::remote::display((*c)->servers[0]).find("s3cret"), std::string::npos);
+    EXPECT_EQ(kjit::storage::remote::display((*c)->servers[0]).find("s3cret"), std::string::npos);
     ::chmod(file.c_str(), 0644);
     auto open = parse("redis://h password-file=" + file, "x");
     ASSERT_FALSE(open);
@@ -258,10 +258,10 @@ protected:
         manifest.cubin_hash = kjit::hash128_hex(cubin);
         manifest.created = "2026-12-04T00:00:00Z";
         expected = {manifest.key, kjit::key::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
-        value = kjit::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "node-7");
+        value = kjit::storage::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "node-7");
     }
-    kjit::Result<kjit::remote::Entry> decode(const std::string &v, std::uint64_t max_entry_bytes = 64u << 20) {
-        return kjit::remote::decode(v, expected, "k", max_entry_bytes);
+    kjit::Result<kjit::storage::remote::Entry> decode(const std::string &v, std::uint64_t max_entry_bytes = 64u << 20) {
+        return kjit::storage::remote::decode(v, expected, "k", max_entry_bytes);
     }
     void expect_refused(const std::string &v, const char *why, std::uint64_t max_entry_bytes = 64u << 20) {
         auto e = decode(v, max_entry_bytes);
@@ -272,13 +272,13 @@ protected:
 
     std::string cubin;
     kjit::store::cache_entry::Manifest manifest;
-    kjit::remote::Expected expected;
+    kjit::storage::remote::Expected expected;
     std::string value;
 };
 
 TEST_F(RemoteEntryValue, RoundTrip) {
-    EXPECT_EQ(value.substr(8, 4), layout::u32(kjit::remote::kEnvelopeVersion));
-    EXPECT_EQ(kjit::remote::kEnvelopeVersion, 2u);
+    EXPECT_EQ(value.substr(8, 4), layout::u32(kjit::storage::remote::kEnvelopeVersion));
+    EXPECT_EQ(kjit::storage::remote::kEnvelopeVersion, 2u);
     auto e = decode(value);
     ASSERT_TRUE(e) << e.error().message;
     EXPECT_EQ(e->cubin, cubin);
@@ -413,18 +413,21 @@ TEST_F(RemoteEntryValue, WholeButLyingValuesAreRefused) {
     // is not the manifest's, a cubin that is not ELF.
     kjit::store::cache_entry::Manifest wrong_name = manifest;
     wrong_name.name = "_Z4gemmILi99EEvPf";
-    expect_refused(kjit::remote::encode(wrong_name, cubin, kjit::key::kFormatVersion, "h"), "keyword rule chooses");
+    expect_refused(kjit::storage::remote::encode(wrong_name, cubin, kjit::key::kFormatVersion, "h"),
+                   "keyword rule chooses");
     const std::string other = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(5));
-    expect_refused(kjit::remote::encode(manifest, other, kjit::key::kFormatVersion, "h"), "not the one its manifest");
+    expect_refused(kjit::storage::remote::encode(manifest, other, kjit::key::kFormatVersion, "h"),
+                   "not the one its manifest");
     kjit::store::cache_entry::Manifest text = manifest;
     text.cubin_bytes = 8;
     text.cubin_hash = kjit::hash128_hex("not elf!");
-    expect_refused(kjit::remote::encode(text, "not elf!", kjit::key::kFormatVersion, "h"), "not an ELF");
+    expect_refused(kjit::storage::remote::encode(text, "not elf!", kjit::key::kFormatVersion, "h"), "not an ELF");
     kjit::store::cache_entry::Manifest lowered = manifest;
     lowered.name_expression = "gemm<99>";
     lowered.name = "_Z4gemmILi99EEvPf";  // matches the keyword, but is not in this cubin
     expected.name_expression = "gemm<99>";
-    expect_refused(kjit::remote::encode(lowered, cubin, kjit::key::kFormatVersion, "h"), "not a function of its cubin");
+    expect_refused(kjit::storage::remote::encode(lowered, cubin, kjit::key::kFormatVersion, "h"),
+                   "not a function of its cubin");
 }
 
 #endif  // KJIT_TEST_REMOTE_VALUES

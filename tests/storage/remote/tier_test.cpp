@@ -3,9 +3,9 @@
 // tier's look-up, claim, wait, store, release and failover need nothing of the Redis protocol;
 // and that the scheme table refuses a scheme no backend speaks. (remote_test.cpp runs the same
 // tier against real Redis servers, through libkjit.so.)
-#include "remote/tier.hpp"
-#include "remote/backend.hpp"
-#include "remote/key_layout.hpp"
+#include "storage/remote/tier.hpp"
+#include "storage/remote/backend.hpp"
+#include "storage/remote/key_layout.hpp"
 
 #include "key/cache_key.hpp"
 #include "test_support.hpp"
@@ -20,9 +20,9 @@
 
 namespace {
 
-using kjit::remote::Backend;
-using kjit::remote::Claim;
-using kjit::remote::Settled;
+using kjit::storage::remote::Backend;
+using kjit::storage::remote::Claim;
+using kjit::storage::remote::Settled;
 
 // A server in memory: one mutex makes each operation atomic, as a server's script does. `broken`
 // fails every operation as a link that is down would (the breaker still closed: the tier finds
@@ -32,15 +32,15 @@ public:
     explicit MemoryBackend(std::string id) {
         server_.scheme = "memory";
         server_.host = id;
-        kjit::remote::name_server(server_);
+        kjit::storage::remote::name_server(server_);
     }
 
-    const kjit::remote::Server &server() const override { return server_; }
+    const kjit::storage::remote::Server &server() const override { return server_; }
     bool usable() const override { return true; }
     std::int64_t quick_retry_at_ns() const override { return 0; }
 
-    kjit::Result<Claim> look_up_and_claim(const kjit::remote::KeySet &keys, const std::string &token, std::int64_t,
-                                          bool read_only) override {
+    kjit::Result<Claim> look_up_and_claim(const kjit::storage::remote::KeySet &keys, const std::string &token,
+                                          std::int64_t, bool read_only) override {
         std::lock_guard<std::mutex> lock(mutex_);
         KJIT_TRY(link());
         ++claims;
@@ -63,37 +63,38 @@ public:
         }
         return claim;
     }
-    kjit::Result<kjit::remote::HolderState> poll_holder(const kjit::remote::KeySet &keys) override {
+    kjit::Result<kjit::storage::remote::HolderState> poll_holder(const kjit::storage::remote::KeySet &keys) override {
         std::lock_guard<std::mutex> lock(mutex_);
         KJIT_TRY(link());
-        kjit::remote::HolderState state;
+        kjit::storage::remote::HolderState state;
         state.entry_there = values.count(keys.entry) != 0;
         if (auto f = values.find(keys.failure); f != values.end()) state.failure = f->second;
         if (auto l = values.find(keys.lease); l != values.end()) state.lease = l->second;
         return state;
     }
-    kjit::Result<std::vector<kjit::remote::Fetched>> fetch(const std::vector<std::string> &keys) override {
+    kjit::Result<std::vector<kjit::storage::remote::Fetched>> fetch(const std::vector<std::string> &keys) override {
         std::lock_guard<std::mutex> lock(mutex_);
         KJIT_TRY(link());
-        std::vector<kjit::remote::Fetched> out(keys.size());
+        std::vector<kjit::storage::remote::Fetched> out(keys.size());
         for (std::size_t i = 0; i < keys.size(); ++i) {
             if (auto it = values.find(keys[i]); it != values.end()) out[i].value = it->second;
         }
         return out;
     }
-    kjit::Result<kjit::remote::Stored> put_if_absent(const std::string &key, const std::string &value) override {
+    kjit::Result<kjit::storage::remote::Stored> put_if_absent(const std::string &key,
+                                                              const std::string &value) override {
         std::lock_guard<std::mutex> lock(mutex_);
         KJIT_TRY(link());
-        kjit::remote::Stored stored;
+        kjit::storage::remote::Stored stored;
         stored.added = values.emplace(key, value).second;
         return stored;
     }
-    kjit::Result<std::optional<kjit::remote::Refusal>> put_failure(const std::string &key, const std::string &text,
-                                                                   int) override {
+    kjit::Result<std::optional<kjit::storage::remote::Refusal>> put_failure(const std::string &key,
+                                                                            const std::string &text, int) override {
         std::lock_guard<std::mutex> lock(mutex_);
         KJIT_TRY(link());
         values[key] = text;
-        return std::optional<kjit::remote::Refusal>();
+        return std::optional<kjit::storage::remote::Refusal>();
     }
     kjit::Status remove_if_same(const std::string &key, const std::string &value) override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -139,7 +140,7 @@ private:
         return kjit::Ok{};
     }
 
-    kjit::remote::Server server_;
+    kjit::storage::remote::Server server_;
     std::mutex mutex_;
     std::map<std::string, std::string> values;
 };
@@ -161,8 +162,9 @@ protected:
 
     // A tier over `count` memory servers, kept for the process (as the library keeps its tiers:
     // a lease's renewal thread holds the tier and its backend to the process's end).
-    kjit::remote::Tier &tier(std::size_t count, std::chrono::milliseconds wait_timeout = std::chrono::minutes(1)) {
-        kjit::remote::Config config;
+    kjit::storage::remote::Tier &tier(std::size_t count,
+                                      std::chrono::milliseconds wait_timeout = std::chrono::minutes(1)) {
+        kjit::storage::remote::Config config;
         config.name_space = "tiertest";
         config.wait_timeout = wait_timeout;
         std::vector<std::unique_ptr<Backend>> backends;
@@ -173,12 +175,12 @@ protected:
             config.servers.push_back(backend->server());
             backends.push_back(std::move(backend));
         }
-        static std::vector<kjit::remote::Tier *> kept;
-        kept.push_back(new kjit::remote::Tier(std::move(config), std::move(backends)));
+        static std::vector<kjit::storage::remote::Tier *> kept;
+        kept.push_back(new kjit::storage::remote::Tier(std::move(config), std::move(backends)));
         return *kept.back();
     }
-    std::string entry_key(const kjit::remote::Tier &t) const { return t.server_key(expected, 'b'); }
-    std::string lease_key(const kjit::remote::Tier &t) const { return t.server_key(expected, 'l'); }
+    std::string entry_key(const kjit::storage::remote::Tier &t) const { return t.server_key(expected, 'b'); }
+    std::string lease_key(const kjit::storage::remote::Tier &t) const { return t.server_key(expected, 'l'); }
     // The memory server that holds `key` (the test's servers hold it on one only).
     MemoryBackend *holder_of(const std::string &key) {
         for (MemoryBackend *s : servers) {
@@ -189,7 +191,7 @@ protected:
 
     std::string cubin;
     kjit::store::cache_entry::Manifest manifest;
-    kjit::remote::Expected expected;
+    kjit::storage::remote::Expected expected;
     std::vector<MemoryBackend *> servers;
 };
 
@@ -215,7 +217,7 @@ TEST_F(RemoteTier, AWaiterGetsTheEntryTheHolderStores) {
     auto &t = tier(1);
     Settled held = t.settle(expected);
     ASSERT_EQ(held.kind, Settled::Kind::owner);
-    const std::uint64_t waits_before = kjit::remote::counters().lease_waits.load();
+    const std::uint64_t waits_before = kjit::storage::remote::counters().lease_waits.load();
     EXPECT_EQ(t.settle(expected, /*defer_waits=*/true).kind, Settled::Kind::busy);
     std::thread holder([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -226,7 +228,7 @@ TEST_F(RemoteTier, AWaiterGetsTheEntryTheHolderStores) {
     holder.join();
     ASSERT_EQ(waited.kind, Settled::Kind::fetched);
     EXPECT_EQ(waited.entry->cubin, cubin);
-    EXPECT_EQ(kjit::remote::counters().lease_waits.load(), waits_before + 1);
+    EXPECT_EQ(kjit::storage::remote::counters().lease_waits.load(), waits_before + 1);
 }
 
 TEST_F(RemoteTier, AHolderThatCouldNotStoreSendsItsWaitersToCompileAtOnce) {
@@ -256,12 +258,13 @@ TEST_F(RemoteTier, ASharedFailureIsReturnedToTheNextLookUp) {
 
 TEST_F(RemoteTier, AValueThatFailsVerificationIsRemovedAndIsAMiss) {
     auto &t = tier(1);
-    const std::string bad = kjit::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "h").substr(0, 100);
+    const std::string bad =
+        kjit::storage::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "h").substr(0, 100);
     servers[0]->set(entry_key(t), bad);
-    const std::uint64_t corrupt_before = kjit::remote::counters().corrupt.load();
+    const std::uint64_t corrupt_before = kjit::storage::remote::counters().corrupt.load();
     Settled settled = t.settle(expected);
     EXPECT_EQ(settled.kind, Settled::Kind::owner) << "the bad value is a miss, so the caller compiles";
-    EXPECT_EQ(kjit::remote::counters().corrupt.load(), corrupt_before + 1);
+    EXPECT_EQ(kjit::storage::remote::counters().corrupt.load(), corrupt_before + 1);
     EXPECT_GE(servers[0]->removals, 1);
     EXPECT_NE(servers[0]->value_of(entry_key(t)), std::optional<std::string>(bad));
 }
@@ -284,32 +287,32 @@ TEST_F(RemoteTier, AServerWhoseLinkFailsHandsTheKeyToTheNext) {
 TEST_F(RemoteTier, ARefusedLookUpIsCountedAndCompiledHere) {
     auto &t = tier(1);
     servers[0]->refuse_claims = true;
-    const std::uint64_t errors_before = kjit::remote::counters().errors.load();
+    const std::uint64_t errors_before = kjit::storage::remote::counters().errors.load();
     EXPECT_EQ(t.settle(expected).kind, Settled::Kind::compile_here);
-    EXPECT_EQ(kjit::remote::counters().errors.load(), errors_before + 1);
+    EXPECT_EQ(kjit::storage::remote::counters().errors.load(), errors_before + 1);
     EXPECT_FALSE(servers[0]->value_of(lease_key(t)));
 }
 
 TEST_F(RemoteTier, EachServerDescribesItselfUnderItsName) {
     auto &t = tier(2);
     const std::string text = t.describe_servers();
-    EXPECT_EQ(kjit::remote::display(servers[0]->server()), "memory://server-0:6379/0");
+    EXPECT_EQ(kjit::storage::remote::display(servers[0]->server()), "memory://server-0:6379/0");
     EXPECT_NE(text.find("server memory://server-0:6379/0\n  memory: 0 values\n"), std::string::npos) << text;
     EXPECT_NE(text.find("server memory://server-1:6379/0\n"), std::string::npos) << text;
 }
 
 TEST(RemoteBackends, ASchemeNoBackendSpeaksIsRefusedByName) {
-    kjit::remote::Server server;
+    kjit::storage::remote::Server server;
     server.scheme = "s3";
     server.host = "bucket";
-    kjit::remote::Config config;
-    auto backend = kjit::remote::make_backend(server, config);
+    kjit::storage::remote::Config config;
+    auto backend = kjit::storage::remote::make_backend(server, config);
     ASSERT_FALSE(backend);
     EXPECT_EQ(backend.error().code, kjit::Errc::invalid_argument);
     EXPECT_NE(backend.error().message.find("'s3'"), std::string::npos) << backend.error().message;
     EXPECT_NE(backend.error().message.find("rediss"), std::string::npos) << backend.error().message;
     server.scheme = "redis";
-    EXPECT_TRUE(kjit::remote::make_backend(server, config));
+    EXPECT_TRUE(kjit::storage::remote::make_backend(server, config));
 }
 
 }  // namespace

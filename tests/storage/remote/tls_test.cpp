@@ -5,7 +5,7 @@
 // one signed by another CA, and a client certificate. Nodes are kjit_remote_node processes (their
 // counters and their log, KJIT_LOG_LEVEL=warn, on stderr), or calls of this process.
 #include "redis_server.hpp"
-#include "remote/tls_session.hpp"
+#include "storage/remote/tls_session.hpp"
 #include "test_support.hpp"
 
 #include <kjit/kjit.h>
@@ -45,7 +45,7 @@ using kjit_test::RedisServer;
 using kjit_test::ScopedEnv;
 using kjit_test::TempDir;
 using kjit_test::TlsFiles;
-namespace tls = kjit::remote::tls;
+namespace tls = kjit::storage::remote::tls;
 
 // The certificates of this run (made at first use), in a folder of their own.
 class Certificates {
@@ -484,7 +484,7 @@ bool ping_over_tls(int port, tls::Context &context) {
 TEST(RemoteTlsSession, ReconnectResumesTheSession) {
     REQUIRE_CERTIFICATES();
     RedisServer server(certificates().server("server"));
-    kjit::remote::TlsSettings settings;
+    kjit::storage::remote::TlsSettings settings;
     settings.ca_file = certificates().file("ca.pem");
     auto context = tls::context_for("resumption test " + server.tls_url(), settings);
     ASSERT_TRUE(context) << context.error().message;
