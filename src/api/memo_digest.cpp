@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kjit::api {
 
@@ -15,88 +18,105 @@ namespace {
 
 // Whether the caller's options struct (of its own struct_size) holds `field` (c_struct.hpp).
 #define KJIT_MEMO_OPTION_PRESENT(options, field) KJIT_FIELD_PRESENT(kjit_compile_options, options, field)
+// The same for CallReader's options (none: no field).
+#define KJIT_MEMO_HAS(field) (o_ && KJIT_MEMO_OPTION_PRESENT(o_, field))
 
-// A string list as Request holds it: its count, then each string. False on a NULL.
-bool strings(cache::HitMemo::Fields &f, const char *const *items, std::size_t count) {
-    if (count > 0 && !items) return false;
-    f.count(count);
-    for (std::size_t i = 0; i < count; ++i) {
-        if (!items[i]) return false;
-        f.field(items[i]);
+// A C list of strings as digest_fields reads a list: its count and each string (null where
+// the caller's list or entry is NULL, which fails the digest).
+struct CStrings {
+    const char *const *items = nullptr;
+    std::size_t count = 0;
+    std::size_t size() const { return count; }
+    const char *operator[](std::size_t i) const { return items ? items[i] : nullptr; }
+};
+
+// The in-memory headers likewise: a name and a text each.
+struct CHeaders {
+    const kjit_header *items = nullptr;
+    std::size_t count = 0;
+    std::size_t size() const { return count; }
+    std::pair<const char *, const char *> operator[](std::size_t i) const {
+        return items ? std::make_pair(items[i].name, items[i].source) : std::make_pair(nullptr, nullptr);
     }
-    return true;
-}
+};
 
-// The in-memory headers: their count, then name and text of each. False on a NULL.
-bool headers(cache::HitMemo::Fields &f, const kjit_header *items, std::size_t count) {
-    if (count > 0 && !items) return false;
-    f.count(count);
-    for (std::size_t i = 0; i < count; ++i) {
-        if (!items[i].name || !items[i].source) return false;
-        f.field(items[i].name);
-        f.field(items[i].source);
+// digest_fields' reader of kjit_compile's arguments as they come: the fields the caller's
+// struct_size holds, the defaults resolved as request_from resolves them (settle() first).
+class CallReader {
+public:
+    CallReader(const char *source, const char *keyword, const kjit_compile_options *o)
+        : source_(source), keyword_(keyword), o_(o) {}
+
+    // Resolves the cache folder and the arch (the option when set, else the default) and the
+    // base folders (the option's, those the caller's struct_size holds, "none" alone: none;
+    // else $KJIT_BASE_DIRS's, `from_env`, null when unset). False where a default cannot be
+    // resolved or a base folder is NULL or empty: the full look-up says so.
+    bool settle(const char *from_env);
+
+    const char *source() const { return source_; }
+    const char *keyword() const { return keyword_; }
+    std::string_view cache_dir() const { return cache_dir_; }
+    std::string_view arch() const { return arch_; }
+    CStrings nvrtc_options() const {
+        return KJIT_MEMO_HAS(nvrtc_option_count) ? CStrings{o_->nvrtc_options, o_->nvrtc_option_count} : CStrings{};
     }
-    return true;
-}
+    CStrings include_paths() const {
+        return KJIT_MEMO_HAS(include_path_count) ? CStrings{o_->include_paths, o_->include_path_count} : CStrings{};
+    }
+    CHeaders headers() const {
+        return KJIT_MEMO_HAS(header_count) ? CHeaders{o_->headers, o_->header_count} : CHeaders{};
+    }
+    const char *name_expression() const { return KJIT_MEMO_HAS(name_expression) ? o_->name_expression : nullptr; }
+    const char *program_name() const {
+        const char *name = KJIT_MEMO_HAS(program_name) ? o_->program_name : nullptr;
+        return name ? name : "";
+    }
+    CStrings link_inputs() const {
+        return KJIT_MEMO_HAS(link_input_count) ? CStrings{o_->link_inputs, o_->link_input_count} : CStrings{};
+    }
+    CStrings link_options() const {
+        return KJIT_MEMO_HAS(link_option_count) ? CStrings{o_->link_options, o_->link_option_count} : CStrings{};
+    }
+    const std::vector<std::string_view> &base_dirs() const { return base_dirs_; }
 
-// The cache folder and the arch: the option when set, else the default (as request_from).
-bool settings(cache::HitMemo::Fields &f, const char *cache_dir, const char *arch) {
-    if (cache_dir && *cache_dir) {
-        f.field(cache_dir);
+private:
+    const char *source_;
+    const char *keyword_;
+    const kjit_compile_options *o_;
+    std::string defaulted_cache_dir_, defaulted_arch_;  // held only when a default is used
+    std::string_view cache_dir_, arch_;
+    std::vector<std::string_view> base_dirs_;  // empty unless base folders are set (no allocation)
+};
+
+bool CallReader::settle(const char *from_env) {
+    const char *dir = KJIT_MEMO_HAS(cache_dir) ? o_->cache_dir : nullptr;
+    if (dir && *dir) {
+        cache_dir_ = dir;
     } else {
         auto found = defaults::cache_dir();
         if (!found) return false;
-        f.field(*found);
+        defaulted_cache_dir_ = std::move(*found);
+        cache_dir_ = defaulted_cache_dir_;
     }
+    const char *arch = KJIT_MEMO_HAS(arch) ? o_->arch : nullptr;
     if (arch && *arch) {
-        f.field(arch);
+        arch_ = arch;
     } else {
         auto detected = defaults::arch();
         if (!detected) return false;
-        f.field(*detected);
+        defaulted_arch_ = std::move(*detected);
+        arch_ = defaulted_arch_;
     }
-    return true;
-}
-
-// The lists, the name expression, the program name and the link lists, those the caller's
-// struct_size holds.
-bool lists_and_names(cache::HitMemo::Fields &f, const kjit_compile_options *o) {
-    const bool has_options = o && KJIT_MEMO_OPTION_PRESENT(o, nvrtc_option_count);
-    if (!strings(f, has_options ? o->nvrtc_options : nullptr, has_options ? o->nvrtc_option_count : 0)) return false;
-    const bool has_paths = o && KJIT_MEMO_OPTION_PRESENT(o, include_path_count);
-    if (!strings(f, has_paths ? o->include_paths : nullptr, has_paths ? o->include_path_count : 0)) return false;
-    const bool has_headers = o && KJIT_MEMO_OPTION_PRESENT(o, header_count);
-    if (!headers(f, has_headers ? o->headers : nullptr, has_headers ? o->header_count : 0)) return false;
-    const char *expression = o && KJIT_MEMO_OPTION_PRESENT(o, name_expression) ? o->name_expression : nullptr;
-    f.count(expression ? 1 : 0);
-    if (expression) f.field(expression);
-    const char *program = o && KJIT_MEMO_OPTION_PRESENT(o, program_name) ? o->program_name : nullptr;
-    f.field(program ? program : "");
-    const bool has_inputs = o && KJIT_MEMO_OPTION_PRESENT(o, link_input_count);
-    if (!strings(f, has_inputs ? o->link_inputs : nullptr, has_inputs ? o->link_input_count : 0)) return false;
-    const bool has_link_options = o && KJIT_MEMO_OPTION_PRESENT(o, link_option_count);
-    return strings(f, has_link_options ? o->link_options : nullptr, has_link_options ? o->link_option_count : 0);
-}
-
-// The base folders as Request holds them (after the link lists): the option's, those the
-// caller's struct_size holds ("none" alone: none), else $KJIT_BASE_DIRS's (`from_env`, null when
-// unset), as request_from takes them. False on a NULL or empty name: the full look-up says so.
-bool base_folders(cache::HitMemo::Fields &f, const kjit_compile_options *o, const char *from_env) {
-    if (o && KJIT_MEMO_OPTION_PRESENT(o, base_dir_count) && o->base_dir_count > 0) {
-        if (!o->base_dirs) return false;
-        for (std::size_t i = 0; i < o->base_dir_count; ++i) {
-            if (!o->base_dirs[i] || !*o->base_dirs[i]) return false;
+    if (KJIT_MEMO_HAS(base_dir_count) && o_->base_dir_count > 0) {
+        if (!o_->base_dirs) return false;
+        for (std::size_t i = 0; i < o_->base_dir_count; ++i) {
+            if (!o_->base_dirs[i] || !*o_->base_dirs[i]) return false;
         }
-        if (o->base_dir_count == 1 && std::strcmp(o->base_dirs[0], "none") == 0) {
-            f.count(0);
-            return true;
-        }
-        return strings(f, o->base_dirs, o->base_dir_count);
+        if (o_->base_dir_count == 1 && std::strcmp(o_->base_dirs[0], "none") == 0) return true;
+        base_dirs_.assign(o_->base_dirs, o_->base_dirs + o_->base_dir_count);
+        return true;
     }
-    std::size_t count = 0;
-    if (from_env) defaults::for_each_folder(from_env, [&](std::string_view) { ++count; });
-    f.count(count);
-    if (count > 0) defaults::for_each_folder(from_env, [&](std::string_view dir) { f.field(dir); });
+    if (from_env) defaults::for_each_folder(from_env, [&](std::string_view folder) { base_dirs_.push_back(folder); });
     return true;
 }
 
@@ -145,23 +165,19 @@ bool memo_digest_of(const char *source, const char *keyword, const kjit_compile_
     if (options && (options->struct_size < sizeof(size_t) || options->struct_size > sizeof(kjit_compile_options))) {
         return false;
     }
-    const char *cache_dir = options && KJIT_MEMO_OPTION_PRESENT(options, cache_dir) ? options->cache_dir : nullptr;
-    const char *arch = options && KJIT_MEMO_OPTION_PRESENT(options, arch) ? options->arch : nullptr;
     const std::uint64_t max_size =
         options && KJIT_MEMO_OPTION_PRESENT(options, max_cache_size) ? options->max_cache_size : 0;
     const MemoSettings env = memo_settings();
     if (!memo_may_answer(env, max_size)) return false;
+    CallReader reader(source, keyword, options);
+    if (!reader.settle(env.base_dirs) || !known_compile_mode(options)) return false;
     cache::HitMemo::Fields f;
-    f.field(source);
-    f.field(keyword);
-    if (!settings(f, cache_dir, arch) || !lists_and_names(f, options) || !base_folders(f, options, env.base_dirs) ||
-        !known_compile_mode(options)) {
-        return false;
-    }
+    if (!cache::HitMemo::digest_fields(reader, f)) return false;
     out = f.digest();
     return true;
 }
 
+#undef KJIT_MEMO_HAS
 #undef KJIT_MEMO_OPTION_PRESENT
 
 }  // namespace kjit::api

@@ -57,32 +57,32 @@ HitMemo::Digest HitMemo::Fields::digest() {
     return Digest{h.low64, h.high64};
 }
 
-HitMemo::Digest HitMemo::digest(const key::Request &request) {
-    Fields h;
-    h.field(request.source);
-    h.field(request.keyword);
-    h.field(request.cache_dir);
-    h.field(request.arch);
-    h.count(request.nvrtc_options.size());
-    for (const std::string &o : request.nvrtc_options) h.field(o);
-    h.count(request.include_paths.size());
-    for (const std::string &p : request.include_paths) h.field(p);
-    h.count(request.headers.size());
-    for (const auto &[name, text] : request.headers) {
-        h.field(name);
-        h.field(text);
-    }
-    h.count(request.name_expression ? 1 : 0);
-    if (request.name_expression) h.field(*request.name_expression);
-    h.field(request.program_name);
-    h.count(request.link_inputs.size());
-    for (const std::string &p : request.link_inputs) h.field(p);
-    h.count(request.link_options.size());
-    for (const std::string &o : request.link_options) h.field(o);
+namespace {
+
+// digest_fields' reader of a key::Request: its fields as they are.
+struct RequestReader {
+    const key::Request &r;
+    const std::string &source() const { return r.source; }
+    const std::string &keyword() const { return r.keyword; }
+    const std::string &cache_dir() const { return r.cache_dir; }
+    const std::string &arch() const { return r.arch; }
+    const std::vector<std::string> &nvrtc_options() const { return r.nvrtc_options; }
+    const std::vector<std::string> &include_paths() const { return r.include_paths; }
+    const std::vector<std::pair<std::string, std::string>> &headers() const { return r.headers; }
+    const std::optional<std::string> &name_expression() const { return r.name_expression; }
+    const std::string &program_name() const { return r.program_name; }
+    const std::vector<std::string> &link_inputs() const { return r.link_inputs; }
+    const std::vector<std::string> &link_options() const { return r.link_options; }
     // They change the key where a folder is pinned or keyed by location (key::key_folders).
-    h.count(request.base_dirs.size());
-    for (const std::string &b : request.base_dirs) h.field(b);
-    return h.digest();
+    const std::vector<std::string> &base_dirs() const { return r.base_dirs; }
+};
+
+}  // namespace
+
+HitMemo::Digest HitMemo::digest(const key::Request &request) {
+    Fields f;
+    (void)digest_fields(RequestReader{request}, f);  // a Request holds no null
+    return f.digest();
 }
 
 HitMemo::Proof HitMemo::before_look_up() { return Proof{store::cache_entry::retirements()}; }

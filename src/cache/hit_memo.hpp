@@ -86,12 +86,9 @@ public:
     };
     static Digest digest(const key::Request &request);
 
-    // The digest built field by field, for a caller that holds the request's fields in another
-    // form (the C ABI's arguments, hashed without building a Request): each field with its
-    // length first, so that no two requests hash the same bytes. digest(Request) is this over
-    // source, keyword, cache_dir, arch, the NVRTC options (count, then each), the include
-    // paths (likewise), the headers (count, then name and text of each), the name expression
-    // (0, or 1 and it), the program name, the link inputs and the link options (counted lists). Uses a buffer of the
+    // The digest built field by field: each field with its length first (a list with its count
+    // first), so that no two requests hash the same bytes. Which fields and in what order is
+    // digest_fields' to say, the one description both digests follow. Uses a buffer of the
     // calling thread: one Fields at a time per thread.
     class Fields {
     public:
@@ -122,6 +119,25 @@ public:
         void grow(std::size_t n);
         Buffer &b_;
     };
+
+    // The request's fields in the digest, in their one order, from any reader of a request: the
+    // one description both digests follow, so that they agree by construction. digest(Request)
+    // reads a key::Request; the C ABI's memo_digest_of reads kjit_compile's arguments as they
+    // come, without building one (api/memo_digest.cpp). A reader has one member per field,
+    // returning it as one of four kinds: a text (a std::string_view, a std::string, or a
+    // const char * where null fails), a list of texts and the headers (size() and operator[]; a
+    // header a pair of name and text), an optional text (std::optional<std::string>, or a const
+    // char * where null is none). A field added here fails to build until every reader gives it;
+    // which fields are here: compile_options::kFields' keyed and digest_only ones, which
+    // tests/api/compile_options_test.cpp checks field by field. False where a reader's value is
+    // null: the full look-up then says what is wrong.
+    template <class Reader>
+    static bool digest_fields(const Reader &r, Fields &f) {
+        return text(f, r.source()) && text(f, r.keyword()) && text(f, r.cache_dir()) && text(f, r.arch()) &&
+               texts(f, r.nvrtc_options()) && texts(f, r.include_paths()) && headers(f, r.headers()) &&
+               optional_text(f, r.name_expression()) && text(f, r.program_name()) && texts(f, r.link_inputs()) &&
+               texts(f, r.link_options()) && texts(f, r.base_dirs());
+    }
 
     // What a full look-up proved about an answer, to serve it again from memory.
     struct Proof {
@@ -175,6 +191,44 @@ public:
     std::uint64_t answers_by_watch() const { return answers_by_watch_.load(std::memory_order_relaxed); }
 
 private:
+    // digest_fields' writers, one per kind of field.
+    static bool text(Fields &f, std::string_view s) {
+        f.field(s);
+        return true;
+    }
+    static bool text(Fields &f, const char *s) {
+        if (!s) return false;
+        f.field(s);
+        return true;
+    }
+    template <class List>
+    static bool texts(Fields &f, const List &list) {
+        f.count(list.size());
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            if (!text(f, list[i])) return false;
+        }
+        return true;
+    }
+    template <class List>
+    static bool headers(Fields &f, const List &list) {
+        f.count(list.size());
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const auto &[name, source] = list[i];
+            if (!text(f, name) || !text(f, source)) return false;
+        }
+        return true;
+    }
+    static bool optional_text(Fields &f, const std::optional<std::string> &s) {
+        f.count(s ? 1 : 0);
+        if (s) f.field(*s);
+        return true;
+    }
+    static bool optional_text(Fields &f, const char *s) {
+        f.count(s ? 1 : 0);
+        if (s) f.field(s);
+        return true;
+    }
+
     struct DigestHash {
         std::size_t operator()(const Digest &d) const { return static_cast<std::size_t>(d.low); }
     };
