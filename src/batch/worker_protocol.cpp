@@ -166,9 +166,34 @@ Result<Hello> decode_hello(std::string_view payload) {
 
 namespace {
 
+// A Writer as job_fields calls it: each field with its name (for the Reader's messages), true.
+struct JobWriter {
+    Writer &w;
+    bool text(const std::string &s, const char *) {
+        w.text(s);
+        return true;
+    }
+    bool texts(const std::vector<std::string> &list, const char *) {
+        w.texts(list);
+        return true;
+    }
+    bool pairs(const std::vector<std::pair<std::string, std::string>> &list, const char *) {
+        w.pairs(list);
+        return true;
+    }
+};
+
 // A job's link inputs: their count, then each one's path, kind and bytes (what the parent keyed:
 // the worker links these, never the files as they are by then).
-bool read_link_inputs(Reader &r, std::vector<compile::linker::Input> &inputs) {
+bool link_inputs(JobWriter &out, const std::vector<compile::linker::Input> &inputs) {
+    out.w.number(inputs.size());
+    for (const compile::linker::Input &in : inputs) {
+        out.w.text(in.path).number(static_cast<std::uint64_t>(in.kind)).text(*in.bytes);
+    }
+    return true;
+}
+
+bool link_inputs(Reader &r, std::vector<compile::linker::Input> &inputs) {
     std::uint64_t n = 0;
     if (!r.number(n, "link input count")) return false;
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -188,33 +213,31 @@ bool read_link_inputs(Reader &r, std::vector<compile::linker::Input> &inputs) {
     return true;
 }
 
+// A job's fields in its frame, in their one order, for the writer (`Io` a JobWriter, `JobRef`
+// a const compile::Job) and the reader (a Reader, a compile::Job) alike: a field added here is
+// written and read in the same place, never in one and not the other.
+template <class Io, class JobRef>
+bool job_fields(Io &io, JobRef &job) {
+    return io.text(job.request.source, "source") && io.text(job.request.program_name, "program name") &&
+           io.texts(job.request.options, "options") && io.pairs(job.request.headers, "headers") &&
+           io.texts(job.request.name_expressions, "name expressions") && io.text(job.pch_identity, "PCH identity") &&
+           io.texts(job.pch_options, "PCH options") && link_inputs(io, job.request.link_inputs) &&
+           io.texts(job.request.link_options, "link options") && io.text(job.request.link_arch, "link arch");
+}
+
 }  // namespace
 
 std::string encode_job(const compile::Job &job) {
     Writer w;
-    w.text(job.request.source)
-        .text(job.request.program_name)
-        .texts(job.request.options)
-        .pairs(job.request.headers)
-        .texts(job.request.name_expressions)
-        .text(job.pch_identity)
-        .texts(job.pch_options)
-        .number(job.request.link_inputs.size());
-    for (const compile::linker::Input &in : job.request.link_inputs) {
-        w.text(in.path).number(static_cast<std::uint64_t>(in.kind)).text(*in.bytes);
-    }
-    w.texts(job.request.link_options).text(job.request.link_arch);
+    JobWriter out{w};
+    (void)job_fields(out, job);  // a writer never fails
     return w.take();
 }
 
 Result<compile::Job> decode_job(std::string_view payload) {
     Reader r(payload, "job");
     compile::Job job;
-    r.text(job.request.source, "source") && r.text(job.request.program_name, "program name") &&
-        r.texts(job.request.options, "options") && r.pairs(job.request.headers, "headers") &&
-        r.texts(job.request.name_expressions, "name expressions") && r.text(job.pch_identity, "PCH identity") &&
-        r.texts(job.pch_options, "PCH options") && read_link_inputs(r, job.request.link_inputs) &&
-        r.texts(job.request.link_options, "link options") && r.text(job.request.link_arch, "link arch");
+    (void)job_fields(r, job);  // the first field that does not fit stops it: finish() says which
     if (auto bad = r.finish()) return std::move(*bad);
     return job;
 }
