@@ -3,6 +3,7 @@
 #include "storage/remote/config.hpp"
 
 #include "key/cache_key.hpp"
+#include "sample_entry.hpp"
 #include "test_support.hpp"
 #include "util/hashing.hpp"
 
@@ -244,20 +245,11 @@ std::string v2(const kjit::store::cache_entry::Manifest &m, const std::string &p
 
 }  // namespace layout
 
-class RemoteEntryValue : public ::testing::Test {
+// The sample entry's cubin, manifest and expectation as the fixture's own members.
+class RemoteEntryValue : public ::testing::Test, protected kjit_test::SampleEntry {
 protected:
+    RemoteEntryValue() : SampleEntry(kjit_test::sample_entry()) {}
     void SetUp() override {
-        cubin = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(4));
-        manifest.key = std::string(32, 'a');
-        manifest.keyword = "gemm";
-        manifest.name = kjit_test::sources::numbered_gemm_name(4);
-        manifest.arch = "sm_90";
-        manifest.nvrtc = "13.0 libnvrtc.so.13 1";
-        manifest.name_expression = std::nullopt;
-        manifest.cubin_bytes = cubin.size();
-        manifest.cubin_hash = kjit::hash128_hex(cubin);
-        manifest.created = "2026-12-04T00:00:00Z";
-        expected = {manifest.key, kjit::key::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
         value = kjit::storage::remote::encode(manifest, cubin, kjit::key::kFormatVersion, "node-7");
     }
     kjit::Result<kjit::storage::remote::Entry> decode(const std::string &v, std::uint64_t max_entry_bytes = 64u << 20) {
@@ -270,9 +262,6 @@ protected:
         EXPECT_NE(e.error().message.find(why), std::string::npos) << e.error().message;
     }
 
-    std::string cubin;
-    kjit::store::cache_entry::Manifest manifest;
-    kjit::storage::remote::Expected expected;
     std::string value;
 };
 

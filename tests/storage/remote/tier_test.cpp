@@ -8,6 +8,7 @@
 #include "storage/remote/key_layout.hpp"
 
 #include "key/cache_key.hpp"
+#include "sample_entry.hpp"
 #include "test_support.hpp"
 #include "util/hashing.hpp"
 
@@ -145,20 +146,10 @@ private:
     std::map<std::string, std::string> values;
 };
 
-class RemoteTier : public ::testing::Test {
+// The sample entry's cubin, manifest and expectation as the fixture's own members.
+class RemoteTier : public ::testing::Test, protected kjit_test::SampleEntry {
 protected:
-    void SetUp() override {
-        cubin = kjit_test::cubin_for(kjit_test::sources::numbered_gemm(4));
-        manifest.key = std::string(32, 'a');
-        manifest.keyword = "gemm";
-        manifest.name = kjit_test::sources::numbered_gemm_name(4);
-        manifest.arch = "sm_90";
-        manifest.nvrtc = "13.0 libnvrtc.so.13 1";
-        manifest.cubin_bytes = cubin.size();
-        manifest.cubin_hash = kjit::hash128_hex(cubin);
-        manifest.created = "2026-12-07T00:00:00Z";
-        expected = {manifest.key, kjit::key::kFormatVersion, manifest.nvrtc, "sm_90", "gemm", std::nullopt};
-    }
+    RemoteTier() : SampleEntry(kjit_test::sample_entry()) {}
 
     // A tier over `count` memory servers, kept for the process (as the library keeps its tiers:
     // a lease's renewal thread holds the tier and its backend to the process's end).
@@ -189,9 +180,6 @@ protected:
         return nullptr;
     }
 
-    std::string cubin;
-    kjit::store::cache_entry::Manifest manifest;
-    kjit::storage::remote::Expected expected;
     std::vector<MemoryBackend *> servers;
 };
 
