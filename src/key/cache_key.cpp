@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <stdexcept>
 
 namespace kjit::key {
 
@@ -56,17 +57,35 @@ std::string hex_digest(XXH3_state_t *state) {
     return hex;
 }
 
-// field()'s encoding appended to `out`: the same bytes, so the same hash, as field() would feed
-// the stream (deps_fields() hashes a CUB kernel's 640 records in one update, not 6,000).
-void append_field(std::string &out, std::string_view label, std::string_view value) {
-    out.append(label).push_back('\0');
-    std::uint64_t n = value.size();
-    for (int i = 0; i < 8; ++i) {
-        out.push_back(static_cast<char>(n & 0xff));
-        n >>= 8;
+// field()'s encoding written into a buffer sized beforehand: the same bytes, so the same hash,
+// as field() would feed the stream (deps_fields() hashes a CUB kernel's 700 records in one
+// update, not 2,000, and writes them without a capacity check per byte).
+class FieldBuffer {
+public:
+    // Room for `bytes`: what the caller's fields take at most (labels, 8 length bytes, values).
+    explicit FieldBuffer(std::size_t bytes) : data_(new char[bytes]), capacity_(bytes) {}
+    void field(std::string_view label_with_nul, std::string_view value) {
+        if (size_ + label_with_nul.size() + 8 + value.size() > capacity_) {
+            throw std::logic_error("key: a dependency's fields outgrew their buffer");  // sized above: never
+        }
+        write(label_with_nul);
+        std::uint64_t n = value.size();
+        for (int i = 0; i < 8; ++i) {
+            data_[size_++] = static_cast<char>(n & 0xff);
+            n >>= 8;
+        }
+        write(value);
     }
-    out.append(value);
-}
+    std::string_view bytes() const { return std::string_view(data_.get(), size_); }
+
+private:
+    void write(std::string_view text) {
+        std::memcpy(data_.get() + size_, text.data(), text.size());
+        size_ += text.size();
+    }
+    std::unique_ptr<char[]> data_;
+    std::size_t capacity_ = 0, size_ = 0;
+};
 
 // A number in decimal, as std::to_string writes it, without a string of its own.
 template <typename T>
@@ -79,28 +98,36 @@ std::string_view decimal(char (&buf)[24], T value) {
 // The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
 // or mtimes, which a touch changes).
 void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::Dependency> &deps) {
-    std::string encoded;
-    encoded.reserve(deps.size() * 96);
+    // Labels with their NUL (sizeof counts it), and the most a record's fields take: 3 labels
+    // of at most 16 bytes, 3 lengths, a number of at most 20 digits, and its path.
+    using namespace std::string_view_literals;
+    constexpr std::string_view kDeps = "deps\0"sv, kWorkingDir = "dep.working_dir\0"sv,
+                               kAnchorPin = "dep.anchor_pin\0"sv, kLocation = "dep.location\0"sv,
+                               kAnchor = "dep.anchor\0"sv, kPath = "dep.path\0"sv, kContent = "dep.content\0"sv;
+    std::size_t bytes = kDeps.size() + 8 + 24;
+    for (const auto &d : deps) bytes += 3 * (16 + 8) + 24 + d.path.size() + d.relative.size();
+    FieldBuffer encoded(bytes);
     char number[24];
-    append_field(encoded, "deps", decimal(number, deps.size()));
+    encoded.field(kDeps, decimal(number, deps.size()));
     for (const auto &d : deps) {
         if (d.pins_working_dir) {
-            append_field(encoded, "dep.working_dir", d.path);
+            encoded.field(kWorkingDir, d.path);
             continue;
         }
         if (d.pins_anchor) {  // where the anchor was, as the cubin may name it
-            append_field(encoded, "dep.anchor_pin", decimal(number, d.anchor));
-            append_field(encoded, "dep.location", d.relative);
+            encoded.field(kAnchorPin, decimal(number, d.anchor));
+            encoded.field(kLocation, d.relative);
             continue;
         }
         // A file reached through the working directory or an anchor by its path relative to it
         // (the same request from another folder, or another install, over the same files: the
         // same variant).
-        if (!d.relative.empty() && d.anchor >= 0) append_field(encoded, "dep.anchor", decimal(number, d.anchor));
-        append_field(encoded, "dep.path", d.relative.empty() ? d.path : d.relative);
-        append_field(encoded, "dep.content", d.exists ? decimal(number, d.content_hash) : std::string_view("absent"));
+        if (!d.relative.empty() && d.anchor >= 0) encoded.field(kAnchor, decimal(number, d.anchor));
+        encoded.field(kPath, d.relative.empty() ? d.path : d.relative);
+        encoded.field(kContent, d.exists ? decimal(number, d.content_hash) : std::string_view("absent"));
     }
-    XXH3_128bits_update(state, encoded.data(), encoded.size());
+    const std::string_view all = encoded.bytes();
+    XXH3_128bits_update(state, all.data(), all.size());
 }
 
 // Whether the NVRTC options ask for line information or device debug information, which name

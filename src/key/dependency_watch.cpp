@@ -3,6 +3,7 @@
 #include "util/environment.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
+#include "util/hashing.hpp"
 #include "util/log.hpp"
 
 #include <sys/epoll.h>
@@ -78,7 +79,7 @@ struct State {
     // Paths watched since the last change, with their watch descriptors. Cleared by every
     // change: a path may then lead to another inode (a folder renamed away and another put in
     // its place), so each is watched again, by path, before anything is remembered anew.
-    std::unordered_map<std::string, int> watched;
+    std::unordered_map<std::string, int, PathHash> watched;
     // Folders watched together with every folder above them, since the last change.
     std::unordered_set<std::string> covered;
     // What each watch is for, since the last change: a file's every event; in a folder, only
@@ -93,11 +94,11 @@ struct State {
     std::unordered_set<std::string> missing;
     // Dependency folders as spelled -> the folder they lead to, every link on the way watched
     // (watch_path), since the last change: the next header in the same folder walks nothing.
-    std::unordered_map<std::string, std::string> resolved;
+    std::unordered_map<std::string, std::string, PathHash> resolved;
     // Files a check found as their record says, since the last change: path -> that record.
-    std::unordered_map<std::string, key::include_scanner::Dependency> checked;
-    std::unordered_map<std::string, Remembered> remembered;  // by entry folder
-    std::unordered_map<std::string, std::string> variants;   // variants file -> entry folder
+    std::unordered_map<std::string, key::include_scanner::Dependency, PathHash> checked;
+    std::unordered_map<std::string, Remembered, PathHash> remembered;  // by entry folder
+    std::unordered_map<std::string, std::string, PathHash> variants;   // variants file -> entry folder
 };
 
 // Made while libkjit loads, never freed; no once-guard (fork_guard.hpp).
@@ -358,8 +359,7 @@ std::optional<std::uint64_t> proven_at(const std::string &entry, const struct st
     return std::nullopt;
 }
 
-std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps,
-                                 key::include_scanner::FileMemo *proven) {
+std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps, std::vector<bool> *proven) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!usable(s)) return std::nullopt;
@@ -367,23 +367,16 @@ std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Depende
     if (s.fd < 0) return std::nullopt;
     // The generation before any watch below is placed: an event from one of them moves it on.
     const std::uint64_t generation = s.generation;
-    for (const key::include_scanner::Dependency &d : deps) {
+    if (proven) proven->assign(deps.size(), false);
+    for (std::size_t i = 0; i < deps.size(); ++i) {
+        const key::include_scanner::Dependency &d = deps[i];
         if (d.is_pin()) continue;  // not a file: check() compares it, every time
         if (d.path.empty() || d.path[0] != '/') return std::nullopt;
         if (proven) {
             // Checked as recorded since the last change: it and its folders are watched already.
             const auto it = s.checked.find(d.path);
             if (it != s.checked.end() && same_record(it->second, d)) {
-                key::include_scanner::FileMemo::Seen seen;
-                seen.present = d.exists;
-                if (d.exists) {
-                    seen.size = d.size;
-                    seen.mtime_sec = d.mtime_sec;
-                    seen.mtime_nsec = d.mtime_nsec;
-                    seen.hashed = true;  // as the check that passed took it
-                    seen.content_hash = d.content_hash;
-                }
-                proven->assume(d.path, seen);
+                (*proven)[i] = true;
                 continue;
             }
         }

@@ -58,13 +58,13 @@ std::optional<std::uint64_t> proven_at(const std::string &entry, const struct st
 
 // Before checking the files `deps` lists for the entry at `entry`: watches them. Returns the
 // generation to pass to remember() once the check passed; nothing when the watch cannot vouch
-// for them (see above), and then nothing is to be remembered. With `proven`, the files that
-// another entry's check found as recorded since the last change (note_checked) and that `deps`
-// records the same way go into it instead (watched already): check() finds them there without
-// a stat, so another kernel over the same headers (a tuning sweep's next) costs no stat per
-// header.
+// for them (see above), and then nothing is to be remembered. With `proven` (made deps' size),
+// true for each file that another entry's check found as recorded since the last change
+// (note_checked) and that `deps` records the same way, which is not watched again: check() takes
+// it as current without a stat or a look in its memo, so another kernel over the same headers (a
+// tuning sweep's next) costs nothing per header but this look.
 std::optional<std::uint64_t> arm(const std::vector<key::include_scanner::Dependency> &deps,
-                                 key::include_scanner::FileMemo *proven = nullptr);
+                                 std::vector<bool> *proven = nullptr);
 
 // Watches the file at `path` (absolute) and every folder on its path, as arm() watches a
 // dependency (the hit memo's cubins). Returns the generation before the watches were placed:

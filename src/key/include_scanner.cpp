@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -842,10 +843,12 @@ FileMemo::Seen &FileMemo::look(const std::string &path, std::size_t *stated) {
     return it->second;
 }
 
-Check check(std::vector<Dependency> &deps, FileMemo *memo, bool at_origin) {
+Check check(std::vector<Dependency> &deps, FileMemo *memo, bool at_origin, const std::vector<bool> *proven) {
     Check out;
     std::int64_t now = 0;
-    for (Dependency &d : deps) {
+    for (std::size_t i = 0; i < deps.size(); ++i) {
+        Dependency &d = deps[i];
+        if (proven && i < proven->size() && (*proven)[i]) continue;  // the header watch's proof
         if (d.pins_working_dir) {
             if (current_working_dir() != d.path) return out;
             continue;
@@ -961,6 +964,32 @@ namespace {
 // Reads the number at the front of `text` (base 10 or 16, at most `max_digits` digits, no sign
 // unless T is signed) and the one separator after it; false when either is not there. Exactly
 // what format() writes: a hit parses 700 lines for a CUTLASS kernel, so no sscanf.
+// take() of a hexadecimal number of 1 to 16 digits (either case), as std::from_chars reads it in
+// base 16, in a few instructions a digit: a CUB kernel's list has 700 content hashes, and
+// from_chars' general path cost 300 instructions each.
+bool take_hex64(std::string_view &text, std::uint64_t &value, char separator) {
+    std::uint64_t v = 0;
+    std::size_t i = 0;
+    for (; i < text.size() && i <= 16; ++i) {
+        const char c = text[i];
+        unsigned digit = 0;
+        if (c >= '0' && c <= '9') {
+            digit = static_cast<unsigned>(c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            digit = static_cast<unsigned>(c - 'a' + 10);
+        } else if (c >= 'A' && c <= 'F') {
+            digit = static_cast<unsigned>(c - 'A' + 10);
+        } else {
+            break;
+        }
+        v = v << 4 | digit;
+    }
+    if (i == 0 || i > 16 || i == text.size() || text[i] != separator) return false;
+    value = v;
+    text.remove_prefix(i + 1);
+    return true;
+}
+
 template <typename T>
 bool take(std::string_view &text, T &value, char separator, int base = 10, std::size_t max_digits = 20) {
     const char *first = text.data();
@@ -977,13 +1006,27 @@ bool take(std::string_view &text, T &value, char separator, int base = 10, std::
 
 namespace {
 
-// Gives a record read back (its path as recorded_path wrote it) its place in the current
-// request's folders (`search`): a relative path taken against the working directory or its
-// anchor, a pin's current location.
-Status place(Dependency &d, const Search &search) {
-    if (d.path[0] == '/') return d.pins_anchor ? Status(Error{Errc::io, "malformed dependency list"}) : Ok{};
-    if (d.path[0] == ':' && !d.pins_working_dir) {
-        std::string_view rest(d.path);
+// `relative` in `folder`, into `path` (one allocation: a CUB kernel's list has 700 records).
+void join(std::string &path, const std::string &folder, std::string_view relative) {
+    const bool root = folder == "/";
+    path.clear();
+    path.reserve((root ? 0 : folder.size()) + 1 + relative.size());
+    if (!root) path.append(folder);
+    path.push_back('/');
+    path.append(relative);
+}
+
+// Gives a record read back (`recorded`, its path as recorded_path wrote it) its place in the
+// current request's folders (`search`), into d.path and d.relative: a relative path taken
+// against the working directory or its anchor, a pin's current location.
+Status place(Dependency &d, std::string_view recorded, const Search &search) {
+    if (recorded[0] == '/') {
+        if (d.pins_anchor) return Error{Errc::io, "malformed dependency list"};
+        d.path.assign(recorded);
+        return Ok{};
+    }
+    if (recorded[0] == ':' && !d.pins_working_dir) {
+        std::string_view rest = recorded;
         rest.remove_prefix(1);
         std::size_t anchor = 0;
         if (!take(rest, anchor, ':') || rest.empty()) return Error{Errc::io, "malformed dependency list"};
@@ -994,8 +1037,11 @@ Status place(Dependency &d, const Search &search) {
         d.anchor = static_cast<int>(anchor);
         d.relative.assign(rest);
         const std::string &folder = search.anchors[anchor];
-        d.path = d.pins_anchor ? location(folder, search.base_dirs)
-                               : (folder == "/" ? "/" + d.relative : folder + "/" + d.relative);
+        if (d.pins_anchor) {
+            d.path = location(folder, search.base_dirs);
+        } else {
+            join(d.path, folder, rest);
+        }
         return Ok{};
     }
     // Relative to the working directory: checked in the current one.
@@ -1004,8 +1050,8 @@ Status place(Dependency &d, const Search &search) {
         return Error{Errc::io, "the dependency list names files relative to the working directory, "
                                "which cannot be told"};
     }
-    d.relative = d.path.compare(0, 3, "./:") == 0 ? d.path.substr(2) : std::move(d.path);
-    d.path = search.working_dir == "/" ? "/" + d.relative : search.working_dir + "/" + d.relative;
+    d.relative.assign(recorded.compare(0, 3, "./:") == 0 ? recorded.substr(2) : recorded);
+    join(d.path, search.working_dir, d.relative);
     return Ok{};
 }
 
@@ -1016,8 +1062,9 @@ Result<std::vector<Dependency>> parse(std::string_view text, const Search &searc
     if (text.compare(0, kHeader.size(), kHeader) != 0) return bad;
     text.remove_prefix(kHeader.size());
     std::vector<Dependency> deps;
+    deps.reserve(text.size() / 64 + 1);  // a record is 60 to 130 bytes: one growth at most, mostly none
     while (!text.empty()) {
-        Dependency d;
+        Dependency &d = deps.emplace_back();  // on an error the whole list is dropped
         std::size_t len = 0;
         if (text.size() < 2 || text[1] != ' ') return bad;
         const char flag = text[0];
@@ -1025,7 +1072,7 @@ Result<std::vector<Dependency>> parse(std::string_view text, const Search &searc
         if (flag == '+' || flag == '*') {
             std::uint32_t nsec = 0;
             if (!take(text, d.size, ' ') || !take(text, d.mtime_sec, '.') || !take(text, nsec, ' ', 10, 9) ||
-                !take(text, d.content_hash, ' ', 16, 16) || !take(text, len, ' ')) {
+                !take_hex64(text, d.content_hash, ' ') || !take(text, len, ' ')) {
                 return bad;
             }
             d.verify_content = flag == '*';
@@ -1043,10 +1090,8 @@ Result<std::vector<Dependency>> parse(std::string_view text, const Search &searc
         }
         // Exactly one space separated the length from the path (which may start with spaces).
         if (len == 0 || len >= text.size() || text[len] != '\n') return bad;
-        d.path.assign(text.substr(0, len));
+        KJIT_TRY(place(d, text.substr(0, len), search));
         text.remove_prefix(len + 1);
-        KJIT_TRY(place(d, search));
-        deps.push_back(std::move(d));
     }
     return deps;
 }
@@ -1065,9 +1110,9 @@ std::string origin(std::string_view deps_text, const std::vector<Dependency> &de
         const std::string &folder = n < 0 ? search.working_dir : search.anchors[static_cast<std::size_t>(n)];
         encoded += std::to_string(n) + " " + std::to_string(folder.size()) + " " + folder + "\n";
     }
-    encoded += deps_text;
+    // The folders, then the list (tens of KiB for a CUB kernel): hashed as one, without a copy.
     char line[64];
-    std::snprintf(line, sizeof line, "%s%016" PRIx64 "\n", kOriginHeader.data(), hash64(encoded));
+    std::snprintf(line, sizeof line, "%s%016" PRIx64 "\n", kOriginHeader.data(), hash64(encoded, deps_text));
     return line;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "util/filesystem.hpp"
+#include "util/hashing.hpp"
 #include "util/status.hpp"
 
 #include <cstdint>
@@ -192,12 +193,9 @@ public:
     };
     // The file as first seen in this call, stat'ed now when not seen yet (*stated counts it).
     Seen &look(const std::string &path, std::size_t *stated);
-    // Takes `seen` as the file's state, unless the call has seen it already: a state the
-    // header watch proves (key::dependency_watch::fill_proven), which then costs no stat.
-    void assume(const std::string &path, const Seen &seen) { seen_.try_emplace(path, seen); }
 
 private:
-    std::unordered_map<std::string, Seen> seen_;
+    std::unordered_map<std::string, Seen, PathHash> seen_;
 };
 
 // Whether every dependency is as recorded: absent ones still absent; present ones of the same
@@ -205,12 +203,15 @@ private:
 // is not a change). Stops at the first that is not. A file found with the same content under
 // another size or mtime gets that identity in `deps` (young again if it is), and `refreshed`
 // says to store the list: later lookups then stat it only, instead of hashing it forever.
-// With `memo`, each file is stat'ed and hashed at most once per memo (FileMemo).
+// With `memo`, each file is stat'ed and hashed at most once per memo (FileMemo). With `proven`
+// (one flag per record: key::dependency_watch::arm's), a flagged record is as recorded: the
+// header watch proves it, and it is neither stat'ed nor looked up.
 // A relative record (Dependency::relative) may be checked against another file than the one it
 // was made from (another install, another working directory), which may have the same size and
 // mtime and other text: its content is compared, unless `at_origin` says the list's relative
 // records were proven where the request's folders are now (origin()).
-Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr, bool at_origin = false);
+Check check(std::vector<Dependency> &deps, FileMemo *memo = nullptr, bool at_origin = false,
+            const std::vector<bool> *proven = nullptr);
 // check() of a copy: whether every dependency is as recorded.
 bool still_current(const std::vector<Dependency> &deps);
 

@@ -108,8 +108,9 @@ Lookup check_entry(const EntryContext &at, const std::string &entry, std::string
     key::include_scanner::FileMemo own_memo;
     key::include_scanner::FileMemo *files = memo ? memo : &own_memo;
     std::optional<std::uint64_t> watched;
-    if (!read_only) watched = key::dependency_watch::arm(*deps, files);
-    const key::include_scanner::Check checked = key::include_scanner::check(*deps, files, at_origin);
+    std::vector<bool> proven;
+    if (!read_only) watched = key::dependency_watch::arm(*deps, &proven);
+    const key::include_scanner::Check checked = key::include_scanner::check(*deps, files, at_origin, &proven);
     counters.dependency_hashes.fetch_add(checked.hashed, std::memory_order_relaxed);
     counters.dependency_stats.fetch_add(checked.stated, std::memory_order_relaxed);
     if (!checked.current) {

@@ -6,10 +6,21 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
+#include <new>
 
 namespace kjit {
 
 std::uint64_t hash64(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+std::uint64_t hash64(std::string_view first, std::string_view second) {
+    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+    if (!state) throw std::bad_alloc();
+    XXH3_64bits_reset(state.get());
+    XXH3_64bits_update(state.get(), first.data(), first.size());
+    XXH3_64bits_update(state.get(), second.data(), second.size());
+    return XXH3_64bits_digest(state.get());
+}
 
 std::string hash128_hex(std::string_view bytes) {
     const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());

@@ -12,6 +12,14 @@
 namespace kjit {
 
 std::uint64_t hash64(std::string_view bytes);
+// hash64 of `first` followed by `second`, the same value, without joining them.
+std::uint64_t hash64(std::string_view first, std::string_view second);
+
+// A hash of file paths for the unordered maps keyed by them (the header watch's, a call's file
+// memo): XXH3, several times quicker than std::hash on paths of tens of bytes.
+struct PathHash {
+    std::size_t operator()(const std::string &path) const noexcept { return static_cast<std::size_t>(hash64(path)); }
+};
 
 // XXH3-128 of `bytes` as 32 lowercase hex digits (high half first): the content hash a cache
 // entry's manifest records for its cubin. 128 bits, because it stands for the whole cubin for

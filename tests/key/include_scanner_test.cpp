@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -320,6 +321,24 @@ TEST(IncludeScanner, ParseRejectsDamage) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->at(0).path, odd.path);
     EXPECT_EQ(back->at(0).relative, "");
+}
+
+// A record's content hash is read as std::from_chars read it in base 16 (its reader is a
+// faster one of its own since 0.15): 1 to 16 digits of either case, then exactly one space; no
+// sign, no prefix, no 17th digit.
+TEST(IncludeScanner, ContentHashesAreReadAsFromCharsReadThem) {
+    const auto hash_of = [](const std::string &digits) -> std::optional<std::uint64_t> {
+        const auto deps = parse_in("kjit-deps 1\n+ 1 2.000000003 " + digits + " 2 /a\n", "/w");
+        if (!deps.ok()) return std::nullopt;
+        return deps->at(0).content_hash;
+    };
+    EXPECT_EQ(hash_of("00000000000000ab"), 0xabu);
+    EXPECT_EQ(hash_of("ab"), 0xabu);
+    EXPECT_EQ(hash_of("ABCDEF0123456789"), 0xabcdef0123456789u);
+    EXPECT_EQ(hash_of("ffffffffffffffff"), 0xffffffffffffffffu);
+    for (const char *bad : {"", "0x1f", "-1", "+1", "00000000000000000", "1g", "fffffffffffffffff", " 1"}) {
+        EXPECT_EQ(hash_of(bad), std::nullopt) << "'" << bad << "'";
+    }
 }
 
 // A record of a file reached through the working directory is written relative to it and read

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 using kjit::Errc;
 using namespace kjit_test;
@@ -29,6 +31,16 @@ TEST(Hashing, FileHashIsTheHashOfItsBytes) {
     auto empty = kjit::hash_file64(path, nullptr);
     ASSERT_TRUE(empty.ok()) << empty.error().message;
     EXPECT_EQ(*empty, kjit::hash64({}));
+}
+
+// hash64 of two pieces is hash64 of the two joined (origin() hashes a list without copying it;
+// origin.txt files on disk hold values made by the joined form).
+TEST(Hashing, TwoPiecesHashAsTheirJoin) {
+    const std::string big(100000, 'x');
+    for (const auto &[a, b] : std::vector<std::pair<std::string, std::string>>{
+             {"", ""}, {"a", ""}, {"", "b"}, {"0 12 /opt/include\n", big}, {big, "tail"}}) {
+        EXPECT_EQ(kjit::hash64(a, b), kjit::hash64(a + b)) << a.size() << "+" << b.size();
+    }
 }
 
 TEST(Hashing, MissingFileAndFolderAreIoErrorsNamingThePath) {
