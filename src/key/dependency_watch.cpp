@@ -447,15 +447,20 @@ bool still_at(std::uint64_t generation, bool read_queue) {
     return s.fd >= 0 && s.generation == generation;
 }
 
-void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation) {
+void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation,
+                  const std::vector<bool> *already) {
     State &s = *the_state;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.fd < 0) return;
     drain(s);
     if (s.fd < 0 || s.generation != generation) return;
-    if (s.checked.size() + deps.size() > kMaxCheckedFiles) s.checked.clear();
-    for (const key::include_scanner::Dependency &d : deps) {
-        if (d.is_pin()) continue;
+    if (s.checked.size() + deps.size() > kMaxCheckedFiles) {
+        s.checked.clear();
+        already = nullptr;  // noted before, gone now: noted again
+    }
+    for (std::size_t i = 0; i < deps.size(); ++i) {
+        const key::include_scanner::Dependency &d = deps[i];
+        if (d.is_pin() || (already && i < already->size() && (*already)[i])) continue;
         // Most are there already as recorded (another entry over the same headers): no copy.
         const auto [it, added] = s.checked.try_emplace(d.path, d);
         if (!added && !same_record(it->second, d)) it->second = d;

@@ -81,7 +81,9 @@ bool still_at(std::uint64_t generation, bool read_queue = true);
 
 // After a check of `deps` that passed at `generation` (arm()'s): each file is as its record
 // says until the next event that matters (nothing is noted when one came since). Thread safe.
-void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation);
+// `already` (arm()'s `proven` for this list) flags the records noted so already, which are skipped.
+void note_checked(const std::vector<key::include_scanner::Dependency> &deps, std::uint64_t generation,
+                  const std::vector<bool> *already = nullptr);
 
 // After the check passed: the entry is proven until the next event.
 void remember(const std::string &entry, const struct stat &entry_st, std::string_view source_key,

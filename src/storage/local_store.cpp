@@ -145,7 +145,7 @@ Lookup check_entry(const EntryContext &at, const std::string &entry, std::string
     // Young headers too: an edit within their timestamp tick, which size and mtime cannot
     // show, still raises an event. They are settled by the next full check once old.
     if (watched) {
-        key::dependency_watch::note_checked(*deps, *watched);
+        key::dependency_watch::note_checked(*deps, *watched, &proven);
         key::dependency_watch::remember(entry, st, proof_key, *watched);
     }
     return Lookup::hit;
