@@ -24,16 +24,21 @@ namespace kjit::key {
 
 namespace {
 
+// A field's length as the key encoding writes it: 8 bytes, little-endian. field() and
+// FieldBuffer both write it so, which the keys of every entry on disk depend on.
+void length_bytes(std::uint64_t n, char (&out)[8]) {
+    for (char &byte : out) {
+        byte = static_cast<char>(n & 0xff);
+        n >>= 8;
+    }
+}
+
 // Feeds one labelled, length-prefixed field of the key encoding to the hash: no two
 // different inputs encode alike. Streaming keeps a large source from being copied on a hit.
 void field(XXH3_state_t *state, const char *label, std::string_view value) {
     XXH3_128bits_update(state, label, std::strlen(label) + 1);  // with its NUL
-    unsigned char len[8];
-    std::uint64_t n = value.size();
-    for (unsigned char &b : len) {
-        b = static_cast<unsigned char>(n & 0xff);
-        n >>= 8;
-    }
+    char len[8];
+    length_bytes(value.size(), len);
     XXH3_128bits_update(state, len, sizeof len);
     XXH3_128bits_update(state, value.data(), value.size());
 }
@@ -68,12 +73,10 @@ public:
         if (size_ + label_with_nul.size() + 8 + value.size() > capacity_) {
             throw std::logic_error("key: a dependency's fields outgrew their buffer");  // sized above: never
         }
+        char len[8];
+        length_bytes(value.size(), len);
         write(label_with_nul);
-        std::uint64_t n = value.size();
-        for (int i = 0; i < 8; ++i) {
-            data_[size_++] = static_cast<char>(n & 0xff);
-            n >>= 8;
-        }
+        write(std::string_view(len, sizeof len));
         write(value);
     }
     std::string_view bytes() const { return std::string_view(data_.get(), size_); }
@@ -98,8 +101,9 @@ std::string_view decimal(char (&buf)[24], T value) {
 // The files a compile may read, by content: each path with its XXH3-64, or "absent" (not sizes
 // or mtimes, which a touch changes).
 void deps_fields(XXH3_state_t *state, const std::vector<key::include_scanner::Dependency> &deps) {
-    // Labels with their NUL (sizeof counts it), and the most a record's fields take: 3 labels
-    // of at most 16 bytes, 3 lengths, a number of at most 20 digits, and its path.
+    // Labels with the NUL field() hashes after each, and the most a record's fields take: 3
+    // labels of at most 16 bytes, 3 lengths, a number of at most 20 digits, its path and its
+    // relative path.
     using namespace std::string_view_literals;
     constexpr std::string_view kDeps = "deps\0"sv, kWorkingDir = "dep.working_dir\0"sv,
                                kAnchorPin = "dep.anchor_pin\0"sv, kLocation = "dep.location\0"sv,
