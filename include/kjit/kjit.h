@@ -239,6 +239,8 @@ KJIT_API const char *kjit_version_string(void);
  * instead of scanning it. A missing, damaged, stale or foreign sidecar is ignored, the cubin is
  * scanned and the sidecar is rewritten atomically. Failing to write the sidecar (read-only
  * folder, ...) never fails the call; the answer is then remembered in this process.
+ * A thread's repeat of a call it was answered from a sidecar at least 2 seconds old opens
+ * nothing: a stat of the cubin and of the sidecar prove both unchanged (docs/sidecar-format.md).
  *
  * @param[in]  cubin_path Path of the cubin (NUL-terminated, not empty). Not retained.
  * @param[in]  keyword    Kernel identifier: `[A-Za-z0-9_]+`, optionally namespaced

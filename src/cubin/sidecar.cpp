@@ -234,6 +234,8 @@ void read_into(const std::string &path, FileBuffer &out) {
     }
     out.owner_uid = st.st_uid;
     out.owner_gid = st.st_gid;
+    out.identity = FileIdentity::from_stat(st);
+    out.regular = S_ISREG(st.st_mode);
     // Read at most kMaxFileSize + 1 bytes: enough to know a file is too large, never more.
     char *buf = out.small_;
     std::size_t cap = sizeof out.small_, len = 0;

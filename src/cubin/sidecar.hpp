@@ -14,6 +14,7 @@
 // XXH3-64 of the line's text before it, so a torn or damaged line is never taken as valid.
 #pragma once
 
+#include "util/filesystem.hpp"
 #include "util/status.hpp"
 
 #include <sys/types.h>
@@ -75,6 +76,10 @@ public:
     // Who wrote the file (fstat of the descriptor read), for the resolver's trust rule.
     uid_t owner_uid = 0;
     gid_t owner_gid = 0;
+    // The version read (the same fstat): a later lstat equal to it, owner included, proves
+    // these bytes still the file's, once its last change is older than a timestamp tick.
+    FileIdentity identity;
+    bool regular = false;  // a regular file (not a FIFO or device opened in its place)
     std::string_view text() const { return {data_, size_}; }
 
 private:

@@ -262,7 +262,51 @@ std::size_t NameResolver::MemoKeyHash::operator()(const MemoKey &k) const {
 
 namespace {
 std::atomic<NameResolver *> instance_slot{nullptr};
+std::atomic<std::uint64_t> next_resolver_id{1};
+
+// A settled sidecar hit this thread made (NameResolver's "Repeats"). Per thread, so a repeat
+// takes no lock and threads never wait on each other; each thread reads a sidecar once.
+struct SettledHit {
+    std::uint64_t resolver = 0;  // the id_ of the resolver that read it
+    std::string cubin_path;
+    std::string keyword;
+    std::string sidecar_path;
+    std::string name;
+    FileIdentity cubin;    // the cubin version the line was checked against
+    FileIdentity sidecar;  // the sidecar version read
+    uid_t owner = 0;
+};
+
+// At most this many per thread; cleared when full (a repeat then reads its sidecar once more).
+constexpr std::size_t kSettledHitsPerThread = 1024;
+using ThreadHits = std::unordered_map<std::uint64_t, SettledHit>;  // by hash64(cubin path, keyword)
+
+// The map is reached through a trivially destructible pointer, so a call made while the thread
+// exits, after its thread_local destructors ran, finds nothing rather than a destroyed map.
+thread_local ThreadHits *thread_hits = nullptr;
+thread_local bool thread_hits_gone = false;
+struct ThreadHitsOwner {
+    bool armed = false;
+    ~ThreadHitsOwner() {
+        delete thread_hits;
+        thread_hits = nullptr;
+        thread_hits_gone = true;
+    }
+};
+thread_local ThreadHitsOwner thread_hits_owner;
+
+ThreadHits *thread_hits_to_fill() {
+    if (thread_hits_gone) return nullptr;
+    if (!thread_hits) {
+        thread_hits_owner.armed = true;  // its first use registers the destructor above
+        thread_hits = new ThreadHits();
+    }
+    if (thread_hits->size() >= kSettledHitsPerThread) thread_hits->clear();
+    return thread_hits;
+}
 }  // namespace
+
+NameResolver::NameResolver() : id_(next_resolver_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 NameResolver &NameResolver::instance() {
     // Leaked: usable during exit. No once-guard (fork_guard.hpp).
@@ -289,10 +333,60 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
     if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
 
     KJIT_TRY_ASSIGN(auto current, cubin::stat_cubin(cubin_path));
-    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true);
+    if (auto repeat = settled_repeat(cubin_path, keyword, current)) {
+        if (proven) *proven = current;
+        return std::move(*repeat);
+    }
+    const std::int64_t read_started = realtime_ns();
+    SidecarRead read;
+    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true, &read);
     if (!resolved) return std::move(resolved).error();
+    if (read.settled_hit) remember_settled(cubin_path, keyword, current, std::move(read), resolved->name, read_started);
     if (proven) *proven = current;
     return std::move(resolved->name);
+}
+
+std::optional<std::string> NameResolver::settled_repeat(const std::string &cubin_path, std::string_view keyword,
+                                                        const FileIdentity &cubin) {
+    const ThreadHits *hits = thread_hits;
+    if (!hits || hits->empty()) return std::nullopt;
+    const auto it = hits->find(hash64(cubin_path, keyword));
+    if (it == hits->end()) return std::nullopt;
+    const SettledHit &hit = it->second;
+    if (hit.resolver != id_ || hit.cubin != cubin || hit.cubin_path != cubin_path || hit.keyword != keyword) {
+        return std::nullopt;
+    }
+    // lstat, as the read never follows a link: a link put in the sidecar's place is not it.
+    struct stat st {};
+    if (::lstat(hit.sidecar_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != hit.owner ||
+        FileIdentity::from_stat(st) != hit.sidecar) {
+        return std::nullopt;
+    }
+    if (hit.owner != 0 && hit.owner != ::geteuid()) return std::nullopt;  // trusted_file's rule, for this euid
+    counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
+    counters_.settled_repeats.fetch_add(1, std::memory_order_relaxed);
+    log().debug("sidecar hit, unchanged since this thread read it: {} [{}] -> {}", cubin_path, keyword, hit.name);
+    return hit.name;
+}
+
+void NameResolver::remember_settled(const std::string &cubin_path, std::string_view keyword, const FileIdentity &cubin,
+                                    SidecarRead &&read, const std::string &name, std::int64_t read_started) {
+    // A sidecar changed within the window may yet be rewritten in place within the same
+    // timestamp tick, which no stat would show; and only the plain owner rule is remembered
+    // (a team folder's depends on the folder, which a repeat does not look at).
+    if (!read.regular || young_at(read.identity.ctime_sec, read.identity.ctime_nsec, read_started)) return;
+    if (read.owner != 0 && read.owner != ::geteuid()) return;
+    ThreadHits *hits = thread_hits_to_fill();
+    if (!hits) return;
+    SettledHit &hit = (*hits)[hash64(cubin_path, keyword)];
+    hit.resolver = id_;
+    hit.cubin_path = cubin_path;
+    hit.keyword.assign(keyword);
+    hit.sidecar_path = std::move(read.path);
+    hit.name = name;
+    hit.cubin = cubin;
+    hit.sidecar = read.identity;
+    hit.owner = read.owner;
 }
 
 Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &cubin_path, std::string_view keyword,
@@ -304,10 +398,10 @@ Result<NameResolver::Resolution> NameResolver::resolve_image(const std::string &
 }
 
 Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &version, std::string_view keyword,
-                                                               bool trust_sidecar) {
+                                                               bool trust_sidecar, SidecarRead *read) {
     const std::string &cubin_path = version.path;
     const FileIdentity &current = version.identity;
-    const std::string sidecar_path = cubin::sidecar::path_for(cubin_path);
+    std::string sidecar_path = cubin::sidecar::path_for(cubin_path);
     cubin::sidecar::FileBuffer buffer;
     std::string detail;
     const cubin::sidecar::FileProblem problem = read_sidecar(sidecar_path, buffer, detail);
@@ -315,6 +409,7 @@ Result<NameResolver::Resolution> NameResolver::resolve_version(const Version &ve
     if (check.line && !check.line->content_hash) {
         counters_.sidecar_hits.fetch_add(1, std::memory_order_relaxed);
         log().debug("sidecar hit: {} [{}] -> {}", cubin_path, keyword, check.line->name);
+        if (read) *read = SidecarRead{std::move(sidecar_path), buffer.identity, buffer.owner_uid, buffer.regular, true};
         return Resolution{std::string(check.line->name), true};
     }
     if (check.line) {

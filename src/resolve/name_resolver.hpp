@@ -14,6 +14,15 @@
 // of one size often share the mtime: such a line keeps its content hash for good, every hit
 // checks it, and a line without one never matches a whole-second mtime.
 //
+// Repeats: a thread that was answered by a settled line (no content hash) of a sidecar whose
+// last status change was already older than kRacyWindow when it was read remembers what it
+// read. Its next call for the same cubin and keyword is answered from that, without opening
+// the sidecar, when the cubin's stat is still the version the line was checked against and
+// the sidecar's lstat is still the one read: same inode, size, mtime and ctime (any write,
+// rename, chmod or chown changes the ctime, which no user can set back), still a regular file
+// owned by this user or root. The stat proves exactly what the read proved; the age rule rules
+// out a rewrite in place within the timestamp tick of the version read.
+//
 // Cache entries: a rescan of an entry's cubin first confirms the bytes against the XXH3-128 its
 // manifest recorded (a damaged cubin is bad_cubin, and no sidecar line is written for it), and
 // for the entry's own keyword answers the name the manifest recorded (confirmed present and
@@ -23,6 +32,8 @@
 #include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/status.hpp"
+
+#include <sys/types.h>
 
 #include <array>
 #include <atomic>
@@ -66,6 +77,7 @@ public:
     // Counters for tests, the log and kjit_get_stats. Relaxed atomics: cheap, no lock.
     struct Counters {
         std::atomic<std::uint64_t> sidecar_hits{0};
+        std::atomic<std::uint64_t> settled_repeats{0};         // of which answered by stat alone (Repeats above)
         std::atomic<std::uint64_t> sidecar_content_checks{0};  // hits that hashed the cubin
         std::atomic<std::uint64_t> racy_sidecar_hits{0};       // of which sidecar (not memo) hits
         std::atomic<std::uint64_t> memo_hits{0};
@@ -108,6 +120,10 @@ public:
                                      const FileIdentity &identity, std::string_view image, bool trust_sidecar = true,
                                      const store::cache_entry::Manifest *published = nullptr);
 
+    NameResolver();
+    NameResolver(const NameResolver &) = delete;
+    NameResolver &operator=(const NameResolver &) = delete;
+
     const Counters &counters() const { return counters_; }
 
 private:
@@ -134,7 +150,26 @@ private:
         bool has_content(std::uint64_t hash) const;
     };
 
-    Result<Resolution> resolve_version(const Version &version, std::string_view keyword, bool trust_sidecar);
+    // The sidecar a hit read, as read_into saw it: what a repeat compares (Repeats above).
+    struct SidecarRead {
+        std::string path;
+        FileIdentity identity;
+        uid_t owner = 0;
+        bool regular = false;
+        bool settled_hit = false;  // a line without a content hash answered
+    };
+
+    // `read` (when given) receives the sidecar read, on a hit by a settled line.
+    Result<Resolution> resolve_version(const Version &version, std::string_view keyword, bool trust_sidecar,
+                                       SidecarRead *read = nullptr);
+    // The answer this thread remembers for `keyword` in the cubin at `cubin_path`, whose stat
+    // is `cubin`, when both files are provably unchanged since it read them; else nullopt.
+    std::optional<std::string> settled_repeat(const std::string &cubin_path, std::string_view keyword,
+                                              const FileIdentity &cubin);
+    // Remembers a settled hit for this thread's repeats, when the sidecar was settled (its
+    // ctime older than kRacyWindow at `read_started`) and owned by this user or root.
+    void remember_settled(const std::string &cubin_path, std::string_view keyword, const FileIdentity &cubin,
+                          SidecarRead &&read, const std::string &name, std::int64_t read_started);
     // resolve_version's hit on a sidecar line that carries a content hash (`line_name`,
     // `content_hash`), once the memo or the cubin's content confirms it; nullopt when the
     // content changed. `sidecar_text`: the sidecar as read, rewritten once the cubin has aged.
@@ -154,6 +189,7 @@ private:
     static void renew_in_forked_child();
     static const bool fork_handler_registered_;
 
+    const std::uint64_t id_;  // tells this resolver's remembered hits from another's in a thread
     Counters counters_;
     std::mutex memo_mutex_;
     std::unordered_map<MemoKey, MemoValue, MemoKeyHash> memo_;

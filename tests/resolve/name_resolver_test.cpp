@@ -13,9 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -485,4 +488,196 @@ TEST(NameResolverRobustness, CubinRewrittenInPlaceWhileResolvedIsNeverASignal) {
     }
     RecordProperty("answers", answers.load());
     RecordProperty("errors", errors.load());
+}
+
+namespace {
+
+// Waits until every file in `paths` has a status change (ctime) older than the racy window:
+// until then a resolver reads a sidecar at every hit.
+void wait_until_settled(const std::vector<std::string> &paths) {
+    std::int64_t newest = 0;
+    for (const std::string &p : paths) {
+        struct stat st {};
+        ASSERT_EQ(::lstat(p.c_str(), &st), 0) << p;
+        newest = std::max<std::int64_t>(newest, st.st_ctim.tv_sec * 1'000'000'000LL + st.st_ctim.tv_nsec);
+    }
+    for (;;) {
+        struct timespec now {};
+        clock_gettime(CLOCK_REALTIME, &now);
+        const std::int64_t left =
+            newest + NameResolver::kRacyWindowNs + 50'000'000 - (now.tv_sec * 1'000'000'000LL + now.tv_nsec);
+        if (left <= 0) return;
+        std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+    }
+}
+
+// A sidecar for the cubin as it is now, naming `name` for `keyword` (a name the keyword rule
+// passes, though the cubin may not hold it: what a planted or hand-written line can say).
+void write_sidecar_naming(const Fixture &f, const std::string &keyword, const std::string &name) {
+    struct stat st {};
+    ASSERT_EQ(::stat(f.cubin.c_str(), &st), 0);
+    sc::Line line;
+    line.keyword = keyword;
+    line.name = name;
+    line.cubin_size = static_cast<std::uint64_t>(st.st_size);
+    line.mtime_sec = st.st_mtim.tv_sec;
+    line.mtime_nsec = static_cast<std::uint32_t>(st.st_mtim.tv_nsec);
+    ASSERT_TRUE(sc::write(f.sidecar, {line}).ok());
+}
+
+}  // namespace
+
+// A repeat whose cubin and settled sidecar are unchanged since this thread read the sidecar
+// is answered from what it read, proven by the two files' stat alone; a sidecar younger than
+// the racy window (a same-tick rewrite in place would keep its stat) is read at every hit.
+TEST(NameResolverRepeats, ASettledSidecarIsReadOncePerThread) {
+    Fixture f(sources::kPrefixCollision);
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");            // scan, sidecar written
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm_fp16"), "_Z9gemm_fp16Pf");  // scan, its line added
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(r.counters().settled_repeats, 0u) << "a young sidecar answered without being read";
+    wait_until_settled({f.sidecar});
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(r.counters().sidecar_hits, 7u);
+    EXPECT_EQ(r.counters().settled_repeats, 3u);
+    EXPECT_EQ(r.counters().scans, 2u);
+    // Another keyword is its own repeat; another resolver has read nothing yet.
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(resolve_ok(r, f.cubin, "gemm_fp16"), "_Z9gemm_fp16Pf");
+    EXPECT_EQ(r.counters().settled_repeats, 4u);
+    NameResolver other;
+    EXPECT_EQ(resolve_ok(other, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(other.counters().settled_repeats, 0u);
+    // Another thread reads the sidecar once for itself.
+    std::thread([&] {
+        for (int i = 0; i < 2; ++i) EXPECT_EQ(resolve_ok(other, f.cubin, "gemm"), "_Z4gemmPf");
+    }).join();
+    EXPECT_EQ(other.counters().settled_repeats, 1u);
+}
+
+// Whatever happens to a settled sidecar or its cubin after a thread read it, the next answer
+// is the files' as they are then, never the one remembered.
+TEST(NameResolverRepeats, EveryChangeToTheFilesIsSeenByTheNextCall) {
+    struct Case {
+        const char *what;
+        std::function<void(const Fixture &)> change;
+        const char *expected;  // for keyword gemm after the change
+    };
+    const auto in_place = [](const Fixture &f) {
+        // Same size, same mtime, one byte of the name changed: only the status change tells.
+        struct stat before {};
+        ASSERT_EQ(::stat(f.sidecar.c_str(), &before), 0);
+        sc::Contents read = sc::read(f.sidecar);
+        ASSERT_EQ(read.lines.size(), 1u);
+        ASSERT_EQ(read.lines[0].name, "_Z4gemmPi");
+        read.lines[0].name = "_Z4gemmPf";
+        const std::string rewritten = sc::format(read.lines);
+        ASSERT_EQ(rewritten.size(), static_cast<std::size_t>(before.st_size));
+        const int fd = ::open(f.sidecar.c_str(), O_WRONLY);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::pwrite(fd, rewritten.data(), rewritten.size(), 0), static_cast<ssize_t>(rewritten.size()));
+        ::close(fd);
+        struct timespec times[2] = {before.st_atim, before.st_mtim};
+        ASSERT_EQ(::utimensat(AT_FDCWD, f.sidecar.c_str(), times, 0), 0);
+    };
+    const std::vector<Case> cases = {
+        {"rewritten in place, mtime kept", in_place, "_Z4gemmPf"},
+        {"replaced by a new file", [](const Fixture &f) { write_sidecar_naming(f, "gemm", "_Z4gemmPd"); }, "_Z4gemmPd"},
+        {"replaced by a link to a copy",
+         [](const Fixture &f) {
+             const std::string copy = f.dir.file("copy.name");
+             write_file(copy, read_file(f.sidecar));
+             ASSERT_EQ(::unlink(f.sidecar.c_str()), 0);
+             ASSERT_EQ(::symlink(copy.c_str(), f.sidecar.c_str()), 0);
+         },
+         "_Z4gemmPf"},  // a link is never followed: scanned
+        {"given to another user", [](const Fixture &f) { ASSERT_EQ(::lchown(f.sidecar.c_str(), 12345, 12345), 0); },
+         "_Z4gemmPf"},
+        {"removed", [](const Fixture &f) { ASSERT_EQ(::unlink(f.sidecar.c_str()), 0); }, "_Z4gemmPf"},
+        {"cubin replaced", [](const Fixture &f) { f.put(sources::kPlain, kOld / 2); }, nullptr},
+        {"cubin touched", [](const Fixture &f) { set_age(f.cubin, kOld / 2); }, "_Z4gemmPf"},
+    };
+    std::vector<std::unique_ptr<Fixture>> fixtures;
+    std::vector<std::string> sidecars;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        fixtures.push_back(std::make_unique<Fixture>(sources::kPrefixCollision));
+        // The sidecar names a kernel the scan would not choose, so an answer tells which was used.
+        write_sidecar_naming(*fixtures.back(), "gemm", "_Z4gemmPi");
+        sidecars.push_back(fixtures.back()->sidecar);
+    }
+    wait_until_settled(sidecars);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        SCOPED_TRACE(cases[i].what);
+        const Fixture &f = *fixtures[i];
+        NameResolver r;
+        EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPi");
+        EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPi");
+        EXPECT_EQ(r.counters().settled_repeats, 1u);
+        cases[i].change(f);
+        auto name = r.resolve(f.cubin, "gemm");
+        if (cases[i].expected) {
+            ASSERT_TRUE(name.ok()) << name.error().message;
+            EXPECT_EQ(*name, cases[i].expected);
+        } else {
+            EXPECT_FALSE(name.ok()) << "the replaced cubin has no gemm, yet the answer was " << *name;
+        }
+        EXPECT_EQ(r.counters().settled_repeats, 1u);
+    }
+}
+
+// Many threads repeating on settled sidecars of many cubins, each thread with its own reads,
+// one resolver: every answer right (run under TSan too).
+TEST(NameResolverRepeats, ThreadsRepeatingOnSettledSidecars) {
+    std::vector<std::unique_ptr<Fixture>> fixtures;
+    std::vector<std::string> sidecars;
+    NameResolver r;
+    for (int i = 0; i < 4; ++i) {
+        fixtures.push_back(std::make_unique<Fixture>(sources::kPrefixCollision));
+        EXPECT_EQ(resolve_ok(r, fixtures.back()->cubin, "gemm"), "_Z4gemmPf");
+        EXPECT_EQ(resolve_ok(r, fixtures.back()->cubin, "gemm_fp16"), "_Z9gemm_fp16Pf");
+        sidecars.push_back(fixtures.back()->sidecar);
+    }
+    wait_until_settled(sidecars);
+    constexpr int kThreads = 8, kRounds = 200;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kRounds; ++i) {
+                const Fixture &f = *fixtures[static_cast<std::size_t>((t + i) % 4)];
+                const bool fp16 = (i / 4) % 2 == 1;
+                EXPECT_EQ(resolve_ok(r, f.cubin, fp16 ? "gemm_fp16" : "gemm"), fp16 ? "_Z9gemm_fp16Pf" : "_Z4gemmPf");
+            }
+        });
+    }
+    for (auto &t : threads) t.join();
+    // Each thread reads each of the 8 (cubin, keyword) pairs once at most.
+    EXPECT_GE(r.counters().settled_repeats, static_cast<std::uint64_t>(kThreads * (kRounds - 8)));
+    EXPECT_EQ(r.counters().scans, 8u);
+}
+
+// A forked child starts from its parent's reads and still sees a change made after the fork.
+TEST(NameResolverRepeats, AForkedChildSeesAChangeMadeAfterTheFork) {
+    Fixture f(sources::kPrefixCollision);
+    write_sidecar_naming(f, "gemm", "_Z4gemmPi");
+    wait_until_settled({f.sidecar});
+    NameResolver r;
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPi");
+    EXPECT_EQ(resolve_ok(r, f.cubin, "gemm"), "_Z4gemmPi");
+    ASSERT_EQ(r.counters().settled_repeats, 1u);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        auto same = r.resolve(f.cubin, "gemm");
+        if (!same.ok() || *same != "_Z4gemmPi") ::_exit(11);
+        if (r.counters().settled_repeats != 2) ::_exit(12);
+        if (!sc::write(f.sidecar, {}).ok()) ::_exit(13);  // a sidecar with no line: scanned
+        auto changed = r.resolve(f.cubin, "gemm");
+        if (!changed.ok() || *changed != "_Z4gemmPf") ::_exit(14);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "11: wrong name, 12: no repeat in the child, 13: cannot write, "
+                                         "14: the change was not seen";
 }
