@@ -221,6 +221,7 @@ std::string gp_quote(const std::string &s) {
 // Short names for the resolve chart's bars.
 std::string chart_label(const std::string &row_id) {
     static const std::pair<const char *, const char *> names[] = {{"resolve.hit", "sidecar hit"},
+                                                                  {"resolve.hit_read", "first hit"},
                                                                   {"resolve.floor", "floor"},
                                                                   {"resolve.syscalls", "hit syscalls"},
                                                                   {"resolve.scan", "scan"},
