@@ -251,6 +251,8 @@ class Library:
     # First buffer sizes for out strings; a longer result is retried with the reported length.
     name_buffer_size = 512
     path_buffer_size = 512
+    # compile()'s keyword arguments in order: the names of a plain call's values (Prepared).
+    _compile_keywords = _COMPILE_KEYWORDS
     # The plain calls' prepared requests (kjit._prepared.Memo): emptied when it holds this many,
     # or sources of this many bytes.
     _MEMO_MAX_ENTRIES = 256
@@ -266,6 +268,11 @@ class Library:
             raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
         self._untyped_fns: Dict[str, Any] = {}
+        # The out buffers of every prepared request's first compile_named (Prepared._first_named),
+        # one call at a time: (lock, path, its size, name, its size), sizes as size_t objects.
+        self._shared_out = (_thread.allocate_lock(), (ctypes.c_char * self.path_buffer_size)(),
+                            ctypes.c_size_t(self.path_buffer_size), (ctypes.c_char * self.name_buffer_size)(),
+                            ctypes.c_size_t(self.name_buffer_size))
 
     def _untyped(self, function: str) -> Any:
         """A function object of its own for ``function``, with no argtypes (None if the library
@@ -441,11 +448,12 @@ class Library:
         keyword arguments are ``values``, in :data:`_COMPILE_KEYWORDS` order: a repeat with plain
         arguments (str, bytes, None, tuples of them) finds it by one look-up of the arguments as
         given; others are frozen first (kjit._prepared.Memo)."""
+        given = (source, keyword, *values)
         try:
-            return self._requests[(source, keyword, *values)]
-        except (KeyError, TypeError):  # not kept yet, or a list, a mapping, ... among them
-            pass
-        return self._memo.prepare(self, source, keyword, dict(zip(_COMPILE_KEYWORDS, values)))
+            prepared = self._requests.get(given)
+        except TypeError:  # a list, a mapping, ... among them
+            prepared = None
+        return prepared if prepared is not None else self._memo.prepare(self, given)
 
     def compile_batch(self, requests: Iterable[BatchRequest], *, workers: Optional[int] = None,
                       pch: int = PCH_DEFAULT, progress: Union[ProgressCallback, bool, None] = None,
@@ -1189,14 +1197,14 @@ def compile_named(source: Union[str, bytes], keyword: str,
                   compile_mode: Optional[str] = None, base_dirs: Optional[Iterable[PathLike]] = None) -> Compiled:
     """See :meth:`Library.compile_named`; returns a :class:`Compiled` (cubin_path, name)."""
     lib = _default or _lib()
+    given = (source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
+             remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
     try:  # Library._request's look-up, inline: a repeat is this and one C call
-        prepared = lib._requests[(source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers,
-                                  name_expression, max_cache_size, remote_storage, filename, seed_dirs, link_inputs,
-                                  link_options, compile_mode, base_dirs)]
-    except (KeyError, TypeError):
-        prepared = lib._request(source, keyword, (cache_dir, arch, nvrtc_options, include_paths, headers,
-                                                  name_expression, max_cache_size, remote_storage, filename,
-                                                  seed_dirs, link_inputs, link_options, compile_mode, base_dirs))
+        prepared = lib._requests.get(given)
+    except TypeError:  # a list, a mapping, ... among them
+        prepared = None
+    if prepared is None:
+        prepared = lib._memo.prepare(lib, given)
     return prepared.compile_named()
 
 

@@ -81,6 +81,9 @@ else:
             fields.update(changes)
             return Compiled(**fields)
 
+# Compiled(path, name) without its __new__'s Python frame, for a new request's answer.
+_new_compiled = tuple.__new__
+
 
 class Prepared:
     """A compile request encoded once (:func:`kjit.prepare`): asking it again is one C call.
@@ -100,19 +103,26 @@ class Prepared:
     Thread safe: a call made while another thread is in one uses buffers of its own.
     """
 
-    __slots__ = ("library", "source", "keyword", "options", "_keep", "_lock", "_named", "_path_only", "_path",
-                 "_name", "_named_args", "_path_args", "_last", "_handle", "_function")
+    __slots__ = ("library", "source", "keyword", "_options", "_values", "_keep", "_lock", "_named", "_path_only",
+                 "_path", "_name", "_named_args", "_path_args", "_last", "_handle", "_function")
 
-    def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Mapping[str, Any],
-                 native: bool = False, encoded: Optional[Tuple[_abi.CompileOptions, List[Any]]] = None) -> None:
+    def __init__(self, library: Library, source: Union[str, bytes], keyword: str, options: Optional[Mapping[str, Any]],
+                 native: bool = False, encoded: Optional[Tuple[_abi.CompileOptions, List[Any]]] = None,
+                 values: Optional[Tuple[Any, ...]] = None) -> None:
+        """``options``: the keyword arguments; or None, with ``values`` the values of every one of
+        compile's, in its order, and ``encoded`` their struct (a plain call's request: the dict
+        is made when ``options`` is first read)."""
         src = _convert.text_bytes(source, "source", allow_bytes=True)
         kw = _convert.text_bytes(keyword, "keyword")
         if encoded is None:
+            assert options is not None
             keep: List[Any] = []  # everything the struct points at, alive as long as this request
             opts = _convert.compile_options(keep, **options)
-        else:  # ``options`` encoded already (Memo.encoded_options), shared: libkjit only reads it
+        else:  # encoded already (Memo.encoded_options), shared: libkjit only reads it
             opts, keep = encoded
-        self.library, self.source, self.keyword, self.options = library, source, keyword, dict(options)
+        self.library, self.source, self.keyword = library, source, keyword
+        self._options = dict(options) if options is not None else None
+        self._values = values
         self._keep = (src, kw, opts, keep)
         self._lock = _thread.allocate_lock()
         self._named = library._untyped("kjit_compile_named")  # None before libkjit 0.5
@@ -122,7 +132,12 @@ class Prepared:
         self._handle: Optional[ctypes.c_void_p] = None
         if native:
             self._make_native()
-        self._buffers(library.path_buffer_size, library.name_buffer_size)
+        # Its own out buffers are made at its second call (_own_buffers): most requests of a
+        # sweep are asked once, and a first compile_named answers into the library's (_first_named).
+        self._path: Any = None  # c_char arrays
+        self._name: Any = None
+        self._named_args: Any = None  # tuples of the arguments that name them
+        self._path_args: Any = None
 
     def _make_native(self) -> None:
         """kjit_prepare of this request: on success its calls go to kjit_prepared_compile."""
@@ -157,6 +172,11 @@ class Prepared:
             return (src, kw, ctypes.byref(opts), path, path_n, path_len, name, name_n, name_len)
         return (src, kw, ctypes.byref(opts), path, path_n, path_len)
 
+    def _own_buffers(self) -> None:
+        """This request's out buffers, at the library's sizes, where it has none yet."""
+        if self._named_args is None:
+            self._buffers(self.library.path_buffer_size, self.library.name_buffer_size)
+
     def _buffers(self, path_size: int, name_size: int) -> None:
         """(Re)makes the out buffers and the argument tuples that name them."""
         # The array types themselves, not create_string_buffer (which checks its argument and
@@ -167,6 +187,15 @@ class Prepared:
         # The lengths are not asked for (NULL): only a too-small buffer needs them (_grow).
         self._named_args = self._arguments(self._path, path_n, None, self._name, name_n, None)
         self._path_args = self._arguments(self._path, path_n, None, None, ctypes.c_size_t(0), None, named=False)
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """Its keyword arguments: those given to :func:`kjit.prepare`; every one of compile's,
+        defaults included, for a plain call's request."""
+        options = self._options
+        if options is None:
+            options = self._options = dict(zip(self.library._compile_keywords, self._values or ()))
+        return options
 
     def __repr__(self) -> str:
         return f"<kjit.Prepared {self.keyword!r} {self.options!r}>"
@@ -181,7 +210,15 @@ class Prepared:
             if named is None:  # libkjit before 0.5: two calls
                 cubin_path = self._compile_path()
                 return Compiled(cubin_path, self.library.resolve_name(cubin_path, self.keyword))
-            status = named(*self._named_args)
+            args = self._named_args
+            if args is None:
+                if self._last is None:  # no answer yet: the library's buffers
+                    compiled = self._first_named()
+                    if compiled is not None:
+                        return compiled
+                self._own_buffers()  # asked again: its own
+                args = self._named_args
+            status = named(*args)
             if status == _OK:
                 path, name = self._path.value, self._name.value
                 last = self._last
@@ -196,12 +233,36 @@ class Prepared:
         finally:
             lock.release()
 
+    def _first_named(self) -> Optional[Compiled]:
+        """A first compile_named, with this request's lock held, answered into the library's
+        out buffers (Library._shared_out), so a request asked once makes none of its own. None
+        when another thread has them, or the answer does not fit: the caller then makes this
+        request's own and asks again."""
+        shared, path, path_n, name, name_n = self.library._shared_out
+        if not shared.acquire(False):
+            return None
+        try:
+            status = self._named(*self._arguments(path, path_n, None, name, name_n, None))
+            if status == _OK:
+                path_value, name_value = path.value, name.value
+                compiled = _new_compiled(Compiled, (os.fsdecode(path_value), name_value.decode("ascii")))
+                self._last = (path_value, name_value, compiled)
+                return compiled
+        finally:
+            shared.release()
+        if status == _TOO_SMALL:
+            return None
+        raise self.library._error(status, self._function)
+
     def _unshared_named(self) -> Compiled:
         """compile_named with out buffers of its own, for a thread that found this request's
         busy (libkjit only reads the rest, from any number of threads)."""
         if self._named is None:
             return Prepared(self.library, self.source, self.keyword, self.options).compile_named()
-        path, name = ctypes.create_string_buffer(len(self._path)), ctypes.create_string_buffer(len(self._name))
+        library = self.library
+        path_size = len(self._path) if self._path is not None else library.path_buffer_size
+        name_size = len(self._name) if self._name is not None else library.name_buffer_size
+        path, name = ctypes.create_string_buffer(path_size), ctypes.create_string_buffer(name_size)
         status = self._named(*self._arguments(path, ctypes.c_size_t(len(path)), None, name,
                                               ctypes.c_size_t(len(name)), None))
         if status == _OK:
@@ -242,6 +303,7 @@ class Prepared:
 
     def _compile_path(self) -> str:
         """kjit_compile, with the lock held."""
+        self._own_buffers()
         for _ in range(4):  # the length only changes if the entry is replaced meanwhile
             status = self._path_only(*self._path_args)
             if status == _OK:
@@ -299,7 +361,7 @@ def all_plain(values: Tuple[Any, ...]) -> bool:
         kind = type(value)
         if kind is str or kind is bytes:
             continue
-        if kind is not tuple or not all_plain(value):
+        if kind is not tuple or (value and not all_plain(value)):  # () is plain: no call for it
             return False
     return True
 
@@ -326,36 +388,40 @@ class Memo:
         self.encoded: Dict[Tuple[Any, ...], Tuple[_abi.CompileOptions, List[Any]]] = {}
         self.frozen = False  # whether a request is kept under a frozen key (arguments not all plain)
 
-    def encoded_options(self, values: Tuple[Any, ...], options: Mapping[str, Any]) -> Tuple[Any, List[Any]]:
-        """``options`` (whose plain values are ``values``) as a CompileOptions and what it points
-        at: encoded once per distinct value set, then shared by the requests made with it."""
+    def encoded_options(self, library: Library, values: Tuple[Any, ...]) -> Tuple[Any, List[Any]]:
+        """compile's keyword arguments whose plain values are ``values`` as a CompileOptions and
+        what it points at: encoded once per distinct value set, then shared by the requests made
+        with it."""
         encoded = self.encoded.get(values)
         if encoded is None:
             keep: List[Any] = []
-            encoded = (_convert.compile_options(keep, **options), keep)
+            encoded = (_convert.compile_options(keep, **dict(zip(library._compile_keywords, values))), keep)
             if len(self.encoded) >= self.max_entries:
                 self.encoded.clear()
             self.encoded[values] = encoded
         return encoded
 
-    def prepare(self, library: Library, source: Union[str, bytes], keyword: str,
-                options: Mapping[str, Any]) -> Prepared:
-        """The request for these arguments: from the memo, else made (which checks them all)
-        and kept, under its frozen key and, when every argument is plain, under the key of the
-        arguments as given (what the fast look-up tries first): the source, the keyword and the
-        values of ``options``, which holds every keyword argument of ``compile``, in its order.
-        Arguments all plain were looked up by that key (Library._request did, and missed); their
-        frozen key is looked up only where requests made from other arguments are kept (a list
-        given where a tuple is now), and a new request's options are encoded once per value set
+    def prepare(self, library: Library, given: Tuple[Any, ...]) -> Prepared:
+        """The request for the arguments ``given``: the source, the keyword and the values of
+        every keyword argument of ``compile``, in its order (the key of the arguments as given,
+        what the fast look-up tries first); from the memo, else made (which checks them all) and
+        kept, under its frozen key and, when every argument is plain, under ``given``. Arguments
+        all plain were looked up by that key (Library._request did, and missed); their frozen
+        key is looked up only where requests made from other arguments are kept (a list given
+        where a tuple is now), and a new request's options are encoded once per value set
         (encoded_options)."""
-        values = tuple(options.values())
-        given = (source, keyword, *values)
+        source, keyword, values = given[0], given[1], given[2:]
         if all_plain(given):
-            prepared = self.requests.get(frozen_key(source, keyword, options)) if self.frozen else None
+            prepared = None
+            if self.frozen:
+                options = dict(zip(library._compile_keywords, values))
+                prepared = self.requests.get(frozen_key(source, keyword, options))
             if prepared is None:
-                prepared = Prepared(library, source, keyword, options, encoded=self.encoded_options(values, options))
+                prepared = Prepared(library, source, keyword, None, encoded=self.encoded_options(library, values),
+                                    values=values)
             self._keep(given, prepared)
             return prepared
+        options = dict(zip(library._compile_keywords, values))
         try:
             key = frozen_key(source, keyword, options)
         except TypeError:

@@ -242,8 +242,71 @@ def test_buffers_grow_to_the_reported_lengths(tree, monkeypatch):
     expected = kjit.compile_named(SOURCE, "gemm", **_options(tree))
     monkeypatch.setattr(kjit.Library, "path_buffer_size", 8)
     monkeypatch.setattr(kjit.Library, "name_buffer_size", 2)
-    assert kjit.prepare(SOURCE, "gemm", **_options(tree)).compile_named() == expected
-    assert kjit.prepare(SOURCE, "gemm", **_options(tree)).compile() == expected.cubin_path
+    lib = kjit.Library(kjit._lib().path)  # its first calls' buffers too small as well
+    for _ in range(2):  # a first call (the library's buffers), then a request's own
+        assert lib.prepare(SOURCE, "gemm", **_options(tree)).compile_named() == expected
+        assert lib.prepare(SOURCE, "gemm", **_options(tree)).compile() == expected.cubin_path
+        assert lib.compile_named(SOURCE + "// plain\n", "gemm", **_options(tree)).name == "gemm"
+
+
+def test_a_new_requests_first_call_answers_into_the_librarys_buffers(tree):
+    # Most requests of a sweep are asked once: a first call makes no buffers of its own (the
+    # library's serve it), the second makes them; both give the same answer.
+    lib = kjit._lib()
+    source = SOURCE + "// new\n"
+    first = kjit.compile_named(source, "gemm", **_options(tree))
+    request = lib._requests[(source, "gemm", *_values(_options(tree)))]
+    assert request._path is None and first.name == "gemm"
+    assert kjit.compile_named(source, "gemm", **_options(tree)) is first
+    assert request._path is not None
+    # A plain call's request reads out its options only when asked: all of compile's, in order.
+    assert request.options == {**kjit._COMPILE_DEFAULTS, **_options(tree)}
+    assert list(request.options) == list(kjit._COMPILE_KEYWORDS)
+    # A failing first call raises and leaves the library's buffers free.
+    with pytest.raises(kjit.NotFound):
+        kjit.compile_named(SOURCE, "other", **_options(tree))
+    shared = lib._shared_out[0]
+    assert shared.acquire(False)
+    shared.release()
+
+
+def test_a_first_call_that_finds_the_librarys_buffers_busy_uses_its_own(tree):
+    lib = kjit._lib()
+    expected = kjit.compile_named(SOURCE, "gemm", **_options(tree))
+    shared = lib._shared_out[0]
+    assert shared.acquire(False)  # as another thread in a first call would hold it
+    try:
+        got = kjit.compile_named(SOURCE, "gemm", **_options(tree), filename="busy.cu")
+        with pytest.raises(kjit.NotFound):
+            kjit.compile_named(SOURCE, "other", **_options(tree), filename="busy.cu")
+    finally:
+        shared.release()
+    request = lib._requests[(SOURCE, "gemm", *_values(_options(tree, filename="busy.cu")))]
+    assert request._path is not None and got.name == "gemm" and got.cubin_path != expected.cubin_path
+
+
+def test_new_requests_from_threads_each_get_their_own_answer(tree):
+    # First calls from many threads at once: through the library's buffers one at a time, the
+    # others through their own; every answer is its own request's.
+    sources = [SOURCE + f"// thread {i}\n" for i in range(40)]
+    expected = {s: kjit.prepare(s, "gemm", **_options(tree)).compile_named() for s in sources}
+    kjit._lib()._memo.requests.clear()
+    results, errors = [], []
+
+    def run(offset):
+        try:
+            for i in range(len(sources)):
+                s = sources[(i + offset) % len(sources)]
+                results.append((s, kjit.compile_named(s, "gemm", **_options(tree))))
+        except Exception as e:  # noqa: BLE001: reported by the assert below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(7 * t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 160
+    assert all(got == expected[s] for s, got in results)
 
 
 def test_threads_share_a_prepared_request(tree):
