@@ -355,6 +355,11 @@ void run_peers(const BenchOptions &o, Report &report) {
                       TargetUnit::microseconds};
         python.value = med(now, "python." + m + ".repeat") - med(now, "c." + m + ".repeat");
         report.add_target(python);
+        // Issue 51 item 2: a request new to a warm process costs Python at most half again C's.
+        Target first{"peers_python_" + m + "_first_over_c",
+                     "Python over C, " + m + " kernel, its first hit in a warm process (Python / C)", 1.5, true};
+        first.value = med(now, "python." + m + ".kernel_first") / med(now, "c." + m + ".kernel_first");
+        report.add_target(first);
     }
 }
 
