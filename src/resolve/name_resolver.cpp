@@ -328,8 +328,8 @@ bool NameResolver::Version::has_content(std::uint64_t hash) const {
     return content_verified(path, identity, hash);
 }
 
-Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword,
-                                          FileIdentity *proven) {
+Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::string_view keyword, FileIdentity *proven,
+                                          Repeats repeats) {
     if (auto st = cubin::name_matcher::check_keyword(keyword); !st) return st.error();
 
     KJIT_TRY_ASSIGN(auto current, cubin::stat_cubin(cubin_path));
@@ -337,9 +337,10 @@ Result<std::string> NameResolver::resolve(const std::string &cubin_path, std::st
         if (proven) *proven = current;
         return std::move(*repeat);
     }
-    const std::int64_t read_started = realtime_ns();
+    const bool remembered = repeats == Repeats::remembered;
+    const std::int64_t read_started = remembered ? realtime_ns() : 0;
     SidecarRead read;
-    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true, &read);
+    auto resolved = resolve_version(Version{cubin_path, current, nullptr}, keyword, true, remembered ? &read : nullptr);
     if (!resolved) return std::move(resolved).error();
     if (read.settled_hit) remember_settled(cubin_path, keyword, current, std::move(read), resolved->name, read_started);
     if (proven) *proven = current;

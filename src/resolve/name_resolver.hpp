@@ -93,13 +93,18 @@ public:
     // starts with an empty memo (fork_guard.hpp).
     static NameResolver &instance();
 
+    // Whether resolve() keeps a settled sidecar hit for the thread's repeats (Repeats above):
+    // kjit_resolve_name's callers repeat; the cache's look-up does not reach the resolver again
+    // for a request its hit memo answers.
+    enum class Repeats { remembered, not_expected };
+
     // Resolves `keyword` in the cubin at `cubin_path`. Errors: invalid_argument (bad keyword),
     // io (cubin missing or unreadable), bad_cubin, not_found, ambiguous. Messages name the file.
     // Thread safe; the hit path takes no lock. `proven` (when given) receives the identity of the
     // cubin file the name was resolved for (its stat, taken before the sidecar was checked
     // against it): what a caller remembering the answer compares later.
-    Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword,
-                                FileIdentity *proven = nullptr);
+    Result<std::string> resolve(const std::string &cubin_path, std::string_view keyword, FileIdentity *proven = nullptr,
+                                Repeats repeats = Repeats::remembered);
 
     struct Resolution {
         std::string name;

@@ -185,7 +185,8 @@ Looked look_up(const EntryContext &at, const std::string &entry, std::string_vie
     out.lookup = check_entry(at, entry, source_key, &out.why);
     if (out.lookup != Lookup::hit) return out;
     out.cubin = entry + "/" + store::cache_entry::kCubinFile;
-    auto resolved = resolve::NameResolver::instance().resolve(out.cubin, at.request.keyword, &out.proven);
+    auto resolved = resolve::NameResolver::instance().resolve(out.cubin, at.request.keyword, &out.proven,
+                                                              resolve::NameResolver::Repeats::not_expected);
     if (!resolved) {
         out.why = resolved.error().message;
         out.lookup = Lookup::unusable;

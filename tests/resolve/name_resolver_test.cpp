@@ -553,6 +553,16 @@ TEST(NameResolverRepeats, ASettledSidecarIsReadOncePerThread) {
         for (int i = 0; i < 2; ++i) EXPECT_EQ(resolve_ok(other, f.cubin, "gemm"), "_Z4gemmPf");
     }).join();
     EXPECT_EQ(other.counters().settled_repeats, 1u);
+    // The cache's look-up expects no repeats (its hit memo answers them): nothing remembered.
+    NameResolver cache_side;
+    for (int i = 0; i < 2; ++i) {
+        auto name = cache_side.resolve(f.cubin, "gemm", nullptr, NameResolver::Repeats::not_expected);
+        ASSERT_TRUE(name.ok()) << name.error().message;
+        EXPECT_EQ(*name, "_Z4gemmPf");
+    }
+    EXPECT_EQ(resolve_ok(cache_side, f.cubin, "gemm"), "_Z4gemmPf");
+    EXPECT_EQ(cache_side.counters().settled_repeats, 0u);
+    EXPECT_EQ(cache_side.counters().sidecar_hits, 3u);
 }
 
 // Whatever happens to a settled sidecar or its cubin after a thread read it, the next answer
