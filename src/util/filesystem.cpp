@@ -104,7 +104,28 @@ std::optional<std::string> read_small_file(const std::string &path, std::size_t 
     return text;
 }
 
+namespace {
+
+// Whether `folder` is absolute and already written as absolute_folder writes it: no empty, "."
+// or ".." name and no trailing '/' (a cache folder given whole, the common case, which then
+// costs no std::filesystem::path and its allocations on every full look-up).
+bool normal_absolute(std::string_view folder) {
+    if (folder.empty() || folder[0] != '/') return false;
+    if (folder.size() == 1) return true;
+    if (folder.back() == '/') return false;
+    for (std::size_t start = 1; start <= folder.size();) {
+        const std::size_t slash = std::min(folder.find('/', start), folder.size());
+        const std::string_view name = folder.substr(start, slash - start);
+        if (name.empty() || name == "." || name == "..") return false;
+        start = slash + 1;
+    }
+    return true;
+}
+
+}  // namespace
+
 Result<std::string> absolute_folder(const std::string &folder) {
+    if (normal_absolute(folder)) return folder;
     std::error_code ec;
     std::string absolute = std::filesystem::absolute(folder, ec).lexically_normal().string();
     if (ec || absolute.empty()) return Error{Errc::io, "cannot make '" + folder + "' absolute"};

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,28 @@ TEST(Filesystem, MakeFoldersCreatesParentsAndNamesAFileInTheWay) {
                                            0),
               0u)
         << denied.error().message;
+}
+
+// absolute_folder answers a folder that is already absolute and normal without std::filesystem:
+// for every such spelling and every near miss, the same answer as the general path gives.
+TEST(Filesystem, AbsoluteFolderOfANormalFolderIsTheGeneralAnswer) {
+    const auto general = [](const std::string &folder) {
+        std::string a = std::filesystem::absolute(folder).lexically_normal().string();
+        while (a.size() > 1 && a.back() == '/') a.pop_back();
+        return a;
+    };
+    const std::vector<std::string> parts = {"", "/", "a", "b.c", ".", "..", "...", ".a", "a.", "//", "/./", "/../"};
+    std::vector<std::string> folders = {"/", "//", "///", "/.", "/..", "/tmp/pc", "/a/./b", "/a/../b", "/a//b"};
+    for (const std::string &x : parts) {
+        for (const std::string &y : parts) {
+            for (const std::string &z : parts) folders.push_back("/" + x + y + "/" + z);
+        }
+    }
+    for (const std::string &folder : folders) {
+        auto got = kjit::absolute_folder(folder);
+        ASSERT_TRUE(got.ok()) << folder;
+        EXPECT_EQ(*got, general(folder)) << folder;
+    }
 }
 
 TEST(Filesystem, AbsoluteFolderFoldsDotsAndTrailingSlashes) {
