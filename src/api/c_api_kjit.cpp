@@ -43,17 +43,15 @@ namespace compile_options = kjit::api::compile_options;
 using namespace kjit::api::c_api_support;  // what the C ABI's files share
 
 // The request a compile call (kjit_compile, kjit_compile_named, kjit_compile_and_load,
-// kjit_prepare) makes of its arguments, checked; `function` names the call in messages.
-kjit::Result<kjit::key::Request> request_of(const char *function, const char *source, const char *keyword,
-                                            const kjit_compile_options *options) {
-    const std::string f(function);
-    if (!source) return invalid(f + ": source is NULL");
-    if (!keyword) return invalid(f + ": keyword is NULL");
-    kjit::key::Request request;
+// kjit_prepare) makes of its arguments, checked, into `request` (a new one: made where it is
+// used, as a Request is many fields to move); `function` names the call in messages.
+kjit::Status request_into(const char *function, const char *source, const char *keyword,
+                          const kjit_compile_options *options, kjit::key::Request &request) {
+    if (!source) return invalid(std::string(function) + ": source is NULL");
+    if (!keyword) return invalid(std::string(function) + ": keyword is NULL");
     request.source = source;
     request.keyword = keyword;
-    KJIT_TRY(compile_options::request_from(options, request, f + ": options"));
-    return request;
+    return compile_options::request_from(options, request, std::string(function) + ": options");
 }
 
 // kjit_compile and kjit_compile_named: the request checked and compiled (or found). `digest`:
@@ -61,7 +59,8 @@ kjit::Result<kjit::key::Request> request_of(const char *function, const char *so
 kjit::Result<kjit::storage::Found> compile_request(const char *function, const char *source, const char *keyword,
                                                    const kjit_compile_options *options,
                                                    const kjit::cache::HitMemo::Digest *digest) {
-    KJIT_TRY_ASSIGN(kjit::key::Request request, request_of(function, source, keyword, options));
+    kjit::key::Request request;
+    KJIT_TRY(request_into(function, source, keyword, options, request));
     kjit::api::request_record::note(request);
     kjit::cache::Cache &cache = kjit::cache::Cache::instance();
     return digest ? cache.compile_after_recall(std::move(request), *digest) : cache.compile(std::move(request));
@@ -107,7 +106,8 @@ kjit_status answer_prepared(const kjit_prepared &p, Out &&out) {
         return status;
     }
     if (recording) kjit::api::request_record::note(p.request);
-    auto found = p.memo ? cache.compile_after_recall(p.request, p.digest) : cache.compile(p.request);
+    auto found =
+        p.memo ? cache.compile_after_recall(kjit::key::Request(p.request), p.digest) : cache.compile(p.request);
     if (!found) return fail(found.error());
     return out(*found);
 }
@@ -248,10 +248,10 @@ KJIT_API kjit_status kjit_prepare(const char *source, const char *keyword, const
     if (prepared) *prepared = nullptr;
     return guarded("kjit_prepare", [&]() -> kjit_status {
         if (!prepared) return fail(KJIT_ERROR_INVALID_ARGUMENT, "kjit_prepare: prepared (the out handle) is NULL");
-        auto request = request_of("kjit_prepare", source, keyword, options);
-        if (!request) return fail(request.error());
         auto p = std::make_unique<kjit_prepared>();
-        p->request = std::move(*request);
+        if (auto made = request_into("kjit_prepare", source, keyword, options, p->request); !made) {
+            return fail(made.error());
+        }
         // HitMemo::digest of the settled request: what kjit_compile's digest of the same
         // arguments is (tests/api/compile_options_test.cpp holds the two to each other).
         p->memo = kjit::cache::HitMemo::enabled();

@@ -139,7 +139,7 @@ Result<storage::Found> Cache::compile(key::Request request) {
     return look_up(std::move(request), digest, memo_on);
 }
 
-Result<storage::Found> Cache::compile_after_recall(key::Request request, const HitMemo::Digest &digest) {
+Result<storage::Found> Cache::compile_after_recall(key::Request &&request, const HitMemo::Digest &digest) {
     return look_up(std::move(request), digest, /*remember=*/true);
 }
 
@@ -150,7 +150,7 @@ void Cache::count_memo_answer(std::string_view keyword, const storage::Found &fo
     log().debug("cache hit [{}] from the hit memo: {}", keyword, found.cubin);
 }
 
-Result<storage::Found> Cache::look_up(key::Request request, const HitMemo::Digest &digest, bool remember) {
+Result<storage::Found> Cache::look_up(key::Request &&request, const HitMemo::Digest &digest, bool remember) {
     // A serving process asks again for what it was refused: refused again from memory while
     // nothing could make it a hit (hit_memo.hpp), without keying, looking or scanning.
     const bool strict = remember && request.compile_mode == key::CompileMode::never;

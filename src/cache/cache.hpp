@@ -60,8 +60,9 @@ public:
     Result<storage::Found> compile(key::Request request);
     // compile() for a caller that tried the hit memo itself (recall_with) under `digest`, its
     // request's (HitMemo::digest or the same fields through HitMemo::Fields): looks it up in
-    // full and remembers the answer under `digest`.
-    Result<storage::Found> compile_after_recall(key::Request request, const HitMemo::Digest &digest);
+    // full and remembers the answer under `digest`. `request` is taken over (moved from, not
+    // copied: a first hit in a process pays each copy of its many fields).
+    Result<storage::Found> compile_after_recall(key::Request &&request, const HitMemo::Digest &digest);
     // A repeat answered by the hit memo without a Request built: calls `use(const Found &)` with
     // the answer remembered under `digest` (under the memo's lock: `use` must not call into the
     // cache), counted as compile() counts it, and returns true; false when the memo cannot
@@ -120,8 +121,9 @@ public:
 
 private:
     void count_memo_answer(std::string_view keyword, const storage::Found &found, bool by_watch);
-    // compile()'s full look-up, remembering its answer under `digest` when `remember`.
-    Result<storage::Found> look_up(key::Request request, const HitMemo::Digest &digest, bool remember);
+    // compile()'s full look-up, remembering its answer under `digest` when `remember`; takes
+    // `request` over.
+    Result<storage::Found> look_up(key::Request &&request, const HitMemo::Digest &digest, bool remember);
 
     struct Flight {
         std::mutex mutex;
