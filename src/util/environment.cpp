@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -53,7 +54,30 @@ static_assert(in_order(), "kVariables must list every Variable once, in its orde
 
 const char *name(Variable v) { return kVariables[static_cast<std::size_t>(v)].name.data(); }
 
-const char *get(Variable v) { return std::getenv(name(v)); }
+namespace {
+thread_local Snapshot *current_snapshot = nullptr;  // the innermost on this thread
+}  // namespace
+
+Snapshot::Snapshot(const Variable *variables, std::size_t count) : outer_(current_snapshot) {
+    const char *found[static_cast<std::size_t>(Variable::count)];
+    count = std::min(count, static_cast<std::size_t>(Variable::count));
+    get_all(variables, count, found);
+    for (std::size_t i = 0; i < count; ++i) {
+        values_[static_cast<std::size_t>(variables[i])] = found[i];
+        taken_[static_cast<std::size_t>(variables[i])] = true;
+    }
+    current_snapshot = this;
+}
+
+Snapshot::~Snapshot() { current_snapshot = outer_; }
+
+const char *get(Variable v) {
+    const auto i = static_cast<std::size_t>(v);
+    for (const Snapshot *snapshot = current_snapshot; snapshot; snapshot = snapshot->outer_) {
+        if (snapshot->taken_[i]) return snapshot->values_[i];
+    }
+    return std::getenv(name(v));
+}
 
 void get_all(const Variable *variables, std::size_t count, const char **values) {
     // The names' first bytes, so that the pass looks at each entry once (most match none): a
@@ -69,6 +93,7 @@ void get_all(const Variable *variables, std::size_t count, const char **values) 
         for (std::size_t i = 0; i < count; ++i) {
             if (values[i]) continue;
             const std::string_view n = kVariables[static_cast<std::size_t>(variables[i])].name;
+            if (entry[1] != n[1]) continue;  // every name has two bytes; most entries differ there
             if (std::strncmp(entry, n.data(), n.size()) == 0 && entry[n.size()] == '=')
                 values[i] = entry + n.size() + 1;
         }

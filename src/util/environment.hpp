@@ -39,10 +39,30 @@ enum class Variable {
 // The variable's name ("KJIT_CACHE_DIR").
 const char *name(Variable v);
 
-// Its value as the environment holds it now (after any setenv), or null when unset. An empty
-// value is returned as such: the reader says what it means (mostly: unset). Thread safe as
-// getenv is.
+// Its value as the environment holds it now (after any setenv), or null when unset; while a
+// Snapshot lives on the calling thread, its value when the Snapshot was made. An empty value is
+// returned as such: the reader says what it means (mostly: unset). Thread safe as getenv is.
 const char *get(Variable v);
+
+// The values of `count` variables from one pass over the environment (get_all), taken when it
+// is made, which get() answers for them on this thread while it lives (others as before): for a
+// call that settles many settings at once (the C ABI's request of a compile reads seven), where
+// a getenv each walks the whole environment once each, and so that they come from one moment.
+// Made and destroyed on one thread, in scope order (the innermost answers, for its variables).
+// Another thread's get() does not see it. `variables` is only read while it is made.
+class Snapshot {
+public:
+    Snapshot(const Variable *variables, std::size_t count);
+    ~Snapshot();
+    Snapshot(const Snapshot &) = delete;
+    Snapshot &operator=(const Snapshot &) = delete;
+
+private:
+    friend const char *get(Variable v);
+    const char *values_[static_cast<std::size_t>(Variable::count)] = {};
+    bool taken_[static_cast<std::size_t>(Variable::count)] = {};
+    Snapshot *outer_;
+};
 
 // The values of `count` variables found in one pass over the environment, into `values` (null
 // where unset; the first of a name wins, as with getenv): for a caller that reads several at
