@@ -16,9 +16,9 @@
 //                far the scan is from reading its input at memory speed
 //   floor        open + read + close of a file as large as the sidecar, in the cubin's folder:
 //                what any file-based answer must pay
-//   syscalls     (information) the system calls a first hit makes (stat the cubin; open, one
-//                read and close of the sidecar) without its user-space work: hit, read -
-//                syscalls is what libkjit's own code costs there
+//   syscalls     (information) the system calls a first hit makes (stat the cubin; open,
+//                fstat, one read and close of the sidecar) without its user-space work: hit,
+//                read - syscalls is what libkjit's own code costs there
 //   repeat syscalls (information) a repeat's: stat of the cubin, lstat of the sidecar
 //   pyelftools   the pure-Python lookup libkjit replaces (bench/pyelftools_lookup.py), run as a
 //                child process on the same cubin; its own timing of each whole lookup
@@ -71,27 +71,27 @@ std::vector<double> time_calls(long warmup, long n, Before &&before, Body &&body
     return us;
 }
 
-double cubin_age_seconds(const std::string &path, struct stat &st) {
-    if (::stat(path.c_str(), &st) != 0) fail("cannot stat '" + path + "': " + std::strerror(errno));
-    struct timespec now {};
-    clock_gettime(CLOCK_REALTIME, &now);
-    return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
-           static_cast<double>(now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9;
+// stat (or, for a file libkjit opens without following a link, lstat) of `path`.
+struct stat stat_or_fail(const std::string &path, bool follow_link) {
+    struct stat st {};
+    if ((follow_link ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0)
+        fail("cannot stat '" + path + "': " + std::strerror(errno));
+    return st;
 }
 
-// Waits until the last status change of `path` (its ctime: a sidecar's is when it was
-// published) is kSettleAgeSeconds old: until then a hit reads the sidecar every time.
-void wait_until_status_settled(const std::string &path) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) fail("cannot stat '" + path + "': " + std::strerror(errno));
+// Waits until the file time `t` (the cubin's mtime, the sidecar's ctime: when it was
+// published) of `path` is kSettleAgeSeconds old, saying `until` while it waits: before then a
+// hit hashes the cubin, or reads the sidecar every time. `which` names the time in the error
+// for a time in the future (a clock set back), which is refused rather than waited out.
+void wait_until_old(const std::string &path, const char *which, const struct timespec &t, const char *until) {
     struct timespec now {};
     clock_gettime(CLOCK_REALTIME, &now);
-    const double age = static_cast<double>(now.tv_sec - st.st_ctim.tv_sec) +
-                       static_cast<double>(now.tv_nsec - st.st_ctim.tv_nsec) * 1e-9;
+    const double age = static_cast<double>(now.tv_sec - t.tv_sec) + static_cast<double>(now.tv_nsec - t.tv_nsec) * 1e-9;
     if (age >= kSettleAgeSeconds) return;
-    std::fprintf(stderr, "resolve: waiting %.1f s until the sidecar is 2 s old, so repeats are the steady state\n",
-                 kSettleAgeSeconds - age);
-    std::this_thread::sleep_for(std::chrono::duration<double>(kSettleAgeSeconds - age + 0.05));
+    const double wait = kSettleAgeSeconds - age;
+    if (wait > 60) fail(std::string("the ") + which + " of '" + path + "' is in the future; touch it and retry");
+    std::fprintf(stderr, "resolve: waiting %.1f s until %s\n", wait, until);
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait + 0.05));
 }
 
 // The steady-state sidecar line carries no content hash: "<keyword> <size> <mtime> - <name> <check>".
@@ -201,8 +201,7 @@ std::size_t symbol_parts_bytes(const std::string &cubin) {
 }  // namespace
 
 void run_resolve(const BenchOptions &o, Report &report) {
-    struct stat st {};
-    double age = cubin_age_seconds(o.cubin, st);
+    struct stat st = stat_or_fail(o.cubin, true);
     const std::string folder = folder_of(o.cubin);
     const std::string sidecar = o.cubin + ".name";
 
@@ -212,14 +211,8 @@ void run_resolve(const BenchOptions &o, Report &report) {
         if (!table) fail(table.error().message);
         function_symbols = table->functions().size();
     }
-    if (age < kSettleAgeSeconds) {
-        const double wait = kSettleAgeSeconds - age;
-        if (wait > 60) fail("the mtime of '" + o.cubin + "' is in the future; touch it and retry");
-        std::fprintf(stderr, "resolve: waiting %.1f s until the cubin is 2 s old, so hits are the steady state\n",
-                     wait);
-        std::this_thread::sleep_for(std::chrono::duration<double>(wait + 0.05));
-        age = cubin_age_seconds(o.cubin, st);
-    }
+    wait_until_old(o.cubin, "mtime", st.st_mtim, "the cubin is 2 s old, so hits are the steady state");
+    st = stat_or_fail(o.cubin, true);
 
     // Settle the sidecar: the first call may scan (or rewrite a racy line); the second is a hit.
     const std::string name = resolve_or_fail(o.cubin, o.keyword);
@@ -228,7 +221,8 @@ void run_resolve(const BenchOptions &o, Report &report) {
     if (sidecar_text.empty()) fail("no sidecar at '" + sidecar + "' after resolving (is the folder writable?)");
     if (!sidecar_settled(sidecar_text, o.keyword))
         fail("the sidecar line still carries a content hash:\n" + sidecar_text);
-    wait_until_status_settled(sidecar);
+    wait_until_old(sidecar, "ctime", stat_or_fail(sidecar, false).st_ctim,
+                   "the sidecar is 2 s old, so repeats are the steady state");
     report.meta["resolve"] = {{"cubin", o.cubin},
                               {"cubin_bytes", static_cast<long long>(st.st_size)},
                               {"function_symbols", function_symbols},
