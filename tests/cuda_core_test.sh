@@ -46,4 +46,6 @@ install_requirements
 flock -u 9
 "$venv/bin/python" -c 'import cuda.core, cuda.bindings; print("cuda-core", cuda.core.__version__, "cuda-bindings", cuda.bindings.__version__)'
 cd "$src"
-KJIT_TEST_REQUIRE_CUDA_CORE=1 exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda_core.py
+# --basetemp: beside the venv (emptied at each run), not in TMPDIR; one per test, as both may run at once.
+KJIT_TEST_REQUIRE_CUDA_CORE=1 exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+    --basetemp="$venv-tmp${KJIT_TEST_GPU:+-gpu}" python/tests/test_cuda_core.py

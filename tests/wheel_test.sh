@@ -229,4 +229,4 @@ mkdir -p "$site/nvidia/cu$major/lib"
 cp "$toolkit/libnvrtc.so.$major" "$toolkit"/libnvrtc-builtins.so.* "$site/nvidia/cu$major/lib/"
 env -u KJIT_LIBRARY -u LD_LIBRARY_PATH -u PYTHONPATH -u KJIT_LIBNVRTC KJIT_TEST_INSTALLED=1 KJIT_LIBCUDA="$libcuda" \
     KJIT_TEST_CUDA_INCLUDE="$cuda_include" PYTHONDONTWRITEBYTECODE=1 \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "$src/python/tests"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp="$work/pytest-tmp" "$src/python/tests"

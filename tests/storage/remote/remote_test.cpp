@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -63,7 +64,16 @@ public:
         std::vector<char *> argv;
         for (std::string &a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
-        const int rc = posix_spawnp(&pid_, node_binary(), &actions, nullptr, argv.data(), environ);
+        // Its TMPDIR is the test's folder: a node killed mid-compile leaves its PCH folder
+        // (kjit-pch-<pid>-*) there, removed with the test's, not in the run's TMPDIR.
+        std::vector<std::string> env_text{"TMPDIR=" + out_dir};
+        for (char **e = environ; *e; ++e) {
+            if (std::strncmp(*e, "TMPDIR=", 7) != 0) env_text.emplace_back(*e);
+        }
+        std::vector<char *> env;
+        for (std::string &e : env_text) env.push_back(e.data());
+        env.push_back(nullptr);
+        const int rc = posix_spawnp(&pid_, node_binary(), &actions, nullptr, argv.data(), env.data());
         posix_spawn_file_actions_destroy(&actions);
         if (rc != 0) pid_ = -1;
     }

@@ -64,9 +64,11 @@ private:
     std::string error_;
 };
 
+// Removed with its folder when the test process exits (the servers, each a test's own, are
+// gone by then): the folder holds private keys, which no run may leave in TMPDIR.
 const Certificates &certificates() {
-    static const Certificates *made = new Certificates;
-    return *made;
+    static const Certificates made;
+    return made;
 }
 
 #define REQUIRE_CERTIFICATES() ASSERT_EQ(certificates().error(), "")
