@@ -96,10 +96,21 @@ run_suite() {
         label_args=(-LE "^($(IFS='|'; echo "${excluded[*]}"))\$")
     fi
     echo "tests: [$name] running ctest"
-    local log="$dir/ctest-output.txt" count
-    ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" "$@" 2>&1 | tee "$log"
+    local log="$dir/ctest-output.txt" count tmp left
+    # The suite's TMPDIR, a folder of its own that it must leave empty: a test that leaves a
+    # file there (its temp folder, the certificates of its private keys, a killed process's PCH
+    # folder) fails the suite, naming what it left.
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/kjit-suite.XXXXXX")
+    TMPDIR="$tmp" ctest --test-dir "$dir" -j"$JOBS" --output-on-failure --timeout 600 "${label_args[@]}" "$@" 2>&1 |
+        tee "$log"
     count=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9][0-9]*\)$/\1/p' "$log" | tail -n 1)
     [ -n "$count" ] && [ "$count" -gt 0 ] || { echo "tests: [$name] ran no test"; return 1; }
+    left=$(ls -A "$tmp")
+    if [ -n "$left" ]; then
+        echo "tests: [$name] the tests left in TMPDIR ($tmp): $(echo "$left" | tr '\n' ' ')"
+        return 1
+    fi
+    rmdir "$tmp"
     if [ "$retry_fork" = 1 ]; then
         echo "tests: [$name] running the tests labelled 'fork', each retried once if it fails (TSan's allocator is not fork-safe in GCC 12)"
         local fork_log="$dir/ctest-fork-output.txt" fork_count
