@@ -492,8 +492,40 @@ TEST(IncludeScanner, LocationsAreRelativeToTheFirstBaseFolderThatHoldsThem) {
 }
 
 // Which texts may name their own file: the identifiers, not longer ones; NVRTC's assert.
+// A directive is a line whose first character other than blanks is '#' (found from each '#',
+// not line by line): a '#' after anything else on its line, or a second '#' on it, starts none;
+// one after a continued line, on the last line without a newline, or after blanks, does.
+TEST(IncludeScanner, DirectivesAreTheLinesThatStartWithAHash) {
+    TempDir dir;
+    const std::vector<std::string> names = {"no1.h",  "no2.h",  "no3.h",  "no4.h", "no5.h",
+                                            "yes1.h", "yes2.h", "yes3.h", "yes4.h"};
+    for (const std::string &n : names) write_file(dir.file(n), "");
+    const std::string source = "int x; #include \"no1.h\"\n"
+                               "#define Q \"#\" # 2 #include \"no2.h\"\n"
+                               " \t #\t include \"yes1.h\"\n"
+                               "a ## b #include \"no3.h\"\n"
+                               "##include \"no4.h\"\n"
+                               "x # #include \"no5.h\"\n"
+                               "#\n"
+                               "x \\\n#include \"yes2.h\"\n"
+                               "#include \\\n\"yes3.h\"\n"
+                               "#include \"yes4.h\"";
+    const auto deps = kjit::key::include_scanner::scan(source, {}, in_folders({dir.path()}));
+    ASSERT_TRUE(deps.ok()) << deps.error().message;
+    std::set<std::string> present;
+    for (const auto &d : *deps) {
+        if (d.exists) present.insert(d.path);
+    }
+    EXPECT_EQ(present,
+              (std::set<std::string>{dir.file("yes1.h"), dir.file("yes2.h"), dir.file("yes3.h"), dir.file("yes4.h")}));
+}
+
 TEST(IncludeScanner, FileNamingIsToldByIdentifiers) {
     using kjit::key::include_scanner::file_naming;
+    EXPECT_TRUE(file_naming("__FILE__").own_file);
+    EXPECT_TRUE(file_naming("x __FILE__X; __FILE__").own_file);
+    EXPECT_FALSE(file_naming("__FILE_").own_file);
+    EXPECT_TRUE(file_naming("assert_x; assert").uses_assert);
     EXPECT_TRUE(file_naming("return __FILE__;").own_file);
     EXPECT_TRUE(file_naming("#define W __BASE_FILE__\n").own_file);
     EXPECT_TRUE(file_naming("x(__FILE_NAME__)").own_file);
