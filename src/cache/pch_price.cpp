@@ -19,7 +19,9 @@ namespace kjit::cache::pch_price {
 
 namespace {
 
-constexpr std::string_view kHeader = "kjit-pch-prices 1\n";
+// Version 2 adds each line's history (processes, misses); a version 1 record is read without it.
+constexpr std::string_view kHeader = "kjit-pch-prices 2\n";
+constexpr std::string_view kHeaderV1 = "kjit-pch-prices 1\n";
 // Larger than kMaxIdentities lines can be: not ours.
 constexpr std::size_t kMaxRecordBytes = 1u << 20;
 // A mean moves by 1/kWeight of each new sample once it has that many: recent compiles count
@@ -33,10 +35,15 @@ struct Line {
     Prices prices;
 };
 
-// What this process knows of an identity: the misses it asked about, whether it made the PCH.
+// What this process knows of an identity: the misses it asked about, whether it made the PCH,
+// whether it has noted a compile of it (counted once in the record's processes), and the
+// record's history as it was at its first miss (earlier processes only).
 struct Here {
     unsigned misses = 0;
     bool made = false;
+    bool noted = false;
+    unsigned history_processes = 0;
+    std::uint64_t history_misses = 0;
 };
 
 struct Process {
@@ -70,10 +77,12 @@ bool take(std::string_view &text, T &value, char separator) {
     return true;
 }
 
-// "<identity> <noted> <plain us> <n> <made us> <n> <used us> <n>" per line.
+// "<identity> <noted> <plain us> <n> <made us> <n> <used us> <n> <processes> <misses>" per
+// line (version 1: without the last two).
 std::vector<Line> parse(std::string_view text) {
     std::vector<Line> lines;
-    if (text.substr(0, kHeader.size()) != kHeader) return lines;
+    const bool v1 = text.substr(0, kHeaderV1.size()) == kHeaderV1;
+    if (!v1 && text.substr(0, kHeader.size()) != kHeader) return lines;
     text.remove_prefix(kHeader.size());
     while (!text.empty()) {
         const std::size_t end = text.find('\n');
@@ -88,7 +97,10 @@ std::vector<Line> parse(std::string_view text) {
         Prices &p = line.prices;
         if (!take(rest, line.noted_sec, ' ') || !take(rest, p.plain_us, ' ') || !take(rest, p.plain_n, ' ') ||
             !take(rest, p.made_us, ' ') || !take(rest, p.made_n, ' ') || !take(rest, p.used_us, ' ') ||
-            !take(rest, p.used_n, '\n') || !rest.empty()) {
+            !take(rest, p.used_n, v1 ? '\n' : ' ') ||
+            (!v1 && (!take(rest, p.processes, ' ') || !take(rest, p.misses, '\n') || p.misses < p.processes ||
+                     p.processes > kMaxProcesses)) ||
+            !rest.empty()) {
             continue;
         }
         lines.push_back(std::move(line));
@@ -99,10 +111,11 @@ std::vector<Line> parse(std::string_view text) {
 std::string format(const std::vector<Line> &lines) {
     std::string out(kHeader);
     for (const Line &l : lines) {
-        char fields[160];
+        char fields[200];
         const Prices &p = l.prices;
-        std::snprintf(fields, sizeof fields, " %" PRId64 " %" PRIu64 " %u %" PRIu64 " %u %" PRIu64 " %u\n", l.noted_sec,
-                      p.plain_us, p.plain_n, p.made_us, p.made_n, p.used_us, p.used_n);
+        std::snprintf(fields, sizeof fields,
+                      " %" PRId64 " %" PRIu64 " %u %" PRIu64 " %u %" PRIu64 " %u %u %" PRIu64 "\n", l.noted_sec,
+                      p.plain_us, p.plain_n, p.made_us, p.made_n, p.used_us, p.used_n, p.processes, p.misses);
         out += l.identity;
         out += fields;
     }
@@ -129,18 +142,27 @@ bool worth_using(const Prices &p) {
 }
 
 bool worth_making(const Prices &p, unsigned misses_here) {
-    // A first miss says nothing of more to come.
-    if (misses_here == 0) return false;
     if (!worth_using(p)) return false;
+    // How many more misses of it this process may expect after this one: as many as earlier
+    // processes had on average, while it has had no more than that; beyond it, or with no
+    // history, as many more as it has had (a first miss then says nothing of more to come).
+    const double mean = p.processes > 0 ? static_cast<double>(p.misses) / p.processes : 0;
+    const bool within_history = p.processes > 0 && misses_here + 1 <= mean;
+    const double more = within_history ? mean - (misses_here + 1) : misses_here;
     if (p.used_n > 0 && p.plain_n > 0) {
-        // Expect as many more misses as this process has had: make it when they repay the making.
-        const std::uint64_t saving = p.plain_us - p.used_us;
-        const std::uint64_t extra = p.made_n > 0 && p.made_us > p.plain_us ? p.made_us - p.plain_us : 0;
-        return static_cast<std::uint64_t>(misses_here) * saving >= extra;
+        // Make it when the misses expected repay the making at the measured saving.
+        const double saving = static_cast<double>(p.plain_us - p.used_us);
+        const double extra = p.made_n > 0 && p.made_us > p.plain_us ? static_cast<double>(p.made_us - p.plain_us) : 0;
+        return more > 0 && more * saving >= extra;
     }
-    // Nothing measured of its use: try it at the fourth miss (making one costs one to three
-    // uses' saving: docs/batch.md; DeepGEMM's FP8 GEMMs come in threes, and a PCH made by the
-    // third was never used); where one was made before and never used, only at the sixth.
+    // Nothing measured of its use. Where earlier processes each had it at least twice and none
+    // has tried a PCH of it, this one tries at its first miss: at most one making's extra cost
+    // (15% to 36% of a compile on the real clients: docs/batch.md), once, to learn the prices.
+    if (p.made_n == 0 && within_history && misses_here == 0 && mean >= 2) return true;
+    if (within_history) return false;
+    // Else at the fourth miss (making one costs one to three uses' saving: docs/batch.md;
+    // DeepGEMM's FP8 GEMMs come in threes, and a PCH made by the third was never used); where
+    // one was made before and never used, only at the sixth.
     return misses_here >= (p.made_n > 0 ? 5u : 3u);
 }
 
@@ -152,23 +174,34 @@ Prices recorded(const std::string &cache_dir, const std::string &identity) {
 }
 
 bool advise(const std::string &cache_dir, const std::string &identity) {
+    Prices prices = recorded(cache_dir, identity);
     Here seen;
     {
         Process &p = process();
         std::lock_guard<std::mutex> lock(p.mutex);
         Here &h = p.identities[identity];
+        if (h.misses == 0) {  // this process's first: the history is the earlier processes'
+            h.history_processes = prices.processes;
+            h.history_misses = prices.misses;
+        }
         seen = h;
         ++h.misses;
     }
-    const Prices prices = recorded(cache_dir, identity);
+    // What this process has noted since is its own, not history: the history read at its first.
+    prices.processes = seen.history_processes;
+    prices.misses = seen.history_misses;
     return seen.made ? worth_using(prices) : worth_making(prices, seen.misses);
 }
 
 void note(const std::string &cache_dir, const std::string &identity, Compile kind, double seconds, bool shared) {
-    if (kind == Compile::made_pch) {
+    bool first_here = false;
+    {
         Process &p = process();
         std::lock_guard<std::mutex> lock(p.mutex);
-        p.identities[identity].made = true;
+        Here &h = p.identities[identity];
+        if (kind == Compile::made_pch) h.made = true;
+        first_here = !h.noted;
+        h.noted = true;
     }
     std::vector<Line> lines = read_record(cache_dir);
     auto it = std::find_if(lines.begin(), lines.end(), [&](const Line &l) { return l.identity == identity; });
@@ -186,6 +219,14 @@ void note(const std::string &cache_dir, const std::string &identity, Compile kin
         case Compile::made_pch: add_sample(p.made_us, p.made_n, sample); break;
         case Compile::used_pch: add_sample(p.used_us, p.used_n, sample); break;
     }
+    // The history: one more process at its first compile of it, one more miss at each.
+    if (first_here) ++p.processes;
+    ++p.misses;
+    if (p.processes > kMaxProcesses) {
+        p.processes /= 2;
+        p.misses /= 2;
+    }
+    p.misses = std::max<std::uint64_t>(p.misses, p.processes);
     line.noted_sec = realtime_ns() / 1'000'000'000;
     // The most recently noted last; the oldest dropped past the limit.
     lines.push_back(std::move(line));

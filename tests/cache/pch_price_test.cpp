@@ -11,10 +11,16 @@
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
+
+// AProcessAfterOneWithTwoMissesTriesAPchAtItsFirst forks to stand for a later process; TSan
+// allows a child of a process that ran threads only with die_after_fork=0, as
+// tests/api/fork_test.cpp sets it.
+extern "C" const char *__tsan_default_options() { return "die_after_fork=0"; }
 
 using namespace kjit_test;
 using kjit::cache::Cache;
@@ -86,6 +92,60 @@ TEST(PchPrice, TheRuleMakesAPchOnlyWhereTheMissesSeenWouldRepayIt) {
     EXPECT_FALSE(worth_making(slower, 50));
 }
 
+// The rule with the history of earlier processes: the misses a process can expect of an
+// identity are as many as earlier processes had, while it has had no more.
+TEST(PchPrice, TheHistoryOfEarlierProcessesSaysHowManyMissesToExpect) {
+    using kjit::cache::pch_price::worth_making;
+    Prices pays;  // 60 ms saved a compile, 60 ms to make
+    pays.plain_us = 100'000;
+    pays.plain_n = 3;
+    pays.made_us = 160'000;
+    pays.made_n = 1;
+    pays.used_us = 40'000;
+    pays.used_n = 2;
+    Prices twice = pays;  // earlier processes had two misses each
+    twice.processes = 3;
+    twice.misses = 6;
+    EXPECT_TRUE(worth_making(twice, 0)) << "a second miss to come repays the making";
+    EXPECT_FALSE(worth_making(twice, 1)) << "no third expected";
+    EXPECT_TRUE(worth_making(twice, 2)) << "beyond the history: as many more as seen";
+    Prices once = pays;  // each earlier process had it once
+    once.processes = 4;
+    once.misses = 4;
+    EXPECT_FALSE(worth_making(once, 0));
+    EXPECT_TRUE(worth_making(once, 1));
+    Prices dear = twice;  // making costs three compiles' saving
+    dear.made_us = 280'000;
+    dear.misses = 3 * 4;  // four misses a process: three more after the first
+    EXPECT_TRUE(worth_making(dear, 0));
+    dear.misses = 3 * 3;
+    EXPECT_FALSE(worth_making(dear, 0));
+    EXPECT_FALSE(worth_making(dear, 1));
+    Prices slower = twice;
+    slower.used_us = 100'000;
+    slower.misses = 3 * 50;
+    EXPECT_FALSE(worth_making(slower, 0));
+    EXPECT_FALSE(worth_making(slower, 10));
+
+    Prices untried;  // plain compiles only, two a process
+    untried.plain_us = 100'000;
+    untried.plain_n = 6;
+    untried.processes = 3;
+    untried.misses = 6;
+    EXPECT_TRUE(worth_making(untried, 0)) << "recurring and never tried: tried once at the first miss";
+    EXPECT_FALSE(worth_making(untried, 1));
+    EXPECT_FALSE(worth_making(untried, 2)) << "beyond the history, nothing measured: the fourth miss";
+    EXPECT_TRUE(worth_making(untried, 3));
+    Prices tried = untried;  // a PCH of it was made before and never used
+    tried.made_us = 150'000;
+    tried.made_n = 1;
+    EXPECT_FALSE(worth_making(tried, 0));
+    Prices seldom = untried;  // 1.5 misses a process: no second miss to count on
+    seldom.processes = 2;
+    seldom.misses = 3;
+    EXPECT_FALSE(worth_making(seldom, 0));
+}
+
 // Sequential misses of one header identity in one process: the first three plain, the fourth
 // makes the PCH, the later ones use it; each kind timed into the cache folder's record, which the
 // cache's own walk takes for libkjit's.
@@ -145,6 +205,70 @@ TEST(PchPrice, TheRecordDecidesForLaterProcesses) {
     EXPECT_EQ(second.counters().pch_compiles, 0u);
     EXPECT_EQ(kjit::cache::pch_price::recorded(other.file("cache"), identity_of(tile_request(other, 1))).plain_n, 1u);
     EXPECT_EQ(read_file(other.file("cache/.kjit-pch-prices")).find("not a line"), std::string::npos);
+}
+
+// A process whose record says earlier processes had two misses each of an identity, with prices
+// that pay, makes the PCH at its first miss and uses it at the second; one whose record says
+// they had it once makes none; the record's history counts each process once and each miss.
+TEST(PchPrice, ALaterProcessMakesThePchAtItsFirstMissWhereEarlierOnesHadSeveral) {
+    TempDir dir;
+    make_tree(dir, "history of two");
+    const std::string identity = identity_of(tile_request(dir, 1));
+    ::mkdir(dir.file("cache").c_str(), 0700);
+    const std::string record = dir.file("cache/.kjit-pch-prices");
+    write_file(record, "kjit-pch-prices 2\n" + identity + " 1 100000 3 160000 1 40000 2 3 6\n");
+    Cache cache;
+    compile_ok(cache, tile_request(dir, 1));
+    EXPECT_EQ(cache.counters().pch_identities, 1u) << "the PCH was not made at the first miss";
+    compile_ok(cache, tile_request(dir, 2));
+    EXPECT_EQ(cache.counters().pch_compiles, 2u);
+    const Prices after = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
+    EXPECT_EQ(after.processes, 4u);
+    EXPECT_EQ(after.misses, 8u);
+    EXPECT_EQ(after.made_n, 2u);
+    EXPECT_EQ(after.used_n, 3u);
+
+    TempDir other;
+    make_tree(other, "history of one");
+    const std::string single = identity_of(tile_request(other, 1));
+    ::mkdir(other.file("cache").c_str(), 0700);
+    write_file(other.file("cache/.kjit-pch-prices"),
+               "kjit-pch-prices 2\n" + single + " 1 100000 3 160000 1 40000 2 3 3\n");
+    Cache second;
+    compile_ok(second, tile_request(other, 1));
+    EXPECT_EQ(second.counters().pch_compiles, 0u) << "a PCH made for a miss that earlier processes had once";
+}
+
+// A process after one that had two misses of an identity and tried no PCH (a fork stands for it:
+// a child's misses are its own) tries one at its first miss; the record counts both processes.
+TEST(PchPrice, AProcessAfterOneWithTwoMissesTriesAPchAtItsFirst) {
+    TempDir dir;
+    make_tree(dir, "recurring, untried");
+    const std::string identity = identity_of(tile_request(dir, 1));
+    Cache parent;
+    compile_ok(parent, tile_request(dir, 1));
+    compile_ok(parent, tile_request(dir, 2));
+    ASSERT_EQ(parent.counters().pch_compiles, 0u);
+    const Prices before = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
+    EXPECT_EQ(before.processes, 1u);
+    EXPECT_EQ(before.misses, 2u);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        Cache cache;
+        const bool ok = cache.compile(tile_request(dir, 3)).ok();
+        ::_exit(ok && cache.counters().pch_identities == 1 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the next process did not try a PCH at its first miss";
+    const Prices after = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
+    EXPECT_EQ(after.processes, 2u);
+    EXPECT_EQ(after.misses, 3u);
+    EXPECT_EQ(after.made_n, 1u);
+    compile_ok(parent, tile_request(dir, 4));  // the parent's third: beyond its history, still plain
+    EXPECT_EQ(parent.counters().pch_compiles, 0u);
 }
 
 // A PCH is made from one state of the headers and never used for another: an edit between two
