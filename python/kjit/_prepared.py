@@ -152,6 +152,19 @@ class Prepared:
         self._named = self._path_only = self.library._untyped("kjit_prepared_compile")
         self._function = "kjit_prepared_compile"
 
+    def _native_from_next_call(self) -> None:
+        """Makes this request libkjit's own (kjit_prepare) for its next calls, as ``native`` does
+        when it is made, where it is not yet, has made no out buffers of its own (they name its
+        arguments) and no other thread is in a call: kjit.cuda_core's requests, whose first call
+        is a plain one (cheaper for a request asked once) and whose repeats then hash nothing."""
+        if self._handle is not None or self._named_args is not None or not self._lock.acquire(False):
+            return
+        try:
+            if self._handle is None and self._named_args is None:
+                self._make_native()
+        finally:
+            self._lock.release()
+
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
         if handle is not None:
@@ -373,6 +386,19 @@ def frozen_key(source: object, keyword: object, options: Mapping[str, Any]) -> A
             tuple(sorted((name, _convert.frozen(value)) for name, value in options.items())))
 
 
+# Where name_expression is among compile's keyword arguments (kjit._COMPILE_KEYWORDS: the order
+# of a plain call's values).
+_NAME_EXPRESSION_AT = 5
+
+
+def _with_name_expression(opts: Any, keep: List[Any], name: Optional[bytes]) -> Tuple[Any, List[Any]]:
+    """A copy of the CompileOptions ``opts`` (whose pointers are into ``keep``, kept alive with
+    it) naming ``name`` instead (None: none)."""
+    copy = type(opts).from_buffer_copy(opts)
+    copy.name_expression = name
+    return copy, [opts, keep, copy]
+
+
 class Memo:
     """The prepared requests of a Library's plain calls, by key; emptied when it holds
     ``max_entries`` requests or their sources ``max_bytes`` bytes (it keeps them alive)."""
@@ -391,14 +417,34 @@ class Memo:
     def encoded_options(self, library: Library, values: Tuple[Any, ...]) -> Tuple[Any, List[Any]]:
         """compile's keyword arguments whose plain values are ``values`` as a CompileOptions and
         what it points at: encoded once per distinct value set, then shared by the requests made
-        with it."""
+        with it. A sweep names a new kernel in each request (name_expression): the first request
+        of a set is encoded whole and the set without its name expression kept, and each later
+        one is a copy of that with its own name expression (a fifth of the encoding's time)."""
         encoded = self.encoded.get(values)
-        if encoded is None:
-            keep: List[Any] = []
-            encoded = (_convert.compile_options(keep, **dict(zip(library._compile_keywords, values))), keep)
-            if len(self.encoded) >= self.max_entries:
-                self.encoded.clear()
-            self.encoded[values] = encoded
+        if encoded is not None:
+            return encoded
+        at = _NAME_EXPRESSION_AT
+        expression = values[at]
+        if expression is None:
+            return self._keep_encoding(values, self._encode(library, values))
+        unnamed = values[:at] + (None,) + values[at + 1:]
+        base = self.encoded.get(unnamed)
+        if base is None:  # the set's first request: checked and encoded whole, as compile does
+            opts, keep = self._encode(library, values)
+            self._keep_encoding(unnamed, _with_name_expression(opts, keep, None))
+            return opts, keep
+        return _with_name_expression(base[0], base[1], _convert.text_bytes(expression, "name_expression"))
+
+    @staticmethod
+    def _encode(library: Library, values: Tuple[Any, ...]) -> Tuple[Any, List[Any]]:
+        """``values`` checked and encoded as compile checks and encodes them."""
+        keep: List[Any] = []
+        return _convert.compile_options(keep, **dict(zip(library._compile_keywords, values))), keep
+
+    def _keep_encoding(self, values: Tuple[Any, ...], encoded: Tuple[Any, List[Any]]) -> Tuple[Any, List[Any]]:
+        if len(self.encoded) >= self.max_entries:
+            self.encoded.clear()
+        self.encoded[values] = encoded
         return encoded
 
     def prepare(self, library: Library, given: Tuple[Any, ...]) -> Prepared:

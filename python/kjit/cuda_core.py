@@ -153,11 +153,15 @@ def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
     except Exception:  # noqa: BLE001: arguments the full path below checks, and raises for
         key, request = None, None
     if request is None or request[0].library is not kjit._default:  # a new library since: prepared anew
-        request = _prepare(code, options, name_expressions, keyword, cache_dir, kjit_compile_options)
-        if key is not None and _all_plain(key[1:]):
+        plain = key is not None and _all_plain(key[1:])
+        request = _prepare(code, options, name_expressions, keyword, cache_dir, kjit_compile_options,
+                           key if plain else None)
+        if plain:
             if len(_requests) >= _MEMO_MAX_ENTRIES:
                 _requests.clear()
             _requests[key] = request
+    else:  # asked again: libkjit's own prepared request from now on (no hashing at each call)
+        request[0]._native_from_next_call()
     prepared, mapping_key, label = request
     compiled = prepared.compile_named()
     return _object_code(compiled.cubin_path, compiled.name, mapping_key, label)
@@ -167,6 +171,11 @@ def compile(code: str, options: ProgramOptions | None = None,  # noqa: A001
 # arguments' key; emptied when it holds this many.
 _MEMO_MAX_ENTRIES = 256
 _requests: dict[Any, Tuple[kjit.Prepared, NameExpression, str]] = {}
+# The values of kjit's compile keyword arguments (kjit._COMPILE_DEFAULTS' order, no name
+# expression) for the options, cache folder and other arguments of a plain key: a sweep asks for
+# many kernels under one ProgramOptions, translated once. Emptied with the size of _requests.
+_values: dict[Any, Tuple[Any, ...]] = {}
+_NAME_AT = kjit._COMPILE_KEYWORDS.index("name_expression")
 
 
 def _request_key(code: str, options: ProgramOptions | None, name_expressions: Sequence[NameExpression],
@@ -190,10 +199,13 @@ def _request_key(code: str, options: ProgramOptions | None, name_expressions: Se
 
 
 def _prepare(code: str, options: ProgramOptions | None, name_expressions: Sequence[NameExpression],
-             keyword: str | None, cache_dir: Any,
-             extra: Mapping[str, Any]) -> Tuple[kjit.Prepared, NameExpression, str]:
+             keyword: str | None, cache_dir: Any, extra: Mapping[str, Any],
+             key: Any = None) -> Tuple[kjit.Prepared, NameExpression, str]:
     """compile()'s arguments checked and encoded: (kjit.Prepared, the symbol_mapping's key, the
-    ObjectCode's name)."""
+    ObjectCode's name). ``key``: compile()'s key of them where it is plain (its options'
+    translation is then kept for the next kernels). The request is not libkjit's own yet: its
+    first call takes the plain path, which costs a request asked once less than kjit_prepare
+    (compile() makes it libkjit's own when it is asked again)."""
     expressions = _expressions(name_expressions)
     if len(expressions) > 1:
         raise ValueError(f"kjit.cuda_core.compile takes one name expression, got {len(expressions)}: libkjit caches "
@@ -201,10 +213,29 @@ def _prepare(code: str, options: ProgramOptions | None, name_expressions: Sequen
                          "gives {name_expression: ObjectCode}")
     expression = expressions[0] if expressions else None
     kw = _keyword(expression, keyword)
-    kwargs = _compile_kwargs(options, cache_dir, extra)
+    values_key = (key[0], key[4], key[5:]) if key is not None else None
+    values = _values.get(values_key) if values_key is not None else None
+    if values is None:
+        kwargs = _compile_kwargs(options, cache_dir, extra)
+        unknown = sorted(set(kwargs) - set(kjit._COMPILE_DEFAULTS))
+        if unknown:
+            raise TypeError(f"kjit.cuda_core.compile() got an unexpected keyword argument '{unknown[0]}'")
+        kwargs["nvrtc_options"] = tuple(kwargs.get("nvrtc_options", ()))
+        values = tuple(kwargs.get(name, default) for name, default in kjit._COMPILE_DEFAULTS.items())
+        if values_key is not None:
+            if len(_values) >= _MEMO_MAX_ENTRIES:
+                _values.clear()
+            _values[values_key] = values
     if expression is not None:
-        kwargs["name_expression"] = _text(expression, "name expression")
-    prepared = kjit.prepare(code, kw, **kwargs)
+        values = (*values[:_NAME_AT], _text(expression, "name expression"), *values[_NAME_AT + 1:])
+    library = kjit._default or kjit._lib()
+    if _all_plain(values):  # the options struct encoded once per value set (kjit._prepared.Memo)
+        prepared = kjit.Prepared(library, code, kw, None, encoded=library._memo.encoded_options(library, values),
+                                 values=values)
+    else:
+        given = {name: value for (name, default), value in zip(kjit._COMPILE_DEFAULTS.items(), values)
+                 if value is not default}
+        prepared = kjit.Prepared(library, code, kw, given)
     return prepared, expression if expression is not None else kw, _program_name(options)
 
 
@@ -298,11 +329,11 @@ def _refuse(option: str) -> None:
             raise ValueError(f"ProgramOptions.{field} ({option}): {why}")
 
 
-# The ObjectCodes made, by (cubin path, the file's identity, kernel name, mapping key, label);
-# emptied when it holds this many, or cubins of this many bytes.
+# The ObjectCodes made, by (cubin path, kernel name, mapping key, label), each with the identity
+# of the file it was read from; emptied when it holds this many, or cubins of this many bytes.
 _OBJECTS_MAX_ENTRIES = 256
 _OBJECTS_MAX_BYTES = 256 << 20
-_objects: dict[Any, ObjectCode] = {}
+_objects: dict[Any, Tuple[Tuple[int, int, int, int], ObjectCode]] = {}
 _objects_bytes = 0
 
 
@@ -314,12 +345,13 @@ def _object_code(cubin_path: str, name: str, key: NameExpression, label: str) ->
     """The ObjectCode of the cubin libkjit answered with: the one made before for this file, as
     long as it is the same file (a replaced one has another inode or mtime), else a new one."""
     global _objects_bytes
-    try:
-        found = _objects.get((cubin_path, _identity(os.stat(cubin_path)), name, key, label))
-    except OSError:  # gone since libkjit's answer (evicted, cleared): the open below says so
-        found = None
-    if found is not None:
-        return found
+    made_before = _objects.get((cubin_path, name, key, label))
+    if made_before is not None:  # the file stat'ed only then: a new kernel's is not
+        try:
+            if _identity(os.stat(cubin_path)) == made_before[0]:
+                return made_before[1]
+        except OSError:  # gone since libkjit's answer (evicted, cleared): the open below says so
+            pass
     # The bytes, not the path: the ObjectCode then holds this entry's cubin, whatever later
     # happens to the file (eviction, kjit.clear()). Identity and bytes from one open file.
     with open(cubin_path, "rb") as f:
@@ -330,7 +362,7 @@ def _object_code(cubin_path: str, name: str, key: NameExpression, label: str) ->
     if len(_objects) >= _OBJECTS_MAX_ENTRIES or _objects_bytes + len(cubin) > _OBJECTS_MAX_BYTES:
         _objects.clear()
         _objects_bytes = 0
-    _objects[(cubin_path, identity, name, key, label)] = made
+    _objects[(cubin_path, name, key, label)] = (identity, made)
     _objects_bytes += len(cubin)
     return made
 

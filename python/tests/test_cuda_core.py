@@ -245,6 +245,23 @@ def test_a_repeat_gives_the_same_object_code_while_the_cubin_file_is_the_same(tm
     assert kjit.cuda_core.compile(SOURCE, options(), ("scale<3>",), cache_dir=tmp_path) is rebuilt
 
 
+def test_a_new_kernel_takes_the_plain_path_and_its_repeats_libkjits_own_request(tmp_path):
+    # A sweep's new kernel: one kjit_compile_named, no kjit_prepare (which costs a request asked
+    # once more); asked again, it is made libkjit's own (its repeats then hash nothing).
+    first = kjit.cuda_core.compile(SOURCE, options(), ("scale<7>",), cache_dir=tmp_path)
+    key = kjit.cuda_core._request_key(SOURCE, options(), ("scale<7>",), None, tmp_path, {})
+    prepared = kjit.cuda_core._requests[key][0]
+    assert prepared._handle is None
+    assert kjit.cuda_core.compile(SOURCE, options(), ("scale<7>",), cache_dir=tmp_path) is first
+    assert prepared._handle is not None
+    assert kjit.cuda_core.compile(SOURCE, options(), ("scale<7>",), cache_dir=tmp_path) is first
+    # The options are translated once for the kernels that follow, each with its own name.
+    eight = kjit.cuda_core.compile(SOURCE, options(), ("scale<8>",), cache_dir=tmp_path)
+    assert (key[0], key[4], key[5:]) in kjit.cuda_core._values
+    assert eight.symbol_mapping == {"scale<8>": b"_Z5scaleILi8EEvPf"}
+    assert first.symbol_mapping == {"scale<7>": b"_Z5scaleILi7EEvPf"}
+
+
 def test_a_changed_program_options_is_another_request(tmp_path):
     opts = options()
     three = kjit.cuda_core.compile(SOURCE, opts, ("scale<3>",), cache_dir=tmp_path)

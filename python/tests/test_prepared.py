@@ -176,6 +176,9 @@ def test_each_keyword_argument_reaches_the_request_as_given(monkeypatch, where, 
     call = getattr(kjit if where == "module" else kjit._lib(), function)
     for name in kjit._COMPILE_KEYWORDS:
         value = f"<{name} of {where} {function}>"  # plain and new: no request in the memo has it
+        # A name expression alone is new to a set the memo has encoded: forwarded by a copy of
+        # that set's struct (Memo.encoded_options); forgotten here, it is encoded whole.
+        kjit._lib()._memo.encoded.clear()
         with pytest.raises(Encoded):
             if function == "compile_batch":
                 call([(SOURCE, "gemm")], **{name: value})
@@ -417,3 +420,26 @@ def test_new_requests_under_one_set_of_options_share_its_encoding(tree):
     other = lib._request(sources[0], "gemm", _values(_options(tree, nvrtc_options=("-DX=1",))))
     assert other._keep[2] is not requests[0]._keep[2] and other._keep[2].nvrtc_option_count == 1
     assert kjit.compile_named(sources[0], "gemm", **_options(tree, nvrtc_options=("-DX=1",))) != got[0]
+
+
+def test_requests_that_differ_in_their_name_expression_only_copy_one_encoding(tree):
+    # A sweep's requests name a new kernel each: the rest of their options is encoded once, and
+    # each request's struct is a copy of it with its own name expression.
+    assert kjit._COMPILE_KEYWORDS.index("name_expression") == kjit._prepared._NAME_EXPRESSION_AT
+    lib = kjit._lib()
+    source = "template <int N> __global__ void scale(float *p) { p[0] = N; }\n"
+    got = [kjit.compile_named(source, "scale", name_expression=f"scale<{n}>", **_options(tree)) for n in (1, 2, 3)]
+    assert [g.name for g in got] == ["_Z5scaleILi1EEvPf", "_Z5scaleILi2EEvPf", "_Z5scaleILi3EEvPf"]
+    structs = [lib._requests[(source, "scale", *_values(_options(tree, name_expression=f"scale<{n}>")))]._keep[2]
+               for n in (1, 2, 3)]
+    assert [s.name_expression for s in structs] == [b"scale<1>", b"scale<2>", b"scale<3>"]
+    base = lib._memo.encoded[_values(_options(tree))][0]
+    assert base.name_expression is None
+    for s in structs:
+        assert s is not base and s.struct_size == base.struct_size and s.arch == b"sm_90"
+        assert s.include_path_count == 1 and s.include_paths[0] == str(tree / "include").encode()
+        assert s.cache_dir == str(tree / "cache").encode()
+    # A name expression the copy cannot take is refused as compile refuses it.
+    bad = _options(tree, name_expression="scale<1>\0")
+    with pytest.raises(ValueError, match="name_expression contains a NUL"):
+        kjit.compile_named(source, "scale", **bad)
