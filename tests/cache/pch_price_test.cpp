@@ -56,6 +56,30 @@ std::string identity_of(const Request &r) {
     return kjit::key::pch_identity(keyed->request, *deps);
 }
 
+// Prices that pay: plain 100 ms, making 160 ms, using 40 ms (60 ms saved a compile, 60 ms to
+// make), over 3, 1 and 2 compiles.
+Prices paying_prices() {
+    Prices p;
+    p.plain_us = 100'000;
+    p.plain_n = 3;
+    p.made_us = 160'000;
+    p.made_n = 1;
+    p.used_us = 40'000;
+    p.used_n = 2;
+    return p;
+}
+
+// A tree of its own (make_tree) and a cache whose record (in `version`'s format) has `fields`
+// for the tree's header identity: what an earlier process left. Returns the identity.
+std::string tree_with_record(const TempDir &dir, const std::string &tag, const std::string &fields, int version = 2) {
+    make_tree(dir, tag);
+    const std::string identity = identity_of(tile_request(dir, 1));
+    ::mkdir(dir.file("cache").c_str(), 0700);
+    write_file(dir.file("cache/.kjit-pch-prices"),
+               "kjit-pch-prices " + std::to_string(version) + "\n" + identity + " " + fields + "\n");
+    return identity;
+}
+
 }  // namespace
 
 // The rule, from the prices alone.
@@ -71,13 +95,7 @@ TEST(PchPrice, TheRuleMakesAPchOnlyWhereTheMissesSeenWouldRepayIt) {
     made_never_used.made_n = 1;
     EXPECT_FALSE(worth_making(made_never_used, 4));
     EXPECT_TRUE(worth_making(made_never_used, 5));
-    Prices pays;  // plain 100 ms, making 160 ms, using 40 ms: 60 ms saved a compile, 60 ms to make
-    pays.plain_us = 100'000;
-    pays.plain_n = 3;
-    pays.made_us = 160'000;
-    pays.made_n = 1;
-    pays.used_us = 40'000;
-    pays.used_n = 2;
+    const Prices pays = paying_prices();
     EXPECT_TRUE(worth_using(pays));
     EXPECT_FALSE(worth_making(pays, 0));
     EXPECT_TRUE(worth_making(pays, 1));
@@ -96,13 +114,7 @@ TEST(PchPrice, TheRuleMakesAPchOnlyWhereTheMissesSeenWouldRepayIt) {
 // identity are as many as earlier processes had, while it has had no more.
 TEST(PchPrice, TheHistoryOfEarlierProcessesSaysHowManyMissesToExpect) {
     using kjit::cache::pch_price::worth_making;
-    Prices pays;  // 60 ms saved a compile, 60 ms to make
-    pays.plain_us = 100'000;
-    pays.plain_n = 3;
-    pays.made_us = 160'000;
-    pays.made_n = 1;
-    pays.used_us = 40'000;
-    pays.used_n = 2;
+    const Prices pays = paying_prices();
     Prices twice = pays;  // earlier processes had two misses each
     twice.processes = 3;
     twice.misses = 6;
@@ -186,11 +198,7 @@ TEST(PchPrice, SequentialMissesMakeAPchAtTheFourthAndUseItAfter) {
 // known, and the next compile writes a good one.
 TEST(PchPrice, TheRecordDecidesForLaterProcesses) {
     TempDir dir;
-    make_tree(dir, "slower");
-    const std::string identity = identity_of(tile_request(dir, 1));
-    ::mkdir(dir.file("cache").c_str(), 0700);
-    const std::string record = dir.file("cache/.kjit-pch-prices");
-    write_file(record, "kjit-pch-prices 1\n" + identity + " 1 100000 3 160000 1 120000 2\n");
+    const std::string identity = tree_with_record(dir, "slower", "1 100000 3 160000 1 120000 2", 1);
     Cache cache;
     for (int n = 1; n <= 4; ++n) compile_ok(cache, tile_request(dir, n));
     EXPECT_EQ(cache.counters().pch_compiles, 0u) << "a PCH measured slower than plain was used";
@@ -212,11 +220,7 @@ TEST(PchPrice, TheRecordDecidesForLaterProcesses) {
 // they had it once makes none; the record's history counts each process once and each miss.
 TEST(PchPrice, ALaterProcessMakesThePchAtItsFirstMissWhereEarlierOnesHadSeveral) {
     TempDir dir;
-    make_tree(dir, "history of two");
-    const std::string identity = identity_of(tile_request(dir, 1));
-    ::mkdir(dir.file("cache").c_str(), 0700);
-    const std::string record = dir.file("cache/.kjit-pch-prices");
-    write_file(record, "kjit-pch-prices 2\n" + identity + " 1 100000 3 160000 1 40000 2 3 6\n");
+    const std::string identity = tree_with_record(dir, "history of two", "1 100000 3 160000 1 40000 2 3 6");
     Cache cache;
     compile_ok(cache, tile_request(dir, 1));
     EXPECT_EQ(cache.counters().pch_identities, 1u) << "the PCH was not made at the first miss";
@@ -229,11 +233,7 @@ TEST(PchPrice, ALaterProcessMakesThePchAtItsFirstMissWhereEarlierOnesHadSeveral)
     EXPECT_EQ(after.used_n, 3u);
 
     TempDir other;
-    make_tree(other, "history of one");
-    const std::string single = identity_of(tile_request(other, 1));
-    ::mkdir(other.file("cache").c_str(), 0700);
-    write_file(other.file("cache/.kjit-pch-prices"),
-               "kjit-pch-prices 2\n" + single + " 1 100000 3 160000 1 40000 2 3 3\n");
+    tree_with_record(other, "history of one", "1 100000 3 160000 1 40000 2 3 3");
     Cache second;
     compile_ok(second, tile_request(other, 1));
     EXPECT_EQ(second.counters().pch_compiles, 0u) << "a PCH made for a miss that earlier processes had once";
