@@ -97,6 +97,11 @@ void arm_child_backstop() { ::alarm(static_cast<unsigned>(kChildDeadline.count()
 
 // Runs `body` in a forked child, which exits with its return value (no destructors, no gtest).
 ChildEnd run_forked(const std::function<int()> &body) {
+    // The child's TMPDIR is a folder of the parent's, removed after it: a child ends with _exit,
+    // which runs no atexit handler, so the root of its PCH folders (kjit-pch-<pid>-*) would stay
+    // in the run's TMPDIR. Set in the child (one thread), never in the parent, whose threads may
+    // be reading the environment.
+    TempDir child_tmp;
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) {
@@ -104,6 +109,7 @@ ChildEnd run_forked(const std::function<int()> &body) {
         return ChildEnd{false, -1};
     }
     if (pid == 0) {
+        ::setenv("TMPDIR", child_tmp.path().c_str(), 1);
         arm_child_backstop();
         const int rc = body();
         std::fflush(nullptr);

@@ -252,9 +252,13 @@ TEST(PchPrice, AProcessAfterOneWithTwoMissesTriesAPchAtItsFirst) {
     const Prices before = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
     EXPECT_EQ(before.processes, 1u);
     EXPECT_EQ(before.misses, 2u);
+    // Its TMPDIR the test's (it ends with _exit, which leaves its PCH root where it made it).
+    const std::string child_tmp = dir.file("child-tmp");
+    ::mkdir(child_tmp.c_str(), 0700);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
+        ::setenv("TMPDIR", child_tmp.c_str(), 1);
         Cache cache;
         const bool ok = cache.compile(tile_request(dir, 3)).ok();
         ::_exit(ok && cache.counters().pch_identities == 1 ? 0 : 1);
