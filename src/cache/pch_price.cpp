@@ -157,7 +157,7 @@ bool worth_making(const Prices &p, unsigned misses_here) {
     }
     // Nothing measured of its use. Where earlier processes each had it at least twice and none
     // has tried a PCH of it, this one tries at its first miss: at most one making's extra cost
-    // (15% to 36% of a compile on the real clients: docs/batch.md), once, to learn the prices.
+    // (12% to 36% of a compile on the real clients: docs/batch.md), once, to learn the prices.
     if (p.made_n == 0 && within_history && misses_here == 0 && mean >= 2) return true;
     if (within_history) return false;
     // Else at the fourth miss (making one costs one to three uses' saving: docs/batch.md;
