@@ -447,6 +447,15 @@ class Memo:
         self.encoded[values] = encoded
         return encoded
 
+    def new_request(self, library: Library, source: Union[str, bytes], keyword: str, values: Tuple[Any, ...],
+                    plain: bool) -> Prepared:
+        """A new request (not kept) of the values of every keyword argument of ``compile``, in
+        its order: where they are all ``plain`` (all_plain), its options struct from
+        encoded_options (encoded once per value set), else encoded for it alone."""
+        if plain:
+            return Prepared(library, source, keyword, None, encoded=self.encoded_options(library, values), values=values)
+        return Prepared(library, source, keyword, dict(zip(library._compile_keywords, values)))
+
     def prepare(self, library: Library, given: Tuple[Any, ...]) -> Prepared:
         """The request for the arguments ``given``: the source, the keyword and the values of
         every keyword argument of ``compile``, in its order (the key of the arguments as given,
@@ -463,8 +472,7 @@ class Memo:
                 options = dict(zip(library._compile_keywords, values))
                 prepared = self.requests.get(frozen_key(source, keyword, options))
             if prepared is None:
-                prepared = Prepared(library, source, keyword, None, encoded=self.encoded_options(library, values),
-                                    values=values)
+                prepared = self.new_request(library, source, keyword, values, plain=True)
             self._keep(given, prepared)
             return prepared
         options = dict(zip(library._compile_keywords, values))

@@ -229,13 +229,8 @@ def _prepare(code: str, options: ProgramOptions | None, name_expressions: Sequen
     if expression is not None:
         values = (*values[:_NAME_AT], _text(expression, "name expression"), *values[_NAME_AT + 1:])
     library = kjit._default or kjit._lib()
-    if _all_plain(values):  # the options struct encoded once per value set (kjit._prepared.Memo)
-        prepared = kjit.Prepared(library, code, kw, None, encoded=library._memo.encoded_options(library, values),
-                                 values=values)
-    else:
-        given = {name: value for (name, default), value in zip(kjit._COMPILE_DEFAULTS.items(), values)
-                 if value is not default}
-        prepared = kjit.Prepared(library, code, kw, given)
+    # Not kept in the library's memo: compile() keeps it, and makes it libkjit's own when asked again.
+    prepared = library._memo.new_request(library, code, kw, values, _all_plain(values))
     return prepared, expression if expression is not None else kw, _program_name(options)
 
 

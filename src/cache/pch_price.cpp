@@ -83,7 +83,7 @@ std::vector<Line> parse(std::string_view text) {
     std::vector<Line> lines;
     const bool v1 = text.substr(0, kHeaderV1.size()) == kHeaderV1;
     if (!v1 && text.substr(0, kHeader.size()) != kHeader) return lines;
-    text.remove_prefix(kHeader.size());
+    text.remove_prefix(v1 ? kHeaderV1.size() : kHeader.size());
     while (!text.empty()) {
         const std::size_t end = text.find('\n');
         if (end == std::string_view::npos) break;  // a torn last line
