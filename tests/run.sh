@@ -31,7 +31,12 @@
 #   bash tests/run.sh
 #
 # Environment: BUILD_DIR (default <repo>/build) for the plain build; KJIT_SKIP_SANITIZERS=1
-# runs only the plain build (quick local iterations; CI always runs them all).
+# runs only the plain build (quick local iterations; CI always runs them all);
+# KJIT_TESTS_KEEP_BUILDS=0 removes each build tree once its suite has passed (or, built only,
+# once it is built), so that the disk holds one tree at a time (the largest, the plain tree with
+# the wheel's build, about 2.5 GB), and =1 keeps them for the next run's incremental builds.
+# The default is 0 with CI=true (a CI machine's disk once filled up with all seven), 1
+# otherwise. Each tree's size and the disk's free space are printed as the run goes.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,6 +50,7 @@ export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen clang
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"
 JOBS="$(nproc)"
+echo "tests: $(df -h --output=avail "$ROOT" | tail -n 1 | tr -d ' ') free on the disk of $ROOT"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     HAVE_GPU=1
@@ -121,8 +127,26 @@ run_suite() {
         count=$((count + fork_count))
     fi
     TOTAL_PASSED=$((TOTAL_PASSED + count))
+    done_with_tree "$name" "$dir"
 }
 TOTAL_PASSED=0
+
+if [ "${CI:-}" = true ]; then
+    KEEP_BUILDS=${KJIT_TESTS_KEEP_BUILDS:-0}
+else
+    KEEP_BUILDS=${KJIT_TESTS_KEEP_BUILDS:-1}
+fi
+
+# done_with_tree NAME DIR: says how much DIR holds and how much the disk has free, and removes
+# DIR unless the trees are kept (KJIT_TESTS_KEEP_BUILDS above).
+done_with_tree() {
+    local name=$1 dir=$2
+    echo "tests: [$name] $dir holds $(du -sh "$dir" | cut -f1); $(df -h --output=avail "$dir" | tail -n 1 | tr -d ' ') free on its disk"
+    if [ "$KEEP_BUILDS" = 0 ]; then
+        rm -rf "$dir"
+        echo "tests: [$name] removed $dir (KJIT_TESTS_KEEP_BUILDS=0)"
+    fi
+}
 
 # build_only NAME DIR [CMAKE -D OPTIONS...]: configure DIR (scripts/setup.sh: KJIT_WERROR=ON)
 # and build it, running no test: a compiler and build type that no test suite covers.
@@ -134,6 +158,7 @@ build_only() {
     started=$(date +%s)
     cmake --build "$dir" -j"$JOBS"
     echo "tests: [$name] built in $(( $(date +%s) - started )) s"
+    done_with_tree "$name" "$dir"
 }
 
 run_suite plain "$PLAIN_DIR"
