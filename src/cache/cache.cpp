@@ -292,10 +292,12 @@ Result<storage::Found> Cache::compile_and_publish(const key::KeyedRequest &keyed
     // content chooses the entry (variant_key): one per state of the files, so an edit and its
     // revert both hit.
     std::vector<key::include_scanner::Dependency> deps;
+    bool names_program = false;  // a file read may expand __BASE_FILE__ (key::pch_identity)
     std::string entry_key = keyed.key;
     std::string source_key;
     if (request.reads_files) {
-        KJIT_TRY_ASSIGN(auto scanned, key::include_scanner::scan(request.source, request.headers, request.search));
+        KJIT_TRY_ASSIGN(auto scanned,
+                        key::include_scanner::scan(request.source, request.headers, request.search, &names_program));
         deps = std::move(scanned);
         source_key = keyed.key;
         entry_key = key::variant_key(keyed.key, deps);
@@ -332,7 +334,7 @@ Result<storage::Found> Cache::compile_and_publish(const key::KeyedRequest &keyed
 
     double seconds = 0;
     const bool shared = call.local_folder && *call.local_folder && folder_trust::shared(**call.local_folder);
-    auto compiled = run_nvrtc(keyed, deps, runner, shared, &seconds);
+    auto compiled = run_nvrtc(keyed, deps, names_program, runner, shared, &seconds);
     if (!compiled) {
         // A compile error is the source's: the other nodes waiting on this lease get it too.
         if (settled && settled->lease && compiled.error().code == Errc::compile) {
@@ -462,9 +464,10 @@ namespace {
 
 // The header identity whose PCH prices a miss asks (pch_price.hpp), or "": one compiled alone
 // (not planned by a batch), not asking for a PCH itself (`--pch`), whose source includes something.
-std::string identity_to_price(const key::Request &request, const std::vector<key::include_scanner::Dependency> &deps) {
+std::string identity_to_price(const key::Request &request, const std::vector<key::include_scanner::Dependency> &deps,
+                              bool names_program) {
     if (request.use_pch || request.pch_planned || !key::includes_headers(request)) return {};
-    return key::pch_identity(request, deps);
+    return key::pch_identity(request, deps, names_program);
 }
 
 pch_price::Compile price_kind(const compile::JobOutcome &outcome) {
@@ -476,7 +479,8 @@ pch_price::Compile price_kind(const compile::JobOutcome &outcome) {
 
 Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keyed,
                                                    const std::vector<key::include_scanner::Dependency> &deps,
-                                                   compile::JobRunner *runner, bool shared, double *seconds) {
+                                                   bool names_program, compile::JobRunner *runner, bool shared,
+                                                   double *seconds) {
     const key::Request &request = keyed.request;
     // The key may hold the identity a record gave: the NVRTC that compiles must be that one.
     KJIT_TRY(compile::nvrtc_probe::confirm(request.nvrtc_identity, request.cache_dir));
@@ -486,9 +490,9 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     compile::Job job{nvrtc_program(request), {}, {}, keyed.key};
     // Checked here too, before a worker is asked: an item that cannot run is no NVRTC run.
     KJIT_TRY(compile::compiler::check_output_files(job.request.options, job.request.program_name));
-    const std::string priced = identity_to_price(request, deps);
+    const std::string priced = identity_to_price(request, deps, names_program);
     if (request.use_pch || (!priced.empty() && pch_price::advise(request.cache_dir, priced))) {
-        job.pch_identity = priced.empty() ? key::pch_identity(request, deps) : priced;
+        job.pch_identity = priced.empty() ? key::pch_identity(request, deps, names_program) : priced;
         job.pch_options = request.pch_options;
     }
     counters_.nvrtc_compiles.fetch_add(1, std::memory_order_relaxed);

@@ -147,11 +147,12 @@ private:
                                       storage::Call *call);
     // NVRTC over `keyed` (with libkjit's PCH when it asks for one, or, for a miss compiled
     // alone, when its measured price says it pays (pch_price.hpp, recorded in the cache folder,
-    // group writable when `shared`): its header identity from `deps`) on `runner` (null: here),
-    // counted and timed into *seconds.
+    // group writable when `shared`): its header identity from `deps` and `names_program`, as
+    // include_scanner::scan gave them) on `runner` (null: here), counted and timed into *seconds.
     Result<compile::compiler::Output> run_nvrtc(const key::KeyedRequest &keyed,
                                                 const std::vector<key::include_scanner::Dependency> &deps,
-                                                compile::JobRunner *runner, bool shared, double *seconds);
+                                                bool names_program, compile::JobRunner *runner, bool shared,
+                                                double *seconds);
     // Publishes an entry fetched from the cluster tier in the local store (only: it is the
     // cluster's already), as this node's entry `entry_key` of `keyed` (its variant of
     // `source_key` with `deps`, for a request that reads files).

@@ -169,11 +169,13 @@ std::string proof_context(const Request &request, std::string_view source_key) {
     return context;
 }
 
-std::string pch_identity(const Request &r, const std::vector<key::include_scanner::Dependency> &deps) {
+std::string pch_identity(const Request &r, const std::vector<key::include_scanner::Dependency> &deps,
+                         bool names_program) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
     field(state, "kjit-pch", std::to_string(kFormatVersion));
     field(state, "texts", pch_texts(r));
+    if (names_program) field(state, "program_name", r.program_name);
     deps_fields(state, deps);
     return hex_digest(state);
 }
@@ -342,6 +344,17 @@ Status read_link_inputs(Request &request) {
 
 bool includes_headers(const Request &request) { return request.source.find("#include") != std::string::npos; }
 
+namespace {
+
+// Whether the source or an in-memory header may expand __BASE_FILE__ (the program's name).
+bool texts_name_program(const Request &r) {
+    if (include_scanner::file_naming(r.source).program) return true;
+    return std::any_of(r.headers.begin(), r.headers.end(),
+                       [](const auto &h) { return include_scanner::file_naming(h.second).program; });
+}
+
+}  // namespace
+
 std::string pch_texts(const Request &r) {
     const HashState owned = new_hash_state();
     XXH3_state_t *state = owned.get();
@@ -354,7 +367,7 @@ std::string pch_texts(const Request &r) {
     field(state, "include_paths", std::to_string(r.include_paths.size()));
     for (const auto &p : r.include_paths) field(state, "include_path", p);
     field(state, "working_dir", r.search.working_dir);
-    if (!r.program_name.empty()) field(state, "program_name", r.program_name);
+    if (!r.program_name.empty() && texts_name_program(r)) field(state, "program_name", r.program_name);
     // A link compiles to LTO-IR (-dlto -rdc=true): a PCH of other options is not its.
     if (!r.link_inputs.empty()) field(state, "lto", "1");
     field(state, "headers", std::to_string(r.headers.size()));

@@ -246,6 +246,11 @@ std::string proof_context(const Request &request, std::string_view source_key);
 // include). What follows, typically the instantiations a sweep varies, is left out so those
 // share the PCH. Requests with the same one read the same files, so they share a PCH unless one
 // of those files is edited in between (pch_identity adds their content).
+// The program's name is in it only where the source or an in-memory header may expand
+// __BASE_FILE__ (pch_identity: where a file may). Elsewhere programs of other names share their
+// headers' PCH (Warp names each module's program after the module, over the same headers);
+// their quoted includes, looked up in the name's folder first, are in pch_identity's `deps`
+// (the absent candidates as well as the files found).
 std::string pch_texts(const Request &request);
 
 // Whether a request's source includes anything (a `#include` in it): what NVRTC's PCH could
@@ -255,7 +260,11 @@ bool includes_headers(const Request &request);
 
 // What a PCH made while compiling `request` was made from: its header identity (pch_texts) and
 // every file the compile may read, by content (`deps`, the same list the entry records),
-// however it was reached. Names the PCH's folder (pch_folders.hpp).
-std::string pch_identity(const Request &request, const std::vector<key::include_scanner::Dependency> &deps);
+// however it was reached; and the program's name where a text read may expand __BASE_FILE__
+// (`names_program`, from include_scanner::scan): that names the program in whichever file expands
+// it, so a PCH made by one program would give another its name (NVRTC 13.0's own -pch does:
+// a.cu's PCH used by b.cu gave b.cu's cubin "a.cu"). Names the PCH's folder (pch_folders.hpp).
+std::string pch_identity(const Request &request, const std::vector<key::include_scanner::Dependency> &deps,
+                         bool names_program);
 
 }  // namespace kjit::key

@@ -417,6 +417,7 @@ public:
     // the options define NDEBUG (Search::quiet_assert; NVRTC defines its assert before reading
     // the source, so a later #undef NDEBUG does not bring it back: measured).
     bool names_own_file() const { return naming_.own_file || (naming_.uses_assert && !search_.quiet_assert); }
+    bool names_program() const { return naming_.program; }
 };
 
 // Starts a scan with the macros of the -D options defined.
@@ -768,12 +769,14 @@ Reach reach(std::string_view source, const std::string &program_name, const Memo
     return r;
 }
 
-Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
-                                     const Search &search) {
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers, const Search &search,
+                                     bool *names_program) {
     Scanner scanner(memory_headers, search);
     KJIT_TRY(scanner.queue_inputs(source));
     KJIT_TRY(scanner.follow_includes());
     const bool every_file = scanner.every_file();
+    // The files a computed include may read are recorded, not read: any of them may name it.
+    if (names_program) *names_program = every_file || scanner.names_program();
     if (every_file) {
         KJIT_TRY(scanner.record_every_file());
     }
@@ -843,8 +846,8 @@ bool has_identifier(std::string_view text, std::string_view name) {
 
 FileNaming file_naming(std::string_view text) {
     FileNaming n;
-    n.own_file = has_identifier(text, "__FILE__") || has_identifier(text, "__BASE_FILE__") ||
-                 has_identifier(text, "__FILE_NAME__");
+    n.program = has_identifier(text, "__BASE_FILE__");
+    n.own_file = n.program || has_identifier(text, "__FILE__") || has_identifier(text, "__FILE_NAME__");
     n.uses_assert = has_identifier(text, "assert");
     return n;
 }

@@ -146,9 +146,11 @@ std::string location(const std::string &folder, const std::vector<std::string> &
 // (in a comment too: a superset).
 struct FileNaming {
     bool own_file = false;     // __FILE__, __BASE_FILE__ or __FILE_NAME__
+    bool program = false;      // __BASE_FILE__: the program's name, in whichever file expands it
     bool uses_assert = false;  // assert: NVRTC's own expands to __FILE__ unless NDEBUG is defined
     FileNaming &operator|=(const FileNaming &o) {
         own_file = own_file || o.own_file;
+        program = program || o.program;
         uses_assert = uses_assert || o.uses_assert;
         return *this;
     }
@@ -165,8 +167,11 @@ FileNaming file_naming(std::string_view text);
 // relative and `working_dir` is empty (nothing is looked up relative to it).
 std::string folder_of_name(const std::string &name, const std::string &working_dir);
 
-Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers,
-                                     const Search &search);
+// `names_program` (when not null) is set to whether a text read (the source, an in-memory header,
+// a file) may expand __BASE_FILE__ (FileNaming::program): the program's name then reaches
+// whatever that text declares, a PCH of the headers too (key::pch_identity).
+Result<std::vector<Dependency>> scan(std::string_view source, const MemoryHeaders &memory_headers, const Search &search,
+                                     bool *names_program = nullptr);
 
 // What check() found.
 struct Check {

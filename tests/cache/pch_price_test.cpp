@@ -51,9 +51,11 @@ void make_tree(const TempDir &dir, const std::string &tag, int tile = 4) {
 std::string identity_of(const Request &r) {
     auto keyed = kjit::key::key_request(r);
     EXPECT_TRUE(keyed.ok());
-    auto deps = kjit::key::include_scanner::scan(keyed->request.source, keyed->request.headers, keyed->request.search);
+    bool names_program = false;
+    auto deps = kjit::key::include_scanner::scan(keyed->request.source, keyed->request.headers, keyed->request.search,
+                                                 &names_program);
     EXPECT_TRUE(deps.ok());
-    return kjit::key::pch_identity(keyed->request, *deps);
+    return kjit::key::pch_identity(keyed->request, *deps, names_program);
 }
 
 // Prices that pay: plain 100 ms, making 160 ms, using 40 ms (60 ms saved a compile, 60 ms to
@@ -291,6 +293,58 @@ TEST(PchPrice, AHeaderEditedBetweenMissesIsNeverCompiledFromTheOldPch) {
     }
     EXPECT_EQ(cache.counters().nvrtc_compiles, 10u);
     EXPECT_EQ(cache.counters().pch_identities, 2u) << "the edited headers got no PCH of their own";
+}
+
+// Programs of other names over the same headers are one header identity (Warp names each
+// module's program after the module): the fourth miss makes the PCH, the later ones use it.
+TEST(PchPrice, ProgramsOfOtherNamesShareTheirHeadersPch) {
+    TempDir dir;
+    make_tree(dir, "program names");
+    const auto named = [&](int n) {
+        Request r = tile_request(dir, n);
+        r.program_name = "module_" + std::to_string(n) + ".cu";
+        return r;
+    };
+    EXPECT_EQ(identity_of(named(1)), identity_of(named(2)));
+    Cache cache;
+    for (int n = 1; n <= 6; ++n) compile_ok(cache, named(n));
+    EXPECT_EQ(cache.counters().pch_identities, 1u);
+    EXPECT_GE(cache.counters().pch_compiles, 1u) << "no PCH made at the fourth miss";
+}
+
+// __BASE_FILE__ names the program in whichever file expands it: a header that does gets a PCH
+// per program, and each cubin its own program's name. (NVRTC's own -pch, made by alpha.cu and
+// used by beta.cu, gives beta.cu's cubin "alpha.cu".) The same for an in-memory header.
+TEST(PchPrice, AHeaderThatExpandsBaseFileGetsAPchPerProgram) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/tile.h"), "#define TILE 4\n__device__ const char base_name[] = __BASE_FILE__;\n");
+    const auto named = [&](const std::string &name) {
+        Request r = tile_request(dir, 1);
+        r.program_name = name;
+        r.nvrtc_options = {"--pch"};  // every miss with the PCH of its header identity
+        r.source += "__global__ void copy_name(char *p) { p[threadIdx.x] = base_name[threadIdx.x]; }\n";
+        return r;
+    };
+    EXPECT_NE(identity_of(named("alpha_module.cu")), identity_of(named("beta_module.cu")));
+    Cache cache;
+    const std::string alpha = read_file(compile_ok(cache, named("alpha_module.cu")));
+    const std::string beta = read_file(compile_ok(cache, named("beta_module.cu")));
+    EXPECT_EQ(cache.counters().pch_compiles, 2u);
+    EXPECT_EQ(cache.counters().pch_identities, 2u);
+    EXPECT_NE(alpha.find("alpha_module.cu"), std::string::npos);
+    EXPECT_NE(beta.find("beta_module.cu"), std::string::npos) << "beta's cubin lacks its own name";
+    EXPECT_EQ(beta.find("alpha_module.cu"), std::string::npos) << "beta's cubin names the program whose PCH it used";
+
+    Request memory = base_request(dir.file("cache"));
+    memory.source = "#include \"names.h\"\n" + std::string(kTemplated);
+    memory.headers = {{"names.h", "__device__ const char base_name[] = __BASE_FILE__;\n"}};
+    Request other = memory;
+    memory.program_name = "alpha_module.cu";
+    other.program_name = "beta_module.cu";
+    EXPECT_NE(identity_of(memory), identity_of(other));
+    memory.headers = other.headers = {{"names.h", "__device__ const char file_name[] = __FILE__;\n"}};
+    EXPECT_EQ(identity_of(memory), identity_of(other)) << "__FILE__ in a header names the header";
 }
 
 // A batch plans its own PCHs: it neither asks nor writes the prices.

@@ -532,6 +532,26 @@ TEST(IncludeScanner, FileNamingIsToldByIdentifiers) {
     EXPECT_FALSE(file_naming("MY__FILE__X __FILE__S").own_file);
     EXPECT_TRUE(file_naming("assert(p);").uses_assert);
     EXPECT_FALSE(file_naming("static_assert(1); __assertfail(); assertion").uses_assert);
+    EXPECT_TRUE(file_naming("#define W __BASE_FILE__\n").program);
+    EXPECT_FALSE(file_naming("__FILE__ __FILE_NAME__ assert(p)").program);
+}
+
+// scan() says whether a text it read may expand __BASE_FILE__ (the program's name): a file two
+// includes deep, not the __FILE__ of another; any file for a computed include it cannot follow.
+TEST(IncludeScanner, ScanSaysWhetherATextReadMayNameTheProgram) {
+    TempDir dir;
+    ::mkdir(dir.file("inc").c_str(), 0755);
+    write_file(dir.file("inc/outer.h"), "#include \"inner.h\"\n");
+    write_file(dir.file("inc/inner.h"), "static const char *base = __BASE_FILE__;\n");
+    write_file(dir.file("inc/own.h"), "static const char *own = __FILE__;\n");
+    const auto names = [&](const std::string &source) {
+        bool named = false;
+        EXPECT_TRUE(kjit::key::include_scanner::scan(source, {}, in_folders({dir.file("inc")}), &named).ok());
+        return named;
+    };
+    EXPECT_TRUE(names("#include <outer.h>\n"));
+    EXPECT_FALSE(names("#include <own.h>\n"));
+    EXPECT_TRUE(names("#include __KJIT_NOWHERE_DEFINED\n")) << "a computed include may read any file";
 }
 
 // A header edited within one timestamp tick keeps its size and mtime; a young header's content
