@@ -28,7 +28,7 @@
 //   fleet    4 nodes ask for the same 20 kernels under each server condition (full, a shard
 //            down, a restart, a Redis Cluster endpoint, a killed lease holder) and a new node
 //            warm from a seed, against 0.8.0 with --fleet-before-lib (fleet_scenario.cpp)
-//   real-clients  kernels real clients generate (DeepGEMM sm90, humming), from
+//   real-clients  kernels real clients generate (DeepGEMM sm90, humming, Warp), from
 //            bench/real_clients/prepare.py's manifests in --clients: sequential plain NVRTC
 //            against kjit_compile_batch with its defaults, PCH on and PCH off, each in a fresh
 //            process; skipped, and said, without them (real_clients_scenario.cpp)

@@ -1,9 +1,9 @@
 // Scenario "real-clients": kernels that real clients generate with their own generators
-// (DeepGEMM's sm90 GEMMs and layout kernels over CUTLASS/CuTe, humming's GEMMs and weight
-// preparation), with their own include trees and NVRTC flags, written by
+// (DeepGEMM's sm90 GEMMs and layout kernels over CUTLASS/CuTe, humming's weight preparation,
+// Warp's modules of its examples), with their own include trees and NVRTC flags, written by
 // bench/real_clients/prepare.py into --clients DIR as one manifest per set (deepgemm.json,
-// humming.json). For each set, and both together, four ways, each in a fresh process (this
-// program, spawned) over a cold cache:
+// humming.json, warp.json). For each set, and DeepGEMM's and humming's together ("both"), six
+// ways, each in a fresh process (this program, spawned) over a cold cache:
 //   raw      sequential plain NVRTC (one thread, no cache, no PCH: `--pch` is left out)
 //   default  kjit_compile_batch with its defaults (workers, worker kind, PCH policy)
 //   pch_on   the same with KJIT_PCH_ON
@@ -44,7 +44,7 @@ struct ClientKernel {
 };
 
 const std::vector<std::string> &client_sets() {
-    static const std::vector<std::string> sets = {"deepgemm", "humming", "both"};
+    static const std::vector<std::string> sets = {"deepgemm", "humming", "warp", "both"};
     return sets;
 }
 
@@ -237,9 +237,9 @@ int clients_child_main(const std::string &mode, const std::string &cache, const 
 }
 
 void run_real_clients(const BenchOptions &o, Report &report) {
-    Section &s = report.section("real-clients", "real clients' kernels (DeepGEMM sm90, humming), " +
+    Section &s = report.section("real-clients", "real clients' kernels (DeepGEMM sm90, humming, Warp), " +
                                                     std::string("each way in a fresh process, cold cache, wall"));
-    for (const char *set : {"deepgemm", "humming"}) {
+    for (const char *set : {"deepgemm", "humming", "warp"}) {
         if (::access(manifest_path(o.clients_dir, set).c_str(), R_OK) != 0) {
             std::printf("real-clients: skipped: no real-clients kernels in %s (run bench/real_clients/prepare.py)\n",
                         o.clients_dir.c_str());

@@ -11,8 +11,9 @@
 # with and without PCH beside humming-style kernels, the edit/revert/touch cycle; `--only
 # headers` runs it alone), one compile per key on the node, the Redis cluster tier against a
 # redis-server on 127.0.0.1 that kjit-bench starts itself (scripts/setup.sh installs redis-server),
-# and real clients' kernels (DeepGEMM, humming; bench/real_clients/prepare.py generates them from
-# their pinned sources under $KJIT_BENCH_SOURCES when given) as batches against sequential plain NVRTC,
+# and real clients' kernels (DeepGEMM, humming, Warp; bench/real_clients/prepare.py generates them
+# from their pinned sources under $KJIT_BENCH_SOURCES when given) as batches and one at a time
+# against sequential plain NVRTC,
 # and caches that move with the install (a cache built under one prefix, exported, and a fresh node
 # under another prefix with the seed: the header tree, and DeepGEMM without and with base_dirs,
 # beside 0.10.0; `--only relocation` runs it alone), and serving without JIT (the real clients'
@@ -40,7 +41,7 @@ set --   # setup.sh would otherwise see our arguments as extra cmake options
 source "$ROOT/scripts/setup.sh"   # sets BUILD_DIR (absolute) and KJIT_ROOT, or fails
 
 # The sources the bench reads beside libkjit (bench/sources.txt: jitify2, DeepGEMM, humming,
-# CUTLASS), each at its pinned commit, from $KJIT_BENCH_SOURCES: a folder that
+# CUTLASS, each at its pinned commit, and Warp's wheel), from $KJIT_BENCH_SOURCES: a folder that
 # `bash scripts/get_bench_sources.sh DIR` fills. None of them is part of this project; without
 # the folder the scenarios that need them say they are not run.
 SOURCES="${KJIT_BENCH_SOURCES:-}"
@@ -129,8 +130,9 @@ if [ -z "${KJIT_LIBCUDA:-}" ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nv
     echo "bench: no GPU found: the load rows go through the driver test double, not a real driver"
     export KJIT_LIBCUDA="$BUILD_DIR/tests/fake_driver/libcuda.so.1"
 fi
-# The real-clients scenario's kernels: DeepGEMM's and humming's, generated with their own
-# generators from the pinned DeepGEMM, humming and CUTLASS under $KJIT_BENCH_SOURCES, into
+# The real-clients scenario's kernels: DeepGEMM's, humming's and Warp's, generated with their own
+# generators from the pinned DeepGEMM, humming, CUTLASS and warp-lang under $KJIT_BENCH_SOURCES
+# (Warp's in a venv of its wheel and NumPy's, $BUILD_DIR/bench/real-clients/warp-venv), into
 # $BUILD_DIR/bench/real-clients. Without them the scenario says it is skipped (and the relocation
 # scenario, which reads the DeepGEMM set too, that its DeepGEMM part is not run).
 # Alone: bash bench/run.sh --only real-clients

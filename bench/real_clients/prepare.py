@@ -4,7 +4,7 @@
 Extracts three source trees, each at the commit bench/sources.txt pins, from git repositories
 under $KJIT_BENCH_SOURCES (scripts/get_bench_sources.sh DIR fetches them there; never copied
 into this project; nothing is fetched here) into OUT/src, generates kernels with the projects' own generators, and writes one
-manifest per set, OUT/deepgemm.json and OUT/humming.json:
+manifest per set, OUT/deepgemm.json, OUT/humming.json and OUT/warp.json:
 
   {"set": "deepgemm", "kernels": [{"name", "source" (a file under OUT/kernels), "keyword",
    "program_name", "arch", "options": [NVRTC options], "include_paths": [folders]}]}
@@ -43,6 +43,18 @@ manifest per set, OUT/deepgemm.json and OUT/humming.json:
   ("the size of an array must be greater than zero") for every configuration, since the
   group and channel input-scale arrays exclude each other.
 
+- Warp (NVIDIA/warp, the warp-lang wheel bench/sources.txt pins): its generator is Python
+  (warp/_src/codegen.py), run as Warp runs it, one CUDA source per Python module of @wp.kernel
+  functions: the modules of Warp's own examples (warp/examples/core) that import with NumPy
+  alone, each imported and generated in a venv (OUT/warp-venv, installed from the wheels
+  get_bench_sources.sh fetched, no index) by Module._run_codegen, the step before Warp's NVRTC
+  compile; the driver is never needed. Each module's source includes warp/native/builtin.h
+  after the same #defines: thirteen compiles of one header identity, as a Warp program's
+  modules are. The flags are those of warp/native/warp.cu's wp_cuda_compile_program with Warp's
+  defaults (release, optimization level 3, FMA fusion, CUBIN for sm_90), less its `-pch`
+  (NVRTC's automatic PCH, left out as DeepGEMM's `--pch` is); the program is named as Warp names
+  it (the module's identifier), and the keyword is the module's first forward kernel.
+
   python3 bench/real_clients/prepare.py [--out DIR] [--mirrors DIR] [--cuda DIR] [--check]
 
 --check compiles every kernel once with raw NVRTC (ctypes, no libkjit) and fails on an error.
@@ -52,6 +64,7 @@ or its pinned commit is missing there (nothing written; the message says which).
 
 import argparse
 import ctypes
+import hashlib
 import json
 import os
 import re
@@ -323,7 +336,112 @@ def generate_humming(out):
     return kernels, HUMMING_OPTIONS, include_paths
 
 
-def write_set(out, set_name, kernels, options, include_paths, cuda, program_name):
+# Warp's examples whose modules import with NumPy alone (no CuPy, torch, USD or OpenGL).
+WARP_MODULES = ["example_alloc_tracker", "example_dem", "example_fdtd_3d", "example_fft_poisson_navier_stokes_2d",
+                "example_fluid", "example_graph_capture", "example_nvdb", "example_raymarch", "example_sample_mesh",
+                "example_sph", "example_spin_lock", "example_wave", "example_work_queue"]
+
+# warp/native/warp.cu, wp_cuda_compile_program and append_common_nvrtc_compile_options, for
+# NVRTC 13.0 with Warp's defaults (mode "release", optimization_level 3 -> --Ofast-compile=0,
+# verify_fp and fast_math off, fuse_fp on, no line info, CUBIN); its --include-path=<warp>/native
+# goes to include_paths, its -pch is left out. WP_ENABLE_MATHDX is the wheel's (filled in).
+WARP_OPTIONS = ["--std=c++17", "--Ofast-compile=0", "--define-macro=NDEBUG", "--undefine-macro=WP_VERIFY_FP",
+                "--define-macro=WP_ENABLE_MATHDX={mathdx}", "--fmad=true", "--device-as-default-execution-space",
+                "--extra-device-vectorization", "--restrict", "--diag-suppress=177,550"]
+
+# Run in the venv: imports each example module and writes, as JSON to argv[1], each module's
+# generated CUDA source and identifier, the wheel's native folder and whether it has MathDx.
+WARP_CODEGEN = r"""
+import importlib, json, os, sys
+import warp as wp
+wp.config.quiet = True
+wp.init()
+from warp._src import context
+result = {"native": os.path.join(os.path.dirname(wp.__file__), "native"),
+          "mathdx": bool(context.runtime.core.wp_is_mathdx_enabled()), "modules": []}
+for name in sys.argv[2:]:
+    importlib.import_module("warp.examples.core." + name)
+    module = context.get_module("warp.examples.core." + name)
+    options = module.resolve_options(wp.config)
+    source = module._run_codegen(options, False)[0]
+    identifier = module.get_module_identifier(block_dim=options["block_dim"])
+    result["modules"].append({"name": name, "identifier": identifier, "code": source})
+with open(sys.argv[1], "w") as f:
+    json.dump(result, f)
+"""
+
+WARP_KERNEL = re.compile(r'^extern "C" __global__ void (\w+_cuda_kernel_forward)\(', re.M)
+
+
+def warp_pin():
+    """(name, version, sha256) of the warp-lang wheel bench/sources.txt pins."""
+    with open(os.path.join(ROOT, "bench", "sources.txt")) as f:
+        for line in f:
+            words = line.split()
+            if words and words[0] == "pypi:warp-lang":
+                return "warp-lang", words[1], words[2]
+    sys.exit("prepare: bench/sources.txt pins no pypi:warp-lang")
+
+
+def warp_wheels(mirrors):
+    """The folder of the pinned warp-lang wheel (and NumPy's), or a message saying what is missing."""
+    name, version, sha256 = warp_pin()
+    folder = os.path.join(mirrors, "pypi+" + name)
+    prefix = name.replace("-", "_") + "-" + version + "-"
+    wheels = [f for f in sorted(os.listdir(folder)) if f.startswith(prefix) and f.endswith(".whl")] \
+        if os.path.isdir(folder) else []
+    for w in wheels:
+        with open(os.path.join(folder, w), "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() == sha256:
+                return folder, None
+    return None, (f"no {name} {version} wheel with the pinned SHA-256 in {folder} "
+                  f"(scripts/get_bench_sources.sh {mirrors} fetches it)")
+
+
+def warp_venv(out, wheels):
+    """OUT/warp-venv with the pinned warp-lang and NumPy, installed from `wheels` (no index);
+    kept while it holds that version. Returns its python."""
+    name, version, _ = warp_pin()
+    venv = os.path.join(out, "warp-venv")
+    python = os.path.join(venv, "bin", "python")
+    probe = f"import numpy, importlib.metadata as m; assert m.version('{name}') == '{version}'"
+    if os.path.exists(python) and subprocess.run([python, "-c", probe], stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.DEVNULL).returncode == 0:
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                                "--find-links", wheels, f"{name}=={version}"], stderr=subprocess.PIPE)
+    if installed.returncode != 0:
+        sys.exit(f"prepare: installing {name} {version} from {wheels} into {venv} failed:\n"
+                 f"{installed.stderr.decode(errors='replace')}")
+    return python
+
+
+def generate_warp(out, wheels):
+    python = warp_venv(out, wheels)
+    result_path = os.path.join(out, "warp-codegen.json")
+    env = dict(os.environ, WARP_CACHE_PATH=os.path.join(out, "warp-cache"))
+    run = subprocess.run([python, "-c", WARP_CODEGEN, result_path, *WARP_MODULES], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if run.returncode != 0:
+        sys.exit(f"prepare: Warp's code generation failed:\n{run.stdout.decode(errors='replace')[-4000:]}")
+    with open(result_path) as f:
+        result = json.load(f)
+    kernels = []
+    for m in result["modules"]:
+        forward = WARP_KERNEL.search(m["code"])
+        if not forward:
+            sys.exit(f"prepare: Warp's module {m['name']} has no forward kernel")
+        kernels.append({"name": m["name"], "keyword": forward.group(1), "code": m["code"],
+                        "program_name": m["identifier"] + ".cu"})
+    options = [o.format(mathdx=int(result["mathdx"])) for o in WARP_OPTIONS]
+    return kernels, options, [result["native"]]
+
+
+def write_set(out, set_name, kernels, options, include_paths, program_name, arch):
+    """OUT/SET.json and each kernel's source under OUT/kernels/SET; a kernel's own program_name,
+    if it has one, over the set's."""
     folder = os.path.join(out, "kernels", set_name)
     os.makedirs(folder, exist_ok=True)
     entries = []
@@ -331,9 +449,9 @@ def write_set(out, set_name, kernels, options, include_paths, cuda, program_name
         path = os.path.join(folder, k["name"] + ".cu")
         with open(path, "w") as f:
             f.write(k["code"])
-        entries.append({"name": k["name"], "source": path, "keyword": k["keyword"], "program_name": program_name,
-                        "arch": "sm_90a", "options": list(options),
-                        "include_paths": include_paths + [os.path.join(cuda, "include", "cccl"), os.path.join(cuda, "include")]})
+        entries.append({"name": k["name"], "source": path, "keyword": k["keyword"],
+                        "program_name": k.get("program_name", program_name), "arch": arch, "options": list(options),
+                        "include_paths": list(include_paths)})
     manifest = os.path.join(out, set_name + ".json")
     with open(manifest + ".tmp", "w") as f:
         json.dump({"set": set_name, "kernels": entries}, f, indent=1)
@@ -385,16 +503,23 @@ def main():
         print("prepare: no sources folder (set KJIT_BENCH_SOURCES, or pass --mirrors; "
               "scripts/get_bench_sources.sh DIR fetches them): no real-clients kernels written")
         return 3
-    missing = extract(os.path.abspath(args.mirrors), out)
+    mirrors = os.path.abspath(args.mirrors)
+    wheels, missing = warp_wheels(mirrors)
+    missing = missing or extract(mirrors, out)
     if missing:
         print(f"prepare: {missing}: no real-clients kernels written")
         return 3
     shutil.rmtree(os.path.join(out, "kernels"), ignore_errors=True)
     entries = []
-    for set_name, generate, program_name in [("deepgemm", generate_deepgemm, "kernel.cu"),
-                                             ("humming", generate_humming, "kernel.cu")]:
+    # DeepGEMM and humming compile against CUDA's headers (libcu++ in include/cccl), for sm_90a;
+    # Warp against its own only (WP_NO_CRT), for sm_90 as Warp asks for an H100.
+    cuda_includes = [os.path.join(args.cuda, "include", "cccl"), os.path.join(args.cuda, "include")]
+    for set_name, generate, program_name, arch, more_includes in [
+            ("deepgemm", generate_deepgemm, "kernel.cu", "sm_90a", cuda_includes),
+            ("humming", generate_humming, "kernel.cu", "sm_90a", cuda_includes),
+            ("warp", lambda o: generate_warp(o, wheels), None, "sm_90", [])]:
         kernels, options, include_paths = generate(out)
-        entries += write_set(out, set_name, kernels, options, include_paths, args.cuda, program_name)
+        entries += write_set(out, set_name, kernels, options, include_paths + more_includes, program_name, arch)
     if args.check:
         check(entries, args.cuda)
     return 0
