@@ -37,6 +37,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench_args=("$@")
 set --   # setup.sh would otherwise see our arguments as extra cmake options
+# python3-venv: prepare.py runs Warp's code generator in a venv of its pinned wheel (with
+# KJIT_BENCH_SOURCES), where python3 is Debian's.
+export KJIT_EXTRA_PACKAGES="python3-venv ${KJIT_EXTRA_PACKAGES:-}"
 # shellcheck source=SCRIPTDIR/../scripts/setup.sh
 source "$ROOT/scripts/setup.sh"   # sets BUILD_DIR (absolute) and KJIT_ROOT, or fails
 
