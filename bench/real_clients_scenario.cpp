@@ -239,8 +239,8 @@ int clients_child_main(const std::string &mode, const std::string &cache, const 
 void run_real_clients(const BenchOptions &o, Report &report) {
     Section &s = report.section("real-clients", "real clients' kernels (DeepGEMM sm90, humming, Warp), " +
                                                     std::string("each way in a fresh process, cold cache, wall"));
-    for (const char *set : {"deepgemm", "humming", "warp"}) {
-        if (::access(manifest_path(o.clients_dir, set).c_str(), R_OK) != 0) {
+    for (const std::string &set : client_sets()) {
+        if (set != "both" && ::access(manifest_path(o.clients_dir, set).c_str(), R_OK) != 0) {
             std::printf("real-clients: skipped: no real-clients kernels in %s (run bench/real_clients/prepare.py)\n",
                         o.clients_dir.c_str());
             s.notes.push_back("skipped: no real-clients kernels (run bench/real_clients/prepare.py)");

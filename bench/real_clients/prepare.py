@@ -129,15 +129,21 @@ HUMMING_OPTIONS = ["-std=c++17", "--ptxas-options=--register-usage-level=10", "-
                    "-default-device"]
 
 
-def pinned_commits():
-    """owner+name -> the commit bench/sources.txt pins (scripts/get_bench_sources.sh fetches it)."""
+def pinned_sources():
+    """bench/sources.txt's lines: owner+name (or pypi:<name>) -> the words after it (the commit,
+    or the version and the wheel's SHA-256); scripts/get_bench_sources.sh fetches each."""
     pins = {}
     with open(os.path.join(ROOT, "bench", "sources.txt")) as f:
         for line in f:
             words = line.split()
             if words and not words[0].startswith("#"):
-                pins[words[0].replace("/", "+")] = words[1]
+                pins[words[0].replace("/", "+")] = words[1:]
     return pins
+
+
+def pinned_commits():
+    """owner+name -> the commit bench/sources.txt pins."""
+    return {source: words[0] for source, words in pinned_sources().items() if not source.startswith("pypi:")}
 
 
 def extract(mirrors, out):
@@ -375,12 +381,10 @@ WARP_KERNEL = re.compile(r'^extern "C" __global__ void (\w+_cuda_kernel_forward)
 
 def warp_pin():
     """(name, version, sha256) of the warp-lang wheel bench/sources.txt pins."""
-    with open(os.path.join(ROOT, "bench", "sources.txt")) as f:
-        for line in f:
-            words = line.split()
-            if words and words[0] == "pypi:warp-lang":
-                return "warp-lang", words[1], words[2]
-    sys.exit("prepare: bench/sources.txt pins no pypi:warp-lang")
+    words = pinned_sources().get("pypi:warp-lang", [])
+    if len(words) != 2:
+        sys.exit("prepare: bench/sources.txt pins no pypi:warp-lang <version> <sha256>")
+    return "warp-lang", words[0], words[1]
 
 
 def warp_wheels(mirrors):
