@@ -50,7 +50,9 @@ export KJIT_EXTRA_PACKAGES="clang libclang-rt-14-dev abigail-tools doxygen clang
 source "$ROOT/scripts/setup.sh"   # installs missing packages, configures BUILD_DIR
 PLAIN_DIR="$BUILD_DIR"
 JOBS="$(nproc)"
-echo "tests: $(df -h --output=avail "$ROOT" | tail -n 1 | tr -d ' ') free on the disk of $ROOT"
+# free_on DIR: the space free on DIR's disk, as df says it (e.g. 72G).
+free_on() { df -h --output=avail "$1" | tail -n 1 | tr -d ' '; }
+echo "tests: $(free_on "$ROOT") free on the disk of $ROOT"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     HAVE_GPU=1
@@ -141,7 +143,7 @@ fi
 # DIR unless the trees are kept (KJIT_TESTS_KEEP_BUILDS above).
 done_with_tree() {
     local name=$1 dir=$2
-    echo "tests: [$name] $dir holds $(du -sh "$dir" | cut -f1); $(df -h --output=avail "$dir" | tail -n 1 | tr -d ' ') free on its disk"
+    echo "tests: [$name] $dir holds $(du -sh "$dir" | cut -f1); $(free_on "$dir") free on its disk"
     if [ "$KEEP_BUILDS" = 0 ]; then
         rm -rf "$dir"
         echo "tests: [$name] removed $dir (KJIT_TESTS_KEEP_BUILDS=0)"
