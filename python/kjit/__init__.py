@@ -268,6 +268,8 @@ class Library:
             raise LibraryNotFound([(self.path, f"loaded, but has no symbol {missing[0]} (too old?)")])
         self._cdll = cdll
         self._untyped_fns: Dict[str, Any] = {}
+        for function in ("kjit_compile_named", "kjit_compile"):  # every request's (Prepared._fill)
+            self._untyped(function)
         # The out buffers of every prepared request's first compile_named (Prepared._first_named),
         # one call at a time: (lock, path, its size, name, its size), sizes as size_t objects.
         self._shared_out = (_thread.allocate_lock(), (ctypes.c_char * self.path_buffer_size)(),
@@ -418,9 +420,21 @@ class Library:
         name), both from one look-up in the cache (kjit_compile_named, libkjit 0.5); what
         :meth:`compile` then :func:`resolve_name` would give. Same keyword arguments and errors as
         :meth:`compile`. With an older libkjit, it calls those two."""
-        values = (cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
-                  remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
-        return self._request(source, keyword, values).compile_named()
+        given = (source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers, name_expression,
+                 max_cache_size, remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
+        return self._compile_named(given)
+
+    def _compile_named(self, given: Tuple[Any, ...]) -> Compiled:
+        """compile_named of a plain call's arguments ``given`` (as _request takes them): a repeat
+        is one look-up and one C call, a request new to the memo is made the short way
+        (Memo.first_named)."""
+        try:
+            prepared = self._requests.get(given)
+        except TypeError:  # a list, a mapping, ... among them
+            return self._memo.prepare(self, given).compile_named()
+        if prepared is None:
+            return self._memo.first_named(self, given)
+        return prepared.compile_named()
 
     def prepare(self, source: Union[str, bytes], keyword: str, *, cache_dir: Optional[PathLike] = None,
                 arch: Optional[str] = None, nvrtc_options: Iterable[str] = (), include_paths: Iterable[PathLike] = (),
@@ -1199,12 +1213,12 @@ def compile_named(source: Union[str, bytes], keyword: str,
     lib = _default or _lib()
     given = (source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
              remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
-    try:  # Library._request's look-up, inline: a repeat is this and one C call
+    try:  # Library._compile_named, inline: a repeat is this look-up and one C call
         prepared = lib._requests.get(given)
     except TypeError:  # a list, a mapping, ... among them
-        prepared = None
+        return lib._memo.prepare(lib, given).compile_named()
     if prepared is None:
-        prepared = lib._memo.prepare(lib, given)
+        return lib._memo.first_named(lib, given)
     return prepared.compile_named()
 
 

@@ -117,21 +117,36 @@ class Prepared:
         if encoded is None:
             assert options is not None
             keep: List[Any] = []  # everything the struct points at, alive as long as this request
-            opts = _convert.compile_options(keep, **options)
-        else:  # encoded already (Memo.encoded_options), shared: libkjit only reads it
-            opts, keep = encoded
+            encoded = _convert.compile_options(keep, **options), keep
+        # else encoded already (Memo.encoded_options), shared: libkjit only reads it
+        self._fill(library, source, keyword, src, kw, encoded, dict(options) if options is not None else None, values)
+        if native:
+            self._make_native()
+
+    @classmethod
+    def _encoded(cls, library: Library, source: str, keyword: str, src: bytes, kw: bytes,
+                 encoded: Tuple[_abi.CompileOptions, List[Any]], values: Tuple[Any, ...]) -> Prepared:
+        """A plain call's request, from what Memo.first_named checked and encoded already: the
+        source and keyword as NUL-free bytes, the options' struct; nothing checked again."""
+        self = object.__new__(cls)
+        self._fill(library, source, keyword, src, kw, encoded, None, values)
+        return self
+
+    def _fill(self, library: Library, source: Union[str, bytes], keyword: str, src: bytes, kw: bytes,
+              encoded: Tuple[_abi.CompileOptions, List[Any]], options: Optional[Dict[str, Any]],
+              values: Optional[Tuple[Any, ...]]) -> None:
+        """Sets every slot of a request that is not (yet) libkjit's own."""
         self.library, self.source, self.keyword = library, source, keyword
-        self._options = dict(options) if options is not None else None
+        self._options = options
         self._values = values
-        self._keep = (src, kw, opts, keep)
+        self._keep = (src, kw, encoded[0], encoded[1])
         self._lock = _thread.allocate_lock()
-        self._named = library._untyped("kjit_compile_named")  # None before libkjit 0.5
-        self._path_only = library._untyped("kjit_compile")
+        functions = library._untyped_fns  # _untyped's memo: these two are looked up when it is made
+        self._named = functions["kjit_compile_named"]  # None before libkjit 0.5
+        self._path_only = functions["kjit_compile"]
         self._function = "kjit_compile_named"  # the function its errors name
         self._last: Optional[Tuple[bytes, bytes, Compiled]] = None
         self._handle: Optional[ctypes.c_void_p] = None
-        if native:
-            self._make_native()
         # Its own out buffers are made at its second call (_own_buffers): most requests of a
         # sweep are asked once, and a first compile_named answers into the library's (_first_named).
         self._path: Any = None  # c_char arrays
@@ -455,6 +470,31 @@ class Memo:
         if plain:
             return Prepared(library, source, keyword, None, encoded=self.encoded_options(library, values), values=values)
         return Prepared(library, source, keyword, dict(zip(library._compile_keywords, values)))
+
+    def first_named(self, library: Library, given: Tuple[Any, ...]) -> Compiled:
+        """compile_named of the arguments ``given`` (as for prepare), which are not in the memo
+        under ``given``: what most requests of a sweep, and a serving process's warm-up, are
+        asked once. Where they are all plain, str source and keyword included, the request is
+        made the short way: its options' struct from encoded_options (which checks them as
+        compile does, once per value set), the texts encoded here, no other check; it answers
+        into the library's out buffers and is kept once answered. Otherwise prepare's request
+        answers (it checks every argument and raises what compile raises)."""
+        source, keyword, values = given[0], given[1], given[2:]
+        if type(source) is not str or type(keyword) is not str or self.frozen:
+            return self.prepare(library, given).compile_named()
+        encoded = self.encoded.get(values)  # a value set seen before is plain: it was checked
+        if encoded is None:
+            if not all_plain(values):
+                return self.prepare(library, given).compile_named()
+            encoded = self.encoded_options(library, values)
+        src, kw = source.encode("utf-8"), keyword.encode("utf-8")
+        if b"\0" in src or b"\0" in kw:  # refused by text_bytes, with compile's message
+            return self.prepare(library, given).compile_named()
+        prepared = Prepared._encoded(library, source, keyword, src, kw, encoded, values)
+        # Not yet in the memo, so no other thread can be in a call of it: no lock to take.
+        compiled = prepared._first_named()
+        self._keep(given, prepared)
+        return compiled if compiled is not None else prepared.compile_named()
 
     def prepare(self, library: Library, given: Tuple[Any, ...]) -> Prepared:
         """The request for the arguments ``given``: the source, the keyword and the values of

@@ -443,3 +443,55 @@ def test_requests_that_differ_in_their_name_expression_only_copy_one_encoding(tr
     bad = _options(tree, name_expression="scale<1>\0")
     with pytest.raises(ValueError, match="name_expression contains a NUL"):
         kjit.compile_named(source, "scale", **bad)
+
+
+# A plain compile_named new to the memo is made the short way (Memo.first_named): the texts
+# encoded there, the options through the memo's encodings; what it refuses, compile refuses.
+@pytest.mark.parametrize("args, bad", BAD_PYTHON_ARGUMENTS + [((SOURCE, "gemm\0"), {}),
+                                                              ((SOURCE + "\udc80", "gemm"), {})])
+@pytest.mark.parametrize("seen", [False, True], ids=["options-new", "options-encoded"])
+def test_a_first_compile_named_refuses_what_compile_refuses(tree, args, bad, seen):
+    lib = kjit.Library(kjit._lib().path)  # a memo of its own: nothing encoded before
+    if seen:  # the options encoded by an earlier request: only the texts are checked then
+        lib.compile_named(SOURCE, "gemm", **_options(tree))
+    for call, compile_call in ((lib.compile_named, lib.compile), (kjit.compile_named, kjit.compile)):
+        with pytest.raises((TypeError, ValueError)) as plain:
+            compile_call(*args, **_options(tree), **bad)
+        with pytest.raises(type(plain.value)) as got:
+            call(*args, **_options(tree), **bad)
+        assert str(got.value).replace("compile_named()", "compile()") == str(plain.value)
+
+
+def test_a_new_plain_request_is_made_without_prepare_and_kept_once_answered(tree, monkeypatch):
+    lib = kjit.Library(kjit._lib().path)
+
+    def made(*args):
+        raise AssertionError("a plain first call went through Memo.prepare")
+
+    monkeypatch.setattr(kjit._prepared.Memo, "prepare", made)
+    got = lib.compile_named(SOURCE, "gemm", **_options(tree))
+    given = (SOURCE, "gemm", *_values(_options(tree)))
+    request = lib._requests[given]
+    assert type(request) is kjit.Prepared and request._path is None and request._last[2] is got
+    assert request.options == {**kjit._COMPILE_DEFAULTS, **_options(tree)} and got.name == "gemm"
+    assert lib.compile_named(SOURCE, "gemm", **_options(tree)) is got  # its repeat: the same answer
+    # A name expression new to the memo: its options are a copy of the set's encoding.
+    source = "template <int N> __global__ void scale(float *p) { p[0] = N; }\n"
+    named = lib.compile_named(source, "scale", name_expression="scale<7>", **_options(tree))
+    assert named.name == "_Z5scaleILi7EEvPf"
+    # A failing first call raises libkjit's error, keeps nothing and frees the library's buffers.
+    kept = len(lib._requests)
+    with pytest.raises(kjit.NotFound):
+        lib.compile_named(SOURCE, "other", **_options(tree))
+    assert len(lib._requests) == kept
+    assert lib._shared_out[0].acquire(False)
+    lib._shared_out[0].release()
+
+
+def test_a_plain_call_after_one_with_a_list_shares_its_request(tree):
+    # Arguments that are not all plain keep their request under a frozen key; a plain call equal
+    # to them then finds that request rather than making a second one.
+    lib = kjit.Library(kjit._lib().path)
+    first = lib.compile_named(SOURCE, "gemm", **_options(tree, nvrtc_options=["-DX=2"]))
+    assert lib.compile_named(SOURCE, "gemm", **_options(tree, nvrtc_options=("-DX=2",))) is first
+    assert len({id(request) for request in lib._requests.values()}) == 1
