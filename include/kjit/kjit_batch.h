@@ -135,9 +135,11 @@ typedef struct kjit_batch_options {
         than 256 means 256. */
     unsigned workers;
     /** A ::kjit_pch_mode; #KJIT_PCH_DEFAULT (0) uses NVRTC's automatic precompiled header
-        where at least two misses with the same headers compile in one process, four where
-        those headers weigh over 6 MiB (a PCH's creation costs what one to three later uses
-        save, growing with the headers), and sends those misses to one worker;
+        where at least two misses with the same headers compile in one process (a PCH's
+        creation costs about what one later use saves), or as many as the prices measured for
+        those headers and recorded in the cache folder say repay it (none where using one was
+        slower than a plain compile; every batch records what its compiles took), and sends
+        those misses to one worker;
         `--pch` among an item's NVRTC options changes nothing then (0.7 and before: it asked for
         a PCH as #KJIT_PCH_ON would). Each distinct set of headers gets PCHs of its own,
         under `$TMPDIR/kjit-pch-<pid>-*`, removed at exit. Not in the cache key. When it pays

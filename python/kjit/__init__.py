@@ -488,7 +488,8 @@ class Library:
           for every item; an item's dict overrides them.
         - ``workers``: workers (default $KJIT_JOBS, else the CPUs); ``pch``: PCH_DEFAULT,
           PCH_ON or PCH_OFF (NVRTC's automatic precompiled header; by default where two or
-          more misses with the same headers (four over 6 MiB of headers) compile in one process, which the batch arranges;
+          more misses with the same headers compile in one process (as many as the prices recorded in the cache
+          folder say repay it, none where using one was slower), which the batch arranges;
           ``--pch`` among an item's options is then only a hint).
         - ``worker_kind``: WORKERS_THREADS, WORKERS_PROCESSES (kjit-worker processes beside
           libkjit.so, ended with the batch), WORKERS_AUTOMATIC (processes when misses include

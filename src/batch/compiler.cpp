@@ -1,6 +1,7 @@
 #include "batch/compiler.hpp"
 
 #include "batch/worker_pool.hpp"
+#include "cache/pch_price.hpp"
 #include "store/cache_entry.hpp"
 #include "util/filesystem.hpp"
 #include "util/fork_guard.hpp"
@@ -37,32 +38,29 @@ struct Job {
 };
 
 // The fewest misses of one header identity that one process must compile for NVRTC's PCH to
-// pay for itself: n compiles with a PCH save (n - 1) uses' savings and pay its making once.
-// Measured (docs/batch.md): CUB and humming's kernels pay about one use's saving to make it
-// (CUB 0.49 s more, 0.54 s less for each use; humming 0.53 s and 0.50 s), so they gain from the
-// second compile; DeepGEMM's CUTLASS kernels in a worker process on 2 idle cores pay about three
-// (the compile that made it 3.2 s against 1.2-1.4 s plain, uses 0.4-0.9 s), so a group of 2 or 3
-// made the batch slower than no PCH at all (7.3-9.1 s against 6.3 s for 9 kernels). 4: never a
-// loss beyond noise on DeepGEMM's, and most of CUB's gain (its sweeps are groups of tens).
-constexpr std::size_t kMinPchUses = 4;
-// What tells the two apart is the headers' weight, which the PCH written grows with (DeepGEMM's
-// GEMMs read 10.5 MB of headers and each worker wrote 120 MB or more of PCH; humming's kernels
-// read 3.8 MB): up to kLightHeaderBytes, a group gains from its kMinPchUsesLight-th miss.
-constexpr std::uint64_t kLightHeaderBytes = 6u << 20;
-constexpr std::size_t kMinPchUsesLight = 2;
+// pay for itself, where the cache folder's prices record (cache::pch_price) knows nothing of the
+// identity: n compiles with a PCH save n - 1 uses' savings and pay its making once. Measured
+// 2026-12-07 (docs/batch.md), DeepGEMM's CUTLASS kernels (10.5 MB of headers) in a batch's
+// worker process: plain 0.9-1.2 s, the making 1.2-1.5 s, a use 0.3-0.6 s; CUB and humming's
+// likewise about one use's saving: every set gains from a group's second miss. (An earlier
+// measurement, making 2.9-3.3 s in a worker process, no longer reproduced; the heavier rule it
+// led to, four misses over 6 MiB of headers, left DeepGEMM's groups of two and three at 0.80x
+// the batch with a PCH for each.) Where the record has the identity's prices, they decide
+// (min_pch_uses), so a machine where a PCH costs more, or saves nothing, is planned by its own.
+constexpr std::size_t kMinPchUses = 2;
 
-// The fewest misses of `r`'s header identity for its PCH to pay (kMinPchUses): the light rule
-// where the files its compile reads weigh at most kLightHeaderBytes. Costs a scan of its
-// includes (milliseconds, against the seconds of the compiles it decides about; the compile
-// scans again); a scan that fails gets the heavy rule, and its compile says what is wrong.
+// The fewest misses of `r`'s header identity for its PCH to pay: from the prices recorded in
+// its cache folder (pch_price::fewest_misses_that_pay: pch_price::kNeverPays where using one
+// was slower), else kMinPchUses. Costs a scan of its includes (milliseconds, against the
+// seconds of the compiles it decides about; the compile scans again) and a read of the record;
+// a scan that fails gets kMinPchUses, and its compile says what is wrong.
 std::size_t min_pch_uses(const key::Request &r) {
-    auto deps = key::include_scanner::scan(r.source, r.headers, r.search);
+    bool names_program = false;
+    auto deps = key::include_scanner::scan(r.source, r.headers, r.search, &names_program);
     if (!deps) return kMinPchUses;
-    std::uint64_t bytes = 0;
-    for (const key::include_scanner::Dependency &d : *deps) {
-        if (d.exists && !d.is_pin()) bytes += d.size;
-    }
-    return bytes <= kLightHeaderBytes ? kMinPchUsesLight : kMinPchUses;
+    const std::size_t priced = cache::pch_price::fewest_misses_that_pay(
+        cache::pch_price::recorded(r.cache_dir, key::pch_identity(r, *deps, names_program)));
+    return priced == 0 ? kMinPchUses : priced;
 }
 
 Error cancelled_error() {
@@ -436,8 +434,9 @@ void Batch::fetch_from_cluster() {
 }
 
 // The misses of one header identity (pch_texts) share a PCH only within the process that made
-// it, and only from its second compile on: the one that makes it costs about what each later
-// one to three save (kMinPchUses, by the headers' weight). So, by default, a PCH is made where at
+// it, and only from its second compile on: the one that makes it costs about what one later
+// one saves (kMinPchUses), or what the prices recorded for it say (min_pch_uses). So, by
+// default, a PCH is made where at
 // least that many misses of one identity will compile in one process, and those misses go to one worker, in order, as
 // one unit: on threads, a whole group (one process, whose compiles of headers NVRTC runs one
 // at a time anyway); on worker processes, a group split into up to one share per worker, each
@@ -468,11 +467,13 @@ void Batch::plan_units(unsigned workers, bool processes) {
     std::vector<std::vector<std::size_t>> alone;
     for (const std::vector<std::size_t> &group : groups) {
         const std::size_t n = group.size();
-        // Only a group the weight of its headers decides about is scanned for it.
-        const std::size_t min_uses = options_.pch != Pch::off && n >= kMinPchUsesLight && n < kMinPchUses * workers
+        // Only a group that may get a PCH by default is priced (KJIT_PCH_ON splits by the rule).
+        const std::size_t min_uses = options_.pch == Pch::automatic && n >= kMinPchUses
                                          ? min_pch_uses(jobs_[group.front()].keyed.request)
                                          : kMinPchUses;
-        const std::size_t shares = processes ? std::clamp<std::size_t>(n / min_uses, 1, workers) : 1;
+        const std::size_t shares = processes && min_uses != cache::pch_price::kNeverPays
+                                       ? std::clamp<std::size_t>(n / min_uses, 1, workers)
+                                       : 1;
         for (std::size_t share = 0, begin = 0; share < shares; ++share) {
             const std::size_t end = begin + (n - begin) / (shares - share);
             const bool pch = options_.pch == Pch::on || (options_.pch == Pch::automatic && end - begin >= min_uses);

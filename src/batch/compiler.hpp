@@ -28,11 +28,12 @@ using Progress =
 
 // When a compile uses NVRTC's automatic precompiled header (docs/batch.md).
 enum class Pch {
-    automatic,  // where at least 2 misses of one header identity (pch_texts) over light headers
-                // (4 over heavy ones) compile in one process, those on one worker: a PCH's
-                // creation costs one to three later uses' savings, by the headers' weight
-                // (kMinPchUses), and a header-free source has nothing to precompile (-pch cost it
-                // 10-15% on 2 workers); --pch among an item's options changes nothing
+    automatic,  // where at least 2 misses of one header identity (pch_texts) compile in one
+                // process, those on one worker: a PCH's creation costs about one later use's
+                // saving (kMinPchUses); as many as the prices recorded for the identity say
+                // repay its making (none where using one was slower: cache::pch_price); a
+                // header-free source has nothing to precompile (-pch cost it 10-15% on 2
+                // workers); --pch among an item's options changes nothing
     on,
     off,
 };

@@ -462,11 +462,12 @@ void Cache::warn_of_compile(const key::KeyedRequest &keyed, const std::string &e
 
 namespace {
 
-// The header identity whose PCH prices a miss asks (pch_price.hpp), or "": one compiled alone
-// (not planned by a batch), not asking for a PCH itself (`--pch`), whose source includes something.
+// The header identity whose PCH prices a miss notes (pch_price.hpp), or "": one whose source
+// includes something, planned by a batch (which read the prices to plan it) or compiled alone
+// without asking for a PCH itself (`--pch`: its own choice). Only one compiled alone asks them.
 std::string identity_to_price(const key::Request &request, const std::vector<key::include_scanner::Dependency> &deps,
                               bool names_program) {
-    if (request.use_pch || request.pch_planned || !key::includes_headers(request)) return {};
+    if ((request.use_pch && !request.pch_planned) || !key::includes_headers(request)) return {};
     return key::pch_identity(request, deps, names_program);
 }
 
@@ -491,7 +492,7 @@ Result<compile::compiler::Output> Cache::run_nvrtc(const key::KeyedRequest &keye
     // Checked here too, before a worker is asked: an item that cannot run is no NVRTC run.
     KJIT_TRY(compile::compiler::check_output_files(job.request.options, job.request.program_name));
     const std::string priced = identity_to_price(request, deps, names_program);
-    if (request.use_pch || (!priced.empty() && pch_price::advise(request.cache_dir, priced))) {
+    if (request.use_pch || (!priced.empty() && !request.pch_planned && pch_price::advise(request.cache_dir, priced))) {
         job.pch_identity = priced.empty() ? key::pch_identity(request, deps, names_program) : priced;
         job.pch_options = request.pch_options;
     }

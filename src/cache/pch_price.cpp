@@ -141,6 +141,15 @@ bool worth_using(const Prices &p) {
     return !(p.used_n > 0 && p.plain_n > 0 && p.used_us >= p.plain_us);
 }
 
+std::size_t fewest_misses_that_pay(const Prices &p) {
+    if (p.used_n == 0 || p.plain_n == 0) return 0;
+    if (!worth_using(p)) return kNeverPays;
+    // n misses: the making's extra over a plain compile, repaid by n - 1 uses' savings.
+    const std::uint64_t saving = p.plain_us - p.used_us;
+    const std::uint64_t extra = p.made_n > 0 && p.made_us > p.plain_us ? p.made_us - p.plain_us : 0;
+    return std::max<std::size_t>(2, static_cast<std::size_t>((extra + saving - 1) / saving) + 1);
+}
+
 bool worth_making(const Prices &p, unsigned misses_here) {
     if (!worth_using(p)) return false;
     // How many more misses of it this process may expect after this one: as many as earlier

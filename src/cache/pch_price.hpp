@@ -1,7 +1,8 @@
-// PCH prices: whether a miss compiled alone (kjit_compile, not a batch, which plans its own)
-// should use NVRTC's automatic precompiled header, decided by what one has cost and saved for
-// its header identity (key::pch_identity), measured at run time and remembered in the cache
-// folder for later processes.
+// PCH prices: whether a miss compiled alone (kjit_compile) should use NVRTC's automatic
+// precompiled header, decided by what one has cost and saved for its header identity
+// (key::pch_identity), measured at run time and remembered in the cache folder for later
+// processes; and, for a batch, which plans its own PCHs knowing its misses, how many misses of an
+// identity make one pay (fewest_misses_that_pay). Batches note their compiles' prices too.
 //
 // A PCH lives in its process's folder (compile::pch_folders), and NVRTC cannot use one made by
 // another process (warning 20282: its PCH heap is at another address): the compile that makes
@@ -64,6 +65,13 @@ struct Prices {
 bool worth_making(const Prices &prices, unsigned misses_here);
 // Whether a process that made the PCH should keep using it.
 bool worth_using(const Prices &prices);
+
+// For a batch, which knows how many misses of an identity one worker will compile: the fewest
+// (at least 2) for which making the PCH at the first and using it for the others costs no more
+// than compiling them all plain, at the measured prices; 0 where the record does not say (no
+// plain or no used price); kNeverPays where using one was not faster than a plain compile.
+constexpr std::size_t kNeverPays = static_cast<std::size_t>(-1);
+std::size_t fewest_misses_that_pay(const Prices &prices);
 
 // The record keeps this many identities, the most recently noted; a malformed line is skipped.
 constexpr std::size_t kMaxIdentities = 1024;

@@ -697,8 +697,8 @@ std::string make_headers(TempDir &dir) {
                    "template <int V> __global__ void gemm(float *p) { p[0] = V + CFG; }\n");
     }
     write_file(include + "/shared.h", "#define CFG 7\ntemplate <int V> __global__ void gemm(float *p) { p[0] = V; }\n");
-    // heavy.h: over the 6 MiB of headers up to which a PCH pays from a group's second miss (a
-    // comment: NVRTC reads it fast, the scan weighs it).
+    // heavy.h: over 6 MiB of headers (a comment: NVRTC reads it fast), where a PCH was once
+    // thought to need four misses to pay.
     std::string heavy;
     const std::string line = "// " + std::string(1021, 'x') + "\n";
     while (heavy.size() < (7u << 20)) heavy += line;
@@ -767,9 +767,10 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
     EXPECT_EQ(c.compiles, 4u);
     EXPECT_EQ(c.pch_compiles, 4u);
     EXPECT_EQ(c.pch_identities, 1u);
-    // Three that share light headers (humming's 3.8 MB: a PCH's making costs about one use's
-    // saving): one PCH. Three over heavy headers (DeepGEMM's 10.5 MB: about three uses'
-    // savings, below kMinPchUses): none.
+    // Three that share headers: one PCH (its making costs about one use's saving), over light
+    // headers (humming's 3.8 MB) as over heavy ones (DeepGEMM's 10.5 MB; until 2026-12-07 a
+    // weight rule wanted four misses there, which left DeepGEMM's groups of two and three plain
+    // at 0.80x the batch with PCH on). The prices recorded decide where known (PchPrice tests).
     std::vector<std::string> three, heavy;
     for (int i = 0; i < 3; ++i) {
         three.push_back("// three\n#include <shared.h>\n" + instantiate(60 + i));
@@ -781,7 +782,8 @@ TEST(CompileBatch, DefaultPchOnlyForMissesThatShareTheirHeaders) {
     EXPECT_EQ(c.pch_identities, 1u);
     c = run(include, heavy, Pch::automatic, dir.file("cache-heavy"));
     EXPECT_EQ(c.compiles, 3u);
-    EXPECT_EQ(c.pch_compiles, 0u) << "a group of three over heavy headers paid for a PCH";
+    EXPECT_EQ(c.pch_compiles, 3u) << "a group of three over heavy headers got no PCH";
+    EXPECT_EQ(c.pch_identities, 1u);
     // `--pch` among the options of items that share nothing: still none (it made one each).
     // (A PCH folder lives as long as the process: a prefix of their own, for identities of
     // their own.)

@@ -4,6 +4,7 @@
 // headers. Through the cache, with the real NVRTC (it compiles for any arch without a GPU).
 #include "cache/pch_price.hpp"
 
+#include "batch/compiler.hpp"
 #include "cache/cache.hpp"
 #include "store/cache_inventory.hpp"
 
@@ -110,6 +111,31 @@ TEST(PchPrice, TheRuleMakesAPchOnlyWhereTheMissesSeenWouldRepayIt) {
     slower.used_us = 100'000;
     EXPECT_FALSE(worth_using(slower));
     EXPECT_FALSE(worth_making(slower, 50));
+}
+
+// A batch's rule, from the prices alone: the fewest misses of an identity on one worker that
+// repay the making.
+TEST(PchPrice, ABatchsRuleIsTheFewestMissesThatRepayTheMaking) {
+    using kjit::cache::pch_price::fewest_misses_that_pay;
+    using kjit::cache::pch_price::kNeverPays;
+    EXPECT_EQ(fewest_misses_that_pay(Prices{}), 0u) << "nothing known: the batch's own default";
+    Prices made_only;
+    made_only.made_us = 900;
+    made_only.made_n = 1;
+    EXPECT_EQ(fewest_misses_that_pay(made_only), 0u);
+    const Prices pays = paying_prices();  // making costs one use's saving: pays from the second
+    EXPECT_EQ(fewest_misses_that_pay(pays), 2u);
+    Prices dear = pays;  // making costs three uses' saving: the fourth
+    dear.made_us = 280'000;
+    EXPECT_EQ(fewest_misses_that_pay(dear), 4u);
+    dear.made_us = 280'001;  // a microsecond more: the fifth
+    EXPECT_EQ(fewest_misses_that_pay(dear), 5u);
+    Prices cheap = pays;  // making cheaper than a plain compile: still two (one use)
+    cheap.made_us = 90'000;
+    EXPECT_EQ(fewest_misses_that_pay(cheap), 2u);
+    Prices slower = pays;
+    slower.used_us = 100'000;
+    EXPECT_EQ(fewest_misses_that_pay(slower), kNeverPays);
 }
 
 // The rule with the history of earlier processes: the misses a process can expect of an
@@ -347,18 +373,66 @@ TEST(PchPrice, AHeaderThatExpandsBaseFileGetsAPchPerProgram) {
     EXPECT_EQ(identity_of(memory), identity_of(other)) << "__FILE__ in a header names the header";
 }
 
-// A batch plans its own PCHs: it neither asks nor writes the prices.
-TEST(PchPrice, ABatchLeavesThePricesAlone) {
+// A miss a batch planned never asks the prices (the batch read them to plan it), and is noted:
+// a planned plain compile where the record would have made a PCH at the first miss stays plain,
+// and its time is the identity's plain price.
+TEST(PchPrice, ABatchsMissesAreNotedAndNeverAsk) {
     TempDir dir;
-    make_tree(dir, "batch");
+    const std::string identity = tree_with_record(dir, "batch", "1 100000 3 160000 1 40000 2 3 6");
     Cache cache;
-    const Request r = tile_request(dir, 1);
-    auto keyed = kjit::key::key_request(r);
+    auto keyed = kjit::key::key_request(tile_request(dir, 1));
     ASSERT_TRUE(keyed.ok());
     keyed->request.pch_planned = true;
     auto built = cache.build(*keyed, nullptr);
     ASSERT_TRUE(built.ok()) << built.error().message;
-    EXPECT_FALSE(exists(dir.file("cache/.kjit-pch-prices")));
+    EXPECT_EQ(cache.counters().pch_compiles, 0u) << "a miss the batch planned plain asked the prices";
+    const Prices after = kjit::cache::pch_price::recorded(dir.file("cache"), identity);
+    EXPECT_EQ(after.plain_n, 4u);
+    EXPECT_EQ(after.misses, 7u);
+}
+
+namespace {
+
+// `n` misses of the tree's identity (tile_request 1..n) as one kjit_compile_batch with its
+// defaults on 2 worker threads; the compiles that used a PCH.
+std::uint64_t batch_pch_compiles(const TempDir &dir, int n) {
+    std::vector<kjit::Result<Request>> items;
+    for (int i = 1; i <= n; ++i) items.emplace_back(tile_request(dir, i));
+    kjit::batch::compiler::Options options;
+    options.workers = 2;
+    options.kind = kjit::batch::compiler::WorkerKind::threads;
+    const auto &counters = Cache::instance().counters();
+    const std::uint64_t before = counters.pch_compiles.load();
+    for (const auto &result : kjit::batch::compiler::compile(std::move(items), options)) {
+        EXPECT_TRUE(result.ok()) << result.error().message;
+    }
+    return counters.pch_compiles.load() - before;
+}
+
+}  // namespace
+
+// A batch with its defaults plans each group's PCH by the prices its cache folder recorded for
+// the group's identity: nothing known, from the second miss; a PCH whose making costs three
+// uses' saving, from the fourth; none where using one was slower; and what its compiles cost is
+// recorded for the next.
+TEST(PchPrice, ABatchPlansItsPchsByTheRecordedPrices) {
+    TempDir unknown;
+    make_tree(unknown, "batch, nothing known");
+    EXPECT_EQ(batch_pch_compiles(unknown, 2), 2u) << "two misses of one identity, nothing known, got no PCH";
+    const Prices noted = kjit::cache::pch_price::recorded(unknown.file("cache"), identity_of(tile_request(unknown, 1)));
+    EXPECT_EQ(noted.made_n, 1u);
+    EXPECT_EQ(noted.used_n, 1u);
+
+    TempDir dear3;
+    tree_with_record(dear3, "batch, dear, three", "1 100000 3 280000 1 40000 2 1 3");
+    EXPECT_EQ(batch_pch_compiles(dear3, 3), 0u) << "three misses cannot repay three uses' saving";
+    TempDir dear4;
+    tree_with_record(dear4, "batch, dear, four", "1 100000 3 280000 1 40000 2 1 4");
+    EXPECT_EQ(batch_pch_compiles(dear4, 4), 4u) << "four misses repay it";
+
+    TempDir slower;
+    tree_with_record(slower, "batch, slower", "1 100000 3 160000 1 120000 2 1 6");
+    EXPECT_EQ(batch_pch_compiles(slower, 6), 0u) << "a PCH measured slower than plain was used";
 }
 
 // The record keeps the most recently noted identities, at most kMaxIdentities.
