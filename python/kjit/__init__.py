@@ -1214,13 +1214,7 @@ def compile_named(source: Union[str, bytes], keyword: str,
     lib = _default or _lib()
     given = (source, keyword, cache_dir, arch, nvrtc_options, include_paths, headers, name_expression, max_cache_size,
              remote_storage, filename, seed_dirs, link_inputs, link_options, compile_mode, base_dirs)
-    try:  # Library._compile_named, inline: a repeat is this look-up and one C call
-        prepared = lib._requests.get(given)
-    except TypeError:  # a list, a mapping, ... among them
-        return lib._memo.prepare(lib, given).compile_named()
-    if prepared is None:
-        return lib._memo.first_named(lib, given)
-    return prepared.compile_named()
+    return lib._compile_named(given)  # a repeat: one look-up and one C call
 
 
 def prepare(source: Union[str, bytes], keyword: str,
