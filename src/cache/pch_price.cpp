@@ -134,6 +134,14 @@ void add_sample(std::uint64_t &mean, unsigned &n, std::uint64_t sample) {
                                       (static_cast<double>(sample) - static_cast<double>(mean)) * weight);
 }
 
+// With plain and used prices measured and using faster (worth_using): what each compile that
+// uses the PCH saves, and what the one that makes it costs over a plain compile (0 where the
+// making was not measured or cost less), in microseconds.
+std::uint64_t use_saving(const Prices &p) { return p.plain_us - p.used_us; }
+std::uint64_t making_extra(const Prices &p) {
+    return p.made_n > 0 && p.made_us > p.plain_us ? p.made_us - p.plain_us : 0;
+}
+
 }  // namespace
 
 bool worth_using(const Prices &p) {
@@ -145,8 +153,8 @@ std::size_t fewest_misses_that_pay(const Prices &p) {
     if (p.used_n == 0 || p.plain_n == 0) return 0;
     if (!worth_using(p)) return kNeverPays;
     // n misses: the making's extra over a plain compile, repaid by n - 1 uses' savings.
-    const std::uint64_t saving = p.plain_us - p.used_us;
-    const std::uint64_t extra = p.made_n > 0 && p.made_us > p.plain_us ? p.made_us - p.plain_us : 0;
+    const std::uint64_t saving = use_saving(p);
+    const std::uint64_t extra = making_extra(p);
     return std::max<std::size_t>(2, static_cast<std::size_t>((extra + saving - 1) / saving) + 1);
 }
 
@@ -160,9 +168,7 @@ bool worth_making(const Prices &p, unsigned misses_here) {
     const double more = within_history ? mean - (misses_here + 1) : misses_here;
     if (p.used_n > 0 && p.plain_n > 0) {
         // Make it when the misses expected repay the making at the measured saving.
-        const double saving = static_cast<double>(p.plain_us - p.used_us);
-        const double extra = p.made_n > 0 && p.made_us > p.plain_us ? static_cast<double>(p.made_us - p.plain_us) : 0;
-        return more > 0 && more * saving >= extra;
+        return more > 0 && more * static_cast<double>(use_saving(p)) >= static_cast<double>(making_extra(p));
     }
     // Nothing measured of its use. Where earlier processes each had it at least twice and none
     // has tried a PCH of it, this one tries at its first miss: at most one making's extra cost
